@@ -1,0 +1,95 @@
+/**
+ * The one closed registry of error codes. Every error the service (control plane, gateway or agent)
+ * answers with is one of these; `status` is its HTTP status. `title` is set where the spec fixes the
+ * `error` text of a code (e.g. 404 "Sandbox not found"); the detailed text then goes to `message`.
+ */
+export const ERROR_CODES = {
+  VALIDATION_ERROR: { status: 400 },
+  INVALID_TEMPLATE_DEFINITION: { status: 400, title: 'Invalid template definition' },
+  INVALID_FILE_METADATA: { status: 400, title: 'Invalid file metadata' },
+  INVALID_LANGUAGE: { status: 400 },
+  INVALID_PATH: { status: 400 },
+  NOT_A_FILE: { status: 400 },
+  NOT_A_DIRECTORY: { status: 400 },
+  AUTHENTICATION_ERROR: { status: 401, title: 'Unauthorized' },
+  TOKEN_EXPIRED: { status: 401, title: 'Unauthorized' },
+  PERMISSION_DENIED: { status: 403, title: 'Forbidden' },
+  NOT_FOUND: { status: 404, title: 'Sandbox not found' },
+  TEMPLATE_NOT_FOUND: { status: 404, title: 'Template not found' },
+  BUILD_NOT_FOUND: { status: 404, title: 'Build not found' },
+  KEY_NOT_FOUND: { status: 404, title: 'API key not found' },
+  ROUTE_NOT_FOUND: { status: 404, title: 'Route not found' },
+  FILE_NOT_FOUND: { status: 404, title: 'File not found' },
+  PROCESS_NOT_FOUND: { status: 404, title: 'Process not found' },
+  METHOD_NOT_ALLOWED: { status: 405 },
+  INVALID_STATE: { status: 409 },
+  SANDBOX_PAUSED: { status: 409 },
+  SANDBOX_STOPPED: { status: 409 },
+  TEMPLATE_EXISTS: { status: 409, title: 'Template alias already exists' },
+  TEMPLATE_IN_USE: { status: 409 },
+  TEMPLATE_NOT_READY: { status: 409 },
+  ALREADY_EXISTS: { status: 409 },
+  SANDBOX_EXPIRED: { status: 410, title: 'Sandbox expired' },
+  PAYLOAD_TOO_LARGE: { status: 413 },
+  FILE_TOO_LARGE: { status: 413 },
+  DISK_FULL: { status: 413 },
+  UNSUPPORTED_MEDIA_TYPE: { status: 415 },
+  RATE_LIMIT_EXCEEDED: { status: 429, title: 'Rate limit exceeded' },
+  QUOTA_EXCEEDED: { status: 429 },
+  INTERNAL_ERROR: { status: 500, title: 'Internal server error' },
+  AGENT_UNAVAILABLE: { status: 502 },
+  RUNTIME_ERROR: { status: 503 },
+} as const satisfies Record<string, { status: number; title?: string }>;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export function isErrorCode(code: unknown): code is ErrorCode {
+  return typeof code === 'string' && Object.prototype.hasOwnProperty.call(ERROR_CODES, code);
+}
+
+export function statusOf(code: ErrorCode): number {
+  return ERROR_CODES[code].status;
+}
+
+/** The flat error body of api-decisions.md §1. */
+export interface ErrorBody {
+  error: string;
+  message: string;
+  code: ErrorCode;
+  request_id?: string;
+  [extra: string]: unknown;
+}
+
+/** Thrown by services (server or agent); rendered by one error handler. */
+export class ServiceError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly extra: Record<string, unknown>;
+  readonly headers: Record<string, string>;
+
+  constructor(code: ErrorCode, message?: string, extra: Record<string, unknown> = {}, headers: Record<string, string> = {}) {
+    const def: { status: number; title?: string } = ERROR_CODES[code];
+    super(message ?? def.title ?? code);
+    this.name = 'ServiceError';
+    this.code = code;
+    this.status = def.status;
+    this.extra = extra;
+    this.headers = headers;
+  }
+
+  toBody(requestId?: string): ErrorBody {
+    const def: { status: number; title?: string } = ERROR_CODES[this.code];
+    const body: ErrorBody = {
+      ...this.extra,
+      error: def.title ?? this.message,
+      message: this.message,
+      code: this.code,
+    };
+    if (requestId) body.request_id = requestId;
+    return body;
+  }
+}
+
+export function errorBody(code: ErrorCode, message?: string, extra: Record<string, unknown> = {}, requestId?: string): ErrorBody {
+  return new ServiceError(code, message, extra).toBody(requestId);
+}

@@ -1,0 +1,4 @@
+export * from './errors.js';
+export * from './lifecycle.js';
+export * from './agent.js';
+export * from './languages.js';

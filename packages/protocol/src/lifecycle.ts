@@ -1,0 +1,147 @@
+import { Type, type Static } from '@sinclair/typebox';
+
+/** Shapes of the lifecycle interface (`/v1/...`): service-spec.md plus api-decisions.md §2. */
+
+export const SANDBOX_STATUSES = ['running', 'paused', 'stopped'] as const;
+export type SandboxStatus = (typeof SANDBOX_STATUSES)[number] | 'deleted';
+
+export const Resources = Type.Object({
+  vcpu: Type.Integer(),
+  memory_mb: Type.Integer(),
+  disk_gb: Type.Integer(),
+  disk_mb: Type.Optional(Type.Integer()),
+});
+export type Resources = Static<typeof Resources>;
+
+export const EnvVars = Type.Record(Type.String(), Type.String());
+
+export const CreateSandboxBody = Type.Object(
+  {
+    template_id: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+    template_name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+    region: Type.Optional(Type.String({ maxLength: 64 })),
+    timeout_seconds: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 31_536_000 }), Type.Null()])),
+    internet_access: Type.Optional(Type.Boolean()),
+    env_vars: Type.Optional(EnvVars),
+  },
+  { additionalProperties: true },
+);
+export type CreateSandboxBody = Static<typeof CreateSandboxBody>;
+
+export const Sandbox = Type.Object({
+  object: Type.Literal('sandbox'),
+  id: Type.String(),
+  organization_id: Type.String(),
+  status: Type.String(),
+  public_host: Type.String(),
+  direct_url: Type.String(),
+  template_name: Type.String(),
+  template_id: Type.String(),
+  region: Type.String(),
+  internet_access: Type.Boolean(),
+  timeout_seconds: Type.Union([Type.Integer(), Type.Null()]),
+  expires_at: Type.Union([Type.String(), Type.Null()]),
+  created_at: Type.String(),
+  updated_at: Type.String(),
+  resources: Resources,
+  auth_token: Type.Optional(Type.String()),
+  token_expires_at: Type.Optional(Type.String()),
+  request_id: Type.Optional(Type.String()),
+});
+export type Sandbox = Static<typeof Sandbox>;
+
+export const ListSandboxesQuery = Type.Object({
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000 })),
+  status: Type.Optional(Type.String()),
+  template: Type.Optional(Type.String()),
+  region: Type.Optional(Type.String()),
+  cursor: Type.Optional(Type.String({ maxLength: 200 })),
+});
+export type ListSandboxesQuery = Static<typeof ListSandboxesQuery>;
+
+export const SandboxList = Type.Object({
+  object: Type.Literal('list'),
+  data: Type.Array(Sandbox),
+  has_more: Type.Boolean(),
+  next_cursor: Type.Union([Type.String(), Type.Null()]),
+  url: Type.String(),
+  request_id: Type.Optional(Type.String()),
+});
+export type SandboxList = Static<typeof SandboxList>;
+
+export const SandboxActionResult = Type.Object({
+  id: Type.String(),
+  status: Type.String(),
+  request_id: Type.Optional(Type.String()),
+});
+export type SandboxActionResult = Static<typeof SandboxActionResult>;
+
+export const SetTimeoutBody = Type.Object({
+  timeout_seconds: Type.Integer({ minimum: 1, maximum: 31_536_000 }),
+});
+export const SetTimeoutResult = Type.Object({
+  id: Type.String(),
+  timeout_seconds: Type.Integer(),
+  expires_at: Type.String(),
+  request_id: Type.Optional(Type.String()),
+});
+export type SetTimeoutResult = Static<typeof SetTimeoutResult>;
+
+export const TokenResult = Type.Object({
+  id: Type.String(),
+  auth_token: Type.String(),
+  token_expires_at: Type.String(),
+  request_id: Type.Optional(Type.String()),
+});
+export type TokenResult = Static<typeof TokenResult>;
+
+export const TemplateResources = Type.Object({
+  vcpu: Type.Integer(),
+  memory_mb: Type.Integer(),
+  disk_gb: Type.Integer(),
+});
+
+export const TemplateSummary = Type.Object({
+  object: Type.Literal('template'),
+  id: Type.String(),
+  name: Type.String(),
+  display_name: Type.String(),
+  description: Type.String(),
+  category: Type.String(),
+  language: Type.String(),
+  default_resources: TemplateResources,
+  status: Type.String(),
+  is_active: Type.Boolean(),
+  is_public: Type.Boolean(),
+  build_id: Type.Union([Type.String(), Type.Null()]),
+  features: Type.Array(Type.String()),
+  tags: Type.Array(Type.String()),
+  created_at: Type.String(),
+  updated_at: Type.String(),
+});
+export type TemplateSummary = Static<typeof TemplateSummary>;
+
+export const TemplateListQuery = Type.Object({
+  category: Type.Optional(Type.String()),
+  language: Type.Optional(Type.String()),
+});
+
+export const TemplateList = Type.Object({
+  object: Type.Literal('list'),
+  data: Type.Array(TemplateSummary),
+  request_id: Type.Optional(Type.String()),
+});
+
+export const HealthResult = Type.Object({ status: Type.String(), version: Type.String() });
+
+export const SandboxEvent = Type.Object({
+  id: Type.String(),
+  status: Type.String(),
+  at: Type.String(),
+  reason: Type.Optional(Type.String()),
+});
+export const SANDBOX_EVENT_KINDS = ['created', 'paused', 'resumed', 'stopped', 'started', 'deleted', 'expired', 'oom_killed'] as const;
+export type SandboxEventKind = (typeof SANDBOX_EVENT_KINDS)[number];
+
+export const API_SCOPES = ['sandboxes:read', 'sandboxes:write', 'templates:read', 'templates:write', 'admin'] as const;
+export type ApiScope = (typeof API_SCOPES)[number];

@@ -1,0 +1,85 @@
+/**
+ * The boundary between the services and whatever runs sandboxes. Today one in-process
+ * implementation (CrunRuntime); later a node client for a remote node. Every call is keyed by
+ * sandbox id and is idempotent: calling it again after a crash or a timeout is safe.
+ */
+
+export interface SandboxResources {
+  vcpu: number;
+  memoryMb: number;
+  diskGb: number;
+  /** Limit of processes+threads inside the sandbox (fork bombs stop here). */
+  pidsMax: number;
+}
+
+export interface SandboxSpec {
+  /** Sandbox id: also the container id and the cgroup leaf name. Lowercase [a-z0-9-]. */
+  id: string;
+  /** Read-only template layers, top-most first; absolute host paths in canonical (+100000) ownership. */
+  lowerDirs: string[];
+  resources: SandboxResources;
+  /** false: loopback only. true: veth + NAT; host, private ranges and other sandboxes blocked. */
+  internetAccess: boolean;
+  hostname: string;
+  /** Environment of the agent process (and so the base of every execution). */
+  env: Record<string, string>;
+}
+
+export type RuntimeStatus = 'running' | 'paused' | 'stopped' | 'missing';
+
+export interface SandboxStats {
+  cpuUsageNs: number;
+  memoryBytes: number;
+  memoryLimitBytes: number;
+  oomKills: number;
+  pids: number;
+  diskUsedBytes: number;
+  diskTotalBytes: number;
+}
+
+export interface StepRunOptions {
+  /** Unique id of this run (container id, cgroup name). */
+  id: string;
+  lowerDirs: string[];
+  /** Host directory that receives this step's changes (becomes a layer, canonical ownership). */
+  upperDir: string;
+  /** argv run inside (e.g. ['/bin/sh', '-c', cmd]). */
+  argv: string[];
+  env: Record<string, string>;
+  cwd: string;
+  internetAccess: boolean;
+  resources: SandboxResources;
+  timeoutMs: number;
+  /** Extra read-only bind mounts (host path → container path), e.g. files to copy in. */
+  binds?: Array<{ source: string; target: string }>;
+  onOutput?: (chunk: string) => void;
+  signal?: AbortSignal;
+}
+
+export interface Runtime {
+  /** Idempotent host preparation (cgroup quirk, ip_forward, bridge, nftables, directories). */
+  setupHost(): Promise<void>;
+  /**
+   * Prepares disk, overlay rootfs, network and OCI bundle, and starts the container whose PID 1 is a
+   * tiny init running the agent. Resolves once the container runs (the agent may still be starting).
+   * On any failure everything done so far is undone (undo stack) and the error is thrown.
+   */
+  create(spec: SandboxSpec): Promise<void>;
+  /** Host path of the agent's unix socket. */
+  agentSocket(id: string): string;
+  /** Freezes every process (memory kept). */
+  pause(id: string): Promise<void>;
+  resume(id: string): Promise<void>;
+  /** Kills every process and removes the container; keeps the disk (upper layer) for start(). */
+  stop(id: string): Promise<void>;
+  /** Boots a stopped sandbox again on its preserved disk; remounts what is missing. */
+  start(spec: SandboxSpec): Promise<void>;
+  /** Removes container, mounts, loop device, cgroups, netns/veth and directory. Idempotent. */
+  destroy(id: string): Promise<void>;
+  status(id: string): Promise<RuntimeStatus>;
+  /** Every sandbox id the runtime holds any trace of (directories, containers, netns, cgroups). */
+  list(): Promise<string[]>;
+  stats(id: string): Promise<SandboxStats>;
+  /** Runs one build step to completion in a throwaway container with sandbox isolation. */
+  runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }>;
+}

@@ -1,0 +1,298 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { chmod, mkdir, open, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { readHostAptConfig, sourcesForSuite } from './apt-sources.js';
+import { removeTree, runTool } from './proc.js';
+import { shiftOwnership } from './shift.js';
+import { CANONICAL_ID_OFFSET, type DebianRootfsRecipe, type LayerInfo, type LayerStore } from './types.js';
+
+/** Bump when the way a rootfs is made changes (post-processing, shifting): old layers stop matching. */
+export const ROOTFS_BUILDER_VERSION = 'debian-rootfs/1';
+
+export type Log = (line: string) => void;
+
+/** Written last into a layer directory; its presence (after the atomic rename) marks a finished layer. */
+export interface LayerMeta {
+  id: string;
+  /** What made it: 'debian-rootfs', 'oci-layer', 'step', ... */
+  kind: string;
+  createdAt: string;
+  buildMs: number;
+  /** Regular-file bytes in the tree (a lower bound of disk use). */
+  sizeBytes: number;
+  entries: number;
+  [extra: string]: unknown;
+}
+
+/** Result of a layer builder: what it wants recorded in meta.json. */
+export interface BuiltLayer {
+  kind: string;
+  sizeBytes: number;
+  entries: number;
+  extra?: Record<string, unknown>;
+}
+
+const ID_RE = /^[0-9a-f]{64}$/;
+const TMP_PREFIX = '.tmp-';
+const LOCK_PREFIX = '.lock-';
+
+/** sha256 of JSON with object keys sorted at every level, so equal values hash equally. */
+export function canonicalJson(value: unknown): string {
+  return JSON.stringify(value, (_k, v: unknown) =>
+    v && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : v,
+  );
+}
+
+export function sha256Hex(text: string | Buffer): string {
+  return createHash('sha256').update(text).digest('hex');
+}
+
+/** Package order and duplicates do not change what mmdebstrap installs, so they do not change the key. */
+export function rootfsKey(recipe: DebianRootfsRecipe): string {
+  const normal = {
+    kind: recipe.kind,
+    suite: recipe.suite,
+    variant: recipe.variant,
+    packages: [...new Set(recipe.packages)].sort(),
+  };
+  return sha256Hex(`${ROOTFS_BUILDER_VERSION}\n${canonicalJson(normal)}`);
+}
+
+/**
+ * Layers as directories `<root>/<id>/tree` (the overlay lowerdir) with `<root>/<id>/meta.json`.
+ * A layer is assembled in `<root>/.tmp-<id>-<pid>-<rand>/` and renamed into place in one step, so
+ * `<root>/<id>` exists only when complete. A per-id lock file (holding the builder's pid) keeps two
+ * processes sharing a data dir from building the same layer twice; leftovers of dead builders
+ * (tmp dirs, locks) are removed by the next build.
+ */
+export class FsLayerStore implements LayerStore {
+  readonly root: string;
+  private readonly log: Log;
+  private readonly inflight = new Map<string, Promise<LayerInfo>>();
+
+  constructor(root: string, opts: { log?: Log } = {}) {
+    this.root = root;
+    this.log = opts.log ?? (() => undefined);
+  }
+
+  path(id: string): string {
+    return join(this.dir(id), 'tree');
+  }
+
+  async has(id: string): Promise<boolean> {
+    if (!ID_RE.test(id)) return false;
+    return stat(join(this.dir(id), 'meta.json')).then(
+      () => true,
+      () => false,
+    );
+  }
+
+  async meta(id: string): Promise<LayerMeta | undefined> {
+    if (!ID_RE.test(id)) return undefined;
+    try {
+      return JSON.parse(await readFile(join(this.dir(id), 'meta.json'), 'utf8')) as LayerMeta;
+    } catch {
+      return undefined;
+    }
+  }
+
+  info(id: string): LayerInfo {
+    return { id, path: this.path(id) };
+  }
+
+  ensureRootfs(recipe: DebianRootfsRecipe, log: Log, opts: { signal?: AbortSignal } = {}): Promise<LayerInfo> {
+    const id = rootfsKey(recipe);
+    return this.ensureLayer(id, (tree) => buildDebianRootfs(recipe, tree, log, opts.signal), log, opts);
+  }
+
+  /**
+   * Returns layer `id`, first running `build(tree)` to fill an empty `tree` directory when the layer
+   * is missing. Concurrent calls for one id (in this process or another) share one build.
+   */
+  ensureLayer(
+    id: string,
+    build: (tree: string) => Promise<BuiltLayer>,
+    log: Log,
+    opts: { signal?: AbortSignal } = {},
+  ): Promise<LayerInfo> {
+    if (!ID_RE.test(id)) return Promise.reject(new Error(`invalid layer id: ${id}`));
+    const running = this.inflight.get(id);
+    if (running) return running;
+    const p = this.buildOnce(id, build, log, opts.signal).finally(() => this.inflight.delete(id));
+    this.inflight.set(id, p);
+    return p;
+  }
+
+  async remove(id: string): Promise<void> {
+    if (!ID_RE.test(id)) throw new Error(`invalid layer id: ${id}`);
+    // Rename first: a half-deleted tree must never sit under a final id.
+    const doomed = join(this.root, `${TMP_PREFIX}${id}-${process.pid}-del-${randomBytes(4).toString('hex')}`);
+    try {
+      await rename(this.dir(id), doomed);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+      throw err;
+    }
+    await removeTree(doomed);
+  }
+
+  async list(): Promise<string[]> {
+    const names = await readdir(this.root).catch(() => [] as string[]);
+    const ids: string[] = [];
+    for (const n of names) if (ID_RE.test(n) && (await this.has(n))) ids.push(n);
+    return ids.sort();
+  }
+
+  /** Removes tmp dirs and locks left by builders that are no longer alive. */
+  async cleanupStale(): Promise<void> {
+    const names = await readdir(this.root).catch(() => [] as string[]);
+    for (const n of names) {
+      const m = /^\.(?:tmp|lock)-[0-9a-f]{64}-(\d+)/.exec(n) ?? /^\.lock-[0-9a-f]{64}$/.exec(n);
+      if (!m) continue;
+      const pid = n.startsWith(LOCK_PREFIX) ? await this.lockOwner(join(this.root, n)) : Number(m[1]);
+      if (pid !== undefined && pidAlive(pid)) continue;
+      this.log(`layer store: removing leftover ${n}`);
+      if (n.startsWith(TMP_PREFIX)) await removeTree(join(this.root, n));
+      else await rm(join(this.root, n), { force: true });
+    }
+  }
+
+  private dir(id: string): string {
+    return join(this.root, id);
+  }
+
+  private async buildOnce(
+    id: string,
+    build: (tree: string) => Promise<BuiltLayer>,
+    log: Log,
+    signal?: AbortSignal,
+  ): Promise<LayerInfo> {
+    if (await this.has(id)) return this.info(id);
+    await mkdir(this.root, { recursive: true });
+    const unlock = await this.lock(id, signal);
+    if (!unlock) return this.info(id); // another process finished it while we waited
+    const tmp = join(this.root, `${TMP_PREFIX}${id}-${process.pid}-${randomBytes(4).toString('hex')}`);
+    try {
+      if (await this.has(id)) return this.info(id);
+      await this.cleanupStale();
+      const started = Date.now();
+      await mkdir(join(tmp, 'tree'), { recursive: true });
+      const built = await build(join(tmp, 'tree'));
+      signal?.throwIfAborted();
+      const meta: LayerMeta = {
+        ...built.extra,
+        id,
+        kind: built.kind,
+        createdAt: new Date().toISOString(),
+        buildMs: Date.now() - started,
+        sizeBytes: built.sizeBytes,
+        entries: built.entries,
+      };
+      await writeFile(join(tmp, 'meta.json'), JSON.stringify(meta, null, 2) + '\n');
+      await rename(tmp, this.dir(id));
+      return this.info(id);
+    } finally {
+      await removeTree(tmp).catch((err: unknown) => this.log(`layer store: cannot remove ${tmp}: ${String(err)}`));
+      await unlock();
+    }
+  }
+
+  /** Takes the per-id lock; resolves undefined when the layer appeared while waiting. */
+  private async lock(id: string, signal?: AbortSignal): Promise<(() => Promise<void>) | undefined> {
+    const file = join(this.root, `${LOCK_PREFIX}${id}`);
+    for (let waited = false; ; waited = true) {
+      signal?.throwIfAborted();
+      try {
+        const fh = await open(file, 'wx');
+        await fh.writeFile(String(process.pid));
+        await fh.close();
+        return async () => {
+          if ((await this.lockOwner(file)) === process.pid) await rm(file, { force: true });
+        };
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      }
+      if (waited && (await this.has(id))) return undefined;
+      const owner = await this.lockOwner(file);
+      if (owner !== undefined && !pidAlive(owner)) {
+        await rm(file, { force: true });
+        continue;
+      }
+      if (!waited) this.log(`layer ${id.slice(0, 12)}: another process is building it, waiting`);
+      await sleep(500, undefined, { signal });
+    }
+  }
+
+  private async lockOwner(file: string): Promise<number | undefined> {
+    const text = await readFile(file, 'utf8').catch(() => undefined);
+    const pid = Number(text);
+    // An empty lock file is one being written this instant: treat it as alive.
+    return text === undefined ? undefined : Number.isInteger(pid) && pid > 0 ? pid : process.pid;
+  }
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** mmdebstrap into `tree`, then shrink, add the sandbox mount points and shift to canonical ids. */
+async function buildDebianRootfs(
+  recipe: DebianRootfsRecipe,
+  tree: string,
+  log: Log,
+  signal?: AbortSignal,
+): Promise<BuiltLayer> {
+  if (!/^[a-z][a-z0-9-]*$/.test(recipe.suite)) throw new Error(`invalid Debian suite: ${recipe.suite}`);
+  const packages = [...new Set(recipe.packages)].sort();
+  for (const p of packages) if (!/^[a-z0-9][a-z0-9+.-]*$/.test(p)) throw new Error(`invalid package name: ${p}`);
+  const host = await readHostAptConfig();
+  const sources = sourcesForSuite(host, recipe.suite);
+  if (sources.trim() === '') {
+    throw new Error(`no Debian apt source on this host can serve suite '${recipe.suite}' (host sources are read from /etc/apt)`);
+  }
+  const args = ['--mode=root', `--variant=${recipe.variant}`];
+  if (packages.length > 0) args.push(`--include=${packages.join(',')}`);
+  args.push(recipe.suite, tree, '-');
+  log(`mmdebstrap ${recipe.suite} (${packages.length} extra packages: ${packages.join(' ') || '-'})`);
+  await runTool('mmdebstrap', args, { stdin: sources, onLine: (l) => log(`  ${l}`), signal });
+
+  // Lists and caches are re-fetched by any step that installs packages; keeping them costs ~40 MB.
+  for (const sub of ['var/lib/apt/lists', 'var/cache/apt']) {
+    const d = join(tree, sub);
+    for (const n of await readdir(d).catch(() => [] as string[])) {
+      if (n === 'partial' || n === 'archives') continue;
+      await rm(join(d, n), { recursive: true, force: true });
+    }
+  }
+  const archives = join(tree, 'var/cache/apt/archives');
+  for (const n of await readdir(archives).catch(() => [] as string[])) {
+    if (n.endsWith('.deb')) await rm(join(archives, n), { force: true });
+  }
+  await mkdir(join(tree, 'workspace'), { recursive: true, mode: 0o755 });
+  await mkdir(join(tree, '.sb'), { recursive: true, mode: 0o755 });
+  await mkdir(join(tree, 'tmp'), { recursive: true });
+  await chmod(join(tree, 'tmp'), 0o1777);
+  // The runtime bind-mounts the host's resolv.conf here; a mount target must exist in the lower.
+  // 'wx' never follows a symlink that a package may have put there.
+  await writeFile(join(tree, 'etc/resolv.conf'), '', { flag: 'wx' }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EEXIST') throw err;
+  });
+
+  const t = Date.now();
+  const shifted = shiftOwnership(tree, CANONICAL_ID_OFFSET);
+  log(`shifted ownership of ${shifted.entries} entries by +${CANONICAL_ID_OFFSET} in ${Date.now() - t} ms`);
+  return {
+    kind: 'debian-rootfs',
+    sizeBytes: shifted.bytes,
+    entries: shifted.entries,
+    extra: { recipe, builderVersion: ROOTFS_BUILDER_VERSION, packages },
+  };
+}

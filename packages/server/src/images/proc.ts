@@ -1,0 +1,81 @@
+import { spawn } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { resolve } from 'node:path';
+
+export interface RunOptions {
+  stdin?: string;
+  /** Receives every non-empty output line (stdout and stderr), carriage-return progress split too. */
+  onLine?: (line: string) => void;
+  signal?: AbortSignal;
+}
+
+/**
+ * Runs a host tool (mmdebstrap, tar, umount) to completion. The child gets its own process group
+ * so an abort kills the whole tree (mmdebstrap forks apt and dpkg). Rejects on a non-zero exit,
+ * with the last output lines in the message.
+ */
+export function runTool(cmd: string, args: string[], opts: RunOptions = {}): Promise<void> {
+  return new Promise((resolvePromise, reject) => {
+    if (opts.signal?.aborted) return reject(abortError(opts.signal));
+    const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+    const tail: string[] = [];
+    const feed = (() => {
+      let buf = '';
+      return (chunk: Buffer | null) => {
+        buf += chunk === null ? '\n' : chunk.toString('utf8');
+        const parts = buf.split(/\r\n|\r|\n/);
+        buf = parts.pop() ?? '';
+        for (const p of parts) {
+          const line = p.trimEnd();
+          if (!line) continue;
+          tail.push(line);
+          if (tail.length > 20) tail.shift();
+          opts.onLine?.(line);
+        }
+      };
+    })();
+    const feedOut = feed;
+    child.stdout.on('data', feedOut);
+    child.stderr.on('data', feedOut);
+    const onAbort = () => {
+      try { process.kill(-child.pid!, 'SIGKILL'); } catch { /* already gone */ }
+    };
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
+    child.on('error', (err) => {
+      opts.signal?.removeEventListener('abort', onAbort);
+      reject(err);
+    });
+    child.on('close', (code, sig) => {
+      opts.signal?.removeEventListener('abort', onAbort);
+      feedOut(null);
+      if (opts.signal?.aborted) return reject(abortError(opts.signal));
+      if (code === 0) return resolvePromise();
+      reject(new Error(`${cmd} failed (${sig ?? `exit ${code}`}): ${tail.slice(-8).join(' | ')}`));
+    });
+    child.stdin.on('error', () => { /* the tool may exit before reading stdin */ });
+    child.stdin.end(opts.stdin ?? '');
+  });
+}
+
+function abortError(signal: AbortSignal): Error {
+  return signal.reason instanceof Error ? signal.reason : new Error('aborted');
+}
+
+/**
+ * Removes a directory tree that a crashed build may have left with mounts inside (mmdebstrap
+ * mounts /proc, /sys and /dev into its chroot): unmount everything under it first, deepest first,
+ * then delete without crossing filesystems, so a leftover bind of /dev can never cost host files.
+ */
+export async function removeTree(dir: string): Promise<void> {
+  const abs = resolve(dir);
+  const mountinfo = await readFile('/proc/self/mountinfo', 'utf8');
+  const mounts = mountinfo
+    .split('\n')
+    .map((l) => l.split(' ')[4])
+    .filter((p): p is string => !!p)
+    .map((p) => p.replace(/\\(\d{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))))
+    .filter((p) => p === abs || p.startsWith(abs + '/'))
+    .sort((a, b) => b.length - a.length);
+  for (const m of mounts) await runTool('umount', ['-l', m]).catch(() => undefined);
+  await runTool('rm', ['-rf', '--one-file-system', abs]);
+}

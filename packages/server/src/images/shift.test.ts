@@ -1,0 +1,69 @@
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, chownSync, linkSync, lstatSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { shiftOwnership } from './shift.js';
+
+let dir: string;
+let outside: string;
+
+before(() => {
+  dir = mkdtempSync(join(tmpdir(), 'shift-test-'));
+  outside = join(dir, 'outside');
+  writeFileSync(outside, 'not in the tree');
+  chownSync(outside, 7, 7);
+  const t = join(dir, 'tree');
+  mkdirSync(join(t, 'usr/bin'), { recursive: true });
+  writeFileSync(join(t, 'usr/bin/su'), 'x');
+  chmodSync(join(t, 'usr/bin/su'), 0o4755);
+  writeFileSync(join(t, 'usr/bin/chage'), 'x');
+  chownSync(join(t, 'usr/bin/chage'), 0, 42);
+  chmodSync(join(t, 'usr/bin/chage'), 0o2755);
+  mkdirSync(join(t, 'home/user'), { recursive: true });
+  chownSync(join(t, 'home/user'), 1000, 1000);
+  mkdirSync(join(t, 'shared'));
+  chmodSync(join(t, 'shared'), 0o3777);
+  writeFileSync(join(t, 'a'), 'hard');
+  linkSync(join(t, 'a'), join(t, 'b'));
+  symlinkSync(outside, join(t, 'link-out'));
+  symlinkSync('/does/not/exist', join(t, 'dangling'));
+  execFileSync('mknod', [join(t, 'whiteout'), 'c', '0', '0']);
+});
+
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+test('shifts every entry once, keeps special bits, does not follow symlinks', () => {
+  const t = join(dir, 'tree');
+  const res = shiftOwnership(t, 100000);
+  const st = (p: string) => lstatSync(join(t, p));
+  assert.equal(st('').uid, 100000);
+  assert.equal(st('usr/bin').gid, 100000);
+  assert.equal(st('usr/bin/su').uid, 100000);
+  assert.equal(st('usr/bin/su').mode & 0o7777, 0o4755, 'setuid kept');
+  assert.equal(st('usr/bin/chage').gid, 100042);
+  assert.equal(st('usr/bin/chage').mode & 0o7777, 0o2755, 'setgid kept');
+  assert.equal(st('shared').mode & 0o7777, 0o3777, 'sticky+setgid dir kept');
+  assert.equal(st('home/user').uid, 101000);
+  assert.equal(st('home/user').gid, 101000);
+  assert.equal(st('a').uid, 100000, 'hard-linked inode shifted once, not twice');
+  assert.equal(st('b').uid, 100000);
+  assert.equal(st('link-out').uid, 100000, 'symlink itself lchowned');
+  assert.equal(st('dangling').uid, 100000);
+  assert.equal(lstatSync(outside).uid, 7, 'symlink target untouched');
+  assert.equal(st('whiteout').uid, 100000);
+  assert.ok(st('whiteout').isCharacterDevice());
+  assert.equal(st('whiteout').rdev, 0, 'whiteout stays a 0/0 device');
+  // root, usr, usr/bin, su, chage, home, home/user, shared, a(+b once), link-out, dangling, whiteout
+  assert.equal(res.entries, 12);
+  assert.equal(res.bytes, 1 + 1 + 4);
+});
+
+test('a negative offset unshifts, and refuses to go below 0', () => {
+  const t = join(dir, 'tree');
+  shiftOwnership(t, -100000);
+  assert.equal(lstatSync(join(t, 'home/user')).uid, 1000);
+  assert.equal(lstatSync(join(t, 'usr/bin/su')).mode & 0o7777, 0o4755);
+  assert.throws(() => shiftOwnership(t, -1), /would get uid -1/);
+});

@@ -1,0 +1,55 @@
+import { chmodSync, lchownSync, lstatSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+export interface ShiftResult {
+  /** Entries whose ownership was changed (the root included). */
+  entries: number;
+  /** Sum of the sizes of regular files (each inode once). */
+  bytes: number;
+}
+
+const S_IFMT = 0o170000;
+const S_IFDIR = 0o040000;
+const S_IFLNK = 0o120000;
+const S_IFREG = 0o100000;
+
+/**
+ * Adds `offset` to the uid and gid of every entry under `dir` (dir included), without following
+ * symlinks or crossing into other filesystems. Synchronous calls on purpose: for ~10k entries they
+ * are several times faster than promise-per-file, and the caller holds no event-loop-sensitive work.
+ *
+ * chown clears setuid/setgid on executables, so those bits are put back. It also drops
+ * `security.capability` xattrs; Node has no xattr API, and v2 file capabilities are ignored inside a
+ * user namespace anyway, so they are not restored (root inside the sandbox holds the capabilities).
+ * Hard-linked inodes are shifted once.
+ */
+export function shiftOwnership(dir: string, offset: number): ShiftResult {
+  const root = lstatSync(dir);
+  const seen = new Set<number>();
+  const result: ShiftResult = { entries: 0, bytes: 0 };
+  const stack: string[] = [];
+
+  const visit = (path: string, isRoot: boolean): void => {
+    const st = isRoot ? root : lstatSync(path);
+    const type = st.mode & S_IFMT;
+    if (st.nlink > 1 && type !== S_IFDIR) {
+      if (seen.has(st.ino)) return;
+      seen.add(st.ino);
+    }
+    const uid = st.uid + offset;
+    const gid = st.gid + offset;
+    if (uid < 0 || gid < 0) throw new Error(`shiftOwnership: ${path} would get uid ${uid} gid ${gid}`);
+    lchownSync(path, uid, gid);
+    result.entries++;
+    if (type === S_IFREG) result.bytes += st.size;
+    if (type !== S_IFLNK && (st.mode & 0o6000) !== 0) chmodSync(path, st.mode & 0o7777);
+    if (type === S_IFDIR && st.dev === root.dev) stack.push(path);
+  };
+
+  visit(dir, true);
+  while (stack.length > 0) {
+    const d = stack.pop()!;
+    for (const name of readdirSync(d)) visit(join(d, name), false);
+  }
+  return result;
+}

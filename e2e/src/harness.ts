@@ -1,0 +1,192 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, rmSync, createWriteStream } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:net';
+import { join, resolve, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** A real sandboxd daemon started for a test, on its own data dir, port and gateway port range. */
+export interface TestServer {
+  baseUrl: string;
+  apiKey: string;
+  dataDir: string;
+  port: number;
+  env: Record<string, string>;
+  /** Output of the daemon (stdout+stderr), for failure messages. */
+  logFile: string;
+  /** SIGTERM and wait (sandboxes keep running). */
+  shutdown(): Promise<void>;
+  /** SIGKILL and wait (simulates a crash). */
+  kill9(): Promise<void>;
+  /** Starts the daemon again on the same data dir and settings. */
+  restart(): Promise<void>;
+  /** Deletes every sandbox through the API, stops the daemon and removes its data dir. */
+  stop(): Promise<void>;
+}
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const REPO_ROOT = resolve(here, '../..');
+export const TEST_DATA_DIR = process.env.SANDBOXD_TEST_DATA_DIR ?? '/var/lib/sandboxd-test';
+
+// Real clients honour HTTP(S)_PROXY; our servers are on loopback.
+process.env.NO_PROXY = '127.0.0.1,localhost';
+process.env.no_proxy = '127.0.0.1,localhost';
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolvePort(port));
+    });
+  });
+}
+
+let gatewayBlock = 0;
+
+export interface StartOptions {
+  env?: Record<string, string>;
+  /** Built-in templates to serve (default base,code-interpreter; they are cached in the shared layer dir). */
+  templates?: string[];
+  readyTimeoutMs?: number;
+}
+
+export async function startServer(opts: StartOptions = {}): Promise<TestServer> {
+  const id = randomBytes(4).toString('hex');
+  const dataDir = join(TEST_DATA_DIR, 'servers', id);
+  mkdirSync(dataDir, { recursive: true });
+  const port = await freePort();
+  // Each server of this process gets its own block of gateway ports; the pid spreads processes apart.
+  const blockBase = 41000 + ((process.pid * 7 + gatewayBlock++ * 300) % 20000);
+  const apiKey = `sbd_test_${randomBytes(16).toString('hex')}`;
+  const env: Record<string, string> = {
+    ...(process.env as Record<string, string>),
+    SANDBOXD_HOST: '127.0.0.1',
+    SANDBOXD_PORT: String(port),
+    SANDBOXD_DATA_DIR: dataDir,
+    SANDBOXD_LAYERS_DIR: join(TEST_DATA_DIR, 'layers'),
+    SANDBOXD_BOOTSTRAP_API_KEY: apiKey,
+    SANDBOXD_GATEWAY_PORTS: `${blockBase}-${blockBase + 299}`,
+    SANDBOXD_TEMPLATES: (opts.templates ?? ['base', 'code-interpreter']).join(','),
+    SANDBOXD_SWEEP_INTERVAL_MS: '200',
+    ...opts.env,
+  };
+  const logFile = join(dataDir, 'daemon.log');
+  const baseUrl = `http://127.0.0.1:${port}`;
+  let child: ChildProcess | undefined;
+
+  const launch = async () => {
+    const out = createWriteStream(logFile, { flags: 'a' });
+    child = spawn(process.execPath, [join(REPO_ROOT, 'packages/server/dist/cli.js'), 'serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    child.stdout!.pipe(out);
+    child.stderr!.pipe(out);
+    const deadline = Date.now() + (opts.readyTimeoutMs ?? 15 * 60_000);
+    let exited = false;
+    child.once('exit', () => (exited = true));
+    while (Date.now() < deadline) {
+      if (exited) throw new Error(`sandboxd exited during start; see ${logFile}`);
+      try {
+        const res = await fetch(`${baseUrl}/health`);
+        if (res.ok) return;
+      } catch {
+        /* not yet */
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    child.kill('SIGKILL');
+    throw new Error(`sandboxd did not become ready; see ${logFile}`);
+  };
+
+  const waitExit = (signal: NodeJS.Signals) =>
+    new Promise<void>((res) => {
+      if (!child || child.exitCode !== null || child.signalCode !== null) return res();
+      child.once('exit', () => res());
+      child.kill(signal);
+    });
+
+  await launch();
+  const server: TestServer = {
+    baseUrl,
+    apiKey,
+    dataDir,
+    port,
+    env,
+    logFile,
+    shutdown: () => waitExit('SIGTERM'),
+    kill9: () => waitExit('SIGKILL'),
+    restart: launch,
+    stop: async () => {
+      try {
+        if (child && child.exitCode === null && child.signalCode === null) {
+          await deleteAllSandboxes(server).catch(() => {});
+        }
+      } finally {
+        await waitExit('SIGTERM');
+        rmSync(dataDir, { recursive: true, force: true });
+      }
+    },
+  };
+  return server;
+}
+
+export interface ApiResponse<T = any> {
+  status: number;
+  body: T;
+  headers: Headers;
+}
+
+/** One call to the lifecycle API with the server's key (override with headers). */
+export async function api<T = any>(
+  server: Pick<TestServer, 'baseUrl' | 'apiKey'>,
+  method: string,
+  path: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<ApiResponse<T>> {
+  const res = await fetch(`${server.baseUrl}${path}`, {
+    method,
+    headers: { 'x-api-key': server.apiKey, ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
+    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let parsed: unknown = text;
+  try {
+    parsed = text ? JSON.parse(text) : undefined;
+  } catch {
+    /* keep text */
+  }
+  return { status: res.status, body: parsed as T, headers: res.headers };
+}
+
+export interface CreatedSandbox {
+  id: string;
+  publicHost: string;
+  authToken: string;
+  body: any;
+}
+
+export async function createSandbox(server: Pick<TestServer, 'baseUrl' | 'apiKey'>, body: Record<string, unknown> = {}): Promise<CreatedSandbox> {
+  const res = await api(server, 'POST', '/v1/sandboxes', { template_name: 'base', ...body });
+  if (res.status !== 201) throw new Error(`create failed: ${res.status} ${JSON.stringify(res.body)}`);
+  return { id: res.body.id, publicHost: res.body.public_host, authToken: res.body.auth_token, body: res.body };
+}
+
+/** One call to a sandbox's agent through the gateway with its token. */
+export async function agent<T = any>(
+  sb: Pick<CreatedSandbox, 'publicHost' | 'authToken'>,
+  method: string,
+  path: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<ApiResponse<T>> {
+  return api({ baseUrl: sb.publicHost, apiKey: '' }, method, path, body, { authorization: `Bearer ${sb.authToken}`, 'x-api-key': '', ...headers });
+}
+
+export async function deleteAllSandboxes(server: Pick<TestServer, 'baseUrl' | 'apiKey'>): Promise<void> {
+  for (;;) {
+    const list = await api(server, 'GET', '/v1/sandboxes?limit=1000');
+    if (list.status !== 200 || list.body.data.length === 0) return;
+    for (const s of list.body.data) await api(server, 'DELETE', `/v1/sandboxes/${s.id}`);
+  }
+}

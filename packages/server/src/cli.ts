@@ -1,0 +1,113 @@
+#!/usr/bin/env node
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { ServiceError } from '@sandboxd/protocol';
+import { loadConfig } from './config.js';
+import { SqliteStore } from './store/sqlite.js';
+import { KeyService, parseScopes } from './services/keys.js';
+import { serve } from './main.js';
+
+const USAGE = `sandboxd: self-hosted sandbox execution service
+
+Usage:
+  sandboxd [serve]                                  start the service (root)
+  sandboxd orgs create NAME                         create an organization
+  sandboxd orgs list
+  sandboxd keys create --org NAME [--scopes a,b] [--name LABEL]
+                                                    create an API key (secret shown once)
+  sandboxd keys list [--org NAME]
+  sandboxd keys revoke KEY_ID
+  sandboxd help
+
+Scopes: sandboxes:read, sandboxes:write, templates:read, templates:write, admin (default: all).
+Configuration comes from the environment (SANDBOXD_DATA_DIR, ...; see the README).`;
+
+function table(rows: Array<Record<string, string>>): string {
+  if (rows.length === 0) return '(none)';
+  const cols = Object.keys(rows[0]!);
+  const width = cols.map((c) => Math.max(c.length, ...rows.map((r) => (r[c] ?? '').length)));
+  const line = (vals: string[]) => vals.map((v, i) => v.padEnd(width[i]!)).join('  ').trimEnd();
+  return [line(cols.map((c) => c.toUpperCase())), ...rows.map((r) => line(cols.map((c) => r[c] ?? '')))].join('\n');
+}
+
+async function admin(args: string[]): Promise<number> {
+  const [group, verb, ...rest] = args;
+  const { values, positionals } = parseArgs({
+    args: rest,
+    allowPositionals: true,
+    options: { org: { type: 'string' }, scopes: { type: 'string' }, name: { type: 'string' }, json: { type: 'boolean' } },
+  });
+  const config = loadConfig();
+  const store = SqliteStore.open(join(config.dataDir, 'sandboxd.db'));
+  const keys = new KeyService(store);
+  const out = (v: unknown, human: string) => process.stdout.write(`${values.json ? JSON.stringify(v, null, 2) : human}\n`);
+  try {
+    if (group === 'orgs' && verb === 'create' && positionals[0]) {
+      const org = await keys.createOrg(positionals[0]);
+      out(org, `created organization ${org.name} (${org.id})`);
+    } else if (group === 'orgs' && verb === 'list') {
+      const orgs = await store.orgs.list();
+      out(orgs, table(orgs.map((o) => ({ id: o.id, name: o.name, created: o.createdAt }))));
+    } else if (group === 'keys' && verb === 'create') {
+      if (!values.org) throw new ServiceError('VALIDATION_ERROR', 'keys create needs --org NAME');
+      const org = (await store.orgs.byName(values.org)) ?? (await keys.createOrg(values.org));
+      const { key, secret } = await keys.createKey(org.id, { name: values.name, scopes: parseScopes(values.scopes) });
+      out(
+        { id: key.id, organization: org.name, organization_id: org.id, scopes: key.scopes, api_key: secret },
+        `created API key ${key.id} for organization ${org.name} with scopes ${key.scopes.join(',')}\n${secret}\n(the secret is shown only now)`,
+      );
+    } else if (group === 'keys' && verb === 'list') {
+      const org = values.org ? await store.orgs.byName(values.org) : undefined;
+      if (values.org && !org) throw new ServiceError('VALIDATION_ERROR', `no organization named ${values.org}`);
+      const list = await store.keys.list(org?.id);
+      const orgs = new Map((await store.orgs.list()).map((o) => [o.id, o.name]));
+      out(
+        list.map(({ hash: _h, ...k }) => k),
+        table(
+          list.map((k) => ({
+            id: k.id,
+            org: orgs.get(k.orgId) ?? k.orgId,
+            name: k.name,
+            scopes: k.scopes.join(','),
+            created: k.createdAt,
+            revoked: k.revokedAt ?? '',
+          })),
+        ),
+      );
+    } else if (group === 'keys' && verb === 'revoke' && positionals[0]) {
+      await keys.revoke(positionals[0]);
+      out({ id: positionals[0], revoked: true }, `revoked ${positionals[0]}`);
+    } else {
+      process.stderr.write(`${USAGE}\n`);
+      return 2;
+    }
+    return 0;
+  } finally {
+    store.close();
+  }
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [cmd] = argv;
+  if (cmd === undefined || cmd === 'serve') {
+    await serve();
+    return -1;
+  }
+  if (cmd === 'help' || cmd === '--help' || cmd === '-h') {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  if (cmd === 'keys' || cmd === 'orgs') return admin(argv);
+  process.stderr.write(`unknown command "${cmd}"\n\n${USAGE}\n`);
+  return 2;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    if (code >= 0) process.exit(code);
+  },
+  (err: unknown) => {
+    process.stderr.write(`sandboxd: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,57 @@
+import Fastify, { type FastifyInstance } from 'fastify';
+import { randomUUID } from 'node:crypto';
+import { Ajv } from 'ajv';
+import { ServiceError } from '@sandboxd/protocol';
+import { errorHandler } from './errors.js';
+import type { Services } from '../services/index.js';
+import { registerRoutes } from './routes/index.js';
+
+const JSON_BODY_LIMIT = 10 * 1024 * 1024;
+
+export interface AppOptions {
+  services: Services;
+  logger?: boolean | object;
+}
+
+/** The lifecycle API: thin routes over the services; one error shape; X-Request-ID everywhere. */
+export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
+  const app = Fastify({
+    logger: opts.logger ?? false,
+    bodyLimit: JSON_BODY_LIMIT,
+    genReqId: (req) => {
+      const incoming = req.headers['x-request-id'];
+      return typeof incoming === 'string' && /^[\w.:-]{1,128}$/.test(incoming) ? incoming : randomUUID();
+    },
+    requestIdHeader: false,
+    trustProxy: false,
+    routerOptions: { ignoreTrailingSlash: true, ignoreDuplicateSlashes: true },
+  });
+
+  // Bodies are validated strictly (a wrong type is a 400 naming the field); query strings coerce.
+  const bodyAjv = new Ajv({ coerceTypes: false, useDefaults: true, removeAdditional: false, allErrors: false, strict: false });
+  const queryAjv = new Ajv({ coerceTypes: 'array', useDefaults: true, removeAdditional: false, allErrors: false, strict: false });
+  app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === 'body' ? bodyAjv : queryAjv).compile(schema));
+
+  // Real clients send `Content-Type: application/json` with an empty body on bodyless POSTs.
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string', bodyLimit: JSON_BODY_LIMIT }, (_req, body, done) => {
+    const text = String(body);
+    if (text.trim() === '') return done(null, {});
+    try {
+      done(null, JSON.parse(text));
+    } catch {
+      done(new ServiceError('VALIDATION_ERROR', 'request body is not valid JSON'), undefined);
+    }
+  });
+
+  app.addHook('onRequest', async (req, reply) => {
+    void reply.header('x-request-id', String(req.id));
+  });
+  app.setErrorHandler(errorHandler);
+  app.setNotFoundHandler((req, reply) => {
+    errorHandler(new ServiceError('ROUTE_NOT_FOUND', `no route for ${req.method} ${req.url.split('?')[0]}`), req, reply);
+  });
+
+  await registerRoutes(app, opts.services);
+  return app;
+}

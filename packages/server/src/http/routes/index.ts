@@ -1,0 +1,34 @@
+import type { FastifyInstance } from 'fastify';
+import type { Services } from '../../services/index.js';
+import { healthRoute } from './health.js';
+import { createSandboxRoute } from './sandbox-create.js';
+import { getSandboxRoute } from './sandbox-get.js';
+import { listSandboxesRoute } from './sandbox-list.js';
+import { deleteSandboxRoute } from './sandbox-delete.js';
+import { sandboxActionRoutes } from './sandbox-actions.js';
+import { sandboxTimeoutRoute } from './sandbox-timeout.js';
+import { tokenRefreshRoute } from './sandbox-token.js';
+import { eventsRoutes } from './events.js';
+import { listTemplatesRoute } from './template-list.js';
+import { getTemplateRoute } from './template-get.js';
+import { accountLimitsRoute } from './account-limits.js';
+
+export async function registerRoutes(app: FastifyInstance, s: Services): Promise<void> {
+  for (const register of [
+    healthRoute,
+    createSandboxRoute,
+    listSandboxesRoute,
+    getSandboxRoute,
+    deleteSandboxRoute,
+    sandboxActionRoutes,
+    sandboxTimeoutRoute,
+    tokenRefreshRoute,
+    eventsRoutes,
+    listTemplatesRoute,
+    getTemplateRoute,
+    accountLimitsRoute,
+    ...(s.extraRoutes ?? []),
+  ]) {
+    await register(app, s);
+  }
+}

@@ -1,0 +1,15 @@
+import type { FastifyInstance } from 'fastify';
+import { ListSandboxesQuery } from '@sandboxd/protocol';
+import type { Services } from '../../services/index.js';
+import { guard, principalOf } from '../auth.js';
+
+export function listSandboxesRoute(app: FastifyInstance, s: Services): void {
+  app.get<{ Querystring: ListSandboxesQuery }>(
+    '/v1/sandboxes',
+    { schema: { querystring: ListSandboxesQuery }, preHandler: guard(s.keys, 'sandboxes:read') },
+    async (req) => {
+      const page = await s.sandboxes.list(principalOf(req).orgId, req.query);
+      return { object: 'list', data: page.data, has_more: page.hasMore, next_cursor: page.nextCursor, url: '/v1/sandboxes', request_id: req.id };
+    },
+  );
+}

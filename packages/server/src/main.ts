@@ -1,0 +1,140 @@
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { hostname } from 'node:os';
+import { loadConfig, type Config } from './config.js';
+import { SqliteStore } from './store/sqlite.js';
+import { CrunRuntime } from './runtime/index.js';
+import { ensureSystemPackages } from './runtime/system-packages.js';
+import { FsLayerStore } from './images/layer-store.js';
+import { ensureBuiltinTemplates } from './images/bootstrap.js';
+import { BUILTIN_TEMPLATES } from './images/builtin.js';
+import { KeyService } from './services/keys.js';
+import { TokenService } from './services/tokens.js';
+import { TemplateService } from './services/templates.js';
+import { SandboxService } from './services/sandboxes.js';
+import { SlidingWindowLimiter } from './services/rate-limit.js';
+import { EventBus } from './services/events.js';
+import { KeyedMutex } from './services/locks.js';
+import { RouteTable } from './services/routes.js';
+import { Gateway } from './gateway/gateway.js';
+import { buildApp } from './http/app.js';
+import type { Services } from './services/index.js';
+
+function log(msg: string, extra?: Record<string, unknown>): void {
+  const line = extra ? `${msg} ${JSON.stringify(extra)}` : msg;
+  process.stderr.write(`[sandboxd ${new Date().toISOString()}] ${line}\n`);
+}
+
+/** The admin key of the default organization: pinned by config, else generated once and kept 0600. */
+async function bootstrapKey(config: Config, keys: KeyService): Promise<string> {
+  if (config.bootstrapApiKey) {
+    await keys.ensureBootstrapKey(config.bootstrapApiKey);
+    return config.bootstrapApiKey;
+  }
+  const file = join(config.dataDir, 'api-key');
+  if (existsSync(file)) {
+    const secret = readFileSync(file, 'utf8').trim();
+    await keys.ensureBootstrapKey(secret);
+    return secret;
+  }
+  const org = await keys.ensureOrg('default');
+  const { secret } = await keys.createKey(org.id, { name: 'bootstrap' });
+  writeFileSync(file, `${secret}\n`, { mode: 0o600 });
+  return secret;
+}
+
+export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  const config = loadConfig(env);
+  if (process.getuid?.() !== 0) {
+    throw new Error('sandboxd must run as root: it creates containers, mounts, cgroups and network namespaces (try: sudo npm start)');
+  }
+  if (!existsSync(config.agentBundlePath)) {
+    throw new Error(`agent bundle ${config.agentBundlePath} is missing: run "npm run build" first`);
+  }
+  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+  log(`starting sandboxd ${config.version}; data directory ${config.dataDir}`);
+
+  await ensureSystemPackages(log);
+  const runtime = new CrunRuntime({ dataDir: config.dataDir, agentBundlePath: config.agentBundlePath, log });
+  await runtime.setupHost();
+
+  const store = SqliteStore.open(join(config.dataDir, 'sandboxd.db'));
+  const layers = new FsLayerStore(config.layersDir, { log });
+  const templates = new TemplateService(store);
+  const wanted = BUILTIN_TEMPLATES.filter((t) => !config.builtinTemplates || config.builtinTemplates.includes(t.name));
+  log(`preparing built-in templates: ${wanted.map((t) => t.name).join(', ')} (first start builds them from Debian's packages)`);
+  const built = await ensureBuiltinTemplates(layers, wanted, log);
+  for (const t of wanted) await templates.registerBuiltin(t, [built.get(t.name)!]);
+
+  const keys = new KeyService(store);
+  const apiKey = await bootstrapKey(config, keys);
+  const tokens = new TokenService(join(config.dataDir, 'keys', 'jwt-ed25519.pem'), config.tokenTtlSeconds);
+  const routes = new RouteTable();
+  const events = new EventBus();
+  const gateway = new Gateway({ config: config.gateway, routes, tokens, keys, usedPorts: () => store.sandboxes.usedGatewayPorts(), log });
+  await gateway.listenHostMode();
+  const createLimiter = new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
+  const sandboxes = new SandboxService({
+    store,
+    runtime,
+    tokens,
+    templates,
+    layerPath: (id) => layers.path(id),
+    gateway,
+    routes,
+    events,
+    locks: new KeyedMutex(),
+    createLimiter,
+    agentReadyTimeoutMs: config.agentReadyTimeoutMs,
+    tombstoneSeconds: config.tombstoneSeconds,
+    nodeId: hostname(),
+    log,
+  });
+
+  const rec = await sandboxes.reconcile();
+  log('reconciled sandboxes with the runtime', rec);
+  const expired = await sandboxes.sweep();
+  if (expired) log(`deleted ${expired} sandbox(es) whose deadline passed while the service was down`);
+  let sweeping = false;
+  const sweepTimer = setInterval(() => {
+    if (sweeping) return;
+    sweeping = true;
+    sandboxes
+      .sweep()
+      .catch((err: unknown) => log('sweep failed', { error: String(err) }))
+      .finally(() => (sweeping = false));
+  }, config.sweepIntervalMs);
+
+  const services: Services = { config, store, keys, sandboxes, templates, events, createLimiter };
+  const app = await buildApp({ services, logger: config.logLevel === 'debug' });
+  await app.listen({ host: config.host, port: config.port });
+  const addr = app.server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : config.port;
+  const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
+  process.stdout.write(
+    [
+      '',
+      `sandboxd is listening on ${url}`,
+      `  API key:   ${apiKey}`,
+      `  try:       curl -s -H 'X-API-Key: ${apiKey}' ${url}/v1/templates`,
+      `  sandboxes: public_host on ${config.gateway.mode === 'port' ? `${config.gateway.publicHostname} ports ${config.gateway.portMin}-${config.gateway.portMax}` : `*.${config.gateway.domain}:${config.gateway.hostModePort}`}`,
+      '',
+    ].join('\n') + '\n',
+  );
+
+  let stopping = false;
+  const shutdown = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log(`${signal}: shutting down; sandboxes keep running`);
+    clearInterval(sweepTimer);
+    void (async () => {
+      await app.close().catch(() => {});
+      await gateway.closeAll().catch(() => {});
+      store.close();
+      process.exit(0);
+    })();
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+}

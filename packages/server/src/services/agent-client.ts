@@ -1,0 +1,42 @@
+import { request } from 'node:http';
+
+/** One GET to the agent over its unix socket; resolves with the status and parsed JSON body. */
+export function agentGet(socketPath: string, path: string, timeoutMs: number): Promise<{ status: number; body: unknown }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath, path, method: 'GET', timeout: timeoutMs, headers: { host: 'agent' } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        let body: unknown = text;
+        try {
+          body = JSON.parse(text);
+        } catch {
+          /* not JSON: keep the text */
+        }
+        resolve({ status: res.statusCode ?? 0, body });
+      });
+      res.on('error', reject);
+    });
+    req.on('timeout', () => req.destroy(new Error(`agent did not answer ${path} within ${timeoutMs} ms`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** Waits until the agent answers /health, retrying while the socket is not there yet. */
+export async function waitForAgent(socketPath: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  for (let delay = 1; Date.now() < deadline; delay = Math.min(delay * 2, 20)) {
+    try {
+      const { status } = await agentGet(socketPath, '/health', Math.max(1, deadline - Date.now()));
+      if (status === 200) return;
+      lastError = new Error(`agent /health answered ${status}`);
+    } catch (err) {
+      lastError = err;
+    }
+    await new Promise((r) => setTimeout(r, delay));
+  }
+  throw new Error(`agent not ready after ${timeoutMs} ms: ${lastError instanceof Error ? lastError.message : String(lastError)}`);
+}

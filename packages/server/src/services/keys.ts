@@ -1,0 +1,96 @@
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { API_SCOPES, ServiceError, type ApiScope } from '@sandboxd/protocol';
+import type { ApiKeyRow, OrgRow, Store } from '../store/types.js';
+
+export interface Principal {
+  orgId: string;
+  keyId: string;
+  scopes: Set<string>;
+}
+
+export const ALL_SCOPES: ApiScope[] = [...API_SCOPES];
+export const DEFAULT_ORG = 'default';
+
+const KEY_PREFIX = 'sbd_';
+
+export function hashSecret(secret: string): string {
+  return createHash('sha256').update(secret).digest('hex');
+}
+
+export function parseScopes(input: string[] | string | undefined): ApiScope[] {
+  if (input === undefined) return [...ALL_SCOPES];
+  const list = (Array.isArray(input) ? input : input.split(',')).map((s) => s.trim()).filter(Boolean);
+  for (const s of list) {
+    if (!(API_SCOPES as readonly string[]).includes(s)) {
+      throw new ServiceError('VALIDATION_ERROR', `unknown scope "${s}"; valid scopes: ${API_SCOPES.join(', ')}`);
+    }
+  }
+  return list as ApiScope[];
+}
+
+/** Organizations and API keys. Keys are stored as sha256 of the secret; the secret is shown once. */
+export class KeyService {
+  constructor(private store: Store) {}
+
+  async ensureOrg(name: string): Promise<OrgRow> {
+    return (await this.store.orgs.byName(name)) ?? (await this.store.orgs.create(name));
+  }
+
+  async createOrg(name: string): Promise<OrgRow> {
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/.test(name)) {
+      throw new ServiceError('VALIDATION_ERROR', 'organization name must be 1-63 letters, digits, ".", "_" or "-"');
+    }
+    if (await this.store.orgs.byName(name)) throw new ServiceError('ALREADY_EXISTS', `organization "${name}" already exists`);
+    return this.store.orgs.create(name);
+  }
+
+  /** Creates a key; `secret` lets the operator pin an exact key (SANDBOXD_BOOTSTRAP_API_KEY). */
+  async createKey(orgId: string, opts: { name?: string; scopes?: ApiScope[]; secret?: string } = {}): Promise<{ key: ApiKeyRow; secret: string }> {
+    const id = `key_${randomBytes(8).toString('hex')}`;
+    const secret = opts.secret ?? `${KEY_PREFIX}${randomBytes(24).toString('base64url')}`;
+    const key: ApiKeyRow = {
+      id,
+      orgId,
+      name: opts.name ?? 'default',
+      hash: hashSecret(secret),
+      scopes: opts.scopes ?? [...ALL_SCOPES],
+      createdAt: new Date().toISOString(),
+      revokedAt: null,
+      lastUsedAt: null,
+    };
+    await this.store.keys.insert(key);
+    return { key, secret };
+  }
+
+  /** Makes sure `secret` is a live admin key of the default organization (idempotent). */
+  async ensureBootstrapKey(secret: string): Promise<ApiKeyRow> {
+    const existing = await this.store.keys.byHash(hashSecret(secret));
+    if (existing && !existing.revokedAt) return existing;
+    if (existing) throw new ServiceError('PERMISSION_DENIED', 'the bootstrap API key was revoked; set another SANDBOXD_BOOTSTRAP_API_KEY');
+    const org = await this.ensureOrg(DEFAULT_ORG);
+    return (await this.createKey(org.id, { name: 'bootstrap', secret })).key;
+  }
+
+  async revoke(id: string): Promise<void> {
+    const key = await this.store.keys.byId(id);
+    if (!key) throw new ServiceError('KEY_NOT_FOUND', `no API key with id ${id}`);
+    await this.store.keys.revoke(id, new Date().toISOString());
+  }
+
+  /** Resolves a presented secret to its principal, or throws 401. */
+  async authenticate(secret: string | undefined): Promise<Principal> {
+    if (!secret) throw new ServiceError('AUTHENTICATION_ERROR', 'missing API key: send X-API-Key or Authorization: Bearer');
+    const hash = hashSecret(secret);
+    const key = await this.store.keys.byHash(hash);
+    // The lookup is by hash; compare again in constant time so timing says nothing about near-misses.
+    if (!key || !timingSafeEqual(Buffer.from(key.hash, 'hex'), Buffer.from(hash, 'hex')) || key.revokedAt) {
+      throw new ServiceError('AUTHENTICATION_ERROR', 'invalid or revoked API key');
+    }
+    return { orgId: key.orgId, keyId: key.id, scopes: new Set(key.scopes) };
+  }
+}
+
+export function requireScope(p: Principal, scope: ApiScope): void {
+  if (p.scopes.has(scope) || p.scopes.has('admin')) return;
+  throw new ServiceError('PERMISSION_DENIED', `this API key lacks the "${scope}" scope`);
+}

@@ -1,0 +1,401 @@
+import { randomBytes } from 'node:crypto';
+import { ServiceError, type CreateSandboxBody, type Sandbox, type SandboxEventKind } from '@sandboxd/protocol';
+import type { Runtime, SandboxSpec } from '../runtime/types.js';
+import type { SandboxRow, Store } from '../store/types.js';
+import type { EventBus } from './events.js';
+import type { KeyedMutex } from './locks.js';
+import type { RouteTable } from './routes.js';
+import type { SlidingWindowLimiter } from './rate-limit.js';
+import type { TemplateService } from './templates.js';
+import type { TokenService } from './tokens.js';
+import { waitForAgent } from './agent-client.js';
+import { DEFAULT_TEMPLATE } from '../images/builtin.js';
+
+/** The gateway as the lifecycle sees it: opens and closes a sandbox's public_host. */
+export interface GatewayControl {
+  /** Starts serving the sandbox; `port` is its stored port (null → allocate). Returns the port (null in host mode). */
+  open(sandboxId: string, port: number | null): Promise<number | null>;
+  close(sandboxId: string): Promise<void>;
+  publicHost(sandboxId: string, port: number | null): string;
+}
+
+export interface SandboxServiceDeps {
+  store: Store;
+  runtime: Runtime;
+  tokens: TokenService;
+  templates: TemplateService;
+  layerPath: (layerId: string) => string;
+  gateway: GatewayControl;
+  routes: RouteTable;
+  events: EventBus;
+  locks: KeyedMutex;
+  createLimiter: SlidingWindowLimiter;
+  agentReadyTimeoutMs: number;
+  tombstoneSeconds: number;
+  nodeId: string;
+  log: (msg: string, extra?: Record<string, unknown>) => void;
+}
+
+const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+function newSandboxId(): string {
+  // Lowercase letters and digits only: it is also a hostname label, a container id and a cgroup name.
+  const alphabet = 'abcdefghijklmnopqrstuvwxyz0123456789';
+  const bytes = randomBytes(20);
+  let s = 'sb';
+  for (const b of bytes) s += alphabet[b % alphabet.length];
+  return s;
+}
+
+function pidsFor(vcpu: number): number {
+  return Math.max(512, 256 * vcpu);
+}
+
+export class SandboxService {
+  constructor(private d: SandboxServiceDeps) {}
+
+  render(row: SandboxRow): Sandbox {
+    const publicHost = this.d.gateway.publicHost(row.id, row.gatewayPort);
+    return {
+      object: 'sandbox',
+      id: row.id,
+      organization_id: row.orgId,
+      status: row.status === 'creating' ? 'running' : row.status,
+      public_host: publicHost,
+      direct_url: publicHost,
+      template_name: row.templateName,
+      template_id: row.templateId,
+      region: row.region,
+      internet_access: row.internetAccess,
+      timeout_seconds: row.timeoutSeconds,
+      expires_at: row.expiresAt,
+      created_at: row.createdAt,
+      updated_at: row.updatedAt,
+      resources: { vcpu: row.vcpu, memory_mb: row.memoryMb, disk_gb: row.diskGb, disk_mb: row.diskGb * 1024 },
+    };
+  }
+
+  spec(row: SandboxRow): SandboxSpec {
+    return {
+      id: row.id,
+      lowerDirs: row.layers.map((l) => this.d.layerPath(l)),
+      resources: { vcpu: row.vcpu, memoryMb: row.memoryMb, diskGb: row.diskGb, pidsMax: pidsFor(row.vcpu) },
+      internetAccess: row.internetAccess,
+      hostname: `sandbox-${row.id.slice(2, 10)}`,
+      env: {
+        PATH: DEFAULT_PATH,
+        HOME: '/root',
+        LANG: 'C.UTF-8',
+        TERM: 'xterm-256color',
+        ...row.templateEnv,
+        SANDBOX_ID: row.id,
+        SANDBOXD_ENV_VARS: JSON.stringify(row.envVars),
+      },
+    };
+  }
+
+  private event(kind: SandboxEventKind, row: SandboxRow, reason?: string): void {
+    this.d.events.publish({
+      kind,
+      orgId: row.orgId,
+      data: { id: row.id, status: row.status, at: new Date().toISOString(), ...(reason ? { reason } : {}) },
+    });
+  }
+
+  private route(row: SandboxRow): void {
+    if (row.status === 'deleted') {
+      this.d.routes.delete(row.id);
+      return;
+    }
+    this.d.routes.set({
+      sandboxId: row.id,
+      orgId: row.orgId,
+      status: row.status,
+      socketPath: this.d.runtime.agentSocket(row.id),
+      port: row.gatewayPort,
+    });
+  }
+
+  async create(orgId: string, body: CreateSandboxBody): Promise<{ sandbox: Sandbox; token: string; tokenExpiresAt: Date }> {
+    const templateRef = body.template_id ?? body.template_name;
+    if (!templateRef) {
+      throw new ServiceError('VALIDATION_ERROR', `either template_id or template_name must be provided (e.g. "${DEFAULT_TEMPLATE}")`);
+    }
+    const template = await this.d.templates.resolve(templateRef, orgId);
+    if (template.status !== 'active') {
+      throw new ServiceError('TEMPLATE_NOT_READY', `template "${template.name}" is ${template.status}, not active`, { template: template.name });
+    }
+    this.d.createLimiter.take(orgId);
+
+    const now = new Date();
+    const timeoutSeconds = body.timeout_seconds ?? null;
+    const row: SandboxRow = {
+      id: newSandboxId(),
+      orgId,
+      templateId: template.id,
+      templateName: template.name,
+      status: 'creating',
+      region: body.region || 'local',
+      internetAccess: body.internet_access ?? true,
+      timeoutSeconds,
+      expiresAt: timeoutSeconds ? new Date(now.getTime() + timeoutSeconds * 1000).toISOString() : null,
+      vcpu: template.vcpu,
+      memoryMb: template.memoryMb,
+      diskGb: template.diskGb,
+      layers: template.layers,
+      templateEnv: { ...template.env, ...(template.workdir ? { SANDBOXD_WORKDIR: template.workdir } : {}) },
+      envVars: body.env_vars ?? {},
+      gatewayPort: null,
+      nodeId: this.d.nodeId,
+      version: 0,
+      deletedReason: null,
+      createdAt: now.toISOString(),
+      updatedAt: now.toISOString(),
+      deletedAt: null,
+    };
+    // The row exists before anything is built, so a crash half-way is found and cleaned at restart.
+    await this.d.store.sandboxes.insert(row);
+    const undo: Array<() => Promise<void>> = [async () => this.d.store.sandboxes.remove(row.id)];
+    try {
+      return await this.d.locks.run(row.id, async () => {
+        undo.push(() => this.d.runtime.destroy(row.id));
+        await this.d.runtime.create(this.spec(row));
+        await waitForAgent(this.d.runtime.agentSocket(row.id), this.d.agentReadyTimeoutMs);
+        undo.push(async () => {
+          this.d.routes.delete(row.id);
+          await this.d.gateway.close(row.id);
+        });
+        this.route(row);
+        const port = await this.d.gateway.open(row.id, null);
+        const running = await this.d.store.sandboxes.update(row.id, row.version, {
+          status: 'running',
+          gatewayPort: port,
+          updatedAt: new Date().toISOString(),
+        });
+        if (!running) throw new Error('sandbox row changed during create');
+        this.route(running);
+        const { token, expiresAt } = await this.d.tokens.issue(running.id, orgId);
+        this.event('created', running);
+        return { sandbox: this.render(running), token, tokenExpiresAt: expiresAt };
+      });
+    } catch (err) {
+      for (const step of undo.reverse()) {
+        await step().catch((e: unknown) => this.d.log('undo step failed during create', { id: row.id, error: String(e) }));
+      }
+      if (err instanceof ServiceError) throw err;
+      this.d.log('sandbox create failed', { id: row.id, error: err instanceof Error ? err.message : String(err) });
+      throw new ServiceError('RUNTIME_ERROR', `could not create the sandbox: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+
+  /** The row of a sandbox the caller may see: 404 unknown, 403 another organization, 410 expired. */
+  async get(orgId: string, id: string, opts: { allowDeleted?: boolean } = {}): Promise<SandboxRow> {
+    const row = await this.d.store.sandboxes.byId(id);
+    if (!row || row.status === 'creating') throw new ServiceError('NOT_FOUND', undefined, { id });
+    if (row.orgId !== orgId) throw new ServiceError('PERMISSION_DENIED', undefined, { id });
+    if (row.status === 'deleted' && !opts.allowDeleted) {
+      if (row.deletedReason === 'expired') {
+        throw new ServiceError('SANDBOX_EXPIRED', `sandbox ${id} expired at ${row.expiresAt} and was deleted`, {
+          id,
+          sandbox_id: id,
+          expires_at: row.expiresAt,
+          status: 'deleted',
+        });
+      }
+      throw new ServiceError('NOT_FOUND', undefined, { id });
+    }
+    return row;
+  }
+
+  async list(orgId: string, q: { limit?: number; status?: string; template?: string; region?: string; cursor?: string }) {
+    const limit = q.limit ?? 100;
+    let after: { createdAt: string; id: string } | undefined;
+    if (q.cursor) {
+      try {
+        const [createdAt, id] = JSON.parse(Buffer.from(q.cursor, 'base64url').toString('utf8')) as [string, string];
+        if (typeof createdAt !== 'string' || typeof id !== 'string') throw new Error('bad cursor');
+        after = { createdAt, id };
+      } catch {
+        throw new ServiceError('VALIDATION_ERROR', 'cursor is not a value returned as next_cursor');
+      }
+    }
+    if (q.status && !['running', 'paused', 'stopped'].includes(q.status)) {
+      throw new ServiceError('VALIDATION_ERROR', 'status must be one of running, paused, stopped');
+    }
+    const rows = await this.d.store.sandboxes.list({ orgId, status: q.status, template: q.template, region: q.region, after, limit: limit + 1 });
+    const hasMore = rows.length > limit;
+    const page = rows.slice(0, limit);
+    const last = page[page.length - 1];
+    const nextCursor = hasMore && last ? Buffer.from(JSON.stringify([last.createdAt, last.id])).toString('base64url') : null;
+    return { data: page.map((r) => this.render(r)), hasMore, nextCursor };
+  }
+
+  /** Runs a state change under the sandbox's lock, from the states in `from`, with a CAS on the row. */
+  private async transition(
+    orgId: string,
+    id: string,
+    action: string,
+    from: SandboxRow['status'][],
+    work: (row: SandboxRow) => Promise<Partial<SandboxRow>>,
+  ): Promise<SandboxRow> {
+    return this.d.locks.run(id, async () => {
+      const row = await this.get(orgId, id);
+      if (!from.includes(row.status)) {
+        throw new ServiceError('INVALID_STATE', `cannot ${action} a sandbox whose current state is ${row.status}`, {
+          id,
+          current_state: row.status,
+        });
+      }
+      const patch = await work(row);
+      const next = await this.d.store.sandboxes.update(id, row.version, { ...patch, updatedAt: new Date().toISOString() });
+      if (!next) throw new ServiceError('INTERNAL_ERROR', 'sandbox changed concurrently; retry');
+      this.route(next);
+      return next;
+    });
+  }
+
+  async pause(orgId: string, id: string): Promise<SandboxRow> {
+    const row = await this.transition(orgId, id, 'pause', ['running'], async (r) => {
+      await this.d.runtime.pause(r.id);
+      return { status: 'paused' };
+    });
+    this.event('paused', row);
+    return row;
+  }
+
+  async resume(orgId: string, id: string): Promise<SandboxRow> {
+    const row = await this.transition(orgId, id, 'resume', ['paused'], async (r) => {
+      await this.d.runtime.resume(r.id);
+      return { status: 'running' };
+    });
+    this.event('resumed', row);
+    return row;
+  }
+
+  async stop(orgId: string, id: string): Promise<SandboxRow> {
+    const row = await this.transition(orgId, id, 'stop', ['running', 'paused'], async (r) => {
+      this.d.routes.setStatus(r.id, 'stopped');
+      await this.d.runtime.stop(r.id);
+      return { status: 'stopped' };
+    });
+    this.event('stopped', row);
+    return row;
+  }
+
+  async start(orgId: string, id: string): Promise<SandboxRow> {
+    const row = await this.transition(orgId, id, 'start', ['stopped'], async (r) => {
+      await this.bootAgain(r);
+      return { status: 'running' };
+    });
+    this.event('started', row);
+    return row;
+  }
+
+  private async bootAgain(r: SandboxRow): Promise<void> {
+    await this.d.runtime.start(this.spec(r));
+    await waitForAgent(this.d.runtime.agentSocket(r.id), this.d.agentReadyTimeoutMs);
+  }
+
+  async delete(orgId: string, id: string, reason = 'deleted'): Promise<SandboxRow> {
+    const row = await this.transition(orgId, id, 'delete', ['running', 'paused', 'stopped'], async (r) => {
+      this.d.routes.delete(r.id);
+      await this.d.gateway.close(r.id);
+      await this.d.runtime.destroy(r.id);
+      return { status: 'deleted', deletedReason: reason, deletedAt: new Date().toISOString() };
+    });
+    this.event(reason === 'expired' ? 'expired' : 'deleted', row, reason);
+    return row;
+  }
+
+  async setTimeout(orgId: string, id: string, timeoutSeconds: number): Promise<SandboxRow> {
+    return this.transition(orgId, id, 'set the timeout of', ['running', 'paused', 'stopped'], async () => ({
+      timeoutSeconds,
+      expiresAt: new Date(Date.now() + timeoutSeconds * 1000).toISOString(),
+    }));
+  }
+
+  async refreshToken(orgId: string, id: string) {
+    const row = await this.get(orgId, id);
+    return this.d.tokens.issue(row.id, row.orgId);
+  }
+
+  /** Deletes every sandbox whose deadline passed; purges old tombstones. */
+  async sweep(): Promise<number> {
+    const now = new Date();
+    const due = await this.d.store.sandboxes.expired(now.toISOString());
+    for (const row of due) {
+      try {
+        await this.delete(row.orgId, row.id, 'expired');
+      } catch (err) {
+        if (!(err instanceof ServiceError && (err.code === 'NOT_FOUND' || err.code === 'INVALID_STATE'))) {
+          this.d.log('expiring a sandbox failed', { id: row.id, error: String(err) });
+        }
+      }
+    }
+    await this.d.store.sandboxes.purgeDeleted(new Date(now.getTime() - this.d.tombstoneSeconds * 1000).toISOString());
+    return due.length;
+  }
+
+  /**
+   * After a (re)start: make the runtime match the store. Interrupted creates and leftovers are
+   * removed; running sandboxes whose container is gone (host reboot) boot again on their disk;
+   * every live sandbox gets its route and public_host back on the same port.
+   */
+  async reconcile(): Promise<{ restored: number; cleaned: number; rebooted: number; lost: number }> {
+    const stats = { restored: 0, cleaned: 0, rebooted: 0, lost: 0 };
+    const live = await this.d.store.sandboxes.live();
+    const liveIds = new Set<string>();
+    for (const row of live) {
+      if (row.status === 'creating') {
+        await this.d.runtime.destroy(row.id).catch(() => {});
+        await this.d.store.sandboxes.remove(row.id);
+        stats.cleaned++;
+        continue;
+      }
+      const actual = await this.d.runtime.status(row.id);
+      let current = row;
+      try {
+        if (actual === 'missing') {
+          current = (await this.d.store.sandboxes.update(row.id, row.version, {
+            status: 'deleted',
+            deletedReason: 'lost',
+            deletedAt: new Date().toISOString(),
+            updatedAt: new Date().toISOString(),
+          }))!;
+          stats.lost++;
+          this.d.log('sandbox lost: its runtime state is gone', { id: row.id });
+          continue;
+        }
+        if ((row.status === 'running' || row.status === 'paused') && actual === 'stopped') {
+          await this.bootAgain(row);
+          if (row.status === 'paused') await this.d.runtime.pause(row.id);
+          stats.rebooted++;
+        } else if (row.status === 'running' && actual === 'paused') {
+          await this.d.runtime.resume(row.id);
+        } else if (row.status === 'paused' && actual === 'running') {
+          await this.d.runtime.pause(row.id);
+        } else if (row.status === 'stopped' && actual !== 'stopped') {
+          await this.d.runtime.stop(row.id);
+        }
+        liveIds.add(row.id);
+        this.route(current);
+        const port = await this.d.gateway.open(row.id, row.gatewayPort);
+        if (port !== row.gatewayPort) {
+          current = (await this.d.store.sandboxes.update(row.id, row.version, { gatewayPort: port })) ?? current;
+          this.route(current);
+        }
+        stats.restored++;
+      } catch (err) {
+        this.d.log('reconciling a sandbox failed', { id: row.id, error: err instanceof Error ? err.message : String(err) });
+        liveIds.add(row.id);
+      }
+    }
+    for (const id of await this.d.runtime.list()) {
+      if (!liveIds.has(id)) {
+        await this.d.runtime.destroy(id).catch((e: unknown) => this.d.log('cleaning a leftover failed', { id, error: String(e) }));
+        stats.cleaned++;
+      }
+    }
+    return stats;
+  }
+}

@@ -1,0 +1,71 @@
+/** Ordered schema migrations; the applied count is kept in PRAGMA user_version. Never edit a shipped one. */
+export const MIGRATIONS: string[] = [
+  `
+  CREATE TABLE organizations (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    created_at TEXT NOT NULL
+  );
+  CREATE TABLE api_keys (
+    id TEXT PRIMARY KEY,
+    org_id TEXT NOT NULL REFERENCES organizations(id),
+    name TEXT NOT NULL,
+    hash TEXT NOT NULL UNIQUE,
+    scopes TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    revoked_at TEXT,
+    last_used_at TEXT
+  );
+  CREATE TABLE templates (
+    id TEXT PRIMARY KEY,
+    org_id TEXT NOT NULL DEFAULT '',
+    name TEXT NOT NULL,
+    display_name TEXT NOT NULL,
+    description TEXT NOT NULL,
+    category TEXT NOT NULL,
+    language TEXT NOT NULL,
+    vcpu INTEGER NOT NULL,
+    memory_mb INTEGER NOT NULL,
+    disk_gb INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    is_public INTEGER NOT NULL,
+    build_id TEXT,
+    features TEXT NOT NULL,
+    tags TEXT NOT NULL,
+    layers TEXT NOT NULL,
+    env TEXT NOT NULL,
+    workdir TEXT,
+    error_message TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    UNIQUE (org_id, name)
+  );
+  CREATE TABLE sandboxes (
+    id TEXT PRIMARY KEY,
+    org_id TEXT NOT NULL,
+    template_id TEXT NOT NULL,
+    template_name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    region TEXT NOT NULL,
+    internet_access INTEGER NOT NULL,
+    timeout_seconds INTEGER,
+    expires_at TEXT,
+    vcpu INTEGER NOT NULL,
+    memory_mb INTEGER NOT NULL,
+    disk_gb INTEGER NOT NULL,
+    layers TEXT NOT NULL,
+    template_env TEXT NOT NULL,
+    env_vars TEXT NOT NULL,
+    gateway_port INTEGER,
+    node_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    deleted_reason TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    deleted_at TEXT
+  );
+  CREATE INDEX sandboxes_org_created ON sandboxes (org_id, created_at DESC, id DESC);
+  CREATE INDEX sandboxes_status_expires ON sandboxes (status, expires_at);
+  CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+  `,
+];

@@ -1,0 +1,366 @@
+import Database from 'better-sqlite3';
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { MIGRATIONS } from './migrations.js';
+import type {
+  ApiKeyRepo,
+  ApiKeyRow,
+  OrgRepo,
+  OrgRow,
+  SandboxListFilter,
+  SandboxRepo,
+  SandboxRow,
+  Store,
+  TemplateRepo,
+  TemplateRow,
+} from './types.js';
+
+type Db = Database.Database;
+type Raw = Record<string, unknown>;
+
+export function openDatabase(file: string): Db {
+  if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
+  const db = new Database(file);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = NORMAL');
+  db.pragma('busy_timeout = 5000');
+  db.pragma('foreign_keys = ON');
+  migrate(db);
+  return db;
+}
+
+export function migrate(db: Db): void {
+  const current = db.pragma('user_version', { simple: true }) as number;
+  for (let i = current; i < MIGRATIONS.length; i++) {
+    db.transaction(() => {
+      db.exec(MIGRATIONS[i]!);
+      db.pragma(`user_version = ${i + 1}`);
+    })();
+  }
+}
+
+const json = <T>(v: unknown): T => JSON.parse(String(v)) as T;
+
+function orgFrom(r: Raw): OrgRow {
+  return { id: String(r.id), name: String(r.name), createdAt: String(r.created_at) };
+}
+
+function keyFrom(r: Raw): ApiKeyRow {
+  return {
+    id: String(r.id),
+    orgId: String(r.org_id),
+    name: String(r.name),
+    hash: String(r.hash),
+    scopes: json<string[]>(r.scopes),
+    createdAt: String(r.created_at),
+    revokedAt: (r.revoked_at as string | null) ?? null,
+    lastUsedAt: (r.last_used_at as string | null) ?? null,
+  };
+}
+
+function templateFrom(r: Raw): TemplateRow {
+  return {
+    id: String(r.id),
+    orgId: r.org_id === '' ? null : String(r.org_id),
+    name: String(r.name),
+    displayName: String(r.display_name),
+    description: String(r.description),
+    category: String(r.category),
+    language: String(r.language),
+    vcpu: Number(r.vcpu),
+    memoryMb: Number(r.memory_mb),
+    diskGb: Number(r.disk_gb),
+    status: String(r.status) as TemplateRow['status'],
+    isPublic: Number(r.is_public) === 1,
+    buildId: (r.build_id as string | null) ?? null,
+    features: json<string[]>(r.features),
+    tags: json<string[]>(r.tags),
+    layers: json<string[]>(r.layers),
+    env: json<Record<string, string>>(r.env),
+    workdir: (r.workdir as string | null) ?? null,
+    errorMessage: (r.error_message as string | null) ?? null,
+    createdAt: String(r.created_at),
+    updatedAt: String(r.updated_at),
+  };
+}
+
+function sandboxFrom(r: Raw): SandboxRow {
+  return {
+    id: String(r.id),
+    orgId: String(r.org_id),
+    templateId: String(r.template_id),
+    templateName: String(r.template_name),
+    status: String(r.status) as SandboxRow['status'],
+    region: String(r.region),
+    internetAccess: Number(r.internet_access) === 1,
+    timeoutSeconds: r.timeout_seconds === null ? null : Number(r.timeout_seconds),
+    expiresAt: (r.expires_at as string | null) ?? null,
+    vcpu: Number(r.vcpu),
+    memoryMb: Number(r.memory_mb),
+    diskGb: Number(r.disk_gb),
+    layers: json<string[]>(r.layers),
+    templateEnv: json<Record<string, string>>(r.template_env),
+    envVars: json<Record<string, string>>(r.env_vars),
+    gatewayPort: r.gateway_port === null ? null : Number(r.gateway_port),
+    nodeId: String(r.node_id),
+    version: Number(r.version),
+    deletedReason: (r.deleted_reason as string | null) ?? null,
+    createdAt: String(r.created_at),
+    updatedAt: String(r.updated_at),
+    deletedAt: (r.deleted_at as string | null) ?? null,
+  };
+}
+
+const SANDBOX_COLUMNS: Record<keyof SandboxRow, string> = {
+  id: 'id',
+  orgId: 'org_id',
+  templateId: 'template_id',
+  templateName: 'template_name',
+  status: 'status',
+  region: 'region',
+  internetAccess: 'internet_access',
+  timeoutSeconds: 'timeout_seconds',
+  expiresAt: 'expires_at',
+  vcpu: 'vcpu',
+  memoryMb: 'memory_mb',
+  diskGb: 'disk_gb',
+  layers: 'layers',
+  templateEnv: 'template_env',
+  envVars: 'env_vars',
+  gatewayPort: 'gateway_port',
+  nodeId: 'node_id',
+  version: 'version',
+  deletedReason: 'deleted_reason',
+  createdAt: 'created_at',
+  updatedAt: 'updated_at',
+  deletedAt: 'deleted_at',
+};
+
+function sqlValue(v: unknown): unknown {
+  if (typeof v === 'boolean') return v ? 1 : 0;
+  if (Array.isArray(v) || (v !== null && typeof v === 'object')) return JSON.stringify(v);
+  return v;
+}
+
+class SqliteOrgRepo implements OrgRepo {
+  constructor(private db: Db) {}
+  async create(name: string): Promise<OrgRow> {
+    const row = { id: `org_${randomUUID().replace(/-/g, '').slice(0, 20)}`, name, createdAt: new Date().toISOString() };
+    this.db.prepare('INSERT INTO organizations (id, name, created_at) VALUES (?, ?, ?)').run(row.id, row.name, row.createdAt);
+    return row;
+  }
+  async byId(id: string) {
+    const r = this.db.prepare('SELECT * FROM organizations WHERE id = ?').get(id) as Raw | undefined;
+    return r && orgFrom(r);
+  }
+  async byName(name: string) {
+    const r = this.db.prepare('SELECT * FROM organizations WHERE name = ?').get(name) as Raw | undefined;
+    return r && orgFrom(r);
+  }
+  async list() {
+    return (this.db.prepare('SELECT * FROM organizations ORDER BY created_at').all() as Raw[]).map(orgFrom);
+  }
+  async remove(id: string) {
+    this.db.prepare('DELETE FROM organizations WHERE id = ?').run(id);
+  }
+}
+
+class SqliteApiKeyRepo implements ApiKeyRepo {
+  private byHashStmt;
+  constructor(private db: Db) {
+    this.byHashStmt = db.prepare('SELECT * FROM api_keys WHERE hash = ?');
+  }
+  async insert(k: ApiKeyRow) {
+    this.db
+      .prepare('INSERT INTO api_keys (id, org_id, name, hash, scopes, created_at, revoked_at, last_used_at) VALUES (?,?,?,?,?,?,?,?)')
+      .run(k.id, k.orgId, k.name, k.hash, JSON.stringify(k.scopes), k.createdAt, k.revokedAt, k.lastUsedAt);
+  }
+  async byHash(hash: string) {
+    const r = this.byHashStmt.get(hash) as Raw | undefined;
+    return r && keyFrom(r);
+  }
+  async byId(id: string) {
+    const r = this.db.prepare('SELECT * FROM api_keys WHERE id = ?').get(id) as Raw | undefined;
+    return r && keyFrom(r);
+  }
+  async list(orgId?: string) {
+    const rows = orgId
+      ? this.db.prepare('SELECT * FROM api_keys WHERE org_id = ? ORDER BY created_at').all(orgId)
+      : this.db.prepare('SELECT * FROM api_keys ORDER BY created_at').all();
+    return (rows as Raw[]).map(keyFrom);
+  }
+  async revoke(id: string, at: string) {
+    return this.db.prepare('UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL').run(at, id).changes > 0;
+  }
+  async touch(id: string, at: string) {
+    this.db.prepare('UPDATE api_keys SET last_used_at = ? WHERE id = ?').run(at, id);
+  }
+}
+
+class SqliteTemplateRepo implements TemplateRepo {
+  constructor(private db: Db) {}
+  async upsert(t: TemplateRow) {
+    this.db
+      .prepare(
+        `INSERT INTO templates (id, org_id, name, display_name, description, category, language, vcpu, memory_mb, disk_gb, status,
+           is_public, build_id, features, tags, layers, env, workdir, error_message, created_at, updated_at)
+         VALUES (@id, @org_id, @name, @display_name, @description, @category, @language, @vcpu, @memory_mb, @disk_gb, @status,
+           @is_public, @build_id, @features, @tags, @layers, @env, @workdir, @error_message, @created_at, @updated_at)
+         ON CONFLICT (id) DO UPDATE SET name=excluded.name, display_name=excluded.display_name, description=excluded.description,
+           category=excluded.category, language=excluded.language, vcpu=excluded.vcpu, memory_mb=excluded.memory_mb,
+           disk_gb=excluded.disk_gb, status=excluded.status, is_public=excluded.is_public, build_id=excluded.build_id,
+           features=excluded.features, tags=excluded.tags, layers=excluded.layers, env=excluded.env, workdir=excluded.workdir,
+           error_message=excluded.error_message, updated_at=excluded.updated_at`,
+      )
+      .run({
+        id: t.id,
+        org_id: t.orgId ?? '',
+        name: t.name,
+        display_name: t.displayName,
+        description: t.description,
+        category: t.category,
+        language: t.language,
+        vcpu: t.vcpu,
+        memory_mb: t.memoryMb,
+        disk_gb: t.diskGb,
+        status: t.status,
+        is_public: t.isPublic ? 1 : 0,
+        build_id: t.buildId,
+        features: JSON.stringify(t.features),
+        tags: JSON.stringify(t.tags),
+        layers: JSON.stringify(t.layers),
+        env: JSON.stringify(t.env),
+        workdir: t.workdir,
+        error_message: t.errorMessage,
+        created_at: t.createdAt,
+        updated_at: t.updatedAt,
+      });
+  }
+  async byId(id: string) {
+    const r = this.db.prepare('SELECT * FROM templates WHERE id = ?').get(id) as Raw | undefined;
+    return r && templateFrom(r);
+  }
+  async byName(name: string, orgId: string) {
+    const r = this.db
+      .prepare(`SELECT * FROM templates WHERE name = ? AND (org_id = ? OR org_id = '') ORDER BY org_id = '' LIMIT 1`)
+      .get(name, orgId) as Raw | undefined;
+    return r && templateFrom(r);
+  }
+  async list(orgId: string) {
+    return (
+      this.db.prepare(`SELECT * FROM templates WHERE org_id = ? OR org_id = '' ORDER BY org_id <> '', name`).all(orgId) as Raw[]
+    ).map(templateFrom);
+  }
+  async remove(id: string) {
+    this.db.prepare('DELETE FROM templates WHERE id = ?').run(id);
+  }
+}
+
+class SqliteSandboxRepo implements SandboxRepo {
+  private byIdStmt;
+  constructor(private db: Db) {
+    this.byIdStmt = db.prepare('SELECT * FROM sandboxes WHERE id = ?');
+  }
+  async insert(s: SandboxRow) {
+    const cols = Object.keys(SANDBOX_COLUMNS) as (keyof SandboxRow)[];
+    this.db
+      .prepare(`INSERT INTO sandboxes (${cols.map((c) => SANDBOX_COLUMNS[c]).join(',')}) VALUES (${cols.map(() => '?').join(',')})`)
+      .run(...cols.map((c) => sqlValue(s[c])));
+  }
+  async byId(id: string) {
+    const r = this.byIdStmt.get(id) as Raw | undefined;
+    return r && sandboxFrom(r);
+  }
+  async list(f: SandboxListFilter) {
+    const where = ['org_id = ?'];
+    const args: unknown[] = [f.orgId];
+    if (f.status) {
+      where.push('status = ?');
+      args.push(f.status);
+    } else {
+      where.push(`status NOT IN ('deleted', 'creating')`);
+    }
+    if (f.template) {
+      where.push('(template_name = ? OR template_id = ?)');
+      args.push(f.template, f.template);
+    }
+    if (f.region) {
+      where.push('region = ?');
+      args.push(f.region);
+    }
+    if (f.after) {
+      where.push('(created_at < ? OR (created_at = ? AND id < ?))');
+      args.push(f.after.createdAt, f.after.createdAt, f.after.id);
+    }
+    args.push(f.limit);
+    const rows = this.db
+      .prepare(`SELECT * FROM sandboxes WHERE ${where.join(' AND ')} ORDER BY created_at DESC, id DESC LIMIT ?`)
+      .all(...args) as Raw[];
+    return rows.map(sandboxFrom);
+  }
+  async live() {
+    return (this.db.prepare(`SELECT * FROM sandboxes WHERE status <> 'deleted'`).all() as Raw[]).map(sandboxFrom);
+  }
+  async update(id: string, version: number, patch: Partial<Omit<SandboxRow, 'id' | 'version'>>) {
+    const keys = Object.keys(patch) as (keyof typeof patch)[];
+    const sets = keys.map((k) => `${SANDBOX_COLUMNS[k]} = ?`);
+    sets.push('version = version + 1');
+    const res = this.db
+      .prepare(`UPDATE sandboxes SET ${sets.join(', ')} WHERE id = ? AND version = ?`)
+      .run(...keys.map((k) => sqlValue(patch[k])), id, version);
+    if (res.changes === 0) return undefined;
+    return this.byId(id);
+  }
+  async expired(now: string) {
+    return (
+      this.db
+        .prepare(`SELECT * FROM sandboxes WHERE status IN ('running','paused','stopped') AND expires_at IS NOT NULL AND expires_at <= ?`)
+        .all(now) as Raw[]
+    ).map(sandboxFrom);
+  }
+  async purgeDeleted(before: string) {
+    return this.db.prepare(`DELETE FROM sandboxes WHERE status = 'deleted' AND deleted_at < ?`).run(before).changes;
+  }
+  async usedGatewayPorts() {
+    const rows = this.db.prepare(`SELECT gateway_port FROM sandboxes WHERE status <> 'deleted' AND gateway_port IS NOT NULL`).all() as Raw[];
+    return new Set(rows.map((r) => Number(r.gateway_port)));
+  }
+  async countLive(orgId: string) {
+    const r = this.db.prepare(`SELECT count(*) AS n FROM sandboxes WHERE org_id = ? AND status <> 'deleted'`).get(orgId) as Raw;
+    return Number(r.n);
+  }
+  async countByTemplate(templateId: string) {
+    const r = this.db.prepare(`SELECT count(*) AS n FROM sandboxes WHERE template_id = ? AND status <> 'deleted'`).get(templateId) as Raw;
+    return Number(r.n);
+  }
+  async remove(id: string) {
+    this.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id);
+  }
+}
+
+export class SqliteStore implements Store {
+  readonly orgs: OrgRepo;
+  readonly keys: ApiKeyRepo;
+  readonly templates: TemplateRepo;
+  readonly sandboxes: SandboxRepo;
+  readonly kv: Store['kv'];
+  constructor(readonly db: Db) {
+    this.orgs = new SqliteOrgRepo(db);
+    this.keys = new SqliteApiKeyRepo(db);
+    this.templates = new SqliteTemplateRepo(db);
+    this.sandboxes = new SqliteSandboxRepo(db);
+    this.kv = {
+      get: async (key) => (db.prepare('SELECT value FROM kv WHERE key = ?').get(key) as Raw | undefined)?.value as string | undefined,
+      set: async (key, value) => {
+        db.prepare('INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value').run(key, value);
+      },
+    };
+  }
+  static open(file: string): SqliteStore {
+    return new SqliteStore(openDatabase(file));
+  }
+  close() {
+    this.db.close();
+  }
+}

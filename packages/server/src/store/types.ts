@@ -1,0 +1,143 @@
+/**
+ * Repository interfaces. Async so that a networked store (PostgreSQL) can implement them later;
+ * state changes of a sandbox are compare-and-set on its `version`.
+ */
+
+export interface OrgRow {
+  id: string;
+  name: string;
+  createdAt: string;
+}
+
+export interface ApiKeyRow {
+  id: string;
+  orgId: string;
+  name: string;
+  /** sha256 hex of the secret. */
+  hash: string;
+  scopes: string[];
+  createdAt: string;
+  revokedAt: string | null;
+  lastUsedAt: string | null;
+}
+
+export type TemplateStatus = 'building' | 'active' | 'failed';
+
+export interface TemplateRow {
+  id: string;
+  /** null for built-in (public) templates. */
+  orgId: string | null;
+  name: string;
+  displayName: string;
+  description: string;
+  category: string;
+  language: string;
+  vcpu: number;
+  memoryMb: number;
+  diskGb: number;
+  status: TemplateStatus;
+  isPublic: boolean;
+  buildId: string | null;
+  features: string[];
+  tags: string[];
+  /** Layer ids, top-most first. */
+  layers: string[];
+  env: Record<string, string>;
+  workdir: string | null;
+  errorMessage: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export type SandboxRowStatus = 'creating' | 'running' | 'paused' | 'stopped' | 'deleted';
+
+export interface SandboxRow {
+  id: string;
+  orgId: string;
+  templateId: string;
+  templateName: string;
+  status: SandboxRowStatus;
+  region: string;
+  internetAccess: boolean;
+  timeoutSeconds: number | null;
+  expiresAt: string | null;
+  vcpu: number;
+  memoryMb: number;
+  diskGb: number;
+  /** Layer ids the sandbox was created on (kept so a template rebuild never changes it). */
+  layers: string[];
+  /** Template env + workdir at create time. */
+  templateEnv: Record<string, string>;
+  envVars: Record<string, string>;
+  gatewayPort: number | null;
+  nodeId: string;
+  version: number;
+  deletedReason: string | null;
+  createdAt: string;
+  updatedAt: string;
+  deletedAt: string | null;
+}
+
+export interface SandboxListFilter {
+  orgId: string;
+  status?: string;
+  template?: string;
+  region?: string;
+  /** Exclusive: rows created before this (createdAt, id) pair, newest first. */
+  after?: { createdAt: string; id: string };
+  limit: number;
+}
+
+export interface OrgRepo {
+  create(name: string): Promise<OrgRow>;
+  byId(id: string): Promise<OrgRow | undefined>;
+  byName(name: string): Promise<OrgRow | undefined>;
+  list(): Promise<OrgRow[]>;
+  remove(id: string): Promise<void>;
+}
+
+export interface ApiKeyRepo {
+  insert(row: ApiKeyRow): Promise<void>;
+  byHash(hash: string): Promise<ApiKeyRow | undefined>;
+  byId(id: string): Promise<ApiKeyRow | undefined>;
+  list(orgId?: string): Promise<ApiKeyRow[]>;
+  revoke(id: string, at: string): Promise<boolean>;
+  touch(id: string, at: string): Promise<void>;
+}
+
+export interface TemplateRepo {
+  upsert(row: TemplateRow): Promise<void>;
+  byId(id: string): Promise<TemplateRow | undefined>;
+  /** A name visible to `orgId`: the org's own first, then a built-in. */
+  byName(name: string, orgId: string): Promise<TemplateRow | undefined>;
+  list(orgId: string): Promise<TemplateRow[]>;
+  remove(id: string): Promise<void>;
+}
+
+export interface SandboxRepo {
+  insert(row: SandboxRow): Promise<void>;
+  byId(id: string): Promise<SandboxRow | undefined>;
+  list(filter: SandboxListFilter): Promise<SandboxRow[]>;
+  /** Every row not deleted (all orgs), for reconciliation and the gateway. */
+  live(): Promise<SandboxRow[]>;
+  /** Compare-and-set on version: returns the new row, or undefined if the version moved. */
+  update(id: string, version: number, patch: Partial<Omit<SandboxRow, 'id' | 'version'>>): Promise<SandboxRow | undefined>;
+  /** Live rows whose deadline is at or before `now`. */
+  expired(now: string): Promise<SandboxRow[]>;
+  /** Deleted rows older than `before` are removed for good. */
+  purgeDeleted(before: string): Promise<number>;
+  usedGatewayPorts(): Promise<Set<number>>;
+  countLive(orgId: string): Promise<number>;
+  countByTemplate(templateId: string): Promise<number>;
+  remove(id: string): Promise<void>;
+}
+
+export interface Store {
+  orgs: OrgRepo;
+  keys: ApiKeyRepo;
+  templates: TemplateRepo;
+  sandboxes: SandboxRepo;
+  /** Small persistent key/value settings (e.g. counters of the build rate limit). */
+  kv: { get(key: string): Promise<string | undefined>; set(key: string, value: string): Promise<void> };
+  close(): void;
+}

@@ -1,0 +1,134 @@
+import { lstat, readFile, readlink } from 'node:fs/promises';
+import { posix } from 'node:path';
+import type { BuiltinTemplate } from './builtin.js';
+import { rootfsKey, type Log } from './layer-store.js';
+import type { LayerInfo, LayerStore } from './types.js';
+
+/**
+ * What each built-in's description promises, checked by reading the built tree (never by running
+ * anything from it on the host): files that must exist, and dpkg package versions.
+ */
+export interface TemplateClaims {
+  files: string[];
+  /** package name → pattern its installed version must match. */
+  packages: Record<string, RegExp>;
+}
+
+const PY = ['usr/bin/python3.11', 'usr/bin/pip3', 'usr/lib/python3.11/venv/__init__.py', 'usr/lib/python3.11/ensurepip/__init__.py'];
+const BASE = ['usr/bin/bash', 'usr/bin/curl', 'usr/bin/ps', 'etc/ssl/certs/ca-certificates.crt', 'workspace', 'tmp'];
+
+export const BUILTIN_CLAIMS: Record<string, TemplateClaims> = {
+  base: { files: BASE, packages: { 'base-files': /^12(\.|$)/, bash: /^5\./ } },
+  python: { files: [...BASE, ...PY], packages: { python3: /^3\.11\./, 'python3.11': /^3\.11\./ } },
+  nodejs: { files: [...BASE, 'usr/bin/node', 'usr/bin/npm'], packages: { nodejs: /^18\./ } },
+  go: { files: [...BASE, 'usr/bin/go', 'usr/bin/gofmt', 'usr/bin/git'], packages: { 'golang-go': /^2:1\.19/, 'golang-1.19-go': /^1\.19\./ } },
+  'code-interpreter': {
+    files: [
+      ...BASE,
+      ...PY,
+      'usr/lib/python3/dist-packages/numpy/__init__.py',
+      'usr/lib/python3/dist-packages/pandas/__init__.py',
+      'usr/lib/python3/dist-packages/matplotlib/__init__.py',
+      'usr/bin/node',
+      'usr/bin/go',
+    ],
+    packages: {
+      'python3.11': /^3\.11\./,
+      'python3-numpy': /^1:1\./,
+      'python3-pandas': /^1\./,
+      'python3-matplotlib': /^3\./,
+      nodejs: /^18\./,
+      'golang-1.19-go': /^1\.19\./,
+    },
+  },
+};
+
+/**
+ * Builds (or finds cached) the rootfs of every built-in template, one at a time because each
+ * mmdebstrap already uses both cores and the mirror; `base` first since the others are supersets.
+ * Each built tree is checked against what its description claims.
+ */
+export async function ensureBuiltinTemplates(
+  store: LayerStore,
+  templates: BuiltinTemplate[],
+  log: Log,
+  opts: { signal?: AbortSignal; verify?: boolean } = {},
+): Promise<Map<string, LayerInfo>> {
+  const ordered = [...templates].sort((a, b) => Number(b.name === 'base') - Number(a.name === 'base'));
+  const out = new Map<string, LayerInfo>();
+  const started = Date.now();
+  for (const [i, t] of ordered.entries()) {
+    const tag = `[${i + 1}/${ordered.length}]`;
+    const cached = await store.has(rootfsKey(t.recipe));
+    if (!cached) log(`${tag} building ${t.name} (${t.recipe.suite}, ${t.recipe.packages.length} packages) ...`);
+    const t0 = Date.now();
+    const layer = await store.ensureRootfs(t.recipe, (l) => log(`${tag} ${t.name}: ${l}`), { signal: opts.signal });
+    if (opts.verify !== false) {
+      const problems = await checkClaims(layer.path, BUILTIN_CLAIMS[t.name]);
+      if (problems.length > 0) throw new Error(`built-in template ${t.name} does not match its description: ${problems.join('; ')}`);
+    }
+    const secs = ((Date.now() - t0) / 1000).toFixed(1);
+    log(`${tag} ${t.name} ${cached ? 'cached' : `built in ${secs} s`} (layer ${layer.id.slice(0, 12)})`);
+    out.set(t.name, layer);
+  }
+  log(`built-in templates ready in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  return out;
+}
+
+/** Problems found (empty when the tree has everything claimed). */
+export async function checkClaims(tree: string, claims: TemplateClaims | undefined): Promise<string[]> {
+  if (!claims) return [];
+  const problems: string[] = [];
+  for (const f of claims.files) {
+    if (!(await existsInTree(tree, f))) problems.push(`missing /${f}`);
+  }
+  const installed = await dpkgVersions(tree);
+  for (const [pkg, re] of Object.entries(claims.packages)) {
+    const v = installed.get(pkg);
+    if (v === undefined) problems.push(`package ${pkg} not installed`);
+    else if (!re.test(v)) problems.push(`package ${pkg} is ${v}, expected ${re}`);
+  }
+  return problems;
+}
+
+/** Installed package → version, from the tree's dpkg status file. */
+export async function dpkgVersions(tree: string): Promise<Map<string, string>> {
+  const out = new Map<string, string>();
+  const text = await readFile(posix.join(tree, 'var/lib/dpkg/status'), 'utf8').catch(() => '');
+  for (const stanza of text.split('\n\n')) {
+    const pkg = /^Package: (.+)$/m.exec(stanza)?.[1];
+    const ver = /^Version: (.+)$/m.exec(stanza)?.[1];
+    const ok = /^Status: .* installed$/m.test(stanza);
+    if (pkg && ver && ok) out.set(pkg, ver);
+  }
+  return out;
+}
+
+/**
+ * Whether `rel` exists inside `tree`, following symlinks as the sandbox would see them: an absolute
+ * link target is resolved against the tree, never against the host's root.
+ */
+export async function existsInTree(tree: string, rel: string): Promise<boolean> {
+  const parts = rel.split('/').filter(Boolean);
+  const resolved: string[] = [];
+  for (let hops = 0; parts.length > 0; ) {
+    const name = parts.shift()!;
+    if (name === '.') continue;
+    if (name === '..') {
+      resolved.pop();
+      continue;
+    }
+    const host = posix.join(tree, ...resolved, name);
+    const st = await lstat(host).catch(() => undefined);
+    if (!st) return false;
+    if (st.isSymbolicLink()) {
+      if (++hops > 40) return false;
+      const target = await readlink(host);
+      if (target.startsWith('/')) resolved.length = 0;
+      parts.unshift(...target.split('/').filter(Boolean));
+      continue;
+    }
+    resolved.push(name);
+  }
+  return true;
+}

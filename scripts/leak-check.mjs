@@ -1,0 +1,44 @@
+// After the suite: no container, overlay/loop mount, loop device, netns or veth of ours may remain.
+import { execFileSync } from 'node:child_process';
+import { readFileSync, existsSync, readdirSync } from 'node:fs';
+
+const testDir = process.env.SANDBOXD_TEST_DATA_DIR ?? '/var/lib/sandboxd-test';
+const problems = [];
+const sh = (cmd, args) => {
+  try {
+    return execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  } catch {
+    return '';
+  }
+};
+
+const mounts = readFileSync('/proc/self/mounts', 'utf8').split('\n').filter((l) => l.includes(testDir) || l.startsWith('overlay '));
+if (mounts.length) problems.push(`mounts left: \n  ${mounts.join('\n  ')}`);
+const loops = sh('losetup', ['-a']).split('\n').filter((l) => l.includes(testDir));
+if (loops.length) problems.push(`loop devices left:\n  ${loops.join('\n  ')}`);
+const netns = sh('ip', ['netns', 'list']).split('\n').filter(Boolean);
+if (netns.length) problems.push(`network namespaces left: ${netns.join(', ')}`);
+const veths = sh('ip', ['-o', 'link', 'show', 'type', 'veth']).split('\n').filter(Boolean);
+if (veths.length) problems.push(`veths left:\n  ${veths.join('\n  ')}`);
+for (const ctl of ['memory', 'pids', 'cpu', 'freezer']) {
+  const dir = `/sys/fs/cgroup/${ctl}/sandboxd`;
+  if (existsSync(dir)) {
+    const left = readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => e.name);
+    if (left.length) problems.push(`cgroups left in ${dir}: ${left.join(', ')}`);
+  }
+}
+const servers = `${testDir}/servers`;
+if (existsSync(servers)) {
+  for (const s of readdirSync(servers)) {
+    const crunRoot = `${servers}/${s}/crun`;
+    if (existsSync(crunRoot)) {
+      const list = sh('crun', ['--root', crunRoot, 'list', '-q']).split('\n').filter(Boolean);
+      if (list.length) problems.push(`containers left under ${crunRoot}: ${list.join(', ')}`);
+    }
+  }
+}
+if (problems.length) {
+  console.error(`leak check FAILED:\n- ${problems.join('\n- ')}`);
+  process.exit(1);
+}
+console.log('leak check: no containers, mounts, loop devices, netns, veths or cgroups left');

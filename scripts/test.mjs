@@ -1,0 +1,30 @@
+// The whole test suite: warm the image cache, run every tier with node's test runner, then check
+// that nothing leaked (containers, mounts, loop devices, network namespaces, veths).
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { dirname, join } from 'node:path';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const run = (cmd, args, opts = {}) => spawnSync(cmd, args, { stdio: 'inherit', cwd: root, ...opts }).status ?? 1;
+
+if (process.getuid?.() !== 0) {
+  console.error('the test suite starts real containers and must run as root');
+  process.exit(1);
+}
+
+// Base images are built once (minutes) and cached in the shared test data dir, keyed by recipe.
+const warm = run(process.execPath, [join(root, 'packages/server/dist/testing/warm.js')]);
+if (warm !== 0) process.exit(warm);
+
+const only = process.argv.slice(2);
+const dirs = only.length
+  ? only
+  : ['packages/protocol/dist', 'packages/server/dist', 'packages/agent/dist', 'packages/sdk/dist', 'packages/cli/dist', 'e2e/dist'].filter((d) =>
+      existsSync(join(root, d)),
+    );
+const status = run(process.execPath, ['--test', '--test-concurrency=1', '--test-timeout=900000', ...dirs], {
+  env: { ...process.env, NO_PROXY: '127.0.0.1,localhost', no_proxy: '127.0.0.1,localhost' },
+});
+const leaks = run(process.execPath, [join(root, 'scripts/leak-check.mjs')]);
+process.exit(status || leaks);

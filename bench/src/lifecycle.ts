@@ -1,0 +1,125 @@
+// bench/lifecycle: create → agent-ready, pause, resume, delete through the real API, next to a bare
+// `crun run -d` of the same rootfs measured in the same run; and idle host memory per sandbox.
+// Usage (root, after npm run build): node bench/dist/lifecycle.js [N=30] [BURST=20] [DENSITY=50]
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { api, startServer, TEST_DATA_DIR } from '../../e2e/dist/harness.js';
+import { baseLayer } from '../../packages/server/dist/testing/fixtures.js';
+import { row, summary } from './stats.js';
+
+const N = Number(process.argv[2] ?? 30);
+const BURST = Number(process.argv[3] ?? 20);
+const DENSITY = Number(process.argv[4] ?? 50);
+
+function memAvailableKiB(): number {
+  const m = /MemAvailable:\s+(\d+)/.exec(readFileSync('/proc/meminfo', 'utf8'));
+  return Number(m![1]);
+}
+
+/** A bare crun container: overlay of the same layer, default `crun spec`, `sleep infinity`. */
+function bareCrunSamples(layerDir: string, n: number): { run: number[]; del: number[] } {
+  const dir = join(TEST_DATA_DIR, 'bench-bare');
+  const root = join(dir, 'crun-root');
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(join(dir, 'bundle'), { recursive: true });
+  execFileSync('crun', ['spec'], { cwd: join(dir, 'bundle') });
+  const spec = JSON.parse(readFileSync(join(dir, 'bundle/config.json'), 'utf8'));
+  spec.process.args = ['/bin/sleep', 'infinity'];
+  spec.process.terminal = false;
+  spec.root = { path: join(dir, 'merged'), readonly: false };
+  writeFileSync(join(dir, 'bundle/config.json'), JSON.stringify(spec));
+  const run: number[] = [];
+  const del: number[] = [];
+  for (let i = 0; i < n; i++) {
+    for (const d of ['upper', 'work', 'merged']) mkdirSync(join(dir, d), { recursive: true });
+    execFileSync('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${layerDir},upperdir=${dir}/upper,workdir=${dir}/work`, join(dir, 'merged')]);
+    try {
+      const t0 = performance.now();
+      const r = spawnSync('crun', ['--root', root, 'run', '-d', '--bundle', join(dir, 'bundle'), `bare${i}`], { stdio: 'ignore' });
+      run.push(performance.now() - t0);
+      if (r.status !== 0) throw new Error('bare crun run failed');
+      const t1 = performance.now();
+      spawnSync('crun', ['--root', root, 'delete', '-f', `bare${i}`], { stdio: 'ignore' });
+      del.push(performance.now() - t1);
+    } finally {
+      execFileSync('umount', [join(dir, 'merged')]);
+      for (const d of ['upper', 'work']) rmSync(join(dir, d), { recursive: true, force: true });
+    }
+  }
+  rmSync(dir, { recursive: true, force: true });
+  return { run, del };
+}
+
+async function timed<T>(fn: () => Promise<T>): Promise<[number, T]> {
+  const t0 = performance.now();
+  const v = await fn();
+  return [performance.now() - t0, v];
+}
+
+async function main(): Promise<void> {
+  const server = await startServer({ templates: ['base'] });
+  try {
+    const layerDir = (await baseLayer()).path;
+
+    const create: number[] = [];
+    const pause: number[] = [];
+    const resume: number[] = [];
+    const del: number[] = [];
+    for (let i = 0; i < N; i++) {
+      const [ms, res] = await timed(() => api(server, 'POST', '/v1/sandboxes', { template_name: 'base', internet_access: false }));
+      if (res.status !== 201) throw new Error(`create: ${res.status} ${JSON.stringify(res.body)}`);
+      create.push(ms);
+      const id = res.body.id;
+      pause.push((await timed(() => api(server, 'POST', `/v1/sandboxes/${id}/pause`)))[0]);
+      resume.push((await timed(() => api(server, 'POST', `/v1/sandboxes/${id}/resume`)))[0]);
+      del.push((await timed(() => api(server, 'DELETE', `/v1/sandboxes/${id}`)))[0]);
+    }
+    const net: number[] = [];
+    for (let i = 0; i < Math.min(N, 10); i++) {
+      const [ms, res] = await timed(() => api(server, 'POST', '/v1/sandboxes', { template_name: 'base', internet_access: true }));
+      net.push(ms);
+      await api(server, 'DELETE', `/v1/sandboxes/${res.body.id}`);
+    }
+
+    const burst = await Promise.all(
+      Array.from({ length: BURST }, () => timed(() => api(server, 'POST', '/v1/sandboxes', { template_name: 'base', internet_access: false }))),
+    );
+    const burstMs = burst.map(([ms]) => ms);
+    for (const [, res] of burst) if (res.status === 201) await api(server, 'DELETE', `/v1/sandboxes/${res.body.id}`);
+
+    const bare = bareCrunSamples(layerDir, N);
+
+    // Idle memory: MemAvailable drop over DENSITY idle sandboxes (page cache dropped before both reads).
+    spawnSync('sh', ['-c', 'sync; echo 3 > /proc/sys/vm/drop_caches']);
+    const memBefore = memAvailableKiB();
+    const ids: string[] = [];
+    for (let i = 0; i < DENSITY; i++) {
+      const res = await api(server, 'POST', '/v1/sandboxes', { template_name: 'base', internet_access: false });
+      if (res.status === 201) ids.push(res.body.id);
+    }
+    await new Promise((r) => setTimeout(r, 2000));
+    spawnSync('sh', ['-c', 'sync; echo 3 > /proc/sys/vm/drop_caches']);
+    const memAfter = memAvailableKiB();
+    for (const id of ids) await api(server, 'DELETE', `/v1/sandboxes/${id}`);
+
+    console.log(`\nbench/lifecycle on ${new Date().toISOString()} (N=${N}, burst=${BURST}, density=${DENSITY})`);
+    console.log(row('create → agent ready (no net)', create, bare.run));
+    console.log(row('create → agent ready (internet)', net, bare.run));
+    console.log(row(`burst of ${BURST} concurrent creates`, burstMs, bare.run));
+    console.log(row('pause', pause));
+    console.log(row('resume', resume));
+    console.log(row('delete', del, bare.del));
+    console.log(row('bare crun run -d (baseline)', bare.run));
+    console.log(row('bare crun delete -f (baseline)', bare.del));
+    const perSandboxMiB = (memBefore - memAfter) / 1024 / Math.max(1, ids.length);
+    console.log(`idle host memory per sandbox: ${perSandboxMiB.toFixed(1)} MiB (MemAvailable drop over ${ids.length} sandboxes)`);
+    const s = summary(create);
+    console.log(`targets: create p50 ≤ 60 ms (${s.p50.toFixed(1)}), ≤ 2.5x bare (${(s.p50 / summary(bare.run).p50).toFixed(2)}x); pause/resume p50 ≤ 10 ms (${summary(pause).p50.toFixed(1)}/${summary(resume).p50.toFixed(1)}); ≤ 12 MiB/sandbox (${perSandboxMiB.toFixed(1)})`);
+  } finally {
+    await server.stop();
+  }
+}
+
+await main();

@@ -1,0 +1,23 @@
+/** Small statistics helpers for the benchmarks: medians and percentiles of millisecond samples. */
+export function percentile(samples: number[], p: number): number {
+  if (samples.length === 0) return NaN;
+  const sorted = [...samples].sort((a, b) => a - b);
+  const idx = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[idx]!;
+}
+
+export function summary(samples: number[]): { p50: number; p95: number; p99: number; n: number } {
+  return { p50: percentile(samples, 50), p95: percentile(samples, 95), p99: percentile(samples, 99), n: samples.length };
+}
+
+export const fmt = (ms: number) => (Number.isFinite(ms) ? `${ms.toFixed(1)} ms` : 'n/a');
+
+export function row(name: string, ours: number[], baseline?: number[]): string {
+  const s = summary(ours);
+  let line = `${name.padEnd(34)} p50 ${fmt(s.p50).padStart(10)}  p95 ${fmt(s.p95).padStart(10)}  p99 ${fmt(s.p99).padStart(10)}  (n=${s.n})`;
+  if (baseline && baseline.length) {
+    const b = summary(baseline);
+    line += `   baseline p50 ${fmt(b.p50)}  ratio ${(s.p50 / b.p50).toFixed(2)}x`;
+  }
+  return line;
+}

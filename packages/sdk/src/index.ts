@@ -1,1 +1,43 @@
-export {};
+export { Sandbox, DEFAULT_TEMPLATE } from './sandbox.js';
+export type { CreateOptions, ListOptions, RunCodeOptions, SandboxOptions } from './sandbox.js';
+export { Template, isTerminalBuildStatus } from './template.js';
+export type { BuildOptions, BuildResult, BuildStarted, BuildStep, TemplateDefinition, TemplateOptions, WaitBuildOptions } from './template.js';
+export { ApiClient } from './client.js';
+export type { CallOptions } from './client.js';
+export { DEFAULT_API_URL, resolveConfig } from './config.js';
+export type { ClientOptions } from './config.js';
+export { Files } from './files.js';
+export type { TransferOptions, WriteOptions } from './files.js';
+export { Commands } from './commands.js';
+export type { CommandOptions } from './commands.js';
+export { Processes } from './processes.js';
+export type { WaitOptions } from './processes.js';
+export { Env } from './env.js';
+export { Cache } from './cache.js';
+export { Terminal } from './terminal.js';
+export type { TerminalOptions } from './terminal.js';
+export { Paginator } from './pagination.js';
+export type { Page } from './pagination.js';
+export type { UploadSource } from './body.js';
+export { shellQuote, shellJoin } from './shell.js';
+export {
+  SandboxdError,
+  ValidationError,
+  AuthenticationError,
+  PermissionDeniedError,
+  NotFoundError,
+  ConflictError,
+  InvalidStateError,
+  SandboxExpiredError,
+  PayloadTooLargeError,
+  RateLimitError,
+  ServerError,
+  TimeoutError,
+  AbortError,
+  ConnectionError,
+  TemplateBuildError,
+  errorFromResponse,
+  KNOWN_ERROR_CODES,
+} from './errors.js';
+export { SDK_VERSION } from './version.js';
+export type * from './types.js';

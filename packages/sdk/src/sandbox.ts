@@ -1,0 +1,350 @@
+import { AgentClient } from './agent.js';
+import { Cache } from './cache.js';
+import { ApiClient, enc, type CallOptions } from './client.js';
+import { Commands, deadlineFor } from './commands.js';
+import type { ClientOptions } from './config.js';
+import { Env } from './env.js';
+import { Files } from './files.js';
+import { Paginator } from './pagination.js';
+import { Processes } from './processes.js';
+import { Terminal, type TerminalOptions } from './terminal.js';
+import { TokenManager, type Token } from './token.js';
+import type {
+  ActionResult,
+  AgentHealth,
+  AgentInfo,
+  BackgroundProcess,
+  ExecutionResult,
+  MetricsSnapshot,
+  SandboxInfo,
+  SandboxPage,
+  TimeoutResult,
+} from './types.js';
+import { toAgentInfo, toBackgroundProcess, toExecutionResult, toHealth, toMetrics, toSandboxInfo, toSandboxPage } from './wire.js';
+import { streamExecute } from './ws.js';
+
+export const DEFAULT_TEMPLATE = 'code-interpreter';
+
+export interface SandboxOptions extends ClientOptions {
+  /** Reuse a configured client instead of `apiKey`/`baseUrl`. */
+  client?: ApiClient;
+}
+
+export interface CreateOptions extends SandboxOptions, CallOptions {
+  /** Template name (default `code-interpreter`). */
+  template?: string;
+  /** Template id; wins over `template`. */
+  templateId?: string;
+  region?: string;
+  /** Delete the sandbox this many seconds after creation (default: never). */
+  timeoutSeconds?: number;
+  /** Default true. */
+  internetAccess?: boolean;
+  envVars?: Record<string, string>;
+}
+
+export interface ListOptions extends SandboxOptions {
+  status?: string;
+  template?: string;
+  region?: string;
+  /** Page size, 1..1000 (default 100). */
+  limit?: number;
+  /** Stop after this many sandboxes. */
+  maxItems?: number;
+  signal?: AbortSignal;
+}
+
+export interface RunCodeOptions extends CallOptions {
+  /** `python` (default), `javascript`, `bash`, `go` and their aliases. */
+  language?: string;
+  /** Service-side limit, seconds (default 60). */
+  timeout?: number;
+  env?: Record<string, string>;
+  /** Default `/workspace`. */
+  workingDir?: string;
+  /** Given either callback, the code runs over a WebSocket and output arrives as it is produced. */
+  onStdout?: (data: string) => void;
+  onStderr?: (data: string) => void;
+  /** Use `/execute/rich` to get `richOutputs` (figures saved as files). */
+  rich?: boolean;
+  /** Opt in to the agent's result cache. */
+  cache?: boolean;
+}
+
+function clientOf(options: SandboxOptions | undefined): ApiClient {
+  return options?.client ?? new ApiClient(options);
+}
+
+/**
+ * One sandbox. Get one with `Sandbox.create()`, `Sandbox.connect(id)` or `Sandbox.list()`. Lifecycle
+ * calls go to the API with the API key; code, commands, files, env and metrics go to the sandbox's
+ * agent with a sandbox token that is fetched and refreshed automatically.
+ */
+export class Sandbox {
+  readonly id: string;
+  /** The last known state (from create, connect, list or `getInfo()`); actions update `status`. */
+  info: SandboxInfo;
+  readonly files: Files;
+  readonly commands: Commands;
+  readonly processes: Processes;
+  readonly env: Env;
+  readonly cache: Cache;
+  private readonly agent: AgentClient;
+  private readonly tokens: TokenManager;
+
+  private constructor(
+    readonly client: ApiClient,
+    info: SandboxInfo,
+    token?: { token: string; expiresAt: string | undefined },
+  ) {
+    this.id = info.id;
+    this.info = info;
+    this.tokens = new TokenManager(() => this.fetchToken());
+    if (token) this.tokens.set(token.token, token.expiresAt);
+    this.agent = new AgentClient(client, this.tokens, () => this.info.publicHost);
+    this.files = new Files(this.agent);
+    this.commands = new Commands(this.agent);
+    this.processes = new Processes(this.agent);
+    this.env = new Env(this.agent);
+    this.cache = new Cache(this.agent);
+  }
+
+  /** Creates a sandbox; it is running and its agent answering when this resolves. Not retried on 5xx (that could create two). */
+  static async create(options: CreateOptions = {}): Promise<Sandbox> {
+    const client = clientOf(options);
+    const json: Record<string, unknown> = {};
+    if (options.templateId) json.template_id = options.templateId;
+    else json.template_name = options.template ?? DEFAULT_TEMPLATE;
+    if (options.region !== undefined) json.region = options.region;
+    if (options.timeoutSeconds !== undefined) json.timeout_seconds = options.timeoutSeconds;
+    if (options.internetAccess !== undefined) json.internet_access = options.internetAccess;
+    if (options.envVars !== undefined) json.env_vars = options.envVars;
+    const body = await client.http.json<Record<string, unknown>>({
+      method: 'POST',
+      path: '/v1/sandboxes',
+      json,
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs ?? Math.max(client.config.requestTimeoutMs, 120_000),
+      what: 'create sandbox',
+    });
+    const token = typeof body.auth_token === 'string' ? { token: body.auth_token, expiresAt: typeof body.token_expires_at === 'string' ? body.token_expires_at : undefined } : undefined;
+    return new Sandbox(client, toSandboxInfo(body), token);
+  }
+
+  /** A handle on an existing sandbox (fetches its state; NotFoundError / SandboxExpiredError if gone). */
+  static async connect(id: string, options: SandboxOptions & CallOptions = {}): Promise<Sandbox> {
+    const client = clientOf(options);
+    const info = await Sandbox.fetchInfo(client, id, options);
+    return new Sandbox(client, info);
+  }
+
+  /** All sandboxes of the organization, newest first, fetched a page at a time as you iterate. */
+  static list(options: ListOptions = {}): Paginator<Sandbox> {
+    const client = clientOf(options);
+    return new Paginator<Sandbox>(
+      async (cursor, signal) => {
+        const page = await Sandbox.listPage({ ...options, client, cursor, signal });
+        return { ...page, data: page.data.map((info) => new Sandbox(client, info)) };
+      },
+      { signal: options.signal, maxItems: options.maxItems },
+    );
+  }
+
+  /** One page of the list, as plain data. */
+  static async listPage(options: Omit<ListOptions, 'maxItems'> & { cursor?: string } = {}): Promise<SandboxPage> {
+    const client = clientOf(options);
+    const body = await client.http.json({
+      method: 'GET',
+      path: '/v1/sandboxes',
+      query: { limit: options.limit, status: options.status, template: options.template, region: options.region, cursor: options.cursor },
+      signal: options.signal,
+      what: 'list sandboxes',
+    });
+    return toSandboxPage(body);
+  }
+
+  private static async fetchInfo(client: ApiClient, id: string, options: CallOptions): Promise<SandboxInfo> {
+    const body = await client.http.json({
+      method: 'GET',
+      path: `/v1/sandboxes/${enc(id)}`,
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs,
+      what: `get sandbox ${id}`,
+    });
+    return toSandboxInfo(body);
+  }
+
+  get status(): string {
+    return this.info.status;
+  }
+
+  /** Fetches the current state and updates `info`. */
+  async getInfo(options: CallOptions = {}): Promise<SandboxInfo> {
+    this.info = await Sandbox.fetchInfo(this.client, this.id, options);
+    return this.info;
+  }
+
+  /** Runs code and waits for the result. A non-zero exit or a timeout is a result, not an error. Never repeated automatically. */
+  async runCode(code: string, options: RunCodeOptions = {}): Promise<ExecutionResult> {
+    const timeoutMs = options.requestTimeoutMs ?? deadlineFor(options.timeout, 60);
+    const language = options.language ?? 'python';
+    if (options.onStdout || options.onStderr) {
+      return streamExecute(this.agent, {
+        code,
+        language,
+        timeout: options.timeout,
+        workingDir: options.workingDir,
+        env: options.env,
+        onStdout: options.onStdout,
+        onStderr: options.onStderr,
+        signal: options.signal,
+        timeoutMs,
+      });
+    }
+    const body = await this.agent.http.json({
+      method: 'POST',
+      path: options.rich ? '/execute/rich' : '/execute',
+      json: executeBody(code, language, options),
+      signal: options.signal,
+      timeoutMs,
+      what: 'execute',
+    });
+    return toExecutionResult(body);
+  }
+
+  /** Starts code in the background; follow it with `sandbox.processes`. */
+  async runCodeBackground(code: string, options: Omit<RunCodeOptions, 'onStdout' | 'onStderr' | 'rich'> & { name?: string } = {}): Promise<BackgroundProcess> {
+    const json = executeBody(code, options.language ?? 'python', options);
+    if (options.name) json.name = options.name;
+    const body = await this.agent.http.json({
+      method: 'POST',
+      path: '/execute/background',
+      json,
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs ?? 30_000,
+      what: 'start background execution',
+    });
+    return toBackgroundProcess(body);
+  }
+
+  async metrics(options: CallOptions = {}): Promise<MetricsSnapshot> {
+    return toMetrics(await this.agentGet('/metrics/snapshot', options));
+  }
+
+  async health(options: CallOptions = {}): Promise<AgentHealth> {
+    return toHealth(await this.agentGet('/health', options));
+  }
+
+  async agentInfo(options: CallOptions = {}): Promise<AgentInfo> {
+    return toAgentInfo(await this.agentGet('/info', options));
+  }
+
+  /** Opens an interactive terminal (PTY) in the sandbox. */
+  async terminal(options: TerminalOptions = {}): Promise<Terminal> {
+    return Terminal.open(this.agent, options);
+  }
+
+  /** Freezes the sandbox (memory and processes kept). */
+  async pause(options: CallOptions = {}): Promise<ActionResult> {
+    return this.action('pause', options);
+  }
+
+  async resume(options: CallOptions = {}): Promise<ActionResult> {
+    const r = await this.action('resume', options);
+    await this.getInfo(options).catch(() => undefined);
+    return r;
+  }
+
+  /** Kills the sandbox's processes and keeps its filesystem; `start()` boots it again. */
+  async stop(options: CallOptions = {}): Promise<ActionResult> {
+    return this.action('stop', options);
+  }
+
+  async start(options: CallOptions = {}): Promise<ActionResult> {
+    const r = await this.action('start', options);
+    // The agent boots again and may answer on a new address.
+    await this.getInfo(options).catch(() => undefined);
+    return r;
+  }
+
+  /** Deletes the sandbox and everything in it. */
+  async kill(options: CallOptions = {}): Promise<ActionResult> {
+    const body = await this.client.http.json<Record<string, unknown>>({
+      method: 'DELETE',
+      path: `/v1/sandboxes/${enc(this.id)}`,
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs,
+      what: `delete sandbox ${this.id}`,
+    });
+    this.info = { ...this.info, status: 'deleted' };
+    return { id: this.id, status: typeof body.status === 'string' ? body.status : 'deleted' };
+  }
+
+  /** Sets the auto-kill timeout, counted from now. */
+  async setTimeout(seconds: number, options: CallOptions = {}): Promise<TimeoutResult> {
+    if (!Number.isInteger(seconds) || seconds <= 0) throw new RangeError('timeout must be a positive whole number of seconds');
+    const body = await this.client.http.json<Record<string, unknown>>({
+      method: 'PUT',
+      path: `/v1/sandboxes/${enc(this.id)}/timeout`,
+      json: { timeout_seconds: seconds },
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs,
+      what: `set timeout of ${this.id}`,
+    });
+    const expiresAt = typeof body.expires_at === 'string' ? body.expires_at : new Date(Date.now() + seconds * 1000).toISOString();
+    this.info = { ...this.info, timeoutSeconds: seconds, expiresAt };
+    return { id: this.id, timeoutSeconds: typeof body.timeout_seconds === 'number' ? body.timeout_seconds : seconds, expiresAt };
+  }
+
+  /** Gets a fresh agent token now (normally automatic). */
+  async refreshToken(): Promise<{ token: string; expiresAt: string }> {
+    const t = await this.tokens.refresh();
+    return { token: t.token, expiresAt: Number.isNaN(t.expiresAt) ? '' : new Date(t.expiresAt).toISOString() };
+  }
+
+  /** The cached agent token and its expiry, if one was fetched. */
+  get token(): { token: string; expiresAt: Date | null } | undefined {
+    const t = this.tokens.peek();
+    return t ? { token: t.token, expiresAt: Number.isNaN(t.expiresAt) ? null : new Date(t.expiresAt) } : undefined;
+  }
+
+  toJSON(): SandboxInfo {
+    return this.info;
+  }
+
+  private async fetchToken(): Promise<Token> {
+    const body = await this.client.http.json<Record<string, unknown>>({
+      method: 'POST',
+      path: `/v1/sandboxes/${enc(this.id)}/token/refresh`,
+      what: `refresh token of ${this.id}`,
+    });
+    if (typeof body.auth_token !== 'string') throw new TypeError('token refresh answered without auth_token');
+    return { token: body.auth_token, expiresAt: typeof body.token_expires_at === 'string' ? Date.parse(body.token_expires_at) : NaN };
+  }
+
+  private async action(verb: 'pause' | 'resume' | 'stop' | 'start', options: CallOptions): Promise<ActionResult> {
+    const body = await this.client.http.json<Record<string, unknown>>({
+      method: 'POST',
+      path: `/v1/sandboxes/${enc(this.id)}/${verb}`,
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs ?? (verb === 'start' ? Math.max(this.client.config.requestTimeoutMs, 120_000) : undefined),
+      what: `${verb} sandbox ${this.id}`,
+    });
+    const status = typeof body.status === 'string' ? body.status : this.info.status;
+    this.info = { ...this.info, status };
+    return { id: this.id, status };
+  }
+
+  private agentGet(path: string, options: CallOptions): Promise<unknown> {
+    return this.agent.http.json({ method: 'GET', path, signal: options.signal, timeoutMs: options.requestTimeoutMs, what: `GET ${path}` });
+  }
+}
+
+function executeBody(code: string, language: string, o: Omit<RunCodeOptions, 'onStdout' | 'onStderr'>): Record<string, unknown> {
+  const json: Record<string, unknown> = { code, language };
+  if (o.timeout !== undefined) json.timeout = o.timeout;
+  if (o.workingDir !== undefined) json.working_dir = o.workingDir;
+  if (o.env !== undefined) json.env = o.env;
+  if (o.cache) json.cache = true;
+  return json;
+}

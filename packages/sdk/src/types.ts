@@ -1,0 +1,199 @@
+/**
+ * Public shapes of the SDK (camelCase). The wire shapes are snake_case (service-spec.md,
+ * api-decisions.md); `wire.ts` converts. Results are plain data, so JSON.stringify prints them.
+ */
+
+export type SandboxStatus = 'running' | 'paused' | 'stopped' | 'deleted' | (string & {});
+
+export interface Resources {
+  vcpu: number;
+  memoryMb: number;
+  diskGb: number;
+  diskMb?: number;
+}
+
+export interface SandboxInfo {
+  id: string;
+  status: SandboxStatus;
+  templateName: string;
+  templateId: string;
+  organizationId: string;
+  region: string;
+  /** Base address of the sandbox's agent interface. */
+  publicHost: string;
+  internetAccess: boolean;
+  /** Auto-kill timeout; null = none. */
+  timeoutSeconds: number | null;
+  /** When the sandbox will be deleted by its timeout (ISO 8601); null = never. */
+  expiresAt: string | null;
+  createdAt: string;
+  updatedAt: string;
+  resources: Resources;
+}
+
+export interface SandboxPage {
+  data: SandboxInfo[];
+  hasMore: boolean;
+  nextCursor: string | null;
+}
+
+export interface ActionResult {
+  id: string;
+  status: SandboxStatus;
+}
+
+export interface TimeoutResult {
+  id: string;
+  timeoutSeconds: number;
+  expiresAt: string;
+}
+
+export interface RichOutput {
+  /** `image`, `html`, `json`, ... */
+  type: string;
+  /** File in the sandbox; fetch it with `sandbox.files.download(path)`. */
+  path: string;
+  mime: string;
+}
+
+export interface ExecutionResult {
+  success: boolean;
+  stdout: string;
+  stderr: string;
+  exitCode: number;
+  /** Seconds. */
+  executionTime: number;
+  timedOut: boolean;
+  language?: string;
+  /** True when output was cut at the service's per-stream cap. */
+  truncated?: boolean;
+  /** Base64 PNG of a figure the code produced. */
+  png?: string;
+  svg?: string;
+  html?: string;
+  json?: unknown;
+  /** Only with `rich: true`. */
+  richOutputs?: RichOutput[];
+}
+
+export type CommandResult = Omit<ExecutionResult, 'language' | 'png' | 'svg' | 'html' | 'json' | 'richOutputs'>;
+
+export interface BackgroundProcess {
+  processId: string;
+  executionId: string;
+  status: string;
+  startedAt?: string;
+}
+
+export type ProcessStatus = 'running' | 'completed' | 'failed' | 'killed' | 'timeout' | (string & {});
+
+export interface ProcessInfo {
+  processId: string;
+  executionId?: string;
+  name?: string;
+  status: ProcessStatus;
+  language?: string;
+  startedAt?: string;
+  endTime?: string | null;
+  exitCode?: number | null;
+  pid?: number;
+  /** Kept for finished processes. */
+  stdout?: string;
+  stderr?: string;
+}
+
+export interface FileEntry {
+  name: string;
+  path: string;
+  size: number;
+  isDir: boolean;
+  permissions?: string;
+  modified?: string;
+}
+
+export interface WriteResult {
+  path: string;
+  size: number;
+}
+
+export interface MetricsSnapshot {
+  uptimeSeconds: number;
+  totalRequests: number;
+  totalErrors: number;
+  /** Request count per agent path. */
+  requestsTotal: Record<string, number>;
+  totalExecutions?: number;
+  activeExecutions?: number;
+  /** CPU, memory and disk as the agent reads them from the sandbox's cgroup and filesystem. */
+  system?: Record<string, unknown>;
+}
+
+export interface AgentHealth {
+  status: string;
+  version?: string;
+  uptimeSeconds?: number;
+  features: string[];
+  languages?: string[];
+}
+
+export interface AgentInfo {
+  agent: string;
+  version: string;
+  sandboxId: string;
+  startedAt: string;
+}
+
+export interface CacheStats {
+  size: number;
+  hits: number;
+  misses: number;
+  maxSize?: number;
+  totalHits?: number;
+}
+
+export interface TemplateInfo {
+  id: string;
+  name: string;
+  displayName: string;
+  description: string;
+  category: string;
+  language: string;
+  status: string;
+  isActive: boolean;
+  isPublic: boolean;
+  buildId: string | null;
+  features: string[];
+  defaultResources: { vcpu: number; memoryMb: number; diskGb: number };
+  createdAt?: string;
+  updatedAt?: string;
+}
+
+export type BuildState = 'building' | 'active' | 'failed' | (string & {});
+
+export interface BuildStatus {
+  buildId: string;
+  templateId: string;
+  status: BuildState;
+  /** 0 to 100. */
+  progress: number;
+  currentStep: string | null;
+  startedAt: string | null;
+  completedAt: string | null;
+  errorMessage: string | null;
+  buildDurationMs: number | null;
+}
+
+export interface BuildLogEntry {
+  level: string;
+  message: string;
+  timestamp: string;
+}
+
+export interface BuildLogsChunk {
+  /** New lines since the requested offset. */
+  logs: string;
+  /** Pass this as the next offset. */
+  offset: number;
+  status: BuildState;
+  complete: boolean;
+}

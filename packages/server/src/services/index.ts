@@ -5,6 +5,8 @@ import type { KeyService } from './keys.js';
 import type { SlidingWindowLimiter } from './rate-limit.js';
 import type { SandboxService } from './sandboxes.js';
 import type { TemplateService } from './templates.js';
+import type { TemplateBuildService } from './template-builds.js';
+import type { UploadService } from './uploads.js';
 
 /** Everything the HTTP layer may call. */
 export interface Services {
@@ -15,6 +17,8 @@ export interface Services {
   templates: TemplateService;
   events: EventBus;
   createLimiter: SlidingWindowLimiter;
-  /** Set once the template builder is wired in (issue: custom templates). */
-  extraRoutes?: Array<(app: import('fastify').FastifyInstance, services: Services) => Promise<void> | void>;
+  builds?: TemplateBuildService;
+  uploads?: UploadService;
+  /** Removes layers no template or live sandbox references. */
+  gcLayers?: () => Promise<void>;
 }

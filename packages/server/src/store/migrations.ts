@@ -69,3 +69,34 @@ export const MIGRATIONS: string[] = [
   CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
   `,
 ];
+
+/** Template builds and uploaded files (custom templates). */
+MIGRATIONS.push(`
+  CREATE TABLE builds (
+    id TEXT PRIMARY KEY,
+    org_id TEXT NOT NULL,
+    template_id TEXT NOT NULL,
+    alias TEXT NOT NULL,
+    status TEXT NOT NULL,
+    progress INTEGER NOT NULL DEFAULT 0,
+    current_step TEXT,
+    request TEXT NOT NULL,
+    error_message TEXT,
+    created_at TEXT NOT NULL,
+    started_at TEXT,
+    completed_at TEXT
+  );
+  CREATE INDEX builds_org_created ON builds (org_id, created_at);
+  CREATE INDEX builds_template ON builds (template_id, created_at);
+  CREATE TABLE uploads (
+    org_id TEXT NOT NULL,
+    file_id TEXT NOT NULL,
+    path TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (org_id, file_id, path)
+  );
+  CREATE INDEX uploads_org_path ON uploads (org_id, path, created_at);
+`);

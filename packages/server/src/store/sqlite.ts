@@ -4,6 +4,10 @@ import { dirname } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { MIGRATIONS } from './migrations.js';
 import type {
+  BuildRepo,
+  BuildRow,
+  UploadRepo,
+  UploadRow,
   ApiKeyRepo,
   ApiKeyRow,
   OrgRepo,
@@ -339,17 +343,117 @@ class SqliteSandboxRepo implements SandboxRepo {
   }
 }
 
+function buildFrom(r: Raw): BuildRow {
+  return {
+    id: String(r.id),
+    orgId: String(r.org_id),
+    templateId: String(r.template_id),
+    alias: String(r.alias),
+    status: String(r.status) as BuildRow['status'],
+    progress: Number(r.progress),
+    currentStep: (r.current_step as string | null) ?? null,
+    request: json<unknown>(r.request),
+    errorMessage: (r.error_message as string | null) ?? null,
+    createdAt: String(r.created_at),
+    startedAt: (r.started_at as string | null) ?? null,
+    completedAt: (r.completed_at as string | null) ?? null,
+  };
+}
+
+const BUILD_COLUMNS: Record<keyof BuildRow, string> = {
+  id: 'id',
+  orgId: 'org_id',
+  templateId: 'template_id',
+  alias: 'alias',
+  status: 'status',
+  progress: 'progress',
+  currentStep: 'current_step',
+  request: 'request',
+  errorMessage: 'error_message',
+  createdAt: 'created_at',
+  startedAt: 'started_at',
+  completedAt: 'completed_at',
+};
+
+class SqliteBuildRepo implements BuildRepo {
+  constructor(private db: Db) {}
+  async insert(b: BuildRow) {
+    const cols = Object.keys(BUILD_COLUMNS) as (keyof BuildRow)[];
+    this.db
+      .prepare(`INSERT INTO builds (${cols.map((c) => BUILD_COLUMNS[c]).join(',')}) VALUES (${cols.map(() => '?').join(',')})`)
+      .run(...cols.map((c) => sqlValue(b[c])));
+  }
+  async byId(id: string) {
+    const r = this.db.prepare('SELECT * FROM builds WHERE id = ?').get(id) as Raw | undefined;
+    return r && buildFrom(r);
+  }
+  async latestForTemplate(templateId: string) {
+    const r = this.db.prepare('SELECT * FROM builds WHERE template_id = ? ORDER BY created_at DESC LIMIT 1').get(templateId) as Raw | undefined;
+    return r && buildFrom(r);
+  }
+  async update(id: string, patch: Partial<Omit<BuildRow, 'id'>>) {
+    const keys = Object.keys(patch) as (keyof typeof patch)[];
+    if (keys.length === 0) return;
+    this.db
+      .prepare(`UPDATE builds SET ${keys.map((k) => `${BUILD_COLUMNS[k]} = ?`).join(', ')} WHERE id = ?`)
+      .run(...keys.map((k) => sqlValue(patch[k])), id);
+  }
+  async countSince(orgId: string, since: string) {
+    const r = this.db.prepare('SELECT count(*) AS n FROM builds WHERE org_id = ? AND created_at > ?').get(orgId, since) as Raw;
+    return Number(r.n);
+  }
+  async unfinished() {
+    return (this.db.prepare(`SELECT * FROM builds WHERE status = 'building'`).all() as Raw[]).map(buildFrom);
+  }
+}
+
+function uploadFrom(r: Raw): UploadRow {
+  return {
+    orgId: String(r.org_id),
+    fileId: String(r.file_id),
+    path: String(r.path),
+    sha256: String(r.sha256),
+    size: Number(r.size),
+    kind: String(r.kind) as UploadRow['kind'],
+    createdAt: String(r.created_at),
+  };
+}
+
+class SqliteUploadRepo implements UploadRepo {
+  constructor(private db: Db) {}
+  async upsert(u: UploadRow) {
+    this.db
+      .prepare(
+        `INSERT INTO uploads (org_id, file_id, path, sha256, size, kind, created_at) VALUES (?,?,?,?,?,?,?)
+         ON CONFLICT (org_id, file_id, path) DO UPDATE SET sha256 = excluded.sha256, size = excluded.size, created_at = excluded.created_at`,
+      )
+      .run(u.orgId, u.fileId, u.path, u.sha256, u.size, u.kind, u.createdAt);
+  }
+  async byFileId(orgId: string, fileId: string) {
+    const r = this.db.prepare('SELECT * FROM uploads WHERE org_id = ? AND file_id = ? ORDER BY created_at DESC LIMIT 1').get(orgId, fileId) as Raw | undefined;
+    return r && uploadFrom(r);
+  }
+  async byPath(orgId: string, path: string) {
+    const r = this.db.prepare('SELECT * FROM uploads WHERE org_id = ? AND path = ? ORDER BY created_at DESC LIMIT 1').get(orgId, path) as Raw | undefined;
+    return r && uploadFrom(r);
+  }
+}
+
 export class SqliteStore implements Store {
   readonly orgs: OrgRepo;
   readonly keys: ApiKeyRepo;
   readonly templates: TemplateRepo;
   readonly sandboxes: SandboxRepo;
+  readonly builds: BuildRepo;
+  readonly uploads: UploadRepo;
   readonly kv: Store['kv'];
   constructor(readonly db: Db) {
     this.orgs = new SqliteOrgRepo(db);
     this.keys = new SqliteApiKeyRepo(db);
     this.templates = new SqliteTemplateRepo(db);
     this.sandboxes = new SqliteSandboxRepo(db);
+    this.builds = new SqliteBuildRepo(db);
+    this.uploads = new SqliteUploadRepo(db);
     this.kv = {
       get: async (key) => (db.prepare('SELECT value FROM kv WHERE key = ?').get(key) as Raw | undefined)?.value as string | undefined,
       set: async (key, value) => {

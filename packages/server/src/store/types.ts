@@ -137,7 +137,55 @@ export interface Store {
   keys: ApiKeyRepo;
   templates: TemplateRepo;
   sandboxes: SandboxRepo;
+  builds: BuildRepo;
+  uploads: UploadRepo;
   /** Small persistent key/value settings (e.g. counters of the build rate limit). */
   kv: { get(key: string): Promise<string | undefined>; set(key: string, value: string): Promise<void> };
   close(): void;
+}
+
+export type BuildStatus = 'building' | 'active' | 'failed';
+
+export interface BuildRow {
+  id: string;
+  orgId: string;
+  templateId: string;
+  alias: string;
+  status: BuildStatus;
+  progress: number;
+  currentStep: string | null;
+  /** The normalized build request (JSON). */
+  request: unknown;
+  errorMessage: string | null;
+  createdAt: string;
+  startedAt: string | null;
+  completedAt: string | null;
+}
+
+export interface UploadRow {
+  orgId: string;
+  /** `f_<sha256 hex>` for files, `t_<files_hash>` for tarballs of the newer client shape. */
+  fileId: string;
+  path: string;
+  sha256: string;
+  size: number;
+  kind: 'file' | 'tarball';
+  createdAt: string;
+}
+
+export interface BuildRepo {
+  insert(row: BuildRow): Promise<void>;
+  byId(id: string): Promise<BuildRow | undefined>;
+  latestForTemplate(templateId: string): Promise<BuildRow | undefined>;
+  update(id: string, patch: Partial<Omit<BuildRow, 'id'>>): Promise<void>;
+  countSince(orgId: string, since: string): Promise<number>;
+  /** Builds left 'building' by a previous process. */
+  unfinished(): Promise<BuildRow[]>;
+}
+
+export interface UploadRepo {
+  upsert(row: UploadRow): Promise<void>;
+  byFileId(orgId: string, fileId: string): Promise<UploadRow | undefined>;
+  /** The latest upload of `path` by the organization. */
+  byPath(orgId: string, path: string): Promise<UploadRow | undefined>;
 }

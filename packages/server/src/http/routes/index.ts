@@ -12,6 +12,12 @@ import { eventsRoutes } from './events.js';
 import { listTemplatesRoute } from './template-list.js';
 import { getTemplateRoute } from './template-get.js';
 import { accountLimitsRoute } from './account-limits.js';
+import { templateBuildRoute } from './template-build.js';
+import { templateBuildStatusRoute } from './template-build-status.js';
+import { templateBuildLogsRoute } from './template-build-logs.js';
+import { uploadLinkRoute } from './template-upload-link.js';
+import { uploadPutRoute } from './template-upload-put.js';
+import { deleteTemplateRoute } from './template-delete.js';
 
 export async function registerRoutes(app: FastifyInstance, s: Services): Promise<void> {
   for (const register of [
@@ -27,7 +33,12 @@ export async function registerRoutes(app: FastifyInstance, s: Services): Promise
     listTemplatesRoute,
     getTemplateRoute,
     accountLimitsRoute,
-    ...(s.extraRoutes ?? []),
+    templateBuildRoute,
+    templateBuildStatusRoute,
+    templateBuildLogsRoute,
+    uploadLinkRoute,
+    uploadPutRoute,
+    deleteTemplateRoute,
   ]) {
     await register(app, s);
   }

@@ -1,0 +1,54 @@
+import type { FastifyInstance } from 'fastify';
+import { Type, type Static } from '@sinclair/typebox';
+import type { Services } from '../../services/index.js';
+import { guard, principalOf } from '../auth.js';
+import { SandboxIdParams } from './params.js';
+
+const LogsQuery = Type.Object({
+  offset: Type.Optional(Type.Integer({ minimum: 0 })),
+  token: Type.Optional(Type.String()),
+});
+
+/** Build logs: JSON offset polling by default, SSE with `Accept: text/event-stream` (api-decisions.md §2). */
+export function templateBuildLogsRoute(app: FastifyInstance, s: Services): void {
+  const builds = s.builds;
+  if (!builds) return;
+  app.get<{ Params: SandboxIdParams; Querystring: Static<typeof LogsQuery> }>(
+    '/v1/templates/build/:id/logs',
+    { schema: { params: SandboxIdParams, querystring: LogsQuery }, preHandler: guard(s.keys, 'templates:read', { allowQueryToken: true }) },
+    async (req, reply) => {
+      const build = await builds.get(principalOf(req).orgId, req.params.id);
+      if (!String(req.headers.accept ?? '').includes('text/event-stream')) {
+        const { logs, offset } = await builds.logsSince(build, req.query.offset ?? 0);
+        const fresh = await builds.get(principalOf(req).orgId, build.id);
+        return { logs, offset, status: fresh.status, complete: fresh.status !== 'building' && logs === '', request_id: req.id };
+      }
+      reply.hijack();
+      const raw = reply.raw;
+      raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-request-id': String(req.id) });
+      const send = (event: string, data: unknown) => raw.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+      // Replay what is on disk, then follow live lines until the build ends.
+      const backlog = await builds.logsSince(build, req.query.offset ?? 0);
+      for (const line of backlog.logs.split('\n').filter(Boolean)) send('log', { level: /error|failed/i.test(line) ? 'ERROR' : 'INFO', message: line, timestamp: null });
+      const current = await builds.get(principalOf(req).orgId, build.id);
+      if (current.status !== 'building') {
+        send('done', { status: current.status });
+        raw.end();
+        return;
+      }
+      const offLine = builds.onLine(build.id, (e) => send('log', e));
+      const offDone = builds.onDone(build.id, (status) => {
+        send('done', { status });
+        cleanup();
+        raw.end();
+      });
+      const ping = setInterval(() => raw.write(': ping\n\n'), 15_000);
+      const cleanup = () => {
+        clearInterval(ping);
+        offLine();
+        offDone();
+      };
+      req.raw.on('close', cleanup);
+    },
+  );
+}

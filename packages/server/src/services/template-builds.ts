@@ -1,0 +1,314 @@
+import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import { appendFile, mkdir, open, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { ServiceError } from '@sandboxd/protocol';
+import type { BuildRow, Store, TemplateRow } from '../store/types.js';
+import { normalizeBuildRequest, type BuildRequest, type BuildStep } from './template-requests.js';
+import type { UploadService } from './uploads.js';
+
+/** A file a COPY step puts into the image: an uploaded blob, or a tarball to unpack. */
+export interface CopyInput {
+  hostPath: string;
+  kind: 'file' | 'tarball';
+  /** Destination name for a single file (basename of the uploaded path); tarballs unpack under dest. */
+  name: string;
+  /** Content hash, part of the step's cache key. */
+  sha256: string;
+}
+
+export interface BuildEngineInput {
+  buildId: string;
+  steps: BuildStep[];
+  resources: { vcpu: number; memoryMb: number; diskGb: number };
+  skipCache: boolean;
+  /** Resolved copy inputs, by step index. */
+  copies: Map<number, CopyInput[]>;
+}
+
+export interface BuildEngineHooks {
+  log(line: string): void;
+  progress(percent: number, currentStep: string): void;
+  signal: AbortSignal;
+}
+
+export interface BuildEngineResult {
+  /** Layer ids, top-most first (base image layers included). */
+  layerIds: string[];
+  env: Record<string, string>;
+  workdir: string | null;
+}
+
+/** Turns normalized steps into cached layers (implemented by builder/). */
+export interface BuildEngine {
+  run(input: BuildEngineInput, hooks: BuildEngineHooks): Promise<BuildEngineResult>;
+}
+
+export interface BuildLimits {
+  perHour: number;
+  perDay: number;
+}
+
+const BUILTIN_NAMES = new Set(['base', 'python', 'nodejs', 'go', 'code-interpreter']);
+
+function levelOf(line: string): 'ERROR' | 'WARN' | 'INFO' {
+  if (/\b(error|failed|fatal)\b|exit status|exit code [1-9]/i.test(line)) return 'ERROR';
+  if (/\bwarn(ing)?\b/i.test(line)) return 'WARN';
+  return 'INFO';
+}
+
+/**
+ * Custom template builds: validation, the per-organization build rate limit (counted from the
+ * builds table, so it survives restarts), background execution with logs in a file per build
+ * (offset polling and SSE read the same file), and the template row's status.
+ */
+export class TemplateBuildService {
+  private live = new EventEmitter();
+  private aborts = new Map<string, AbortController>();
+
+  constructor(
+    private store: Store,
+    private uploads: UploadService,
+    private engine: BuildEngine,
+    private logsDir: string,
+    private limits: BuildLimits,
+    private log: (msg: string, extra?: Record<string, unknown>) => void,
+  ) {
+    this.live.setMaxListeners(0);
+  }
+
+  logFile(buildId: string): string {
+    return join(this.logsDir, `${buildId}.log`);
+  }
+
+  /** Builds a previous process left running can never finish: mark them failed. */
+  async failInterrupted(): Promise<number> {
+    const list = await this.store.builds.unfinished();
+    for (const b of list) {
+      await this.finish(b, 'failed', 'the build was interrupted by a restart of the service; start it again');
+    }
+    return list.length;
+  }
+
+  private async checkRateLimit(orgId: string): Promise<void> {
+    const now = Date.now();
+    const hour = await this.store.builds.countSince(orgId, new Date(now - 3600_000).toISOString());
+    const day = await this.store.builds.countSince(orgId, new Date(now - 86_400_000).toISOString());
+    const over = hour >= this.limits.perHour ? { n: this.limits.perHour, per: 'hour', retry: 3600 } : day >= this.limits.perDay ? { n: this.limits.perDay, per: 'day', retry: 86_400 } : null;
+    if (over) {
+      // Retry when the oldest build of the window leaves it; a coarse but honest bound.
+      throw new ServiceError(
+        'RATE_LIMIT_EXCEEDED',
+        `template build limit reached: at most ${over.n} builds per ${over.per} per organization`,
+        { retry_after: over.retry },
+        { 'retry-after': String(over.retry) },
+      );
+    }
+  }
+
+  async start(orgId: string, body: unknown): Promise<{ build: BuildRow; template: TemplateRow }> {
+    const req: BuildRequest = normalizeBuildRequest(body);
+    if (BUILTIN_NAMES.has(req.alias)) {
+      throw new ServiceError('TEMPLATE_EXISTS', `alias "${req.alias}" is a built-in template; choose another alias`, { alias: req.alias });
+    }
+    const existing = await this.store.templates.byName(req.alias, orgId);
+    const own = existing && existing.orgId === orgId ? existing : undefined;
+    if (own && !req.update) {
+      throw new ServiceError('TEMPLATE_EXISTS', `a template with alias "${req.alias}" already exists in this organization (send update: true to rebuild it)`, {
+        alias: req.alias,
+      });
+    }
+    if (own && (await this.store.builds.latestForTemplate(own.id))?.status === 'building') {
+      throw new ServiceError('TEMPLATE_NOT_READY', `template "${req.alias}" is already building`);
+    }
+    // Every copy source must have been uploaded by this organization before the build starts.
+    const copies = new Map<number, { fileId?: string; path?: string; tarball?: string }[]>();
+    for (const [i, s] of req.steps.entries()) {
+      if (s.type !== 'copy') continue;
+      const refs = s.filesHash
+        ? [{ fileId: `t_${s.filesHash.replace(/^sha256:/, '')}` }]
+        : [...s.fileIds.map((fileId) => ({ fileId })), ...s.srcPaths.map((path) => ({ path }))];
+      for (const r of refs) await this.uploads.resolve(orgId, r);
+      copies.set(i, refs);
+    }
+    await this.checkRateLimit(orgId);
+
+    const now = new Date().toISOString();
+    const buildId = `tpl_${randomBytes(10).toString('hex')}`;
+    const template: TemplateRow = own ?? {
+      id: buildId,
+      orgId,
+      name: req.alias,
+      displayName: req.alias,
+      description: `Custom template built from ${(req.steps[0] as { image: string }).image}`,
+      category: 'custom',
+      language: 'custom',
+      vcpu: req.cpu,
+      memoryMb: req.memoryMb,
+      diskGb: req.diskGb,
+      status: 'building',
+      isPublic: false,
+      buildId,
+      features: ['code_execution', 'file_operations', 'commands'],
+      tags: ['custom'],
+      layers: [],
+      env: {},
+      workdir: null,
+      errorMessage: null,
+      createdAt: now,
+      updatedAt: now,
+    };
+    if (!own) await this.store.templates.upsert(template);
+    const build: BuildRow = {
+      id: buildId,
+      orgId,
+      templateId: template.id,
+      alias: req.alias,
+      status: 'building',
+      progress: 0,
+      currentStep: null,
+      request: req,
+      errorMessage: null,
+      createdAt: now,
+      startedAt: now,
+      completedAt: null,
+    };
+    await this.store.builds.insert(build);
+    await mkdir(this.logsDir, { recursive: true });
+    void this.execute(build, template, req, copies);
+    return { build, template };
+  }
+
+  private async append(buildId: string, line: string): Promise<void> {
+    const text = `${line.replace(/\r?\n$/, '')}\n`;
+    await appendFile(this.logFile(buildId), text);
+    this.live.emit(buildId, { level: levelOf(line), message: line, timestamp: new Date().toISOString() });
+  }
+
+  private async execute(build: BuildRow, template: TemplateRow, req: BuildRequest, refs: Map<number, { fileId?: string; path?: string }[]>) {
+    const abort = new AbortController();
+    this.aborts.set(build.id, abort);
+    let chain = Promise.resolve();
+    const log = (line: string) => {
+      chain = chain.then(() => this.append(build.id, line)).catch(() => {});
+    };
+    try {
+      const copies = new Map<number, CopyInput[]>();
+      for (const [i, list] of refs) {
+        const inputs: CopyInput[] = [];
+        for (const r of list) {
+          const u = await this.uploads.resolve(build.orgId, r);
+          inputs.push({ hostPath: u.blobPath, kind: u.kind, name: u.path.split('/').filter(Boolean).pop() ?? u.fileId, sha256: u.sha256 });
+        }
+        copies.set(i, inputs);
+      }
+      log(`build ${build.id}: template "${req.alias}", ${req.steps.length} steps, cpu ${req.cpu}, memory ${req.memoryMb} MB, disk ${req.diskGb} GB${req.skipCache ? ', skipCache' : ''}`);
+      const result = await this.engine.run(
+        { buildId: build.id, steps: req.steps, resources: { vcpu: req.cpu, memoryMb: req.memoryMb, diskGb: req.diskGb }, skipCache: req.skipCache, copies },
+        {
+          log,
+          progress: (percent, currentStep) => {
+            void this.store.builds.update(build.id, { progress: Math.max(0, Math.min(99, Math.round(percent))), currentStep });
+          },
+          signal: abort.signal,
+        },
+      );
+      const now = new Date().toISOString();
+      await this.store.templates.upsert({
+        ...template,
+        vcpu: req.cpu,
+        memoryMb: req.memoryMb,
+        diskGb: req.diskGb,
+        layers: result.layerIds,
+        env: result.env,
+        workdir: result.workdir,
+        status: 'active',
+        buildId: build.id,
+        errorMessage: null,
+        updatedAt: now,
+      });
+      log(`build ${build.id} succeeded: ${result.layerIds.length} layers`);
+      await chain;
+      await this.finish(build, 'active', null);
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      log(`ERROR: build failed: ${message}`);
+      await chain;
+      const current = await this.store.templates.byId(template.id);
+      if (current && current.status === 'building') {
+        await this.store.templates.upsert({ ...current, status: 'failed', errorMessage: message, updatedAt: new Date().toISOString() });
+      }
+      await this.finish(build, 'failed', message);
+      this.log('template build failed', { build: build.id, error: message });
+    } finally {
+      this.aborts.delete(build.id);
+    }
+  }
+
+  private async finish(build: BuildRow, status: 'active' | 'failed', error: string | null): Promise<void> {
+    await this.store.builds.update(build.id, { status, progress: status === 'active' ? 100 : build.progress, errorMessage: error, completedAt: new Date().toISOString() });
+    this.live.emit(`${build.id}:done`, status);
+  }
+
+  /** By build id, or by template id (its latest build). Another organization's → 403. */
+  async get(orgId: string, id: string): Promise<BuildRow> {
+    const b = (await this.store.builds.byId(id)) ?? (await this.store.builds.latestForTemplate(id));
+    if (!b) throw new ServiceError('BUILD_NOT_FOUND', `no build with id ${id}`);
+    if (b.orgId !== orgId) throw new ServiceError('PERMISSION_DENIED');
+    return b;
+  }
+
+  renderStatus(b: BuildRow): Record<string, unknown> {
+    const done = b.completedAt ? Date.parse(b.completedAt) : Date.now();
+    return {
+      build_id: b.id,
+      template_id: b.templateId,
+      status: b.status,
+      progress: b.status === 'active' ? 100 : b.progress,
+      current_step: b.currentStep,
+      started_at: b.startedAt,
+      completed_at: b.completedAt,
+      error_message: b.errorMessage,
+      build_duration_ms: b.startedAt ? done - Date.parse(b.startedAt) : null,
+    };
+  }
+
+  /** Log text from byte `offset` on, and the offset to ask for next. */
+  async logsSince(b: BuildRow, offset: number): Promise<{ logs: string; offset: number }> {
+    const file = this.logFile(b.id);
+    const size = (await stat(file).catch(() => undefined))?.size ?? 0;
+    if (offset >= size) return { logs: '', offset: size };
+    const fh = await open(file, 'r');
+    try {
+      const len = Math.min(size - offset, 4 * 1024 * 1024);
+      const buf = Buffer.alloc(len);
+      await fh.read(buf, 0, len, offset);
+      // Never split a line (or a UTF-8 character): stop after the last newline.
+      const end = buf.lastIndexOf(0x0a);
+      const used = end === -1 ? len : end + 1;
+      return { logs: buf.subarray(0, used).toString('utf8'), offset: offset + used };
+    } finally {
+      await fh.close();
+    }
+  }
+
+  onLine(buildId: string, fn: (e: { level: string; message: string; timestamp: string }) => void): () => void {
+    this.live.on(buildId, fn);
+    return () => this.live.off(buildId, fn);
+  }
+
+  onDone(buildId: string, fn: (status: string) => void): () => void {
+    this.live.on(`${buildId}:done`, fn);
+    return () => this.live.off(`${buildId}:done`, fn);
+  }
+
+  /** Deletes an organization's template: built-ins 403, in use by a live sandbox 409. */
+  async deleteTemplate(orgId: string, template: TemplateRow): Promise<void> {
+    if (template.orgId === null) throw new ServiceError('PERMISSION_DENIED', `"${template.name}" is a built-in template and cannot be deleted`);
+    if (template.orgId !== orgId) throw new ServiceError('PERMISSION_DENIED');
+    const users = await this.store.sandboxes.countByTemplate(template.id);
+    if (users > 0) throw new ServiceError('TEMPLATE_IN_USE', `template "${template.name}" is used by ${users} sandbox(es); delete them first`, { id: template.id });
+    this.aborts.get(template.buildId ?? '')?.abort();
+    await this.store.templates.remove(template.id);
+  }
+}

@@ -18,12 +18,20 @@ function main(): void {
     requestsByPath: new Map(),
   };
   const server = createAgentServer(state, [...healthRoutes(state)]);
-  mkdirSync(dirname(socketPath), { recursive: true });
-  rmSync(socketPath, { force: true });
-  server.listen(socketPath, () => {
-    // The host side connects as root of the host, which maps to nobody here; let it in.
-    chmodSync(socketPath, 0o666);
-  });
+  // The runtime creates the listening socket on the host (at a path the sandbox never sees) and
+  // passes it as this fd; the variable is removed so that processes started here do not see it.
+  const listenFd = process.env.SANDBOXD_AGENT_LISTEN_FD;
+  delete process.env.SANDBOXD_AGENT_LISTEN_FD;
+  if (listenFd !== undefined && /^\d+$/.test(listenFd)) {
+    server.listen({ fd: Number(listenFd) });
+  } else {
+    mkdirSync(dirname(socketPath), { recursive: true });
+    rmSync(socketPath, { force: true });
+    server.listen(socketPath, () => {
+      // The host side connects as root of the host, which maps to nobody here; let it in.
+      chmodSync(socketPath, 0o666);
+    });
+  }
   const shutdown = () => server.close(() => process.exit(0));
   process.on('SIGTERM', shutdown);
   process.on('SIGINT', shutdown);

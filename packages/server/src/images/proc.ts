@@ -1,9 +1,14 @@
 import { spawn } from 'node:child_process';
+import type { Writable } from 'node:stream';
 import { readFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 
 export interface RunOptions {
-  stdin?: string;
+  /**
+   * Text, or a feeder that writes the child's stdin and resolves when done (it must tolerate the
+   * child closing stdin early). A feeder that throws kills the child and fails the run.
+   */
+  stdin?: string | ((stdin: Writable) => Promise<void>);
   /** Receives every non-empty output line (stdout and stderr), carriage-return progress split too. */
   onLine?: (line: string) => void;
   signal?: AbortSignal;
@@ -19,41 +24,56 @@ export function runTool(cmd: string, args: string[], opts: RunOptions = {}): Pro
     if (opts.signal?.aborted) return reject(abortError(opts.signal));
     const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
     const tail: string[] = [];
-    const feed = (() => {
-      let buf = '';
-      return (chunk: Buffer | null) => {
-        buf += chunk === null ? '\n' : chunk.toString('utf8');
-        const parts = buf.split(/\r\n|\r|\n/);
-        buf = parts.pop() ?? '';
-        for (const p of parts) {
-          const line = p.trimEnd();
-          if (!line) continue;
-          tail.push(line);
-          if (tail.length > 20) tail.shift();
-          opts.onLine?.(line);
-        }
-      };
-    })();
-    const feedOut = feed;
-    child.stdout.on('data', feedOut);
-    child.stderr.on('data', feedOut);
-    const onAbort = () => {
-      try { process.kill(-child.pid!, 'SIGKILL'); } catch { /* already gone */ }
+    let buf = '';
+    const onData = (chunk: Buffer | null) => {
+      buf += chunk === null ? '\n' : chunk.toString('utf8');
+      const parts = buf.split(/\r\n|\r|\n/);
+      buf = parts.pop() ?? '';
+      for (const p of parts) {
+        const line = p.trimEnd();
+        if (!line) continue;
+        tail.push(line);
+        if (tail.length > 20) tail.shift();
+        opts.onLine?.(line);
+      }
     };
-    opts.signal?.addEventListener('abort', onAbort, { once: true });
+    child.stdout.on('data', onData);
+    child.stderr.on('data', onData);
+    const kill = () => {
+      try {
+        process.kill(-child.pid!, 'SIGKILL');
+      } catch {
+        /* already gone */
+      }
+    };
+    opts.signal?.addEventListener('abort', kill, { once: true });
+    child.stdin.on('error', () => {
+      /* the tool may exit before reading all of stdin */
+    });
+    let feedError: Error | undefined;
+    let feeding: Promise<void> = Promise.resolve();
+    if (typeof opts.stdin === 'function') {
+      feeding = opts.stdin(child.stdin).catch((err: unknown) => {
+        feedError = err instanceof Error ? err : new Error(String(err));
+        kill();
+      });
+    } else {
+      child.stdin.end(opts.stdin ?? '');
+    }
     child.on('error', (err) => {
-      opts.signal?.removeEventListener('abort', onAbort);
+      opts.signal?.removeEventListener('abort', kill);
       reject(err);
     });
     child.on('close', (code, sig) => {
-      opts.signal?.removeEventListener('abort', onAbort);
-      feedOut(null);
-      if (opts.signal?.aborted) return reject(abortError(opts.signal));
-      if (code === 0) return resolvePromise();
-      reject(new Error(`${cmd} failed (${sig ?? `exit ${code}`}): ${tail.slice(-8).join(' | ')}`));
+      opts.signal?.removeEventListener('abort', kill);
+      onData(null);
+      void feeding.then(() => {
+        if (opts.signal?.aborted) return reject(abortError(opts.signal));
+        if (feedError) return reject(feedError);
+        if (code === 0) return resolvePromise();
+        reject(new Error(`${cmd} failed (${sig ?? `exit ${code}`}): ${tail.slice(-8).join(' | ')}`));
+      });
     });
-    child.stdin.on('error', () => { /* the tool may exit before reading stdin */ });
-    child.stdin.end(opts.stdin ?? '');
   });
 }
 

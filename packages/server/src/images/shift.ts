@@ -21,9 +21,10 @@ const S_IFREG = 0o100000;
  * chown clears setuid/setgid on executables, so those bits are put back. It also drops
  * `security.capability` xattrs; Node has no xattr API, and v2 file capabilities are ignored inside a
  * user namespace anyway, so they are not restored (root inside the sandbox holds the capabilities).
- * Hard-linked inodes are shifted once.
+ * Hard-linked inodes are shifted once. With `idLimit`, an original uid/gid at or above it throws
+ * (an image whose ids do not fit the sandbox's id range cannot be mapped faithfully).
  */
-export function shiftOwnership(dir: string, offset: number): ShiftResult {
+export function shiftOwnership(dir: string, offset: number, opts: { idLimit?: number } = {}): ShiftResult {
   const root = lstatSync(dir);
   const seen = new Set<number>();
   const result: ShiftResult = { entries: 0, bytes: 0 };
@@ -35,6 +36,9 @@ export function shiftOwnership(dir: string, offset: number): ShiftResult {
     if (st.nlink > 1 && type !== S_IFDIR) {
       if (seen.has(st.ino)) return;
       seen.add(st.ino);
+    }
+    if (opts.idLimit !== undefined && (st.uid >= opts.idLimit || st.gid >= opts.idLimit)) {
+      throw new Error(`shiftOwnership: ${path} is owned by ${st.uid}:${st.gid}, outside 0-${opts.idLimit - 1}`);
     }
     const uid = st.uid + offset;
     const gid = st.gid + offset;

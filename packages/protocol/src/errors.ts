@@ -11,6 +11,7 @@ export const ERROR_CODES = {
   INVALID_PATH: { status: 400 },
   NOT_A_FILE: { status: 400 },
   NOT_A_DIRECTORY: { status: 400 },
+  BINARY_FILE: { status: 400 },
   AUTHENTICATION_ERROR: { status: 401, title: 'Unauthorized' },
   TOKEN_EXPIRED: { status: 401, title: 'Unauthorized' },
   PERMISSION_DENIED: { status: 403, title: 'Forbidden' },

@@ -2,3 +2,4 @@ export * from './errors.js';
 export * from './lifecycle.js';
 export * from './agent.js';
 export * from './languages.js';
+export * from './agent-routes.js';

@@ -5,6 +5,7 @@ import { ServiceError } from '@sandboxd/protocol';
 import { errorHandler } from './errors.js';
 import type { Services } from '../services/index.js';
 import { registerRoutes } from './routes/index.js';
+import { buildOpenApi, collectRoutes, renderDocsPage } from './openapi.js';
 
 const JSON_BODY_LIMIT = 10 * 1024 * 1024;
 
@@ -52,6 +53,11 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     errorHandler(new ServiceError('ROUTE_NOT_FOUND', `no route for ${req.method} ${req.url.split('?')[0]}`), req, reply);
   });
 
+  const routes = collectRoutes(app);
   await registerRoutes(app, opts.services);
+  let doc: Record<string, unknown> | undefined;
+  const openapi = () => (doc ??= buildOpenApi(routes, opts.services.config.version));
+  app.get('/openapi.json', async () => openapi());
+  app.get('/docs', async (_req, reply) => reply.type('text/html; charset=utf-8').send(renderDocsPage(openapi())));
   return app;
 }

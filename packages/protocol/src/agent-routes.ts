@@ -1,0 +1,75 @@
+import { Type, type TSchema } from '@sinclair/typebox';
+
+/** Request schemas of the agent API, shared by the OpenAPI document and the agent's validation. */
+export const Env = Type.Record(Type.String(), Type.String());
+
+export const ExecuteBody = Type.Object({
+  code: Type.String({ description: 'code to run' }),
+  language: Type.Optional(Type.String({ description: 'python (default), javascript, bash, go, or an alias' })),
+  timeout: Type.Optional(Type.Number({ minimum: 0, description: 'seconds, default 60' })),
+  working_dir: Type.Optional(Type.String()),
+  workdir: Type.Optional(Type.String()),
+  env: Type.Optional(Env),
+  cache: Type.Optional(Type.Boolean({ description: 'serve and store the result in the execution cache' })),
+});
+
+export const CommandBody = Type.Object({
+  command: Type.String(),
+  args: Type.Optional(Type.Array(Type.String())),
+  timeout: Type.Optional(Type.Number({ minimum: 0 })),
+  working_dir: Type.Optional(Type.String()),
+  workdir: Type.Optional(Type.String()),
+  env: Type.Optional(Env),
+});
+
+export const PathQuery = Type.Object({ path: Type.String() });
+export const FileWriteBody = Type.Object({
+  path: Type.String(),
+  content: Type.String(),
+  encoding: Type.Optional(Type.Union([Type.Literal('utf8'), Type.Literal('utf-8'), Type.Literal('base64')])),
+  mode: Type.Optional(Type.String({ pattern: '^0?[0-7]{3,4}$' })),
+  overwrite: Type.Optional(Type.Boolean()),
+});
+export const MkdirBody = Type.Object({ path: Type.String() });
+export const EnvBody = Type.Object({ env_vars: Env, merge: Type.Optional(Type.Boolean()) });
+
+export interface AgentRouteDoc {
+  method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+  path: string;
+  summary: string;
+  body?: TSchema;
+  query?: TSchema;
+  websocket?: boolean;
+  contentType?: string;
+}
+
+/** Every route of the agent interface (served at a sandbox's public_host). */
+export const AGENT_ROUTES: AgentRouteDoc[] = [
+  { method: 'GET', path: '/health', summary: 'agent health' },
+  { method: 'GET', path: '/info', summary: 'agent and sandbox identity' },
+  { method: 'POST', path: '/execute', summary: 'run code and wait for the result', body: ExecuteBody },
+  { method: 'POST', path: '/execute/rich', summary: 'run code; also list rich outputs (figures)', body: ExecuteBody },
+  { method: 'POST', path: '/execute/background', summary: 'run code in the background', body: ExecuteBody },
+  { method: 'GET', path: '/execute/processes', summary: 'running and recently finished executions' },
+  { method: 'POST', path: '/execute/kill/{process_id}', summary: 'kill an execution and its process group' },
+  { method: 'DELETE', path: '/execute/kill', summary: 'kill an execution (query process_id)', query: Type.Object({ process_id: Type.String() }) },
+  { method: 'GET', path: '/execute/stream', summary: 'WebSocket: run code, stream stdout/stderr frames', websocket: true },
+  { method: 'POST', path: '/commands/run', summary: 'run a command', body: CommandBody },
+  { method: 'POST', path: '/commands/background', summary: 'run a command in the background', body: CommandBody },
+  { method: 'GET', path: '/files/read', summary: 'read a text file as JSON', query: PathQuery },
+  { method: 'POST', path: '/files/write', summary: 'write a file (text or base64)', body: FileWriteBody },
+  { method: 'GET', path: '/files/list', summary: 'list a directory', query: PathQuery },
+  { method: 'POST', path: '/files/upload', summary: 'multipart upload (parts: file, path), streamed', contentType: 'multipart/form-data' },
+  { method: 'GET', path: '/files/download', summary: 'download a file (streamed bytes)', query: PathQuery },
+  { method: 'GET', path: '/files/exists', summary: 'whether a path exists', query: PathQuery },
+  { method: 'DELETE', path: '/files/remove', summary: 'remove a file or directory (recursive)', query: PathQuery },
+  { method: 'POST', path: '/files/mkdir', summary: 'create a directory with its parents', body: MkdirBody },
+  { method: 'GET', path: '/env', summary: 'the sandbox environment set' },
+  { method: 'PUT', path: '/env', summary: 'replace the environment set', body: EnvBody },
+  { method: 'PATCH', path: '/env', summary: 'merge into the environment set', body: EnvBody },
+  { method: 'DELETE', path: '/env/{key}', summary: 'remove one variable' },
+  { method: 'GET', path: '/metrics/snapshot', summary: 'request counters and the sandbox cpu, memory, disk' },
+  { method: 'GET', path: '/cache/stats', summary: 'execution/compile cache statistics' },
+  { method: 'POST', path: '/cache/clear', summary: 'empty the cache' },
+  { method: 'GET', path: '/terminal', summary: 'WebSocket: interactive PTY', websocket: true },
+];

@@ -1,0 +1,127 @@
+import type { FastifyInstance, RouteOptions } from 'fastify';
+import { AGENT_ROUTES, ERROR_CODES } from '@sandboxd/protocol';
+
+interface CollectedRoute {
+  method: string;
+  url: string;
+  schema?: RouteOptions['schema'];
+}
+
+/** Records every route as it is registered, with the schemas that validate it. */
+export function collectRoutes(app: FastifyInstance): CollectedRoute[] {
+  const routes: CollectedRoute[] = [];
+  app.addHook('onRoute', (r) => {
+    const methods = Array.isArray(r.method) ? r.method : [r.method];
+    for (const m of methods) if (m !== 'HEAD') routes.push({ method: m, url: r.url, schema: r.schema });
+  });
+  return routes;
+}
+
+const plain = (schema: unknown) => JSON.parse(JSON.stringify(schema ?? {}));
+
+function parameters(url: string, schema: RouteOptions['schema']): unknown[] {
+  const out: unknown[] = [];
+  for (const m of url.matchAll(/:([A-Za-z_]+)|\{([A-Za-z_]+)\}/g)) {
+    out.push({ name: m[1] ?? m[2], in: 'path', required: true, schema: { type: 'string' } });
+  }
+  const q = plain(schema?.querystring) as { properties?: Record<string, unknown>; required?: string[] };
+  for (const [name, s] of Object.entries(q.properties ?? {})) out.push({ name, in: 'query', required: q.required?.includes(name) ?? false, schema: s });
+  return out;
+}
+
+const ERROR_RESPONSE = {
+  description: 'error (flat body: error, message, code, request_id)',
+  content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+};
+
+/** OpenAPI 3.1 for the lifecycle API (from the registered routes) and the agent API (from protocol). */
+export function buildOpenApi(routes: CollectedRoute[], version: string): Record<string, unknown> {
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const r of routes) {
+    if (r.url === '/openapi.json' || r.url === '/docs' || r.url.includes('*')) continue;
+    const path = r.url.replace(/:([A-Za-z_]+)/g, '{$1}');
+    const op: Record<string, unknown> = {
+      operationId: `${r.method.toLowerCase()}${path.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ? c.toUpperCase() : ''))}`,
+      tags: [path.startsWith('/v1/templates') ? 'templates' : path.startsWith('/v1') ? 'sandboxes' : 'service'],
+      parameters: parameters(r.url, r.schema),
+      responses: {
+        '200': { description: 'success', content: { 'application/json': { schema: plain(r.schema?.response && (r.schema.response as Record<string, unknown>)['200']) } } },
+        default: ERROR_RESPONSE,
+      },
+    };
+    if (r.url === '/health' || r.url.startsWith('/v1/templates/files/upload/')) op.security = [];
+    if (r.schema?.body) op.requestBody = { required: true, content: { 'application/json': { schema: plain(r.schema.body) } } };
+    else if (['POST', 'PUT', 'PATCH'].includes(r.method)) op.requestBody = { required: false, content: { 'application/json': { schema: { type: 'object' } } } };
+    (paths[path] ??= {})[r.method.toLowerCase()] = op;
+  }
+  for (const a of AGENT_ROUTES) {
+    const path = `/agent${a.path}`;
+    const op: Record<string, unknown> = {
+      operationId: `agent${a.method[0]}${a.method.slice(1).toLowerCase()}${a.path.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ? c.toUpperCase() : ''))}`,
+      tags: ['agent'],
+      summary: a.summary,
+      description: `Served at the sandbox's public_host as ${a.path}${a.websocket ? ' (WebSocket upgrade)' : ''}.`,
+      security: [{ sandboxToken: [] }],
+      servers: [{ url: '{public_host}', variables: { public_host: { default: 'http://127.0.0.1:40000' } } }],
+      parameters: parameters(a.path, a.query ? { querystring: a.query } : undefined),
+      responses: { '200': { description: 'success' }, default: ERROR_RESPONSE },
+    };
+    if (a.body) op.requestBody = { required: true, content: { 'application/json': { schema: plain(a.body) } } };
+    if (a.contentType) op.requestBody = { required: true, content: { [a.contentType]: { schema: { type: 'object' } } } };
+    (paths[path] ??= {})[a.method.toLowerCase()] = op;
+  }
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'sandboxd API',
+      version,
+      description: 'Lifecycle API (under /v1) and the per-sandbox agent API (paths under /agent here; served at each sandbox public_host root).',
+    },
+    servers: [{ url: '/' }],
+    security: [{ apiKey: [] }, { bearerKey: [] }],
+    tags: [{ name: 'sandboxes' }, { name: 'templates' }, { name: 'service' }, { name: 'agent' }],
+    paths,
+    components: {
+      securitySchemes: {
+        apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key' },
+        bearerKey: { type: 'http', scheme: 'bearer', description: 'the API key as a bearer token' },
+        sandboxToken: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'the sandbox auth_token' },
+      },
+      schemas: {
+        Error: {
+          type: 'object',
+          required: ['error', 'message', 'code'],
+          properties: {
+            error: { type: 'string' },
+            message: { type: 'string' },
+            code: { type: 'string', enum: Object.keys(ERROR_CODES) },
+            request_id: { type: 'string' },
+            retry_after: { type: 'integer' },
+          },
+        },
+      },
+    },
+  };
+}
+
+const esc = (s: string) => s.replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c]!);
+
+/** A self-contained, browsable reference page (no external assets: works offline). */
+export function renderDocsPage(doc: Record<string, any>): string {
+  const sections = Object.entries(doc.paths as Record<string, Record<string, any>>)
+    .map(([path, ops]) =>
+      Object.entries(ops)
+        .map(([method, op]) => {
+          const params = (op.parameters ?? []).map((p: any) => `<li><code>${esc(p.name)}</code> (${p.in}${p.required ? ', required' : ''})</li>`).join('');
+          const body = op.requestBody?.content ? `<details><summary>request body</summary><pre>${esc(JSON.stringify(Object.values(op.requestBody.content)[0], null, 2))}</pre></details>` : '';
+          return `<section id="${esc(op.operationId)}"><h3><span class="m ${method}">${method.toUpperCase()}</span> <code>${esc(path)}</code></h3>${op.summary ? `<p>${esc(op.summary)}</p>` : ''}${params ? `<ul>${params}</ul>` : ''}${body}</section>`;
+        })
+        .join(''),
+    )
+    .join('');
+  return `<!doctype html><html><head><meta charset="utf-8"><title>${esc(doc.info.title)} reference</title>
+<style>body{font:15px system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}section{border-top:1px solid #ddd;padding:.4rem 0}
+.m{display:inline-block;min-width:4.5rem;font-size:.8rem;color:#fff;border-radius:3px;padding:1px 6px;text-align:center}.get{background:#2a7}.post{background:#27c}.put,.patch{background:#c82}.delete{background:#c33}
+pre{background:#f6f6f6;padding:.5rem;overflow:auto}</style></head><body><h1>${esc(doc.info.title)} ${esc(doc.info.version)}</h1>
+<p>${esc(doc.info.description)} Machine-readable: <a href="/openapi.json">/openapi.json</a> (OpenAPI 3.1).</p>${sections}</body></html>`;
+}

@@ -1,0 +1,112 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { SandboxRow, Store } from './types.js';
+
+/** One suite every Store implementation must pass (SQLite today; PostgreSQL later). */
+export function storeConformance(name: string, open: () => Promise<Store>): void {
+  const sandbox = (id: string, over: Partial<SandboxRow> = {}): SandboxRow => ({
+    id,
+    orgId: 'org_a',
+    templateId: 'tpl_1',
+    templateName: 'base',
+    status: 'running',
+    region: 'local',
+    internetAccess: true,
+    timeoutSeconds: null,
+    expiresAt: null,
+    vcpu: 1,
+    memoryMb: 512,
+    diskGb: 2,
+    layers: ['l1'],
+    templateEnv: { A: '1' },
+    envVars: { B: '2' },
+    gatewayPort: null,
+    nodeId: 'n1',
+    version: 0,
+    deletedReason: null,
+    createdAt: new Date().toISOString(),
+    updatedAt: new Date().toISOString(),
+    deletedAt: null,
+    ...over,
+  });
+
+  test(`${name}: sandboxes round-trip every field`, async () => {
+    const s = await open();
+    const row = sandbox('sb1', { gatewayPort: 40001, timeoutSeconds: 30, expiresAt: '2030-01-01T00:00:00.000Z', internetAccess: false });
+    await s.sandboxes.insert(row);
+    assert.deepEqual(await s.sandboxes.byId('sb1'), row);
+    s.close();
+  });
+
+  test(`${name}: updates are compare-and-set on version`, async () => {
+    const s = await open();
+    await s.sandboxes.insert(sandbox('sb1'));
+    const v1 = await s.sandboxes.update('sb1', 0, { status: 'paused' });
+    assert.equal(v1?.status, 'paused');
+    assert.equal(v1?.version, 1);
+    assert.equal(await s.sandboxes.update('sb1', 0, { status: 'stopped' }), undefined, 'stale version loses');
+    assert.equal((await s.sandboxes.byId('sb1'))?.status, 'paused');
+    s.close();
+  });
+
+  test(`${name}: list pages newest first with a stable cursor, per organization`, async () => {
+    const s = await open();
+    for (let i = 0; i < 5; i++) await s.sandboxes.insert(sandbox(`sb${i}`, { createdAt: `2026-01-01T00:00:0${i}.000Z` }));
+    await s.sandboxes.insert(sandbox('other', { orgId: 'org_b' }));
+    await s.sandboxes.insert(sandbox('gone', { status: 'deleted' }));
+    const p1 = await s.sandboxes.list({ orgId: 'org_a', limit: 2 });
+    assert.deepEqual(p1.map((r) => r.id), ['sb4', 'sb3']);
+    const p2 = await s.sandboxes.list({ orgId: 'org_a', limit: 10, after: { createdAt: p1[1]!.createdAt, id: p1[1]!.id } });
+    assert.deepEqual(p2.map((r) => r.id), ['sb2', 'sb1', 'sb0']);
+    assert.equal((await s.sandboxes.list({ orgId: 'org_a', limit: 10, status: 'deleted' })).length, 1);
+    assert.equal(await s.sandboxes.countLive('org_a'), 5);
+    s.close();
+  });
+
+  test(`${name}: deadlines, tombstones and gateway ports`, async () => {
+    const s = await open();
+    await s.sandboxes.insert(sandbox('due', { expiresAt: '2020-01-01T00:00:00.000Z', gatewayPort: 40010 }));
+    await s.sandboxes.insert(sandbox('later', { expiresAt: '2999-01-01T00:00:00.000Z', gatewayPort: 40011 }));
+    await s.sandboxes.insert(sandbox('old', { status: 'deleted', deletedAt: '2020-01-01T00:00:00.000Z', gatewayPort: 40012 }));
+    assert.deepEqual((await s.sandboxes.expired(new Date().toISOString())).map((r) => r.id), ['due']);
+    assert.deepEqual([...(await s.sandboxes.usedGatewayPorts())].sort(), [40010, 40011]);
+    assert.equal(await s.sandboxes.purgeDeleted(new Date().toISOString()), 1);
+    assert.equal(await s.sandboxes.byId('old'), undefined);
+    s.close();
+  });
+
+  test(`${name}: keys by hash, revocation; templates visible per organization`, async () => {
+    const s = await open();
+    const org = await s.orgs.create('acme');
+    await s.keys.insert({ id: 'k1', orgId: org.id, name: 'n', hash: 'h1', scopes: ['admin'], createdAt: 'x', revokedAt: null, lastUsedAt: null });
+    assert.equal((await s.keys.byHash('h1'))?.id, 'k1');
+    assert.equal(await s.keys.revoke('k1', 'now'), true);
+    assert.equal(await s.keys.revoke('k1', 'again'), false);
+    assert.equal((await s.keys.byHash('h1'))?.revokedAt, 'now');
+    const t = {
+      id: 't1', orgId: null, name: 'base', displayName: 'B', description: '', category: 'c', language: 'l', vcpu: 1, memoryMb: 1, diskGb: 1,
+      status: 'active' as const, isPublic: true, buildId: null, features: [], tags: [], layers: ['x'], env: {}, workdir: null, errorMessage: null,
+      createdAt: 'a', updatedAt: 'a',
+    };
+    await s.templates.upsert(t);
+    await s.templates.upsert({ ...t, id: 't2', orgId: org.id, isPublic: false });
+    await s.templates.upsert({ ...t, id: 't3', orgId: 'org_other', name: 'theirs', isPublic: false });
+    assert.equal((await s.templates.byName('base', org.id))?.id, 't2', "an organization's own template shadows a built-in");
+    assert.equal((await s.templates.byName('base', 'org_x'))?.id, 't1');
+    assert.equal(await s.templates.byName('theirs', org.id), undefined);
+    assert.deepEqual((await s.templates.list(org.id)).map((x) => x.id).sort(), ['t1', 't2']);
+    s.close();
+  });
+
+  test(`${name}: builds count per organization and survive as rows`, async () => {
+    const s = await open();
+    const b = { id: 'b1', orgId: 'o', templateId: 't', alias: 'a', status: 'building' as const, progress: 0, currentStep: null, request: { x: 1 }, errorMessage: null, createdAt: new Date().toISOString(), startedAt: null, completedAt: null };
+    await s.builds.insert(b);
+    await s.builds.update('b1', { progress: 50, currentStep: 'run' });
+    assert.equal((await s.builds.byId('b1'))?.progress, 50);
+    assert.equal(await s.builds.countSince('o', new Date(Date.now() - 60_000).toISOString()), 1);
+    assert.deepEqual((await s.builds.unfinished()).map((x) => x.id), ['b1']);
+    assert.deepEqual((await s.builds.byId('b1'))?.request, { x: 1 });
+    s.close();
+  });
+}

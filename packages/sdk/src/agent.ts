@@ -13,15 +13,15 @@ export class AgentClient {
     private readonly api: ApiClient,
     readonly tokens: TokenManager,
     private readonly publicHost: () => string,
+    /** Makes sure `publicHost()` is known (a handle made from an id fetches the sandbox first). */
+    readonly prepare: () => Promise<void> = async () => {},
   ) {
-    const self = this;
     this.http = new HttpClient({
-      get baseUrl() {
-        return self.baseUrl;
-      },
+      baseUrl: () => this.baseUrl,
       fetch: api.config.fetch,
       maxRetries: api.config.maxRetries,
       requestTimeoutMs: api.config.requestTimeoutMs,
+      prepare: () => this.prepare(),
       auth: async () => ({ authorization: `Bearer ${await tokens.get()}` }),
       onUnauthorized: async () => {
         tokens.invalidate();

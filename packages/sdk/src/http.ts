@@ -30,12 +30,15 @@ export interface RequestSpec {
 }
 
 export interface HttpClientOptions {
-  baseUrl: string;
+  /** A function when the address can change (a sandbox's agent after a restart). */
+  baseUrl: string | (() => string);
   fetch: typeof fetch;
   maxRetries: number;
   requestTimeoutMs: number;
   /** Auth headers for each attempt. */
   auth?: () => Promise<Record<string, string>> | Record<string, string>;
+  /** Runs before each request (e.g. to learn the sandbox's address first). */
+  prepare?: () => Promise<void>;
   /** Called once on a 401; when it resolves, the request is sent again with fresh auth (agent token refresh). */
   onUnauthorized?: () => Promise<void>;
 }
@@ -115,12 +118,14 @@ export class HttpClient {
   constructor(readonly options: HttpClientOptions) {}
 
   get baseUrl(): string {
-    return this.options.baseUrl;
+    const b = this.options.baseUrl;
+    return typeof b === 'function' ? b() : b;
   }
 
   /** Sends the request and returns the response once it is 2xx; any other status throws its typed error. */
   async send(spec: RequestSpec, mode: 'buffer' | 'stream' = 'buffer'): Promise<Sent> {
-    const url = buildUrl(this.options.baseUrl, spec.path, spec.query);
+    await this.options.prepare?.();
+    const url = buildUrl(this.baseUrl, spec.path, spec.query);
     const what = spec.what ?? `${spec.method} ${new URL(url).pathname}`;
     const replayable = spec.body === undefined || typeof spec.body === 'function';
     const s = scope(spec.signal, spec.timeoutMs ?? this.options.requestTimeoutMs);

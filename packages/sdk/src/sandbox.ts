@@ -101,7 +101,14 @@ export class Sandbox {
     this.info = info;
     this.tokens = new TokenManager(() => this.fetchToken());
     if (token) this.tokens.set(token.token, token.expiresAt);
-    this.agent = new AgentClient(client, this.tokens, () => this.info.publicHost);
+    this.agent = new AgentClient(
+      client,
+      this.tokens,
+      () => this.info.publicHost,
+      async () => {
+        if (!this.info.publicHost) await this.getInfo();
+      },
+    );
     this.files = new Files(this.agent);
     this.commands = new Commands(this.agent);
     this.processes = new Processes(this.agent);
@@ -136,6 +143,14 @@ export class Sandbox {
     const client = clientOf(options);
     const info = await Sandbox.fetchInfo(client, id, options);
     return new Sandbox(client, info);
+  }
+
+  /**
+   * A handle on a sandbox by id without fetching it: lifecycle actions work at once; `info` is empty
+   * until `getInfo()`, which agent calls run first by themselves.
+   */
+  static fromId(id: string, options: SandboxOptions = {}): Sandbox {
+    return new Sandbox(clientOf(options), toSandboxInfo({ id }));
   }
 
   /** All sandboxes of the organization, newest first, fetched a page at a time as you iterate. */

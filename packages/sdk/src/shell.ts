@@ -1,6 +1,6 @@
 /** Quotes one argument for a POSIX shell. */
 export function shellQuote(arg: string): string {
-  if (arg !== '' && /^[A-Za-z0-9_\/.,:=@%+-]+$/.test(arg)) return arg;
+  if (arg !== '' && /^[A-Za-z0-9_/.,:=@%+-]+$/.test(arg)) return arg;
   return `'${arg.replace(/'/g, `'\\''`)}'`;
 }
 

@@ -6,6 +6,7 @@ import type { ExecutionResult } from './types.js';
 
 /** Opens an agent WebSocket; an upgrade refused with 401 refreshes the token and tries once more. */
 export async function openAgentSocket(agent: AgentClient, path: string, signal: AbortSignal): Promise<WebSocket> {
+  await agent.prepare();
   for (let attempt = 0; ; attempt++) {
     try {
       return await connectOnce(agent.wsUrl(path), await agent.authHeaders(), signal);

@@ -1,0 +1,97 @@
+import { readFile } from 'node:fs/promises';
+import { Sandbox, shellJoin, type CommandResult } from '@sandboxd/sdk';
+import { exitStatusFor, languageFromFile, parseDuration, parseKeyValues, UsageError } from '../args.js';
+import type { Command, Context, OptionSpec } from '../command.js';
+import { json } from '../output.js';
+
+const runOptions: Record<string, OptionSpec> = {
+  timeout: { type: 'string', value: 'DURATION', help: 'stop it after this long (default 60s)' },
+  env: { type: 'string', short: 'e', multiple: true, value: 'K=V', help: 'environment variable for this run (repeatable)' },
+  workdir: { type: 'string', short: 'w', value: 'DIR', help: 'working directory (default /workspace)' },
+};
+
+async function readStdin(stream: NodeJS.ReadableStream): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const c of stream) chunks.push(typeof c === 'string' ? Buffer.from(c) : (c as Buffer));
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** Prints a finished result: streamed output was already written; `--json` prints the whole result. */
+function finish(ctx: Context, r: CommandResult, streamed: boolean): number {
+  if (ctx.json) ctx.out(json(r));
+  else if (!streamed) {
+    ctx.io.stdout.write(r.stdout);
+    ctx.io.stderr.write(r.stderr);
+  }
+  if (r.timedOut && !ctx.json) ctx.err('sbx: timed out\n');
+  if (r.truncated && !ctx.json) ctx.err('sbx: output was truncated by the service\n');
+  return exitStatusFor(r.exitCode, r.timedOut);
+}
+
+function common(ctx: Context, values: Record<string, unknown>) {
+  const env = parseKeyValues(values.env as string[] | undefined);
+  return {
+    timeout: values.timeout ? parseDuration(values.timeout as string) : undefined,
+    env: Object.keys(env).length ? env : undefined,
+    workingDir: values.workdir as string | undefined,
+    signal: ctx.signal,
+  };
+}
+
+export const exec: Command = {
+  name: 'exec',
+  summary: "run a command in a sandbox, streaming its output; exits with the command's exit code",
+  args: 'ID -- COMMAND [ARG...]',
+  details:
+    'Several words after -- run as that exact argument list. A single word is a shell command line,\n' +
+    "so pipes and globs work: sbx exec ID -- 'ls *.py | wc -l'. A timeout exits 124.",
+  examples: ['sbx exec $ID -- python3 -c "print(42)"', "sbx exec $ID -- 'cd /tmp && ls -la'"],
+  options: {
+    ...runOptions,
+    'no-stream': { type: 'boolean', help: 'wait and print the output at the end (plain HTTP instead of a WebSocket)' },
+  },
+  minArgs: 1,
+  maxArgs: 1,
+  passThrough: true,
+  async run(ctx, { values, positionals, rest }) {
+    if (!rest || rest.length === 0) throw new UsageError('give the command after --, e.g. sbx exec ID -- ls -la', 'exec');
+    const line = rest.length === 1 ? rest[0]! : shellJoin(rest);
+    const sb = Sandbox.fromId(positionals[0]!, { client: ctx.client });
+    const stream = !ctx.json && !values['no-stream'];
+    const r = await sb.commands.run(line, {
+      ...common(ctx, values),
+      ...(stream ? { onStdout: (d: string) => ctx.io.stdout.write(d), onStderr: (d: string) => ctx.io.stderr.write(d) } : {}),
+    });
+    return finish(ctx, r, stream);
+  },
+};
+
+export const run: Command = {
+  name: 'run',
+  summary: 'run code from a file or stdin in a sandbox, streaming its output',
+  args: 'ID [FILE|-]',
+  details: 'The language comes from --language, else the file extension (.py .js .sh .go), else python.',
+  examples: ['sbx run $ID script.py', "echo 'console.log(1+1)' | sbx run $ID - --language javascript"],
+  options: {
+    language: { type: 'string', short: 'l', value: 'LANG', help: 'python, javascript, bash or go' },
+    ...runOptions,
+  },
+  minArgs: 1,
+  maxArgs: 2,
+  async run(ctx, { values, positionals }) {
+    const file = positionals[1] ?? '-';
+    if (file === '-' && ctx.io.stdin.isTTY) ctx.err('sbx: reading code from stdin (end with Ctrl-D)\n');
+    const code = file === '-' ? await readStdin(ctx.io.stdin) : await readFile(file, 'utf8').catch((err: NodeJS.ErrnoException) => {
+      throw new UsageError(`cannot read ${file}: ${err.code === 'ENOENT' ? 'no such file' : err.message}`, 'run');
+    });
+    const language = (values.language as string | undefined) ?? (file !== '-' ? languageFromFile(file) : undefined) ?? 'python';
+    const sb = Sandbox.fromId(positionals[0]!, { client: ctx.client });
+    const stream = !ctx.json;
+    const r = await sb.runCode(code, {
+      language,
+      ...common(ctx, values),
+      ...(stream ? { onStdout: (d: string) => ctx.io.stdout.write(d), onStderr: (d: string) => ctx.io.stderr.write(d) } : {}),
+    });
+    return finish(ctx, r, stream);
+  },
+};

@@ -1,0 +1,148 @@
+import { Sandbox, type SandboxInfo } from '@sandboxd/sdk';
+import { parseDuration, parseKeyValues, parsePositiveInt } from '../args.js';
+import type { Command, Context } from '../command.js';
+import { json, keyValues, relativeTime, table } from '../output.js';
+
+function sandboxRows(list: SandboxInfo[]): string {
+  return table(
+    ['ID', 'STATUS', 'TEMPLATE', 'CREATED', 'EXPIRES'],
+    list.map((s) => [s.id, s.status, s.templateName, relativeTime(s.createdAt), relativeTime(s.expiresAt)]),
+  );
+}
+
+export function describeSandbox(s: SandboxInfo): string {
+  return keyValues([
+    ['id', s.id],
+    ['status', s.status],
+    ['template', s.templateName + (s.templateId && s.templateId !== s.templateName ? ` (${s.templateId})` : '')],
+    ['resources', `${s.resources.vcpu} vCPU, ${s.resources.memoryMb} MB memory, ${s.resources.diskGb} GB disk`],
+    ['internet', s.internetAccess ? 'yes' : 'no'],
+    ['public host', s.publicHost || '-'],
+    ['region', s.region || '-'],
+    ['created', `${s.createdAt} (${relativeTime(s.createdAt)})`],
+    ['expires', s.expiresAt ? `${s.expiresAt} (${relativeTime(s.expiresAt)})` : 'never'],
+  ]);
+}
+
+const quiet = { type: 'boolean', short: 'q', help: 'print only the sandbox id(s)' } as const;
+
+export const create: Command = {
+  name: 'create',
+  summary: 'create a sandbox',
+  args: '',
+  details: 'Creates a sandbox from a template and prints it; it is running when this returns.',
+  examples: ['sbx create --template code-interpreter --timeout 30m --env DEBUG=1', 'ID=$(sbx create -q)'],
+  options: {
+    template: { type: 'string', short: 't', value: 'NAME', help: 'template name (default code-interpreter)' },
+    timeout: { type: 'string', value: 'DURATION', help: 'delete the sandbox after this long (300, 90s, 15m, 2h; default never)' },
+    'no-internet': { type: 'boolean', help: 'no network access from inside the sandbox' },
+    env: { type: 'string', short: 'e', multiple: true, value: 'K=V', help: 'environment variable (repeatable)' },
+    region: { type: 'string', value: 'REGION', help: 'preferred region' },
+    quiet,
+  },
+  minArgs: 0,
+  maxArgs: 0,
+  async run(ctx, { values }) {
+    const envVars = parseKeyValues(values.env as string[] | undefined);
+    const sb = await Sandbox.create({
+      client: ctx.client,
+      template: values.template as string | undefined,
+      timeoutSeconds: values.timeout ? parseDuration(values.timeout as string) : undefined,
+      internetAccess: values['no-internet'] ? false : undefined,
+      envVars: Object.keys(envVars).length ? envVars : undefined,
+      region: values.region as string | undefined,
+      signal: ctx.signal,
+    });
+    if (ctx.json) ctx.out(json(sb.info));
+    else if (values.quiet) ctx.out(sb.id + '\n');
+    else ctx.out(describeSandbox(sb.info));
+    return 0;
+  },
+};
+
+export const ls: Command = {
+  name: 'ls',
+  summary: 'list sandboxes',
+  args: '',
+  options: {
+    status: { type: 'string', value: 'STATUS', help: 'only running, paused or stopped sandboxes' },
+    template: { type: 'string', value: 'NAME', help: 'only sandboxes of this template' },
+    limit: { type: 'string', short: 'n', value: 'N', help: 'show at most N sandboxes' },
+    quiet,
+  },
+  minArgs: 0,
+  maxArgs: 0,
+  async run(ctx, { values }) {
+    const maxItems = values.limit ? parsePositiveInt(values.limit as string, '--limit') : undefined;
+    const list: SandboxInfo[] = [];
+    for await (const sb of Sandbox.list({ client: ctx.client, status: values.status as string | undefined, template: values.template as string | undefined, maxItems, signal: ctx.signal })) {
+      list.push(sb.info);
+    }
+    if (ctx.json) ctx.out(json(list));
+    else if (values.quiet) ctx.out(list.map((s) => s.id + '\n').join(''));
+    else if (list.length === 0) ctx.err('no sandboxes\n');
+    else ctx.out(sandboxRows(list));
+    return 0;
+  },
+};
+
+export const get: Command = {
+  name: 'get',
+  summary: 'show a sandbox',
+  args: 'ID',
+  options: {},
+  minArgs: 1,
+  maxArgs: 1,
+  async run(ctx, { positionals }) {
+    const sb = await Sandbox.connect(positionals[0]!, { client: ctx.client, signal: ctx.signal });
+    ctx.out(ctx.json ? json(sb.info) : describeSandbox(sb.info));
+    return 0;
+  },
+};
+
+type Verb = 'pause' | 'resume' | 'stop' | 'start' | 'kill';
+
+/** Applies one action to each id; reports every failure and exits 1 if any failed. */
+async function each(ctx: Context, ids: string[], verb: Verb, past: string): Promise<number> {
+  const results: Array<{ id: string; status: string }> = [];
+  let failed: unknown;
+  for (const id of ids) {
+    try {
+      const r = await Sandbox.fromId(id, { client: ctx.client })[verb]({ signal: ctx.signal });
+      results.push(r);
+      if (!ctx.json) ctx.out(`${id} ${past}\n`);
+    } catch (err) {
+      if (ids.length === 1) throw err;
+      failed = err;
+      ctx.err(`sbx: ${id}: ${err instanceof Error ? err.message : String(err)}\n`);
+    }
+  }
+  if (ctx.json) ctx.out(json(ids.length === 1 ? results[0] : results));
+  if (failed) return 1;
+  return 0;
+}
+
+function action(name: string, verb: Verb, past: string, summary: string): Command {
+  return { name, summary, args: 'ID...', options: {}, minArgs: 1, maxArgs: Infinity, run: (ctx, { positionals }) => each(ctx, positionals, verb, past) };
+}
+
+export const pause = action('pause', 'pause', 'paused', 'pause sandboxes (memory and processes kept)');
+export const resume = action('resume', 'resume', 'resumed', 'resume paused sandboxes');
+export const stop = action('stop', 'stop', 'stopped', 'stop sandboxes (processes end, files kept)');
+export const start = action('start', 'start', 'started', 'start stopped sandboxes');
+export const rm = action('rm', 'kill', 'deleted', 'delete sandboxes and everything in them');
+
+export const setTimeoutCmd: Command = {
+  name: 'timeout',
+  summary: "set a sandbox's auto-delete timeout, counted from now",
+  args: 'ID DURATION',
+  options: {},
+  minArgs: 2,
+  maxArgs: 2,
+  async run(ctx, { positionals }) {
+    const sb = Sandbox.fromId(positionals[0]!, { client: ctx.client });
+    const r = await sb.setTimeout(parseDuration(positionals[1]!, 'DURATION'), { signal: ctx.signal });
+    ctx.out(ctx.json ? json(r) : `${r.id} expires ${r.expiresAt} (${relativeTime(r.expiresAt)})\n`);
+    return 0;
+  },
+};

@@ -30,6 +30,16 @@ export interface SandboxOptions extends ClientOptions {
   client?: ApiClient;
 }
 
+export interface ConnectOptions extends SandboxOptions, CallOptions {
+  /**
+   * An agent token obtained elsewhere (e.g. handed over by a backend). It is used until it expires
+   * or is refused, then refreshed with the API key like any other.
+   */
+  authToken?: string;
+  /** Expiry of `authToken` (ISO 8601). */
+  tokenExpiresAt?: string;
+}
+
 export interface CreateOptions extends SandboxOptions, CallOptions {
   /** Template name (default `code-interpreter`). */
   template?: string;
@@ -139,10 +149,10 @@ export class Sandbox {
   }
 
   /** A handle on an existing sandbox (fetches its state; NotFoundError / SandboxExpiredError if gone). */
-  static async connect(id: string, options: SandboxOptions & CallOptions = {}): Promise<Sandbox> {
+  static async connect(id: string, options: ConnectOptions = {}): Promise<Sandbox> {
     const client = clientOf(options);
     const info = await Sandbox.fetchInfo(client, id, options);
-    return new Sandbox(client, info);
+    return new Sandbox(client, info, options.authToken ? { token: options.authToken, expiresAt: options.tokenExpiresAt } : undefined);
   }
 
   /**

@@ -89,7 +89,7 @@ function logEntry(v: unknown): BuildLogEntry {
   const o = v && typeof v === 'object' ? (v as Record<string, unknown>) : {};
   const message = typeof o.message === 'string' ? o.message : typeof v === 'string' ? v : JSON.stringify(v);
   return {
-    level: typeof o.level === 'string' ? o.level : guessLevel(message),
+    level: typeof o.level === 'string' ? o.level.toLowerCase() : guessLevel(message),
     message,
     timestamp: typeof o.timestamp === 'string' ? o.timestamp : '',
   };
@@ -297,7 +297,12 @@ export class Template {
         yield logEntry(line);
       }
       offset = chunk.offset || offset;
-      if (chunk.complete || isTerminalBuildStatus(chunk.status)) return;
+      if (chunk.complete) return;
+      // A finished build may still have lines we have not read: ask again at once until none come.
+      if (isTerminalBuildStatus(chunk.status)) {
+        if (!chunk.logs) return;
+        continue;
+      }
       await sleep(options.pollIntervalMs ?? 1000, options.signal);
     }
   }

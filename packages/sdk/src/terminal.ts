@@ -76,13 +76,12 @@ export class Terminal implements AsyncIterable<string> {
     const s = scope(options.signal, options.connectTimeoutMs ?? 30_000);
     let ws: WebSocket;
     try {
-      ws = await openAgentSocket(agent, '/terminal', s.signal);
+      const size = options.cols && options.rows ? `?cols=${Math.floor(options.cols)}&rows=${Math.floor(options.rows)}` : '';
+      ws = await openAgentSocket(agent, `/terminal${size}`, s.signal);
     } finally {
       s.dispose();
     }
-    const term = new Terminal(ws, options.signal);
-    if (options.cols && options.rows) term.resize(options.cols, options.rows);
-    return term;
+    return new Terminal(ws, options.signal);
   }
 
   /** Sends keystrokes / text (use `\r` for Enter, as a terminal does). */

@@ -18,11 +18,11 @@ test('refreshes when missing, when under a minute is left, and after invalidate(
 
 test('a token from create is used until close to expiry; no expiry means refresh only on invalidate', async () => {
   let n = 0;
-  const now = Date.parse('2030-01-01T00:00:00Z');
+  let now = Date.parse('2030-01-01T00:00:00Z');
   const tm = new TokenManager(async () => ({ token: `r${++n}`, expiresAt: NaN }), () => now);
   tm.set('created', '2030-01-01T01:00:00Z');
   assert.equal(await tm.get(), 'created');
-  tm.set('created2', '2030-01-01T00:00:30Z');
+  now += 3600_000 - REFRESH_MARGIN_MS + 1;
   assert.equal(await tm.get(), 'r1');
   assert.equal(await tm.get(), 'r1', 'unknown expiry is not refreshed on every call');
   tm.invalidate();
@@ -44,4 +44,15 @@ test('concurrent callers share one refresh; a failed refresh is not cached', asy
   fail = false;
   assert.deepEqual(await Promise.all([tm.get(), tm.get()]), ['ok', 'ok']);
   assert.equal(calls, 2);
+});
+
+test('a short-lived token is refreshed when half its lifetime is left, not before every call', async () => {
+  let now = 0;
+  let n = 0;
+  const tm = new TokenManager(async () => ({ token: `s${++n}`, expiresAt: now + 10_000 }), () => now);
+  assert.equal(await tm.get(), 's1');
+  now += 4_000;
+  assert.equal(await tm.get(), 's1');
+  now += 1_001;
+  assert.equal(await tm.get(), 's2');
 });

@@ -1,10 +1,14 @@
-/** Refresh a sandbox token when it has less than this left. */
+/** Refresh a sandbox token when it has less than this left (or half its lifetime, for short-lived tokens). */
 export const REFRESH_MARGIN_MS = 60_000;
 
 export interface Token {
   token: string;
   /** Epoch ms; NaN when the service gave no parsable expiry (then it is refreshed only on a 401). */
   expiresAt: number;
+}
+
+interface Held extends Token {
+  receivedAt: number;
 }
 
 export type TokenFetcher = () => Promise<Token>;
@@ -15,7 +19,7 @@ export type TokenFetcher = () => Promise<Token>;
  * single refresh request.
  */
 export class TokenManager {
-  private current: Token | undefined;
+  private current: Held | undefined;
   private inflight: Promise<Token> | undefined;
 
   constructor(
@@ -25,7 +29,7 @@ export class TokenManager {
 
   set(token: string, expiresAt: string | number | undefined): void {
     const at = typeof expiresAt === 'number' ? expiresAt : expiresAt ? Date.parse(expiresAt) : NaN;
-    this.current = { token, expiresAt: at };
+    this.current = { token, expiresAt: at, receivedAt: this.now() };
   }
 
   /** The cached token, if any, without refreshing. */
@@ -35,8 +39,11 @@ export class TokenManager {
 
   needsRefresh(): boolean {
     if (!this.current) return true;
-    if (Number.isNaN(this.current.expiresAt)) return false;
-    return this.current.expiresAt - this.now() < REFRESH_MARGIN_MS;
+    const { expiresAt, receivedAt } = this.current;
+    if (Number.isNaN(expiresAt)) return false;
+    // A token that lives less than two minutes would otherwise be refreshed before every call.
+    const margin = Math.min(REFRESH_MARGIN_MS, Math.max(0, (expiresAt - receivedAt) / 2));
+    return expiresAt - this.now() < margin;
   }
 
   async get(): Promise<string> {
@@ -52,7 +59,7 @@ export class TokenManager {
     if (!this.inflight) {
       this.inflight = this.fetchToken()
         .then((t) => {
-          this.current = t;
+          this.current = { ...t, receivedAt: this.now() };
           return t;
         })
         .finally(() => {

@@ -106,3 +106,35 @@ function retarget(hostSuite: string, codename: string, suite: string): string | 
   if (m[2] === '-security' && (suite === 'buster' || suite === 'stretch')) return `${suite}/updates`;
   return suite + m[2];
 }
+
+/**
+ * Whether the host's Debian mirror still carries `suite` (old releases move to an archive host the
+ * host's sources do not name). 'unknown' when no mirror answered at all (then mmdebstrap decides).
+ */
+export async function debianSuiteAvailability(
+  host: HostAptConfig,
+  suite: string,
+  timeoutMs = 10_000,
+): Promise<{ state: 'available' | 'missing' | 'unknown'; checked: string[] }> {
+  const mirrors = new Set<string>();
+  for (const src of host.sources) {
+    if (!src.types.includes('deb') || !src.suites.includes(host.codename)) continue;
+    for (const u of src.uris) if (/^https?:\/\//.test(u)) mirrors.add(u.replace(/\/+$/, ''));
+  }
+  const checked: string[] = [];
+  let answered = false;
+  for (const m of mirrors) {
+    for (const file of ['InRelease', 'Release']) {
+      const url = `${m}/dists/${suite}/${file}`;
+      checked.push(url);
+      try {
+        const res = await fetch(url, { method: 'HEAD', signal: AbortSignal.timeout(timeoutMs) });
+        answered = true;
+        if (res.ok) return { state: 'available', checked };
+      } catch {
+        /* unreachable: try the next */
+      }
+    }
+  }
+  return { state: answered ? 'missing' : 'unknown', checked };
+}

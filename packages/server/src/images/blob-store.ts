@@ -43,7 +43,9 @@ export function parseSha256(digest: string): string {
 /**
  * Content-addressed files (uploads for COPY steps, OCI blobs) at `<root>/sha256/<hex>`. A put
  * streams into `<root>/.tmp-*`, hashing as it goes, and renames into place only after the size and
- * hash match, so a blob under its name is always complete and correct.
+ * hash match, so a blob under its name is always complete and correct. Files are world-readable
+ * (0644) so that a build step's user namespace can read a bind-mounted blob; the data directory's
+ * own mode keeps other host users out.
  */
 export class FsBlobStore {
   constructor(readonly root: string) {}
@@ -80,7 +82,7 @@ export class FsBlobStore {
       },
     });
     try {
-      await pipeline(body, meter, createWriteStream(tmp, { flags: 'wx', mode: 0o600 }), { signal: opts.signal });
+      await pipeline(body, meter, createWriteStream(tmp, { flags: 'wx', mode: 0o644 }), { signal: opts.signal });
       if (opts.size !== undefined && size !== opts.size) {
         throw new BlobMismatchError(`body has ${size} bytes, expected ${opts.size}`, 'size');
       }

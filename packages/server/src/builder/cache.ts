@@ -1,0 +1,53 @@
+import { randomBytes } from 'node:crypto';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { canonicalJson, sha256Hex } from '../images/layer-store.js';
+import type { CopyInput } from '../services/template-builds.js';
+import type { BuildStep } from '../services/template-requests.js';
+
+/** Bump when the way a step runs changes (scripts, environment): every step then rebuilds. */
+export const STEP_BUILDER_VERSION = 'steps/1';
+
+/**
+ * Cache key of a step: its parent's key, the step itself (canonical JSON) and the content hashes
+ * of the files it copies. env and workdir steps have keys too (they change what later steps do)
+ * but make no layer.
+ */
+export function stepKey(parentKey: string, step: BuildStep, copies: CopyInput[] = []): string {
+  const files = copies.map((c) => ({ kind: c.kind, name: c.name, sha256: c.sha256 }));
+  return sha256Hex(`${STEP_BUILDER_VERSION}\n${parentKey}\n${canonicalJson(step)}\n${canonicalJson(files)}`);
+}
+
+/**
+ * Step cache key → id of the layer that step produced. Usually the id is the key itself; a
+ * skipCache build makes fresh layers under new ids (layers in use by sandboxes are never replaced
+ * in place) and points the key at them, so later builds reuse the newest result.
+ */
+export class BuildCache {
+  constructor(readonly root: string) {}
+
+  async get(key: string): Promise<string | undefined> {
+    try {
+      const id = (await readFile(this.file(key), 'utf8')).trim();
+      return /^[0-9a-f]{64}$/.test(id) ? id : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  async set(key: string, layerId: string): Promise<void> {
+    await mkdir(this.root, { recursive: true });
+    const tmp = `${this.file(key)}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+    await writeFile(tmp, `${layerId}\n`);
+    await rename(tmp, this.file(key));
+  }
+
+  async remove(key: string): Promise<void> {
+    await rm(this.file(key), { force: true });
+  }
+
+  private file(key: string): string {
+    if (!/^[0-9a-f]{64}$/.test(key)) throw new Error(`invalid cache key ${key}`);
+    return join(this.root, key);
+  }
+}

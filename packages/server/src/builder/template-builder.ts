@@ -169,8 +169,9 @@ export class TemplateBuilder implements BuildEngine {
   ): Promise<LayerInfo> {
     const { layers, cache } = this.deps;
     if (!input.skipCache) {
-      const hit = await cache.get(key);
-      if (hit && (await layers.has(hit))) {
+      // A layer named by the key is that step's result too (e.g. the cache index was lost).
+      const hit = (await cache.get(key)) ?? key;
+      if (await layers.has(hit)) {
         s.log(`${s.tag} ${s.label} (cached)`);
         onCached();
         return layers.info(hit);

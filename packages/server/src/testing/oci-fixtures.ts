@@ -122,3 +122,32 @@ export function readXattr(path: string, name: string): string | undefined {
   }
 }
 
+
+/**
+ * A runnable single-layer image: the host's static busybox with a symlink per applet and a root
+ * user, as a docker-save archive tagged `tag` (the test decides what store name it gets).
+ */
+export function writeBusyboxImage(scratch: string, tag: string, out: string): SyntheticImage {
+  const stage = join(scratch, 'busybox-stage');
+  mkdirSync(join(stage, 'bin'), { recursive: true });
+  mkdirSync(join(stage, 'etc'));
+  mkdirSync(join(stage, 'root'));
+  execFileSync('cp', ['/usr/bin/busybox', join(stage, 'bin/busybox')]);
+  const applets = execFileSync('/usr/bin/busybox', ['--list']).toString().split('\n').filter((a) => a && a !== 'busybox');
+  for (const a of applets) symlinkSync('busybox', join(stage, 'bin', a));
+  writeFileSync(join(stage, 'etc/passwd'), 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n');
+  writeFileSync(join(stage, 'etc/group'), 'root:x:0:\nuser:x:1000:\n');
+  const layer = execFileSync('tar', ['-c', '-f', '-', '--numeric-owner', '-C', stage, '.'], { maxBuffer: 1 << 27 });
+  const diffIds = [`sha256:${sha256(layer)}`];
+  const config = Buffer.from(
+    JSON.stringify({
+      architecture: 'amd64',
+      os: 'linux',
+      config: { Env: ['PATH=/bin', 'IMAGE_MARK=busybox'], Cmd: ['/bin/sh'] },
+      rootfs: { type: 'layers', diff_ids: diffIds },
+    }),
+  );
+  const img = { layers: [layer], diffIds, config, configDigest: `sha256:${sha256(config)}` };
+  writeDockerSave(img, join(scratch, 'busybox-save'), tag, out);
+  return img;
+}

@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConflictError, NotFoundError, Sandbox, Template, TemplateBuildError, type BuildLogEntry, type BuildStatus, type TemplateDefinition } from '@sandboxd/sdk';
+import { ConflictError, NotFoundError, Template, TemplateBuildError, type BuildLogEntry, type BuildStatus, type TemplateDefinition } from '@sandboxd/sdk';
 import { startServer, type TestServer } from './harness.js';
 import { clientFor, SandboxPool, sbx, describeResult } from './sdk-support.js';
 

@@ -1,10 +1,15 @@
-import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { readdir, stat } from 'node:fs/promises';
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { readdir, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { basename, isAbsolute, join, relative, resolve, sep } from 'node:path';
+import { Readable, Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { createGzip } from 'node:zlib';
 import { streamFrom } from './body.js';
 import type { ApiClient, CallOptions } from './client.js';
 import { ValidationError } from './errors.js';
+import { contextPath, tarStream } from './tar.js';
 
 export interface LocalFile {
   /** Path sent to the service (relative, `/`-separated). */
@@ -13,8 +18,6 @@ export interface LocalFile {
   size: number;
   /** `sha256:<hex>`. */
   hash: string;
-  /** The copy source named this file itself (not a directory holding it). */
-  fromFile: boolean;
 }
 
 export interface UploadedFile {
@@ -49,13 +52,13 @@ export async function collectFiles(src: string, contextDir: string): Promise<Loc
     throw new ValidationError(`copy source ${src} not found (looked in ${abs})`, { code: 'VALIDATION_ERROR' });
   }
   const out: LocalFile[] = [];
-  const add = async (file: string, path: string, fromFile: boolean): Promise<void> => {
+  const add = async (file: string, path: string): Promise<void> => {
     const s = await stat(file);
     if (s.size > MAX_FILE_BYTES) throw new ValidationError(`${file} is larger than the 100 MB limit for template files`, { code: 'FILE_TOO_LARGE' });
-    out.push({ path, localPath: file, size: s.size, hash: await hashFile(file), fromFile });
+    out.push({ path, localPath: file, size: s.size, hash: await hashFile(file) });
   };
   if (st.isFile()) {
-    await add(abs, basename(abs), true);
+    await add(abs, basename(abs));
   } else if (st.isDirectory()) {
     const walk = async (dir: string): Promise<void> => {
       const entries = await readdir(dir, { withFileTypes: true });
@@ -63,7 +66,7 @@ export async function collectFiles(src: string, contextDir: string): Promise<Loc
       for (const e of entries) {
         const p = join(dir, e.name);
         if (e.isDirectory()) await walk(p);
-        else if (e.isFile()) await add(p, toPosix(relative(abs, p)), false);
+        else if (e.isFile()) await add(p, toPosix(relative(abs, p)));
       }
     };
     await walk(abs);
@@ -108,4 +111,63 @@ export async function uploadTemplateFiles(client: ApiClient, files: LocalFile[],
     }
   }
   return out;
+}
+
+/**
+ * Packs copy sources (relative to `contextDir`) into a gzip tarball, uploads it unless the service
+ * already has it, and returns its `files_hash` and the sources as paths inside the tarball. This
+ * keeps directory structure, modes and symlinks, as Docker's COPY does.
+ */
+export async function uploadContext(
+  client: ApiClient,
+  contextDir: string,
+  sources: string[],
+  options: CallOptions = {},
+): Promise<{ filesHash: string; paths: string[] }> {
+  const paths = sources.map((s) => contextPath(s, contextDir));
+  for (const [i, p] of paths.entries()) {
+    if (p.includes(',')) throw new ValidationError(`copy source ${sources[i]}: names with a comma cannot be sent`, { code: 'VALIDATION_ERROR' });
+    await stat(join(contextDir, p)).catch(() => {
+      throw new ValidationError(`copy source ${sources[i]} not found (looked in ${resolve(contextDir, p)})`, { code: 'VALIDATION_ERROR' });
+    });
+  }
+  const tmp = join(tmpdir(), `sandboxd-context-${randomBytes(6).toString('hex')}.tar.gz`);
+  try {
+    const hash = createHash('sha256');
+    let size = 0;
+    const measure = new Transform({
+      transform(chunk: Buffer, _enc, cb) {
+        hash.update(chunk);
+        size += chunk.byteLength;
+        if (size > MAX_FILE_BYTES) cb(new ValidationError('the copy sources are larger than the 100 MB limit for an upload (compressed)', { code: 'FILE_TOO_LARGE' }));
+        else cb(null, chunk);
+      },
+    });
+    await pipeline(Readable.from(tarStream(resolve(contextDir), paths)), createGzip(), measure, createWriteStream(tmp), { signal: options.signal });
+    const filesHash = `sha256:${hash.digest('hex')}`;
+    const link = await client.http.json<{ present?: boolean; upload_url?: string | null }>({
+      method: 'POST',
+      path: '/v1/templates/files/upload-link',
+      json: { files_hash: filesHash, content_length: size },
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs,
+      what: 'get upload link',
+    });
+    if (!link.present && link.upload_url) {
+      await client.http.json({
+        method: 'PUT',
+        path: link.upload_url,
+        body: () => streamFrom(createReadStream(tmp)),
+        contentType: 'application/gzip',
+        headers: { 'content-length': String(size) },
+        noAuth: true,
+        signal: options.signal,
+        timeoutMs: options.requestTimeoutMs ?? 0,
+        what: 'upload build context',
+      });
+    }
+    return { filesHash, paths };
+  } finally {
+    await rm(tmp, { force: true });
+  }
 }

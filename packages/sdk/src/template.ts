@@ -5,7 +5,7 @@ import { TemplateBuildError } from './errors.js';
 import { bodyError } from './http.js';
 import { abortError, scope, sleep } from './signals.js';
 import { parseSse } from './sse.js';
-import { collectFiles, uploadTemplateFiles } from './template-files.js';
+import { collectFiles, uploadContext, uploadTemplateFiles } from './template-files.js';
 import type { BuildLogEntry, BuildLogsChunk, BuildStatus, TemplateInfo } from './types.js';
 import { toBuildLogsChunk, toBuildStatus, toTemplateInfo } from './wire.js';
 
@@ -13,7 +13,10 @@ export type BuildStep =
   | { type: 'from'; image: string }
   | { type: 'apt'; packages: string[] }
   | { type: 'run'; command: string }
-  /** `src`: local files or directories (relative to `contextDir`), uploaded by the SDK; or ids of files uploaded before. */
+  /**
+   * `src`: local files or directories (relative to `contextDir`), packed and uploaded by the SDK,
+   * copied with Docker's COPY rules; or `file_id`/`file_ids` from `Template.uploadFiles()`.
+   */
   | { type: 'copy'; dest: string; src?: string | string[]; file_id?: string; file_ids?: string[] }
   | { type: 'env'; key: string; value: string }
   | { type: 'workdir'; path: string };
@@ -126,22 +129,20 @@ export class Template {
     };
   }
 
-  /** Copy steps with local `src` become `file_id`/`file_ids` steps after their files are uploaded. */
-  private static async resolveSteps(steps: BuildStep[], client: ApiClient, options: BuildOptions): Promise<BuildStep[]> {
-    const out: BuildStep[] = [];
+  /**
+   * Copy steps with local `src` are packed (directory structure, modes and symlinks kept), uploaded,
+   * and sent as the service's tarball form of COPY; steps naming uploaded `file_id`s pass through.
+   */
+  private static async resolveSteps(steps: BuildStep[], client: ApiClient, options: BuildOptions): Promise<Array<BuildStep | Record<string, unknown>>> {
+    const out: Array<BuildStep | Record<string, unknown>> = [];
     for (const step of steps ?? []) {
       if (step.type !== 'copy' || step.src === undefined) {
         out.push(step);
         continue;
       }
       const sources = Array.isArray(step.src) ? step.src : [step.src];
-      const files = [];
-      for (const src of sources) files.push(...(await collectFiles(src, options.contextDir ?? process.cwd())));
-      const uploaded = await uploadTemplateFiles(client, files, { signal: options.signal });
-      // One plain file keeps the file-to-file form; anything else is a set of files placed under `dest`.
-      const single = sources.length === 1 && files.length === 1 && files[0]!.fromFile;
-      const { src: _src, ...rest } = step;
-      out.push(single ? { ...rest, file_id: uploaded[0]!.fileId } : { ...rest, file_ids: uploaded.map((u) => u.fileId) });
+      const { filesHash, paths } = await uploadContext(client, options.contextDir ?? process.cwd(), sources, { signal: options.signal });
+      out.push({ type: 'COPY', args: [paths.join(','), step.dest], filesHash });
     }
     return out;
   }

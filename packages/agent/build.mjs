@@ -1,12 +1,19 @@
-// Bundles the agent into one self-contained file (it runs from a read-only mount inside every sandbox).
+// Builds what ships into every sandbox (read-only, at /.sb/agent): the agent bundled into one file,
+// the Python bootstrap beside it, and sbx-helper, a static C binary (process supervisor and PTY)
+// that runs on any base image. Output: packages/agent/bundle/.
 import { build } from 'esbuild';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
 
 const here = dirname(fileURLToPath(import.meta.url));
+const out = join(here, 'bundle');
+mkdirSync(out, { recursive: true });
+
 await build({
   entryPoints: [join(here, 'src/main.ts')],
-  outfile: join(here, 'bundle/agent.cjs'),
+  outfile: join(out, 'agent.cjs'),
   bundle: true,
   platform: 'node',
   target: 'node18',
@@ -15,4 +22,29 @@ await build({
   sourcemap: false,
   legalComments: 'none',
   logLevel: 'warning',
+  // Optional native speed-ups of `ws`; it works without them.
+  external: ['bufferutil', 'utf-8-validate'],
 });
+
+copyFileSync(join(here, 'py/sbx_run.py'), join(out, 'sbx_run.py'));
+
+const helperSrc = join(here, 'native/sbx-helper.c');
+const helperOut = join(out, 'sbx-helper');
+const upToDate = (() => {
+  try {
+    return statSync(helperOut).mtimeMs >= statSync(helperSrc).mtimeMs;
+  } catch {
+    return false;
+  }
+})();
+if (!upToDate) {
+  const cc = process.env.CC || 'gcc';
+  try {
+    execFileSync(cc, ['-static', '-Os', '-s', '-Wall', '-Wextra', '-o', `${helperOut}.tmp`, helperSrc], { stdio: 'inherit' });
+    execFileSync('mv', ['-f', `${helperOut}.tmp`, helperOut]);
+  } catch (err) {
+    rmSync(`${helperOut}.tmp`, { force: true });
+    // The agent still runs without it (no terminal; timeouts kill only the process group).
+    console.warn(`agent build: could not compile sbx-helper with ${cc} -static: ${err.message}`);
+  }
+}

@@ -1,37 +1,33 @@
 import { chmodSync, mkdirSync, rmSync } from 'node:fs';
-import { dirname } from 'node:path';
-import { AGENT_RUN_DIR, AGENT_SOCKET_NAME } from '@sandboxd/protocol';
-import type { AgentState } from './context.js';
-import { createAgentServer } from './server.js';
-import { healthRoutes } from './routes/health.js';
-
-export const AGENT_VERSION = '0.1.0';
+import { dirname, resolve } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
+import { createAgent } from './app.js';
+import { loadConfig } from './config.js';
 
 function main(): void {
-  const socketPath = process.env.SANDBOXD_AGENT_SOCKET ?? `${AGENT_RUN_DIR}/${AGENT_SOCKET_NAME}`;
-  const state: AgentState = {
-    sandboxId: process.env.SANDBOX_ID ?? 'unknown',
-    startedAt: new Date(),
-    version: AGENT_VERSION,
-    totalRequests: 0,
-    totalErrors: 0,
-    requestsByPath: new Map(),
-  };
-  const server = createAgentServer(state, [...healthRoutes(state)]);
+  // V8 grows its young generation up to 16 MiB under a steady request rate and keeps it until idle
+  // for half a minute; the agent's garbage is short-lived and small, so 1 MiB serves it as well.
+  setFlagsFromString('--semi-space-growth-factor=1');
+  // agent.cjs and what ships beside it (sbx-helper, sbx_run.py) live in one directory.
+  const config = loadConfig(process.env, dirname(resolve(process.argv[1] ?? '.')));
+  // SANDBOXD_* variables are the agent's own: nothing started from here may see them.
+  for (const key of Object.keys(process.env)) if (key.startsWith('SANDBOXD_')) delete process.env[key];
+  const { server } = createAgent(config);
   // The runtime creates the listening socket on the host (at a path the sandbox never sees) and
-  // passes it as this fd; the variable is removed so that processes started here do not see it.
-  const listenFd = process.env.SANDBOXD_AGENT_LISTEN_FD;
-  delete process.env.SANDBOXD_AGENT_LISTEN_FD;
-  if (listenFd !== undefined && /^\d+$/.test(listenFd)) {
-    server.listen({ fd: Number(listenFd) });
+  // passes it as this fd (SANDBOXD_AGENT_LISTEN_FD); a socket path is the fallback.
+  if (config.listenFd !== null) {
+    server.listen({ fd: config.listenFd });
   } else {
-    mkdirSync(dirname(socketPath), { recursive: true });
-    rmSync(socketPath, { force: true });
-    server.listen(socketPath, () => {
+    mkdirSync(dirname(config.socketPath), { recursive: true });
+    rmSync(config.socketPath, { force: true });
+    server.listen(config.socketPath, () => {
       // The host side connects as root of the host, which maps to nobody here; let it in.
-      chmodSync(socketPath, 0o666);
+      chmodSync(config.socketPath, 0o666);
     });
   }
+  // The agent must outlive any one bad request: PID 1 stops the sandbox when the agent exits.
+  process.on('uncaughtException', (err) => process.stderr.write(`sandboxd-agent: uncaught: ${err.stack ?? err}\n`));
+  process.on('unhandledRejection', (err) => process.stderr.write(`sandboxd-agent: unhandled: ${(err as Error)?.stack ?? err}\n`));
   const shutdown = () => server.close(() => process.exit(0));
   process.on('SIGTERM', shutdown);
   process.on('SIGINT', shutdown);

@@ -1,7 +1,9 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
-import { ServiceError } from '@sandboxd/protocol';
-import type { AgentState, Route, RouteContext } from './context.js';
+import { ServiceError } from './proto.js';
+import type { AgentStats } from './metrics/stats.js';
+import { IdleCollector } from './memory.js';
+import type { Route, RouteContext, UpgradeRoute } from './context.js';
 
 const MAX_JSON_BYTES = 10 * 1024 * 1024;
 
@@ -41,8 +43,13 @@ export function send(res: ServerResponse, status: number, body: unknown, headers
   res.end(text);
 }
 
+function requestIdOf(req: IncomingMessage): string {
+  const given = req.headers['x-request-id'];
+  return typeof given === 'string' && given.length > 0 && given.length <= 200 ? given : randomUUID();
+}
+
 /** A small router: exact paths first, then '/*' prefixes; every response carries X-Request-ID. */
-export function createAgentServer(state: AgentState, routes: Route[]): Server {
+export function createAgentServer(stats: AgentStats, routes: Route[], upgrades: UpgradeRoute[] = []): Server {
   const exact = new Map<string, Route>();
   const prefixes: Route[] = [];
   for (const r of routes) {
@@ -50,22 +57,29 @@ export function createAgentServer(state: AgentState, routes: Route[]): Server {
     else exact.set(`${r.method} ${r.path}`, r);
   }
   const knownPaths = new Set(routes.map((r) => r.path));
+  const upgradeByPath = new Map(upgrades.map((u) => [u.path, u]));
+  const idle = new IdleCollector();
 
-  return createServer((req, res) => {
-    const requestId = (req.headers['x-request-id'] as string | undefined) ?? randomUUID();
+  const server = createServer((req, res) => {
+    const requestId = requestIdOf(req);
     res.setHeader('x-request-id', requestId);
+    res.on('finish', () => idle.activity());
     const url = new URL(req.url ?? '/', 'http://agent');
     const method = req.method ?? 'GET';
-    state.totalRequests++;
-    state.requestsByPath.set(url.pathname, (state.requestsByPath.get(url.pathname) ?? 0) + 1);
+    stats.countRequest(url.pathname);
 
     let route = exact.get(`${method} ${url.pathname}`);
-    if (!route) route = prefixes.find((p) => p.method === method && url.pathname.startsWith(p.path.slice(0, -1)));
-    const ctx: RouteContext = { req, res, url, requestId, body: () => readJson(req) };
+    let rest = '';
+    if (!route) {
+      route = prefixes.find((p) => p.method === method && url.pathname.startsWith(p.path.slice(0, -1)));
+      if (route) rest = safeDecode(url.pathname.slice(route.path.length - 1));
+    }
+    const ctx: RouteContext = { req, res, url, requestId, rest, body: () => readJson(req) };
 
     const fail = (err: unknown) => {
-      state.totalErrors++;
+      stats.totalErrors++;
       const se = err instanceof ServiceError ? err : new ServiceError('INTERNAL_ERROR', err instanceof Error ? err.message : String(err));
+      if (se.status >= 500) process.stderr.write(`sandboxd-agent: ${method} ${url.pathname}: ${(err as Error)?.stack ?? String(err)}\n`);
       if (res.headersSent) {
         res.destroy();
         return;
@@ -74,16 +88,45 @@ export function createAgentServer(state: AgentState, routes: Route[]): Server {
     };
 
     if (!route) {
-      const code = knownPaths.has(url.pathname) ? 'METHOD_NOT_ALLOWED' : 'ROUTE_NOT_FOUND';
-      fail(new ServiceError(code, `no route for ${method} ${url.pathname}`));
+      const known = knownPaths.has(url.pathname) || prefixes.some((p) => url.pathname.startsWith(p.path.slice(0, -1)));
+      fail(new ServiceError(known ? 'METHOD_NOT_ALLOWED' : 'ROUTE_NOT_FOUND', `no route for ${method} ${url.pathname}`));
       return;
     }
+    const handler = route.handler;
     Promise.resolve()
-      .then(() => route.handler(ctx))
+      .then(() => handler(ctx))
       .then((result) => {
         if (result === undefined || res.headersSent || res.writableEnded) return;
         send(res, 200, result);
       })
       .catch(fail);
   });
+
+  server.on('upgrade', (req: IncomingMessage, socket, head: Buffer) => {
+    const requestId = requestIdOf(req);
+    const url = new URL(req.url ?? '/', 'http://agent');
+    stats.countRequest(url.pathname);
+    const route = upgradeByPath.get(url.pathname);
+    if (!route) {
+      stats.totalErrors++;
+      const body = JSON.stringify(new ServiceError('ROUTE_NOT_FOUND', `no WebSocket endpoint at ${url.pathname}`).toBody(requestId));
+      socket.end(`HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`);
+      return;
+    }
+    route.handler(req, socket, head, requestId);
+  });
+
+  // Long executions and slow uploads are normal here; the gateway in front owns client timeouts.
+  server.requestTimeout = 0;
+  server.headersTimeout = 60_000;
+  server.keepAliveTimeout = 65_000;
+  return server;
+}
+
+function safeDecode(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
 }

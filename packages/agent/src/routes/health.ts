@@ -1,27 +1,37 @@
-import type { AgentState, Route } from '../context.js';
-import { LANGUAGES } from '@sandboxd/protocol';
+import type { Agent, Route } from '../context.js';
+import { LANGUAGES } from '../proto.js';
 
-export function healthRoutes(state: AgentState): Route[] {
+export function healthRoutes(agent: Agent): Route[] {
+  const features = ['code_execution', 'file_operations', 'commands', 'environment', 'metrics', 'processes', 'cache', 'rich_outputs', 'streaming'];
+  if (agent.helperPath) features.push('terminal');
   return [
     {
       method: 'GET',
       path: '/health',
       handler: () => ({
         status: 'healthy',
-        version: state.version,
-        uptime_seconds: (Date.now() - state.startedAt.getTime()) / 1000,
-        features: ['code_execution', 'file_operations', 'commands', 'environment', 'metrics'],
+        version: agent.version,
+        uptime_seconds: Math.round((Date.now() - agent.stats.startedAt.getTime()) / 10) / 100,
+        features,
         languages: [...LANGUAGES],
+        active_executions: agent.executor.registry.activeCount,
       }),
     },
+    { method: 'GET', path: '/ping', handler: () => ({ status: 'ok', message: 'pong' }) },
     {
       method: 'GET',
       path: '/info',
       handler: () => ({
         agent: 'sandboxd-agent',
-        version: state.version,
-        sandbox_id: state.sandboxId,
-        started_at: state.startedAt.toISOString(),
+        version: agent.version,
+        sandbox_id: agent.config.sandboxId,
+        vm_id: agent.config.sandboxId,
+        started_at: agent.stats.startedAt.toISOString(),
+        start_time: agent.stats.startedAt.toISOString(),
+        platform: `${process.platform}/${process.arch}`,
+        node_version: process.version,
+        workspace: agent.config.workspaceDir,
+        languages: [...LANGUAGES],
       }),
     },
   ];

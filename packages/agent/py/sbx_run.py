@@ -1,0 +1,203 @@
+# Runs one Python execution for the sandboxd agent, like `python3 -c CODE`, plus rich-output capture:
+# matplotlib figures (every plt.show() and every figure still open at the end) become PNG files,
+# and the value of a last-line expression becomes result.txt (and HTML/SVG/... when the object has
+# a _repr_*_ method, e.g. a pandas DataFrame). Everything goes into OUT_DIR, created on first use.
+#
+# usage: python3 sbx_run.py OUT_DIR (-c CODE | -f FILE)
+# Kept free of imports beyond what the interpreter has loaded already: it runs on every execution.
+import sys
+import os
+
+_out_dir = sys.argv[1]
+_seq = [0]
+
+
+def _out_path(kind, ext):
+    os.makedirs(_out_dir, exist_ok=True)
+    _seq[0] += 1
+    return os.path.join(_out_dir, '%03d-%s.%s' % (_seq[0], kind, ext))
+
+
+def _save_figure(fig):
+    try:
+        fig.savefig(_out_path('figure', 'png'), format='png', bbox_inches='tight')
+    except Exception as e:  # a broken figure must not hide the user's own output
+        sys.stderr.write('[sandboxd] could not save figure: %r\n' % (e,))
+
+
+def _save_open_figures(close):
+    plt = sys.modules.get('matplotlib.pyplot')
+    if plt is None:
+        return
+    try:
+        nums = plt.get_fignums()
+    except Exception:
+        return
+    for num in nums:
+        _save_figure(plt.figure(num))
+    if close and nums:
+        plt.close('all')
+
+
+def _patch_pyplot(plt):
+    def show(*args, **kwargs):
+        _save_open_figures(True)
+    show.__doc__ = plt.show.__doc__
+    plt.show = show
+    figure_mod = sys.modules.get('matplotlib.figure')
+    if figure_mod is not None:
+        figure_mod.Figure.show = lambda self, *a, **k: _save_figure(self)
+
+
+class _PyplotHook:
+    """Patches matplotlib.pyplot.show as soon as anything imports pyplot."""
+
+    def find_spec(self, name, path, target=None):
+        if name != 'matplotlib.pyplot':
+            return None
+        from importlib.machinery import PathFinder
+        spec = PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, 'exec_module'):
+            return spec
+        loader_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            loader_exec(module)
+            _patch_pyplot(module)
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _write(kind, ext, text, mode='w'):
+    with open(_out_path(kind, ext), mode) as f:
+        f.write(text)
+
+
+def _capture_value(value):
+    """What a notebook would display for the last expression."""
+    try:
+        figure_mod = sys.modules.get('matplotlib.figure')
+        if figure_mod is not None and isinstance(value, figure_mod.Figure):
+            return  # saved with the other open figures at exit
+        if not isinstance(value, type):
+            for meth, ext in (('_repr_html_', 'html'), ('_repr_svg_', 'svg'),
+                              ('_repr_markdown_', 'md'), ('_repr_json_', 'json')):
+                fn = getattr(value, meth, None)
+                data = fn() if callable(fn) else None
+                if isinstance(data, tuple):
+                    data = data[0]
+                if data is None:
+                    continue
+                if ext == 'json':
+                    import json
+                    data = json.dumps(data)
+                _write('output', ext, data)
+                break
+            fn = getattr(value, '_repr_png_', None)
+            data = fn() if callable(fn) else None
+            if isinstance(data, (bytes, bytearray)):
+                _write('output', 'png', data, 'wb')
+        text = repr(value)
+        if len(text) > 1048576:
+            text = text[:1048576] + '...'
+        os.makedirs(_out_dir, exist_ok=True)
+        with open(os.path.join(_out_dir, 'result.txt'), 'w') as f:
+            f.write(text)
+    except Exception as e:
+        sys.stderr.write('[sandboxd] could not capture the result: %r\n' % (e,))
+
+
+_STATEMENT_STARTS = ('print(', 'import ', 'from ', 'def ', 'class ', 'return', 'pass', 'if ', 'for ', 'while ',
+                     'with ', 'try:', 'except', 'else', 'elif ', 'finally', 'raise', 'assert ', 'del ', 'global ',
+                     'nonlocal ', 'break', 'continue', '@', 'async ', '#')
+
+
+def _may_end_with_expression(source):
+    """Cheap pre-check: building an AST costs ~0.5 ms, so skip it when the last line is surely not
+    an expression whose value is worth showing (the common `print(...)` case included)."""
+    if isinstance(source, bytes):
+        return True
+    end = len(source)
+    while True:
+        start = source.rfind('\n', 0, end) + 1
+        line = source[start:end]
+        if line.strip() or start == 0:
+            break
+        end = start - 1
+    if not line.strip() or line[0] in ' \t':
+        return False
+    return not line.startswith(_STATEMENT_STARTS)
+
+
+def _print_exception(e, filename, source):
+    import traceback
+    if isinstance(source, str):
+        import linecache
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    tb = e.__traceback__
+    # Drop this bootstrap's own frames so the traceback looks like `python3 -c`.
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    traceback.print_exception(type(e), e, tb)
+
+
+def _exit_code(e):
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    sys.stderr.write(str(code) + '\n')
+    return 1
+
+
+def _main():
+    if sys.argv[2] == '-f':
+        filename = sys.argv[3]
+        with open(filename, 'rb') as f:
+            source = f.read()
+    else:
+        filename = '<string>'
+        source = sys.argv[3]
+    sys.argv = ['-c']
+    sys.path[0] = ''
+    if 'MPLBACKEND' not in os.environ:
+        os.environ['MPLBACKEND'] = 'Agg'
+    sys.meta_path.insert(0, _PyplotHook())
+
+    main = type(sys)('__main__')
+    main.__builtins__ = __builtins__
+    sys.modules['__main__'] = main
+    ns = main.__dict__
+    code = 0
+    try:
+        last = None
+        if _may_end_with_expression(source):
+            import _ast
+            tree = compile(source, filename, 'exec', _ast.PyCF_ONLY_AST, dont_inherit=True)
+            if tree.body and isinstance(tree.body[-1], _ast.Expr):
+                last = _ast.Expression(tree.body.pop().value)
+            exec(compile(tree, filename, 'exec', dont_inherit=True), ns)
+        else:
+            exec(compile(source, filename, 'exec', dont_inherit=True), ns)
+        if last is not None:
+            value = eval(compile(last, filename, 'eval', dont_inherit=True), ns)
+            if value is not None:
+                _capture_value(value)
+    except SystemExit as e:
+        code = _exit_code(e)
+    except BaseException as e:
+        _print_exception(e, filename, source)
+        code = 1
+    try:
+        _save_open_figures(False)
+    except BaseException:
+        pass
+    try:
+        sys.stdout.flush()
+    except BaseException:
+        pass
+    return code
+
+
+sys.exit(_main())

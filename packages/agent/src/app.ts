@@ -1,0 +1,60 @@
+import { accessSync, constants, mkdirSync } from 'node:fs';
+import type { Server } from 'node:http';
+import { join } from 'node:path';
+import type { AgentConfig } from './config.js';
+import type { Agent, UpgradeRoute } from './context.js';
+import { EnvStore } from './env/store.js';
+import { Executor } from './exec/executor.js';
+import { agentNodeCommand } from './exec/languages.js';
+import { AgentStats } from './metrics/stats.js';
+import { cacheRoutes } from './routes/cache.js';
+import { commandRoutes } from './routes/commands.js';
+import { envRoutes } from './routes/env.js';
+import { executeRoutes } from './routes/execute.js';
+import { fileRoutes } from './routes/files.js';
+import { healthRoutes } from './routes/health.js';
+import { metricsRoutes } from './routes/metrics.js';
+import { createAgentServer } from './server.js';
+import { streamRoute } from './ws/stream.js';
+import { terminalRoute } from './ws/terminal.js';
+
+export const AGENT_VERSION = '0.1.0';
+
+function findHelper(agentDir: string): string | null {
+  const path = join(agentDir, 'sbx-helper');
+  try {
+    accessSync(path, constants.X_OK);
+    return path;
+  } catch {
+    process.stderr.write(`sandboxd-agent: ${path} missing; timeouts kill the process group only, no terminal\n`);
+    return null;
+  }
+}
+
+/** Builds the agent (state, executor, routes) and its HTTP server, not yet listening. */
+export function createAgent(config: AgentConfig): { agent: Agent; server: Server } {
+  for (const dir of [config.stateDir, join(config.stateDir, 'tmp'), config.workspaceDir]) {
+    try {
+      mkdirSync(dir, { recursive: true });
+    } catch (err) {
+      process.stderr.write(`sandboxd-agent: cannot create ${dir}: ${(err as Error).message}\n`);
+    }
+  }
+  const stats = new AgentStats();
+  const envStore = new EnvStore(join(config.stateDir, 'env.json'), config.createEnv);
+  const helperPath = findHelper(config.agentDir);
+  const executor = new Executor({ config, envStore, stats, helperPath, nodeFallback: agentNodeCommand() });
+  const agent: Agent = { version: AGENT_VERSION, config, stats, envStore, executor, helperPath };
+  const routes = [
+    ...healthRoutes(agent),
+    ...executeRoutes(agent),
+    ...commandRoutes(agent),
+    ...fileRoutes(agent),
+    ...envRoutes(agent),
+    ...metricsRoutes(agent),
+    ...cacheRoutes(agent),
+  ];
+  const upgrades: UpgradeRoute[] = [streamRoute(agent)];
+  if (helperPath) upgrades.push(terminalRoute(agent, helperPath));
+  return { agent, server: createAgentServer(stats, routes, upgrades) };
+}

@@ -1,0 +1,120 @@
+import { mkdirSync, readFileSync } from 'node:fs';
+import { rename, writeFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { ServiceError } from '../proto.js';
+
+/**
+ * The sandbox's env set (GET/PUT/PATCH /env, DELETE /env/{key}): applied to every later execution
+ * and command, above the agent's own env and below per-request env. It lives in a file inside the
+ * sandbox's own filesystem, so it survives agent restarts and stop/start. The create-time env_vars
+ * seed it once, the first time the agent ever starts in this sandbox.
+ */
+export class EnvStore {
+  private vars: Record<string, string>;
+  private writing: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly file: string,
+    createEnv: Record<string, string>,
+  ) {
+    const loaded = readState(file);
+    this.vars = loaded ?? { ...createEnv };
+    if (loaded === null) void this.persist();
+  }
+
+  all(): Record<string, string> {
+    return { ...this.vars };
+  }
+
+  async replace(vars: Record<string, string>): Promise<Record<string, string>> {
+    this.vars = { ...vars };
+    await this.persist();
+    return this.all();
+  }
+
+  async merge(vars: Record<string, string>): Promise<Record<string, string>> {
+    this.vars = { ...this.vars, ...vars };
+    await this.persist();
+    return this.all();
+  }
+
+  /** Returns false when the key was not set. */
+  async delete(key: string): Promise<boolean> {
+    if (!Object.prototype.hasOwnProperty.call(this.vars, key)) return false;
+    const next = { ...this.vars };
+    delete next[key];
+    this.vars = next;
+    await this.persist();
+    return true;
+  }
+
+  /** Writes are serialised and atomic (temp file + rename), so a crash never leaves half a file. */
+  private persist(): Promise<void> {
+    const snapshot = JSON.stringify({ version: 1, env_vars: this.vars });
+    const tmp = `${this.file}.tmp`;
+    this.writing = this.writing.then(async () => {
+      try {
+        mkdirSync(dirname(this.file), { recursive: true });
+        await writeFile(tmp, snapshot, { mode: 0o600 });
+        await rename(tmp, this.file);
+      } catch (err) {
+        throw new ServiceError('INTERNAL_ERROR', `could not save the env set: ${(err as Error).message}`);
+      }
+    });
+    const result = this.writing;
+    this.writing = this.writing.catch(() => undefined);
+    return result;
+  }
+}
+
+function readState(file: string): Record<string, string> | null {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    return null;
+  }
+  try {
+    const parsed = JSON.parse(text) as { env_vars?: unknown };
+    const out: Record<string, string> = {};
+    if (parsed.env_vars && typeof parsed.env_vars === 'object') {
+      for (const [k, v] of Object.entries(parsed.env_vars)) if (typeof v === 'string') out[k] = v;
+    }
+    return out;
+  } catch {
+    process.stderr.write(`sandboxd-agent: ${file} is corrupt; starting with an empty env set\n`);
+    return {};
+  }
+}
+
+/** Precedence: process env < env set < per-request env. */
+export function effectiveEnv(
+  base: Record<string, string>,
+  envSet: Record<string, string>,
+  request: Record<string, string> | undefined,
+): Record<string, string> {
+  return request ? { ...base, ...envSet, ...request } : { ...base, ...envSet };
+}
+
+/** Names a process environment can carry: non-empty, no '=' and no NUL. */
+export function validateEnvVars(value: unknown, field: string): Record<string, string> {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw new ServiceError('VALIDATION_ERROR', `${field} must be an object of strings`, { field });
+  }
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+    if (k === '' || k.includes('=') || k.includes('\0')) {
+      throw new ServiceError('VALIDATION_ERROR', `${field}: invalid variable name ${JSON.stringify(k)}`, { field });
+    }
+    if (typeof v === 'number' || typeof v === 'boolean') {
+      out[k] = String(v);
+      continue;
+    }
+    if (typeof v !== 'string') {
+      throw new ServiceError('VALIDATION_ERROR', `${field}.${k} must be a string`, { field });
+    }
+    if (v.includes('\0')) throw new ServiceError('VALIDATION_ERROR', `${field}.${k} contains a NUL byte`, { field });
+    out[k] = v;
+  }
+  return out;
+}

@@ -1,0 +1,295 @@
+import { rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { AgentConfig } from '../config.js';
+import { ProgramCache, type CompileRun } from '../cache/programs.js';
+import { ResultCache } from '../cache/results.js';
+import { effectiveEnv, type EnvStore } from '../env/store.js';
+import type { AgentStats } from '../metrics/stats.js';
+import { ServiceError, type BackgroundStarted, type CommandResult, type ExecuteResult, type Language } from '../proto.js';
+import { goBuildEnv, goSource, goToolchainKey, plannerFor, type LaunchPlan } from './languages.js';
+import { newProcessId, ProcessRegistry, type ProcessEntry } from './registry.js';
+import { CappedOutput } from './capture.js';
+import { collectRichOutputs, discard, OutputDirs, type RichFields } from './rich.js';
+import { RunningProcess, type RunOutcome } from './runner.js';
+import { plainArgv } from './shell.js';
+import { which } from './which.js';
+
+export interface StreamHooks {
+  onStdout(chunk: Buffer): void;
+  onStderr(chunk: Buffer): void;
+}
+
+export interface ExecOptions {
+  language: Language;
+  code: string;
+  timeoutSec: number;
+  cwd: string | undefined;
+  env: Record<string, string> | undefined;
+  /** Opt-in result cache. */
+  cache: boolean;
+  /** Keep rich output files and list them (/execute/rich). */
+  rich: boolean;
+  name?: string;
+  stream?: StreamHooks;
+  /** Aborting kills the execution (e.g. its WebSocket closed). */
+  signal?: AbortSignal;
+}
+
+export interface CommandOptions {
+  command: string;
+  args: string[] | undefined;
+  timeoutSec: number;
+  cwd: string | undefined;
+  env: Record<string, string> | undefined;
+  name?: string;
+}
+
+export interface ExecutorDeps {
+  config: AgentConfig;
+  envStore: EnvStore;
+  stats: AgentStats;
+  helperPath: string | null;
+  nodeFallback: string[];
+}
+
+type Timing = { deadline: number; timeoutSec: number };
+
+/** Runs code and commands inside the sandbox: the rules of /execute*, /commands/* and process kills. */
+export class Executor {
+  readonly registry = new ProcessRegistry();
+  readonly programs: ProgramCache;
+  readonly results = new ResultCache<ExecuteResult>(100, 4 * 1024 * 1024, 3600_000);
+  private readonly outputs = new OutputDirs(100);
+  private readonly tmpDir: string;
+  private readonly outputsDir: string;
+
+  constructor(private readonly deps: ExecutorDeps) {
+    this.programs = new ProgramCache(join(deps.config.stateDir, 'cache', 'programs'));
+    this.tmpDir = join(deps.config.stateDir, 'tmp');
+    this.outputsDir = join(deps.config.stateDir, 'outputs');
+  }
+
+  async execute(o: ExecOptions): Promise<ExecuteResult> {
+    const env = this.env(o.env);
+    const cwd = o.cwd ?? this.deps.config.workspaceDir;
+    const cacheKey = o.cache ? ResultCache.key({ language: o.language, code: o.code, env, cwd }) : null;
+    if (cacheKey) {
+      const hit = this.results.get(cacheKey);
+      if (hit) return { ...hit, cached: true, timestamp: new Date().toISOString() };
+    }
+    const entry = this.newEntry('execute', false, o.language, o.name ?? o.language);
+    const onAbort = () => this.kill(entry.id);
+    if (o.signal?.aborted) onAbort();
+    o.signal?.addEventListener('abort', onAbort, { once: true });
+    const result = await this.runCode(entry, o, env, cwd).finally(() => o.signal?.removeEventListener('abort', onAbort));
+    if (cacheKey && !result.timed_out) {
+      this.results.set(cacheKey, result, result.stdout.length + result.stderr.length + (result.png?.length ?? 0) + 512);
+    }
+    return result;
+  }
+
+  startExecute(o: ExecOptions): BackgroundStarted {
+    const env = this.env(o.env);
+    const cwd = o.cwd ?? this.deps.config.workspaceDir;
+    const entry = this.newEntry('execute', true, o.language, o.name ?? `${o.language} execution`);
+    void this.runCode(entry, o, env, cwd).catch((err: unknown) => this.failEntry(entry, err));
+    return started(entry);
+  }
+
+  async command(o: CommandOptions): Promise<CommandResult> {
+    const entry = this.newEntry('command', false, 'shell', o.name ?? o.command);
+    return this.runCommand(entry, o);
+  }
+
+  startCommand(o: CommandOptions): BackgroundStarted {
+    const entry = this.newEntry('command', true, 'shell', o.name ?? [o.command, ...(o.args ?? [])].join(' '));
+    void this.runCommand(entry, o).catch((err: unknown) => this.failEntry(entry, err));
+    return started(entry);
+  }
+
+  /** Kills a process and everything it started. Undefined when the id is unknown. */
+  kill(id: string): ProcessEntry | undefined {
+    const entry = this.registry.get(id);
+    if (!entry) return undefined;
+    if (entry.status === 'running') {
+      entry.status = 'killed';
+      entry.proc?.kill('killed');
+    }
+    return entry;
+  }
+
+  private env(requestEnv: Record<string, string> | undefined): Record<string, string> {
+    return effectiveEnv(this.deps.config.baseEnv, this.deps.envStore.all(), requestEnv);
+  }
+
+  private newEntry(kind: 'execute' | 'command', background: boolean, language: string, name: string): ProcessEntry {
+    const entry: ProcessEntry = {
+      id: newProcessId(),
+      name: name.length > 200 ? `${name.slice(0, 197)}...` : name,
+      kind,
+      background,
+      language,
+      startedAt: new Date(),
+      endedAt: null,
+      status: 'running',
+      exitCode: null,
+      pid: null,
+      proc: null,
+    };
+    this.registry.add(entry);
+    return entry;
+  }
+
+  private failEntry(entry: ProcessEntry, err: unknown): void {
+    if (entry.endedAt) return;
+    const message = err instanceof Error ? err.message : String(err);
+    this.registry.finish(entry, 'failed', -1, { stdout: '', stderr: message, truncated: false });
+  }
+
+  /** Spawns one phase (compile or run) of an entry, honouring a kill that came in between. */
+  private async spawn(entry: ProcessEntry, argv: string[], cwd: string, env: Record<string, string>, t: Timing, stream?: StreamHooks): Promise<RunOutcome> {
+    const proc = new RunningProcess(
+      {
+        argv,
+        cwd,
+        env,
+        timeoutMs: Math.max(1, t.deadline - performance.now()),
+        capBytes: this.deps.config.outputCapBytes,
+        onStdout: stream?.onStdout,
+        onStderr: stream?.onStderr,
+      },
+      this.deps.helperPath,
+    );
+    entry.proc = proc;
+    entry.pid = proc.pid;
+    if (entry.status === 'killed') proc.kill('killed');
+    const outcome = await proc.done;
+    if (outcome.spawnError) await this.explainSpawnError(outcome, cwd, argv[0]!);
+    return outcome;
+  }
+
+  /** A missing working directory is the caller's mistake (400); a missing program is a normal result. */
+  private async explainSpawnError(outcome: RunOutcome, cwd: string, program: string): Promise<void> {
+    const err = outcome.spawnError!;
+    const st = await stat(cwd).catch(() => null);
+    if (!st) throw new ServiceError('INVALID_PATH', `working directory does not exist: ${cwd}`, { path: cwd });
+    if (!st.isDirectory()) throw new ServiceError('NOT_A_DIRECTORY', `working directory is not a directory: ${cwd}`, { path: cwd });
+    const text = err.code === 'ENOENT' ? `${program}: command not found\n` : `${program}: ${err.message}\n`;
+    outcome.stderr.push(Buffer.from(text));
+  }
+
+  private async runCode(entry: ProcessEntry, o: ExecOptions, env: Record<string, string>, cwd: string): Promise<ExecuteResult> {
+    const startedMs = performance.now();
+    const t: Timing = { deadline: startedMs + o.timeoutSec * 1000, timeoutSec: o.timeoutSec };
+    const outDir = join(this.outputsDir, entry.id);
+    const runEnv = o.stream && o.language === 'python' ? { ...env, PYTHONUNBUFFERED: '1' } : env;
+    let plan: LaunchPlan | { outcome: RunOutcome };
+    try {
+      plan = o.language === 'go' ? await this.planGo(entry, o.code, env, t) : await plannerFor(o.language, this.deps.nodeFallback)(o.code, { agentDir: this.deps.config.agentDir, tmpDir: this.tmpDir, id: entry.id, env, outDir });
+    } catch (err) {
+      this.failEntry(entry, err);
+      throw err;
+    }
+    let outcome: RunOutcome;
+    try {
+      outcome = 'outcome' in plan ? plan.outcome : await this.spawn(entry, plan.argv, cwd, runEnv, t, o.stream);
+    } catch (err) {
+      this.failEntry(entry, err);
+      throw err;
+    } finally {
+      if ('tempFile' in plan && plan.tempFile) void rm(plan.tempFile, { force: true });
+    }
+    let rich: RichFields = { rich_outputs: [] };
+    if (o.language === 'python') {
+      rich = await collectRichOutputs(outDir);
+      if (rich.rich_outputs.length > 0 && o.rich) this.outputs.remember(outDir);
+      else if (rich.rich_outputs.length > 0 || rich.result !== undefined) void discard(outDir);
+    }
+    const base = this.finish(entry, outcome, startedMs, t);
+    const result: ExecuteResult = { ...base, language: o.language, execution_id: entry.id };
+    for (const k of ['png', 'svg', 'html', 'json', 'markdown', 'result'] as const) {
+      if (rich[k] !== undefined) (result as unknown as Record<string, unknown>)[k] = rich[k];
+    }
+    if (o.rich) result.rich_outputs = rich.rich_outputs;
+    return result;
+  }
+
+  private async runCommand(entry: ProcessEntry, o: CommandOptions): Promise<CommandResult> {
+    const startedMs = performance.now();
+    const t: Timing = { deadline: startedMs + o.timeoutSec * 1000, timeoutSec: o.timeoutSec };
+    const argv = o.args ? [o.command, ...o.args] : (plainArgv(o.command) ?? ['/bin/sh', '-c', o.command]);
+    const cwd = o.cwd ?? this.deps.config.workspaceDir;
+    let outcome: RunOutcome;
+    try {
+      outcome = await this.spawn(entry, argv, cwd, this.env(o.env), t);
+    } catch (err) {
+      this.failEntry(entry, err);
+      throw err;
+    }
+    const base = this.finish(entry, outcome, startedMs, t);
+    return { ...base, command: o.args ? [o.command, ...o.args].join(' ') : o.command, pid: entry.pid };
+  }
+
+  /** Compiles through the program cache; a failed compile is the execution's result. */
+  private async planGo(entry: ProcessEntry, code: string, env: Record<string, string>, t: Timing): Promise<LaunchPlan | { outcome: RunOutcome }> {
+    const go = await which('go', env.PATH);
+    if (!go) return { argv: ['go'] }; // exec fails with "go: command not found", exit 127
+    const source = goSource(code);
+    const key = ProgramCache.key([await goToolchainKey(go, env), source]);
+    const buildEnv = goBuildEnv(env, this.deps.config.stateDir);
+    const mine: { outcome?: RunOutcome } = {};
+    const compiled = await this.programs.getOrCompile(key, source, async (dir): Promise<CompileRun> => {
+      const r = await this.spawn(entry, [go, 'build', '-o', 'prog', 'main.go'], dir, buildEnv, t);
+      mine.outcome = r;
+      return { stdout: r.stdout.text(), stderr: r.stderr.text(), exitCode: r.exitCode, timedOut: r.reason !== 'exited', output: 'prog' };
+    });
+    if (compiled.ok) return { argv: [compiled.binary] };
+    if (mine.outcome) return { outcome: mine.outcome };
+    // Another request's compile of the same source failed at the same time: its output is ours too.
+    const stdout = new CappedOutput(this.deps.config.outputCapBytes);
+    const stderr = new CappedOutput(this.deps.config.outputCapBytes);
+    stdout.push(Buffer.from(compiled.stdout));
+    stderr.push(Buffer.from(compiled.stderr));
+    return { outcome: { exitCode: compiled.exitCode || 1, reason: compiled.timedOut ? 'timeout' : 'exited', stdout, stderr, durationMs: 0 } };
+  }
+
+  private finish(entry: ProcessEntry, outcome: RunOutcome, startedMs: number, t: Timing) {
+    const timedOut = outcome.reason === 'timeout';
+    const killed = outcome.reason === 'killed' || entry.status === 'killed';
+    let stderr = outcome.stderr.text();
+    if (timedOut) stderr += `${stderr && !stderr.endsWith('\n') ? '\n' : ''}Execution timed out after ${t.timeoutSec} seconds\n`;
+    const stdout = outcome.stdout.text();
+    const truncated = outcome.stdout.truncated || outcome.stderr.truncated;
+    const exitCode = timedOut ? 124 : outcome.exitCode;
+    const status = killed ? 'killed' : timedOut ? 'timeout' : exitCode === 0 ? 'completed' : 'failed';
+    const durationMs = performance.now() - startedMs;
+    this.registry.finish(entry, status, exitCode, { stdout, stderr, truncated });
+    this.deps.stats.recordExecution(durationMs, status === 'completed');
+    const base = {
+      success: status === 'completed',
+      stdout,
+      stderr,
+      exit_code: exitCode,
+      execution_time: Math.round(durationMs) / 1000,
+      timed_out: timedOut,
+      timestamp: new Date().toISOString(),
+      ...(truncated ? { truncated: true } : {}),
+      ...(killed ? { killed: true } : {}),
+    };
+    return base;
+  }
+}
+
+function started(entry: ProcessEntry): BackgroundStarted {
+  const at = entry.startedAt.toISOString();
+  return {
+    process_id: entry.id,
+    execution_id: entry.id,
+    name: entry.name,
+    status: 'running',
+    started_at: at,
+    start_time: at,
+    pid: entry.pid,
+    message: 'started in the background',
+  };
+}

@@ -1,0 +1,78 @@
+import { readdir, readFile, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { RichOutput } from '../proto.js';
+
+export interface RichFields {
+  png?: string;
+  svg?: string;
+  html?: string;
+  json?: unknown;
+  markdown?: string;
+  result?: string;
+  rich_outputs: RichOutput[];
+}
+
+const KINDS: Record<string, { type: string; mime: string }> = {
+  png: { type: 'image', mime: 'image/png' },
+  svg: { type: 'image', mime: 'image/svg+xml' },
+  html: { type: 'html', mime: 'text/html' },
+  json: { type: 'json', mime: 'application/json' },
+  md: { type: 'markdown', mime: 'text/markdown' },
+};
+
+/** Largest file inlined into the JSON result; bigger ones are only listed in rich_outputs. */
+const MAX_INLINE_BYTES = 8 * 1024 * 1024;
+
+/**
+ * Reads what the Python bootstrap left in an execution's output directory (NNN-kind.ext files and
+ * result.txt). The first file of each kind also becomes a top-level field (png as base64).
+ */
+export async function collectRichOutputs(outDir: string): Promise<RichFields> {
+  const fields: RichFields = { rich_outputs: [] };
+  let names: string[];
+  try {
+    names = (await readdir(outDir)).sort();
+  } catch {
+    return fields; // nothing was produced: the directory is created on first use
+  }
+  for (const name of names) {
+    const path = join(outDir, name);
+    if (name === 'result.txt') {
+      fields.result = await readFile(path, 'utf8');
+      continue;
+    }
+    const ext = name.slice(name.lastIndexOf('.') + 1);
+    const kind = KINDS[ext];
+    if (!kind) continue;
+    fields.rich_outputs.push({ type: kind.type, path, mime: kind.mime });
+    const field = ext === 'md' ? 'markdown' : (ext as 'png' | 'svg' | 'html' | 'json');
+    if (fields[field] !== undefined || (await stat(path)).size > MAX_INLINE_BYTES) continue;
+    const data = await readFile(path);
+    if (field === 'png') fields.png = data.toString('base64');
+    else if (field !== 'json') fields[field] = data.toString('utf8');
+    else {
+      try {
+        fields.json = JSON.parse(data.toString('utf8'));
+      } catch {
+        // not JSON after all: only listed
+      }
+    }
+  }
+  return fields;
+}
+
+/** Keeps the output directories of the most recent executions; older ones are removed. */
+export class OutputDirs {
+  private dirs: string[] = [];
+
+  constructor(private readonly keep: number) {}
+
+  remember(dir: string): void {
+    this.dirs.push(dir);
+    while (this.dirs.length > this.keep) void rm(this.dirs.shift()!, { recursive: true, force: true });
+  }
+}
+
+export function discard(dir: string): Promise<void> {
+  return rm(dir, { recursive: true, force: true });
+}

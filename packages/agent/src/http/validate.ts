@@ -1,0 +1,59 @@
+import { ServiceError } from '../proto.js';
+
+/** Field readers for JSON bodies: unknown fields are ignored, wrong types are 400 naming the field. */
+
+type Body = Record<string, unknown>;
+
+function invalid(field: string, what: string): ServiceError {
+  return new ServiceError('VALIDATION_ERROR', `${field} must be ${what}`, { field });
+}
+
+export function requiredString(body: Body, field: string, opts: { allowEmpty?: boolean } = {}): string {
+  const v = body[field];
+  if (v === undefined || v === null) throw new ServiceError('VALIDATION_ERROR', `${field} is required`, { field });
+  if (typeof v !== 'string') throw invalid(field, 'a string');
+  if (!opts.allowEmpty && v === '') throw invalid(field, 'a non-empty string');
+  return v;
+}
+
+export function optionalString(body: Body, field: string): string | undefined {
+  const v = body[field];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'string') throw invalid(field, 'a string');
+  return v;
+}
+
+export function optionalBoolean(body: Body, field: string): boolean | undefined {
+  const v = body[field];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'boolean') throw invalid(field, 'a boolean');
+  return v;
+}
+
+export function optionalStringArray(body: Body, field: string): string[] | undefined {
+  const v = body[field];
+  if (v === undefined || v === null) return undefined;
+  if (!Array.isArray(v)) throw invalid(field, 'an array of strings');
+  return v.map((item, i) => {
+    if (typeof item === 'string') return item;
+    if (typeof item === 'number' || typeof item === 'boolean') return String(item);
+    throw invalid(`${field}[${i}]`, 'a string');
+  });
+}
+
+/** A timeout in seconds: a positive number up to maxSeconds (strings of digits are accepted too). */
+export function timeoutSeconds(body: Body, field: string, defaultSeconds: number, maxSeconds: number): number {
+  let v = body[field];
+  if (v === undefined || v === null) return defaultSeconds;
+  if (typeof v === 'string' && /^\d+(\.\d+)?$/.test(v)) v = Number(v);
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw invalid(field, 'a number of seconds');
+  if (v <= 0 || v > maxSeconds) {
+    throw new ServiceError('VALIDATION_ERROR', `${field} must be between 0 and ${maxSeconds} seconds`, { field });
+  }
+  return v;
+}
+
+/** working_dir or workdir (api-decisions.md §4 accepts both). */
+export function workingDir(body: Body): string | undefined {
+  return optionalString(body, 'working_dir') ?? optionalString(body, 'workdir') ?? optionalString(body, 'cwd');
+}

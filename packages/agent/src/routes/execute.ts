@@ -1,0 +1,97 @@
+import type { Agent, Route, RouteContext } from '../context.js';
+import { validateEnvVars } from '../env/store.js';
+import type { ExecOptions } from '../exec/executor.js';
+import { toInfo } from '../exec/registry.js';
+import { resolvePath } from '../files/paths.js';
+import { optionalBoolean, optionalString, requiredString, timeoutSeconds, workingDir } from '../http/validate.js';
+import { LANGUAGE_ALIASES, normalizeLanguage, ServiceError, type KillResult } from '../proto.js';
+
+export const DEFAULT_TIMEOUT_S = 60;
+export const DEFAULT_BACKGROUND_TIMEOUT_S = 3600;
+export const MAX_TIMEOUT_S = 86_400;
+
+export function parseExecute(agent: Agent, body: Record<string, unknown>, defaults: { timeoutSec: number; rich: boolean; language?: string }): ExecOptions {
+  const code = requiredString(body, 'code', { allowEmpty: true });
+  const languageInput = optionalString(body, 'language') ?? defaults.language;
+  const language = normalizeLanguage(languageInput);
+  if (!language) {
+    throw new ServiceError('INVALID_LANGUAGE', `unsupported language ${JSON.stringify(languageInput)}; use one of ${LANGUAGE_ALIASES.join(', ')}`, { field: 'language' });
+  }
+  const dir = workingDir(body);
+  return {
+    language,
+    code,
+    timeoutSec: timeoutSeconds(body, 'timeout', defaults.timeoutSec, MAX_TIMEOUT_S),
+    cwd: dir === undefined ? undefined : resolvePath(dir, agent.config.workspaceDir, 'working_dir'),
+    env: body.env === undefined || body.env === null ? undefined : validateEnvVars(body.env, 'env'),
+    cache: optionalBoolean(body, 'cache') ?? false,
+    rich: defaults.rich,
+    name: optionalString(body, 'name'),
+  };
+}
+
+function kill(agent: Agent, id: string): KillResult {
+  const entry = agent.executor.kill(id);
+  if (!entry) throw new ServiceError('PROCESS_NOT_FOUND', `Process not found: ${id}`, { process_id: id });
+  const wasRunning = entry.status === 'killed' && entry.endedAt === null;
+  return {
+    process_id: entry.id,
+    status: entry.status,
+    message: wasRunning ? 'process and its children killed' : `process already ended (${entry.status})`,
+  };
+}
+
+export function executeRoutes(agent: Agent): Route[] {
+  const run = (rich: boolean, language?: string) => async (ctx: RouteContext) =>
+    agent.executor.execute(parseExecute(agent, await ctx.body(), { timeoutSec: DEFAULT_TIMEOUT_S, rich, language }));
+  return [
+    { method: 'POST', path: '/execute', handler: run(false) },
+    { method: 'POST', path: '/execute/rich', handler: run(true) },
+    // Real clients' "IPython" call: Python whose last expression's value comes back as `result`.
+    { method: 'POST', path: '/execute/ipython', handler: run(false, 'python') },
+    {
+      method: 'POST',
+      path: '/execute/background',
+      handler: async (ctx) =>
+        agent.executor.startExecute(parseExecute(agent, await ctx.body(), { timeoutSec: DEFAULT_BACKGROUND_TIMEOUT_S, rich: true })),
+    },
+    {
+      method: 'GET',
+      path: '/execute/processes',
+      handler: () => {
+        const processes = agent.executor.registry.list();
+        return { processes, count: processes.length, timestamp: new Date().toISOString() };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/execute/processes/*',
+      handler: (ctx) => {
+        const entry = agent.executor.registry.get(ctx.rest);
+        if (!entry) throw new ServiceError('PROCESS_NOT_FOUND', `Process not found: ${ctx.rest}`, { process_id: ctx.rest });
+        return toInfo(entry);
+      },
+    },
+    { method: 'POST', path: '/execute/kill/*', handler: (ctx) => kill(agent, ctx.rest) },
+    {
+      method: 'DELETE',
+      path: '/execute/kill',
+      handler: (ctx) => {
+        const id = ctx.url.searchParams.get('process_id') ?? ctx.url.searchParams.get('id');
+        if (!id) throw new ServiceError('VALIDATION_ERROR', 'process_id is required', { field: 'process_id' });
+        return kill(agent, id);
+      },
+    },
+    { method: 'DELETE', path: '/execute/kill/*', handler: (ctx) => kill(agent, ctx.rest) },
+    {
+      // The Python client's spelling: POST /processes/{id}/kill.
+      method: 'POST',
+      path: '/processes/*',
+      handler: (ctx) => {
+        const m = /^([^/]+)\/kill$/.exec(ctx.rest);
+        if (!m) throw new ServiceError('ROUTE_NOT_FOUND', `no route for POST /processes/${ctx.rest}`);
+        return kill(agent, m[1]!);
+      },
+    },
+  ];
+}

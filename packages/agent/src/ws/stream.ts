@@ -1,0 +1,92 @@
+import { StringDecoder } from 'node:string_decoder';
+import type { Agent, UpgradeRoute } from '../context.js';
+import { ServiceError } from '../proto.js';
+import { DEFAULT_TIMEOUT_S, parseExecute } from '../routes/execute.js';
+import { PacedSender } from './frames.js';
+import { acceptWebSocket, parseFrame } from './upgrade.js';
+
+/** Keeps a socket that the client forgot to close from living forever. */
+const IDLE_CLOSE_MS = 10 * 60 * 1000;
+
+/**
+ * WebSocket /execute/stream: the client sends {type:"execute", code, language, timeout, workdir,
+ * env}; the agent streams {type:"stdout"|"stderr", data}, then {type:"result", ...} and
+ * {type:"complete", success}, and leaves the socket open for the client to close (real clients
+ * hang if it closes first). Closing the socket kills a running execution.
+ */
+export function streamRoute(agent: Agent): UpgradeRoute {
+  return {
+    path: '/execute/stream',
+    handler: (req, socket, head, requestId) => {
+      void acceptWebSocket(req, socket, head, requestId).then((ws) => {
+        const out = new PacedSender(ws);
+        let busy = false;
+        let closed = false;
+        let current: AbortController | null = null;
+        let idle = setTimeout(() => ws.close(1000, 'idle'), IDLE_CLOSE_MS);
+        ws.on('close', () => {
+          closed = true;
+          clearTimeout(idle);
+          out.stop();
+          current?.abort();
+        });
+        ws.on('message', (data) => {
+          clearTimeout(idle);
+          idle = setTimeout(() => ws.close(1000, 'idle'), IDLE_CLOSE_MS);
+          const frame = parseFrame(data);
+          if (!frame) return;
+          if (frame.type === 'kill' || frame.type === 'cancel') {
+            current?.abort();
+            return;
+          }
+          if (frame.type !== 'execute') return;
+          if (busy) {
+            out.send({ type: 'error', error: 'an execution is already running on this socket', code: 'VALIDATION_ERROR' });
+            return;
+          }
+          busy = true;
+          current = new AbortController();
+          void runOne(frame, current.signal).finally(() => {
+            busy = false;
+            current = null;
+          });
+        });
+
+        async function runOne(frame: Record<string, unknown>, signal: AbortSignal): Promise<void> {
+          try {
+            const opts = parseExecute(agent, { ...frame, working_dir: frame.working_dir ?? frame.workdir }, { timeoutSec: DEFAULT_TIMEOUT_S, rich: false });
+            const dec = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
+            const capBytes = agent.config.outputCapBytes;
+            const sent = { stdout: 0, stderr: 0 };
+            const forward = (type: 'stdout' | 'stderr') => (chunk: Buffer) => {
+              if (sent[type] >= capBytes) return;
+              sent[type] += chunk.length;
+              out.output(type, dec[type].write(chunk));
+            };
+            const stream = { onStdout: forward('stdout'), onStderr: forward('stderr') };
+            const result = await agent.executor.execute({ ...opts, stream, signal });
+            out.output('stdout', dec.stdout.end());
+            out.output('stderr', dec.stderr.end());
+            if (result.timed_out) out.output('stderr', `Execution timed out after ${opts.timeoutSec} seconds\n`);
+            out.send({
+              type: 'result',
+              exit_code: result.exit_code,
+              execution_time: result.execution_time,
+              success: result.success,
+              timed_out: result.timed_out,
+              execution_id: result.execution_id,
+              ...(result.truncated ? { truncated: true } : {}),
+              ...(result.png ? { png: result.png } : {}),
+            });
+            out.send({ type: 'complete', success: result.success });
+          } catch (err) {
+            if (closed) return;
+            const se = err instanceof ServiceError ? err : new ServiceError('INTERNAL_ERROR', (err as Error).message);
+            out.send({ type: 'error', error: se.message, code: se.code });
+            out.send({ type: 'complete', success: false });
+          }
+        }
+      });
+    },
+  };
+}

@@ -1,0 +1,34 @@
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { WebSocket, WebSocketServer } from 'ws';
+
+let wss: WebSocketServer | null = null;
+const requestIds = new WeakMap<IncomingMessage, string>();
+
+/** Completes a WebSocket upgrade; `ws` is loaded on first use only (memory of idle agents). */
+export async function acceptWebSocket(req: IncomingMessage, socket: Duplex, head: Buffer, requestId: string): Promise<WebSocket> {
+  if (!wss) {
+    const { WebSocketServer } = await import('ws');
+    wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 16 * 1024 * 1024 });
+    wss.on('headers', (headers, r) => {
+      const id = requestIds.get(r);
+      if (id) headers.push(`X-Request-ID: ${id}`);
+    });
+  }
+  requestIds.set(req, requestId);
+  const server = wss;
+  return new Promise((resolve) => server.handleUpgrade(req, socket, head, resolve));
+}
+
+/** Parses a client frame; null for anything that is not a JSON object with a string `type`. */
+export function parseFrame(data: unknown): (Record<string, unknown> & { type: string }) | null {
+  try {
+    const v: unknown = JSON.parse(String(data));
+    if (v && typeof v === 'object' && !Array.isArray(v) && typeof (v as { type?: unknown }).type === 'string') {
+      return v as Record<string, unknown> & { type: string };
+    }
+  } catch {
+    // not JSON
+  }
+  return null;
+}

@@ -4,7 +4,7 @@ import { chmodSync, chownSync, mkdirSync, symlinkSync, writeFileSync } from 'nod
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 
-/** Synthetic two-layer image whose second layer deletes a file and replaces a directory. */
+/** Synthetic two-layer image whose second layer deletes a file and replaces a directory. Its tars are reproducible (sorted, mtime 0): equal content, equal diff ids. */
 export interface SyntheticImage {
   /** Uncompressed layer tars, bottom first. */
   layers: Buffer[];
@@ -50,7 +50,7 @@ export function makeSyntheticImage(scratch: string, opts: { arch?: string; env?:
   writeFileSync(join(l2, '.wh.newfile2'), '');
   writeFileSync(join(l2, 'newfile2'), 'again');
 
-  const tarOf = (dir: string) => execFileSync('tar', ['-c', '-f', '-', '--numeric-owner', '-C', dir, '.'], { maxBuffer: 1 << 26 });
+  const tarOf = (dir: string) => execFileSync('tar', ['-c', '-f', '-', '--numeric-owner', '--sort=name', '--mtime=@0', '-C', dir, '.'], { maxBuffer: 1 << 26 });
   const layers = [tarOf(l1), tarOf(l2)];
   const diffIds = layers.map((l) => `sha256:${sha256(l)}`);
   const config = Buffer.from(

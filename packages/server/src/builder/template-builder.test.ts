@@ -98,7 +98,7 @@ test('python:3.11: env, workdir, run and copy steps make layers; a rebuild is al
     { type: 'workdir', path: '/app' },
     {
       type: 'run',
-      command: 'echo "$GREETING" > greeting.txt && python3 -c "import sys; print(sys.version)" > pyver.txt && /usr/local/bin/pip3 --version > pipver.txt',
+      command: 'echo "$GREETING" > greeting.txt && python3 -c "import sys; print(sys.version)" > pyver.txt && /usr/local/bin/pip3 --version > pipver.txt && test ! -e /usr/lib/python3.11/EXTERNALLY-MANAGED',
     },
     { type: 'copy', dest: '/app/data/', fileIds: ['f_1'], srcPaths: [], filesHash: null, owner: null, permissions: null },
     { type: 'copy', dest: '/app/', fileIds: [], srcPaths: ['src', 'README.md'], filesHash: 'abc123', owner: '1000:1000', permissions: null },

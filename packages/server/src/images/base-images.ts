@@ -92,7 +92,7 @@ export class BaseImageResolver {
         log(`${familiar}: ${debian.note}`);
         const rootfs = await this.deps.layers.ensureRootfs(debian.recipe, log, { signal });
         const layers = [rootfs];
-        if (debian.pythonCompat) layers.unshift(await this.pythonCompatLayer(log));
+        if (debian.pythonCompat) layers.unshift(await ensurePythonCompatLayer(this.deps.layers, log));
         return {
           ref: familiar,
           key: baseKey(layers.map((l) => l.id)),
@@ -169,35 +169,36 @@ export class BaseImageResolver {
       log,
     );
   }
-
-  /**
-   * What the official python images have and Debian's python3 lacks: pip and python under
-   * /usr/local/bin (clients call `/usr/local/bin/pip3`), and pip allowed to install system-wide
-   * (Debian's EXTERNALLY-MANAGED marker is whited out).
-   */
-  private pythonCompatLayer(log: Log): Promise<LayerInfo> {
-    return this.deps.layers.ensureLayer(
-      sha256Hex('python-compat/1'),
-      async (tree) => {
-        await mkdir(join(tree, 'usr/local/bin'), { recursive: true, mode: 0o755 });
-        await mkdir(join(tree, 'usr/lib/python3.11'), { recursive: true, mode: 0o755 });
-        for (const [name, target] of [
-          ['python3', '/usr/bin/python3'],
-          ['python', '/usr/bin/python3'],
-          ['pip3', '/usr/bin/pip3'],
-          ['pip', '/usr/bin/pip3'],
-        ] as const) {
-          await symlink(target, join(tree, 'usr/local/bin', name));
-        }
-        await runTool('mknod', ['-m', '000', join(tree, 'usr/lib/python3.11/EXTERNALLY-MANAGED'), 'c', '0', '0']);
-        const s = shiftOwnership(tree, CANONICAL_ID_OFFSET);
-        return { kind: 'python-compat', sizeBytes: s.bytes, entries: s.entries };
-      },
-      log,
-    );
-  }
 }
 
 export function baseKey(layerIdsTopFirst: string[]): string {
   return sha256Hex(`base/1\n${layerIdsTopFirst.join('\n')}`);
+}
+
+/**
+ * What the official python images have and Debian's python3 lacks: pip and python under
+ * /usr/local/bin (clients call `/usr/local/bin/pip3`), and pip allowed to install system-wide
+ * (Debian's EXTERNALLY-MANAGED marker is whited out). A layer to put on top of a bookworm rootfs
+ * with python3 and python3-pip (the python:3.11 base; the built-in python templates may use it too).
+ */
+export function ensurePythonCompatLayer(layers: FsLayerStore, log: Log): Promise<LayerInfo> {
+  return layers.ensureLayer(
+    sha256Hex('python-compat/1'),
+    async (tree) => {
+      await mkdir(join(tree, 'usr/local/bin'), { recursive: true, mode: 0o755 });
+      await mkdir(join(tree, 'usr/lib/python3.11'), { recursive: true, mode: 0o755 });
+      for (const [name, target] of [
+        ['python3', '/usr/bin/python3'],
+        ['python', '/usr/bin/python3'],
+        ['pip3', '/usr/bin/pip3'],
+        ['pip', '/usr/bin/pip3'],
+      ] as const) {
+        await symlink(target, join(tree, 'usr/local/bin', name));
+      }
+      await runTool('mknod', ['-m', '000', join(tree, 'usr/lib/python3.11/EXTERNALLY-MANAGED'), 'c', '0', '0']);
+      const s = shiftOwnership(tree, CANONICAL_ID_OFFSET);
+      return { kind: 'python-compat', sizeBytes: s.bytes, entries: s.entries };
+    },
+    log,
+  );
 }

@@ -6,6 +6,7 @@ import { loadConfig } from './config.js';
 import { SqliteStore } from './store/sqlite.js';
 import { KeyService, parseScopes } from './services/keys.js';
 import { serve } from './main.js';
+import { openImageServices } from './images/index.js';
 
 const USAGE = `sandboxd: self-hosted sandbox execution service
 
@@ -17,6 +18,9 @@ Usage:
                                                     create an API key (secret shown once)
   sandboxd keys list [--org NAME]
   sandboxd keys revoke KEY_ID
+  sandboxd images import REF FILE                   import a docker-save / OCI archive as base image REF
+  sandboxd images pull REF                          pull REF from the configured registry
+  sandboxd images list
   sandboxd help
 
 Scopes: sandboxes:read, sandboxes:write, templates:read, templates:write, admin (default: all).
@@ -87,6 +91,43 @@ async function admin(args: string[]): Promise<number> {
   }
 }
 
+async function imagesCommand(args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' } } });
+  const [verb, ref, file] = positionals;
+  const config = loadConfig();
+  const log = (line: string) => process.stderr.write(`${line}\n`);
+  const images = openImageServices({
+    dataDir: config.dataDir,
+    layersDir: config.layersDir,
+    registryUrl: config.registry.url,
+    registryUsername: config.registry.username,
+    registryPassword: config.registry.password,
+    registryHint: 'SANDBOXD_REGISTRY_URL',
+    log,
+  });
+  if (verb === 'import' && ref && file) {
+    const rec = await images.importArchive(file, ref);
+    process.stdout.write(values.json ? `${JSON.stringify(rec, null, 2)}\n` : `imported ${ref}: ${rec.layers.length} layer(s)\n`);
+    return 0;
+  }
+  if (verb === 'pull' && ref) {
+    const rec = await images.pull(ref);
+    process.stdout.write(values.json ? `${JSON.stringify(rec, null, 2)}\n` : `pulled ${ref}: ${rec.layers.length} layer(s)\n`);
+    return 0;
+  }
+  if (verb === 'list') {
+    const list = await images.images.list();
+    process.stdout.write(
+      values.json
+        ? `${JSON.stringify(list, null, 2)}\n`
+        : `${table(list.map((r) => ({ ref: r.ref, layers: String(r.layers.length), source: String((r as unknown as Record<string, unknown>).source ?? '') })))}\n`,
+    );
+    return 0;
+  }
+  process.stderr.write(`${USAGE}\n`);
+  return 2;
+}
+
 async function main(argv: string[]): Promise<number> {
   const [cmd] = argv;
   if (cmd === undefined || cmd === 'serve') {
@@ -98,6 +139,7 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (cmd === 'keys' || cmd === 'orgs') return admin(argv);
+  if (cmd === 'images') return imagesCommand(argv.slice(1));
   process.stderr.write(`unknown command "${cmd}"\n\n${USAGE}\n`);
   return 2;
 }

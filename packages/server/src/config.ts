@@ -31,6 +31,10 @@ export interface Config {
   /** Built-in templates to build and serve (default: all). */
   builtinTemplates: string[] | undefined;
   agentBundlePath: string;
+  /** OCI registry for `from` images Debian's packages cannot provide (null: none). */
+  registry: { url: string | null; username: string | undefined; password: string | undefined };
+  buildLimits: { perHour: number; perDay: number };
+  buildStepTimeoutMs: number;
   version: string;
   logLevel: string;
 }
@@ -84,6 +88,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     agentReadyTimeoutMs: int(env, 'SANDBOXD_AGENT_READY_TIMEOUT_MS', 15000, 100),
     builtinTemplates: templates && templates.length ? templates : undefined,
     agentBundlePath: resolve(env.SANDBOXD_AGENT_BUNDLE || join(REPO_ROOT, 'packages/agent/bundle/agent.cjs')),
+    registry: {
+      url: env.SANDBOXD_REGISTRY_URL === 'none' ? null : env.SANDBOXD_REGISTRY_URL || 'https://registry-1.docker.io',
+      username: env.SANDBOXD_REGISTRY_USERNAME || undefined,
+      password: env.SANDBOXD_REGISTRY_PASSWORD || undefined,
+    },
+    buildLimits: { perHour: int(env, 'SANDBOXD_BUILDS_PER_HOUR', 10, 1), perDay: int(env, 'SANDBOXD_BUILDS_PER_DAY', 50, 1) },
+    buildStepTimeoutMs: int(env, 'SANDBOXD_BUILD_STEP_TIMEOUT_SECONDS', 1800, 1) * 1000,
     version: '0.1.0',
     logLevel: env.SANDBOXD_LOG_LEVEL || 'info',
   };

@@ -5,7 +5,11 @@ import { loadConfig, type Config } from './config.js';
 import { SqliteStore } from './store/sqlite.js';
 import { CrunRuntime } from './runtime/index.js';
 import { ensureSystemPackages } from './runtime/system-packages.js';
-import { FsLayerStore } from './images/layer-store.js';
+import { openImageServices } from './images/index.js';
+import { ensurePythonCompatLayer } from './images/base-images.js';
+import { UploadService } from './services/uploads.js';
+import { TemplateBuildService } from './services/template-builds.js';
+import { collectGarbage } from './services/gc.js';
 import { ensureBuiltinTemplates } from './images/bootstrap.js';
 import { BUILTIN_TEMPLATES } from './images/builtin.js';
 import { KeyService } from './services/keys.js';
@@ -59,12 +63,27 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   await runtime.setupHost();
 
   const store = SqliteStore.open(join(config.dataDir, 'sandboxd.db'));
-  const layers = new FsLayerStore(config.layersDir, { log });
+  const images = openImageServices({
+    dataDir: config.dataDir,
+    layersDir: config.layersDir,
+    registryUrl: config.registry.url,
+    registryUsername: config.registry.username,
+    registryPassword: config.registry.password,
+    registryHint: 'SANDBOXD_REGISTRY_URL',
+    log,
+  });
+  await images.cleanupStale();
+  const layers = images.layers;
   const templates = new TemplateService(store);
   const wanted = BUILTIN_TEMPLATES.filter((t) => !config.builtinTemplates || config.builtinTemplates.includes(t.name));
   log(`preparing built-in templates: ${wanted.map((t) => t.name).join(', ')} (first start builds them from Debian's packages)`);
   const built = await ensureBuiltinTemplates(layers, wanted, log);
-  for (const t of wanted) await templates.registerBuiltin(t, [built.get(t.name)!]);
+  // The Python templates get pip/python under /usr/local/bin and system-wide pip installs, as clients expect.
+  const pythonCompat = wanted.some((t) => t.language === 'python') ? await ensurePythonCompatLayer(layers, log) : undefined;
+  for (const t of wanted) {
+    const stack = t.language === 'python' && pythonCompat ? [pythonCompat, built.get(t.name)!] : [built.get(t.name)!];
+    await templates.registerBuiltin(t, stack);
+  }
 
   const keys = new KeyService(store);
   const apiKey = await bootstrapKey(config, keys);
@@ -105,7 +124,26 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
       .finally(() => (sweeping = false));
   }, config.sweepIntervalMs);
 
-  const services: Services = { config, store, keys, sandboxes, templates, events, createLimiter };
+  const uploads = new UploadService(store, images.blobs, join(config.dataDir, 'keys', 'upload-hmac.key'), config.publicUrl);
+  const builds = new TemplateBuildService(
+    store,
+    uploads,
+    images.builder(runtime, { stepTimeoutMs: config.buildStepTimeoutMs }),
+    join(config.dataDir, 'build-logs'),
+    config.buildLimits,
+    log,
+  );
+  const interrupted = await builds.failInterrupted();
+  if (interrupted) log(`${interrupted} template build(s) were interrupted by the restart and marked failed`);
+  // Layers are collected only when they live in this data dir: a shared layer dir (tests, several
+  // daemons) holds layers this daemon knows nothing about.
+  const ownsLayers = config.layersDir.startsWith(`${config.dataDir}/`);
+  const gcLayers = async () => {
+    if (!ownsLayers) return;
+    const removed = await collectGarbage(store, images);
+    if (removed.length) log(`removed ${removed.length} unreferenced layer(s)`);
+  };
+  const services: Services = { config, store, keys, sandboxes, templates, events, createLimiter, builds, uploads, gcLayers };
   const app = await buildApp({ services, logger: config.logLevel === 'debug' });
   await app.listen({ host: config.host, port: config.port });
   const addr = app.server.address();

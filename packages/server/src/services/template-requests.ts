@@ -1,20 +1,9 @@
 import { ServiceError } from '@sandboxd/protocol';
 
+import { ALLOWED_BASE_IMAGES } from '../images/refs.js';
+
 /** The base images a `from` step may name (service-spec.md). */
-export const ALLOWED_IMAGES = [
-  'ubuntu:22.04',
-  'ubuntu:20.04',
-  'ubuntu:18.04',
-  'debian:11',
-  'debian:10',
-  'alpine:3.18',
-  'alpine:3.17',
-  'python:3.11',
-  'python:3.10',
-  'python:3.9',
-  'node:18',
-  'node:20',
-] as const;
+export const ALLOWED_IMAGES = ALLOWED_BASE_IMAGES;
 
 /** A build step after normalization of both request shapes. */
 export type BuildStep =

@@ -1,0 +1,32 @@
+import { BUILTIN_TEMPLATES } from '../images/builtin.js';
+import type { ImageServices } from '../images/index.js';
+import { rootfsKey } from '../images/layer-store.js';
+import type { Store } from '../store/types.js';
+
+/**
+ * Removes layers that nothing references: no template of any organization, no live sandbox (a
+ * stopped one still mounts its layers on start), no imported or pulled image, no built-in recipe.
+ * Skipped while a build runs, since its fresh layers are not referenced until it finishes.
+ */
+export async function collectGarbage(store: Store, images: Pick<ImageServices, 'layers' | 'images'>): Promise<string[]> {
+  if ((await store.builds.unfinished()).length > 0) return [];
+  const keep = new Set<string>(BUILTIN_TEMPLATES.map((t) => rootfsKey(t.recipe)));
+  for (const id of await images.images.referencedLayers()) keep.add(id);
+  for (const s of await store.sandboxes.live()) for (const l of s.layers) keep.add(l);
+  const orgs = await store.orgs.list();
+  const seen = new Set<string>();
+  for (const orgId of ['', ...orgs.map((o) => o.id)]) {
+    for (const t of await store.templates.list(orgId)) {
+      if (seen.has(t.id)) continue;
+      seen.add(t.id);
+      for (const l of t.layers) keep.add(l);
+    }
+  }
+  const removed: string[] = [];
+  for (const id of await images.layers.list()) {
+    if (keep.has(id)) continue;
+    await images.layers.remove(id);
+    removed.push(id);
+  }
+  return removed;
+}

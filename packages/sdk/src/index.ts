@@ -40,4 +40,28 @@ export {
   KNOWN_ERROR_CODES,
 } from './errors.js';
 export { SDK_VERSION } from './version.js';
-export type * from './types.js';
+export type {
+  SandboxStatus,
+  Resources,
+  SandboxInfo,
+  SandboxPage,
+  ActionResult,
+  TimeoutResult,
+  RichOutput,
+  ExecutionResult,
+  CommandResult,
+  BackgroundProcess,
+  ProcessStatus,
+  ProcessInfo,
+  FileEntry,
+  WriteResult,
+  MetricsSnapshot,
+  AgentHealth,
+  AgentInfo,
+  CacheStats,
+  TemplateInfo,
+  BuildState,
+  BuildStatus,
+  BuildLogEntry,
+  BuildLogsChunk,
+} from './types.js';

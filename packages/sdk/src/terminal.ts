@@ -26,6 +26,7 @@ export class Terminal implements AsyncIterable<string> {
   private readonly buffered: string[] = [];
   private waiter: (() => void) | undefined;
   private exitCode: number | null | undefined;
+  private closing = false;
   private failure: unknown;
   readonly exited: Promise<number | null>;
 
@@ -56,7 +57,13 @@ export class Terminal implements AsyncIterable<string> {
         ws.close(1000);
       }
     });
-    ws.on('close', () => end(null));
+    ws.on('close', (code, reason) => {
+      if (this.exitCode === undefined && !this.failure && !this.closing) {
+        const why = reason.length ? `: ${reason.toString()}` : '';
+        this.failure = new ConnectionError(`terminal connection closed before the shell exited (code ${code}${why})`, { code: 'CONNECTION_ERROR' });
+      }
+      end(null);
+    });
     ws.on('error', (err) => {
       this.failure = new ConnectionError(`terminal connection failed: ${err.message}`, { code: 'CONNECTION_ERROR', cause: err });
       end(null);
@@ -116,6 +123,7 @@ export class Terminal implements AsyncIterable<string> {
   }
 
   close(): void {
+    this.closing = true;
     if (this.ws.readyState === this.ws.OPEN || this.ws.readyState === this.ws.CONNECTING) this.ws.close(1000);
   }
 

@@ -143,7 +143,7 @@ export class SandboxService {
       memoryMb: template.memoryMb,
       diskGb: template.diskGb,
       layers: template.layers,
-      templateEnv: { ...template.env, ...(template.workdir ? { SANDBOXD_WORKDIR: template.workdir } : {}) },
+      templateEnv: { ...template.env, ...(template.workdir ? { SANDBOXD_AGENT_WORKSPACE: template.workdir } : {}) },
       envVars: body.env_vars ?? {},
       gatewayPort: null,
       nodeId: this.d.nodeId,

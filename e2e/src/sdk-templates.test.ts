@@ -53,7 +53,12 @@ describe('SDK: template builds', () => {
   test('build with live logs and progress, then use, list, and delete the template', async () => {
     const logs: BuildLogEntry[] = [];
     const progress: BuildStatus[] = [];
-    const result = await Template.build(definition(alias), {
+    // Files uploaded beforehand are named by file_id (the spec's form), next to the SDK's own packing of `src`.
+    await writeFile(join(ctxDir, 'uploaded.txt'), 'uploaded by id\n');
+    const [uploaded] = await Template.uploadFiles(['uploaded.txt'], { client: clientFor(server), contextDir: ctxDir });
+    assert.match(uploaded!.fileId, /\S/);
+    assert.equal(uploaded!.path, 'uploaded.txt');
+    const result = await Template.build(definition(alias, [{ type: 'copy', file_id: uploaded!.fileId, dest: '/opt/by-id.txt' }]), {
       client: clientFor(server),
       contextDir: ctxDir,
       onLog: (e) => logs.push(e),
@@ -81,8 +86,8 @@ describe('SDK: template builds', () => {
     const sb = await pool.create({ template: alias });
     assert.equal(sb.info.resources.vcpu, 1);
     assert.equal(sb.info.resources.memoryMb, 512);
-    const r = await sb.commands.run('cat /built.txt /app/main.py /app/data/x.txt /etc/myconfig.txt; echo "$GREETING"');
-    assert.equal(r.stdout, 'built at step 2\nprint("hello from the template")\nx-data\nconfig=1\nhi from env\n', r.stderr);
+    const r = await sb.commands.run('cat /built.txt /app/main.py /app/data/x.txt /etc/myconfig.txt /opt/by-id.txt; echo "$GREETING"');
+    assert.equal(r.stdout, 'built at step 2\nprint("hello from the template")\nx-data\nconfig=1\nuploaded by id\nhi from env\n', r.stderr);
 
     await assert.rejects(Template.build(definition(alias), { client: clientFor(server), contextDir: ctxDir }), (e: unknown) => e instanceof ConflictError && e.code === 'TEMPLATE_EXISTS');
     await assert.rejects(Template.delete(alias, { client: clientFor(server) }), (e: unknown) => e instanceof ConflictError && e.code === 'TEMPLATE_IN_USE');

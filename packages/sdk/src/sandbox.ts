@@ -109,7 +109,7 @@ export class Sandbox {
   ) {
     this.id = info.id;
     this.info = info;
-    this.tokens = new TokenManager(() => this.fetchToken());
+    this.tokens = new TokenManager((options) => this.fetchToken(options));
     if (token) this.tokens.set(token.token, token.expiresAt);
     this.agent = new AgentClient(
       client,
@@ -322,8 +322,9 @@ export class Sandbox {
   }
 
   /** Gets a fresh agent token now (normally automatic). */
-  async refreshToken(): Promise<{ token: string; expiresAt: string }> {
-    const t = await this.tokens.refresh();
+  async refreshToken(options: CallOptions = {}): Promise<{ token: string; expiresAt: string }> {
+    this.tokens.invalidate();
+    const t = await this.tokens.refresh(options);
     return { token: t.token, expiresAt: Number.isNaN(t.expiresAt) ? '' : new Date(t.expiresAt).toISOString() };
   }
 
@@ -337,10 +338,12 @@ export class Sandbox {
     return this.info;
   }
 
-  private async fetchToken(): Promise<Token> {
+  private async fetchToken(options: CallOptions = {}): Promise<Token> {
     const body = await this.client.http.json<Record<string, unknown>>({
       method: 'POST',
       path: `/v1/sandboxes/${enc(this.id)}/token/refresh`,
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs,
       what: `refresh token of ${this.id}`,
     });
     if (typeof body.auth_token !== 'string') throw new TypeError('token refresh answered without auth_token');

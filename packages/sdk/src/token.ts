@@ -11,7 +11,7 @@ interface Held extends Token {
   receivedAt: number;
 }
 
-export type TokenFetcher = () => Promise<Token>;
+export type TokenFetcher = (options?: { signal?: AbortSignal; requestTimeoutMs?: number }) => Promise<Token>;
 
 /**
  * Holds one sandbox's agent token. `get()` refreshes when the token is missing or close to expiry;
@@ -55,9 +55,10 @@ export class TokenManager {
     this.current = undefined;
   }
 
-  refresh(): Promise<Token> {
+  /** Fetches a new token (shared by concurrent callers; the first caller's signal governs the request). */
+  refresh(options?: { signal?: AbortSignal; requestTimeoutMs?: number }): Promise<Token> {
     if (!this.inflight) {
-      this.inflight = this.fetchToken()
+      this.inflight = this.fetchToken(options)
         .then((t) => {
           this.current = { ...t, receivedAt: this.now() };
           return t;

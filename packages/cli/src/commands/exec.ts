@@ -44,7 +44,8 @@ export const exec: Command = {
   args: 'ID -- COMMAND [ARG...]',
   details:
     'Several words after -- run as that exact argument list. A single word is a shell command line,\n' +
-    "so pipes and globs work: sbx exec ID -- 'ls *.py | wc -l'. A timeout exits 124.",
+    "so pipes and globs work: sbx exec ID -- 'ls *.py | wc -l'. A timeout exits 124. stdin is not\n" +
+    'passed to the command: use `sbx cp - ID:/path` for data, `sbx shell` for interaction.',
   examples: ['sbx exec $ID -- python3 -c "print(42)"', "sbx exec $ID -- 'cd /tmp && ls -la'"],
   options: {
     ...runOptions,

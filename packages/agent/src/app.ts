@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { AgentConfig } from './config.js';
 import type { Agent, UpgradeRoute } from './context.js';
 import { EnvStore } from './env/store.js';
+import { logLine, setLogFile } from './log.js';
 import { Executor } from './exec/executor.js';
 import { agentNodeCommand } from './exec/languages.js';
 import { AgentStats } from './metrics/stats.js';
@@ -26,7 +27,7 @@ function findHelper(agentDir: string): string | null {
     accessSync(path, constants.X_OK);
     return path;
   } catch {
-    process.stderr.write(`sandboxd-agent: ${path} missing; timeouts kill the process group only, no terminal\n`);
+    logLine(`${path} missing; timeouts kill the process group only, no terminal`);
     return null;
   }
 }
@@ -37,9 +38,11 @@ export function createAgent(config: AgentConfig): { agent: Agent; server: Server
     try {
       mkdirSync(dir, { recursive: true });
     } catch (err) {
-      process.stderr.write(`sandboxd-agent: cannot create ${dir}: ${(err as Error).message}\n`);
+      logLine(`cannot create ${dir}: ${(err as Error).message}`);
     }
   }
+  setLogFile(join(config.stateDir, 'agent.log'));
+  logLine(`agent ${AGENT_VERSION} starting (pid ${process.pid}, sandbox ${config.sandboxId})`);
   const stats = new AgentStats();
   const envStore = new EnvStore(join(config.stateDir, 'env.json'), config.createEnv);
   const helperPath = findHelper(config.agentDir);

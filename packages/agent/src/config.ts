@@ -35,7 +35,7 @@ function parseJsonObject(text: string | undefined, what: string): Record<string,
   } catch {
     // fall through
   }
-  process.stderr.write(`sandboxd-agent: ignoring malformed ${what}\n`);
+  process.stderr.write(`sandboxd-agent: ignoring malformed ${what}\n`); // before the log file is known
   return {};
 }
 

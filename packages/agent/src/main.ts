@@ -3,6 +3,7 @@ import { dirname, resolve } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { createAgent } from './app.js';
 import { loadConfig } from './config.js';
+import { logLine } from './log.js';
 
 function main(): void {
   // V8 grows its young generation up to 16 MiB under a steady request rate and keeps it until idle
@@ -26,11 +27,15 @@ function main(): void {
     });
   }
   // The agent must outlive any one bad request: PID 1 stops the sandbox when the agent exits.
-  process.on('uncaughtException', (err) => process.stderr.write(`sandboxd-agent: uncaught: ${err.stack ?? err}\n`));
-  process.on('unhandledRejection', (err) => process.stderr.write(`sandboxd-agent: unhandled: ${(err as Error)?.stack ?? err}\n`));
-  const shutdown = () => server.close(() => process.exit(0));
-  process.on('SIGTERM', shutdown);
-  process.on('SIGINT', shutdown);
+  process.on('uncaughtException', (err) => logLine(`uncaught: ${err.stack ?? err}`));
+  process.on('unhandledRejection', (err) => logLine(`unhandled: ${(err as Error)?.stack ?? err}`));
+  const shutdown = (sig: string) => {
+    logLine(`${sig}: shutting down`);
+    server.close(() => process.exit(0));
+  };
+  process.on('exit', (code) => logLine(`exit ${code}`));
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
 }
 
 main();

@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { randomUUID } from 'node:crypto';
 import { ServiceError } from './proto.js';
 import type { AgentStats } from './metrics/stats.js';
+import { logLine } from './log.js';
 import { IdleCollector } from './memory.js';
 import type { Route, RouteContext, UpgradeRoute } from './context.js';
 
@@ -79,7 +80,7 @@ export function createAgentServer(stats: AgentStats, routes: Route[], upgrades: 
     const fail = (err: unknown) => {
       stats.totalErrors++;
       const se = err instanceof ServiceError ? err : new ServiceError('INTERNAL_ERROR', err instanceof Error ? err.message : String(err));
-      if (se.status >= 500) process.stderr.write(`sandboxd-agent: ${method} ${url.pathname}: ${(err as Error)?.stack ?? String(err)}\n`);
+      if (se.status >= 500) logLine(`${method} ${url.pathname}: ${(err as Error)?.stack ?? String(err)}`);
       if (res.headersSent) {
         res.destroy();
         return;

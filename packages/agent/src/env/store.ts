@@ -1,6 +1,7 @@
 import { mkdirSync, readFileSync } from 'node:fs';
 import { rename, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
+import { logLine } from '../log.js';
 import { ServiceError } from '../proto.js';
 
 /**
@@ -82,7 +83,7 @@ function readState(file: string): Record<string, string> | null {
     }
     return out;
   } catch {
-    process.stderr.write(`sandboxd-agent: ${file} is corrupt; starting with an empty env set\n`);
+    logLine(`${file} is corrupt; starting with an empty env set`);
     return {};
   }
 }

@@ -1,6 +1,6 @@
-import { readlinkSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { stat, writeFile } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
+import { join } from 'node:path';
 import type { Language } from '../proto.js';
 import { which } from './which.js';
 
@@ -24,19 +24,26 @@ export interface LaunchPlan {
 }
 
 /**
- * How to start JavaScript when the image has no `node`: the agent's own runtime. The agent runs as
- * `ld.so --library-path LIBS node agent.cjs` (its libraries come with it), so children must too.
+ * How to start JavaScript when the image has no `node`: the agent's own runtime, started the way the
+ * agent itself was (`ld.so --library-path LIBS node`: its libraries come with it). Both
+ * process.execPath and /proc/self/exe name the loader then, so the command line is the source.
  */
-export function agentNodeCommand(): string[] {
+export function agentNodeCommand(cmdline = readCmdline(), script = process.argv[1]): string[] {
+  const at = script ? cmdline.indexOf(script) : -1;
+  if (at <= 0) return [process.execPath];
+  const prefix = cmdline.slice(0, at);
+  // Keep the loader and its options up to the node binary; drop node's own flags after it.
+  let nodeAt = prefix.length - 1;
+  while (nodeAt > 0 && prefix[nodeAt]!.startsWith('-')) nodeAt--;
+  return prefix.slice(0, nodeAt + 1);
+}
+
+function readCmdline(): string[] {
   try {
-    const exe = readlinkSync('/proc/self/exe');
-    if (basename(exe).startsWith('ld-linux') || basename(exe).startsWith('ld-')) {
-      return [exe, '--library-path', dirname(exe), process.execPath];
-    }
+    return readFileSync('/proc/self/cmdline', 'utf8').split('\0').filter((a) => a !== '');
   } catch {
-    // no /proc: fall through
+    return [];
   }
-  return [process.execPath];
 }
 
 const ESM_SYNTAX = /^\s*(import\s*[\w{*'"]|export\s)/m;

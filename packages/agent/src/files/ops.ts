@@ -156,10 +156,23 @@ export async function commitFile(temp: string, path: string, mode: number | unde
   await rename(temp, target);
 }
 
+/** mkdir -p of a file's directory; a file in the way is the caller's mistake, not a conflict. */
+export async function ensureParentDir(path: string): Promise<void> {
+  try {
+    await mkdir(dirname(path), { recursive: true });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST' || code === 'ENOTDIR') {
+      throw new ServiceError('NOT_A_DIRECTORY', `A parent of ${path} is not a directory`, { path });
+    }
+    throw err;
+  }
+}
+
 export async function writeFileAtomic(path: string, data: Buffer, mode: number | undefined, overwrite: boolean): Promise<void> {
   let temp: string | null = null;
   try {
-    await mkdir(dirname(path), { recursive: true });
+    await ensureParentDir(path);
     const { target, existing } = await writeTarget(path);
     if (existing?.isDirectory()) throw new ServiceError('NOT_A_FILE', `${path} is a directory, not a file`, { path });
     if (existing && !overwrite) throw new ServiceError('ALREADY_EXISTS', `${path} already exists`, { path });

@@ -8,7 +8,7 @@ import { TransferGc } from '../memory.js';
 import { ServiceError } from '../proto.js';
 import { fsError } from './errors.js';
 import { mimeType } from './mime.js';
-import { commitFile, parseMode, tempNameBeside } from './ops.js';
+import { commitFile, ensureParentDir, parseMode, tempNameBeside } from './ops.js';
 import { resolvePath } from './paths.js';
 
 /** Streams a file: correct length and type, single byte ranges, never the whole file in memory. */
@@ -115,6 +115,8 @@ export async function receiveUpload(req: IncomingMessage, url: URL, workspaceDir
         stream.resume();
         return;
       }
+      // It may fail before the pipeline below is attached (client gone during the mkdir).
+      stream.on('error', () => undefined);
       const filename = info.filename ?? name;
       // Known destination: write beside it (same filesystem, so the final rename is atomic).
       const tempTarget = dest ?? join(stagingDir, 'upload');
@@ -134,7 +136,14 @@ export async function receiveUpload(req: IncomingMessage, url: URL, workspaceDir
     });
     parser.on('error', reject);
     parser.on('close', resolve);
-    req.on('aborted', () => reject(new ServiceError('VALIDATION_ERROR', 'upload aborted by the client')));
+    // The client went away: stop the parser, which fails the file stream, which removes the temp file.
+    const abort = (message: string) => {
+      const err = new ServiceError('VALIDATION_ERROR', message);
+      parser.destroy(err);
+      reject(err);
+    };
+    req.on('aborted', () => abort('upload aborted by the client'));
+    req.on('error', (err) => abort(`upload failed: ${err.message}`));
     req.on('data', (c: Buffer) => uploadGc.count(c.length));
     req.pipe(parser);
   }).catch((err: unknown) => {
@@ -174,7 +183,7 @@ async function streamToTemp(stream: Readable, temp: string): Promise<number> {
 async function streamToFile(req: IncomingMessage, dest: string, label: string, mode: number | undefined): Promise<number> {
   let temp: string | null = null;
   try {
-    await mkdir(dirname(dest), { recursive: true });
+    await ensureParentDir(dest);
     temp = tempNameBeside(dest);
     const size = await streamToTemp(req, temp);
     await commitFile(temp, dest, mode, true);
@@ -190,7 +199,7 @@ async function streamToFile(req: IncomingMessage, dest: string, label: string, m
 
 /** Moves a finished temp file to its destination; across filesystems it is copied first. */
 async function placeFile(temp: string, finalPath: string, mode: number | undefined): Promise<void> {
-  await mkdir(dirname(finalPath), { recursive: true });
+  await ensureParentDir(finalPath);
   try {
     await commitFile(temp, finalPath, mode, true);
   } catch (err) {

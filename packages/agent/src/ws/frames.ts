@@ -50,12 +50,17 @@ export class PacedSender {
 
   private schedule(): void {
     if (this.timer) return;
-    const wait = Math.max(0, this.lastSentAt + MIN_FRAME_GAP_MS - performance.now());
+    const wait = Math.max(0, Math.ceil(this.lastSentAt + MIN_FRAME_GAP_MS - performance.now()));
     this.timer = setTimeout(() => this.flushOne(), wait);
   }
 
   private flushOne(): void {
     this.timer = null;
+    // Timers round to whole milliseconds and may fire a little early.
+    if (performance.now() - this.lastSentAt < MIN_FRAME_GAP_MS) {
+      this.schedule();
+      return;
+    }
     const frame = this.queue.shift();
     if (frame && this.ws.readyState === this.ws.OPEN) {
       if ('data' in frame || frame.type === 'result' || frame.type === 'error') frame.timestamp ??= new Date().toISOString();

@@ -1,0 +1,138 @@
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { readFileSync, rmSync } from 'node:fs';
+import WebSocket from 'ws';
+import { agent, api, createSandbox, startServer, type CreatedSandbox, type StartOptions, type TestServer } from './harness.js';
+
+/** Helpers of the agent end-to-end tests (agent-*.test.ts): a real server, real sandboxes, HTTP only. */
+
+export { agent, api, createSandbox };
+export type { CreatedSandbox, TestServer };
+
+export async function startAgentServer(opts: StartOptions = {}): Promise<TestServer> {
+  return startServer(opts);
+}
+
+/**
+ * Stops the server, and then makes sure nothing of its data dir stays mounted: a mount left behind
+ * by the daemon's own shutdown would otherwise outlive the test.
+ */
+export async function stopServer(server: TestServer | undefined): Promise<void> {
+  if (!server) return;
+  let stopError: unknown;
+  try {
+    await server.stop();
+  } catch (err) {
+    stopError = err;
+  }
+  const mounts = readFileSync('/proc/self/mounts', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[1] ?? '')
+    .filter((m) => m.startsWith(`${server.dataDir}/`))
+    .sort()
+    .reverse();
+  for (const m of mounts) {
+    try {
+      execFileSync('umount', [m.replace(/\\040/g, ' ')], { stdio: 'ignore' });
+    } catch {
+      execFileSync('umount', ['-l', m.replace(/\\040/g, ' ')], { stdio: 'ignore' });
+    }
+  }
+  if (stopError) rmSync(server.dataDir, { recursive: true, force: true });
+}
+
+export function sha256(data: Buffer | string): string {
+  return createHash('sha256').update(data).digest('hex');
+}
+
+/** POST /execute and return the body (asserting nothing: tests check what they need). */
+export async function exec(sb: CreatedSandbox, code: string, extra: Record<string, unknown> = {}): Promise<any> {
+  const r = await agent(sb, 'POST', '/execute', { code, ...extra });
+  if (r.status !== 200) throw new Error(`execute answered ${r.status}: ${JSON.stringify(r.body)}`);
+  return r.body;
+}
+
+export async function run(sb: CreatedSandbox, command: string, args?: string[], extra: Record<string, unknown> = {}): Promise<any> {
+  const r = await agent(sb, 'POST', '/commands/run', { command, ...(args ? { args } : {}), ...extra });
+  if (r.status !== 200) throw new Error(`commands/run answered ${r.status}: ${JSON.stringify(r.body)}`);
+  return r.body;
+}
+
+export async function waitFor<T>(what: string, fn: () => Promise<T | undefined | null | false>, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+export interface Frame {
+  type: string;
+  [k: string]: any;
+  /** ms since the socket opened, when the frame arrived. */
+  at: number;
+}
+
+/** A WebSocket to a sandbox's agent through the gateway, collecting frames. */
+export class AgentSocket {
+  readonly frames: Frame[] = [];
+  closed = false;
+  readonly opened: Promise<void>;
+  private waiters: Array<() => void> = [];
+  private readonly t0 = performance.now();
+
+  constructor(readonly ws: WebSocket) {
+    this.opened = new Promise((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    ws.on('message', (data) => {
+      try {
+        this.frames.push({ ...JSON.parse(String(data)), at: performance.now() - this.t0 });
+      } catch {
+        this.frames.push({ type: '(not json)', data: String(data), at: performance.now() - this.t0 });
+      }
+      for (const w of this.waiters.splice(0)) w();
+    });
+    ws.on('close', () => {
+      this.closed = true;
+      for (const w of this.waiters.splice(0)) w();
+    });
+  }
+
+  static async open(sb: CreatedSandbox, path: string): Promise<AgentSocket> {
+    const url = new URL(path, sb.publicHost.replace(/^http/, 'ws'));
+    const s = new AgentSocket(new WebSocket(url, { headers: { authorization: `Bearer ${sb.authToken}` } }));
+    await s.opened;
+    return s;
+  }
+
+  send(frame: Record<string, unknown>): void {
+    this.ws.send(JSON.stringify(frame));
+  }
+
+  /** Resolves with the first frame of `type` (counting from index `from`). */
+  async next(type: string, timeoutMs = 30_000, from = 0): Promise<Frame> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const f = this.frames.slice(from).find((x) => x.type === type);
+      if (f) return f;
+      if (this.closed) throw new Error(`socket closed before a ${type} frame; got ${JSON.stringify(this.frames)}`);
+      if (Date.now() > deadline) throw new Error(`no ${type} frame within ${timeoutMs} ms; got ${JSON.stringify(this.frames).slice(0, 2000)}`);
+      await new Promise<void>((r) => {
+        this.waiters.push(r);
+        setTimeout(r, 200);
+      });
+    }
+  }
+
+  close(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.ws.once('close', () => resolve());
+      this.ws.close();
+    });
+  }
+}

@@ -1,0 +1,26 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { loadConfig, userBaseEnv } from './config.js';
+
+test("user processes never see the agent's SANDBOXD_* variables", () => {
+  const env = userBaseEnv({ PATH: '/x', SANDBOXD_ENV_VARS: '{}', SANDBOXD_AGENT_LISTEN_FD: '3', SANDBOX_ID: 'sb1', FOO: 'bar' });
+  assert.deepEqual(env, { PATH: '/x', SANDBOX_ID: 'sb1', FOO: 'bar', HOME: '/root' });
+  assert.match(userBaseEnv({}).PATH!, /\/usr\/bin/);
+});
+
+test('config from the env: create-time env_vars, listen fd, limits; malformed JSON is ignored', () => {
+  const c = loadConfig(
+    { SANDBOX_ID: 'sb1', SANDBOXD_ENV_VARS: '{"A":"1","N":2}', SANDBOXD_AGENT_LISTEN_FD: '3', SANDBOXD_LIMITS: '{"vcpu":2,"memory_mb":512}' },
+    '/.sb/agent',
+  );
+  assert.equal(c.sandboxId, 'sb1');
+  assert.deepEqual(c.createEnv, { A: '1' });
+  assert.equal(c.listenFd, 3);
+  assert.deepEqual(c.limits, { vcpu: 2, memoryMb: 512, diskMb: undefined });
+  assert.equal(c.stateDir, '/.sb/state');
+  assert.equal(c.workspaceDir, '/workspace');
+  assert.equal(c.baseEnv.SANDBOXD_ENV_VARS, undefined);
+  const bad = loadConfig({ SANDBOXD_ENV_VARS: 'not json', SANDBOXD_AGENT_LISTEN_FD: 'x' }, '/a');
+  assert.deepEqual(bad.createEnv, {});
+  assert.equal(bad.listenFd, null);
+});

@@ -1,0 +1,47 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { effectiveEnv, EnvStore, validateEnvVars } from './store.js';
+
+test('precedence: process env < env set < per-request env', () => {
+  const base = { PATH: '/bin', A: 'base', B: 'base', C: 'base' };
+  const set = { B: 'set', C: 'set' };
+  assert.deepEqual(effectiveEnv(base, set, { C: 'request' }), { PATH: '/bin', A: 'base', B: 'set', C: 'request' });
+  assert.deepEqual(effectiveEnv(base, set, undefined), { PATH: '/bin', A: 'base', B: 'set', C: 'set' });
+  assert.equal(base.B, 'base', 'inputs are not modified');
+});
+
+test('env var validation', () => {
+  assert.deepEqual(validateEnvVars({ A: '1', N: 2, T: true }, 'env'), { A: '1', N: '2', T: 'true' });
+  assert.throws(() => validateEnvVars('A=1', 'env'), { code: 'VALIDATION_ERROR' });
+  assert.throws(() => validateEnvVars([], 'env'), { code: 'VALIDATION_ERROR' });
+  assert.throws(() => validateEnvVars({ 'A=B': '1' }, 'env'), /invalid variable name/);
+  assert.throws(() => validateEnvVars({ '': '1' }, 'env'), /invalid variable name/);
+  assert.throws(() => validateEnvVars({ A: { x: 1 } }, 'env'), /env\.A must be a string/);
+  assert.throws(() => validateEnvVars({ A: 'a\0b' }, 'env'), /NUL/);
+});
+
+test('the env set is seeded from create-time env_vars once, persisted, and survives a restart', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'envstore-'));
+  try {
+    const file = join(dir, 'state', 'env.json');
+    const first = new EnvStore(file, { CREATED: 'yes' });
+    assert.deepEqual(first.all(), { CREATED: 'yes' });
+    await first.merge({ A: '1', B: '2' });
+    await first.delete('CREATED');
+    assert.equal(await first.delete('NEVER_SET'), false);
+    assert.deepEqual(JSON.parse(await readFile(file, 'utf8')).env_vars, { A: '1', B: '2' });
+    // A restart: the file wins; create-time vars do not come back.
+    const second = new EnvStore(file, { CREATED: 'yes' });
+    assert.deepEqual(second.all(), { A: '1', B: '2' });
+    assert.deepEqual(await second.replace({ ONLY: 'x' }), { ONLY: 'x' });
+    assert.deepEqual(new EnvStore(file, {}).all(), { ONLY: 'x' });
+    const all = second.all();
+    all.MUTATED = 'no';
+    assert.equal(second.all().MUTATED, undefined, 'all() is a copy');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});

@@ -1,0 +1,628 @@
+import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { existsSync, renameSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { basename, dirname, join, resolve } from 'node:path';
+import { ServiceError } from '@sandboxd/protocol';
+import { ensureAgentRuntime, nodeArgv, NODE_MOUNT, type AgentRuntime } from './agent-runtime.js';
+import {
+  cgroupExists,
+  childCgroups,
+  detectCgroups,
+  isFrozen,
+  readCgroupStats,
+  removeCgroup,
+  setFrozen,
+  type CgroupLayout,
+} from './cgroups.js';
+import { Crun } from './crun.js';
+import { checkLowerDirs, detachLoops, diskUsage, mountDiskImage, mountOverlay, removeTree, unmount, unmountAllUnder } from './disk.js';
+import { DiskPool, prepareDiskDir, prepareUpper } from './disk-pool.js';
+import {
+  applyNftables,
+  deleteBridge,
+  deleteNftTable,
+  enableIpForwarding,
+  ensureBridge,
+  fixHybridCgroups,
+  hostIpv4Addresses,
+  hostResolvers,
+} from './host.js';
+import { isMountPoint } from './mounts.js';
+import { deleteNetns, Ipam, NetnsHolder, parseSubnet, vethName, type Subnet } from './net.js';
+import { buildConfig } from './oci.js';
+import type { ProcResult } from './proc.js';
+import { runStep, cleanupStaleSteps, type StepContext } from './step-runner.js';
+import type { Runtime, RuntimeStatus, SandboxSpec, SandboxStats, StepRunOptions } from './types.js';
+import { UndoStack } from './undo.js';
+
+export interface CrunRuntimeOptions {
+  dataDir: string;
+  /** The agent bundle (agent.cjs); its directory is bound read-only at /.sb/agent. */
+  agentBundlePath: string;
+  log?: (msg: string) => void;
+  bridgeName?: string;
+  subnetCidr?: string;
+  /** Cgroup directory (relative to each hierarchy's root) holding one child per sandbox. */
+  cgroupParent?: string;
+  /** Called before each step of create/start; a throw fails that step (tests inject failures here). */
+  stepHook?: (id: string, step: string) => void | Promise<void>;
+  /** Duration of each create/start step, for benchmarks. */
+  onTiming?: (id: string, step: string, ms: number) => void;
+  /** Ready-made disks kept per disk size (0 disables the pool). Default 2. */
+  diskPoolSize?: number;
+}
+
+export const INIT_PATH = '/usr/bin/catatonit';
+const ID_RE = /^[a-z0-9][a-z0-9-]{0,62}$/;
+const HOSTNAME_RE = /^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/;
+/** Inside the sandbox: fd of the listening socket the host made for the agent (see runContainer). */
+export const AGENT_LISTEN_FD = 3;
+/** A directory in the sandbox's own disk for the agent's state (kept across stop/start). */
+export const AGENT_STATE_DIR = '/.sb/state';
+/**
+ * Traversable, not listable: crun sets up the rootfs and bind sources from inside the user
+ * namespace, where host root's files are "nobody" and only the "other" bits count. Secrets
+ * (config.json with the env) are 0600; the agent socket is writable (connectable) by root only.
+ */
+const DIR_MODE = 0o711;
+
+interface SandboxPaths {
+  dir: string;
+  image: string;
+  disk: string;
+  upper: string;
+  work: string;
+  rootfs: string;
+  config: string;
+  socket: string;
+  net: string;
+  log: string;
+}
+
+/**
+ * The sandbox runtime: one crun container per sandbox. Layout of `${dataDir}`:
+ *   sandboxes/<id>/  disk.img (sparse ext4) → disk/ {upper,work}; rootfs/ (overlay); config.json;
+ *                    agent.sock (host side only); net.json (address); crun.log
+ *   crun/            crun's state (--root): every container in it is ours
+ *   agent-runtime/   node + its libraries, bound at /.sb/node
+ *   steps/, crun-steps/  build steps in flight
+ */
+export class CrunRuntime implements Runtime {
+  readonly dataDir: string;
+  readonly bridge: string;
+  readonly subnet: Subnet;
+  readonly cgroupParent: string;
+  private readonly agentBundlePath: string;
+  private readonly log: (msg: string) => void;
+  private readonly crun: Crun;
+  private readonly stepCrun: Crun;
+  private readonly nftTable: string;
+  private readonly netnsPrefix: string;
+  private readonly opts: CrunRuntimeOptions;
+  private layoutP?: Promise<CgroupLayout>;
+  private ipamP?: Promise<Ipam>;
+  private agentRtP?: Promise<AgentRuntime>;
+  private readonly locks = new Map<string, Promise<unknown>>();
+  private readonly pool: DiskPool;
+
+  constructor(opts: CrunRuntimeOptions) {
+    this.opts = opts;
+    this.dataDir = resolve(opts.dataDir);
+    this.agentBundlePath = resolve(opts.agentBundlePath);
+    this.log = opts.log ?? (() => undefined);
+    this.bridge = opts.bridgeName ?? 'sbbr0';
+    if (!/^[A-Za-z0-9_.-]{1,15}$/.test(this.bridge)) throw new Error(`bad bridge name ${this.bridge}`);
+    this.subnet = parseSubnet(opts.subnetCidr ?? '10.88.0.0/16');
+    this.cgroupParent = (opts.cgroupParent ?? 'sandboxd').replace(/^\/+|\/+$/g, '');
+    if (!/^[A-Za-z0-9_.\-/]+$/.test(this.cgroupParent)) throw new Error(`bad cgroup parent ${this.cgroupParent}`);
+    this.crun = new Crun(join(this.dataDir, 'crun'));
+    this.stepCrun = new Crun(join(this.dataDir, 'crun-steps'));
+    this.nftTable = this.bridge === 'sbbr0' ? 'sandboxd' : `sandboxd_${this.bridge.replace(/[^A-Za-z0-9_]/g, '_')}`;
+    // '_' never occurs in a sandbox id, so a name parses back unambiguously.
+    this.netnsPrefix = `${this.cgroupParent.replace(/[^A-Za-z0-9-]/g, '_')}_`;
+    this.pool = new DiskPool(join(this.dataDir, 'disk-pool'), opts.diskPoolSize ?? 2, this.log);
+  }
+
+  // ---- names and paths -------------------------------------------------------------------------
+
+  paths(id: string): SandboxPaths {
+    const dir = join(this.dataDir, 'sandboxes', id);
+    const disk = join(dir, 'disk');
+    return {
+      dir,
+      image: join(dir, 'disk.img'),
+      disk,
+      upper: join(disk, 'upper'),
+      work: join(disk, 'work'),
+      rootfs: join(dir, 'rootfs'),
+      config: join(dir, 'config.json'),
+      socket: join(dir, 'agent.sock'),
+      net: join(dir, 'net.json'),
+      log: join(dir, 'crun.log'),
+    };
+  }
+
+  netnsName(id: string): string {
+    return `${this.netnsPrefix}${id}`;
+  }
+
+  vethName(id: string): string {
+    return vethName(this.netnsName(id));
+  }
+
+  cgroupPath(id: string): string {
+    return `/${this.cgroupParent}/${id}`;
+  }
+
+  agentSocket(id: string): string {
+    return this.paths(id).socket;
+  }
+
+  private layout(): Promise<CgroupLayout> {
+    return (this.layoutP ??= detectCgroups());
+  }
+
+  private agentRuntime(): Promise<AgentRuntime> {
+    this.agentRtP ??= ensureAgentRuntime(this.dataDir).catch((err: unknown) => {
+      this.agentRtP = undefined;
+      throw err;
+    });
+    return this.agentRtP;
+  }
+
+  /** Addresses persisted by sandboxes on disk, claimed once per process. */
+  private ipam(): Promise<Ipam> {
+    this.ipamP ??= (async () => {
+      const ipam = new Ipam(this.subnet);
+      for (const id of await this.sandboxDirIds()) {
+        const ip = await this.readIp(id);
+        if (ip) {
+          try {
+            ipam.claim(ip);
+          } catch (err) {
+            this.log(`sandbox ${id}: ignoring address ${ip}: ${String(err)}`);
+          }
+        }
+      }
+      return ipam;
+    })();
+    return this.ipamP;
+  }
+
+  private async readIp(id: string): Promise<string | undefined> {
+    try {
+      const j = JSON.parse(await readFile(this.paths(id).net, 'utf8')) as { ip?: string };
+      return typeof j.ip === 'string' ? j.ip : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  private async sandboxDirIds(): Promise<string[]> {
+    try {
+      return (await readdir(join(this.dataDir, 'sandboxes'), { withFileTypes: true }))
+        .filter((e) => e.isDirectory() && ID_RE.test(e.name))
+        .map((e) => e.name);
+    } catch {
+      return [];
+    }
+  }
+
+  private stepContext(): StepContext {
+    return {
+      dataDir: this.dataDir,
+      crun: this.stepCrun,
+      cgroupParent: this.cgroupParent,
+      netnsPrefix: this.netnsPrefix,
+      bridge: this.bridge,
+      subnet: this.subnet,
+      ipam: () => this.ipam(),
+      layout: () => this.layout(),
+      log: this.log,
+    };
+  }
+
+  /** Serializes operations on one id (create racing destroy, two stops). */
+  private withLock<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.locks.get(id) ?? Promise.resolve();
+    const next = prev.catch(() => undefined).then(fn);
+    const tail = next.catch(() => undefined);
+    this.locks.set(id, tail);
+    void tail.then(() => {
+      if (this.locks.get(id) === tail) this.locks.delete(id);
+    });
+    return next;
+  }
+
+  // ---- host ------------------------------------------------------------------------------------
+
+  async setupHost(): Promise<void> {
+    const layout = await this.layout();
+    if (layout.version === 1) {
+      await fixHybridCgroups(this.log);
+      this.layoutP = detectCgroups();
+    }
+    await enableIpForwarding();
+    await ensureBridge(this.bridge, this.subnet);
+    await applyNftables({
+      table: this.nftTable,
+      bridge: this.bridge,
+      subnet: this.subnet,
+      resolvers: await hostResolvers(),
+      hostAddresses: hostIpv4Addresses(),
+    });
+    await mkdir(this.dataDir, { recursive: true, mode: DIR_MODE });
+    for (const d of ['sandboxes', 'crun', 'crun-steps', 'steps']) await mkdir(join(this.dataDir, d), { recursive: true, mode: DIR_MODE });
+    await this.agentRuntime();
+    await cleanupStaleSteps(this.stepContext());
+  }
+
+  /**
+   * Removes what setupHost made that belongs to this runtime alone: its bridge, nftables table
+   * and cgroup parent. For tests and uninstall; sandboxes must be gone first.
+   */
+  async teardownHost(): Promise<void> {
+    if ((await this.list()).length > 0) throw new ServiceError('INVALID_STATE', 'sandboxes still exist');
+    await this.pool.drain();
+    await deleteNftTable(this.nftTable);
+    await deleteBridge(this.bridge);
+    await removeCgroup(await this.layout(), `/${this.cgroupParent}`);
+  }
+
+  // ---- lifecycle -------------------------------------------------------------------------------
+
+  create(spec: SandboxSpec): Promise<void> {
+    checkSpec(spec);
+    return this.withLock(spec.id, async () => {
+      const state = await this.crun.state(spec.id);
+      if (state && (state.status === 'running' || state.status === 'paused')) return;
+      if (await this.hasTrace(spec.id)) {
+        // A create that crashed half-way (no undo ran): what it left holds no user data.
+        this.log(`sandbox ${spec.id}: removing leftovers of an earlier create`);
+        await this.destroyUnlocked(spec.id);
+      }
+      const undo = new UndoStack(this.log);
+      try {
+        await this.boot(spec, undo, true);
+        undo.commit();
+      } catch (err) {
+        await undo.run();
+        throw asRuntimeError(err);
+      }
+    });
+  }
+
+  start(spec: SandboxSpec): Promise<void> {
+    checkSpec(spec);
+    return this.withLock(spec.id, async () => {
+      const state = await this.crun.state(spec.id);
+      if (state && (state.status === 'running' || state.status === 'paused')) return;
+      if (!existsSync(this.paths(spec.id).image)) throw new ServiceError('NOT_FOUND', `sandbox ${spec.id} has no disk to start from`);
+      const undo = new UndoStack(this.log);
+      try {
+        await this.boot(spec, undo, false);
+        undo.commit();
+      } catch (err) {
+        await undo.run();
+        throw asRuntimeError(err);
+      }
+    });
+  }
+
+  /**
+   * Shared by create (fresh: new directory and disk) and start (reuse disk and address; re-make
+   * whatever is missing). Disk, network and the agent runtime are prepared concurrently.
+   */
+  private async boot(spec: SandboxSpec, undo: UndoStack, fresh: boolean): Promise<void> {
+    const id = spec.id;
+    const p = this.paths(id);
+    const t0 = performance.now();
+    let phase = { name: 'prepare', at: t0 };
+    const nextPhase = (name: string) => {
+      const now = performance.now();
+      this.opts.onTiming?.(id, phase.name, now - phase.at);
+      phase = { name, at: now };
+    };
+    const hook = async (name: string) => this.opts.stepHook?.(id, name);
+    const timed = async <T>(name: string, fn: () => Promise<T>): Promise<T> => {
+      const start = performance.now();
+      const r = await fn();
+      this.opts.onTiming?.(id, name, performance.now() - start);
+      return r;
+    };
+
+    await hook('begin');
+    checkLowerDirs(spec.lowerDirs);
+    let pooled = false;
+    const diskBytes = Math.round(spec.resources.diskGb * 1024 ** 3);
+    if (fresh) {
+      await mkdir(join(this.dataDir, 'sandboxes'), { recursive: true, mode: DIR_MODE });
+      undo.push('sandbox directory', () => this.removeSandboxDir(id));
+      pooled = await this.pool.take(diskBytes, p.dir);
+      if (!pooled) await mkdir(p.dir, { mode: DIR_MODE });
+    }
+
+    const disk = async () => {
+      await hook('disk');
+      if (fresh && !pooled) {
+        await prepareDiskDir(p.dir, diskBytes);
+      } else if (!fresh) {
+        if (!(await isMountPoint(p.disk))) {
+          await mkdir(p.disk, { recursive: true });
+          await mountDiskImage(p.image, p.disk);
+          undo.push('disk mount', () => unmount(p.disk));
+        }
+        await prepareUpper(p.dir);
+      }
+      if (!(await isMountPoint(p.rootfs))) {
+        await mkdir(p.rootfs, { recursive: true });
+        await hook('overlay-mount');
+        await mountOverlay(spec.lowerDirs, p.upper, p.work, p.rootfs);
+        undo.push('overlay mount', () => unmount(p.rootfs));
+      }
+    };
+
+    const network = async (): Promise<NetnsHolder | undefined> => {
+      if (!spec.internetAccess) return undefined;
+      await hook('network');
+      const ipam = await this.ipam();
+      let ip = await this.readIp(id);
+      if (!ip || (fresh && ipam.isUsed(ip))) {
+        ip = ipam.allocate();
+        const allocated = ip;
+        undo.push('address', () => ipam.release(allocated));
+        await writeFile(p.net, JSON.stringify({ ip }));
+      } else {
+        ipam.claim(ip);
+      }
+      const netnsName = this.netnsName(id);
+      // The holder's user namespace must own the netns, so one left from a crash is replaced.
+      await deleteNetns(netnsName);
+      const holder = await NetnsHolder.start({ netnsName, veth: this.vethName(id), bridge: this.bridge, ip, subnet: this.subnet });
+      undo.push('network namespace', async () => {
+        await holder.kill();
+        await deleteNetns(netnsName);
+      });
+      return holder;
+    };
+
+    const results = await Promise.allSettled([timed('disk', disk), timed('network', network), this.agentRuntime()]);
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    const holder = results[1].status === 'fulfilled' ? results[1].value : undefined;
+    if (failed) throw failed.reason;
+    const agentRt = (results[2] as PromiseFulfilledResult<AgentRuntime>).value;
+
+    nextPhase('config');
+    await hook('config');
+    const config = buildConfig({
+      args: ['/.sb/init', '--', ...nodeArgv(agentRt, `/.sb/agent/${basename(this.agentBundlePath)}`)],
+      env: { ...spec.env, SANDBOXD_AGENT_LISTEN_FD: String(AGENT_LISTEN_FD) },
+      cwd: '/',
+      hostname: spec.hostname,
+      rootfs: p.rootfs,
+      cgroupsPath: this.cgroupPath(id),
+      resources: spec.resources,
+      netnsPath: holder ? `/run/netns/${this.netnsName(id)}` : undefined,
+      userNsPath: holder?.userNsPath,
+      roBinds: [
+        { source: INIT_PATH, target: '/.sb/init' },
+        { source: agentRt.dir, target: NODE_MOUNT },
+        { source: dirname(this.agentBundlePath), target: '/.sb/agent' },
+      ],
+      caBundle: true,
+    });
+    await writeFile(p.config, JSON.stringify(config), { mode: 0o600 });
+
+    // A container left in crun's state (its init died, or a crash) would block the id.
+    await this.crun.forceDelete(id);
+    nextPhase('crun-run');
+    await hook('crun-run');
+    undo.push('container', () => this.crun.forceDelete(id));
+    await this.runContainer(id, p);
+    if (holder) {
+      nextPhase('network-finish');
+      await hook('network-finish');
+      await holder.finish();
+    }
+    nextPhase('done');
+    this.opts.onTiming?.(id, 'total', performance.now() - t0);
+  }
+
+  /**
+   * Agent socket: the host creates the listening socket itself, at a path inside the sandbox's
+   * host directory (0700, never mounted into the sandbox), and hands the listening fd to the
+   * container as fd 3 (`crun run --preserve-fds 1`, passed on by catatonit). The agent listens on
+   * that fd (SANDBOXD_AGENT_LISTEN_FD=3). The sandbox therefore cannot decide which host path the
+   * gateway connects to: a socket in a bind-mounted, sandbox-writable directory could be replaced
+   * by a symlink to some host socket. It also means connects succeed (and queue) before the agent
+   * has started, and the socket survives daemon restarts (the agent holds it).
+   *
+   * Node has no public API for a server's fd, hence `_handle.fd`. Between listen and close no event
+   * loop turn runs, so this process never accepts a connection meant for the agent.
+   */
+  private async runContainer(id: string, p: SandboxPaths): Promise<void> {
+    const tmp = `${p.socket}.${process.pid}.tmp`;
+    await rm(p.socket, { force: true });
+    await rm(tmp, { force: true });
+    const server = createServer();
+    server.on('error', () => undefined);
+    server.listen(tmp);
+    const fd = (server as unknown as { _handle?: { fd?: number } })._handle?.fd;
+    let running: Promise<void>;
+    try {
+      if (typeof fd !== 'number' || fd < 0) throw new ServiceError('RUNTIME_ERROR', `cannot create the agent socket ${tmp}`);
+      running = this.crun.runDetached(id, p.dir, p.log, fd);
+      renameSync(tmp, p.socket);
+    } finally {
+      // Closing unlinks the path it was bound to (now renamed away); crun holds its own copy of the fd.
+      server.close();
+    }
+    await running;
+  }
+
+  /**
+   * Pause and resume write the freezer directly instead of running `crun pause/resume` (same
+   * effect, and crun's state reports "paused" from the same file): a spawn would be most of the
+   * latency. crun is the fallback if the direct path fails.
+   */
+  async pause(id: string): Promise<void> {
+    await this.setPaused(id, true);
+  }
+
+  async resume(id: string): Promise<void> {
+    await this.setPaused(id, false);
+  }
+
+  private async setPaused(id: string, paused: boolean): Promise<void> {
+    checkId(id);
+    await this.withLock(id, async () => {
+      const layout = await this.layout();
+      const rel = this.cgroupPath(id);
+      const frozen = await isFrozen(layout, rel);
+      if (frozen === undefined) {
+        await this.requireContainer(id);
+      } else if (frozen === paused) {
+        return;
+      }
+      try {
+        if ((await setFrozen(layout, rel, paused)) !== undefined) return;
+      } catch (err) {
+        this.log(`sandbox ${id}: freezer: ${String(err)}; trying crun`);
+      }
+      const s = await this.requireContainer(id);
+      if ((s === 'paused') !== paused) await this.crun.simple(paused ? 'pause' : 'resume', id);
+    });
+  }
+
+  private async requireContainer(id: string): Promise<'running' | 'paused'> {
+    checkId(id);
+    const st = await this.crun.state(id);
+    if (st?.status === 'running' || st?.status === 'paused') return st.status;
+    if (existsSync(this.paths(id).dir)) throw new ServiceError('SANDBOX_STOPPED', `sandbox ${id} is not running`);
+    throw new ServiceError('NOT_FOUND', `sandbox ${id} does not exist`);
+  }
+
+  async stop(id: string): Promise<void> {
+    checkId(id);
+    await this.withLock(id, async () => {
+      if (!(await this.hasTrace(id))) throw new ServiceError('NOT_FOUND', `sandbox ${id} does not exist`);
+      await this.killContainer(id);
+      await deleteNetns(this.netnsName(id));
+      const p = this.paths(id);
+      await unmountAllUnder(p.dir);
+      await detachLoops(p.image);
+      await rm(p.socket, { force: true });
+    });
+  }
+
+  async destroy(id: string): Promise<void> {
+    checkId(id);
+    await this.withLock(id, () => this.destroyUnlocked(id));
+  }
+
+  private async destroyUnlocked(id: string): Promise<void> {
+    await this.killContainer(id);
+    await deleteNetns(this.netnsName(id));
+    const ip = await this.readIp(id);
+    await this.removeSandboxDir(id);
+    if (ip && this.ipamP) (await this.ipamP).release(ip);
+  }
+
+  /** crun delete, and if crun lost track (crash, corrupt state), the cgroup and state by hand. */
+  private async killContainer(id: string): Promise<void> {
+    try {
+      await this.crun.forceDelete(id);
+    } catch (err) {
+      this.log(`sandbox ${id}: crun delete failed (${String(err)}); cleaning up by hand`);
+    }
+    const layout = await this.layout();
+    if (await cgroupExists(layout, this.cgroupPath(id))) await removeCgroup(layout, this.cgroupPath(id));
+    if (this.crun.exists(id)) await removeTree(join(this.crun.root, id));
+  }
+
+  private async removeSandboxDir(id: string): Promise<void> {
+    const p = this.paths(id);
+    await unmountAllUnder(p.dir);
+    await detachLoops(p.image);
+    await removeTree(p.dir);
+  }
+
+  private async hasTrace(id: string): Promise<boolean> {
+    return (
+      existsSync(this.paths(id).dir) ||
+      this.crun.exists(id) ||
+      existsSync(`/run/netns/${this.netnsName(id)}`) ||
+      (await cgroupExists(await this.layout(), this.cgroupPath(id)))
+    );
+  }
+
+  // ---- queries ---------------------------------------------------------------------------------
+
+  async status(id: string): Promise<RuntimeStatus> {
+    checkId(id);
+    const st = await this.crun.state(id);
+    if (st?.status === 'running') return 'running';
+    if (st?.status === 'paused') return 'paused';
+    return (await this.hasTrace(id)) ? 'stopped' : 'missing';
+  }
+
+  async list(): Promise<string[]> {
+    const ids = new Set<string>([...(await this.sandboxDirIds()), ...(await this.crun.ids())]);
+    try {
+      for (const n of await readdir('/run/netns')) if (n.startsWith(this.netnsPrefix)) ids.add(n.slice(this.netnsPrefix.length));
+    } catch {
+      /* no named netns at all */
+    }
+    for (const n of await childCgroups(await this.layout(), `/${this.cgroupParent}`)) ids.add(n);
+    return [...ids].filter((i) => ID_RE.test(i)).sort();
+  }
+
+  async stats(id: string): Promise<SandboxStats> {
+    checkId(id);
+    const p = this.paths(id);
+    if (!existsSync(p.dir)) throw new ServiceError('NOT_FOUND', `sandbox ${id} does not exist`);
+    const cg = await readCgroupStats(await this.layout(), this.cgroupPath(id));
+    let disk = { usedBytes: 0, totalBytes: 0 };
+    if (await isMountPoint(p.disk)) disk = await diskUsage(p.disk);
+    else if (existsSync(p.image)) {
+      const s = await stat(p.image);
+      disk = { usedBytes: s.blocks * 512, totalBytes: s.size };
+    }
+    return { ...cg, diskUsedBytes: disk.usedBytes, diskTotalBytes: disk.totalBytes };
+  }
+
+  /** Runs a command in a running sandbox (tests, benchmarks, debugging); users go through the agent. */
+  async exec(id: string, argv: string[], opts: { env?: Record<string, string>; cwd?: string; input?: string } = {}): Promise<ProcResult> {
+    checkId(id);
+    return this.crun.exec(id, argv, opts);
+  }
+
+  /** Pid (on the host) of the sandbox's init, or undefined when not running. */
+  async initPid(id: string): Promise<number | undefined> {
+    const st = await this.crun.state(id);
+    return st && st.pid > 0 ? st.pid : undefined;
+  }
+
+  runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }> {
+    if (!ID_RE.test(opts.id)) throw new ServiceError('VALIDATION_ERROR', `bad step id ${opts.id}`);
+    return this.withLock(`step:${opts.id}`, () => runStep(this.stepContext(), opts));
+  }
+}
+
+function checkId(id: string): void {
+  if (!ID_RE.test(id)) throw new ServiceError('VALIDATION_ERROR', `bad sandbox id ${JSON.stringify(id)}`);
+}
+
+function checkSpec(spec: SandboxSpec): void {
+  checkId(spec.id);
+  if (!HOSTNAME_RE.test(spec.hostname)) throw new ServiceError('VALIDATION_ERROR', `bad hostname ${JSON.stringify(spec.hostname)}`);
+  const r = spec.resources;
+  if (!(r.vcpu > 0 && r.memoryMb >= 16 && r.diskGb > 0 && r.pidsMax >= 8)) {
+    throw new ServiceError('VALIDATION_ERROR', `bad resources ${JSON.stringify(r)}`);
+  }
+}
+
+function asRuntimeError(err: unknown): Error {
+  if (err instanceof ServiceError) return err;
+  return new ServiceError('RUNTIME_ERROR', err instanceof Error ? err.message : String(err));
+}

@@ -1,0 +1,163 @@
+import { randomBytes } from 'node:crypto';
+import { chown, mkdir, readdir, rename } from 'node:fs/promises';
+import { join } from 'node:path';
+import { CANONICAL_ID_OFFSET } from '../images/types.js';
+import { createDiskImage, detachLoops, mountDiskImage, removeTree, unmountAllUnder } from './disk.js';
+import { isMountPoint } from './mounts.js';
+
+/** Directories every sandbox disk holds; `.sb/state` is the agent's (kept across stop/start). */
+export const UPPER_DIRS = ['.sb', '.sb/state'];
+
+/**
+ * Makes `dir`/disk.img (sparse ext4 of `sizeBytes`), mounts it at `dir`/disk and creates upper/,
+ * work/ and `dir`/rootfs/. Used for a sandbox directly and for the pool below. The caller owns
+ * cleanup (unmountAllUnder + detachLoops + removeTree of `dir`).
+ */
+export async function prepareDiskDir(dir: string, sizeBytes: number): Promise<void> {
+  await createDiskImage(join(dir, 'disk.img'), sizeBytes);
+  await mkdir(join(dir, 'disk'));
+  await mountDiskImage(join(dir, 'disk.img'), join(dir, 'disk'));
+  await prepareUpper(dir);
+  await mkdir(join(dir, 'rootfs'), { recursive: true });
+}
+
+/** Idempotent: also run on start(), for disks made before a directory was added here. */
+export async function prepareUpper(dir: string): Promise<void> {
+  const upper = join(dir, 'disk', 'upper');
+  await mkdir(upper, { recursive: true });
+  await mkdir(join(dir, 'disk', 'work'), { recursive: true });
+  // Owned by the sandbox's root: crun, inside the user namespace, makes mount targets there.
+  await chown(upper, CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
+  for (const d of UPPER_DIRS) {
+    await mkdir(join(upper, d), { recursive: true, mode: 0o755 });
+    await chown(join(upper, d), CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
+  }
+}
+
+async function discard(dir: string): Promise<void> {
+  await unmountAllUnder(dir);
+  await detachLoops(join(dir, 'disk.img'));
+  await removeTree(dir);
+}
+
+/**
+ * Disks made ahead of time, mounted and ready: mkfs and the loop mount cost ~10–25 ms, more than
+ * half of a create. A create renames a ready entry into place as its sandbox directory (mounts
+ * follow a renamed parent directory), then the pool makes a replacement in the background. Only
+ * sizes asked for since start are kept, `perSize` of each, for at most `maxSizes` sizes.
+ *
+ * Layout: `<root>/<bytes>/<rand>/` ready; `<root>/<bytes>/.tmp-<rand>/` being made (removed at load).
+ */
+export class DiskPool {
+  private readonly ready = new Map<number, string[]>();
+  private readonly wanted: number[] = [];
+  private loaded?: Promise<void>;
+  private filling?: Promise<void>;
+  private timer?: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(
+    private readonly root: string,
+    private readonly perSize: number,
+    private readonly log: (msg: string) => void,
+    private readonly maxSizes = 4,
+    private readonly refillDelayMs = 200,
+  ) {}
+
+  private load(): Promise<void> {
+    this.loaded ??= (async () => {
+      await mkdir(this.root, { recursive: true, mode: 0o711 });
+      for (const sizeName of await readdir(this.root)) {
+        const size = Number(sizeName);
+        const sizeDir = join(this.root, sizeName);
+        for (const e of await readdir(sizeDir).catch(() => [] as string[])) {
+          const dir = join(sizeDir, e);
+          if (Number.isSafeInteger(size) && !e.startsWith('.') && (await isMountPoint(join(dir, 'disk')))) {
+            this.list(size).push(dir);
+          } else {
+            await discard(dir).catch((err: unknown) => this.log(`disk pool: cannot remove ${dir}: ${String(err)}`));
+          }
+        }
+        if (!Number.isSafeInteger(size)) await removeTree(sizeDir);
+      }
+    })();
+    return this.loaded;
+  }
+
+  private list(size: number): string[] {
+    let l = this.ready.get(size);
+    if (!l) this.ready.set(size, (l = []));
+    return l;
+  }
+
+  /** Moves a ready disk directory to `dest` (which must not exist). False when none is ready. */
+  async take(sizeBytes: number, dest: string): Promise<boolean> {
+    if (this.perSize <= 0 || this.closed) return false;
+    await this.load();
+    this.want(sizeBytes);
+    const dir = this.list(sizeBytes).shift();
+    this.schedule();
+    if (!dir) return false;
+    try {
+      await rename(dir, dest);
+      return true;
+    } catch (err) {
+      this.log(`disk pool: cannot use ${dir}: ${String(err)}`);
+      await discard(dir).catch(() => undefined);
+      return false;
+    }
+  }
+
+  private want(size: number): void {
+    const i = this.wanted.indexOf(size);
+    if (i >= 0) this.wanted.splice(i, 1);
+    this.wanted.unshift(size);
+    while (this.wanted.length > this.maxSizes) {
+      const dropped = this.wanted.pop()!;
+      for (const dir of this.ready.get(dropped) ?? []) void discard(dir).catch(() => undefined);
+      this.ready.delete(dropped);
+    }
+  }
+
+  /** Refills a moment after a disk was taken, so the work does not compete with that create. */
+  private schedule(): void {
+    if (this.closed || this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      if (!this.filling) this.filling = this.fill().finally(() => (this.filling = undefined));
+    }, this.refillDelayMs);
+    this.timer.unref();
+  }
+
+  private async fill(): Promise<void> {
+    for (const size of [...this.wanted]) {
+      while (!this.closed && this.wanted.includes(size) && this.list(size).length < this.perSize) {
+        const name = randomBytes(6).toString('hex');
+        const tmp = join(this.root, String(size), `.tmp-${name}`);
+        try {
+          await mkdir(tmp, { recursive: true, mode: 0o711 });
+          await prepareDiskDir(tmp, size);
+          const dir = join(this.root, String(size), name);
+          await rename(tmp, dir);
+          if (this.closed) await discard(dir);
+          else this.list(size).push(dir);
+        } catch (err) {
+          this.log(`disk pool: cannot prepare a disk: ${String(err)}`);
+          await discard(tmp).catch(() => undefined);
+          return;
+        }
+      }
+    }
+  }
+
+  /** Stops refilling and removes every pooled disk. */
+  async drain(): Promise<void> {
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.filling;
+    await this.load();
+    for (const [, dirs] of this.ready) for (const dir of dirs.splice(0)) await discard(dir);
+    await unmountAllUnder(this.root);
+    await removeTree(this.root);
+  }
+}

@@ -1,0 +1,111 @@
+import { open, statfs } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { isAbsolute } from 'node:path';
+import { CANONICAL_ID_OFFSET } from '../images/types.js';
+import { loopDevicesFor, mountsUnder } from './mounts.js';
+import { proc, procOk } from './proc.js';
+
+/** mount(2) takes at most one page of options; overlay's lowerdir list is the long part. */
+const MAX_MOUNT_DATA = 4000;
+
+/**
+ * A sparse ext4 image per sandbox: this kernel has no project quotas, so a filesystem of its own
+ * is what makes `diskGb` a hard limit. No journal (the data is disposable on a crash, and it saves
+ * space and time), lazy inode tables, no discard pass, no blocks reserved for host root (root in
+ * the sandbox is not host root and could not use them), root directory owned by the sandbox's root.
+ */
+export async function createDiskImage(path: string, sizeBytes: number): Promise<void> {
+  const fh = await open(path, 'wx', 0o600);
+  try {
+    await fh.truncate(sizeBytes);
+  } finally {
+    await fh.close();
+  }
+  await procOk('mkfs.ext4', [
+    '-q', '-F', '-m', '0', '-O', '^has_journal',
+    '-E', `lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=${CANONICAL_ID_OFFSET}:${CANONICAL_ID_OFFSET}`,
+    path,
+  ]);
+}
+
+/** mount(8) binds a loop device with autoclear, so unmounting frees it. */
+export async function mountDiskImage(image: string, mountPoint: string): Promise<void> {
+  await procOk('mount', ['-o', 'loop,noatime', image, mountPoint]);
+}
+
+export function checkLowerDirs(lowerDirs: string[]): void {
+  if (lowerDirs.length === 0) throw new Error('at least one lower layer is required');
+  for (const d of lowerDirs) {
+    if (!isAbsolute(d) || /[:,\n]/.test(d)) throw new Error(`lower layer path must be absolute without ':' or ',': ${d}`);
+    if (!existsSync(d)) throw new Error(`lower layer does not exist: ${d}`);
+  }
+}
+
+/**
+ * Options fixed for every overlay we mount: uppers may later become lowers of other sandboxes (a
+ * build step's upper becomes a layer), so nothing kernel-config dependent is written into them
+ * (no redirect or metacopy xattrs, no index).
+ */
+const OVERLAY_FIXED = 'redirect_dir=off,metacopy=off,index=off';
+
+export async function mountOverlay(lowerDirs: string[], upper: string, work: string, target: string): Promise<void> {
+  let lower = lowerDirs.join(':');
+  let cwd: string | undefined;
+  let opts = `lowerdir=${lower},upperdir=${upper},workdir=${work},${OVERLAY_FIXED}`;
+  if (opts.length > MAX_MOUNT_DATA) {
+    // Long stacks: relative lowerdirs from their common parent keep the options under one page.
+    cwd = commonParent(lowerDirs);
+    const prefixLen = cwd === '/' ? 1 : cwd.length + 1;
+    lower = lowerDirs.map((d) => d.slice(prefixLen)).join(':');
+    opts = `lowerdir=${lower},upperdir=${upper},workdir=${work},${OVERLAY_FIXED}`;
+    if (opts.length > MAX_MOUNT_DATA) throw new Error(`too many layers (${lowerDirs.length}) for one overlay mount`);
+  }
+  await procOk('mount', ['-t', 'overlay', 'overlay', '-o', opts, target], { cwd });
+}
+
+function commonParent(paths: string[]): string {
+  const split = paths.map((p) => p.split('/'));
+  const out: string[] = [];
+  for (let i = 0; ; i++) {
+    const seg = split[0]![i];
+    if (seg === undefined || split.some((s) => s[i] !== seg || i >= s.length - 1)) break;
+    out.push(seg);
+  }
+  return out.join('/') || '/';
+}
+
+/**
+ * Unmounts everything at or under `dir`, deepest first, in one umount(8) call. A mount that stays
+ * busy is detached lazily; the caller still never deletes files through a mount (rm
+ * --one-file-system), and detaches loop devices separately.
+ */
+export async function unmountAllUnder(dir: string): Promise<void> {
+  let points = await mountsUnder(dir);
+  if (points.length === 0) return;
+  await proc('umount', points);
+  points = await mountsUnder(dir);
+  if (points.length === 0) return;
+  await proc('umount', ['-l', ...points]);
+  points = await mountsUnder(dir);
+  if (points.length > 0) throw new Error(`cannot unmount ${points.join(', ')}`);
+}
+
+export async function unmount(target: string): Promise<void> {
+  const points = await mountsUnder(target);
+  if (points.length > 0) await procOk('umount', points);
+}
+
+export async function detachLoops(image: string): Promise<void> {
+  for (const dev of await loopDevicesFor(image)) await proc('losetup', ['-d', dev]);
+}
+
+export async function diskUsage(mountPoint: string): Promise<{ usedBytes: number; totalBytes: number }> {
+  const s = await statfs(mountPoint);
+  return { usedBytes: (s.blocks - s.bfree) * s.bsize, totalBytes: s.blocks * s.bsize };
+}
+
+/** Removes a directory tree without ever crossing into a mount that might still be there. */
+export async function removeTree(dir: string): Promise<void> {
+  if (!existsSync(dir)) return;
+  await procOk('rm', ['-rf', '--one-file-system', dir]);
+}

@@ -1,0 +1,131 @@
+/**
+ * Our own OCI seccomp profile: allow by default, deny what a sandbox never needs and what widens
+ * the kernel attack surface. Capabilities already block most of these (no CAP_SYS_ADMIN, ...);
+ * the filter is the second wall and it also covers what capabilities do not (unshare of a user
+ * namespace, io_uring, userfaultfd, keyrings).
+ *
+ * A denylist and not an allowlist: apt, dpkg, python, node, go and bash must keep working on every
+ * future libc, and an allowlist fails them in ways that are slow to diagnose.
+ *
+ * Decisions:
+ * - ptrace stays allowed (gdb, strace): since 4.8 a tracee stays under its own seccomp filter, and
+ *   the pid namespace limits tracing to the sandbox's own processes. process_vm_writev is denied
+ *   anyway (asked for; readv stays, it is no more than ptrace PEEK).
+ * - clone3 answers ENOSYS, so glibc falls back to clone, whose flags a classic BPF filter can see.
+ * - io_uring answers ENOSYS, so libuv and others fall back to threads.
+ */
+
+export interface OciSeccompArg {
+  index: number;
+  value: number;
+  valueTwo?: number;
+  op: 'SCMP_CMP_EQ' | 'SCMP_CMP_NE' | 'SCMP_CMP_MASKED_EQ' | 'SCMP_CMP_GT' | 'SCMP_CMP_LT';
+}
+
+export interface OciSeccompRule {
+  names: string[];
+  action: 'SCMP_ACT_ERRNO' | 'SCMP_ACT_ALLOW';
+  errnoRet?: number;
+  args?: OciSeccompArg[];
+}
+
+export interface OciSeccomp {
+  defaultAction: 'SCMP_ACT_ALLOW' | 'SCMP_ACT_ERRNO';
+  architectures: string[];
+  syscalls: OciSeccompRule[];
+}
+
+const EPERM = 1;
+const ENOSYS = 38;
+
+/** Denied outright with EPERM. Names unknown to an architecture are ignored by crun. */
+export const DENIED_SYSCALLS: readonly string[] = [
+  // mounts and namespaces
+  'mount', 'umount', 'umount2', 'pivot_root', 'move_mount', 'open_tree', 'fsopen', 'fsmount', 'fsconfig', 'fspick',
+  'mount_setattr', 'unshare', 'setns',
+  // keyrings (not namespaced)
+  'keyctl', 'add_key', 'request_key',
+  // kernel attack surface
+  'bpf', 'perf_event_open', 'userfaultfd', 'lookup_dcookie', 'uselib', 'nfsservctl', '_sysctl',
+  'fanotify_init',
+  // kernel and machine control
+  'kexec_load', 'kexec_file_load', 'init_module', 'finit_module', 'delete_module', 'create_module',
+  'get_kernel_syms', 'query_module', 'reboot', 'swapon', 'swapoff', 'acct', 'syslog', 'vhangup',
+  'quotactl', 'quotactl_fd',
+  // clock (host-wide)
+  'settimeofday', 'stime', 'clock_settime', 'clock_settime64', 'adjtimex', 'clock_adjtime', 'clock_adjtime64',
+  // file handles bypass the mount namespace
+  'open_by_handle_at', 'name_to_handle_at',
+  // raw hardware
+  'iopl', 'ioperm', 'vm86', 'vm86old', 'pciconfig_read', 'pciconfig_write', 'pciconfig_iobase',
+  // other processes' memory
+  'process_vm_writev',
+];
+
+/** Answered with ENOSYS so that callers fall back to an older, filterable interface. */
+export const ENOSYS_SYSCALLS: readonly string[] = ['clone3', 'io_uring_setup', 'io_uring_enter', 'io_uring_register'];
+
+/** clone() flags that create namespaces (CLONE_NEWTIME is unshare/clone3-only, covered above). */
+export const CLONE_NAMESPACE_FLAGS: Readonly<Record<string, number>> = {
+  CLONE_NEWNS: 0x00020000,
+  CLONE_NEWCGROUP: 0x02000000,
+  CLONE_NEWUTS: 0x04000000,
+  CLONE_NEWIPC: 0x08000000,
+  CLONE_NEWUSER: 0x10000000,
+  CLONE_NEWPID: 0x20000000,
+  CLONE_NEWNET: 0x40000000,
+};
+
+/**
+ * personality() flags that weaken ASLR or memory protections. Each rule also requires bit 31 to be
+ * clear so that the query form personality(0xffffffff) keeps working.
+ */
+export const DANGEROUS_PERSONALITY_FLAGS: Readonly<Record<string, number>> = {
+  ADDR_NO_RANDOMIZE: 0x0040000,
+  FDPIC_FUNCPTRS: 0x0080000,
+  MMAP_PAGE_ZERO: 0x0100000,
+  ADDR_COMPAT_LAYOUT: 0x0200000,
+  READ_IMPLIES_EXEC: 0x0400000,
+  ADDR_LIMIT_32BIT: 0x0800000,
+  ADDR_LIMIT_3GB: 0x8000000,
+};
+const PERSONALITY_QUERY_BIT = 0x80000000;
+
+function architectures(arch: string): string[] {
+  switch (arch) {
+    case 'x64':
+      return ['SCMP_ARCH_X86_64', 'SCMP_ARCH_X86', 'SCMP_ARCH_X32'];
+    case 'arm64':
+      return ['SCMP_ARCH_AARCH64', 'SCMP_ARCH_ARM'];
+    default:
+      return [];
+  }
+}
+
+export function seccompProfile(arch: string = process.arch): OciSeccomp {
+  // One rule per flag: crun ORs conditions on the same argument, and "any of these bits set" is
+  // an OR of masked equalities.
+  const cloneRules: OciSeccompRule[] = Object.values(CLONE_NAMESPACE_FLAGS).map((flag) => ({
+    names: ['clone'],
+    action: 'SCMP_ACT_ERRNO',
+    errnoRet: EPERM,
+    args: [{ index: 0, value: flag, valueTwo: flag, op: 'SCMP_CMP_MASKED_EQ' }],
+  }));
+  const personalityRules: OciSeccompRule[] = Object.values(DANGEROUS_PERSONALITY_FLAGS).map((flag) => ({
+    names: ['personality'],
+    action: 'SCMP_ACT_ERRNO',
+    errnoRet: EPERM,
+    // `+`, not `|`: JavaScript's bitwise operators would make the mask a negative int32.
+    args: [{ index: 0, value: flag + PERSONALITY_QUERY_BIT, valueTwo: flag, op: 'SCMP_CMP_MASKED_EQ' }],
+  }));
+  return {
+    defaultAction: 'SCMP_ACT_ALLOW',
+    architectures: architectures(arch),
+    syscalls: [
+      { names: [...DENIED_SYSCALLS], action: 'SCMP_ACT_ERRNO', errnoRet: EPERM },
+      { names: [...ENOSYS_SYSCALLS], action: 'SCMP_ACT_ERRNO', errnoRet: ENOSYS },
+      ...cloneRules,
+      ...personalityRules,
+    ],
+  };
+}

@@ -1,0 +1,234 @@
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { chmod, chown, lstat, mkdir, readFile, readdir, rmdir, stat, unlink, writeFile } from 'node:fs/promises';
+import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
+import { ServiceError } from '@sandboxd/protocol';
+import { cgroupExists, removeCgroup, type CgroupLayout } from './cgroups.js';
+import type { Crun } from './crun.js';
+import { checkLowerDirs, mountOverlay, removeTree, unmount, unmountAllUnder } from './disk.js';
+import { deleteNetns, NetnsHolder, vethName, type Ipam, type Subnet } from './net.js';
+import { buildConfig, HOST_CA_BUNDLE } from './oci.js';
+import type { StepRunOptions } from './types.js';
+import { UndoStack } from './undo.js';
+
+export interface StepContext {
+  dataDir: string;
+  /** crun with its own --root: steps never show up as sandboxes. */
+  crun: Crun;
+  cgroupParent: string;
+  netnsPrefix: string;
+  bridge: string;
+  subnet: Subnet;
+  ipam: () => Promise<Ipam>;
+  layout: () => Promise<CgroupLayout>;
+  log: (msg: string) => void;
+}
+
+interface StepMeta {
+  upperDir: string;
+  workDir: string;
+}
+
+const INIT_PATH = '/usr/bin/catatonit';
+
+function stepNames(ctx: StepContext, id: string) {
+  const dir = join(ctx.dataDir, 'steps', id);
+  return {
+    dir,
+    rootfs: join(dir, 'rootfs'),
+    config: join(dir, 'config.json'),
+    meta: join(dir, 'meta.json'),
+    netns: `${ctx.netnsPrefix}step_${id}`,
+    cgroup: `/${ctx.cgroupParent}/_steps/${id}`,
+  };
+}
+
+/** True when the top-most lower that has the path has it (whiteouts aside: good enough for a bind target). */
+async function inLowers(lowerDirs: string[], path: string): Promise<boolean> {
+  for (const l of lowerDirs) {
+    try {
+      await lstat(join(l, path));
+      return true;
+    } catch {
+      /* next */
+    }
+  }
+  return false;
+}
+
+/**
+ * One build step in a throwaway container with the same isolation as a sandbox (user namespace,
+ * seccomp, capabilities, cgroup limits, own netns), on overlay(lowerDirs + upperDir). Afterwards
+ * nothing is left but upperDir, whose files are in canonical (+100000) ownership because root in
+ * the container is host uid 100000: it can be used as a layer as it is.
+ */
+export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }> {
+  if (opts.signal?.aborted) throw abortReason(opts.signal);
+  checkLowerDirs(opts.lowerDirs);
+  if (!isAbsolute(opts.upperDir) || /[:,\n]/.test(opts.upperDir)) throw new ServiceError('VALIDATION_ERROR', `bad upper dir ${opts.upperDir}`);
+  for (const b of opts.binds ?? []) {
+    if (!isAbsolute(b.source) || !isAbsolute(b.target) || !existsSync(b.source)) {
+      throw new ServiceError('VALIDATION_ERROR', `bad bind ${b.source} -> ${b.target}`);
+    }
+  }
+  const n = stepNames(ctx, opts.id);
+  if (existsSync(n.dir) || ctx.crun.exists(opts.id)) await cleanupStep(ctx, opts.id);
+
+  const upper = resolve(opts.upperDir);
+  const workDir = join(dirname(upper), `.${basename(upper)}.work-${opts.id}`);
+  const undo = new UndoStack(ctx.log);
+  try {
+    await mkdir(join(ctx.dataDir, 'steps'), { recursive: true, mode: 0o711 });
+    await mkdir(n.dir, { mode: 0o711 });
+    undo.push('step directory', () => removeTree(n.dir));
+    await writeFile(n.meta, JSON.stringify({ upperDir: upper, workDir } satisfies StepMeta));
+
+    // The upper's root becomes the layer's root directory: give it the attributes of the image's root.
+    await mkdir(upper, { recursive: true });
+    const rootAttrs = await stat(opts.lowerDirs[0]!);
+    await chown(upper, rootAttrs.uid, rootAttrs.gid);
+    await chmod(upper, rootAttrs.mode & 0o7777);
+    const hadSb = existsSync(join(upper, '.sb'));
+    await mkdir(workDir);
+    undo.push('overlay workdir', () => removeTree(workDir));
+    // crun makes its mount target /.sb/init in the upper; it must not end up in the layer. (Pushed
+    // before the mount so that it runs after the unmount.)
+    undo.push('mount targets', () => (hadSb ? undefined : dropInitTarget(upper)));
+    await mkdir(n.rootfs);
+    await mountOverlay(opts.lowerDirs, upper, workDir, n.rootfs);
+    undo.push('overlay mount', () => unmount(n.rootfs));
+
+    let holder: NetnsHolder | undefined;
+    if (opts.internetAccess) {
+      const ipam = await ctx.ipam();
+      const ip = ipam.allocate();
+      undo.push('address', () => ipam.release(ip));
+      await deleteNetns(n.netns);
+      holder = await NetnsHolder.start({ netnsName: n.netns, veth: vethName(n.netns), bridge: ctx.bridge, ip, subnet: ctx.subnet });
+      const h = holder;
+      undo.push('network namespace', async () => {
+        await h.kill();
+        await deleteNetns(n.netns);
+      });
+    }
+
+    const config = buildConfig({
+      args: ['/.sb/init', '--', ...opts.argv],
+      env: opts.env,
+      cwd: opts.cwd || '/',
+      hostname: 'build',
+      rootfs: n.rootfs,
+      cgroupsPath: n.cgroup,
+      resources: opts.resources,
+      netnsPath: holder ? `/run/netns/${n.netns}` : undefined,
+      userNsPath: holder?.userNsPath,
+      roBinds: [{ source: INIT_PATH, target: '/.sb/init' }, ...(opts.binds ?? [])],
+      // Only over a bundle the image has: a bind would make an empty file in the layer, and a
+      // read-only bind would break an `apt-get install ca-certificates` in this very step.
+      caBundle: await inLowers(opts.lowerDirs, HOST_CA_BUNDLE),
+    });
+    await writeFile(n.config, JSON.stringify(config), { mode: 0o600 });
+
+    undo.push('container', () => ctx.crun.forceDelete(opts.id));
+    const result = await runForeground(ctx, opts);
+    if (holder) {
+      try {
+        await holder.finish();
+      } catch (err) {
+        opts.onOutput?.(`sandboxd: ${err instanceof Error ? err.message : String(err)}\n`);
+      }
+    }
+    if (result.aborted) throw abortReason(opts.signal!);
+    return { exitCode: result.exitCode, timedOut: result.timedOut };
+  } finally {
+    await undo.run();
+  }
+}
+
+async function dropInitTarget(upper: string): Promise<void> {
+  const init = join(upper, '.sb', 'init');
+  try {
+    const s = await lstat(init);
+    if (s.isFile() && s.size === 0) await unlink(init);
+    await rmdir(join(upper, '.sb'));
+  } catch {
+    /* not there, or not empty: leave it */
+  }
+}
+
+function runForeground(
+  ctx: StepContext,
+  opts: StepRunOptions,
+): Promise<{ exitCode: number; timedOut: boolean; aborted: boolean }> {
+  const n = stepNames(ctx, opts.id);
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn('crun', ctx.crun.args('run', '--bundle', n.dir, opts.id), { stdio: ['ignore', 'pipe', 'pipe'] });
+    let timedOut = false;
+    let aborted = false;
+    const killAll = () => void ctx.crun.kill(opts.id, 'KILL');
+    const timer = setTimeout(() => {
+      timedOut = true;
+      killAll();
+    }, Math.max(1, opts.timeoutMs));
+    const onAbort = () => {
+      aborted = true;
+      killAll();
+    };
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
+    for (const s of [child.stdout!, child.stderr!]) {
+      s.setEncoding('utf8');
+      s.on('data', (chunk: string) => opts.onOutput?.(chunk));
+    }
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      opts.signal?.removeEventListener('abort', onAbort);
+      reject(err);
+    });
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      opts.signal?.removeEventListener('abort', onAbort);
+      const exitCode = code ?? 128 + (signal ? signalNumber(signal) : 0);
+      resolvePromise({ exitCode, timedOut, aborted });
+    });
+  });
+}
+
+function signalNumber(sig: NodeJS.Signals): number {
+  return ({ SIGKILL: 9, SIGTERM: 15, SIGINT: 2, SIGHUP: 1 } as Record<string, number>)[sig] ?? 0;
+}
+
+function abortReason(signal: AbortSignal): Error {
+  return signal.reason instanceof Error ? signal.reason : new Error('step aborted');
+}
+
+/** Everything a step left if the daemon died during it. */
+export async function cleanupStep(ctx: StepContext, id: string): Promise<void> {
+  const n = stepNames(ctx, id);
+  await ctx.crun.forceDelete(id).catch((err: unknown) => ctx.log(`step ${id}: ${String(err)}`));
+  if (ctx.crun.exists(id)) await removeTree(join(ctx.crun.root, id));
+  const layout = await ctx.layout();
+  if (await cgroupExists(layout, n.cgroup)) await removeCgroup(layout, n.cgroup);
+  await deleteNetns(n.netns);
+  let meta: StepMeta | undefined;
+  try {
+    meta = JSON.parse(await readFile(n.meta, 'utf8')) as StepMeta;
+  } catch {
+    /* no meta */
+  }
+  await unmountAllUnder(n.dir);
+  if (meta?.workDir && basename(meta.workDir).includes('.work-')) await removeTree(meta.workDir);
+  await removeTree(n.dir);
+}
+
+export async function cleanupStaleSteps(ctx: StepContext): Promise<void> {
+  const ids = new Set(await ctx.crun.ids());
+  try {
+    for (const e of await readdir(join(ctx.dataDir, 'steps'))) ids.add(e);
+  } catch {
+    /* none */
+  }
+  for (const id of ids) {
+    ctx.log(`removing leftovers of build step ${id}`);
+    await cleanupStep(ctx, id);
+  }
+}

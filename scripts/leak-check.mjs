@@ -21,8 +21,10 @@ if (netns.length) problems.push(`network namespaces left: ${netns.join(', ')}`);
 const veths = sh('ip', ['-o', 'link', 'show', 'type', 'veth']).split('\n').filter(Boolean);
 if (veths.length) problems.push(`veths left:\n  ${veths.join('\n  ')}`);
 for (const ctl of ['memory', 'pids', 'cpu', 'freezer']) {
-  const dir = `/sys/fs/cgroup/${ctl}/sandboxd`;
-  if (existsSync(dir)) {
+  const root = `/sys/fs/cgroup/${ctl}`;
+  if (!existsSync(root)) continue;
+  for (const parent of readdirSync(root).filter((n) => n.startsWith('sandboxd'))) {
+    const dir = `${root}/${parent}`;
     const left = readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => e.name);
     if (left.length) problems.push(`cgroups left in ${dir}: ${left.join(', ')}`);
   }

@@ -58,7 +58,8 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
   mkdirSync(dataDir, { recursive: true });
   const port = await freePort();
   // Each server of this process gets its own block of gateway ports; the pid spreads processes apart.
-  const blockBase = 41000 + ((process.pid * 7 + gatewayBlock++ * 300) % 20000);
+  const slot = gatewayBlock++;
+  const blockBase = 41000 + ((process.pid * 7 + slot * 300) % 20000);
   const apiKey = `sbd_test_${randomBytes(16).toString('hex')}`;
   const env: Record<string, string> = {
     ...(process.env as Record<string, string>),
@@ -70,6 +71,11 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     SANDBOXD_GATEWAY_PORTS: `${blockBase}-${blockBase + 299}`,
     SANDBOXD_TEMPLATES: (opts.templates ?? ['base', 'code-interpreter']).join(','),
     SANDBOXD_SWEEP_INTERVAL_MS: '200',
+    // Cgroups, netns names, the bridge and its subnet are host-global: each live daemon needs its own.
+    // Test files run one at a time, so slots are reused across files.
+    SANDBOXD_CGROUP_PARENT: `sandboxd-test${slot}`,
+    SANDBOXD_BRIDGE: `sbtest${slot}`,
+    SANDBOXD_SUBNET: `10.${100 + (slot % 100)}.0.0/16`,
     ...opts.env,
   };
   const logFile = join(dataDir, 'daemon.log');

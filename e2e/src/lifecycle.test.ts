@@ -2,6 +2,7 @@ import { test, before, after, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
+import { connect } from 'node:net';
 import { api, agent, createSandbox, startServer, REPO_ROOT, type TestServer } from './harness.js';
 
 let server: TestServer;
@@ -17,6 +18,35 @@ function operator(args: string[]): string {
   return execFileSync(process.execPath, [join(REPO_ROOT, 'packages/server/dist/cli.js'), ...args], {
     env: server.env,
     encoding: 'utf8',
+  });
+}
+
+/** POSTs `size` bytes of JSON; reads the answer even if the server stops reading the body early. */
+function hugePost(baseUrl: string, path: string, size: number): Promise<{ status: number; body: any }> {
+  const url = new URL(baseUrl);
+  return new Promise((resolve, reject) => {
+    const sock = connect(Number(url.port), url.hostname);
+    let data = '';
+    sock.on('data', (c) => (data += c.toString('latin1')));
+    sock.on('error', () => {});
+    sock.on('close', () => {
+      const m = /^HTTP\/1\.1 (\d+)/.exec(data);
+      if (!m) return reject(new Error(`no HTTP answer: ${data.slice(0, 200)}`));
+      const body = data.slice(data.indexOf('\r\n\r\n') + 4);
+      resolve({ status: Number(m[1]), body: JSON.parse(body) });
+    });
+    sock.on('connect', () => {
+      sock.write(`POST ${path} HTTP/1.1\r\nhost: x\r\nx-api-key: ${server.apiKey}\r\ncontent-type: application/json\r\ncontent-length: ${size}\r\nconnection: close\r\n\r\n`);
+      const chunk = Buffer.alloc(64 * 1024, 0x20);
+      let sent = 0;
+      const pump = () => {
+        while (sent < size && !sock.destroyed) {
+          sent += chunk.length;
+          if (!sock.write(chunk)) return void sock.once('drain', pump);
+        }
+      };
+      pump();
+    });
   });
 }
 
@@ -118,8 +148,9 @@ describe('bad input', () => {
     const bad = await api(server, 'POST', '/v1/sandboxes', '{"template_name": ', { 'content-type': 'application/json' });
     assert.equal(bad.status, 400);
     assertErrorShape(bad.body, 'VALIDATION_ERROR');
-    const huge = await api(server, 'POST', '/v1/sandboxes', JSON.stringify({ template_name: 'base', pad: 'x'.repeat(11 * 1024 * 1024) }));
+    const huge = await hugePost(server.baseUrl, '/v1/sandboxes', 11 * 1024 * 1024);
     assert.equal(huge.status, 413);
+    assert.equal(huge.body.code, 'PAYLOAD_TOO_LARGE');
     const xml = await api(server, 'POST', '/v1/sandboxes', '<x/>', { 'content-type': 'application/xml' });
     assert.equal(xml.status, 415);
   });

@@ -31,6 +31,8 @@ export interface Config {
   /** Built-in templates to build and serve (default: all). */
   builtinTemplates: string[] | undefined;
   agentBundlePath: string;
+  /** Node-local runtime names: several daemons on one host (tests) need distinct ones. */
+  runtime: { cgroupParent: string; bridge: string; subnet: string };
   /** OCI registry for `from` images Debian's packages cannot provide (null: none). */
   registry: { url: string | null; username: string | undefined; password: string | undefined };
   buildLimits: { perHour: number; perDay: number };
@@ -88,6 +90,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     agentReadyTimeoutMs: int(env, 'SANDBOXD_AGENT_READY_TIMEOUT_MS', 15000, 100),
     builtinTemplates: templates && templates.length ? templates : undefined,
     agentBundlePath: resolve(env.SANDBOXD_AGENT_BUNDLE || join(REPO_ROOT, 'packages/agent/bundle/agent.cjs')),
+    runtime: {
+      cgroupParent: env.SANDBOXD_CGROUP_PARENT || 'sandboxd',
+      bridge: env.SANDBOXD_BRIDGE || 'sbbr0',
+      subnet: env.SANDBOXD_SUBNET || '10.88.0.0/16',
+    },
     registry: {
       url: env.SANDBOXD_REGISTRY_URL === 'none' ? null : env.SANDBOXD_REGISTRY_URL || 'https://registry-1.docker.io',
       username: env.SANDBOXD_REGISTRY_USERNAME || undefined,

@@ -59,7 +59,14 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   log(`starting sandboxd ${config.version}; data directory ${config.dataDir}`);
 
   await ensureSystemPackages(log);
-  const runtime = new CrunRuntime({ dataDir: config.dataDir, agentBundlePath: config.agentBundlePath, log });
+  const runtime = new CrunRuntime({
+    dataDir: config.dataDir,
+    agentBundlePath: config.agentBundlePath,
+    cgroupParent: config.runtime.cgroupParent,
+    bridgeName: config.runtime.bridge,
+    subnetCidr: config.runtime.subnet,
+    log,
+  });
   await runtime.setupHost();
 
   const store = SqliteStore.open(join(config.dataDir, 'sandboxd.db'));
@@ -169,6 +176,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     void (async () => {
       await app.close().catch(() => {});
       await gateway.closeAll().catch(() => {});
+      await runtime.close().catch((err: unknown) => log('releasing runtime spares failed', { error: String(err) }));
       store.close();
       process.exit(0);
     })();

@@ -269,6 +269,11 @@ export class CrunRuntime implements Runtime {
     await removeCgroup(await this.layout(), `/${this.cgroupParent}`);
   }
 
+  /** Daemon shutdown: releases node-local spares (pooled disks); sandboxes keep running. */
+  async close(): Promise<void> {
+    await this.pool.drain();
+  }
+
   // ---- lifecycle -------------------------------------------------------------------------------
 
   create(spec: SandboxSpec): Promise<void> {

@@ -80,6 +80,8 @@ export interface Runtime {
   /** Every sandbox id the runtime holds any trace of (directories, containers, netns, cgroups). */
   list(): Promise<string[]>;
   stats(id: string): Promise<SandboxStats>;
+  /** Daemon shutdown: releases what the runtime keeps ready (spares); sandboxes keep running. */
+  close(): Promise<void>;
   /** Runs one build step to completion in a throwaway container with sandbox isolation. */
   runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }>;
 }

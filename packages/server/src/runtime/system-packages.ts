@@ -11,6 +11,9 @@ export const REQUIRED_TOOLS: Array<{ bin: string; pkg: string }> = [
   { bin: 'mkfs.ext4', pkg: 'e2fsprogs' },
   { bin: 'losetup', pkg: 'mount' },
   { bin: 'tar', pkg: 'tar' },
+  { bin: 'setfattr', pkg: 'attr' },
+  { bin: 'zstd', pkg: 'zstd' },
+  { bin: 'unshare', pkg: 'util-linux' },
 ];
 
 const PATH_DIRS = ['/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin', '/sbin', '/bin'];

@@ -146,7 +146,7 @@ describe('builds', () => {
       { type: 'apt', packages: ['jq'] },
       { type: 'run', command: 'echo built > /opt/marker && python3 --version > /opt/pyver' },
       { type: 'copy', file_id: fileId, dest: '/opt/data/' },
-      { type: 'COPY', args: ['app', '/srv/'], filesHash },
+      { type: 'COPY', args: ['app', '/srv/app/'], filesHash },
       { type: 'env', key: 'FOO', value: 'bar baz' },
       { type: 'workdir', path: '/srv/app' },
     ];
@@ -195,10 +195,13 @@ describe('builds', () => {
     await build({ alias: 'full', cpu: 1, memory: 256, diskGB: 1, steps: changed, update: true });
     const tpl3 = await api(server, 'GET', `/v1/templates/${first.templateId}`);
     const [old, neu] = [[...tpl.body.layers].reverse(), [...tpl3.body.layers].reverse()];
-    // bottom-up: base and apt layers kept, the run layer and everything above it rebuilt
-    const aptIdx = old.length - 4; // layers above base: apt, run, copy, COPY (top-first reversed)
-    assert.deepEqual(neu.slice(0, aptIdx + 1), old.slice(0, aptIdx + 1), 'layers below the change reused');
-    for (let i = aptIdx + 1; i < old.length; i++) assert.notEqual(neu[i], old[i], `layer ${i} rebuilt`);
+    // bottom-up: the base image's layers and the apt layer are reused; run, copy, COPY and the layer
+    // that creates the workdir (the top four) are rebuilt.
+    const changedFrom = old.length - 4;
+    assert.equal(neu.length, old.length);
+    assert.deepEqual(neu.slice(0, changedFrom), old.slice(0, changedFrom), `layers below the change reused: ${JSON.stringify({ old, neu })}`);
+    for (let i = changedFrom; i < old.length; i++) assert.notEqual(neu[i], old[i], `layer ${i} rebuilt`);
+    const aptIdx = changedFrom - 1;
     await build({ alias: 'full', cpu: 1, memory: 256, diskGB: 1, steps: changed, update: true, skipCache: true });
     const tpl4 = await api(server, 'GET', `/v1/templates/${first.templateId}`);
     const fresh = [...tpl4.body.layers].reverse();
@@ -242,11 +245,24 @@ describe('builds', () => {
       steps: [{ type: 'from', image: 'python:3.11' }, { type: 'run', command: 'python3 -c "b = bytearray(1024 * 1024 * 1024)"' }],
     });
     assert.equal(mem.status.status, 'failed');
-    const bomb = await build({
-      alias: 'forkbomb',
-      steps: [{ type: 'from', image: 'debian:11' }, { type: 'run', command: 'for i in $(seq 1 2000); do sleep 30 & done; wait' }],
-    });
+    const forkLoop = [
+      'import os, sys, time',
+      'n = 0',
+      'try:',
+      '    while n < 5000:',
+      '        if os.fork() == 0:',
+      '            time.sleep(20)',
+      '            os._exit(0)',
+      '        n += 1',
+      'except OSError as e:',
+      '    print("fork stopped at", n, e)',
+      '    sys.exit(7)',
+      'print("no limit", n)',
+    ].join('\n');
+    const bomb = await build({ alias: 'forkbomb', steps: [{ type: 'from', image: 'python:3.11' }, { type: 'run', command: `python3 -c '${forkLoop}'` }] });
     assert.equal(bomb.status.status, 'failed', 'the pids limit stops it');
+    const bombLogs = await api(server, 'GET', `/v1/templates/build/${bomb.buildId}/logs`, undefined, bearer());
+    assert.match(bombLogs.body.logs, /fork stopped at \d+/);
     assert.equal((await api(server, 'GET', '/health')).status, 200, 'the service is fine');
   });
 
@@ -263,7 +279,8 @@ describe('base images from an archive and from a registry', () => {
 
   test('sandboxd images import, then build from it', async () => {
     const archive = join(scratch, 'busybox.tar');
-    writeBusyboxImage(scratch, 'node:20', archive);
+    mkdirSync(join(scratch, 'import'));
+    writeBusyboxImage(join(scratch, 'import'), 'node:20', archive);
     execFileSync(process.execPath, [join(REPO_ROOT, 'packages/server/dist/cli.js'), 'images', 'import', 'node:20', archive], { env: server.env, stdio: 'pipe' });
     const res = await build({ alias: 'from-archive', steps: [{ type: 'from', image: 'node:20' }, { type: 'run', command: 'echo imported > /mark' }] });
     assert.equal(res.status.status, 'active', JSON.stringify(res.status));
@@ -277,9 +294,8 @@ describe('base images from an archive and from a registry', () => {
     mkdirSync(dir, { recursive: true });
     registry = await startRegistry(dir);
     // Push the busybox image as library/alpine:3.18 with plain HTTP PUTs.
-    const save = join(scratch, 'bb-save');
-    const img = writeBusyboxImage(scratch, 'alpine:3.18', join(scratch, 'bb2.tar'));
-    void save;
+    mkdirSync(join(scratch, 'pull'));
+    const img = writeBusyboxImage(join(scratch, 'pull'), 'alpine:3.18', join(scratch, 'bb2.tar'));
     const layer = await pushBlob(registry, 'library/alpine', img.layers[0]!);
     const config = await pushBlob(registry, 'library/alpine', img.config);
     const manifest = Buffer.from(

@@ -25,7 +25,9 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     },
     requestIdHeader: false,
     trustProxy: false,
-    routerOptions: { ignoreTrailingSlash: true, ignoreDuplicateSlashes: true },
+    routerOptions: { ignoreTrailingSlash: true, ignoreDuplicateSlashes: true, maxParamLength: 4096 },
+    // Errors raised before a route runs (bad URL encoding, ...) get the same shape as the rest.
+    frameworkErrors: (err, req, reply) => errorHandler(err, req, reply),
   });
 
   // Bodies are validated strictly (a wrong type is a 400 naming the field); query strings coerce.

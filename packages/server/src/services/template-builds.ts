@@ -274,10 +274,10 @@ export class TemplateBuildService {
   }
 
   /** Log text from byte `offset` on, and the offset to ask for next. */
-  async logsSince(b: BuildRow, offset: number): Promise<{ logs: string; offset: number }> {
+  async logsSince(b: BuildRow, offset: number): Promise<{ logs: string; offset: number; atEnd: boolean }> {
     const file = this.logFile(b.id);
     const size = (await stat(file).catch(() => undefined))?.size ?? 0;
-    if (offset >= size) return { logs: '', offset: size };
+    if (offset >= size) return { logs: '', offset: size, atEnd: true };
     const fh = await open(file, 'r');
     try {
       const len = Math.min(size - offset, 4 * 1024 * 1024);
@@ -286,7 +286,7 @@ export class TemplateBuildService {
       // Never split a line (or a UTF-8 character): stop after the last newline.
       const end = buf.lastIndexOf(0x0a);
       const used = end === -1 ? len : end + 1;
-      return { logs: buf.subarray(0, used).toString('utf8'), offset: offset + used };
+      return { logs: buf.subarray(0, used).toString('utf8'), offset: offset + used, atEnd: offset + used >= size };
     } finally {
       await fh.close();
     }

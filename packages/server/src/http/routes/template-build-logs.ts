@@ -19,9 +19,10 @@ export function templateBuildLogsRoute(app: FastifyInstance, s: Services): void 
     async (req, reply) => {
       const build = await builds.get(principalOf(req).orgId, req.params.id);
       if (!String(req.headers.accept ?? '').includes('text/event-stream')) {
-        const { logs, offset } = await builds.logsSince(build, req.query.offset ?? 0);
+        // Read the status first: a build that was finished then has all its lines on disk already.
         const fresh = await builds.get(principalOf(req).orgId, build.id);
-        return { logs, offset, status: fresh.status, complete: fresh.status !== 'building' && logs === '', request_id: req.id };
+        const { logs, offset, atEnd } = await builds.logsSince(build, req.query.offset ?? 0);
+        return { logs, offset, status: fresh.status, complete: fresh.status !== 'building' && atEnd, request_id: req.id };
       }
       reply.hijack();
       const raw = reply.raw;

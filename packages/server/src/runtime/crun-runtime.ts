@@ -1,4 +1,4 @@
-import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { existsSync, renameSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -91,6 +91,7 @@ export class CrunRuntime implements Runtime {
   readonly dataDir: string;
   readonly bridge: string;
   readonly subnet: Subnet;
+  readonly subnetCidr: string;
   readonly cgroupParent: string;
   private readonly agentBundlePath: string;
   private readonly log: (msg: string) => void;
@@ -112,7 +113,8 @@ export class CrunRuntime implements Runtime {
     this.log = opts.log ?? (() => undefined);
     this.bridge = opts.bridgeName ?? 'sbbr0';
     if (!/^[A-Za-z0-9_.-]{1,15}$/.test(this.bridge)) throw new Error(`bad bridge name ${this.bridge}`);
-    this.subnet = parseSubnet(opts.subnetCidr ?? '10.88.0.0/16');
+    this.subnetCidr = opts.subnetCidr ?? '10.88.0.0/16';
+    this.subnet = parseSubnet(this.subnetCidr);
     this.cgroupParent = (opts.cgroupParent ?? 'sandboxd').replace(/^\/+|\/+$/g, '');
     if (!/^[A-Za-z0-9_.\-/]+$/.test(this.cgroupParent)) throw new Error(`bad cgroup parent ${this.cgroupParent}`);
     this.crun = new Crun(join(this.dataDir, 'crun'));
@@ -252,6 +254,7 @@ export class CrunRuntime implements Runtime {
       hostAddresses: hostIpv4Addresses(),
     });
     await mkdir(this.dataDir, { recursive: true, mode: DIR_MODE });
+    await ensureTraversable(this.dataDir, this.log);
     for (const d of ['sandboxes', 'crun', 'crun-steps', 'steps']) await mkdir(join(this.dataDir, d), { recursive: true, mode: DIR_MODE });
     await this.agentRuntime();
     await cleanupStaleSteps(this.stepContext());
@@ -611,6 +614,21 @@ export class CrunRuntime implements Runtime {
   runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }> {
     if (!ID_RE.test(opts.id)) throw new ServiceError('VALIDATION_ERROR', `bad step id ${opts.id}`);
     return this.withLock(`step:${opts.id}`, () => runStep(this.stepContext(), opts));
+  }
+}
+
+/**
+ * crun reaches the rootfs and bind sources from inside the user namespace, as "other": the data
+ * dir needs o+x (not o+r), and so does every directory above it.
+ */
+async function ensureTraversable(dir: string, log: (m: string) => void): Promise<void> {
+  const mode = (await stat(dir)).mode & 0o7777;
+  if ((mode & 0o001) === 0) {
+    await chmod(dir, mode | 0o011);
+    log(`data directory ${dir}: added search permission for others (mode ${(mode | 0o011).toString(8)}); sandboxes need it`);
+  }
+  for (let d = dirname(dir); d !== dirname(d); d = dirname(d)) {
+    if (((await stat(d)).mode & 0o001) === 0) throw new Error(`${d} must be searchable by others (chmod o+x) for sandboxes to start`);
   }
 }
 

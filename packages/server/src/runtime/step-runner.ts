@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { chmod, chown, lstat, mkdir, readFile, readdir, rmdir, stat, unlink, writeFile } from 'node:fs/promises';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
-import { cgroupExists, removeCgroup, type CgroupLayout } from './cgroups.js';
+import { cgroupDirs, cgroupExists, removeCgroup, type CgroupLayout } from './cgroups.js';
 import type { Crun } from './crun.js';
 import { checkLowerDirs, mountOverlay, removeTree, unmount, unmountAllUnder } from './disk.js';
 import { deleteNetns, NetnsHolder, vethName, type Ipam, type Subnet } from './net.js';
@@ -88,12 +88,11 @@ export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{
     const rootAttrs = await stat(opts.lowerDirs[0]!);
     await chown(upper, rootAttrs.uid, rootAttrs.gid);
     await chmod(upper, rootAttrs.mode & 0o7777);
-    const hadSb = existsSync(join(upper, '.sb'));
     await mkdir(workDir);
     undo.push('overlay workdir', () => removeTree(workDir));
-    // crun makes its mount target /.sb/init in the upper; it must not end up in the layer. (Pushed
-    // before the mount so that it runs after the unmount.)
-    undo.push('mount targets', () => (hadSb ? undefined : dropInitTarget(upper)));
+    // Pushed before the mount so that it runs after the unmount.
+    const targets = await missingTargets(opts.lowerDirs, upper, ['/.sb/init', ...(opts.binds ?? []).map((b) => b.target)]);
+    undo.push('mount targets', () => dropTargets(upper, targets));
     await mkdir(n.rootfs);
     await mountOverlay(opts.lowerDirs, upper, workDir, n.rootfs);
     undo.push('overlay mount', () => unmount(n.rootfs));
@@ -142,17 +141,45 @@ export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{
     return { exitCode: result.exitCode, timedOut: result.timedOut };
   } finally {
     await undo.run();
+    // crun removes the step's leaf cgroup; the shared `_steps` directory goes once no step uses it.
+    for (const d of cgroupDirs(await ctx.layout(), `/${ctx.cgroupParent}/_steps`)) await rmdir(d).catch(() => undefined);
   }
 }
 
-async function dropInitTarget(upper: string): Promise<void> {
-  const init = join(upper, '.sb', 'init');
-  try {
-    const s = await lstat(init);
-    if (s.isFile() && s.size === 0) await unlink(init);
-    await rmdir(join(upper, '.sb'));
-  } catch {
-    /* not there, or not empty: leave it */
+/**
+ * crun creates missing bind-mount targets (files, directories) in the rootfs, i.e. in the upper
+ * dir, which would put them in the layer. Records which ones it will have to create...
+ */
+async function missingTargets(lowerDirs: string[], upper: string, targets: string[]): Promise<{ created: string[]; parents: string[] }> {
+  const created: string[] = [];
+  const parents: string[] = [];
+  for (const target of targets) {
+    const parts = target.split('/').filter(Boolean);
+    for (let i = 1; i <= parts.length; i++) {
+      const rel = parts.slice(0, i).join('/');
+      const inUpper = existsSync(join(upper, rel));
+      if (!(await inLowers(lowerDirs, rel)) && !inUpper) {
+        created.push(rel);
+      } else if (!inUpper && i < parts.length) {
+        parents.push(rel); // copied up when crun creates something below it
+      }
+    }
+  }
+  return { created, parents };
+}
+
+/** ...and removes them afterwards, deepest first, only while they are still empty. */
+async function dropTargets(upper: string, m: { created: string[]; parents: string[] }): Promise<void> {
+  const all = [...new Set([...m.created, ...m.parents])].sort((a, b) => b.split('/').length - a.split('/').length);
+  for (const rel of all) {
+    const p = join(upper, rel);
+    try {
+      const st = await lstat(p);
+      if (st.isDirectory()) await rmdir(p);
+      else if (m.created.includes(rel) && st.isFile() && st.size === 0) await unlink(p);
+    } catch {
+      /* gone or not empty: leave it */
+    }
   }
 }
 

@@ -1,0 +1,136 @@
+// Unit tests of what the runtime writes: OCI config, seccomp profile, nftables ruleset, addresses.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { parseLdd } from './agent-runtime.js';
+import { nftRuleset } from './host.js';
+import { Ipam, intToIp, ipToInt, parseSubnet, vethName } from './net.js';
+import { buildConfig, DEFAULT_CAPABILITIES, envList } from './oci.js';
+import { DENIED_SYSCALLS, seccompProfile } from './seccomp.js';
+
+const input = {
+  args: ['/.sb/init', '--', '/bin/true'],
+  env: { A: 'b' },
+  cwd: '/',
+  hostname: 'h1',
+  rootfs: '/x/rootfs',
+  cgroupsPath: '/sandboxd/h1',
+  resources: { vcpu: 1.5, memoryMb: 512, diskGb: 2, pidsMax: 100 },
+  roBinds: [{ source: '/usr/bin/catatonit', target: '/.sb/init' }],
+  caBundle: true,
+};
+
+describe('OCI config', () => {
+  test('limits: memory+swap = memory, cpu quota per vcpu, pids, nofile below the host hard limit', () => {
+    const c = buildConfig(input);
+    const r = c.linux.resources as { memory: { limit: number; swap: number }; cpu: { quota: number; period: number }; pids: { limit: number } };
+    assert.deepEqual(r.memory, { limit: 512 * 1024 * 1024, swap: 512 * 1024 * 1024 });
+    assert.deepEqual(r.cpu, { quota: 150000, period: 100000 });
+    assert.deepEqual(r.pids, { limit: 100 });
+    assert.deepEqual(c.process.rlimits, [{ type: 'RLIMIT_NOFILE', hard: 16384, soft: 16384 }]);
+  });
+
+  test('namespaces, id mapping, capabilities, no_new_privs', () => {
+    const c = buildConfig(input);
+    assert.deepEqual(c.linux.namespaces.map((n) => n.type).sort(), ['cgroup', 'ipc', 'mount', 'network', 'pid', 'user', 'uts']);
+    assert.ok(c.linux.namespaces.every((n) => !n.path), 'fresh namespaces by default');
+    assert.deepEqual(c.linux.uidMappings, [{ containerID: 0, hostID: 100000, size: 65536 }]);
+    assert.deepEqual(c.linux.gidMappings, c.linux.uidMappings);
+    assert.equal(c.process.noNewPrivileges, true);
+    assert.ok(!c.process.capabilities.bounding.includes('CAP_SYS_ADMIN'));
+    assert.equal(DEFAULT_CAPABILITIES.length, 14);
+    assert.deepEqual(c.process.capabilities.ambient, []);
+    const joined = buildConfig({ ...input, netnsPath: '/run/netns/n', userNsPath: '/proc/9/ns/user' });
+    assert.deepEqual(joined.linux.namespaces.filter((n) => n.path).map((n) => `${n.type}:${n.path}`).sort(), ['network:/run/netns/n', 'user:/proc/9/ns/user']);
+  });
+
+  test('mounts: read-only sysfs, tmpfs /tmp, read-only binds; masked and read-only paths', () => {
+    const c = buildConfig(input);
+    const by = new Map(c.mounts.map((m) => [m.destination, m]));
+    assert.ok(by.get('/sys')!.options!.includes('ro'));
+    assert.equal(by.get('/tmp')!.type, 'tmpfs');
+    for (const d of ['/etc/resolv.conf', '/etc/ssl/certs/ca-certificates.crt', '/.sb/init']) {
+      assert.ok(by.get(d)!.options!.includes('ro'), d);
+      assert.ok(by.get(d)!.options!.includes('nosuid'), d);
+    }
+    assert.ok(!buildConfig({ ...input, caBundle: false }).mounts.some((m) => m.destination.includes('ca-certificates')));
+    assert.ok(c.linux.maskedPaths.includes('/proc/keys'));
+    assert.ok(c.linux.maskedPaths.includes('/sys/fs/cgroup'));
+    assert.ok(c.linux.readonlyPaths.includes('/proc/sys'));
+  });
+
+  test('env: PATH added when missing, bad names refused', () => {
+    assert.ok(envList({ A: '1' }).some((e) => e.startsWith('PATH=/usr/local/sbin:')));
+    assert.deepEqual(envList({ PATH: '/bin' }), ['PATH=/bin']);
+    assert.throws(() => envList({ 'A=B': 'x' }));
+    assert.throws(() => envList({ A: 'x\0y' }));
+  });
+});
+
+describe('seccomp profile', () => {
+  test('default allow; the dangerous calls denied; values are valid unsigned numbers', () => {
+    const p = seccompProfile('x64');
+    assert.equal(p.defaultAction, 'SCMP_ACT_ALLOW');
+    assert.deepEqual(p.architectures, ['SCMP_ARCH_X86_64', 'SCMP_ARCH_X86', 'SCMP_ARCH_X32']);
+    const denied = new Set(p.syscalls.filter((r) => !r.args).flatMap((r) => r.names));
+    for (const n of ['mount', 'umount2', 'pivot_root', 'move_mount', 'open_tree', 'fsopen', 'fsmount', 'fsconfig', 'fspick', 'mount_setattr',
+      'unshare', 'setns', 'keyctl', 'add_key', 'request_key', 'bpf', 'perf_event_open', 'userfaultfd', 'kexec_load', 'kexec_file_load',
+      'init_module', 'finit_module', 'delete_module', 'reboot', 'swapon', 'swapoff', 'acct', 'settimeofday', 'clock_settime', 'adjtimex',
+      'clock_adjtime', 'open_by_handle_at', 'name_to_handle_at', 'iopl', 'ioperm', 'quotactl', 'syslog', 'io_uring_setup', 'io_uring_enter',
+      'io_uring_register', 'lookup_dcookie', 'uselib', 'vhangup', 'nfsservctl', 'process_vm_writev', 'clone3']) {
+      assert.ok(denied.has(n), n);
+    }
+    assert.ok(!denied.has('ptrace'), 'ptrace stays (gdb, strace); tracees keep their filter');
+    assert.equal(p.syscalls.find((r) => r.names.includes('clone3'))!.errnoRet, 38);
+    const clone = p.syscalls.filter((r) => r.names.includes('clone'));
+    assert.equal(clone.length, 7);
+    for (const r of p.syscalls) for (const a of r.args ?? []) {
+      assert.ok(Number.isSafeInteger(a.value) && a.value >= 0 && a.value <= 0xffffffff, JSON.stringify(a));
+    }
+    assert.ok(DENIED_SYSCALLS.length > 40);
+  });
+});
+
+describe('network plumbing', () => {
+  test('subnets and addresses', () => {
+    const s = parseSubnet('10.88.3.7/16');
+    assert.equal(intToIp(s.base), '10.88.0.0');
+    assert.equal(ipToInt('10.88.0.1') - s.base, 1);
+    const small = parseSubnet('10.96.5.0/29');
+    const ipam = new Ipam(small);
+    const got = new Set<string>();
+    for (let i = 0; i < 5; i++) got.add(ipam.allocate());
+    assert.deepEqual([...got].sort(), ['10.96.5.2', '10.96.5.3', '10.96.5.4', '10.96.5.5', '10.96.5.6']);
+    assert.throws(() => ipam.allocate(), /exhausted/);
+    ipam.release('10.96.5.4');
+    assert.equal(ipam.allocate(), '10.96.5.4');
+    assert.throws(() => ipam.claim('10.96.5.1'), /outside/);
+    assert.throws(() => parseSubnet('10.0.0.0/31'));
+  });
+
+  test('veth names fit IFNAMSIZ and differ per netns', () => {
+    assert.equal(vethName('sandboxd_abc').length, 15);
+    assert.notEqual(vethName('sandboxd_abc'), vethName('sandboxd_abd'));
+  });
+
+  test('nftables: NAT for the subnet, DNS exception before the private-range drop, host input closed', () => {
+    const text = nftRuleset({ table: 'sandboxd', bridge: 'sbbr0', subnet: parseSubnet('10.88.0.0/16'), resolvers: ['10.255.255.53'], hostAddresses: ['192.0.2.2'] });
+    const lines = text.split('\n').map((l) => l.trim());
+    assert.equal(lines[0], 'table inet sandboxd {}');
+    assert.equal(lines[1], 'delete table inet sandboxd');
+    const idx = (needle: string) => lines.findIndex((l) => l.includes(needle));
+    assert.ok(idx('udp dport 53 accept') < idx('@blocked4 drop'));
+    assert.ok(lines.indexOf('oifname "sbbr0" drop') > lines.indexOf('oifname "sbbr0" ct state established,related accept'));
+    assert.match(text, /ip saddr 10\.88\.0\.0\/16 oifname != "sbbr0" masquerade/);
+    assert.match(text, /elements = \{ 10\.0\.0\.0\/8, 172\.16\.0\.0\/12, 192\.168\.0\.0\/16, 169\.254\.0\.0\/16, 100\.64\.0\.0\/10, 192\.0\.2\.0\/24 \}/);
+    assert.match(text, /iifname "sbbr0" oifname "sbbr0" drop/);
+    assert.match(text, /chain input \{[^}]*iifname "sbbr0" drop/s);
+    const none = nftRuleset({ table: 't', bridge: 'b', subnet: parseSubnet('10.1.0.0/24'), resolvers: [], hostAddresses: [] });
+    assert.match(none, /set dns4 \{ type ipv4_addr; \}/, 'empty sets are valid syntax');
+  });
+
+  test('ldd output: libraries by soname plus the loader', () => {
+    const out = parseLdd(`\tlinux-vdso.so.1 (0x00007ffd)\n\tlibdl.so.2 => /lib/x86_64-linux-gnu/libdl.so.2 (0x00007f1)\n\t/lib64/ld-linux-x86-64.so.2 (0x00007f2)\n`);
+    assert.equal(out.loader, 'ld-linux-x86-64.so.2');
+    assert.deepEqual(out.libs.map((l) => l.name), ['libdl.so.2', 'ld-linux-x86-64.so.2']);
+  });
+});

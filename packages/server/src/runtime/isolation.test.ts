@@ -1,0 +1,168 @@
+// Root tests with real containers: what a sandbox can see and do. One sandbox, many probes.
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
+import { writeFile, rm } from 'node:fs/promises';
+import { after, before, describe, test } from 'node:test';
+import { baseLayer } from '../testing/fixtures.js';
+import { agentGet, assertNoLeaks, createTestRuntime, sh, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
+
+describe('CrunRuntime isolation', { timeout: 300_000 }, () => {
+  let t: TestRuntime;
+  let lower: string;
+  const id = 'iso1';
+  const hostMarker = `/tmp/sandboxd-host-only-${process.pid}`;
+
+  before(async () => {
+    lower = (await baseLayer()).path;
+    t = await createTestRuntime();
+    await writeFile(hostMarker, 'host secret');
+    await t.rt.create(testSpec(id, [lower], { hostname: 'iso-host', env: { SANDBOX_ID: id, GREETING: 'hi there' } }));
+  });
+
+  after(async () => {
+    await rm(hostMarker, { force: true });
+    if (t) {
+      await t.rt.destroy(id).catch(() => undefined);
+      await assertNoLeaks(t.rt);
+      await t.teardown();
+    }
+  });
+
+  test('the agent answers on the host-side socket, with the spec env, as root inside', async () => {
+    const r = await agentGet(t.rt.agentSocket(id));
+    assert.equal(r.ok, true);
+    assert.equal(r.hostname, 'iso-host');
+    assert.equal(r.uid, 0);
+    assert.equal(r.pid, 2, 'the agent is the only child of init');
+    const env = r.env as Record<string, string>;
+    assert.equal(env.GREETING, 'hi there');
+    assert.equal(env.SANDBOX_ID, id);
+    assert.ok(env.PATH?.includes('/usr/bin'), 'PATH is set when the spec has none');
+    assert.equal(env.SANDBOXD_AGENT_LISTEN_FD, undefined, 'the agent hid the fd variable');
+    // The socket lives in the sandbox's host directory, which is not mounted into the sandbox.
+    assert.ok(t.rt.agentSocket(id).startsWith(`${t.dataDir}/sandboxes/${id}/`));
+    const inside = await sh(t.rt, id, 'grep -c agent.sock /proc/self/mountinfo', true);
+    assert.equal(inside.stdout.trim(), '0', 'the agent socket is not mounted inside');
+  });
+
+  test('own hostname and pid namespace: PID 1 is catatonit, host processes are invisible', async () => {
+    const r = await sh(t.rt, id, 'hostname; cat /proc/1/cmdline | tr "\\0" " "; echo; ls /proc | grep -c "^[0-9]*$"');
+    const [hostname, cmdline, count] = r.stdout.trim().split('\n');
+    assert.equal(hostname, 'iso-host');
+    assert.match(cmdline!, /^\/\.sb\/init -- /);
+    assert.ok(Number(count) < 10, `only the sandbox's few processes are visible (saw ${count})`);
+    const hostPid = process.pid;
+    const probe = await sh(t.rt, id, `test -e /proc/${hostPid}/cmdline && cat /proc/${hostPid}/cmdline | tr "\\0" " "`, true);
+    assert.doesNotMatch(probe.stdout, /node/, 'the test runner (host pid) is not visible by its pid');
+  });
+
+  test('host files are invisible', async () => {
+    const r = await sh(t.rt, id, `test -e ${hostMarker} && echo visible; test -e ${t.dataDir} && echo datadir; cat /etc/os-release | head -1; ls /root | wc -l`);
+    assert.doesNotMatch(r.stdout, /visible|datadir/);
+    assert.match(r.stdout, /Debian/);
+  });
+
+  test('root inside is uid 100000 outside (host /proc/<pid>/status)', async () => {
+    const pid = await t.rt.initPid(id);
+    assert.ok(pid);
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    assert.match(status, /^Uid:\s+100000\s+100000\s+100000\s+100000$/m);
+    assert.match(status, /^Gid:\s+100000\s+100000\s+100000\s+100000$/m);
+    const map = await sh(t.rt, id, 'cat /proc/self/uid_map /proc/self/gid_map');
+    for (const line of map.stdout.trim().split('\n')) assert.deepEqual(line.trim().split(/\s+/), ['0', '100000', '65536']);
+    // Files written inside land on the host owned by 100000.
+    await sh(t.rt, id, 'echo data > /owned-by-root-inside');
+    const upper = `${t.dataDir}/sandboxes/${id}/disk/upper/owned-by-root-inside`;
+    const { statSync } = await import('node:fs');
+    assert.equal(statSync(upper).uid, 100000);
+  });
+
+  test('capabilities: Docker default set, no CAP_SYS_ADMIN, no_new_privs, seccomp filter on', async () => {
+    const r = await sh(t.rt, id, 'grep -E "^(CapEff|CapBnd|NoNewPrivs|Seccomp):" /proc/1/status /proc/self/status');
+    assert.match(r.stdout, /\/proc\/1\/status:CapEff:\s+00000000a80425fb/);
+    assert.match(r.stdout, /\/proc\/self\/status:CapBnd:\s+00000000a80425fb/);
+    assert.match(r.stdout, /\/proc\/1\/status:NoNewPrivs:\s+1/);
+    assert.match(r.stdout, /\/proc\/self\/status:NoNewPrivs:\s+1/);
+    assert.match(r.stdout, /\/proc\/1\/status:Seccomp:\s+2/);
+    const capEff = BigInt('0x' + /\/proc\/self\/status:CapEff:\s+(\w+)/.exec(r.stdout)![1]);
+    const CAP_SYS_ADMIN = 21n;
+    assert.equal((capEff >> CAP_SYS_ADMIN) & 1n, 0n);
+  });
+
+  test('seccomp denies unshare, mount, keyctl, bpf-class calls; clone3 and io_uring say ENOSYS', async () => {
+    const u = await sh(t.rt, id, 'unshare -U true', true);
+    assert.notEqual(u.code, 0);
+    assert.match(u.stderr, /Operation not permitted/);
+    const m = await sh(t.rt, id, 'mount -t tmpfs x /mnt', true);
+    assert.notEqual(m.code, 0);
+    // perl (perl-base is in every Debian image) makes the raw syscalls that have no CLI here.
+    // keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 1) needs no capability: without the
+    // filter it returns a keyring id (the host check below proves it).
+    const probe = `perl -e 'for my $t (@ARGV) { my ($n,@a)=split /,/, $t; my @b=map { $_+0 } @a; $!=0; my $r=syscall($b[0], @b[1..$#b]); printf "%s %d %d\\n", $n, $r, $!+0 }' \
+      keyctl,250,0,-3,1 userfaultfd,323,1 io_uring_setup,425,1,0 clone3,435,0,0 clone_newuser,56,268435473,0,0,0,0 \
+      personality_norandom,135,262144 personality_query,135,4294967295 setns,308,0,0 perf_event_open,298,0,0,-1,-1,0`;
+    const r = await sh(t.rt, id, probe);
+    const res = Object.fromEntries(r.stdout.trim().split('\n').map((l) => { const [n, ret, errno] = l.split(' '); return [n, { ret: Number(ret), errno: Number(errno) }]; }));
+    const EPERM = 1;
+    const ENOSYS = 38;
+    assert.deepEqual(res.keyctl, { ret: -1, errno: EPERM });
+    assert.deepEqual(res.userfaultfd, { ret: -1, errno: EPERM });
+    assert.deepEqual(res.io_uring_setup, { ret: -1, errno: ENOSYS });
+    assert.deepEqual(res.clone3, { ret: -1, errno: ENOSYS });
+    assert.deepEqual(res.clone_newuser, { ret: -1, errno: EPERM });
+    assert.deepEqual(res.personality_norandom, { ret: -1, errno: EPERM });
+    assert.ok(res.personality_query!.ret >= 0, 'querying the personality still works');
+    assert.deepEqual(res.setns, { ret: -1, errno: EPERM });
+    assert.deepEqual(res.perf_event_open, { ret: -1, errno: EPERM });
+    const { spawnSync } = await import('node:child_process');
+    const host = spawnSync('perl', ['-e', '$!=0; my $r=syscall(250,0,-3,1); print "$r $!\\n"'], { encoding: 'utf8' });
+    if (host.status === 0) assert.ok(Number(host.stdout.split(' ')[0]) > 0, `keyctl works without the filter (host: ${host.stdout})`);
+  });
+
+  test('/proc/keys and other paths are masked, /proc/sys and /sys are read-only, no cgroup tree', async () => {
+    const r = await sh(t.rt, id, `
+      echo "keys=$(wc -c < /proc/keys)"; echo "timer_list=$(wc -c < /proc/timer_list)"
+      touch /sys/kernel/x 2>/dev/null && echo sys-writable
+      echo 1 > /proc/sys/kernel/domainname 2>/dev/null && echo procsys-writable
+      echo "cgroup_entries=$(ls -A /sys/fs/cgroup | wc -l)"
+      echo "net=$(ls /sys/class/net | tr '\\n' ' ')"
+      grep -E " /sys | /proc/sys " /proc/self/mountinfo | grep -c " ro," || true`);
+    assert.match(r.stdout, /keys=0/);
+    assert.match(r.stdout, /timer_list=0/);
+    assert.doesNotMatch(r.stdout, /sys-writable|procsys-writable/);
+    assert.match(r.stdout, /cgroup_entries=0/);
+    assert.match(r.stdout, /net=lo $/m, "sysfs is the sandbox's own: only its loopback");
+  });
+
+  test('mounts: tmpfs /tmp, CA bundle and resolv.conf read-only, agent runtime read-only, nofile limit', async () => {
+    const r = await sh(t.rt, id, `
+      findmnt -n -o FSTYPE /tmp; grep "Max open files" /proc/2/limits | awk '{print $4}'
+      echo x >> /etc/ssl/certs/ca-certificates.crt 2>/dev/null && echo ca-writable
+      echo x >> /etc/resolv.conf 2>/dev/null && echo resolv-writable
+      touch /.sb/node/x 2>/dev/null && echo node-writable
+      touch /.sb/agent/x 2>/dev/null && echo agent-writable
+      cmp -s /etc/ssl/certs/ca-certificates.crt /dev/stdin < /etc/ssl/certs/ca-certificates.crt && echo same
+      touch /.sb/state/ok && echo state-writable`);
+    const lines = r.stdout.trim().split('\n');
+    assert.equal(lines[0], 'tmpfs');
+    assert.equal(lines[1], '16384', "the agent's (and so every execution's) open-file limit");
+    assert.doesNotMatch(r.stdout, /ca-writable|resolv-writable|node-writable|agent-writable/);
+    assert.match(r.stdout, /state-writable/);
+    assert.equal(readFileSync('/etc/ssl/certs/ca-certificates.crt', 'utf8').length > 0, true);
+    const inside = await sh(t.rt, id, 'sha256sum /etc/ssl/certs/ca-certificates.crt | cut -d" " -f1');
+    const { createHash } = await import('node:crypto');
+    assert.equal(inside.stdout.trim(), createHash('sha256').update(readFileSync('/etc/ssl/certs/ca-certificates.crt')).digest('hex'), "the host's CA bundle");
+  });
+
+  test('stats report cgroup and disk figures', async () => {
+    const s = await t.rt.stats(id);
+    assert.ok(s.cpuUsageNs > 0);
+    assert.ok(s.memoryBytes > 0);
+    assert.equal(s.memoryLimitBytes, 256 * 1024 * 1024);
+    assert.equal(s.oomKills, 0);
+    assert.ok(s.pids >= 2, 'init and agent');
+    assert.ok(s.diskTotalBytes > 0.9 * 1024 ** 3 && s.diskTotalBytes <= 1024 ** 3);
+    assert.ok(s.diskUsedBytes > 0 && s.diskUsedBytes < s.diskTotalBytes);
+    assert.ok(existsSync(t.rt.agentSocket(id)));
+  });
+});

@@ -1,0 +1,202 @@
+// Root tests with real containers: pause/resume, stop/start, destroy, failure cleanup, restarts.
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, before, describe, test } from 'node:test';
+import { CrunRuntime } from './index.js';
+import { baseLayer } from '../testing/fixtures.js';
+import { agentGet, assertNoLeaks, createTestRuntime, sh, testSpec, waitFor, type TestRuntime } from '../testing/runtime-fixtures.js';
+
+const INJECT_AT = ['disk', 'overlay-mount', 'network', 'config', 'crun-run', 'network-finish'];
+
+/** Every trace a sandbox can leave on the host, for one id. */
+function traces(t: TestRuntime, id: string): string[] {
+  const out: string[] = [];
+  const dir = `${t.dataDir}/sandboxes/${id}`;
+  if (existsSync(dir)) out.push(`directory ${dir}`);
+  if (existsSync(`${t.dataDir}/crun/${id}`)) out.push('crun state');
+  if (existsSync(`/run/netns/${t.rt.netnsName(id)}`)) out.push('netns');
+  if (existsSync(`/sys/class/net/${t.rt.vethName(id)}`)) out.push('veth');
+  for (const h of readdirSync('/sys/fs/cgroup')) if (existsSync(`/sys/fs/cgroup/${h}/${t.rt.cgroupPath(id)}`)) out.push(`cgroup ${h}`);
+  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) if (line.includes(`/sandboxes/${id}/`) || line.includes(`/sandboxes/${id} `)) out.push(`mount ${line}`);
+  for (const n of readdirSync('/sys/block').filter((x) => x.startsWith('loop'))) {
+    try {
+      if (readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8').includes(`/sandboxes/${id}/`)) out.push(`loop ${n}`);
+    } catch {
+      /* unbound */
+    }
+  }
+  return out;
+}
+
+describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
+  let t: TestRuntime;
+  let lower: string;
+
+  before(async () => {
+    lower = (await baseLayer()).path;
+    t = await createTestRuntime({
+      stepHook: (id, step) => {
+        if (id === `f-${step}`) throw new Error(`injected failure at ${step}`);
+      },
+    });
+  });
+
+  after(async () => {
+    if (t) {
+      for (const id of await t.rt.list()) await t.rt.destroy(id);
+      await assertNoLeaks(t.rt);
+      await t.teardown();
+    }
+  });
+
+  test('pause freezes every process (a counter stops), resume continues it', async () => {
+    const id = 'pause1';
+    await t.rt.create(testSpec(id, [lower]));
+    try {
+      await sh(t.rt, id, `setsid bash -c 'i=0; while :; do i=$((i+1)); echo $i > /c.tmp; mv /c.tmp /counter; sleep 0.05; done' </dev/null >/dev/null 2>&1 & disown; exit 0`);
+      const counterFile = `${t.dataDir}/sandboxes/${id}/disk/upper/counter`;
+      const read = () => Number(readFileSync(counterFile, 'utf8'));
+      await waitFor('counter', async () => (existsSync(counterFile) && read() > 2 ? true : undefined));
+      const t0 = performance.now();
+      await t.rt.pause(id);
+      const pauseMs = performance.now() - t0;
+      assert.equal(await t.rt.status(id), 'paused');
+      const frozenAt = read();
+      await sleep(600);
+      assert.equal(read(), frozenAt, 'no progress while paused');
+      await t.rt.pause(id); // idempotent
+      const t1 = performance.now();
+      await t.rt.resume(id);
+      const resumeMs = performance.now() - t1;
+      assert.equal(await t.rt.status(id), 'running');
+      await waitFor('progress after resume', async () => (read() > frozenAt + 3 ? true : undefined), 5000);
+      await t.rt.resume(id); // idempotent
+      assert.ok(pauseMs < 500 && resumeMs < 500, `pause ${pauseMs.toFixed(1)} ms, resume ${resumeMs.toFixed(1)} ms`);
+    } finally {
+      await t.rt.destroy(id);
+    }
+  });
+
+  test('stop keeps the disk and the address; start boots on it again', async () => {
+    const id = 'stop1';
+    const spec = testSpec(id, [lower], { internetAccess: true });
+    await t.rt.create(spec);
+    await sh(t.rt, id, 'echo kept > /root/file && mkdir -p /srv/data && echo deep > /srv/data/x');
+    const ip = readFileSync(`${t.dataDir}/sandboxes/${id}/net.json`, 'utf8');
+    await t.rt.stop(id);
+    assert.equal(await t.rt.status(id), 'stopped');
+    assert.ok((await t.rt.list()).includes(id));
+    assert.deepEqual(traces(t, id), [`directory ${t.dataDir}/sandboxes/${id}`], 'stopped: only the directory (disk image) is left');
+    await t.rt.stop(id); // idempotent
+    await t.rt.start(spec);
+    assert.equal(await t.rt.status(id), 'running');
+    const r = await sh(t.rt, id, 'cat /root/file /srv/data/x');
+    assert.equal(r.stdout, 'kept\ndeep\n');
+    assert.equal(readFileSync(`${t.dataDir}/sandboxes/${id}/net.json`, 'utf8'), ip, 'same address');
+    assert.equal((await agentGet(t.rt.agentSocket(id))).ok, true);
+    await t.rt.start(spec); // idempotent while running
+    await t.rt.destroy(id);
+  });
+
+  test('destroy leaves no trace and is idempotent', async () => {
+    const id = 'gone1';
+    await t.rt.create(testSpec(id, [lower], { internetAccess: true }));
+    await t.rt.pause(id);
+    assert.ok(traces(t, id).length > 3);
+    await t.rt.destroy(id);
+    assert.deepEqual(traces(t, id), []);
+    assert.equal(await t.rt.status(id), 'missing');
+    assert.ok(!(await t.rt.list()).includes(id));
+    await t.rt.destroy(id);
+    await assert.rejects(t.rt.stats(id), /does not exist/);
+  });
+
+  test('a create that fails at any step leaves nothing behind', async () => {
+    for (const step of INJECT_AT) {
+      const id = `f-${step}`;
+      await assert.rejects(t.rt.create(testSpec(id, [lower], { internetAccess: true })), new RegExp(`injected failure at ${step}`));
+      assert.deepEqual(traces(t, id), [], `after a failure at ${step}`);
+    }
+    await assert.rejects(t.rt.create(testSpec('f-lower', [`${lower}-does-not-exist`])), /lower layer does not exist/);
+    assert.deepEqual(traces(t, 'f-lower'), []);
+    // crun itself failing: an image whose /proc is a file cannot get its proc mount.
+    const bad = join(t.dataDir, 'bad-layer');
+    await mkdir(bad, { recursive: true });
+    await writeFile(join(bad, 'proc'), 'not a directory');
+    await assert.rejects(t.rt.create(testSpec('f-crun', [bad, lower], { internetAccess: true })), /crun run f-crun failed/);
+    assert.deepEqual(traces(t, 'f-crun'), []);
+    await rm(bad, { recursive: true });
+  });
+
+  test('create is idempotent, and many sandboxes come and go concurrently', async () => {
+    const ids = ['con1', 'con2', 'con3', 'con4'];
+    await Promise.all(ids.map((id, i) => t.rt.create(testSpec(id, [lower], { internetAccess: i % 2 === 0 }))));
+    await t.rt.create(testSpec('con1', [lower], { internetAccess: true }));
+    for (const id of ids) assert.equal((await agentGet(t.rt.agentSocket(id))).hostname, id);
+    const ips = ids.filter((_, i) => i % 2 === 0).map((id) => readFileSync(`${t.dataDir}/sandboxes/${id}/net.json`, 'utf8'));
+    assert.equal(new Set(ips).size, ips.length, 'distinct addresses');
+    assert.deepEqual((await t.rt.list()).filter((i) => i.startsWith('con')), ids);
+    await Promise.all(ids.map((id) => t.rt.destroy(id)));
+    for (const id of ids) assert.deepEqual(traces(t, id), []);
+  });
+
+  test('a new runtime instance (daemon restart) finds, controls and removes running sandboxes', async () => {
+    const id = 'restart1';
+    await t.rt.create(testSpec(id, [lower], { internetAccess: true }));
+    const again = new CrunRuntime({
+      dataDir: t.dataDir,
+      agentBundlePath: join(t.dataDir, 'test-agent', 'agent.cjs'),
+      bridgeName: t.rt.bridge,
+      subnetCidr: t.rt.subnetCidr,
+      cgroupParent: t.rt.cgroupParent,
+    });
+    assert.ok((await again.list()).includes(id));
+    assert.equal(await again.status(id), 'running');
+    assert.equal((await agentGet(again.agentSocket(id))).ok, true, 'the socket outlives the process that made it');
+    await again.pause(id);
+    assert.equal(await t.rt.status(id), 'paused');
+    await again.resume(id);
+    await again.stop(id);
+    await again.start(testSpec(id, [lower], { internetAccess: true }));
+    assert.equal((await agentGet(again.agentSocket(id))).ok, true);
+    await again.destroy(id);
+    assert.deepEqual(traces(t, id), []);
+  });
+
+  test('agent crash: the container stops, status says stopped, start brings it back', async () => {
+    const id = 'crash1';
+    const spec = testSpec(id, [lower]);
+    await t.rt.create(spec);
+    await sh(t.rt, id, 'kill -KILL 2', true);
+    await waitFor('stopped', async () => ((await t.rt.status(id)) === 'stopped' ? true : undefined));
+    await t.rt.start(spec);
+    assert.equal((await agentGet(t.rt.agentSocket(id))).ok, true);
+    await t.rt.destroy(id);
+  });
+
+  test('the real agent bundle listens on the passed socket', async (ctx) => {
+    const bundle = new URL('../../../agent/bundle/agent.cjs', import.meta.url).pathname;
+    if (!existsSync(bundle)) return ctx.skip(`no agent bundle at ${bundle} (node packages/agent/build.mjs)`);
+    const real = await createTestRuntime({ agentBundlePath: bundle, diskPoolSize: 0 });
+    try {
+      await real.rt.create(testSpec('real1', [lower]));
+      const { request } = await import('node:http');
+      const status = await waitFor('agent', () =>
+        new Promise<number | undefined>((resolve, reject) => {
+          const req = request({ socketPath: real.rt.agentSocket('real1'), path: '/health', timeout: 5000 }, (res) => {
+            res.resume();
+            resolve(res.statusCode);
+          });
+          req.on('error', reject);
+          req.end();
+        }),
+      );
+      assert.equal(status, 200);
+    } finally {
+      await real.teardown();
+    }
+  });
+});

@@ -37,7 +37,9 @@ describe('OCI config', () => {
     assert.deepEqual(c.linux.gidMappings, c.linux.uidMappings);
     assert.equal(c.process.noNewPrivileges, true);
     assert.ok(!c.process.capabilities.bounding.includes('CAP_SYS_ADMIN'));
-    assert.equal(DEFAULT_CAPABILITIES.length, 14);
+    assert.ok(!c.process.capabilities.bounding.includes('CAP_NET_RAW'), 'no raw sockets: no ARP/MAC spoofing on the bridge');
+    assert.equal(DEFAULT_CAPABILITIES.length, 13);
+    assert.equal(c.linux.sysctl['net.ipv4.ping_group_range'], '0 65535');
     assert.deepEqual(c.process.capabilities.ambient, []);
     const joined = buildConfig({ ...input, netnsPath: '/run/netns/n', userNsPath: '/proc/9/ns/user' });
     assert.deepEqual(joined.linux.namespaces.filter((n) => n.path).map((n) => `${n.type}:${n.path}`).sort(), ['network:/run/netns/n', 'user:/proc/9/ns/user']);

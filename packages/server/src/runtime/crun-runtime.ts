@@ -28,7 +28,7 @@ import {
   hostResolvers,
 } from './host.js';
 import { isMountPoint } from './mounts.js';
-import { deleteNetns, Ipam, NetnsHolder, parseSubnet, vethName, type Subnet } from './net.js';
+import { deleteNetns, Ipam, NetnsHolder, parseSubnet, vethName, waitVethGone, type Subnet } from './net.js';
 import { buildConfig } from './oci.js';
 import type { ProcResult } from './proc.js';
 import { runStep, cleanupStaleSteps, type StepContext } from './step-runner.js';
@@ -386,10 +386,12 @@ export class CrunRuntime implements Runtime {
       const netnsName = this.netnsName(id);
       // The holder's user namespace must own the netns, so one left from a crash is replaced.
       await deleteNetns(netnsName);
+      await waitVethGone(this.vethName(id));
       const holder = await NetnsHolder.start({ netnsName, veth: this.vethName(id), bridge: this.bridge, ip, subnet: this.subnet });
       undo.push('network namespace', async () => {
         await holder.kill();
         await deleteNetns(netnsName);
+        await waitVethGone(this.vethName(id));
       });
       return holder;
     };
@@ -520,6 +522,7 @@ export class CrunRuntime implements Runtime {
       await unmountAllUnder(p.dir);
       await detachLoops(p.image);
       await rm(p.socket, { force: true });
+      await waitVethGone(this.vethName(id));
     });
   }
 
@@ -533,6 +536,8 @@ export class CrunRuntime implements Runtime {
     await deleteNetns(this.netnsName(id));
     const ip = await this.readIp(id);
     await this.removeSandboxDir(id);
+    // Last: the kernel tears the veth down while the directory goes.
+    await waitVethGone(this.vethName(id));
     if (ip && this.ipamP) (await this.ipamP).release(ip);
   }
 

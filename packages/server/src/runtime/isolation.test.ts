@@ -77,16 +77,22 @@ describe('CrunRuntime isolation', { timeout: 300_000 }, () => {
     assert.equal(statSync(upper).uid, 100000);
   });
 
-  test('capabilities: Docker default set, no CAP_SYS_ADMIN, no_new_privs, seccomp filter on', async () => {
+  test('capabilities: Docker default set minus NET_RAW, no CAP_SYS_ADMIN, no_new_privs, seccomp filter on', async () => {
     const r = await sh(t.rt, id, 'grep -E "^(CapEff|CapBnd|NoNewPrivs|Seccomp):" /proc/1/status /proc/self/status');
-    assert.match(r.stdout, /\/proc\/1\/status:CapEff:\s+00000000a80425fb/);
-    assert.match(r.stdout, /\/proc\/self\/status:CapBnd:\s+00000000a80425fb/);
+    assert.match(r.stdout, /\/proc\/1\/status:CapEff:\s+00000000a80405fb/);
+    assert.match(r.stdout, /\/proc\/self\/status:CapBnd:\s+00000000a80405fb/);
     assert.match(r.stdout, /\/proc\/1\/status:NoNewPrivs:\s+1/);
     assert.match(r.stdout, /\/proc\/self\/status:NoNewPrivs:\s+1/);
     assert.match(r.stdout, /\/proc\/1\/status:Seccomp:\s+2/);
     const capEff = BigInt('0x' + /\/proc\/self\/status:CapEff:\s+(\w+)/.exec(r.stdout)![1]);
     const CAP_SYS_ADMIN = 21n;
     assert.equal((capEff >> CAP_SYS_ADMIN) & 1n, 0n);
+    // No raw or packet sockets (frame forging on the bridge); ICMP datagram sockets (ping) work.
+    const sock = await sh(t.rt, id, `perl -MSocket -e '
+      printf "packet=%d\\n", socket(my $p, 17, SOCK_RAW, 0) ? 1 : 0;
+      printf "raw=%d\\n", socket(my $r, PF_INET, SOCK_RAW, 1) ? 1 : 0;
+      printf "icmp_dgram=%d\\n", socket(my $d, PF_INET, SOCK_DGRAM, 1) ? 1 : 0;'`);
+    assert.equal(sock.stdout, 'packet=0\nraw=0\nicmp_dgram=1\n');
   });
 
   test('seccomp denies unshare, mount, keyctl, bpf-class calls; clone3 and io_uring say ENOSYS', async () => {

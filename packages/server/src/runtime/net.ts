@@ -187,3 +187,20 @@ export async function deleteNetns(name: string): Promise<void> {
   if (!existsSync(`/run/netns/${name}`)) return;
   await procOk('ip', ['netns', 'del', name]);
 }
+
+/**
+ * The kernel destroys a dead netns's veth asynchronously (20–50 ms here, RCU grace periods). Wait
+ * for it, so that "destroyed" means gone and the same id can be created again at once; delete it
+ * by hand if it lingers.
+ */
+export async function waitVethGone(veth: string, timeoutMs = 2000): Promise<void> {
+  const path = `/sys/class/net/${veth}`;
+  const deadline = Date.now() + timeoutMs;
+  for (let i = 0; existsSync(path); i++) {
+    if (Date.now() > deadline) {
+      await proc('ip', ['link', 'del', veth]);
+      return;
+    }
+    await sleep(i < 20 ? 2 : 20);
+  }
+}

@@ -32,18 +32,26 @@ export interface OciConfig {
     namespaces: Array<{ type: string; path?: string }>;
     cgroupsPath: string;
     resources: Record<string, unknown>;
+    sysctl: Record<string, string>;
     seccomp: OciSeccomp;
     maskedPaths: string[];
     readonlyPaths: string[];
   };
 }
 
-/** Docker's default capability set (CapEff a80425fb). */
+/**
+ * Docker's default capability set minus CAP_NET_RAW (CapEff a80405fb), as Podman does. With raw
+ * sockets a sandbox could forge ARP replies and frames on the shared bridge and so take over
+ * another sandbox's address (its NAT replies would come to the forger). ping keeps working through
+ * ICMP datagram sockets (PING_GROUP_RANGE below).
+ */
 export const DEFAULT_CAPABILITIES: readonly string[] = [
-  'CAP_CHOWN', 'CAP_DAC_OVERRIDE', 'CAP_FSETID', 'CAP_FOWNER', 'CAP_MKNOD', 'CAP_NET_RAW', 'CAP_SETGID',
+  'CAP_CHOWN', 'CAP_DAC_OVERRIDE', 'CAP_FSETID', 'CAP_FOWNER', 'CAP_MKNOD', 'CAP_SETGID',
   'CAP_SETUID', 'CAP_SETFCAP', 'CAP_SETPCAP', 'CAP_NET_BIND_SERVICE', 'CAP_SYS_CHROOT', 'CAP_KILL',
   'CAP_AUDIT_WRITE',
 ];
+/** Every mapped group may open ICMP datagram sockets (ping without CAP_NET_RAW). */
+export const PING_GROUP_RANGE = `0 ${ID_RANGE - 1}`;
 
 /** What `crun spec` masks, plus the cgroup tree (the host's hierarchy would be visible otherwise). */
 export const MASKED_PATHS: readonly string[] = [
@@ -158,6 +166,7 @@ export function buildConfig(input: ConfigInput): OciConfig {
         cpu: { quota: Math.max(1000, Math.round(resources.vcpu * CPU_PERIOD_US)), period: CPU_PERIOD_US },
         pids: { limit: Math.max(8, Math.floor(resources.pidsMax)) },
       },
+      sysctl: { 'net.ipv4.ping_group_range': PING_GROUP_RANGE },
       seccomp: seccompProfile(),
       maskedPaths: [...MASKED_PATHS],
       readonlyPaths: [...READONLY_PATHS],

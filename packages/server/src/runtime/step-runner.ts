@@ -6,7 +6,7 @@ import { ServiceError } from '@sandboxd/protocol';
 import { cgroupDirs, cgroupExists, removeCgroup, type CgroupLayout } from './cgroups.js';
 import type { Crun } from './crun.js';
 import { checkLowerDirs, mountOverlay, removeTree, unmount, unmountAllUnder } from './disk.js';
-import { deleteNetns, NetnsHolder, vethName, type Ipam, type Subnet } from './net.js';
+import { deleteNetns, NetnsHolder, vethName, waitVethGone, type Ipam, type Subnet } from './net.js';
 import { buildConfig, HOST_CA_BUNDLE } from './oci.js';
 import type { StepRunOptions } from './types.js';
 import { UndoStack } from './undo.js';
@@ -103,11 +103,13 @@ export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{
       const ip = ipam.allocate();
       undo.push('address', () => ipam.release(ip));
       await deleteNetns(n.netns);
+      await waitVethGone(vethName(n.netns));
       holder = await NetnsHolder.start({ netnsName: n.netns, veth: vethName(n.netns), bridge: ctx.bridge, ip, subnet: ctx.subnet });
       const h = holder;
       undo.push('network namespace', async () => {
         await h.kill();
         await deleteNetns(n.netns);
+        await waitVethGone(vethName(n.netns));
       });
     }
 
@@ -236,6 +238,7 @@ export async function cleanupStep(ctx: StepContext, id: string): Promise<void> {
   const layout = await ctx.layout();
   if (await cgroupExists(layout, n.cgroup)) await removeCgroup(layout, n.cgroup);
   await deleteNetns(n.netns);
+  await waitVethGone(vethName(n.netns));
   let meta: StepMeta | undefined;
   try {
     meta = JSON.parse(await readFile(n.meta, 'utf8')) as StepMeta;

@@ -1,9 +1,9 @@
 import { chmod, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
-import { existsSync, renameSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { existsSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
 import { ensureAgentRuntime, nodeArgv, NODE_MOUNT, type AgentRuntime } from './agent-runtime.js';
+import { AGENT_LISTEN_FD, runWithAgentSocket } from './agent-socket.js';
 import {
   cgroupExists,
   childCgroups,
@@ -55,8 +55,6 @@ export interface CrunRuntimeOptions {
 export const INIT_PATH = '/usr/bin/catatonit';
 const ID_RE = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const HOSTNAME_RE = /^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/;
-/** Inside the sandbox: fd of the listening socket the host made for the agent (see runContainer). */
-export const AGENT_LISTEN_FD = 3;
 /** A directory in the sandbox's own disk for the agent's state (kept across stop/start). */
 export const AGENT_STATE_DIR = '/.sb/state';
 /**
@@ -428,7 +426,7 @@ export class CrunRuntime implements Runtime {
     nextPhase('crun-run');
     await hook('crun-run');
     undo.push('container', () => this.crun.forceDelete(id));
-    await this.runContainer(id, p);
+    await runWithAgentSocket(this.crun, id, p.dir, p.socket, p.log);
     if (holder) {
       nextPhase('network-finish');
       await hook('network-finish');
@@ -436,38 +434,6 @@ export class CrunRuntime implements Runtime {
     }
     nextPhase('done');
     this.opts.onTiming?.(id, 'total', performance.now() - t0);
-  }
-
-  /**
-   * Agent socket: the host creates the listening socket itself, at a path inside the sandbox's
-   * host directory (0700, never mounted into the sandbox), and hands the listening fd to the
-   * container as fd 3 (`crun run --preserve-fds 1`, passed on by catatonit). The agent listens on
-   * that fd (SANDBOXD_AGENT_LISTEN_FD=3). The sandbox therefore cannot decide which host path the
-   * gateway connects to: a socket in a bind-mounted, sandbox-writable directory could be replaced
-   * by a symlink to some host socket. It also means connects succeed (and queue) before the agent
-   * has started, and the socket survives daemon restarts (the agent holds it).
-   *
-   * Node has no public API for a server's fd, hence `_handle.fd`. Between listen and close no event
-   * loop turn runs, so this process never accepts a connection meant for the agent.
-   */
-  private async runContainer(id: string, p: SandboxPaths): Promise<void> {
-    const tmp = `${p.socket}.${process.pid}.tmp`;
-    await rm(p.socket, { force: true });
-    await rm(tmp, { force: true });
-    const server = createServer();
-    server.on('error', () => undefined);
-    server.listen(tmp);
-    const fd = (server as unknown as { _handle?: { fd?: number } })._handle?.fd;
-    let running: Promise<void>;
-    try {
-      if (typeof fd !== 'number' || fd < 0) throw new ServiceError('RUNTIME_ERROR', `cannot create the agent socket ${tmp}`);
-      running = this.crun.runDetached(id, p.dir, p.log, fd);
-      renameSync(tmp, p.socket);
-    } finally {
-      // Closing unlinks the path it was bound to (now renamed away); crun holds its own copy of the fd.
-      server.close();
-    }
-    await running;
   }
 
   /**

@@ -1,3 +1,4 @@
 export type * from './types.js';
-export { CrunRuntime, type CrunRuntimeOptions, AGENT_LISTEN_FD, AGENT_STATE_DIR } from './crun-runtime.js';
+export { CrunRuntime, type CrunRuntimeOptions, AGENT_STATE_DIR } from './crun-runtime.js';
+export { AGENT_LISTEN_FD } from './agent-socket.js';
 export { seccompProfile } from './seccomp.js';

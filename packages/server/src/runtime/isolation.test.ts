@@ -1,6 +1,6 @@
 // Root tests with real containers: what a sandbox can see and do. One sandbox, many probes.
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { writeFile, rm } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
 import { baseLayer } from '../testing/fixtures.js';
@@ -41,6 +41,10 @@ describe('CrunRuntime isolation', { timeout: 300_000 }, () => {
     assert.equal(env.SANDBOXD_AGENT_LISTEN_FD, undefined, 'the agent hid the fd variable');
     // The socket lives in the sandbox's host directory, which is not mounted into the sandbox.
     assert.ok(t.rt.agentSocket(id).startsWith(`${t.dataDir}/sandboxes/${id}/`));
+    const st = statSync(t.rt.agentSocket(id));
+    assert.ok(st.isSocket());
+    assert.equal(st.mode & 0o777, 0o600, 'only host root may connect');
+    assert.equal(st.uid, 0);
     const inside = await sh(t.rt, id, 'grep -c agent.sock /proc/self/mountinfo', true);
     assert.equal(inside.stdout.trim(), '0', 'the agent socket is not mounted inside');
   });
@@ -73,7 +77,6 @@ describe('CrunRuntime isolation', { timeout: 300_000 }, () => {
     // Files written inside land on the host owned by 100000.
     await sh(t.rt, id, 'echo data > /owned-by-root-inside');
     const upper = `${t.dataDir}/sandboxes/${id}/disk/upper/owned-by-root-inside`;
-    const { statSync } = await import('node:fs');
     assert.equal(statSync(upper).uid, 100000);
   });
 

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, statfsSync } from 'node:fs';
 import { chmod, chown, lstat, mkdir, readFile, readdir, rmdir, stat, unlink, writeFile } from 'node:fs/promises';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
@@ -30,6 +30,7 @@ interface StepMeta {
 }
 
 const INIT_PATH = '/usr/bin/catatonit';
+const DISK_WATCH_MS = 500;
 
 function stepNames(ctx: StepContext, id: string) {
   const dir = join(ctx.dataDir, 'steps', id);
@@ -199,6 +200,21 @@ function runForeground(
       timedOut = true;
       killAll();
     }, Math.max(1, opts.timeoutMs));
+    // The upper is a host directory (it becomes a layer), so diskGb cannot be a filesystem limit
+    // here; watching the host's free space bounds what a runaway step can write.
+    const budgetBytes = opts.resources.diskGb * 1024 ** 3;
+    const free = () => {
+      const st = statfsSync(opts.upperDir);
+      return st.bavail * st.bsize;
+    };
+    const freeAtStart = free();
+    const diskWatch = setInterval(() => {
+      if (freeAtStart - free() > budgetBytes) {
+        clearInterval(diskWatch);
+        opts.onOutput?.(`\nsandboxd: step stopped: it wrote more than its ${opts.resources.diskGb} GB disk allowance\n`);
+        killAll();
+      }
+    }, DISK_WATCH_MS);
     const onAbort = () => {
       aborted = true;
       killAll();
@@ -210,11 +226,13 @@ function runForeground(
     }
     child.on('error', (err) => {
       clearTimeout(timer);
+      clearInterval(diskWatch);
       opts.signal?.removeEventListener('abort', onAbort);
       reject(err);
     });
     child.on('close', (code, signal) => {
       clearTimeout(timer);
+      clearInterval(diskWatch);
       opts.signal?.removeEventListener('abort', onAbort);
       const exitCode = code ?? 128 + (signal ? signalNumber(signal) : 0);
       resolvePromise({ exitCode, timedOut, aborted });

@@ -88,6 +88,20 @@ describe('CrunRuntime.runStep', { timeout: 300_000 }, () => {
     assert.ok(Date.now() - t0 < 15_000, 'killed promptly');
   });
 
+  test('a step that writes more than its disk allowance is stopped', async () => {
+    let output = '';
+    const r = await t.rt.runStep(
+      step('big1', 'dd if=/dev/zero of=/big bs=1M count=3000 status=none; echo finished', {
+        resources: { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 },
+        onOutput: (c) => (output += c),
+      }),
+    );
+    assert.notEqual(r.exitCode, 0);
+    assert.match(output, /more than its 1 GB disk allowance/);
+    assert.doesNotMatch(output, /finished/);
+    await rm(join(scratch, 'big1'), { recursive: true, force: true });
+  });
+
   test('an abort signal kills the step and rejects', async () => {
     const ac = new AbortController();
     setTimeout(() => ac.abort(new Error('build cancelled')), 800);

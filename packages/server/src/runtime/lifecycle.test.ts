@@ -91,6 +91,11 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     assert.ok((await t.rt.list()).includes(id));
     assert.deepEqual(traces(t, id), [`directory ${t.dataDir}/sandboxes/${id}`], 'stopped: only the directory (disk image) is left');
     await t.rt.stop(id); // idempotent
+    const stopped = await t.rt.stats(id);
+    assert.equal(stopped.pids, 0);
+    assert.equal(stopped.diskTotalBytes, 1024 ** 3, 'disk figures from the image while unmounted');
+    assert.ok(stopped.diskUsedBytes > 0);
+    await assert.rejects(t.rt.pause(id), /not running/);
     await t.rt.start(spec);
     assert.equal(await t.rt.status(id), 'running');
     const r = await sh(t.rt, id, 'cat /root/file /srv/data/x');

@@ -1,7 +1,7 @@
 // Root tests with real containers: resource limits hold, and only the sandbox pays.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync, statSync, statfsSync } from 'node:fs';
+import { readFileSync, readdirSync, statSync, statfsSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { baseLayer } from '../testing/fixtures.js';
@@ -95,17 +95,19 @@ describe('CrunRuntime resource limits', { timeout: 300_000 }, () => {
     const id = 'disk1';
     await t.rt.create(testSpec(id, [lower], { resources: { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 128 } }));
     try {
-      const hostFreeBefore = statfsSync(t.dataDir);
       const r = await sh(t.rt, id, 'dd if=/dev/zero of=/big bs=1M count=1500 conv=fsync', true);
       assert.notEqual(r.code, 0);
       assert.match(r.stderr, /No space left on device/);
       const size = await sh(t.rt, id, 'stat -c %s /big');
       assert.ok(Number(size.stdout) < 1024 ** 3, `the file stopped below 1 GiB (${size.stdout.trim()})`);
+      // Everything the sandbox wrote is inside its image, whose allocation is bounded by its size.
+      // (The host's free space is not compared: other work on the machine moves it.)
       const image = statSync(`${t.dataDir}/sandboxes/${id}/disk.img`);
       assert.ok(image.blocks * 512 <= 1.01 * 1024 ** 3, 'the image never grows past its size');
       const hostFreeAfter = statfsSync(t.dataDir);
-      const usedOnHost = (hostFreeBefore.bavail - hostFreeAfter.bavail) * hostFreeAfter.bsize;
-      assert.ok(usedOnHost < 1.1 * 1024 ** 3, `the host lost at most the image (${(usedOnHost / 1024 ** 2).toFixed(0)} MiB)`);
+      assert.ok(hostFreeAfter.bavail * hostFreeAfter.bsize > 1024 ** 3, 'the host disk did not fill up');
+      const others = readdirSync(`${t.dataDir}/sandboxes/${id}`).filter((n) => n !== 'disk.img' && n !== 'disk' && n !== 'rootfs');
+      for (const n of others) assert.ok(statSync(`${t.dataDir}/sandboxes/${id}/${n}`).size < 1024 ** 2, `${n} stays small`);
       const s = await t.rt.stats(id);
       assert.ok(s.diskUsedBytes > 0.9 * s.diskTotalBytes, 'stats see the full disk');
       await sh(t.rt, id, 'rm /big && echo ok > /after');

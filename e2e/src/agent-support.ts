@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { readFileSync, rmSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync, rmdirSync, rmSync } from 'node:fs';
 import WebSocket from 'ws';
 import { agent, api, createSandbox, startServer, type CreatedSandbox, type StartOptions, type TestServer } from './harness.js';
 
@@ -9,8 +9,18 @@ import { agent, api, createSandbox, startServer, type CreatedSandbox, type Start
 export { agent, api, createSandbox };
 export type { CreatedSandbox, TestServer };
 
+const cgroupParents = new Map<TestServer, string>();
+
+/**
+ * A server of our own. Its sandboxes live under a cgroup parent of their own: a daemon reconciles
+ * at start by removing every sandbox under its cgroup parent that its store does not know, so
+ * servers of other test files starting meanwhile would otherwise kill ours.
+ */
 export async function startAgentServer(opts: StartOptions = {}): Promise<TestServer> {
-  return startServer(opts);
+  const parent = `sbx-agent-test-${randomBytes(4).toString('hex')}`;
+  const server = await startServer({ ...opts, env: { SANDBOXD_CGROUP_PARENT: parent, ...opts.env } });
+  cgroupParents.set(server, parent);
+  return server;
 }
 
 /**
@@ -19,6 +29,7 @@ export async function startAgentServer(opts: StartOptions = {}): Promise<TestSer
  */
 export async function stopServer(server: TestServer | undefined): Promise<void> {
   if (!server) return;
+  if (process.env.AGENT_TEST_LOGS) dumpAgentLogs(server);
   let stopError: unknown;
   try {
     await server.stop();
@@ -39,6 +50,35 @@ export async function stopServer(server: TestServer | undefined): Promise<void> 
     }
   }
   if (stopError) rmSync(server.dataDir, { recursive: true, force: true });
+  const parent = cgroupParents.get(server);
+  if (parent) {
+    for (const ctl of readdirSync('/sys/fs/cgroup')) {
+      const dir = `/sys/fs/cgroup/${ctl}/${parent}`;
+      if (existsSync(dir)) rmdirDeep(dir);
+    }
+  }
+}
+
+/** Removes an (empty) cgroup directory tree, deepest first. */
+function rmdirDeep(dir: string): void {
+  for (const e of readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) rmdirDeep(`${dir}/${e.name}`);
+  try {
+    rmdirSync(dir);
+  } catch {
+    // still in use: the leak check reports it
+  }
+}
+
+/** Prints every sandbox agent's own log (kept in the sandbox's disk), for debugging a failed run. */
+export function dumpAgentLogs(server: TestServer): void {
+  const dir = `${server.dataDir}/sandboxes`;
+  for (const id of readdirSync(dir, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name)) {
+    try {
+      console.log(`# agent log of ${id}:\n${readFileSync(`${dir}/${id}/disk/upper/.sb/state/agent.log`, 'utf8').replace(/^/gm, '#   ')}`);
+    } catch {
+      // no log (sandbox already gone)
+    }
+  }
 }
 
 export function sha256(data: Buffer | string): string {

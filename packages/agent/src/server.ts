@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { randomUUID } from 'node:crypto';
 import { ServiceError } from './proto.js';
 import type { AgentStats } from './metrics/stats.js';
+import { drainRequest } from './http/drain.js';
 import { logLine } from './log.js';
 import { IdleCollector } from './memory.js';
 import type { Route, RouteContext, UpgradeRoute } from './context.js';
@@ -12,17 +13,21 @@ function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
+    let overflowed = false;
     req.on('data', (c: Buffer) => {
       size += c.length;
       if (size > MAX_JSON_BYTES) {
-        reject(new ServiceError('PAYLOAD_TOO_LARGE', `request body exceeds ${MAX_JSON_BYTES} bytes`));
-        req.destroy();
+        overflowed = true;
+        chunks.length = 0;
+        const err = new ServiceError('PAYLOAD_TOO_LARGE', `request body exceeds ${MAX_JSON_BYTES} bytes; send files with /files/upload`);
+        void drainRequest(req).then(() => reject(err));
         return;
       }
       chunks.push(c);
     });
     req.on('error', reject);
     req.on('end', () => {
+      if (overflowed) return;
       const text = Buffer.concat(chunks).toString('utf8').trim();
       if (text === '') return resolve({});
       try {

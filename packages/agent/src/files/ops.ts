@@ -169,6 +169,17 @@ export async function ensureParentDir(path: string): Promise<void> {
   }
 }
 
+/**
+ * A file cannot be created in a directory that exists (e.g. /proc, a read-only mount): say so rather
+ * than "not found".
+ */
+export function notWritable(err: NodeJS.ErrnoException, path: string): unknown {
+  if (err.code === 'ENOENT' || err.code === 'EACCES' || err.code === 'EPERM' || err.code === 'EROFS') {
+    return new ServiceError('PERMISSION_DENIED', `Cannot write ${path}: its directory does not accept new files (${err.code})`, { path });
+  }
+  return err;
+}
+
 export async function writeFileAtomic(path: string, data: Buffer, mode: number | undefined, overwrite: boolean): Promise<void> {
   let temp: string | null = null;
   try {
@@ -177,7 +188,9 @@ export async function writeFileAtomic(path: string, data: Buffer, mode: number |
     if (existing?.isDirectory()) throw new ServiceError('NOT_A_FILE', `${path} is a directory, not a file`, { path });
     if (existing && !overwrite) throw new ServiceError('ALREADY_EXISTS', `${path} already exists`, { path });
     temp = tempNameBeside(target);
-    await writeFile(temp, data, { flag: 'wx', mode: 0o600 });
+    await writeFile(temp, data, { flag: 'wx', mode: 0o600 }).catch((err: NodeJS.ErrnoException) => {
+      throw notWritable(err, path);
+    });
     await commitFile(temp, path, mode, overwrite);
     temp = null;
   } catch (err) {

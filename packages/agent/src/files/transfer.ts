@@ -4,11 +4,12 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { basename, dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { drainRequest } from '../http/drain.js';
 import { TransferGc } from '../memory.js';
 import { ServiceError } from '../proto.js';
 import { fsError } from './errors.js';
 import { mimeType } from './mime.js';
-import { commitFile, ensureParentDir, parseMode, tempNameBeside } from './ops.js';
+import { commitFile, ensureParentDir, notWritable, parseMode, tempNameBeside } from './ops.js';
 import { resolvePath } from './paths.js';
 
 /** Streams a file: correct length and type, single byte ranges, never the whole file in memory. */
@@ -126,9 +127,10 @@ export async function receiveUpload(req: IncomingMessage, url: URL, workspaceDir
         const size = await streamToTemp(stream, temp);
         return { temp, size, filename };
       })();
+      // Writing failed (disk full...): stop parsing; the rest of the body is drained and dropped.
       fileWork.catch((err: unknown) => {
         failure ??= err;
-        stream.resume();
+        parser.destroy(err instanceof Error ? err : new Error(String(err)));
       });
     });
     parser.on('filesLimit', () => {
@@ -164,18 +166,21 @@ export async function receiveUpload(req: IncomingMessage, url: URL, workspaceDir
     return { success: true, path: finalPath, size: file.size };
   } catch (err) {
     if (file) await unlink(file.temp).catch(() => undefined);
-    req.resume(); // drop the rest of the body so the connection can answer
-    throw fsError(err, dest ?? '(upload)');
+    req.unpipe(parser);
+    await drainRequest(req);
+    throw fsError(err, dest ?? 'the upload');
   }
 }
 
 async function streamToTemp(stream: Readable, temp: string): Promise<number> {
   const out = createWriteStream(temp, { flags: 'wx', mode: 0o600, highWaterMark: 1024 * 1024 });
+  let opened = false;
+  out.once('open', () => (opened = true));
   try {
     await pipeline(stream, out);
   } catch (err) {
     await unlink(temp).catch(() => undefined);
-    throw err;
+    throw opened ? err : notWritable(err as NodeJS.ErrnoException, temp.slice(0, temp.lastIndexOf('/')) || '/');
   }
   return out.bytesWritten;
 }
@@ -190,7 +195,7 @@ async function streamToFile(req: IncomingMessage, dest: string, label: string, m
     temp = null;
     return size;
   } catch (err) {
-    req.resume();
+    await drainRequest(req);
     throw fsError(err, label);
   } finally {
     if (temp) await unlink(temp).catch(() => undefined);

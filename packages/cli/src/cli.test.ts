@@ -91,7 +91,8 @@ test('errors print message, code, status and request id, with a hint; JSON mode 
   assert.equal(parsed.error.status, 404);
   assert.equal(parsed.error.request_id, 'req_9');
   assert.match(hintFor(errorFromResponse({ status: 401, body: {} }), { baseUrl: '', hasApiKey: false })!, /SANDBOXD_API_KEY/);
-  assert.match(hintFor(new ConnectionError('x', { code: 'CONNECTION_ERROR' }), { baseUrl: 'http://h:1', hasApiKey: true })!, /http:\/\/h:1/);
+  assert.match(hintFor(new ConnectionError('list sandboxes: cannot reach http://h:1 (ECONNREFUSED)', { code: 'CONNECTION_ERROR' }), { baseUrl: 'http://h:1', hasApiKey: true })!, /running at http:\/\/h:1/);
+  assert.match(hintFor(new ConnectionError('terminal connection closed', { code: 'CONNECTION_ERROR' }), { baseUrl: 'http://h:1', hasApiKey: true })!, /connection to the sandbox was lost/);
   assert.match(hintFor(errorFromResponse({ status: 409, body: { code: 'SANDBOX_PAUSED' } }), { baseUrl: '', hasApiKey: true })!, /sbx resume/);
   assert.match(hintFor(errorFromResponse({ status: 429, body: { retry_after: 4 } }), { baseUrl: '', hasApiKey: true })!, /4 s/);
 });

@@ -67,7 +67,8 @@ export function json(value: unknown): string {
 /** What to suggest for an error, if anything useful. */
 export function hintFor(err: unknown, ctx: { baseUrl: string; hasApiKey: boolean }): string | undefined {
   if (err instanceof ConnectionError) {
-    return `Is sandboxd running at ${ctx.baseUrl}? Set SANDBOXD_API_URL or pass --api-url.`;
+    if (ctx.baseUrl && err.message.includes(ctx.baseUrl)) return `Is sandboxd running at ${ctx.baseUrl}? Set SANDBOXD_API_URL or pass --api-url.`;
+    return 'The connection to the sandbox was lost; check it with `sbx get ID` and try again.';
   }
   if (err instanceof AuthenticationError) {
     return ctx.hasApiKey ? 'Check the API key (SANDBOXD_API_KEY or --api-key).' : 'No API key set: export SANDBOXD_API_KEY=<key> or pass --api-key.';

@@ -5,7 +5,7 @@ import { createWriteStream, existsSync, openAsBlob } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { agent, api, createSandbox, run, sha256, startAgentServer, stopServer, type CreatedSandbox, type TestServer } from './agent-support.js';
+import { agent, api, createSandbox, run, startAgentServer, stopServer, type CreatedSandbox, type TestServer } from './agent-support.js';
 
 // /files/* in real sandboxes, through the gateway.
 

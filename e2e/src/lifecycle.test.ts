@@ -338,6 +338,59 @@ describe('lifecycle', () => {
   });
 });
 
+describe('events', () => {
+  /** Reads SSE events from `url` until `want` has been seen (or the deadline passes). */
+  async function collect(url: string, want: string[], act: () => Promise<void>, timeoutMs = 15_000): Promise<string[]> {
+    const ctl = new AbortController();
+    const res = await fetch(url, { signal: ctl.signal });
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type') ?? '', /text\/event-stream/);
+    const seen: string[] = [];
+    const timer = setTimeout(() => ctl.abort(), timeoutMs);
+    const reader = res.body!.getReader();
+    let buf = '';
+    await act();
+    try {
+      while (!want.every((w) => seen.includes(w))) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += Buffer.from(value).toString('utf8');
+        for (const m of buf.matchAll(/event: (\w+)\ndata: (.*)\n\n/g)) if (!seen.includes(m[1]!)) seen.push(m[1]!);
+      }
+    } catch {
+      /* aborted at the deadline */
+    } finally {
+      clearTimeout(timer);
+      ctl.abort();
+    }
+    return seen;
+  }
+
+  test('lifecycle events stream over SSE (API key as ?token=)', async () => {
+    const sb = await createSandbox(server);
+    const url = `${server.baseUrl}/v1/sandboxes/${sb.id}/events?token=${server.apiKey}`;
+    const seen = await collect(url, ['paused', 'resumed', 'deleted'], async () => {
+      await api(server, 'POST', `/v1/sandboxes/${sb.id}/pause`);
+      await api(server, 'POST', `/v1/sandboxes/${sb.id}/resume`);
+      await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+    });
+    assert.deepEqual(seen, ['paused', 'resumed', 'deleted']);
+    assert.equal((await fetch(`${server.baseUrl}/v1/events?token=wrong`)).status, 401);
+  });
+
+  test('an out-of-memory kill inside a sandbox is reported as oom_killed, and only the sandbox suffers', async () => {
+    const sb = await createSandbox(server);
+    const seen = await collect(`${server.baseUrl}/v1/events?token=${server.apiKey}`, ['oom_killed'], async () => {
+      // tail must hold the whole stream in memory: far past the template's 512 MB.
+      const r = await agent(sb, 'POST', '/commands/run', { command: 'sh', args: ['-c', 'head -c 2000000000 /dev/zero | tail -n 1 >/dev/null; echo rc=$?'], timeout: 60 });
+      assert.equal(r.status, 200);
+    });
+    assert.ok(seen.includes('oom_killed'), `events: ${seen.join(',')}`);
+    assert.equal((await agent(sb, 'GET', '/health')).status, 200, 'the sandbox and its agent survive');
+    await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+  });
+});
+
 describe('rate limiting', () => {
   test('creates past the per-organization limit get 429 with retry_after and Retry-After', async () => {
     const limited = await startServer({ env: { SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE: '2' }, templates: ['base'] });

@@ -52,6 +52,9 @@ function pidsFor(vcpu: number): number {
 }
 
 export class SandboxService {
+  /** OOM kill count last seen per running sandbox (0 from a boot by this process). */
+  private oomSeen = new Map<string, number>();
+
   constructor(private d: SandboxServiceDeps) {}
 
   render(row: SandboxRow): Sandbox {
@@ -174,6 +177,7 @@ export class SandboxService {
         });
         if (!running) throw new Error('sandbox row changed during create');
         this.route(running);
+        this.oomSeen.set(running.id, 0);
         const { token, expiresAt } = await this.d.tokens.issue(running.id, orgId);
         this.event('created', running);
         return { sandbox: this.render(running), token, tokenExpiresAt: expiresAt };
@@ -293,6 +297,7 @@ export class SandboxService {
 
   private async bootAgain(r: SandboxRow): Promise<void> {
     await this.d.runtime.start(this.spec(r));
+    this.oomSeen.set(r.id, 0);
     await waitForAgent(this.d.runtime.agentSocket(r.id), this.d.agentReadyTimeoutMs);
   }
 
@@ -317,6 +322,25 @@ export class SandboxService {
   async refreshToken(orgId: string, id: string) {
     const row = await this.get(orgId, id);
     return this.d.tokens.issue(row.id, row.orgId);
+  }
+
+  /** Publishes `oom_killed` when a running sandbox's cgroup records a new OOM kill. */
+  async watchOom(): Promise<void> {
+    const live = await this.d.store.sandboxes.live();
+    const ids = new Set<string>();
+    for (const row of live) {
+      if (row.status !== 'running') continue;
+      ids.add(row.id);
+      const kills = await this.d.runtime.stats(row.id).then(
+        (s) => s.oomKills,
+        () => undefined,
+      );
+      if (kills === undefined) continue;
+      const seen = this.oomSeen.get(row.id);
+      this.oomSeen.set(row.id, kills);
+      if (seen !== undefined && kills > seen) this.event('oom_killed', row, `${kills - seen} process(es) killed: out of memory`);
+    }
+    for (const id of this.oomSeen.keys()) if (!ids.has(id)) this.oomSeen.delete(id);
   }
 
   /** Deletes every sandbox whose deadline passed; purges old tombstones. */

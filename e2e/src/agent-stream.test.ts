@@ -1,0 +1,118 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { AgentSocket, createSandbox, run, startAgentServer, stopServer, waitFor, type CreatedSandbox, type TestServer } from './agent-support.js';
+
+// WebSocket endpoints of the agent (/execute/stream, /terminal) through the gateway.
+
+let server: TestServer;
+let sb: CreatedSandbox;
+
+before(async () => {
+  server = await startAgentServer();
+  sb = await createSandbox(server, { template_name: 'code-interpreter' });
+});
+after(async () => {
+  await stopServer(server);
+});
+
+describe('/execute/stream', () => {
+  test('streams stdout/stderr as they happen, then result and complete; the socket stays open for the client to close', async () => {
+    const s = await AgentSocket.open(sb, '/execute/stream');
+    try {
+      s.send({ type: 'execute', code: 'import sys, time\nfor i in range(3):\n    print("step", i, flush=True)\n    time.sleep(0.3)\nsys.stderr.write("warn\\n")', language: 'python', timeout: 30, workdir: '/workspace' });
+      const first = await s.next('stdout');
+      assert.equal(first.data, 'step 0\n');
+      const result = await s.next('result');
+      const complete = await s.next('complete');
+      assert.ok(result.at - first.at >= 500, 'output came before the end, not all at once');
+      assert.equal(result.exit_code, 0);
+      assert.equal(typeof result.execution_time, 'number');
+      assert.equal(complete.success, true);
+      const out = s.frames.filter((f) => f.type === 'stdout').map((f) => f.data).join('');
+      assert.equal(out, 'step 0\nstep 1\nstep 2\n');
+      assert.equal(s.frames.filter((f) => f.type === 'stderr').map((f) => f.data).join(''), 'warn\n');
+      for (const f of s.frames.filter((x) => x.type === 'stdout' || x.type === 'stderr')) assert.match(f.timestamp, /Z$/);
+      const types = s.frames.map((f) => f.type);
+      assert.ok(types.indexOf('result') < types.indexOf('complete'));
+      assert.equal(types[types.length - 1], 'complete');
+      await new Promise((r) => setTimeout(r, 500));
+      assert.equal(s.closed, false, 'the server does not close first');
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('a chatty program: frames are coalesced and spaced at least 1 ms apart, nothing lost', async () => {
+    const s = await AgentSocket.open(sb, '/execute/stream');
+    try {
+      s.send({ type: 'execute', code: 'for i in range(20000):\n    print(i)', language: 'python' });
+      await s.next('complete');
+      const out = s.frames.filter((f) => f.type === 'stdout');
+      assert.equal(out.map((f) => f.data).join(''), Array.from({ length: 20000 }, (_, i) => `${i}\n`).join(''));
+      assert.ok(out.length < 2000, `coalesced into ${out.length} frames`);
+      // Arrival gaps are measured after the gateway; allow scheduling jitter on a busy machine.
+      const gaps = s.frames.slice(1).map((f, i) => f.at - s.frames[i]!.at);
+      const tooClose = gaps.filter((g) => g < 0.5).length;
+      assert.ok(tooClose <= gaps.length * 0.05, `${tooClose} of ${gaps.length} frames arrived < 0.5 ms apart`);
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('bash and exit codes; errors come as an error frame followed by complete', async () => {
+    const s = await AgentSocket.open(sb, '/execute/stream');
+    try {
+      s.send({ type: 'execute', code: 'echo hi; exit 3', language: 'bash' });
+      const result = await s.next('result');
+      assert.equal(result.exit_code, 3);
+      assert.equal((await s.next('complete')).success, false);
+      const from = s.frames.length;
+      s.send({ type: 'execute', code: 'x', language: 'cobol' });
+      const err = await s.next('error', 30_000, from);
+      assert.equal(err.code, 'INVALID_LANGUAGE');
+      assert.equal((await s.next('complete', 30_000, from)).success, false);
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('a timeout ends the execution; closing the socket kills a running one', async () => {
+    const s = await AgentSocket.open(sb, '/execute/stream');
+    s.send({ type: 'execute', code: 'import time\nwhile True: time.sleep(0.1)', timeout: 1 });
+    const result = await s.next('result');
+    assert.equal(result.timed_out, true);
+    await s.next('complete');
+    const from = s.frames.length;
+    s.send({ type: 'execute', code: 'import time\nprint("long", flush=True)\ntime.sleep(600)  # stream-close-marker', timeout: 900 });
+    await s.next('stdout', 30_000, from);
+    await s.close();
+    await waitFor('the execution to be killed', async () => !/stream-close-marker/.test((await run(sb, 'ps', ['-eo', 'args'])).stdout));
+  });
+});
+
+describe('/terminal', () => {
+  test('an interactive shell on a pty: input, resize, output, exit code', async () => {
+    const s = await AgentSocket.open(sb, '/terminal');
+    try {
+      s.send({ type: 'resize', cols: 123, rows: 45 });
+      s.send({ type: 'input', data: 'stty size; tty; echo "hello $((6*7)) terminal"\r' });
+      await waitFor('the output', async () => /hello 42 terminal/.test(s.frames.filter((f) => f.type === 'output').map((f) => f.data).join('')));
+      const text = s.frames.filter((f) => f.type === 'output').map((f) => f.data).join('');
+      assert.match(text, /45 123/);
+      assert.match(text, /\/dev\/pts\/\d+/);
+      s.send({ type: 'input', data: 'exit 7\r' });
+      const exit = await s.next('exit');
+      assert.equal(exit.code, 7);
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('closing the socket ends the shell and what it started', async () => {
+    const s = await AgentSocket.open(sb, '/terminal');
+    s.send({ type: 'input', data: 'sleep 777 & echo started\r' });
+    await waitFor('the job', async () => /started/.test(s.frames.map((f) => f.data ?? '').join('')));
+    await s.close();
+    await waitFor('the shell and its job to end', async () => !/sleep 777/.test((await run(sb, 'ps', ['-eo', 'args'])).stdout));
+  });
+});

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, rmSync, createWriteStream } from 'node:fs';
+import { mkdirSync, rmSync, createWriteStream, readFileSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:net';
 import { join, resolve, dirname } from 'node:path';
@@ -43,7 +43,37 @@ export async function freePort(): Promise<number> {
   });
 }
 
-let gatewayBlock = 0;
+const SLOT_DIR = '/run/sandboxd-test-slots';
+
+/**
+ * A slot number unique among live test daemons on this host, across processes: it picks the
+ * cgroup parent, bridge, subnet and gateway ports, which are host-global. A slot whose owner
+ * process died is taken over.
+ */
+function claimSlot(): { slot: number; release: () => void } {
+  mkdirSync(SLOT_DIR, { recursive: true });
+  for (let slot = 0; slot < 60; slot++) {
+    const file = join(SLOT_DIR, String(slot));
+    for (let attempt = 0; attempt < 2; attempt++) {
+      try {
+        writeFileSync(file, String(process.pid), { flag: 'wx' });
+        return { slot, release: () => rmSync(file, { force: true }) };
+      } catch {
+        const owner = Number(readFileSync(file, 'utf8').trim() || '0');
+        let alive = false;
+        try {
+          if (owner > 0) process.kill(owner, 0);
+          alive = owner > 0;
+        } catch {
+          alive = false;
+        }
+        if (alive) break;
+        rmSync(file, { force: true });
+      }
+    }
+  }
+  throw new Error('no free test slot');
+}
 
 export interface StartOptions {
   env?: Record<string, string>;
@@ -58,8 +88,8 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
   mkdirSync(dataDir, { recursive: true });
   const port = await freePort();
   // Each server of this process gets its own block of gateway ports; the pid spreads processes apart.
-  const slot = gatewayBlock++;
-  const blockBase = 41000 + ((process.pid * 7 + slot * 300) % 20000);
+  const { slot, release } = claimSlot();
+  const blockBase = 41000 + slot * 300;
   const apiKey = `sbd_test_${randomBytes(16).toString('hex')}`;
   const env: Record<string, string> = {
     ...(process.env as Record<string, string>),
@@ -72,7 +102,6 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     SANDBOXD_TEMPLATES: (opts.templates ?? ['base', 'code-interpreter']).join(','),
     SANDBOXD_SWEEP_INTERVAL_MS: '200',
     // Cgroups, netns names, the bridge and its subnet are host-global: each live daemon needs its own.
-    // Test files run one at a time, so slots are reused across files.
     SANDBOXD_CGROUP_PARENT: `sandboxd-test${slot}`,
     SANDBOXD_BRIDGE: `sbtest${slot}`,
     SANDBOXD_SUBNET: `10.${100 + (slot % 100)}.0.0/16`,
@@ -111,7 +140,12 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
       child.kill(signal);
     });
 
-  await launch();
+  try {
+    await launch();
+  } catch (err) {
+    release();
+    throw err;
+  }
   const server: TestServer = {
     baseUrl,
     apiKey,
@@ -130,6 +164,7 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
       } finally {
         await waitExit('SIGTERM');
         rmSync(dataDir, { recursive: true, force: true });
+        release();
       }
     },
   };

@@ -12,7 +12,7 @@ import { writeBusyboxImage } from '../../packages/server/dist/testing/oci-fixtur
 let server: TestServer;
 const scratch = mkdtempSync(join(tmpdir(), 'sbd-tpl-'));
 before(async () => {
-  server = await startServer({ templates: ['base'], env: { SANDBOXD_REGISTRY_URL: 'none' } });
+  server = await startServer({ templates: ['base'], env: { SANDBOXD_REGISTRY_URL: 'none', SANDBOXD_BUILDS_PER_HOUR: '1000', SANDBOXD_BUILDS_PER_DAY: '1000' } });
 });
 after(async () => {
   await server?.stop();

@@ -25,6 +25,8 @@ export interface Config {
   };
   tokenTtlSeconds: number;
   rateLimit: { sandboxCreatesPerMinute: number };
+  /** Sandboxes kept booted per template and network setting once asked for (0: none). */
+  warmPoolSize: number;
   sweepIntervalMs: number;
   tombstoneSeconds: number;
   agentReadyTimeoutMs: number;
@@ -85,6 +87,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     tokenTtlSeconds: int(env, 'SANDBOXD_TOKEN_TTL_SECONDS', 24 * 3600, 1),
     rateLimit: { sandboxCreatesPerMinute: int(env, 'SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE', 120, 1) },
+    warmPoolSize: int(env, 'SANDBOXD_WARM_POOL_SIZE', 2, 0, 50),
     sweepIntervalMs: int(env, 'SANDBOXD_SWEEP_INTERVAL_MS', 1000, 50),
     tombstoneSeconds: int(env, 'SANDBOXD_TOMBSTONE_SECONDS', 24 * 3600, 0),
     agentReadyTimeoutMs: int(env, 'SANDBOXD_AGENT_READY_TIMEOUT_MS', 15000, 100),

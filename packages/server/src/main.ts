@@ -20,6 +20,7 @@ import { SlidingWindowLimiter } from './services/rate-limit.js';
 import { EventBus } from './services/events.js';
 import { KeyedMutex } from './services/locks.js';
 import { RouteTable } from './services/routes.js';
+import { WarmPool } from './services/warm-pool.js';
 import { Gateway } from './gateway/gateway.js';
 import { buildApp } from './http/app.js';
 import type { Services } from './services/index.js';
@@ -100,7 +101,9 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   const gateway = new Gateway({ config: config.gateway, routes, tokens, keys, usedPorts: () => store.sandboxes.usedGatewayPorts(), log });
   await gateway.listenHostMode();
   const createLimiter = new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
+  const pool = new WarmPool(runtime, config.warmPoolSize, log);
   const sandboxes = new SandboxService({
+    pool,
     store,
     runtime,
     tokens,
@@ -153,7 +156,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   const oomTimer = setInterval(() => {
     sandboxes.watchOom().catch((err: unknown) => log('watching OOM kills failed', { error: String(err) }));
   }, 2000);
-  const services: Services = { config, store, keys, sandboxes, templates, events, createLimiter, builds, uploads, gcLayers };
+  const services: Services = { config, store, keys, sandboxes, templates, events, createLimiter, builds, uploads, gcLayers, pool };
   const app = await buildApp({ services, logger: config.logLevel === 'debug' });
   await app.listen({ host: config.host, port: config.port });
   const addr = app.server.address();
@@ -180,6 +183,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     void (async () => {
       await app.close().catch(() => {});
       await gateway.closeAll().catch(() => {});
+      await pool.close().catch((err: unknown) => log('emptying the warm pool failed', { error: String(err) }));
       await runtime.close().catch((err: unknown) => log('releasing runtime spares failed', { error: String(err) }));
       store.close();
       process.exit(0);

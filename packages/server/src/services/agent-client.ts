@@ -40,3 +40,37 @@ export async function waitForAgent(socketPath: string, timeoutMs: number): Promi
   }
   throw new Error(`agent not ready after ${timeoutMs} ms: ${lastError instanceof Error ? lastError.message : String(lastError)}`);
 }
+
+/** One JSON request to the agent over its unix socket. */
+export function agentJson(socketPath: string, method: string, path: string, body: unknown, timeoutMs: number): Promise<{ status: number; body: unknown }> {
+  return new Promise((resolve, reject) => {
+    const text = JSON.stringify(body);
+    const req = request(
+      {
+        socketPath,
+        path,
+        method,
+        timeout: timeoutMs,
+        headers: { host: 'agent', 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const raw = Buffer.concat(chunks).toString('utf8');
+          let parsed: unknown = raw;
+          try {
+            parsed = JSON.parse(raw);
+          } catch {
+            /* keep text */
+          }
+          resolve({ status: res.statusCode ?? 0, body: parsed });
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error(`agent did not answer ${path} within ${timeoutMs} ms`)));
+    req.on('error', reject);
+    req.end(text);
+  });
+}

@@ -7,6 +7,7 @@ import type { SandboxService } from './sandboxes.js';
 import type { TemplateService } from './templates.js';
 import type { TemplateBuildService } from './template-builds.js';
 import type { UploadService } from './uploads.js';
+import type { WarmPool } from './warm-pool.js';
 
 /** Everything the HTTP layer may call. */
 export interface Services {
@@ -18,6 +19,7 @@ export interface Services {
   events: EventBus;
   createLimiter: SlidingWindowLimiter;
   builds?: TemplateBuildService;
+  pool?: WarmPool;
   uploads?: UploadService;
   /** Removes layers no template or live sandbox references. */
   gcLayers?: () => Promise<void>;

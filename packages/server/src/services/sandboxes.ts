@@ -8,7 +8,8 @@ import type { RouteTable } from './routes.js';
 import type { SlidingWindowLimiter } from './rate-limit.js';
 import type { TemplateService } from './templates.js';
 import type { TokenService } from './tokens.js';
-import { waitForAgent } from './agent-client.js';
+import { agentJson, waitForAgent } from './agent-client.js';
+import { warmKeyOf, type WarmPool } from './warm-pool.js';
 import { DEFAULT_TEMPLATE } from '../images/builtin.js';
 
 /** The gateway as the lifecycle sees it: opens and closes a sandbox's public_host. */
@@ -30,6 +31,8 @@ export interface SandboxServiceDeps {
   events: EventBus;
   locks: KeyedMutex;
   createLimiter: SlidingWindowLimiter;
+  /** Sandboxes booted ahead of time (absent or size 0: every create boots cold). */
+  pool?: WarmPool;
   agentReadyTimeoutMs: number;
   tombstoneSeconds: number;
   nodeId: string;
@@ -49,6 +52,27 @@ function newSandboxId(): string {
 
 function pidsFor(vcpu: number): number {
   return Math.max(512, 256 * vcpu);
+}
+
+type SpecSource = Pick<SandboxRow, 'layers' | 'vcpu' | 'memoryMb' | 'diskGb' | 'internetAccess' | 'templateEnv' | 'envVars'>;
+
+function specFor(id: string, src: SpecSource, layerPath: (id: string) => string): SandboxSpec {
+  return {
+    id,
+    lowerDirs: src.layers.map(layerPath),
+    resources: { vcpu: src.vcpu, memoryMb: src.memoryMb, diskGb: src.diskGb, pidsMax: pidsFor(src.vcpu) },
+    internetAccess: src.internetAccess,
+    hostname: `sandbox-${id.slice(2, 10)}`,
+    env: {
+      PATH: DEFAULT_PATH,
+      HOME: '/root',
+      LANG: 'C.UTF-8',
+      TERM: 'xterm-256color',
+      ...src.templateEnv,
+      SANDBOX_ID: id,
+      SANDBOXD_ENV_VARS: JSON.stringify(src.envVars),
+    },
+  };
 }
 
 export class SandboxService {
@@ -79,22 +103,7 @@ export class SandboxService {
   }
 
   spec(row: SandboxRow): SandboxSpec {
-    return {
-      id: row.id,
-      lowerDirs: row.layers.map((l) => this.d.layerPath(l)),
-      resources: { vcpu: row.vcpu, memoryMb: row.memoryMb, diskGb: row.diskGb, pidsMax: pidsFor(row.vcpu) },
-      internetAccess: row.internetAccess,
-      hostname: `sandbox-${row.id.slice(2, 10)}`,
-      env: {
-        PATH: DEFAULT_PATH,
-        HOME: '/root',
-        LANG: 'C.UTF-8',
-        TERM: 'xterm-256color',
-        ...row.templateEnv,
-        SANDBOX_ID: row.id,
-        SANDBOXD_ENV_VARS: JSON.stringify(row.envVars),
-      },
-    };
+    return specFor(row.id, row, (l) => this.d.layerPath(l));
   }
 
   private event(kind: SandboxEventKind, row: SandboxRow, reason?: string): void {
@@ -156,14 +165,18 @@ export class SandboxService {
       updatedAt: now.toISOString(),
       deletedAt: null,
     };
+    const warmId = await this.claimWarm(row);
+    if (warmId) row.id = warmId;
     // The row exists before anything is built, so a crash half-way is found and cleaned at restart.
     await this.d.store.sandboxes.insert(row);
     const undo: Array<() => Promise<void>> = [async () => this.d.store.sandboxes.remove(row.id)];
     try {
       return await this.d.locks.run(row.id, async () => {
         undo.push(() => this.d.runtime.destroy(row.id));
-        await this.d.runtime.create(this.spec(row));
-        await waitForAgent(this.d.runtime.agentSocket(row.id), this.d.agentReadyTimeoutMs);
+        if (!warmId) {
+          await this.d.runtime.create(this.spec(row));
+          await waitForAgent(this.d.runtime.agentSocket(row.id), this.d.agentReadyTimeoutMs);
+        }
         undo.push(async () => {
           this.d.routes.delete(row.id);
           await this.d.gateway.close(row.id);
@@ -189,6 +202,39 @@ export class SandboxService {
       if (err instanceof ServiceError) throw err;
       this.d.log('sandbox create failed', { id: row.id, error: err instanceof Error ? err.message : String(err) });
       throw new ServiceError('RUNTIME_ERROR', `could not create the sandbox: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+
+  /**
+   * Hands out a sandbox booted ahead of time for this template and network setting, with the
+   * create's env_vars applied (which also proves its agent answers); undefined → boot one now.
+   */
+  private async claimWarm(row: SandboxRow): Promise<string | undefined> {
+    const pool = this.d.pool;
+    if (!pool?.enabled) return undefined;
+    const boot: SpecSource = { ...row, envVars: {} };
+    const probe = specFor('sb', boot, (l) => this.d.layerPath(l));
+    const make = async () => {
+      const id = newSandboxId();
+      try {
+        await this.d.runtime.create(specFor(id, boot, (l) => this.d.layerPath(l)));
+        await waitForAgent(this.d.runtime.agentSocket(id), this.d.agentReadyTimeoutMs);
+        return id;
+      } catch (err) {
+        await this.d.runtime.destroy(id).catch(() => undefined);
+        throw err;
+      }
+    };
+    const id = pool.take(warmKeyOf(probe, row.templateId), make);
+    if (!id) return undefined;
+    try {
+      const res = await agentJson(this.d.runtime.agentSocket(id), 'PUT', '/env', { env_vars: row.envVars }, 2000);
+      if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
+      return id;
+    } catch (err) {
+      this.d.log('a warm sandbox did not answer; booting a fresh one', { id, error: err instanceof Error ? err.message : String(err) });
+      await this.d.runtime.destroy(id).catch(() => undefined);
+      return undefined;
     }
   }
 

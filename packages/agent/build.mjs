@@ -26,7 +26,7 @@ await build({
   external: ['bufferutil', 'utf-8-validate'],
 });
 
-copyFileSync(join(here, 'py/sbx_run.py'), join(out, 'sbx_run.py'));
+for (const f of ['sbx_run.py', 'sbx_zygote.py']) copyFileSync(join(here, 'py', f), join(out, f));
 
 const helperSrc = join(here, 'native/sbx-helper.c');
 const helperOut = join(out, 'sbx-helper');

@@ -3,6 +3,9 @@
  * runs from the agent's read-only mount on any base image.
  *
  *   sbx-helper run -- ARGV...            run ARGV in its own session; exit with its status
+ *   sbx-helper zrun SOCKET -- ARGV...    have the warm Python at SOCKET (sbx_zygote.py) run ARGV with
+ *                                        our fds, directory and environment; plain `run` when it is
+ *                                        not there
  *   sbx-helper pty COLS ROWS -- ARGV...  run ARGV on a new pseudo-terminal; relay fd 0 -> pty -> fd 1;
  *                                        fd 3 carries "COLS ROWS\n" resize requests
  *
@@ -26,12 +29,16 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t kill_requested = 0;
 static pid_t child_pid = -1;
+/* zrun: the zygote's supervisor of our run, which kills the run's tree on SIGTERM. */
+static volatile pid_t remote_supervisor = -1;
 
 static void on_term(int sig) {
   (void)sig;
@@ -41,6 +48,7 @@ static void on_term(int sig) {
     kill(-child_pid, SIGKILL);
     kill(child_pid, SIGKILL);
   }
+  if (remote_supervisor > 0) kill(remote_supervisor, SIGTERM);
 }
 
 static int status_code(int st) {
@@ -161,6 +169,118 @@ static int run_mode(char **argv) {
     exec_or_die(argv);
   }
   return supervise();
+}
+
+extern char **environ;
+
+struct buf {
+  char *p;
+  size_t len, cap;
+};
+
+static int buf_add(struct buf *b, const char *s, size_t n) {
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = (b->len + n + 1) * 2;
+    char *p = realloc(b->p, cap);
+    if (!p) return -1;
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len++] = 0;
+  return 0;
+}
+
+static int buf_add_str(struct buf *b, const char *s) { return buf_add(b, s, strlen(s)); }
+
+static int buf_add_int(struct buf *b, long v) {
+  char num[32];
+  snprintf(num, sizeof num, "%ld", v);
+  return buf_add_str(b, num);
+}
+
+static int read_full(int fd, void *p, size_t n) {
+  char *c = p;
+  while (n > 0) {
+    ssize_t r = read(fd, c, n);
+    if (r < 0 && errno == EINTR) {
+      if (kill_requested && remote_supervisor > 0) kill(remote_supervisor, SIGTERM);
+      continue;
+    }
+    if (r <= 0) return -1;
+    c += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+/* Returns the run's exit status, or -1 when the zygote is not there (nothing was started). */
+static int zygote_mode(const char *sock_path, char **argv) {
+  struct sockaddr_un addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  if (strlen(sock_path) >= sizeof addr.sun_path) return -1;
+  strcpy(addr.sun_path, sock_path);
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return -1;
+  if (connect(s, (struct sockaddr *)&addr, sizeof addr) < 0) {
+    close(s);
+    return -1;
+  }
+  struct buf b = {0};
+  char cwd[4096];
+  if (!getcwd(cwd, sizeof cwd)) strcpy(cwd, "/");
+  int argc = 0, envc = 0;
+  while (argv[argc]) argc++;
+  while (environ && environ[envc]) envc++;
+  int bad = buf_add_str(&b, "v1") || buf_add_str(&b, cwd) || buf_add_int(&b, argc);
+  for (int i = 0; i < argc && !bad; i++) bad = buf_add_str(&b, argv[i]);
+  bad = bad || buf_add_int(&b, envc);
+  for (int i = 0; i < envc && !bad; i++) bad = buf_add_str(&b, environ[i]);
+  if (bad) {
+    close(s);
+    return -1;
+  }
+  unsigned char hdr[4] = {(unsigned char)b.len, (unsigned char)(b.len >> 8), (unsigned char)(b.len >> 16), (unsigned char)(b.len >> 24)};
+  int fds[3] = {0, 1, 2};
+  char ctl[CMSG_SPACE(sizeof fds)];
+  memset(ctl, 0, sizeof ctl);
+  struct iovec iov = {.iov_base = hdr, .iov_len = sizeof hdr};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof fds);
+  memcpy(CMSG_DATA(cm), fds, sizeof fds);
+  ssize_t sent;
+  do {
+    sent = sendmsg(s, &msg, MSG_NOSIGNAL);
+  } while (sent < 0 && errno == EINTR);
+  if (sent != (ssize_t)sizeof hdr) {
+    close(s);
+    return -1;
+  }
+  for (size_t off = 0; off < b.len;) {
+    ssize_t w = send(s, b.p + off, b.len - off, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      close(s);
+      return -1;
+    }
+    off += (size_t)w;
+  }
+  free(b.p);
+  unsigned char pidb[4];
+  if (read_full(s, pidb, 4) < 0) {
+    close(s);
+    return -1; /* no supervisor was made: nothing runs */
+  }
+  remote_supervisor = (pid_t)(pidb[0] | pidb[1] << 8 | pidb[2] << 16 | (pid_t)pidb[3] << 24);
+  if (kill_requested) kill(remote_supervisor, SIGTERM);
+  unsigned char st[4];
+  if (read_full(s, st, 4) < 0) return 125;
+  return (int)(st[0] | st[1] << 8 | st[2] << 16 | (unsigned)st[3] << 24);
 }
 
 static void write_all(int fd, const char *p, ssize_t n) {
@@ -289,6 +409,10 @@ int main(int argc, char **argv) {
   install_handlers();
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) perror("sbx-helper: subreaper");
   if (strcmp(argv[1], "run") == 0 && strcmp(argv[2], "--") == 0) return run_mode(argv + 3);
+  if (strcmp(argv[1], "zrun") == 0 && argc >= 5 && strcmp(argv[3], "--") == 0) {
+    int code = zygote_mode(argv[2], argv + 4);
+    return code >= 0 ? code : run_mode(argv + 4);
+  }
   if (strcmp(argv[1], "pty") == 0 && argc >= 6 && strcmp(argv[4], "--") == 0) {
     return pty_mode(atoi(argv[2]), atoi(argv[3]), argv + 5);
   }

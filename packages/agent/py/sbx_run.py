@@ -4,11 +4,12 @@
 # a _repr_*_ method, e.g. a pandas DataFrame). Everything goes into OUT_DIR, created on first use.
 #
 # usage: python3 sbx_run.py OUT_DIR (-c CODE | -f FILE)
+# (or run_main([OUT_DIR, ...]) in a process forked from sbx_zygote.py).
 # Kept free of imports beyond what the interpreter has loaded already: it runs on every execution.
 import sys
 import os
 
-_out_dir = sys.argv[1]
+_out_dir = ''
 _seq = [0]
 
 
@@ -151,14 +152,16 @@ def _exit_code(e):
     return 1
 
 
-def _main():
-    if sys.argv[2] == '-f':
-        filename = sys.argv[3]
+def run_main(args):
+    global _out_dir
+    _out_dir = args[0]
+    if args[1] == '-f':
+        filename = args[2]
         with open(filename, 'rb') as f:
             source = f.read()
     else:
         filename = '<string>'
-        source = sys.argv[3]
+        source = args[2]
     sys.argv = ['-c']
     sys.path[0] = ''
     if 'MPLBACKEND' not in os.environ:
@@ -166,7 +169,7 @@ def _main():
     sys.meta_path.insert(0, _PyplotHook())
 
     main = type(sys)('__main__')
-    main.__builtins__ = __builtins__
+    main.__builtins__ = sys.modules['builtins']
     sys.modules['__main__'] = main
     ns = main.__dict__
     code = 0
@@ -200,4 +203,5 @@ def _main():
     return code
 
 
-sys.exit(_main())
+if __name__ == '__main__':
+    sys.exit(run_main(sys.argv[1:]))

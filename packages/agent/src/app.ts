@@ -7,6 +7,7 @@ import { EnvStore } from './env/store.js';
 import { logLine, setLogFile } from './log.js';
 import { Executor } from './exec/executor.js';
 import { agentNodeCommand } from './exec/languages.js';
+import { PythonZygotes } from './exec/zygote.js';
 import { AgentStats } from './metrics/stats.js';
 import { cacheRoutes } from './routes/cache.js';
 import { commandRoutes } from './routes/commands.js';
@@ -46,7 +47,8 @@ export function createAgent(config: AgentConfig): { agent: Agent; server: Server
   const stats = new AgentStats();
   const envStore = new EnvStore(join(config.stateDir, 'env.json'), config.createEnv);
   const helperPath = findHelper(config.agentDir);
-  const executor = new Executor({ config, envStore, stats, helperPath, nodeFallback: agentNodeCommand() });
+  const zygotes = helperPath && config.pythonZygote ? new PythonZygotes(join(config.stateDir, 'run'), config.agentDir, config.workspaceDir) : null;
+  const executor = new Executor({ config, envStore, stats, helperPath, nodeFallback: agentNodeCommand(), zygotes });
   const agent: Agent = { version: AGENT_VERSION, config, stats, envStore, executor, helperPath };
   const routes = [
     ...healthRoutes(agent),

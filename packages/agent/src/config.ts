@@ -23,6 +23,8 @@ export interface AgentConfig {
   outputCapBytes: number;
   /** Largest file /files/read returns as JSON. */
   maxReadBytes: number;
+  /** Warm Pythons for /execute (SANDBOXD_AGENT_PY_ZYGOTE=0 turns them off). */
+  pythonZygote: boolean;
 }
 
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
@@ -73,5 +75,6 @@ export function loadConfig(env: NodeJS.ProcessEnv, agentDir: string): AgentConfi
     limits: { vcpu: num(limits.vcpu), memoryMb: num(limits.memory_mb), diskMb: num(limits.disk_mb) },
     outputCapBytes: 10 * 1024 * 1024,
     maxReadBytes: 10 * 1024 * 1024,
+    pythonZygote: env.SANDBOXD_AGENT_PY_ZYGOTE !== '0',
   };
 }

@@ -13,6 +13,7 @@ import { collectRichOutputs, discard, OutputDirs, type RichFields } from './rich
 import { RunningProcess, type RunOutcome } from './runner.js';
 import { plainArgv } from './shell.js';
 import { which } from './which.js';
+import type { PythonZygotes } from './zygote.js';
 
 export interface StreamHooks {
   onStdout(chunk: Buffer): void;
@@ -50,6 +51,8 @@ export interface ExecutorDeps {
   stats: AgentStats;
   helperPath: string | null;
   nodeFallback: string[];
+  /** Warm Pythons (null: every Python run starts an interpreter). */
+  zygotes: PythonZygotes | null;
 }
 
 type Timing = { deadline: number; timeoutSec: number };
@@ -147,10 +150,11 @@ export class Executor {
   }
 
   /** Spawns one phase (compile or run) of an entry, honouring a kill that came in between. */
-  private async spawn(entry: ProcessEntry, argv: string[], cwd: string, env: Record<string, string>, t: Timing, stream?: StreamHooks): Promise<RunOutcome> {
+  private async spawn(entry: ProcessEntry, argv: string[], cwd: string, env: Record<string, string>, t: Timing, stream?: StreamHooks, zygoteSocket?: string): Promise<RunOutcome> {
     const proc = new RunningProcess(
       {
         argv,
+        zygoteSocket,
         cwd,
         env,
         timeoutMs: Math.max(1, t.deadline - performance.now()),
@@ -185,14 +189,15 @@ export class Executor {
     const runEnv = o.stream && o.language === 'python' ? { ...env, PYTHONUNBUFFERED: '1' } : env;
     let plan: LaunchPlan | { outcome: RunOutcome };
     try {
-      plan = o.language === 'go' ? await this.planGo(entry, o.code, env, t) : await plannerFor(o.language, this.deps.nodeFallback)(o.code, { agentDir: this.deps.config.agentDir, tmpDir: this.tmpDir, id: entry.id, env, outDir });
+      const ctx = { agentDir: this.deps.config.agentDir, tmpDir: this.tmpDir, id: entry.id, env, outDir, zygotes: this.deps.zygotes };
+      plan = o.language === 'go' ? await this.planGo(entry, o.code, env, t) : await plannerFor(o.language, this.deps.nodeFallback)(o.code, ctx);
     } catch (err) {
       this.failEntry(entry, err);
       throw err;
     }
     let outcome: RunOutcome;
     try {
-      outcome = 'outcome' in plan ? plan.outcome : await this.spawn(entry, plan.argv, cwd, runEnv, t, o.stream);
+      outcome = 'outcome' in plan ? plan.outcome : await this.spawn(entry, plan.argv, cwd, runEnv, t, o.stream, plan.zygote);
     } catch (err) {
       this.failEntry(entry, err);
       throw err;

@@ -3,6 +3,7 @@ import { stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Language } from '../proto.js';
 import { which } from './which.js';
+import type { PythonZygotes } from './zygote.js';
 
 /** Code up to this size goes in argv; longer code goes through a file (one argv string is capped at 128 KiB). */
 const MAX_ARGV_CODE_BYTES = 100 * 1024;
@@ -15,10 +16,14 @@ export interface LaunchContext {
   env: Record<string, string>;
   /** Per-execution rich output directory (Python). */
   outDir: string;
+  /** Warm Pythons, when enabled. */
+  zygotes: PythonZygotes | null;
 }
 
 export interface LaunchPlan {
   argv: string[];
+  /** Run through this warm Python (sbx-helper zrun), which runs argv cold when it is not there. */
+  zygote?: string;
   /** A file holding the code, removed after the run. */
   tempFile?: string;
 }
@@ -56,11 +61,13 @@ async function codeArg(code: string, ctx: LaunchContext, ext: string): Promise<{
 }
 
 export async function planPython(code: string, ctx: LaunchContext): Promise<LaunchPlan> {
-  const python = (await which('python3', ctx.env.PATH)) ?? (await which('python', ctx.env.PATH)) ?? 'python3';
+  const found = (await which('python3', ctx.env.PATH)) ?? (await which('python', ctx.env.PATH));
+  const python = found ?? 'python3';
   const arg = await codeArg(code, ctx, '.py');
   return {
     argv: [python, join(ctx.agentDir, 'sbx_run.py'), ctx.outDir, arg.inline ? '-c' : '-f', arg.value],
     tempFile: arg.inline ? undefined : arg.value,
+    zygote: (found && ctx.zygotes?.socketFor(found, ctx.env)) || undefined,
   };
 }
 

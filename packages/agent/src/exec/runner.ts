@@ -8,6 +8,8 @@ export interface RunSpec {
   env: Record<string, string>;
   timeoutMs: number;
   capBytes: number;
+  /** Socket of a warm Python that should run argv (sbx-helper zrun); needs the helper. */
+  zygoteSocket?: string;
   /** Live output (streaming); called in order, before the bytes are counted against the cap. */
   onStdout?: (chunk: Buffer) => void;
   onStderr?: (chunk: Buffer) => void;
@@ -47,9 +49,8 @@ export class RunningProcess {
     const started = performance.now();
     const stdout = new CappedOutput(spec.capBytes);
     const stderr = new CappedOutput(spec.capBytes);
-    const [file, args] = helperPath
-      ? [helperPath, ['run', '--', ...spec.argv]]
-      : [spec.argv[0]!, spec.argv.slice(1)];
+    const mode = spec.zygoteSocket ? ['zrun', spec.zygoteSocket, '--'] : ['run', '--'];
+    const [file, args] = helperPath ? [helperPath, [...mode, ...spec.argv]] : [spec.argv[0]!, spec.argv.slice(1)];
     this.child = spawn(file, args, {
       cwd: spec.cwd,
       env: spec.env,

@@ -1,6 +1,6 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { agent, api, createSandbox, exec, run, startAgentServer, stopServer, type CreatedSandbox, type TestServer } from './agent-support.js';
+import { agent, api, createSandbox, exec, run, startAgentServer, stopServer, waitFor, type CreatedSandbox, type TestServer } from './agent-support.js';
 
 // /execute and /commands/run in real sandboxes, through the gateway.
 
@@ -251,6 +251,39 @@ describe('execute: env, working directory, languages runtimes', () => {
     assert.equal(typeof cleared.body.message, 'string');
     assert.equal((await agent(sb, 'GET', '/cache/stats')).body.cache.size, 0);
     assert.notEqual((await exec(sb, code, { cache: true })).cached, true);
+  });
+});
+
+describe('execute: warm python (forked from a resident interpreter)', () => {
+  test('runs are forked from the warm interpreter and behave like a fresh python3 -c', async () => {
+    await exec(sb, 'pass'); // starts the warm interpreter if needed
+    const parent = await waitFor('a warm run', async () => {
+      const r = await exec(sb, 'import os\nprint(open(f"/proc/{os.getppid()}/cmdline").read().replace("\\0", " "))');
+      return /sbx_zygote/.test(r.stdout) ? r : undefined;
+    });
+    assert.match(parent.stdout, /sbx_zygote\.py/);
+    const shape = await exec(sb, 'import sys, os\nprint(__name__, sys.argv, sys.path[0] == "", os.getcwd())', { working_dir: '/tmp' });
+    assert.equal(shape.stdout, "__main__ ['-c'] True /tmp\n");
+  });
+
+  test('each run gets exactly its own env; start-up env (PYTHONPATH) is honoured', async () => {
+    assert.equal((await exec(sb, 'import os; print(os.environ.get("ONLY_FIRST"))', { env: { ONLY_FIRST: '1' } })).stdout, '1\n');
+    assert.equal((await exec(sb, 'import os; print(os.environ.get("ONLY_FIRST"))')).stdout, 'None\n', 'nothing leaks into the next run');
+    await run(sb, 'sh', ['-c', 'mkdir -p /tmp/pp && echo "VALUE = 42" > /tmp/pp/ppmod.py']);
+    assert.equal((await exec(sb, 'import ppmod; print(ppmod.VALUE)', { env: { PYTHONPATH: '/tmp/pp' } })).stdout, '42\n');
+    assert.equal((await exec(sb, 'import os; print(os.environ["HOME"])', { env: { HOME: '/tmp' } })).stdout, '/tmp\n');
+  });
+
+  test('exit behaves: files left open are flushed, atexit runs, threads are joined, exit codes and signals', async () => {
+    const r = await exec(sb, 'import atexit, threading, time\nf = open("/tmp/unflushed.txt", "w")\nf.write("kept")\natexit.register(lambda: print("atexit"))\nthreading.Thread(target=lambda: (time.sleep(0.3), print("thread"))).start()');
+    assert.equal(r.stdout, 'thread\natexit\n');
+    assert.equal((await run(sb, 'cat', ['/tmp/unflushed.txt'])).stdout, 'kept');
+    assert.equal((await exec(sb, 'import os; os._exit(5)')).exit_code, 5);
+    assert.equal((await exec(sb, 'import os, signal; os.kill(os.getpid(), signal.SIGKILL)')).exit_code, 137);
+    const exit = await exec(sb, 'import sys; sys.exit("bye")');
+    assert.equal(exit.exit_code, 1);
+    assert.equal(exit.stderr, 'bye\n');
+    assert.equal((await exec(sb, 'import random; print(random.random())')).stdout === (await exec(sb, 'import random; print(random.random())')).stdout, false, 'fresh randomness per run');
   });
 });
 

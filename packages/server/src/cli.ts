@@ -5,8 +5,7 @@ import { ServiceError } from '@sandboxd/protocol';
 import { loadConfig } from './config.js';
 import { SqliteStore } from './store/sqlite.js';
 import { KeyService, parseScopes } from './services/keys.js';
-import { serve } from './main.js';
-import { openImageServices } from './images/index.js';
+import { openImages, serve } from './main.js';
 
 const USAGE = `sandboxd: self-hosted sandbox execution service
 
@@ -96,15 +95,7 @@ async function imagesCommand(args: string[]): Promise<number> {
   const [verb, ref, file] = positionals;
   const config = loadConfig();
   const log = (line: string) => process.stderr.write(`${line}\n`);
-  const images = openImageServices({
-    dataDir: config.dataDir,
-    layersDir: config.layersDir,
-    registryUrl: config.registry.url,
-    registryUsername: config.registry.username,
-    registryPassword: config.registry.password,
-    registryHint: 'SANDBOXD_REGISTRY_URL',
-    log,
-  });
+  const images = openImages(config, log);
   if (verb === 'import' && ref && file) {
     const rec = await images.importArchive(file, ref);
     process.stdout.write(values.json ? `${JSON.stringify(rec, null, 2)}\n` : `imported ${ref}: ${rec.layers.length} layer(s)\n`);

@@ -30,6 +30,19 @@ function log(msg: string, extra?: Record<string, unknown>): void {
   process.stderr.write(`[sandboxd ${new Date().toISOString()}] ${line}\n`);
 }
 
+/** The image side of the data dir (layers, blobs, imported images, builder), as configured. */
+export function openImages(config: Config, log: (line: string) => void) {
+  return openImageServices({
+    dataDir: config.dataDir,
+    layersDir: config.layersDir,
+    registryUrl: config.registry.url,
+    registryUsername: config.registry.username,
+    registryPassword: config.registry.password,
+    registryHint: 'SANDBOXD_REGISTRY_URL',
+    log,
+  });
+}
+
 /** The admin key of the default organization: pinned by config, else generated once and kept 0600. */
 async function bootstrapKey(config: Config, keys: KeyService): Promise<string> {
   if (config.bootstrapApiKey) {
@@ -71,15 +84,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   await runtime.setupHost();
 
   const store = SqliteStore.open(join(config.dataDir, 'sandboxd.db'));
-  const images = openImageServices({
-    dataDir: config.dataDir,
-    layersDir: config.layersDir,
-    registryUrl: config.registry.url,
-    registryUsername: config.registry.username,
-    registryPassword: config.registry.password,
-    registryHint: 'SANDBOXD_REGISTRY_URL',
-    log,
-  });
+  const images = openImages(config, log);
   await images.cleanupStale();
   const layers = images.layers;
   const templates = new TemplateService(store);

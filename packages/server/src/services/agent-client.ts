@@ -2,26 +2,7 @@ import { request } from 'node:http';
 
 /** One GET to the agent over its unix socket; resolves with the status and parsed JSON body. */
 export function agentGet(socketPath: string, path: string, timeoutMs: number): Promise<{ status: number; body: unknown }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ socketPath, path, method: 'GET', timeout: timeoutMs, headers: { host: 'agent' } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let body: unknown = text;
-        try {
-          body = JSON.parse(text);
-        } catch {
-          /* not JSON: keep the text */
-        }
-        resolve({ status: res.statusCode ?? 0, body });
-      });
-      res.on('error', reject);
-    });
-    req.on('timeout', () => req.destroy(new Error(`agent did not answer ${path} within ${timeoutMs} ms`)));
-    req.on('error', reject);
-    req.end();
-  });
+  return agentJson(socketPath, 'GET', path, undefined, timeoutMs);
 }
 
 /** Waits until the agent answers /health, retrying while the socket is not there yet. */
@@ -41,34 +22,27 @@ export async function waitForAgent(socketPath: string, timeoutMs: number): Promi
   throw new Error(`agent not ready after ${timeoutMs} ms: ${lastError instanceof Error ? lastError.message : String(lastError)}`);
 }
 
-/** One JSON request to the agent over its unix socket. */
+/** One request to the agent over its unix socket, with an optional JSON body. */
 export function agentJson(socketPath: string, method: string, path: string, body: unknown, timeoutMs: number): Promise<{ status: number; body: unknown }> {
   return new Promise((resolve, reject) => {
-    const text = JSON.stringify(body);
-    const req = request(
-      {
-        socketPath,
-        path,
-        method,
-        timeout: timeoutMs,
-        headers: { host: 'agent', 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const raw = Buffer.concat(chunks).toString('utf8');
-          let parsed: unknown = raw;
-          try {
-            parsed = JSON.parse(raw);
-          } catch {
-            /* keep text */
-          }
-          resolve({ status: res.statusCode ?? 0, body: parsed });
-        });
-        res.on('error', reject);
-      },
-    );
+    const text = body === undefined ? undefined : JSON.stringify(body);
+    const headers: Record<string, string | number> = { host: 'agent' };
+    if (text !== undefined) Object.assign(headers, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+    const req = request({ socketPath, path, method, timeout: timeoutMs, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const raw = Buffer.concat(chunks).toString('utf8');
+        let parsed: unknown = raw;
+        try {
+          parsed = JSON.parse(raw);
+        } catch {
+          /* not JSON: keep the text */
+        }
+        resolve({ status: res.statusCode ?? 0, body: parsed });
+      });
+      res.on('error', reject);
+    });
     req.on('timeout', () => req.destroy(new Error(`agent did not answer ${path} within ${timeoutMs} ms`)));
     req.on('error', reject);
     req.end(text);

@@ -6,9 +6,15 @@ import { loadConfig } from './config.js';
 import { logLine } from './log.js';
 
 function main(): void {
-  // V8 grows its young generation up to 16 MiB under a steady request rate and keeps it until idle
-  // for half a minute; the agent's garbage is short-lived and small, so 1 MiB serves it as well.
+  // Memory of an agent in every sandbox: V8 grows its young generation up to 16 MiB under a steady
+  // request rate and keeps it until idle for half a minute; the agent's garbage is short-lived and
+  // small, so 1 MiB serves as well. Compacting on full collections returns the old-generation pages
+  // a burst of requests leaves fragmented (see IdleCollector).
   setFlagsFromString('--semi-space-growth-factor=1');
+  setFlagsFromString('--compact-on-every-full-gc');
+  // The agent waits on processes and sockets; optimising compilers buy it nothing but their memory
+  // (code, and malloc arenas of the background compiler threads that are never returned).
+  setFlagsFromString('--no-opt');
   // agent.cjs and what ships beside it (sbx-helper, sbx_run.py) live in one directory.
   const config = loadConfig(process.env, dirname(resolve(process.argv[1] ?? '.')));
   // SANDBOXD_* variables are the agent's own: nothing started from here may see them.

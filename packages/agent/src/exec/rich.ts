@@ -1,3 +1,4 @@
+import { statSync } from 'node:fs';
 import { readdir, readFile, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { RichOutput } from '../proto.js';
@@ -29,11 +30,14 @@ const MAX_INLINE_BYTES = 8 * 1024 * 1024;
  */
 export async function collectRichOutputs(outDir: string): Promise<RichFields> {
   const fields: RichFields = { rich_outputs: [] };
+  // Nearly every run produces nothing and the directory is created on first use: one failing stat
+  // on this thread beats a round trip through the thread pool (whose per-thread heaps only grow).
+  if (!statSync(outDir, { throwIfNoEntry: false })) return fields;
   let names: string[];
   try {
     names = (await readdir(outDir)).sort();
   } catch {
-    return fields; // nothing was produced: the directory is created on first use
+    return fields;
   }
   for (const name of names) {
     const path = join(outDir, name);

@@ -1,0 +1,182 @@
+// bench/agent: the agent interface through the gateway (what clients see), next to the same work run
+// directly with `crun exec` in the same sandbox, and python3 on the host, measured in the same run.
+// Usage (root, after npm run build): node bench/dist/agent.js [N=200] [BIG_ROUNDS=5]
+import { spawn, spawnSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream, createWriteStream, existsSync, readFileSync, statSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import http from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { pipeline } from 'node:stream/promises';
+import { createSandbox, startAgentServer, stopServer, type CreatedSandbox } from '../../e2e/dist/agent-support.js';
+import { row, summary } from './stats.js';
+
+const N = Number(process.argv[2] ?? 200);
+const BIG_ROUNDS = Number(process.argv[3] ?? 5);
+const MiB = 1024 * 1024;
+
+/** One keep-alive connection to the gateway, like a client SDK. */
+class Client {
+  private readonly agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  private readonly url: URL;
+  constructor(private readonly sb: CreatedSandbox) {
+    this.url = new URL(sb.publicHost);
+  }
+
+  request(method: string, path: string, body?: Buffer | string | NodeJS.ReadableStream, headers: Record<string, string | number> = {}): Promise<{ status: number; body: Buffer }> {
+    return new Promise((resolve, reject) => {
+      const req = http.request(
+        { host: this.url.hostname, port: this.url.port, path, method, agent: this.agent, headers: { authorization: `Bearer ${this.sb.authToken}`, ...headers } },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks) }));
+          res.on('error', reject);
+        },
+      );
+      req.on('error', reject);
+      if (body === undefined || typeof body === 'string' || Buffer.isBuffer(body)) req.end(body);
+      else (body as NodeJS.ReadableStream).pipe(req);
+    });
+  }
+
+  async json(path: string, body: unknown): Promise<any> {
+    const text = JSON.stringify(body);
+    const r = await this.request('POST', path, text, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+    if (r.status !== 200) throw new Error(`${path}: ${r.status} ${r.body}`);
+    return JSON.parse(r.body.toString());
+  }
+
+  /** Multipart upload streamed from a file (file part first, as real clients send it). */
+  async upload(localFile: string, remotePath: string): Promise<void> {
+    const boundary = `----bench${randomBytes(8).toString('hex')}`;
+    const head = Buffer.from(`--${boundary}\r\ncontent-disposition: form-data; name="file"; filename="f.bin"\r\ncontent-type: application/octet-stream\r\n\r\n`);
+    const tail = Buffer.from(`\r\n--${boundary}\r\ncontent-disposition: form-data; name="path"\r\n\r\n${remotePath}\r\n--${boundary}--\r\n`);
+    const size = statSync(localFile).size;
+    const body = (async function* () {
+      yield head;
+      for await (const c of createReadStream(localFile, { highWaterMark: MiB })) yield c as Buffer;
+      yield tail;
+    })();
+    const { Readable } = await import('node:stream');
+    const r = await this.request('POST', '/files/upload', Readable.from(body), {
+      'content-type': `multipart/form-data; boundary=${boundary}`,
+      'content-length': head.length + size + tail.length,
+    });
+    if (r.status !== 200) throw new Error(`upload: ${r.status} ${r.body}`);
+  }
+
+  /** Streams a download and returns its sha256. */
+  download(remotePath: string): Promise<string> {
+    return new Promise((resolve, reject) => {
+      const req = http.request(
+        { host: this.url.hostname, port: this.url.port, path: `/files/download?path=${encodeURIComponent(remotePath)}`, agent: this.agent, headers: { authorization: `Bearer ${this.sb.authToken}` } },
+        (res) => {
+          const h = createHash('sha256');
+          res.on('data', (c: Buffer) => h.update(c));
+          res.on('end', () => (res.statusCode === 200 ? resolve(h.digest('hex')) : reject(new Error(`download ${res.statusCode}`))));
+          res.on('error', reject);
+        },
+      );
+      req.on('error', reject);
+      req.end();
+    });
+  }
+
+  close(): void {
+    this.agent.destroy();
+  }
+}
+
+async function sample(n: number, fn: () => Promise<unknown>): Promise<number[]> {
+  for (let i = 0; i < Math.min(10, n); i++) await fn(); // warm-up
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await fn();
+    out.push(performance.now() - t0);
+  }
+  return out;
+}
+
+/** `crun exec` into the sandbox's container: the raw baseline without agent, HTTP or gateway. */
+function crunExec(root: string, id: string, argv: string[], stdin?: string, stdoutTo?: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('crun', ['--root', root, '--cgroup-manager=cgroupfs', 'exec', id, ...argv], {
+      stdio: [stdin ? 'pipe' : 'ignore', stdoutTo ? 'pipe' : 'ignore', 'ignore'],
+    });
+    if (stdin) void pipeline(createReadStream(stdin), child.stdin!).catch(reject);
+    if (stdoutTo) void pipeline(child.stdout!, createWriteStream(stdoutTo)).catch(reject);
+    child.on('error', reject);
+    child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`crun exec ${argv.join(' ')}: exit ${code}`))));
+  });
+}
+
+async function writeRandom(path: string, bytes: number): Promise<void> {
+  const out = createWriteStream(path);
+  for (let left = bytes; left > 0; left -= 4 * MiB) {
+    if (!out.write(randomBytes(Math.min(left, 4 * MiB)))) await new Promise<void>((r) => out.once('drain', () => r()));
+  }
+  await new Promise<void>((r, j) => out.end((e?: Error | null) => (e ? j(e) : r())));
+}
+
+function mbps(bytes: number, ms: number[]): string {
+  const p50 = summary(ms).p50;
+  return `${((bytes / MiB) / (p50 / 1000)).toFixed(0)} MiB/s`;
+}
+
+async function main(): Promise<void> {
+  const tmp = await mkdtemp(join(tmpdir(), 'bench-agent-'));
+  const server = await startAgentServer({ templates: ['code-interpreter'] });
+  try {
+    const sb = await createSandbox(server, { template_name: 'code-interpreter', internet_access: false });
+    const client = new Client(sb);
+    const root = join(server.dataDir, 'crun');
+    const lines: string[] = [];
+    // The distribution's interpreter (as in the sandbox), not a version manager's shim or build.
+    const hostPython = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : spawnSync('python3', ['-c', 'import sys; print(sys.executable)']).stdout.toString().trim() || 'python3';
+
+    const py = await sample(N, () => client.json('/execute', { code: 'print(1)' }));
+    const pyCrun = await sample(Math.min(N, 100), () => crunExec(root, sb.id, ['python3', '-c', 'print(1)']));
+    const pyHost = await sample(Math.min(N, 100), () => new Promise<void>((r) => spawn(hostPython, ['-c', 'print(1)'], { stdio: 'ignore' }).on('close', () => r())));
+    lines.push(row('/execute python print(1)', py, pyCrun));
+    lines.push(row('  crun exec python3 -c print(1)', pyCrun));
+    lines.push(row(`  host ${hostPython} -c print(1)`.slice(0, 34), pyHost));
+    lines.push(`${''.padEnd(34)} ratio to host python: ${(summary(py).p50 / summary(pyHost).p50).toFixed(2)}x`);
+
+    const bash = await sample(N, () => client.json('/execute', { code: 'echo hi', language: 'bash' }));
+    const bashCrun = await sample(Math.min(N, 100), () => crunExec(root, sb.id, ['bash', '-c', 'echo hi']));
+    lines.push(row('/execute bash echo hi', bash, bashCrun));
+
+    const cmd = await sample(N, () => client.json('/commands/run', { command: 'true' }));
+    const trueCrun = await sample(Math.min(N, 100), () => crunExec(root, sb.id, ['true']));
+    lines.push(row('/commands/run true', cmd, trueCrun));
+
+    for (const [label, bytes, rounds] of [
+      ['1 MiB', MiB, Math.min(N, 50)],
+      ['100 MiB', 100 * MiB, BIG_ROUNDS],
+    ] as const) {
+      const local = join(tmp, `${bytes}.bin`);
+      await writeRandom(local, bytes);
+      const back = join(tmp, `${bytes}.back`);
+      const up = await sample(rounds, () => client.upload(local, `/workspace/bench-${bytes}.bin`));
+      const down = await sample(rounds, () => client.download(`/workspace/bench-${bytes}.bin`));
+      const upCrun = await sample(rounds, () => crunExec(root, sb.id, ['sh', '-c', `cat > /workspace/crun-${bytes}.bin`], local));
+      const downCrun = await sample(rounds, () => crunExec(root, sb.id, ['cat', `/workspace/crun-${bytes}.bin`], undefined, back));
+      const localHash = createHash('sha256').update(readFileSync(local)).digest('hex');
+      if ((await client.download(`/workspace/bench-${bytes}.bin`)) !== localHash) throw new Error(`${label}: sha256 differs`);
+      lines.push(row(`upload ${label} (write)`, up, upCrun) + `   ${mbps(bytes, up)} vs ${mbps(bytes, upCrun)}`);
+      lines.push(row(`download ${label} (read)`, down, downCrun) + `   ${mbps(bytes, down)} vs ${mbps(bytes, downCrun)}`);
+    }
+    client.close();
+    console.log(`agent interface through the gateway vs crun exec in the same sandbox (code-interpreter), N=${N}`);
+    for (const l of lines) console.log(l);
+  } finally {
+    await stopServer(server);
+    await rm(tmp, { recursive: true, force: true });
+  }
+}
+
+await main();

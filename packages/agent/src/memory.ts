@@ -47,12 +47,16 @@ export function collect(type: 'minor' | 'major'): void {
  */
 export class IdleCollector {
   private timer: NodeJS.Timeout | null = null;
-  private dirty = false;
+  private requests = 0;
 
-  constructor(private readonly idleMs = 1500) {}
+  /** A lone request (a health check) is not a burst: it would make every idle agent collect. */
+  constructor(
+    private readonly idleMs = 1500,
+    private readonly minRequests = 20,
+  ) {}
 
   activity(): void {
-    this.dirty = true;
+    if (++this.requests < this.minRequests) return;
     if (this.timer) this.timer.refresh();
     else {
       this.timer = setTimeout(() => this.fire(), this.idleMs);
@@ -62,8 +66,7 @@ export class IdleCollector {
 
   private fire(): void {
     this.timer = null;
-    if (!this.dirty) return;
-    this.dirty = false;
+    this.requests = 0;
     collect('major');
   }
 }

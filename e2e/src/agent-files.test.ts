@@ -205,7 +205,7 @@ describe('files: upload and download', () => {
     }
     const growth = (peak - rssBefore) / (1024 * 1024);
     console.log(`# agent rss ${(rssBefore / 1048576).toFixed(1)} MiB before, peak +${growth.toFixed(1)} MiB`);
-    assert.ok(growth < 80, `agent memory grew by ${growth.toFixed(1)} MiB while moving 400 MB`);
+    assert.ok(growth < 48, `agent memory grew by ${growth.toFixed(1)} MiB while moving 400 MB`);
   });
 
   test('upload into a directory keeps the file name; a raw body with ?path= works too; errors are 4xx', async () => {

@@ -23,7 +23,7 @@ const dirs = only.length
   : ['packages/protocol/dist', 'packages/server/dist', 'packages/agent/dist', 'packages/sdk/dist', 'packages/cli/dist', 'e2e/dist'].filter((d) =>
       existsSync(join(root, d)),
     );
-const status = run(process.execPath, ['--test', '--test-concurrency=1', '--test-timeout=900000', ...dirs], {
+const status = run(process.execPath, ['--test', '--test-concurrency=1', '--test-timeout=600000', ...dirs], {
   env: { ...process.env, NO_PROXY: '127.0.0.1,localhost', no_proxy: '127.0.0.1,localhost' },
 });
 const leaks = run(process.execPath, [join(root, 'scripts/leak-check.mjs')]);

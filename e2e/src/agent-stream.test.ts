@@ -42,7 +42,7 @@ describe('/execute/stream', () => {
     }
   });
 
-  test('a chatty program: frames are coalesced and spaced at least 1 ms apart, nothing lost', async () => {
+  test('a chatty program: frames are coalesced and sent at least 1 ms apart, nothing lost', async () => {
     const s = await AgentSocket.open(sb, '/execute/stream');
     try {
       s.send({ type: 'execute', code: 'for i in range(20000):\n    print(i)', language: 'python' });
@@ -50,10 +50,13 @@ describe('/execute/stream', () => {
       const out = s.frames.filter((f) => f.type === 'stdout');
       assert.equal(out.map((f) => f.data).join(''), Array.from({ length: 20000 }, (_, i) => `${i}\n`).join(''));
       assert.ok(out.length < 2000, `coalesced into ${out.length} frames`);
-      // Arrival gaps are measured after the gateway; allow scheduling jitter on a busy machine.
-      const gaps = s.frames.slice(1).map((f, i) => f.at - s.frames[i]!.at);
-      const tooClose = gaps.filter((g) => g < 0.5).length;
-      assert.ok(tooClose <= gaps.length * 0.05, `${tooClose} of ${gaps.length} frames arrived < 0.5 ms apart`);
+      // The agent's send times (frame timestamps) are at least 1 ms apart. Arrival times also depend
+      // on the gateway and on this process getting the CPU, so on a busy machine they are only shown.
+      const sent = out.map((f) => Date.parse(f.timestamp));
+      const sentGaps = sent.slice(1).map((t, i) => t - sent[i]!);
+      assert.ok(sentGaps.every((g) => g >= 1), `send gaps ${sentGaps.join(',')}`);
+      const arrivals = s.frames.slice(1).map((f, i) => f.at - s.frames[i]!.at);
+      console.log(`# ${out.length} frames; ${arrivals.filter((g) => g < 0.5).length} arrived < 0.5 ms after the previous one`);
     } finally {
       await s.close();
     }

@@ -71,6 +71,8 @@ function specFor(id: string, src: SpecSource, layerPath: (id: string) => string)
       ...src.templateEnv,
       SANDBOX_ID: id,
       SANDBOXD_ENV_VARS: JSON.stringify(src.envVars),
+      // The agent reports its limits in /metrics (it cannot read its cgroup: /sys/fs/cgroup is masked).
+      SANDBOXD_LIMITS: JSON.stringify({ vcpu: src.vcpu, memory_mb: src.memoryMb, disk_mb: src.diskGb * 1024 }),
     },
   };
 }

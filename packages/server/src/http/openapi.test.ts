@@ -114,3 +114,14 @@ test('bodyless POST with a JSON content type is accepted; bad JSON is a 400 in t
   assert.deepEqual(Object.keys(bad.json()).sort(), ['code', 'error', 'message', 'request_id']);
   assert.equal(bad.headers['x-request-id'], bad.json().request_id);
 });
+
+test('hostile input on unauthenticated routes is a 4xx in the error shape, never a 500', async () => {
+  const { a } = await app();
+  for (const url of ['/v1/templates/files/upload/garbage', '/v1/templates/files/upload/e30.', '/v1/templates/files/upload/%E0%A4%A.x', `/v1/templates/files/upload/${'a'.repeat(3000)}.b`]) {
+    const res = await a.inject({ method: 'PUT', url, payload: 'x', headers: { 'content-type': 'application/octet-stream' } });
+    assert.ok(res.statusCode >= 400 && res.statusCode < 500, `${url} → ${res.statusCode}`);
+    assert.ok(res.json().code, url);
+  }
+  const noAuth = await a.inject({ method: 'GET', url: '/v1/sandboxes/x%00y' });
+  assert.equal(noAuth.statusCode, 401);
+});

@@ -117,8 +117,13 @@ export class UploadService {
     const expected = createHmac('sha256', this.key).update(payload).digest();
     const given = Buffer.from(mac, 'base64url');
     if (given.length !== expected.length || !timingSafeEqual(given, expected)) throw new ServiceError('PERMISSION_DENIED', 'upload URL signature is invalid');
-    const claim = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as UploadClaim;
-    if (claim.e * 1000 < Date.now()) throw new ServiceError('PERMISSION_DENIED', 'upload URL expired; ask for a new one');
+    let claim: UploadClaim;
+    try {
+      claim = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as UploadClaim;
+    } catch {
+      throw new ServiceError('PERMISSION_DENIED', 'malformed upload URL');
+    }
+    if (typeof claim?.e !== 'number' || claim.e * 1000 < Date.now()) throw new ServiceError('PERMISSION_DENIED', 'upload URL expired; ask for a new one');
     return claim;
   }
 

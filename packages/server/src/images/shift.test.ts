@@ -4,7 +4,7 @@ import { chmodSync, chownSync, linkSync, lstatSync, mkdirSync, mkdtempSync, rmSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { shiftOwnership } from './shift.js';
+import { moveIdRange, shiftOwnership } from './shift.js';
 
 let dir: string;
 let outside: string;
@@ -65,5 +65,28 @@ test('a negative offset unshifts, and refuses to go below 0', () => {
   shiftOwnership(t, -100000);
   assert.equal(lstatSync(join(t, 'home/user')).uid, 1000);
   assert.equal(lstatSync(join(t, 'usr/bin/su')).mode & 0o7777, 0o4755);
-  assert.throws(() => shiftOwnership(t, -1), /would get uid -1/);
+  assert.throws(() => shiftOwnership(t, -1), /would get id -1/);
+});
+
+test('moveIdRange moves only the ids inside the range, keeping special bits', () => {
+  const t = join(dir, 'moved');
+  mkdirSync(join(t, 'home/user'), { recursive: true });
+  writeFileSync(join(t, 'su'), 'x');
+  writeFileSync(join(t, 'mine'), 'x');
+  chownSync(t, 100000, 100000);
+  chownSync(join(t, 'su'), 100000, 100000);
+  chmodSync(join(t, 'su'), 0o4755);
+  chownSync(join(t, 'home/user'), 101000, 165535);
+  // Made by host root (e.g. an agent directory): not in the range, stays.
+  chownSync(join(t, 'mine'), 0, 5);
+  const res = moveIdRange(t, 100000, 1_000_065_536, 65536);
+  const st = (p: string) => lstatSync(join(t, p));
+  assert.equal(res.entries, 5);
+  assert.equal(st('').uid, 1_000_065_536);
+  assert.equal(st('su').uid, 1_000_065_536);
+  assert.equal(st('su').mode & 0o7777, 0o4755, 'setuid kept');
+  assert.equal(st('home').uid, 0, 'made by the test as root: outside the range');
+  assert.equal(st('home/user').uid, 1_000_066_536);
+  assert.equal(st('home/user').gid, 1_000_065_536 + 65535);
+  assert.deepEqual([st('mine').uid, st('mine').gid], [0, 5]);
 });

@@ -25,6 +25,26 @@ const S_IFREG = 0o100000;
  * (an image whose ids do not fit the sandbox's id range cannot be mapped faithfully).
  */
 export function shiftOwnership(dir: string, offset: number, opts: { idLimit?: number } = {}): ShiftResult {
+  return rewriteOwnership(dir, (id, path) => {
+    if (opts.idLimit !== undefined && id >= opts.idLimit) {
+      throw new Error(`shiftOwnership: ${path} is owned by id ${id}, outside 0-${opts.idLimit - 1}`);
+    }
+    const out = id + offset;
+    if (out < 0) throw new Error(`shiftOwnership: ${path} would get id ${out}`);
+    return out;
+  });
+}
+
+/**
+ * Moves ids in `from`..`from + count - 1` to `to`..`to + count - 1` under `dir`; other ids stay.
+ * For a sandbox disk made when sandboxes still ran as the legacy shared range.
+ */
+export function moveIdRange(dir: string, from: number, to: number, count: number): ShiftResult {
+  return rewriteOwnership(dir, (id) => (id >= from && id < from + count ? id - from + to : id));
+}
+
+/** Sets uid and gid of every entry under `dir` (dir included) to `map(old)`, as described above. */
+function rewriteOwnership(dir: string, map: (id: number, path: string) => number): ShiftResult {
   const root = lstatSync(dir);
   const seen = new Set<number>();
   const result: ShiftResult = { entries: 0, bytes: 0 };
@@ -37,16 +57,14 @@ export function shiftOwnership(dir: string, offset: number, opts: { idLimit?: nu
       if (seen.has(st.ino)) return;
       seen.add(st.ino);
     }
-    if (opts.idLimit !== undefined && (st.uid >= opts.idLimit || st.gid >= opts.idLimit)) {
-      throw new Error(`shiftOwnership: ${path} is owned by ${st.uid}:${st.gid}, outside 0-${opts.idLimit - 1}`);
+    const uid = map(st.uid, path);
+    const gid = map(st.gid, path);
+    if (uid !== st.uid || gid !== st.gid) {
+      lchownSync(path, uid, gid);
+      if (type !== S_IFLNK && (st.mode & 0o6000) !== 0) chmodSync(path, st.mode & 0o7777);
     }
-    const uid = st.uid + offset;
-    const gid = st.gid + offset;
-    if (uid < 0 || gid < 0) throw new Error(`shiftOwnership: ${path} would get uid ${uid} gid ${gid}`);
-    lchownSync(path, uid, gid);
     result.entries++;
     if (type === S_IFREG) result.bytes += st.size;
-    if (type !== S_IFLNK && (st.mode & 0o6000) !== 0) chmodSync(path, st.mode & 0o7777);
     if (type === S_IFDIR && st.dev === root.dev) stack.push(path);
   };
 

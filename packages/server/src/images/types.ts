@@ -39,4 +39,10 @@ export interface LayerStore {
 
 /** Ownership offset of layers on disk: uid/gid k inside ↔ 100000 + k on the host. */
 export const CANONICAL_ID_OFFSET = 100000;
+/**
+ * The offset layers were stored with before (inside the default subuid space). The runtime still
+ * mounts such layers (mapping them like canonical ones), so that templates and sandboxes made before
+ * the change keep working until they are rebuilt; nothing new is made with it.
+ */
+export const LEGACY_ID_OFFSET = 100_000;
 export const ID_RANGE = 65536;

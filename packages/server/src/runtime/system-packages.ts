@@ -14,6 +14,9 @@ export const REQUIRED_TOOLS: Array<{ bin: string; pkg: string }> = [
   { bin: 'setfattr', pkg: 'attr' },
   { bin: 'zstd', pkg: 'zstd' },
   { bin: 'unshare', pkg: 'util-linux' },
+  // The idmap helper (native/idmap-mount.c) is compiled at setup: gcc and the C library's headers.
+  { bin: 'gcc', pkg: 'gcc' },
+  { bin: 'gcc', pkg: 'libc6-dev' },
 ];
 
 const PATH_DIRS = ['/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin', '/sbin', '/bin'];

@@ -1,0 +1,107 @@
+import { readFile, rename, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { ServiceError } from '@sandboxd/protocol';
+import { ID_RANGE } from '../images/types.js';
+
+/**
+ * Host ids of sandboxes: each sandbox runs as its own range of ID_RANGE uids and gids, so a process
+ * that escapes one sandbox is a different host user from every other sandbox's processes. The
+ * ranges start above CANONICAL_ID_OFFSET (layers) and far above any subuid range useradd hands out
+ * (SUB_UID_MAX defaults to 600100000), so no host user can map them in a user namespace of their own.
+ */
+export const SANDBOX_ID_BASE = 1_000_000_000;
+/** Ranges that fit below 2^32 - 1 (uid -1 means "no change" to chown and may not be mapped). */
+export const MAX_ID_RANGES = Math.floor((2 ** 32 - 1 - SANDBOX_ID_BASE) / ID_RANGE);
+
+/** The file in a sandbox's directory recording its range (kept across stop/start and restarts). */
+export const ID_RANGE_FILE = 'ids.json';
+
+export interface IdRangeFile {
+  /** Host uid and gid of root inside the sandbox. */
+  base: number;
+  size: number;
+  /**
+   * Set while the files of the sandbox's disk are moved from this range to `base` (a sandbox made
+   * when all sandboxes shared LEGACY_ID_OFFSET); removed once done, so an interrupted move resumes.
+   */
+  movingFrom?: number;
+}
+
+export function rangeBase(k: number): number {
+  return SANDBOX_ID_BASE + k * ID_RANGE;
+}
+
+function rangeIndex(base: number): number | undefined {
+  const k = (base - SANDBOX_ID_BASE) / ID_RANGE;
+  return Number.isInteger(k) && k >= 0 && k < MAX_ID_RANGES ? k : undefined;
+}
+
+export async function readIdRange(sandboxDir: string): Promise<IdRangeFile | undefined> {
+  let j: Partial<IdRangeFile>;
+  try {
+    j = JSON.parse(await readFile(join(sandboxDir, ID_RANGE_FILE), 'utf8')) as Partial<IdRangeFile>;
+  } catch {
+    return undefined;
+  }
+  if (typeof j.base !== 'number' || j.size !== ID_RANGE || rangeIndex(j.base) === undefined || (j.movingFrom !== undefined && typeof j.movingFrom !== 'number')) {
+    throw new ServiceError('RUNTIME_ERROR', `${join(sandboxDir, ID_RANGE_FILE)}: not a sandbox id range: ${JSON.stringify(j)}`);
+  }
+  return { base: j.base, size: j.size, ...(j.movingFrom !== undefined ? { movingFrom: j.movingFrom } : {}) };
+}
+
+export async function writeIdRange(sandboxDir: string, range: IdRangeFile): Promise<void> {
+  const file = join(sandboxDir, ID_RANGE_FILE);
+  const tmp = `${file}.tmp`;
+  await writeFile(tmp, JSON.stringify(range), { mode: 0o644 });
+  await rename(tmp, file);
+}
+
+/**
+ * Which range each sandbox of one data dir holds. Filled from the sandboxes' files once per process
+ * (the caller's job), then kept in memory; allocation is synchronous, so concurrent creates never
+ * get the same range. Allocation goes round the ranges (next free after the last one handed out)
+ * rather than reusing the lowest free one, so a range freed by a destroy is not handed out again at
+ * once.
+ */
+export class IdRanges {
+  private readonly owners = new Map<number, string>();
+  private next = 0;
+
+  /** Records that `owner` holds `base`; a no-op if it already does. */
+  claim(owner: string, base: number): void {
+    const k = rangeIndex(base);
+    if (k === undefined) throw new Error(`${base} is not the base of a sandbox id range`);
+    const current = this.owners.get(k);
+    if (current !== undefined && current !== owner) {
+      throw new ServiceError('RUNTIME_ERROR', `id range ${base} of sandbox ${owner} is also held by sandbox ${current}`);
+    }
+    this.owners.set(k, owner);
+    if (k >= this.next) this.next = (k + 1) % MAX_ID_RANGES;
+  }
+
+  allocate(owner: string): number {
+    for (let i = 0; i < MAX_ID_RANGES; i++) {
+      const k = (this.next + i) % MAX_ID_RANGES;
+      if (!this.owners.has(k)) {
+        this.owners.set(k, owner);
+        this.next = (k + 1) % MAX_ID_RANGES;
+        return rangeBase(k);
+      }
+    }
+    throw new ServiceError('RUNTIME_ERROR', `all ${MAX_ID_RANGES} sandbox id ranges are in use`);
+  }
+
+  /** Frees whatever range `owner` holds. */
+  release(owner: string): void {
+    for (const [k, o] of this.owners) if (o === owner) this.owners.delete(k);
+  }
+
+  holder(base: number): string | undefined {
+    const k = rangeIndex(base);
+    return k === undefined ? undefined : this.owners.get(k);
+  }
+
+  get size(): number {
+    return this.owners.size;
+  }
+}

@@ -5,8 +5,11 @@ import { canonicalJson, sha256Hex } from '../images/layer-store.js';
 import type { CopyInput } from '../services/template-builds.js';
 import type { BuildStep } from '../services/template-requests.js';
 
-/** Bump when the way a step runs changes (scripts, environment): every step then rebuilds. */
-export const STEP_BUILDER_VERSION = 'steps/1';
+/**
+ * Bump when the way a step runs changes (scripts, environment, ids): every step then rebuilds.
+ * 2: steps run as CANONICAL_ID_OFFSET 900000000.
+ */
+export const STEP_BUILDER_VERSION = 'steps/2';
 
 /**
  * Cache key of a step: its parent's key, the step itself (canonical JSON) and the content hashes

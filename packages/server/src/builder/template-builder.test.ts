@@ -10,7 +10,7 @@ import { FsImageStore } from '../images/image-store.js';
 import type { FsLayerStore } from '../images/layer-store.js';
 import { importImageArchive } from '../images/oci-archive.js';
 import { RegistryClient } from '../images/registry.js';
-import type { LayerInfo } from '../images/types.js';
+import { CANONICAL_ID_OFFSET, type LayerInfo } from '../images/types.js';
 import type { CopyInput } from '../services/template-builds.js';
 import type { BuildStep } from '../services/template-requests.js';
 import { layerStoreForTests, testDataDir } from '../testing/fixtures.js';
@@ -122,13 +122,13 @@ test('python:3.11: env, workdir, run and copy steps make layers; a rebuild is al
     assert.match(await readFile(join(m, 'app/pipver.txt'), 'utf8'), /^pip 23\./);
     assert.equal(await readFile(join(m, 'app/data/input.txt'), 'utf8'), 'hello file\n');
     const input = await lstat(join(m, 'app/data/input.txt'));
-    assert.equal(input.uid, 100000);
+    assert.equal(input.uid, CANONICAL_ID_OFFSET);
     assert.equal(input.mode & 0o777, 0o644);
     // Docker's rule: a directory's contents go into dest.
     assert.equal(await readFile(join(m, 'app/main.py'), 'utf8'), 'print("main")\n');
     assert.equal(await readFile(join(m, 'app/lib/util.py'), 'utf8'), 'X = 1\n');
-    assert.equal((await lstat(join(m, 'app/lib/util.py'))).uid, 101000, 'owner 1000 → canonical 101000');
-    assert.equal((await lstat(join(m, 'app/README.md'))).gid, 101000);
+    assert.equal((await lstat(join(m, 'app/lib/util.py'))).uid, CANONICAL_ID_OFFSET + 1000, 'owner 1000 → canonical + 1000');
+    assert.equal((await lstat(join(m, 'app/README.md'))).gid, CANONICAL_ID_OFFSET + 1000);
     await assert.rejects(lstat(join(m, 'app/other.txt')), { code: 'ENOENT' });
     await assert.rejects(lstat(join(m, 'app/src')), { code: 'ENOENT' });
     // The COPY bind targets and the tarball scratch are not in any layer.

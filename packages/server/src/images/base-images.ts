@@ -157,7 +157,7 @@ export class BaseImageResolver {
    */
   private skeletonLayer(log: Log): Promise<LayerInfo> {
     return this.deps.layers.ensureLayer(
-      sha256Hex('sandbox-skeleton/1'),
+      sha256Hex('sandbox-skeleton/2'),
       async (tree) => {
         for (const d of ['.sb', 'workspace', 'etc']) await mkdir(join(tree, d), { mode: 0o755 });
         await mkdir(join(tree, 'tmp'));
@@ -183,7 +183,7 @@ export function baseKey(layerIdsTopFirst: string[]): string {
  */
 export function ensurePythonCompatLayer(layers: FsLayerStore, log: Log): Promise<LayerInfo> {
   return layers.ensureLayer(
-    sha256Hex('python-compat/1'),
+    sha256Hex('python-compat/2'),
     async (tree) => {
       await mkdir(join(tree, 'usr/local/bin'), { recursive: true, mode: 0o755 });
       await mkdir(join(tree, 'usr/lib/python3.11'), { recursive: true, mode: 0o755 });

@@ -7,8 +7,11 @@ import { removeTree, runTool } from './proc.js';
 import { shiftOwnership } from './shift.js';
 import { CANONICAL_ID_OFFSET, type DebianRootfsRecipe, type LayerInfo, type LayerStore } from './types.js';
 
-/** Bump when the way a rootfs is made changes (post-processing, shifting): old layers stop matching. */
-export const ROOTFS_BUILDER_VERSION = 'debian-rootfs/1';
+/**
+ * Bump when the way a rootfs is made changes (post-processing, shifting): old layers stop matching.
+ * 2: ids shifted by the new CANONICAL_ID_OFFSET (900000000) instead of 100000.
+ */
+export const ROOTFS_BUILDER_VERSION = 'debian-rootfs/2';
 
 export type Log = (line: string) => void;
 

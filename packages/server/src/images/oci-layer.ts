@@ -10,8 +10,8 @@ import { runTool } from './proc.js';
 import { shiftOwnership } from './shift.js';
 import { CANONICAL_ID_OFFSET, ID_RANGE } from './types.js';
 
-/** Bump when the conversion of OCI layers to overlay form changes. */
-export const OCI_LAYER_VERSION = 'oci-layer/1';
+/** Bump when the conversion of OCI layers to overlay form changes (2: CANONICAL_ID_OFFSET 900000000). */
+export const OCI_LAYER_VERSION = 'oci-layer/2';
 
 /** Layer-store id of an OCI layer: derived from its diff id (digest of the uncompressed tar). */
 export function ociLayerId(diffId: string): string {
@@ -32,7 +32,7 @@ export interface AppliedLayer {
 /**
  * Unpacks one OCI/Docker layer blob (tar, gzip or zstd) into the empty directory `tree` and converts
  * it to overlayfs form: `.wh.NAME` → a 0/0 character device NAME, `.wh..wh..opq` → the
- * `trusted.overlay.opaque=y` xattr on its directory. Ownership is shifted to canonical (+100000).
+ * `trusted.overlay.opaque=y` xattr on its directory. Ownership is shifted to canonical (+CANONICAL_ID_OFFSET).
  * GNU tar does the unpacking (it refuses `..` members and defers symlinks that could escape).
  */
 export async function applyOciLayer(blobPath: string, tree: string, opts: { signal?: AbortSignal } = {}): Promise<AppliedLayer> {

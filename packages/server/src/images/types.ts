@@ -1,7 +1,7 @@
 /**
  * Content-addressed, read-only layers. A layer is a directory tree in canonical ownership (ids shifted
- * by +100000, so that root inside a sandbox is never root on the host) usable as an overlayfs lowerdir
- * as-is (deletions are overlay whiteouts).
+ * by CANONICAL_ID_OFFSET, so that root inside a sandbox is never root on the host) usable as an
+ * overlayfs lowerdir as-is (deletions are overlay whiteouts).
  */
 
 /** A root filesystem bootstrapped from Debian's packages with mmdebstrap. */
@@ -37,8 +37,14 @@ export interface LayerStore {
   list(): Promise<string[]>;
 }
 
-/** Ownership offset of layers on disk: uid/gid k inside ↔ 100000 + k on the host. */
-export const CANONICAL_ID_OFFSET = 100000;
+/**
+ * Ownership offset of layers on disk: uid/gid k inside ↔ CANONICAL_ID_OFFSET + k on the host. Above
+ * any range a host user may hold in /etc/subuid (useradd hands them out from 100000 up to
+ * SUB_UID_MAX, 600100000 by default), so no host user can map these ids in a user namespace of their
+ * own and write to a layer. Sandboxes never run as these ids: each maps the layers to its own range
+ * through idmapped mounts (runtime/id-ranges.ts); only build steps, which make layers, run as them.
+ */
+export const CANONICAL_ID_OFFSET = 900_000_000;
 /**
  * The offset layers were stored with before (inside the default subuid space). The runtime still
  * mounts such layers (mapping them like canonical ones), so that templates and sandboxes made before

@@ -1,8 +1,13 @@
 // Unit tests of what the runtime writes: OCI config, seccomp profile, nftables ruleset, addresses.
 import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import { CANONICAL_ID_OFFSET, ID_RANGE } from '../images/types.js';
 import { parseLdd } from './agent-runtime.js';
 import { nftRuleset } from './host.js';
+import { IdRanges, MAX_ID_RANGES, rangeBase, readIdRange, SANDBOX_ID_BASE, writeIdRange } from './id-ranges.js';
 import { Ipam, intToIp, ipToInt, parseSubnet, vethName } from './net.js';
 import { buildConfig, DEFAULT_CAPABILITIES, envList } from './oci.js';
 import { DENIED_SYSCALLS, seccompProfile } from './seccomp.js';
@@ -17,6 +22,7 @@ const input = {
   resources: { vcpu: 1.5, memoryMb: 512, diskGb: 2, pidsMax: 100 },
   roBinds: [{ source: '/usr/bin/catatonit', target: '/.sb/init' }],
   caBundle: true,
+  idBase: 1_000_131_072,
 };
 
 describe('OCI config', () => {
@@ -33,7 +39,7 @@ describe('OCI config', () => {
     const c = buildConfig(input);
     assert.deepEqual(c.linux.namespaces.map((n) => n.type).sort(), ['cgroup', 'ipc', 'mount', 'network', 'pid', 'user', 'uts']);
     assert.ok(c.linux.namespaces.every((n) => !n.path), 'fresh namespaces by default');
-    assert.deepEqual(c.linux.uidMappings, [{ containerID: 0, hostID: 100000, size: 65536 }]);
+    assert.deepEqual(c.linux.uidMappings, [{ containerID: 0, hostID: 1_000_131_072, size: 65536 }]);
     assert.deepEqual(c.linux.gidMappings, c.linux.uidMappings);
     assert.equal(c.process.noNewPrivileges, true);
     assert.ok(!c.process.capabilities.bounding.includes('CAP_SYS_ADMIN'));
@@ -134,5 +140,53 @@ describe('network plumbing', () => {
     const out = parseLdd(`\tlinux-vdso.so.1 (0x00007ffd)\n\tlibdl.so.2 => /lib/x86_64-linux-gnu/libdl.so.2 (0x00007f1)\n\t/lib64/ld-linux-x86-64.so.2 (0x00007f2)\n`);
     assert.equal(out.loader, 'ld-linux-x86-64.so.2');
     assert.deepEqual(out.libs.map((l) => l.name), ['libdl.so.2', 'ld-linux-x86-64.so.2']);
+  });
+});
+
+describe('sandbox id ranges', () => {
+  test('above the canonical layer ids and any default subuid range, all below 2^32 - 1', () => {
+    const SUB_UID_MAX = 600_100_000; // useradd's default
+    assert.ok(CANONICAL_ID_OFFSET >= SUB_UID_MAX && CANONICAL_ID_OFFSET + ID_RANGE <= SANDBOX_ID_BASE);
+    assert.equal(rangeBase(0), 1_000_000_000);
+    assert.equal(rangeBase(2), 1_000_131_072);
+    assert.ok(rangeBase(MAX_ID_RANGES - 1) + ID_RANGE - 1 < 2 ** 32 - 1);
+    assert.ok(rangeBase(MAX_ID_RANGES) + ID_RANGE - 1 >= 2 ** 32 - 1);
+  });
+
+  test('allocation: distinct, round robin, a released range comes back once the others are used', () => {
+    const r = new IdRanges();
+    r.claim('old', rangeBase(1));
+    const a = r.allocate('a');
+    const b = r.allocate('b');
+    assert.deepEqual([a, b], [rangeBase(2), rangeBase(3)], 'after the highest claimed one');
+    assert.equal(r.holder(a), 'a');
+    r.release('a');
+    assert.equal(r.holder(a), undefined);
+    assert.equal(r.allocate('c'), rangeBase(4), 'not the range just freed');
+    r.claim('b', b);
+    assert.throws(() => r.claim('d', b), /also held by sandbox b/);
+    assert.throws(() => r.claim('d', rangeBase(1) + 1), /not the base/);
+    assert.throws(() => r.claim('d', CANONICAL_ID_OFFSET), /not the base/);
+    const full = new IdRanges();
+    for (let i = 0; i < MAX_ID_RANGES; i++) full.allocate(`s${i}`);
+    assert.throws(() => full.allocate('one-more'), /in use/);
+    full.release('s7');
+    assert.equal(full.allocate('again'), rangeBase(7));
+    assert.equal(full.size, MAX_ID_RANGES);
+  });
+
+  test('the range file round-trips and a damaged one is refused', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'ids-'));
+    try {
+      assert.equal(await readIdRange(dir), undefined);
+      await writeIdRange(dir, { base: rangeBase(5), size: ID_RANGE });
+      assert.deepEqual(await readIdRange(dir), { base: rangeBase(5), size: ID_RANGE });
+      await writeIdRange(dir, { base: rangeBase(5), size: ID_RANGE, movingFrom: 100000 });
+      assert.deepEqual(await readIdRange(dir), { base: rangeBase(5), size: ID_RANGE, movingFrom: 100000 });
+      await writeFile(join(dir, 'ids.json'), JSON.stringify({ base: 100000, size: ID_RANGE }));
+      await assert.rejects(readIdRange(dir), /not a sandbox id range/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

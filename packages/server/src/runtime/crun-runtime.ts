@@ -1,7 +1,9 @@
-import { chmod, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
+import { moveIdRange } from '../images/shift.js';
+import { ID_RANGE, LEGACY_ID_OFFSET } from '../images/types.js';
 import { ensureAgentRuntime, nodeArgv, NODE_MOUNT, type AgentRuntime } from './agent-runtime.js';
 import { AGENT_LISTEN_FD, runWithAgentSocket } from './agent-socket.js';
 import {
@@ -27,6 +29,8 @@ import {
   hostIpv4Addresses,
   hostResolvers,
 } from './host.js';
+import { IdRanges, readIdRange, writeIdRange, type IdRangeFile } from './id-ranges.js';
+import { ensureIdmapHelper } from './idmap.js';
 import { isMountPoint } from './mounts.js';
 import { deleteNetns, Ipam, NetnsHolder, parseSubnet, vethName, waitVethGone, type Subnet } from './net.js';
 import { buildConfig } from './oci.js';
@@ -63,6 +67,11 @@ export const AGENT_STATE_DIR = '/.sb/state';
  * (config.json with the env) are 0600; the agent socket is writable (connectable) by root only.
  */
 const DIR_MODE = 0o711;
+/**
+ * A sandbox's own directory: group-owned by its root's host gid, so that crun (inside the user
+ * namespace) may traverse it and no one else but host root may, other sandboxes included.
+ */
+const SANDBOX_DIR_MODE = 0o710;
 
 interface SandboxPaths {
   dir: string;
@@ -71,6 +80,8 @@ interface SandboxPaths {
   upper: string;
   work: string;
   rootfs: string;
+  /** Where the idmapped layers are mounted for a moment while the overlay is made. */
+  lowerScratch: string;
   config: string;
   socket: string;
   net: string;
@@ -80,10 +91,17 @@ interface SandboxPaths {
 /**
  * The sandbox runtime: one crun container per sandbox. Layout of `${dataDir}`:
  *   sandboxes/<id>/  disk.img (sparse ext4) → disk/ {upper,work}; rootfs/ (overlay); config.json;
- *                    agent.sock (host side only); net.json (address); crun.log
+ *                    agent.sock (host side only); net.json (address); ids.json (host id range);
+ *                    lower/ (empty: the idmapped layers pass through while the overlay is mounted);
+ *                    crun.log
  *   crun/            crun's state (--root): every container in it is ours
  *   agent-runtime/   node + its libraries, bound at /.sb/node
+ *   bin/             the idmap helper, compiled from native/idmap-mount.c
  *   steps/, crun-steps/  build steps in flight
+ *
+ * Each sandbox runs as a host id range of its own (id-ranges.ts). The layers are shared and stay
+ * in canonical ownership on disk; each sandbox mounts them through idmapped mounts that show them
+ * owned by its range. Its upper lives on its own disk, owned by its range.
  */
 export class CrunRuntime implements Runtime {
   readonly dataDir: string;
@@ -101,6 +119,8 @@ export class CrunRuntime implements Runtime {
   private layoutP?: Promise<CgroupLayout>;
   private ipamP?: Promise<Ipam>;
   private agentRtP?: Promise<AgentRuntime>;
+  private idRangesP?: Promise<IdRanges>;
+  private helperP?: Promise<string>;
   private readonly locks = new Map<string, Promise<unknown>>();
   private readonly pool: DiskPool;
 
@@ -135,6 +155,7 @@ export class CrunRuntime implements Runtime {
       upper: join(disk, 'upper'),
       work: join(disk, 'work'),
       rootfs: join(dir, 'rootfs'),
+      lowerScratch: join(dir, 'lower'),
       config: join(dir, 'config.json'),
       socket: join(dir, 'agent.sock'),
       net: join(dir, 'net.json'),
@@ -189,6 +210,31 @@ export class CrunRuntime implements Runtime {
     return this.ipamP;
   }
 
+  /** Id ranges persisted by sandboxes on disk, claimed once per process. */
+  private idRanges(): Promise<IdRanges> {
+    this.idRangesP ??= (async () => {
+      const ranges = new IdRanges();
+      for (const id of await this.sandboxDirIds()) {
+        try {
+          const r = await readIdRange(this.paths(id).dir);
+          if (r) ranges.claim(id, r.base);
+        } catch (err) {
+          this.log(`sandbox ${id}: ignoring its id range: ${String(err)}`);
+        }
+      }
+      return ranges;
+    })();
+    return this.idRangesP;
+  }
+
+  private idmapHelper(): Promise<string> {
+    this.helperP ??= ensureIdmapHelper(this.dataDir).catch((err: unknown) => {
+      this.helperP = undefined;
+      throw err;
+    });
+    return this.helperP;
+  }
+
   private async readIp(id: string): Promise<string | undefined> {
     try {
       const j = JSON.parse(await readFile(this.paths(id).net, 'utf8')) as { ip?: string };
@@ -218,6 +264,7 @@ export class CrunRuntime implements Runtime {
       subnet: this.subnet,
       ipam: () => this.ipam(),
       layout: () => this.layout(),
+      idmapHelper: () => this.idmapHelper(),
       log: this.log,
     };
   }
@@ -255,6 +302,7 @@ export class CrunRuntime implements Runtime {
     await ensureTraversable(this.dataDir, this.log);
     for (const d of ['sandboxes', 'crun', 'crun-steps', 'steps']) await mkdir(join(this.dataDir, d), { recursive: true, mode: DIR_MODE });
     await this.agentRuntime();
+    await this.idmapHelper();
     await cleanupStaleSteps(this.stepContext());
   }
 
@@ -341,12 +389,30 @@ export class CrunRuntime implements Runtime {
     checkLowerDirs(spec.lowerDirs);
     let pooled = false;
     const diskBytes = Math.round(spec.resources.diskGb * 1024 ** 3);
+    const ranges = await this.idRanges();
+    let range: IdRangeFile | undefined;
     if (fresh) {
+      range = { base: ranges.allocate(id), size: ID_RANGE };
+      // Released after the directory is gone (undo runs in reverse).
+      undo.push('id range', () => ranges.release(id));
       await mkdir(join(this.dataDir, 'sandboxes'), { recursive: true, mode: DIR_MODE });
       undo.push('sandbox directory', () => this.removeSandboxDir(id));
       pooled = await this.pool.take(diskBytes, p.dir);
       if (!pooled) await mkdir(p.dir, { mode: DIR_MODE });
+      await writeIdRange(p.dir, range);
+    } else {
+      range = await readIdRange(p.dir);
+      if (range) {
+        ranges.claim(id, range.base);
+      } else {
+        // Made when every sandbox ran as the shared legacy range: its files move to a range of its own.
+        range = { base: ranges.allocate(id), size: ID_RANGE, movingFrom: LEGACY_ID_OFFSET };
+        await writeIdRange(p.dir, range);
+      }
     }
+    const base = range.base;
+    await chown(p.dir, 0, base);
+    await chmod(p.dir, SANDBOX_DIR_MODE);
 
     const disk = async () => {
       await hook('disk');
@@ -358,12 +424,18 @@ export class CrunRuntime implements Runtime {
           await mountDiskImage(p.image, p.disk);
           undo.push('disk mount', () => unmount(p.disk));
         }
-        await prepareUpper(p.dir);
       }
+      if (range.movingFrom !== undefined) {
+        const t = performance.now();
+        const moved = moveIdRange(p.upper, range.movingFrom, base, ID_RANGE);
+        this.log(`sandbox ${id}: moved the ids of ${moved.entries} files from ${range.movingFrom} to its own range ${base} in ${Math.round(performance.now() - t)} ms`);
+        await writeIdRange(p.dir, { base, size: ID_RANGE });
+      }
+      await prepareUpper(p.dir, base);
       if (!(await isMountPoint(p.rootfs))) {
         await mkdir(p.rootfs, { recursive: true });
         await hook('overlay-mount');
-        await mountOverlay(spec.lowerDirs, p.upper, p.work, p.rootfs);
+        await mountOverlay(spec.lowerDirs, p.upper, p.work, p.rootfs, { helper: await this.idmapHelper(), base, scratch: p.lowerScratch });
         undo.push('overlay mount', () => unmount(p.rootfs));
       }
     };
@@ -385,7 +457,7 @@ export class CrunRuntime implements Runtime {
       // The holder's user namespace must own the netns, so one left from a crash is replaced.
       await deleteNetns(netnsName);
       await waitVethGone(this.vethName(id));
-      const holder = await NetnsHolder.start({ netnsName, veth: this.vethName(id), bridge: this.bridge, ip, subnet: this.subnet });
+      const holder = await NetnsHolder.start({ netnsName, veth: this.vethName(id), bridge: this.bridge, ip, subnet: this.subnet, idBase: base });
       undo.push('network namespace', async () => {
         await holder.kill();
         await deleteNetns(netnsName);
@@ -412,6 +484,7 @@ export class CrunRuntime implements Runtime {
       resources: spec.resources,
       netnsPath: holder ? `/run/netns/${this.netnsName(id)}` : undefined,
       userNsPath: holder?.userNsPath,
+      idBase: base,
       roBinds: [
         { source: INIT_PATH, target: '/.sb/init' },
         { source: agentRt.dir, target: NODE_MOUNT },
@@ -505,6 +578,7 @@ export class CrunRuntime implements Runtime {
     // Last: the kernel tears the veth down while the directory goes.
     await waitVethGone(this.vethName(id));
     if (ip && this.ipamP) (await this.ipamP).release(ip);
+    if (this.idRangesP) (await this.idRangesP).release(id);
   }
 
   /** crun delete, and if crun lost track (crash, corrupt state), the cgroup and state by hand. */

@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { chown, mkdir, readdir, rename } from 'node:fs/promises';
+import { chmod, chown, mkdir, readdir, rename } from 'node:fs/promises';
 import { join } from 'node:path';
-import { CANONICAL_ID_OFFSET } from '../images/types.js';
 import { createDiskImage, detachLoops, mountDiskImage, removeTree, unmountAllUnder } from './disk.js';
 import { isMountPoint } from './mounts.js';
 
@@ -10,28 +9,37 @@ export const UPPER_DIRS = ['.sb', '.sb/state'];
 
 /**
  * Makes `dir`/disk.img (sparse ext4 of `sizeBytes`), mounts it at `dir`/disk and creates upper/,
- * work/ and `dir`/rootfs/. Used for a sandbox directly and for the pool below. The caller owns
- * cleanup (unmountAllUnder + detachLoops + removeTree of `dir`).
+ * work/ and `dir`/rootfs/. Used for a sandbox directly and for the pool below; the sandbox's ids
+ * are set later (prepareUpper), when the disk is given to one. The caller owns cleanup
+ * (unmountAllUnder + detachLoops + removeTree of `dir`).
  */
 export async function prepareDiskDir(dir: string, sizeBytes: number): Promise<void> {
   await createDiskImage(join(dir, 'disk.img'), sizeBytes);
   await mkdir(join(dir, 'disk'));
   await mountDiskImage(join(dir, 'disk.img'), join(dir, 'disk'));
-  await prepareUpper(dir);
+  await makeUpperDirs(dir);
   await mkdir(join(dir, 'rootfs'), { recursive: true });
 }
 
-/** Idempotent: also run on start(), for disks made before a directory was added here. */
-export async function prepareUpper(dir: string): Promise<void> {
+async function makeUpperDirs(dir: string): Promise<void> {
   const upper = join(dir, 'disk', 'upper');
   await mkdir(upper, { recursive: true });
   await mkdir(join(dir, 'disk', 'work'), { recursive: true });
-  // Owned by the sandbox's root: crun, inside the user namespace, makes mount targets there.
-  await chown(upper, CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
-  for (const d of UPPER_DIRS) {
-    await mkdir(join(upper, d), { recursive: true, mode: 0o755 });
-    await chown(join(upper, d), CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
-  }
+  for (const d of UPPER_DIRS) await mkdir(join(upper, d), { recursive: true, mode: 0o755 });
+}
+
+/**
+ * Gives a mounted disk to the sandbox whose root is host id `base`: upper/, work/ and the agent's
+ * directories become its root's (crun, inside the user namespace, makes mount targets in the
+ * upper). The disk's root directory stays host root's, closed to everyone else. Idempotent: also
+ * run on start(), for disks made before a directory was added here.
+ */
+export async function prepareUpper(dir: string, base: number): Promise<void> {
+  await makeUpperDirs(dir);
+  const disk = join(dir, 'disk');
+  await chown(disk, 0, 0);
+  await chmod(disk, 0o700);
+  for (const d of ['upper', 'work', ...UPPER_DIRS.map((u) => `upper/${u}`)]) await chown(join(disk, d), base, base);
 }
 
 async function discard(dir: string): Promise<void> {

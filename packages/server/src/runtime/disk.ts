@@ -1,7 +1,7 @@
 import { open, statfs } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { isAbsolute } from 'node:path';
-import { CANONICAL_ID_OFFSET } from '../images/types.js';
+import { layerIdOffset, mountIdmappedOverlay, type IdmappedOverlay } from './idmap.js';
 import { loopDevicesFor, mountsUnder } from './mounts.js';
 import { proc, procOk } from './proc.js';
 
@@ -12,7 +12,8 @@ const MAX_MOUNT_DATA = 4000;
  * A sparse ext4 image per sandbox: this kernel has no project quotas, so a filesystem of its own
  * is what makes `diskGb` a hard limit. No journal (the data is disposable on a crash, and it saves
  * space and time), lazy inode tables, no discard pass, no blocks reserved for host root (root in
- * the sandbox is not host root and could not use them), root directory owned by the sandbox's root.
+ * the sandbox is not host root and could not use them). The root directory is host root's: disks
+ * are made before they are given to a sandbox (the pool), so prepareUpper sets the sandbox's ids.
  */
 export async function createDiskImage(path: string, sizeBytes: number): Promise<void> {
   const fh = await open(path, 'wx', 0o600);
@@ -23,7 +24,7 @@ export async function createDiskImage(path: string, sizeBytes: number): Promise<
   }
   await procOk('mkfs.ext4', [
     '-q', '-F', '-m', '0', '-O', '^has_journal',
-    '-E', `lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=${CANONICAL_ID_OFFSET}:${CANONICAL_ID_OFFSET}`,
+    '-E', 'lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0',
     path,
   ]);
 }
@@ -48,7 +49,19 @@ export function checkLowerDirs(lowerDirs: string[]): void {
  */
 const OVERLAY_FIXED = 'redirect_dir=off,metacopy=off,index=off';
 
-export async function mountOverlay(lowerDirs: string[], upper: string, work: string, target: string): Promise<void> {
+/**
+ * With `idmap`, the files of each lower appear owned by `idmap.base` + k instead of their on-disk
+ * offset + k (idmapped mounts, through the helper); lowers already at `idmap.base` are used as
+ * they are, and when all are, the overlay is mounted directly.
+ */
+export async function mountOverlay(lowerDirs: string[], upper: string, work: string, target: string, idmap?: IdmappedOverlay): Promise<void> {
+  if (idmap) {
+    const offsets = await Promise.all(lowerDirs.map((d) => layerIdOffset(d)));
+    if (offsets.some((o) => o !== idmap.base)) {
+      await mountIdmappedOverlay(lowerDirs, offsets, `upperdir=${upper},workdir=${work},${OVERLAY_FIXED}`, target, idmap);
+      return;
+    }
+  }
   let lower = lowerDirs.join(':');
   let cwd: string | undefined;
   let opts = `lowerdir=${lower},upperdir=${upper},workdir=${work},${OVERLAY_FIXED}`;

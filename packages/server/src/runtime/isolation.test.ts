@@ -1,28 +1,77 @@
 // Root tests with real containers: what a sandbox can see and do. One sandbox, many probes.
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, lstatSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { writeFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { CANONICAL_ID_OFFSET, ID_RANGE } from '../images/types.js';
 import { baseLayer } from '../testing/fixtures.js';
 import { agentGet, assertNoLeaks, createTestRuntime, sh, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
+import { SANDBOX_ID_BASE } from './id-ranges.js';
+
+/** Runs argv on the host as uid = gid = `id` with no supplementary groups (an unprivileged user). */
+function asHostUser(id: number, argv: string[]): { code: number | null; stderr: string } {
+  const r = spawnSync('setpriv', [`--reuid=${id}`, `--regid=${id}`, '--clear-groups', '--', ...argv], { encoding: 'utf8' });
+  return { code: r.status, stderr: r.stderr };
+}
+
+/** Host uid of the sandbox's init (root inside), from /proc/<pid>/status. */
+async function hostRootUid(t: TestRuntime, id: string): Promise<{ uid: number; gid: number }> {
+  const pid = await t.rt.initPid(id);
+  assert.ok(pid);
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const uids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)$/m.exec(status)!.slice(1).map(Number);
+  const gids = /^Gid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)$/m.exec(status)!.slice(1).map(Number);
+  assert.equal(new Set(uids).size, 1, status);
+  assert.equal(new Set(gids).size, 1, status);
+  return { uid: uids[0]!, gid: gids[0]! };
+}
+
+/** Entries under `dir` (same filesystem) whose uid or gid is in [lo, hi); at most 5 reported. */
+function ownedWithin(dir: string, lo: number, hi: number): string[] {
+  const out: string[] = [];
+  const root = lstatSync(dir);
+  const stack = [dir];
+  const check = (p: string) => {
+    const st = lstatSync(p);
+    if ((st.uid >= lo && st.uid < hi) || (st.gid >= lo && st.gid < hi)) out.push(`${p} ${st.uid}:${st.gid}`);
+    return st;
+  };
+  check(dir);
+  while (stack.length > 0 && out.length < 5) {
+    const d = stack.pop()!;
+    for (const n of readdirSync(d)) {
+      const st = check(join(d, n));
+      if (st.isDirectory() && st.dev === root.dev) stack.push(join(d, n));
+    }
+  }
+  return out;
+}
 
 describe('CrunRuntime isolation', { timeout: 300_000 }, () => {
   let t: TestRuntime;
   let lower: string;
   const id = 'iso1';
+  const other = 'iso2';
   const hostMarker = `/tmp/sandboxd-host-only-${process.pid}`;
 
   before(async () => {
     lower = (await baseLayer()).path;
     t = await createTestRuntime();
     await writeFile(hostMarker, 'host secret');
-    await t.rt.create(testSpec(id, [lower], { hostname: 'iso-host', env: { SANDBOX_ID: id, GREETING: 'hi there' } }));
+    // Concurrently: the two must still get distinct id ranges.
+    await Promise.all([
+      t.rt.create(testSpec(id, [lower], { hostname: 'iso-host', env: { SANDBOX_ID: id, GREETING: 'hi there' } })),
+      t.rt.create(testSpec(other, [lower], { internetAccess: true })),
+    ]);
   });
 
   after(async () => {
     await rm(hostMarker, { force: true });
     if (t) {
       await t.rt.destroy(id).catch(() => undefined);
+      await t.rt.destroy(other).catch(() => undefined);
       await assertNoLeaks(t.rt);
       await t.teardown();
     }
@@ -66,18 +115,68 @@ describe('CrunRuntime isolation', { timeout: 300_000 }, () => {
     assert.match(r.stdout, /Debian/);
   });
 
-  test('root inside is uid 100000 outside (host /proc/<pid>/status)', async () => {
-    const pid = await t.rt.initPid(id);
-    assert.ok(pid);
-    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-    assert.match(status, /^Uid:\s+100000\s+100000\s+100000\s+100000$/m);
-    assert.match(status, /^Gid:\s+100000\s+100000\s+100000\s+100000$/m);
-    const map = await sh(t.rt, id, 'cat /proc/self/uid_map /proc/self/gid_map');
-    for (const line of map.stdout.trim().split('\n')) assert.deepEqual(line.trim().split(/\s+/), ['0', '100000', '65536']);
-    // Files written inside land on the host owned by 100000.
-    await sh(t.rt, id, 'echo data > /owned-by-root-inside');
-    const upper = `${t.dataDir}/sandboxes/${id}/disk/upper/owned-by-root-inside`;
-    assert.equal(statSync(upper).uid, 100000);
+  test("root inside is the sandbox's own host id range, distinct per sandbox; its files land owned by it", async () => {
+    const a = await hostRootUid(t, id);
+    const b = await hostRootUid(t, other);
+    for (const [name, r] of [[id, a], [other, b]] as const) {
+      assert.ok(r.uid >= SANDBOX_ID_BASE && (r.uid - SANDBOX_ID_BASE) % ID_RANGE === 0, `${name}: ${r.uid}`);
+      assert.equal(r.gid, r.uid);
+      const persisted = JSON.parse(readFileSync(`${t.dataDir}/sandboxes/${name}/ids.json`, 'utf8')) as { base: number };
+      assert.equal(persisted.base, r.uid, `${name}: the range is recorded in its directory`);
+      const map = await sh(t.rt, name, 'cat /proc/self/uid_map /proc/self/gid_map');
+      for (const line of map.stdout.trim().split('\n')) assert.deepEqual(line.trim().split(/\s+/), ['0', String(r.uid), '65536']);
+    }
+    assert.ok(Math.abs(a.uid - b.uid) >= ID_RANGE, `distinct ranges: ${a.uid} and ${b.uid}`);
+    // The networked one joined the netns holder's user namespace: mapped the same way.
+    const pid = await t.rt.initPid(other);
+    assert.equal(readFileSync(`/proc/${pid}/uid_map`, 'utf8').trim().split(/\s+/).join(' '), `0 ${b.uid} 65536`);
+
+    await sh(t.rt, id, 'echo data > /owned-by-root-inside && mkdir -p /home/u && chown 1000:1000 /home/u');
+    const upper = `${t.dataDir}/sandboxes/${id}/disk/upper`;
+    assert.equal(statSync(`${upper}/owned-by-root-inside`).uid, a.uid);
+    assert.equal(statSync(`${upper}/home/u`).uid, a.uid + 1000);
+    // The layer is shared and stays canonical on disk; inside it is root's, through the idmapped mount.
+    assert.equal(statSync(lower).uid, CANONICAL_ID_OFFSET);
+    assert.equal(statSync(`${lower}/usr/bin/bash`).uid, CANONICAL_ID_OFFSET);
+    const inside = await sh(t.rt, id, 'stat -c "%u:%g" / /usr/bin/bash /etc/shadow; touch /usr/bin/bash && echo copied-up');
+    assert.equal(inside.stdout, `0:0\n0:0\n0:42\ncopied-up\n`, 'layer files are root:root (and shadow root:shadow) inside');
+    assert.equal(statSync(`${upper}/usr/bin/bash`).uid, a.uid, 'a copy-up lands in the sandbox range');
+    assert.equal(statSync(`${lower}/usr/bin/bash`).uid, CANONICAL_ID_OFFSET, 'the shared layer is untouched');
+    // One overlay mount per sandbox: the idmapped layer mounts were detached once it was made.
+    const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(`/sandboxes/${id}/`));
+    assert.deepEqual(mounts.map((l) => l.split(' ')[4]).sort(), [`${t.dataDir}/sandboxes/${id}/disk`, `${t.dataDir}/sandboxes/${id}/rootfs`]);
+  });
+
+  test("another sandbox's host user cannot reach a sandbox's files; its own can", async () => {
+    const a = await hostRootUid(t, id);
+    const b = await hostRootUid(t, other);
+    await sh(t.rt, id, 'echo secret > /root/private && chmod 600 /root/private && chmod 755 /root');
+    const dir = `${t.dataDir}/sandboxes/${id}`;
+    const st = statSync(dir);
+    assert.deepEqual([st.uid, st.gid, st.mode & 0o777], [0, a.gid, 0o710], 'sandbox dir: root, group of its own range');
+    assert.deepEqual([statSync(`${dir}/disk`).uid, statSync(`${dir}/disk`).mode & 0o777], [0, 0o700]);
+    for (const path of [`${dir}/rootfs/root/private`, `${dir}/disk/upper/root/private`]) {
+      const r = asHostUser(b.uid, ['cat', path]);
+      assert.notEqual(r.code, 0, `sandbox ${other}'s root (host ${b.uid}) read ${path}`);
+      assert.match(r.stderr, /Permission denied/);
+    }
+    // The control: the file is reachable, to its own sandbox's host uid, by the same path.
+    const own = spawnSync('setpriv', [`--reuid=${a.uid}`, `--regid=${a.gid}`, '--clear-groups', '--', 'cat', `${dir}/rootfs/root/private`], { encoding: 'utf8' });
+    assert.equal(own.stdout, 'secret\n', own.stderr);
+  });
+
+  test('a host user holding the default subuid range (100000...) can touch neither layers nor sandbox files', async () => {
+    const upper = `${t.dataDir}/sandboxes/${id}/disk/upper`;
+    await sh(t.rt, id, 'echo x > /tmp-free-file && chmod 666 /tmp-free-file');
+    // Every id a user could map with Debian's default /etc/subuid entries (100000 + 65536 n, up to SUB_UID_MAX).
+    const SUB_UID_MAX = 600_100_000;
+    assert.deepEqual(ownedWithin(lower, 100_000, SUB_UID_MAX), [], 'no layer file owned by a subuid id');
+    assert.deepEqual(ownedWithin(upper, 100_000, SUB_UID_MAX), [], 'no sandbox file owned by a subuid id');
+    for (const uid of [100_000, 165_535]) {
+      assert.notEqual(asHostUser(uid, ['touch', `${lower}/usr/bin/bash`]).code, 0, `uid ${uid} wrote to the layer`);
+      assert.notEqual(asHostUser(uid, ['sh', '-c', `echo y > ${upper}/tmp-free-file`]).code, 0, `uid ${uid} wrote to the sandbox`);
+      assert.notEqual(asHostUser(uid, ['ls', `${t.dataDir}/sandboxes/${id}/rootfs/`]).code, 0, `uid ${uid} listed the sandbox`);
+    }
   });
 
   test('capabilities: Docker default set minus NET_RAW, no CAP_SYS_ADMIN, no_new_privs, seccomp filter on', async () => {

@@ -1,15 +1,30 @@
 // Root tests with real containers: pause/resume, stop/start, destroy, failure cleanup, restarts.
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
-import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { chown, mkdir, rm, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { CrunRuntime } from './index.js';
+import { moveIdRange } from '../images/shift.js';
+import { CANONICAL_ID_OFFSET, ID_RANGE, LEGACY_ID_OFFSET } from '../images/types.js';
 import { baseLayer } from '../testing/fixtures.js';
 import { agentGet, assertNoLeaks, createTestRuntime, sh, testSpec, waitFor, type TestRuntime } from '../testing/runtime-fixtures.js';
 
 const INJECT_AT = ['disk', 'overlay-mount', 'network', 'config', 'crun-run', 'network-finish'];
+
+/** The host id range recorded in the sandbox's directory. */
+function idBase(t: TestRuntime, id: string): number {
+  return (JSON.parse(readFileSync(`${t.dataDir}/sandboxes/${id}/ids.json`, 'utf8')) as { base: number }).base;
+}
+
+/** Host uid of the running sandbox's init (root inside). */
+async function initUid(rt: CrunRuntime, id: string): Promise<number> {
+  const pid = await rt.initPid(id);
+  assert.ok(pid);
+  return Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
+}
 
 /** Every trace a sandbox can leave on the host, for one id. */
 function traces(t: TestRuntime, id: string): string[] {
@@ -86,6 +101,8 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     await t.rt.create(spec);
     await sh(t.rt, id, 'echo kept > /root/file && mkdir -p /srv/data && echo deep > /srv/data/x');
     const ip = readFileSync(`${t.dataDir}/sandboxes/${id}/net.json`, 'utf8');
+    const base = idBase(t, id);
+    assert.equal(await initUid(t.rt, id), base);
     await t.rt.stop(id);
     assert.equal(await t.rt.status(id), 'stopped');
     assert.ok((await t.rt.list()).includes(id));
@@ -101,6 +118,8 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     const r = await sh(t.rt, id, 'cat /root/file /srv/data/x');
     assert.equal(r.stdout, 'kept\ndeep\n');
     assert.equal(readFileSync(`${t.dataDir}/sandboxes/${id}/net.json`, 'utf8'), ip, 'same address');
+    assert.equal(idBase(t, id), base, 'same id range');
+    assert.equal(await initUid(t.rt, id), base);
     assert.equal((await agentGet(t.rt.agentSocket(id))).ok, true);
     await t.rt.start(spec); // idempotent while running
     await t.rt.destroy(id);
@@ -130,6 +149,9 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     // crun itself failing: an image whose /proc is a file cannot get its proc mount.
     const bad = join(t.dataDir, 'bad-layer');
     await mkdir(bad, { recursive: true });
+    await assert.rejects(t.rt.create(testSpec('f-owner', [bad, lower])), /not in canonical ownership/, 'a layer owned by host root');
+    assert.deepEqual(traces(t, 'f-owner'), []);
+    await chown(bad, CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
     await writeFile(join(bad, 'proc'), 'not a directory');
     await assert.rejects(t.rt.create(testSpec('f-crun', [bad, lower], { internetAccess: true })), /crun run f-crun failed/);
     assert.deepEqual(traces(t, 'f-crun'), []);
@@ -141,6 +163,8 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     await Promise.all(ids.map((id, i) => t.rt.create(testSpec(id, [lower], { internetAccess: i % 2 === 0 }))));
     await t.rt.create(testSpec('con1', [lower], { internetAccess: true }));
     for (const id of ids) assert.equal((await agentGet(t.rt.agentSocket(id))).hostname, id);
+    const bases = ids.map((id) => idBase(t, id));
+    assert.equal(new Set(bases).size, ids.length, `distinct id ranges: ${bases.join(' ')}`);
     const ips = ids.filter((_, i) => i % 2 === 0).map((id) => readFileSync(`${t.dataDir}/sandboxes/${id}/net.json`, 'utf8'));
     assert.equal(new Set(ips).size, ips.length, 'distinct addresses');
     assert.deepEqual((await t.rt.list()).filter((i) => i.startsWith('con')), ids);
@@ -158,6 +182,7 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
       subnetCidr: t.rt.subnetCidr,
       cgroupParent: t.rt.cgroupParent,
     });
+    const base = idBase(t, id);
     assert.ok((await again.list()).includes(id));
     assert.equal(await again.status(id), 'running');
     assert.equal((await agentGet(again.agentSocket(id))).ok, true, 'the socket outlives the process that made it');
@@ -165,10 +190,52 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     assert.equal(await t.rt.status(id), 'paused');
     await again.resume(id);
     await again.stop(id);
+    // The new instance learned the range from the directory: a new sandbox gets another one.
+    await again.create(testSpec('restart2', [lower]));
+    assert.notEqual(idBase(t, 'restart2'), base);
     await again.start(testSpec(id, [lower], { internetAccess: true }));
     assert.equal((await agentGet(again.agentSocket(id))).ok, true);
+    assert.equal(await initUid(again, id), base, 'the range survives the restart');
+    await again.destroy('restart2');
     await again.destroy(id);
     assert.deepEqual(traces(t, id), []);
+  });
+
+  test('a sandbox and a layer from before per-sandbox ranges (legacy shared range) still work', async () => {
+    const id = 'legacy1';
+    // A layer still at the legacy offset, on top of a canonical one.
+    const old = join(t.dataDir, 'legacy-layer');
+    await mkdir(join(old, 'opt'), { recursive: true });
+    await writeFile(join(old, 'opt/old-file'), 'from an old layer\n');
+    for (const [p, k] of [['', 0], ['opt', 0], ['opt/old-file', 1000]] as const) await chown(join(old, p), LEGACY_ID_OFFSET + k, LEGACY_ID_OFFSET + k);
+    const spec = testSpec(id, [old, lower]);
+    try {
+      await t.rt.create(spec);
+      await sh(t.rt, id, 'echo mine > /root/mine && mkdir /home/u && chown 1000:1000 /home/u && echo hi > /home/u/f && chown 1000:1000 /home/u/f');
+      await t.rt.stop(id);
+      // Turn it into what the old runtime left: no range file, upper files in the shared legacy range.
+      const dir = `${t.dataDir}/sandboxes/${id}`;
+      const oldBase = idBase(t, id);
+      await unlink(`${dir}/ids.json`);
+      await mkdir(`${dir}/disk`, { recursive: true });
+      execFileSync('mount', ['-o', 'loop', `${dir}/disk.img`, `${dir}/disk`]);
+      try {
+        moveIdRange(`${dir}/disk/upper`, oldBase, LEGACY_ID_OFFSET, ID_RANGE);
+        assert.equal(statSync(`${dir}/disk/upper/home/u/f`).uid, LEGACY_ID_OFFSET + 1000);
+      } finally {
+        execFileSync('umount', [`${dir}/disk`]);
+      }
+      await t.rt.start(spec);
+      const base = idBase(t, id);
+      assert.equal(await initUid(t.rt, id), base);
+      assert.ok(!('movingFrom' in JSON.parse(readFileSync(`${dir}/ids.json`, 'utf8'))), 'the move finished');
+      assert.equal(statSync(`${dir}/disk/upper/home/u/f`).uid, base + 1000, "the disk's files moved to the new range");
+      const r = await sh(t.rt, id, 'cat /root/mine /home/u/f /opt/old-file; stat -c "%u:%g" /home/u/f /opt/old-file /usr/bin/bash; echo more >> /root/mine');
+      assert.equal(r.stdout, 'mine\nhi\nfrom an old layer\n1000:1000\n1000:1000\n0:0\n');
+    } finally {
+      await t.rt.destroy(id);
+      await rm(old, { recursive: true, force: true });
+    }
   });
 
   test('agent crash: the container stops, status says stopped, start brings it back', async () => {

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readlink, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CANONICAL_ID_OFFSET, ID_RANGE } from '../images/types.js';
+import { ID_RANGE } from '../images/types.js';
 import { proc, procOk } from './proc.js';
 
 export interface Subnet {
@@ -82,6 +82,8 @@ export interface NetPlan {
   bridge: string;
   ip: string;
   subnet: Subnet;
+  /** Host id of root inside (the container joins this user namespace: same mapping as its config). */
+  idBase: number;
 }
 
 /**
@@ -124,7 +126,7 @@ export class NetnsHolder {
     const holder = new NetnsHolder(child);
     try {
       await holder.waitUnshared();
-      const map = `0 ${CANONICAL_ID_OFFSET} ${ID_RANGE}\n`;
+      const map = `0 ${plan.idBase} ${ID_RANGE}\n`;
       await writeFile(`/proc/${holder.pid}/uid_map`, map);
       await writeFile(`/proc/${holder.pid}/gid_map`, map);
       const batch = [

@@ -1,4 +1,4 @@
-import { CANONICAL_ID_OFFSET, ID_RANGE } from '../images/types.js';
+import { ID_RANGE } from '../images/types.js';
 import type { SandboxResources } from './types.js';
 import { seccompProfile, type OciSeccomp } from './seccomp.js';
 
@@ -83,6 +83,11 @@ export interface ConfigInput {
   netnsPath?: string;
   /** A user namespace to join (it owns netnsPath; already mapped like uidMappings). */
   userNsPath?: string;
+  /**
+   * Host uid and gid of root inside (ids 0..ID_RANGE-1 map to idBase onwards): a sandbox's own range
+   * (id-ranges.ts), or CANONICAL_ID_OFFSET for a build step, whose files become a layer.
+   */
+  idBase: number;
   /** Read-only bind mounts (host path → container path), e.g. the init, node runtime, agent. */
   roBinds: Array<{ source: string; target: string }>;
   /** Bind the host CA bundle over the image's (HTTPS through the host's intercepting proxy). */
@@ -137,7 +142,7 @@ export function buildConfig(input: ConfigInput): OciConfig {
     input.userNsPath ? { type: 'user', path: input.userNsPath } : { type: 'user' },
     input.netnsPath ? { type: 'network', path: input.netnsPath } : { type: 'network' },
   ];
-  const idMap = [{ containerID: 0, hostID: CANONICAL_ID_OFFSET, size: ID_RANGE }];
+  const idMap = [{ containerID: 0, hostID: input.idBase, size: ID_RANGE }];
 
   return {
     ociVersion: '1.0.2',

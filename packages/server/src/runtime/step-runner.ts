@@ -5,7 +5,9 @@ import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
 import { cgroupDirs, cgroupExists, removeCgroup, type CgroupLayout } from './cgroups.js';
 import type { Crun } from './crun.js';
+import { CANONICAL_ID_OFFSET } from '../images/types.js';
 import { checkLowerDirs, mountOverlay, removeTree, unmount, unmountAllUnder } from './disk.js';
+import { layerIdOffset } from './idmap.js';
 import { deleteNetns, NetnsHolder, vethName, waitVethGone, type Ipam, type Subnet } from './net.js';
 import { buildConfig, HOST_CA_BUNDLE } from './oci.js';
 import type { StepRunOptions } from './types.js';
@@ -21,6 +23,8 @@ export interface StepContext {
   subnet: Subnet;
   ipam: () => Promise<Ipam>;
   layout: () => Promise<CgroupLayout>;
+  /** The idmap helper (used only for lowers still at LEGACY_ID_OFFSET). */
+  idmapHelper: () => Promise<string>;
   log: (msg: string) => void;
 }
 
@@ -37,6 +41,7 @@ function stepNames(ctx: StepContext, id: string) {
   return {
     dir,
     rootfs: join(dir, 'rootfs'),
+    lowerScratch: join(dir, 'lower'),
     config: join(dir, 'config.json'),
     meta: join(dir, 'meta.json'),
     netns: `${ctx.netnsPrefix}step_${id}`,
@@ -60,8 +65,10 @@ async function inLowers(lowerDirs: string[], path: string): Promise<boolean> {
 /**
  * One build step in a throwaway container with the same isolation as a sandbox (user namespace,
  * seccomp, capabilities, cgroup limits, own netns), on overlay(lowerDirs + upperDir). Afterwards
- * nothing is left but upperDir, whose files are in canonical (+100000) ownership because root in
- * the container is host uid 100000: it can be used as a layer as it is.
+ * nothing is left but upperDir, whose files are in canonical ownership because root in the
+ * container is host uid CANONICAL_ID_OFFSET: it can be used as a layer as it is. Unlike a sandbox,
+ * a step runs as that shared range (its lowers, canonical already, are mounted directly); it runs
+ * only template build commands, and its container is gone when the step ends.
  */
 export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }> {
   if (opts.signal?.aborted) throw abortReason(opts.signal);
@@ -87,7 +94,8 @@ export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{
     // The upper's root becomes the layer's root directory: give it the attributes of the image's root.
     await mkdir(upper, { recursive: true });
     const rootAttrs = await stat(opts.lowerDirs[0]!);
-    await chown(upper, rootAttrs.uid, rootAttrs.gid);
+    const rootOffset = await layerIdOffset(opts.lowerDirs[0]!);
+    await chown(upper, rootAttrs.uid - rootOffset + CANONICAL_ID_OFFSET, rootAttrs.gid - rootOffset + CANONICAL_ID_OFFSET);
     await chmod(upper, rootAttrs.mode & 0o7777);
     await mkdir(workDir);
     undo.push('overlay workdir', () => removeTree(workDir));
@@ -95,7 +103,12 @@ export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{
     const targets = await missingTargets(opts.lowerDirs, upper, ['/.sb/init', ...(opts.binds ?? []).map((b) => b.target)]);
     undo.push('mount targets', () => dropTargets(upper, targets));
     await mkdir(n.rootfs);
-    await mountOverlay(opts.lowerDirs, upper, workDir, n.rootfs);
+    // Canonical lowers are mounted directly; only layers still at the legacy offset get idmapped.
+    await mountOverlay(opts.lowerDirs, upper, workDir, n.rootfs, {
+      helper: await ctx.idmapHelper(),
+      base: CANONICAL_ID_OFFSET,
+      scratch: n.lowerScratch,
+    });
     undo.push('overlay mount', () => unmount(n.rootfs));
 
     let holder: NetnsHolder | undefined;
@@ -105,7 +118,14 @@ export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{
       undo.push('address', () => ipam.release(ip));
       await deleteNetns(n.netns);
       await waitVethGone(vethName(n.netns));
-      holder = await NetnsHolder.start({ netnsName: n.netns, veth: vethName(n.netns), bridge: ctx.bridge, ip, subnet: ctx.subnet });
+      holder = await NetnsHolder.start({
+        netnsName: n.netns,
+        veth: vethName(n.netns),
+        bridge: ctx.bridge,
+        ip,
+        subnet: ctx.subnet,
+        idBase: CANONICAL_ID_OFFSET,
+      });
       const h = holder;
       undo.push('network namespace', async () => {
         await h.kill();
@@ -124,6 +144,7 @@ export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{
       resources: opts.resources,
       netnsPath: holder ? `/run/netns/${n.netns}` : undefined,
       userNsPath: holder?.userNsPath,
+      idBase: CANONICAL_ID_OFFSET,
       roBinds: [{ source: INIT_PATH, target: '/.sb/init' }, ...(opts.binds ?? [])],
       // Only over a bundle the image has: a bind would make an empty file in the layer, and a
       // read-only bind would break an `apt-get install ca-certificates` in this very step.

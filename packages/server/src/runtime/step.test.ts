@@ -1,12 +1,29 @@
 // Root tests with real containers: build steps (CrunRuntime.runStep) as the template builder uses them.
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync, statSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { existsSync, lstatSync, readdirSync, statSync } from 'node:fs';
+import { chown, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { CANONICAL_ID_OFFSET, ID_RANGE, LEGACY_ID_OFFSET } from '../images/types.js';
 import { baseLayer } from '../testing/fixtures.js';
 import { assertNoLeaks, createTestRuntime, type TestRuntime } from '../testing/runtime-fixtures.js';
 import type { StepRunOptions } from './types.js';
+
+/** uid:gid of every entry under `dir` outside the canonical range (at most 5). */
+function nonCanonical(dir: string): string[] {
+  const out: string[] = [];
+  const inRange = (id: number) => id >= CANONICAL_ID_OFFSET && id < CANONICAL_ID_OFFSET + ID_RANGE;
+  const stack = [dir];
+  while (stack.length > 0 && out.length < 5) {
+    const d = stack.pop()!;
+    for (const p of [d, ...readdirSync(d).map((n) => join(d, n))]) {
+      const st = lstatSync(p);
+      if (!inRange(st.uid) || !inRange(st.gid)) out.push(`${p} ${st.uid}:${st.gid}`);
+      if (p !== d && st.isDirectory()) stack.push(p);
+    }
+  }
+  return out;
+}
 
 describe('CrunRuntime.runStep', { timeout: 300_000 }, () => {
   let t: TestRuntime;
@@ -53,7 +70,9 @@ describe('CrunRuntime.runStep', { timeout: 300_000 }, () => {
     assert.match(output, /Hello, world!/);
     const upper = join(scratch, 'apt1');
     const hello = statSync(join(upper, 'usr/bin/hello'));
-    assert.equal(hello.uid, 100000, 'root inside = canonical 100000 on disk');
+    assert.equal(hello.uid, CANONICAL_ID_OFFSET, 'root inside = the canonical offset on disk');
+    assert.equal(statSync(upper).uid, CANONICAL_ID_OFFSET);
+    assert.deepEqual(nonCanonical(upper), [], 'every file of the layer in canonical ownership');
     assert.equal(statSync(upper).uid, statSync(lower).uid, "the layer's root directory looks like the image's");
     assert.ok(!existsSync(join(upper, '.sb')), 'no mount targets of ours in the layer');
     assert.ok(!existsSync(join(upper, 'tmp', 'apt-dpkg-install')), '/tmp was a tmpfs');
@@ -78,6 +97,30 @@ describe('CrunRuntime.runStep', { timeout: 300_000 }, () => {
     assert.match(output, /nodns\n/);
     assert.ok(existsSync(join(scratch, 'misc1', 'made-here')));
     assert.ok(!existsSync(join(scratch, 'misc1', 'in')), 'bind targets crun had to create are not in the layer');
+  });
+
+  test('a lower still at the legacy offset is idmapped to canonical; the output is canonical', async () => {
+    const legacy = join(scratch, 'legacy-layer');
+    await mkdir(join(legacy, 'opt/old'), { recursive: true });
+    await writeFile(join(legacy, 'opt/old/file'), 'old layer\n');
+    for (const [p, k] of [['', 0], ['opt', 0], ['opt/old', 1000], ['opt/old/file', 1000]] as const) {
+      await chown(join(legacy, p), LEGACY_ID_OFFSET + k, LEGACY_ID_OFFSET + k);
+    }
+    let output = '';
+    const r = await t.rt.runStep({
+      ...step('legacy1', 'stat -c "%u %n" / /opt/old/file /usr/bin/bash; cat /opt/old/file; echo new > /opt/old/new; chown 1000 /opt/old/new'),
+      lowerDirs: [legacy, lower],
+      onOutput: (c) => (output += c),
+    });
+    assert.deepEqual(r, { exitCode: 0, timedOut: false }, output);
+    assert.equal(output, '0 /\n1000 /opt/old/file\n0 /usr/bin/bash\nold layer\n');
+    const upper = join(scratch, 'legacy1');
+    assert.equal(statSync(upper).uid, CANONICAL_ID_OFFSET, "the layer's root is canonical although the top lower is not");
+    assert.equal(statSync(join(upper, 'opt/old/new')).uid, CANONICAL_ID_OFFSET + 1000);
+    assert.equal(statSync(join(upper, 'opt/old')).uid, CANONICAL_ID_OFFSET + 1000, 'copied up in canonical form');
+    assert.deepEqual(nonCanonical(upper), []);
+    assert.equal(statSync(join(legacy, 'opt/old/file')).uid, LEGACY_ID_OFFSET + 1000, 'the lower is untouched');
+    assert.deepEqual(readdirSync(join(t.dataDir, 'steps')), [], 'no step directory (or idmapped mount) left');
   });
 
   test('timeout kills the step and reports timedOut', async () => {

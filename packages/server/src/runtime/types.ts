@@ -15,7 +15,11 @@ export interface SandboxResources {
 export interface SandboxSpec {
   /** Sandbox id: also the container id and the cgroup leaf name. Lowercase [a-z0-9-]. */
   id: string;
-  /** Read-only template layers, top-most first; absolute host paths in canonical (+100000) ownership. */
+  /**
+   * Read-only template layers, top-most first; absolute host paths in canonical ownership
+   * (CANONICAL_ID_OFFSET, or LEGACY_ID_OFFSET for layers made before it moved). The sandbox sees
+   * them through idmapped mounts, owned by its own id range.
+   */
   lowerDirs: string[];
   resources: SandboxResources;
   /** false: loopback only. true: veth + NAT; host, private ranges and other sandboxes blocked. */

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { connect } from 'node:net';
+import WebSocket from 'ws';
 import { api, agent, createSandbox, startServer, REPO_ROOT, type TestServer } from './harness.js';
 
 let server: TestServer;
@@ -231,6 +232,24 @@ describe('lifecycle', () => {
     assert.equal((await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 404);
     // Its public_host is gone with it.
     await assert.rejects(fetch(`${sb.publicHost}/health`, { headers: { authorization: `Bearer ${sb.authToken}` } }));
+  });
+
+  test('delete and stop end open WebSocket sessions instead of waiting for them', async () => {
+    for (const action of ['DELETE', 'stop'] as const) {
+      const sb = await createSandbox(server);
+      const ws = new WebSocket(`${sb.publicHost.replace('http', 'ws')}/terminal`, { headers: { authorization: `Bearer ${sb.authToken}` } });
+      await new Promise((resolve, reject) => {
+        ws.once('open', resolve);
+        ws.once('error', reject);
+      });
+      const closed = new Promise((resolve) => ws.once('close', resolve));
+      const t0 = Date.now();
+      const res = action === 'DELETE' ? await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`) : await api(server, 'POST', `/v1/sandboxes/${sb.id}/stop`);
+      assert.equal(res.status, 200);
+      assert.ok(Date.now() - t0 < 5000, `${action} took ${Date.now() - t0} ms`);
+      await closed;
+      if (action === 'stop') await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+    }
   });
 
   test('a paused sandbox can be stopped, and a stopped one deleted', async () => {

@@ -24,13 +24,16 @@ export function terminalRoute(agent: Agent, helperPath: string): UpgradeRoute {
   return {
     path: '/terminal',
     handler: (req, socket, head, requestId) => {
-      void acceptWebSocket(req, socket, head, requestId).then(async (ws) => {
+      void (async () => {
+        // Everything that awaits happens before the upgrade: once the socket is accepted, the
+        // message handler must be attached at once, or input typed right after connecting is lost.
         const url = new URL(req.url ?? '/', 'http://agent');
         const cols = dimension(url.searchParams.get('cols'), 80);
         const rows = dimension(url.searchParams.get('rows'), 24);
         const env = effectiveEnv(agent.config.baseEnv, agent.envStore.all(), undefined);
         env.TERM ??= 'xterm-256color';
         const shell = (await which('bash', env.PATH)) ?? '/bin/sh';
+        const ws = await acceptWebSocket(req, socket, head, requestId);
         const out = new PacedSender(ws);
         const child = spawn(helperPath, ['pty', String(cols), String(rows), '--', shell], {
           cwd: agent.config.workspaceDir,
@@ -72,7 +75,7 @@ export function terminalRoute(agent: Agent, helperPath: string): UpgradeRoute {
           const t = setTimeout(() => child.exitCode === null && child.kill('SIGTERM'), 2000);
           t.unref();
         });
-      });
+      })();
     },
   };
 }

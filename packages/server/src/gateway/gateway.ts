@@ -31,6 +31,8 @@ export class Gateway implements GatewayControl {
   private hostServer: Server | undefined;
   private agents = new Map<string, Agent>();
   private claimed = new Set<number>();
+  /** Upgraded (WebSocket) connections per sandbox: the HTTP server no longer tracks them. */
+  private tunnels = new Map<string, Set<Socket>>();
 
   constructor(private d: GatewayDeps) {}
 
@@ -85,6 +87,8 @@ export class Gateway implements GatewayControl {
   }
 
   async close(sandboxId: string): Promise<void> {
+    for (const sock of this.tunnels.get(sandboxId) ?? []) sock.destroy();
+    this.tunnels.delete(sandboxId);
     const server = this.servers.get(sandboxId);
     this.servers.delete(sandboxId);
     const agent = this.agents.get(sandboxId);
@@ -101,7 +105,7 @@ export class Gateway implements GatewayControl {
 
   /** Stops listening (daemon shutdown); sandboxes keep running and get their ports back on start. */
   async closeAll(): Promise<void> {
-    await Promise.all([...this.servers.keys()].map((id) => this.close(id)));
+    await Promise.all([...new Set([...this.servers.keys(), ...this.tunnels.keys()])].map((id) => this.close(id)));
     if (this.hostServer) {
       const s = this.hostServer;
       this.hostServer = undefined;
@@ -197,6 +201,17 @@ export class Gateway implements GatewayControl {
 
   private tunnel(req: IncomingMessage, socket: Socket, head: Buffer, entry: RouteEntry, requestId: string): void {
     const upstream = connect(entry.socketPath);
+    let set = this.tunnels.get(entry.sandboxId);
+    if (!set) this.tunnels.set(entry.sandboxId, (set = new Set()));
+    set.add(socket);
+    set.add(upstream);
+    const forget = () => {
+      set.delete(socket);
+      set.delete(upstream);
+      if (set.size === 0 && this.tunnels.get(entry.sandboxId) === set) this.tunnels.delete(entry.sandboxId);
+    };
+    socket.on('close', forget);
+    upstream.on('close', forget);
     upstream.on('error', (err) => rawError(socket, new ServiceError('AGENT_UNAVAILABLE', err.message), requestId));
     upstream.on('connect', () => {
       let text = `${req.method} ${req.url} HTTP/1.1\r\n`;

@@ -19,6 +19,8 @@ function main(): void {
   const config = loadConfig(process.env, dirname(resolve(process.argv[1] ?? '.')));
   // SANDBOXD_* variables are the agent's own: nothing started from here may see them.
   for (const key of Object.keys(process.env)) if (key.startsWith('SANDBOXD_')) delete process.env[key];
+  // The malloc tunables the runtime sets for the agent itself are not for user programs.
+  if (process.env.GLIBC_TUNABLES?.startsWith('glibc.malloc.mmap_threshold=65536:')) delete process.env.GLIBC_TUNABLES;
   const { server } = createAgent(config);
   // The runtime creates the listening socket on the host (at a path the sandbox never sees) and
   // passes it as this fd (SANDBOXD_AGENT_LISTEN_FD); a socket path is the fallback.

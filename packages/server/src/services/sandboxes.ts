@@ -39,6 +39,7 @@ export interface SandboxServiceDeps {
   log: (msg: string, extra?: Record<string, unknown>) => void;
 }
 
+export const AGENT_MALLOC_TUNABLES = 'glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=262144';
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 function newSandboxId(): string {
@@ -70,6 +71,9 @@ function specFor(id: string, src: SpecSource, layerPath: (id: string) => string)
       TERM: 'xterm-256color',
       ...src.templateEnv,
       SANDBOX_ID: id,
+      // The agent streams big files in 64 KiB buffers: allocated with mmap they go back to the
+      // system when freed, instead of staying in glibc's heap after a transfer.
+      GLIBC_TUNABLES: AGENT_MALLOC_TUNABLES,
       SANDBOXD_ENV_VARS: JSON.stringify(src.envVars),
       // The agent reports its limits in /metrics (it cannot read its cgroup: /sys/fs/cgroup is masked).
       SANDBOXD_LIMITS: JSON.stringify({ vcpu: src.vcpu, memory_mb: src.memoryMb, disk_mb: src.diskGb * 1024 }),

@@ -20,8 +20,12 @@ describe('/execute/stream', () => {
     const s = await AgentSocket.open(sb, '/execute/stream');
     try {
       s.send({ type: 'execute', code: 'import sys, time\nfor i in range(3):\n    print("step", i, flush=True)\n    time.sleep(0.3)\nsys.stderr.write("warn\\n")', language: 'python', timeout: 30, workdir: '/workspace' });
+      // The first line may arrive split over frames ("step 0" then "\n"): wait for all of it.
       const first = await s.next('stdout');
-      assert.equal(first.data, 'step 0\n');
+      while (!s.frames.filter((f) => f.type === 'stdout').map((f) => f.data).join('').includes('\n')) {
+        await s.next('stdout', 30_000, s.frames.lastIndexOf(s.frames.filter((f) => f.type === 'stdout').pop()!) + 1);
+      }
+      assert.ok(s.frames.filter((f) => f.type === 'stdout').map((f) => f.data).join('').startsWith('step 0\n'));
       const result = await s.next('result');
       const complete = await s.next('complete');
       assert.ok(result.at - first.at >= 500, 'output came before the end, not all at once');

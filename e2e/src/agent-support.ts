@@ -1,6 +1,5 @@
-import { execFileSync } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync, rmdirSync, rmSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
 import WebSocket from 'ws';
 import { agent, api, createSandbox, startServer, type CreatedSandbox, type StartOptions, type TestServer } from './harness.js';
 
@@ -9,64 +8,19 @@ import { agent, api, createSandbox, startServer, type CreatedSandbox, type Start
 export { agent, api, createSandbox };
 export type { CreatedSandbox, TestServer };
 
-const cgroupParents = new Map<TestServer, string>();
-
-/**
- * A server of our own. Its sandboxes live under a cgroup parent of their own: a daemon reconciles
- * at start by removing every sandbox under its cgroup parent that its store does not know, so
- * servers of other test files starting meanwhile would otherwise kill ours.
- */
+/** A server of our own (the harness gives each live daemon its own cgroup parent, bridge and ports). */
 export async function startAgentServer(opts: StartOptions = {}): Promise<TestServer> {
-  const parent = `sbx-agent-test-${randomBytes(4).toString('hex')}`;
-  const server = await startServer({ ...opts, env: { SANDBOXD_CGROUP_PARENT: parent, ...opts.env } });
-  cgroupParents.set(server, parent);
-  return server;
+  return startServer(opts);
 }
 
 /**
- * Stops the server, and then makes sure nothing of its data dir stays mounted: a mount left behind
- * by the daemon's own shutdown would otherwise outlive the test.
+ * Stops the server. Whatever its shutdown leaves mounted is a leak for the suite's leak check to
+ * report, not something to sweep away here.
  */
 export async function stopServer(server: TestServer | undefined): Promise<void> {
   if (!server) return;
   if (process.env.AGENT_TEST_LOGS) dumpAgentLogs(server);
-  let stopError: unknown;
-  try {
-    await server.stop();
-  } catch (err) {
-    stopError = err;
-  }
-  const mounts = readFileSync('/proc/self/mounts', 'utf8')
-    .split('\n')
-    .map((l) => l.split(' ')[1] ?? '')
-    .filter((m) => m.startsWith(`${server.dataDir}/`))
-    .sort()
-    .reverse();
-  for (const m of mounts) {
-    try {
-      execFileSync('umount', [m.replace(/\\040/g, ' ')], { stdio: 'ignore' });
-    } catch {
-      execFileSync('umount', ['-l', m.replace(/\\040/g, ' ')], { stdio: 'ignore' });
-    }
-  }
-  if (stopError) rmSync(server.dataDir, { recursive: true, force: true });
-  const parent = cgroupParents.get(server);
-  if (parent) {
-    for (const ctl of readdirSync('/sys/fs/cgroup')) {
-      const dir = `/sys/fs/cgroup/${ctl}/${parent}`;
-      if (existsSync(dir)) rmdirDeep(dir);
-    }
-  }
-}
-
-/** Removes an (empty) cgroup directory tree, deepest first. */
-function rmdirDeep(dir: string): void {
-  for (const e of readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) rmdirDeep(`${dir}/${e.name}`);
-  try {
-    rmdirSync(dir);
-  } catch {
-    // still in use: the leak check reports it
-  }
+  await server.stop();
 }
 
 /** Prints every sandbox agent's own log (kept in the sandbox's disk), for debugging a failed run. */

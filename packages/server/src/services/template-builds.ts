@@ -51,7 +51,8 @@ export interface BuildLimits {
 
 const BUILTIN_NAMES = new Set(['base', 'python', 'nodejs', 'go', 'code-interpreter']);
 
-function levelOf(line: string): 'ERROR' | 'WARN' | 'INFO' {
+/** The level a build log line is shown with (JSON polling clients and SSE alike). */
+export function levelOf(line: string): 'ERROR' | 'WARN' | 'INFO' {
   if (/\b(error|failed|fatal)\b|exit status|exit code [1-9]/i.test(line)) return 'ERROR';
   if (/\bwarn(ing)?\b/i.test(line)) return 'WARN';
   return 'INFO';

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from '@sinclair/typebox';
 import type { Services } from '../../services/index.js';
 import { guard, principalOf } from '../auth.js';
+import { levelOf } from '../../services/template-builds.js';
 import { SandboxIdParams } from './params.js';
 
 const LogsQuery = Type.Object({
@@ -30,7 +31,7 @@ export function templateBuildLogsRoute(app: FastifyInstance, s: Services): void 
       const send = (event: string, data: unknown) => raw.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
       // Replay what is on disk, then follow live lines until the build ends.
       const backlog = await builds.logsSince(build, req.query.offset ?? 0);
-      for (const line of backlog.logs.split('\n').filter(Boolean)) send('log', { level: /error|failed/i.test(line) ? 'ERROR' : 'INFO', message: line, timestamp: null });
+      for (const line of backlog.logs.split('\n').filter(Boolean)) send('log', { level: levelOf(line), message: line, timestamp: null });
       const current = await builds.get(principalOf(req).orgId, build.id);
       if (current.status !== 'building') {
         send('done', { status: current.status });

@@ -176,6 +176,7 @@ describe('files: upload and download', () => {
     const localHash = await makeFile(local, 200 * 1024 * 1024);
     const rssBefore = await agentRss();
     let peak = rssBefore;
+    let upPeak = rssBefore;
     let sampling = true;
     const sampler = (async () => {
       while (sampling) {
@@ -187,6 +188,7 @@ describe('files: upload and download', () => {
       const started = performance.now();
       const res = await upload(sb, local, '/workspace/up/big file.bin', 'big.bin');
       const upMs = performance.now() - started;
+      upPeak = peak;
       assert.equal(res.status, 200, await res.clone().text());
       assert.deepEqual(await res.json(), { success: true, path: '/workspace/up/big file.bin', size: 200 * 1024 * 1024 });
       const inside = await run(sb, 'sha256sum', ['/workspace/up/big file.bin'], { timeout: 120 });
@@ -204,7 +206,8 @@ describe('files: upload and download', () => {
       await sampler;
     }
     const growth = (peak - rssBefore) / (1024 * 1024);
-    console.log(`# agent rss ${(rssBefore / 1048576).toFixed(1)} MiB before, peak +${growth.toFixed(1)} MiB`);
+    const mib = (n: number) => (n / 1048576).toFixed(1);
+    console.log(`# agent rss ${mib(rssBefore)} MiB before, peak +${growth.toFixed(1)} MiB (upload +${mib(upPeak - rssBefore)})`);
     assert.ok(growth < 48, `agent memory grew by ${growth.toFixed(1)} MiB while moving 400 MB`);
   });
 

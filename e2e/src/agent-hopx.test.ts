@@ -146,6 +146,27 @@ describe('@hopx-ai/sdk drives a sandbox unmodified', () => {
     assert.match(out, /hello 2 terminal/);
   });
 
+  test('watchFiles yields a change for a file written while watching', async () => {
+    // The SDK cannot tell when the watch is on: keep writing until a change arrives.
+    let n = 0;
+    const poke = setInterval(() => void sandbox.files.write(`/workspace/watched-by-hopx-${n++}.txt`, 'hi').catch(() => undefined), 200);
+    let change: any = null;
+    try {
+      for await (const msg of sandbox.watchFiles('/workspace')) {
+        assert.equal(msg.type, 'change');
+        if (msg.path.startsWith('/workspace/watched-by-hopx-')) {
+          change = msg;
+          break;
+        }
+      }
+    } finally {
+      clearInterval(poke);
+    }
+    // files.write writes a temp file beside the target and renames it over (atomic replace).
+    assert.ok(['created', 'modified', 'renamed'].includes(change.event), JSON.stringify(change));
+    assert.match(change.timestamp, /Z$/);
+  });
+
   test('pause and resume keep the sandbox; kill deletes it', async () => {
     await sandbox.runCode('open("/tmp/state.txt", "w").write("kept")');
     await sandbox.pause();

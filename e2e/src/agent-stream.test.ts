@@ -123,3 +123,103 @@ describe('/terminal', () => {
     await waitFor('the shell and its job to end', async () => !/sleep 777/.test((await run(sb, 'ps', ['-eo', 'args'])).stdout));
   });
 });
+
+describe('/files/watch', () => {
+  const changes = (s: AgentSocket) => s.frames.filter((f) => f.type === 'change').map((f) => [f.event, f.path, f.old_path, f.is_dir ? 'd' : 'f'].filter((x) => x !== undefined).join(' '));
+
+  test('reports created, modified, renamed and deleted below the directory, new subdirectories included', async () => {
+    await run(sb, 'mkdir', ['-p', '/workspace/watched']);
+    const s = await AgentSocket.open(sb, '/files/watch');
+    try {
+      s.send({ action: 'watch', path: '/workspace/watched', ack: true });
+      const ack = await s.next('watching');
+      assert.equal(ack.path, '/workspace/watched');
+      const script = [
+        'cd /workspace/watched',
+        'echo a > f',
+        'mkdir -p d/e',
+        'touch d/e/g',
+        'mv f "f 2 ✓"',
+        'rm "f 2 ✓"',
+        'mv d d2',
+        'echo x > d2/e/h',
+        'echo outside > /workspace/not-watched',
+        'touch end',
+      ].join(' && ');
+      assert.equal((await run(sb, 'bash', ['-c', script])).exit_code, 0);
+      await waitFor('the last change', async () => changes(s).includes('created /workspace/watched/end f'));
+      const got = changes(s);
+      const expected = [
+        'created /workspace/watched/f f',
+        'modified /workspace/watched/f f',
+        'created /workspace/watched/d d',
+        'created /workspace/watched/d/e/g f',
+        'renamed /workspace/watched/f 2 ✓ /workspace/watched/f f',
+        'deleted /workspace/watched/f 2 ✓ f',
+        'renamed /workspace/watched/d2 /workspace/watched/d d',
+        'created /workspace/watched/d2/e/h f',
+      ];
+      let at = -1;
+      for (const e of expected) {
+        const i = got.indexOf(e, at + 1);
+        assert.ok(i > at, `${e} (in order) in ${JSON.stringify(got, null, 1)}`);
+        at = i;
+      }
+      assert.ok(!got.some((c) => c.includes('not-watched')), 'nothing outside the directory');
+      for (const f of s.frames.filter((x) => x.type === 'change')) assert.match(f.timestamp, /Z$/);
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('?path= starts at once; removing the watched directory ends the watch; closing the socket ends the watcher', async () => {
+    await run(sb, 'mkdir', ['-p', '/workspace/ephemeral']);
+    const s = await AgentSocket.open(sb, '/files/watch?path=%2Fworkspace%2Fephemeral&ack=1');
+    await s.next('watching');
+    await run(sb, 'rm', ['-rf', '/workspace/ephemeral']);
+    await waitFor('the socket to close', async () => s.closed);
+    assert.ok(changes(s).includes('deleted /workspace/ephemeral d'));
+
+    const t = await AgentSocket.open(sb, '/files/watch');
+    t.send({ action: 'watch', path: 'watched', ack: true });
+    assert.equal((await t.next('watching')).path, '/workspace/watched', 'relative paths start at /workspace');
+    assert.match((await run(sb, 'ps', ['-eo', 'args'])).stdout, /sbx-helper watch \/workspace\/watched/);
+    await t.close();
+    await waitFor('the watcher to end', async () => !/sbx-helper watch/.test((await run(sb, 'ps', ['-eo', 'args'])).stdout));
+  });
+
+  test('without ack, every frame is a change (real clients type them so)', async () => {
+    await run(sb, 'mkdir', ['-p', '/workspace/quiet']);
+    const s = await AgentSocket.open(sb, '/files/watch');
+    try {
+      s.send({ action: 'watch', path: '/workspace/quiet' });
+      await waitFor('a change', async () => {
+        await run(sb, 'touch', ['/workspace/quiet/poke']);
+        return s.frames.length > 0;
+      });
+      assert.deepEqual([...new Set(s.frames.map((f) => f.type))], ['change']);
+    } finally {
+      await s.close();
+    }
+  });
+
+  test('a missing path, a file and a bad frame are error frames; the socket stays usable', async () => {
+    await run(sb, 'bash', ['-c', 'echo x > /workspace/plain.txt']);
+    const s = await AgentSocket.open(sb, '/files/watch');
+    try {
+      s.send({ action: 'watch', path: '/workspace/nope' });
+      const e1 = await s.next('error');
+      assert.equal(e1.code, 'FILE_NOT_FOUND');
+      s.send({ action: 'watch', path: '/workspace/plain.txt' });
+      await waitFor('a second error', async () => s.frames.filter((f) => f.type === 'error').length >= 2);
+      assert.equal(s.frames.filter((f) => f.type === 'error')[1]!.code, 'NOT_A_DIRECTORY');
+      s.send({ hello: 1 });
+      await waitFor('a third error', async () => s.frames.filter((f) => f.type === 'error').length >= 3);
+      assert.equal(s.frames.filter((f) => f.type === 'error')[2]!.code, 'VALIDATION_ERROR');
+      s.send({ action: 'watch', path: '/workspace', ack: true });
+      await s.next('watching');
+    } finally {
+      await s.close();
+    }
+  });
+});

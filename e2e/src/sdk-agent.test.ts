@@ -187,6 +187,24 @@ describe('SDK: files', () => {
     assert.equal(await sb.files.exists('/workspace/f/deep/er/a.txt'), false);
   });
 
+  test('watch: resolves once watching, yields changes in order, ends on break; a missing directory is NotFoundError', async () => {
+    await sb.files.mkdir('/workspace/sdk-watch');
+    const watcher = await sb.files.watch('sdk-watch');
+    assert.equal(watcher.path, '/workspace/sdk-watch');
+    await sb.commands.run('cd /workspace/sdk-watch && mkdir d && echo 1 > d/a && mv d/a d/b && rm d/b');
+    const seen: string[] = [];
+    for await (const c of watcher) {
+      seen.push(`${c.event} ${c.path}${c.oldPath ? ` <- ${c.oldPath}` : ''}`);
+      if (c.event === 'deleted') break;
+    }
+    assert.deepEqual(
+      seen.filter((x) => !x.startsWith('modified')),
+      ['created /workspace/sdk-watch/d', 'created /workspace/sdk-watch/d/a', 'renamed /workspace/sdk-watch/d/b <- /workspace/sdk-watch/d/a', 'deleted /workspace/sdk-watch/d/b'],
+    );
+    assert.equal(watcher.closed || (await new Promise((r) => setTimeout(r, 200)), watcher.closed), true, 'break closed the watch');
+    await assert.rejects(sb.files.watch('/workspace/no-such-dir'), (err: unknown) => err instanceof NotFoundError && (err as NotFoundError).code === 'FILE_NOT_FOUND');
+  });
+
   test('a missing file is NotFoundError FILE_NOT_FOUND naming the path', async () => {
     await assert.rejects(sb.files.read('/workspace/missing.txt'), (e: unknown) => {
       assert.ok(e instanceof NotFoundError);

@@ -28,11 +28,12 @@ await build({
 
 for (const f of ['sbx_run.py', 'sbx_zygote.py']) copyFileSync(join(here, 'py', f), join(out, f));
 
-const helperSrc = join(here, 'native/sbx-helper.c');
+const helperSrc = ['sbx-helper.c', 'watch.c'].map((f) => join(here, 'native', f));
 const helperOut = join(out, 'sbx-helper');
 const upToDate = (() => {
   try {
-    return statSync(helperOut).mtimeMs >= statSync(helperSrc).mtimeMs;
+    const built = statSync(helperOut).mtimeMs;
+    return [...helperSrc, join(here, 'native/watch.h')].every((f) => built >= statSync(f).mtimeMs);
   } catch {
     return false;
   }
@@ -40,7 +41,7 @@ const upToDate = (() => {
 if (!upToDate) {
   const cc = process.env.CC || 'gcc';
   try {
-    execFileSync(cc, ['-static', '-Os', '-s', '-Wall', '-Wextra', '-o', `${helperOut}.tmp`, helperSrc], { stdio: 'inherit' });
+    execFileSync(cc, ['-static', '-Os', '-s', '-Wall', '-Wextra', '-o', `${helperOut}.tmp`, ...helperSrc], { stdio: 'inherit' });
     execFileSync('mv', ['-f', `${helperOut}.tmp`, helperOut]);
   } catch (err) {
     rmSync(`${helperOut}.tmp`, { force: true });

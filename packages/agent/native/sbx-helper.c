@@ -8,6 +8,7 @@
  *                                        not there
  *   sbx-helper pty COLS ROWS -- ARGV...  run ARGV on a new pseudo-terminal; relay fd 0 -> pty -> fd 1;
  *                                        fd 3 carries "COLS ROWS\n" resize requests
+ *   sbx-helper watch ROOT MAX_DIRS       report changes below ROOT on stdout (see watch.c)
  *
  * Node cannot make itself a child subreaper, so this helper is one: every process ARGV starts,
  * even one that double-forks and calls setsid(), stays below it. On SIGTERM it kills that whole
@@ -34,6 +35,8 @@
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
+
+#include "watch.h"
 
 static volatile sig_atomic_t kill_requested = 0;
 static pid_t child_pid = -1;
@@ -403,7 +406,7 @@ static int pty_mode(int cols, int rows, char **argv) {
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    dprintf(2, "usage: sbx-helper run -- ARGV... | sbx-helper pty COLS ROWS -- ARGV...\n");
+    dprintf(2, "usage: sbx-helper run -- ARGV... | sbx-helper pty COLS ROWS -- ARGV... | sbx-helper watch ROOT MAX_DIRS\n");
     return 125;
   }
   install_handlers();
@@ -413,6 +416,7 @@ int main(int argc, char **argv) {
     int code = zygote_mode(argv[2], argv + 4);
     return code >= 0 ? code : run_mode(argv + 4);
   }
+  if (strcmp(argv[1], "watch") == 0) return watch_mode(argv[2], atoi(argv[3]), &kill_requested);
   if (strcmp(argv[1], "pty") == 0 && argc >= 6 && strcmp(argv[4], "--") == 0) {
     return pty_mode(atoi(argv[2]), atoi(argv[3]), argv + 5);
   }

@@ -19,6 +19,7 @@ import { metricsRoutes } from './routes/metrics.js';
 import { createAgentServer } from './server.js';
 import { streamRoute } from './ws/stream.js';
 import { terminalRoute } from './ws/terminal.js';
+import { watchRoute } from './ws/watch.js';
 
 export const AGENT_VERSION = '0.1.0';
 
@@ -28,7 +29,7 @@ function findHelper(agentDir: string): string | null {
     accessSync(path, constants.X_OK);
     return path;
   } catch {
-    logLine(`${path} missing; timeouts kill the process group only, no terminal`);
+    logLine(`${path} missing; timeouts kill the process group only, no terminal, no file watching`);
     return null;
   }
 }
@@ -60,6 +61,6 @@ export function createAgent(config: AgentConfig): { agent: Agent; server: Server
     ...cacheRoutes(agent),
   ];
   const upgrades: UpgradeRoute[] = [streamRoute(agent)];
-  if (helperPath) upgrades.push(terminalRoute(agent, helperPath));
+  if (helperPath) upgrades.push(terminalRoute(agent, helperPath), watchRoute(agent, helperPath));
   return { agent, server: createAgentServer(stats, routes, upgrades) };
 }

@@ -64,6 +64,7 @@ export const AGENT_ROUTES: AgentRouteDoc[] = [
   { method: 'GET', path: '/files/exists', summary: 'whether a path exists', query: PathQuery },
   { method: 'DELETE', path: '/files/remove', summary: 'remove a file or directory (recursive)', query: PathQuery },
   { method: 'POST', path: '/files/mkdir', summary: 'create a directory with its parents', body: MkdirBody },
+  { method: 'GET', path: '/files/watch', summary: 'WebSocket: changes below a directory (created, modified, deleted, renamed)', websocket: true },
   { method: 'GET', path: '/env', summary: 'the sandbox environment set' },
   { method: 'PUT', path: '/env', summary: 'replace the environment set', body: EnvBody },
   { method: 'PATCH', path: '/env', summary: 'merge into the environment set', body: EnvBody },

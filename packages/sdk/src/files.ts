@@ -8,6 +8,7 @@ import { chunksOf, counted, isReplayable, multipart, type UploadSource } from '.
 import type { CallOptions } from './client.js';
 import { bodyError, type Sent } from './http.js';
 import type { FileEntry, WriteResult } from './types.js';
+import { FileWatcher, type WatchOptions } from './watch.js';
 import { toFileEntry } from './wire.js';
 
 export interface WriteOptions extends CallOptions {
@@ -26,6 +27,14 @@ const TRANSFER_TIMEOUT_MS = 0;
 /** The sandbox's filesystem, through the agent. Paths are paths inside the sandbox. */
 export class Files {
   constructor(private readonly agent: AgentClient) {}
+
+  /**
+   * Watches a directory, recursively: resolves once the watch is in place, then yields every change
+   * below it (created, modified, deleted, renamed). `break` or `close()` ends it.
+   */
+  watch(path = '/workspace', options: WatchOptions = {}): Promise<FileWatcher> {
+    return FileWatcher.open(this.agent, path, options);
+  }
 
   /** A text file's content. Binary or large files are refused by the agent; use `download()`. */
   async read(path: string, options: CallOptions = {}): Promise<string> {

@@ -15,6 +15,8 @@ export type { WaitOptions } from './processes.js';
 export { Env } from './env.js';
 export { Cache } from './cache.js';
 export { Terminal } from './terminal.js';
+export { FileWatcher } from './watch.js';
+export type { FileChange, FileChangeEvent, WatchOptions } from './watch.js';
 export type { TerminalOptions } from './terminal.js';
 export { Paginator } from './pagination.js';
 export type { Page } from './pagination.js';

@@ -38,6 +38,11 @@ export class PacedSender {
     this.schedule();
   }
 
+  /** Frames waiting to be sent. */
+  get pending(): number {
+    return this.queue.length;
+  }
+
   /** Resolves once every queued frame has been handed to the socket. */
   drained(): Promise<void> {
     if (this.queue.length === 0) return Promise.resolve();

@@ -123,6 +123,31 @@ describe('@hopx-ai/sdk drives a sandbox unmodified', () => {
     for (const id of [bg.process_id, cmd.process_id]) assert.notEqual(after.find((p) => p.process_id === id)!.status, 'running');
   });
 
+  test('runCodeAsync starts the code and the result is POSTed to the callback URL', async () => {
+    const receiver = 'import http.server\nclass H(http.server.BaseHTTPRequestHandler):\n    def do_POST(self):\n        open("/tmp/hopx-hook.json", "wb").write(self.rfile.read(int(self.headers["content-length"])))\n        self.send_response(200)\n        self.end_headers()\n    def log_message(self, *a): pass\nhttp.server.HTTPServer(("127.0.0.1", 8766), H).serve_forever()';
+    const rx = await sandbox.runCodeBackground(receiver, { timeout: 120 });
+    for (let i = 0; (await sandbox.commands.run('exec 3<>/dev/tcp/127.0.0.1/8766')).exit_code !== 0; i++) {
+      assert.ok(i < 100, 'the receiver listens');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    try {
+      const started = await sandbox.runCodeAsync('print("async ok")', { callbackUrl: 'http://127.0.0.1:8766/done', callbackHeaders: { 'X-Job': '7' } });
+      assert.ok(started.execution_id);
+      assert.equal(started.callback_url, 'http://127.0.0.1:8766/done');
+      let body = '';
+      for (let i = 0; !body; i++) {
+        assert.ok(i < 100, 'the callback arrived');
+        await new Promise((r) => setTimeout(r, 100));
+        body = (await sandbox.files.exists('/tmp/hopx-hook.json')) ? await sandbox.files.read('/tmp/hopx-hook.json') : '';
+      }
+      const result = JSON.parse(body);
+      assert.equal(result.execution_id, started.execution_id);
+      assert.equal(result.stdout, 'async ok\n');
+    } finally {
+      await sandbox.killProcess(rx.process_id);
+    }
+  });
+
   test('runCodeStream yields output as it happens and ends', async () => {
     const seen: string[] = [];
     for await (const msg of sandbox.runCodeStream('import time\nfor i in range(3):\n    print(f"step {i}", flush=True)\n    time.sleep(0.2)')) {

@@ -1,5 +1,6 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHmac } from 'node:crypto';
 import { agent, api, createSandbox, exec, run, startAgentServer, stopServer, waitFor, type CreatedSandbox, type TestServer } from './agent-support.js';
 
 // Background processes, the env set, metrics/health/info: real sandboxes, through the gateway.
@@ -47,6 +48,60 @@ describe('processes', () => {
     assert.match(done.end_time, /Z$/);
     const one = await agent(sb, 'GET', `/execute/processes/${bg.body.process_id}`);
     assert.equal(one.body.status, 'completed');
+  });
+
+  test('/execute/async runs in the background and POSTs the signed result to callback_url; bad callbacks are 400', async () => {
+    // The receiver runs in the sandbox: the callback goes out under the sandbox's own network policy.
+    const receiver = [
+      'import http.server, json',
+      'class H(http.server.BaseHTTPRequestHandler):',
+      '    def do_POST(self):',
+      '        body = self.rfile.read(int(self.headers["content-length"]))',
+      '        open("/tmp/hook.json.part", "w").write(json.dumps({"headers": {k.lower(): v for k, v in self.headers.items()}, "body": body.decode()}))',
+      '        __import__("os").rename("/tmp/hook.json.part", "/tmp/hook.json")',
+      '        self.send_response(204)',
+      '        self.end_headers()',
+      '    def log_message(self, *a): pass',
+      'http.server.HTTPServer(("127.0.0.1", 8765), H).serve_forever()',
+    ].join('\n');
+    const rx = await agent(sb, 'POST', '/commands/background', { command: 'python3', args: ['-c', receiver], name: 'hook receiver' });
+    await waitFor('the receiver', async () => (await run(sb, 'bash', ['-c', 'exec 3<>/dev/tcp/127.0.0.1/8765'])).exit_code === 0);
+    try {
+      const started = await agent(sb, 'POST', '/execute/async', {
+        code: 'print(6 * 7)',
+        language: 'python',
+        callback_url: 'http://127.0.0.1:8765/hook',
+        callback_headers: { 'X-Token': 'tkn' },
+        callback_signature_secret: 'shh',
+      });
+      assert.equal(started.status, 202, JSON.stringify(started.body));
+      assert.equal(started.body.status, 'running');
+      assert.equal(started.body.callback_url, 'http://127.0.0.1:8765/hook');
+      const id = started.body.execution_id;
+      const hook = await waitFor('the callback', async () => {
+        const r = await agent(sb, 'GET', `/files/read?path=${encodeURIComponent('/tmp/hook.json')}`);
+        return r.status === 200 ? JSON.parse(r.body.content) : null;
+      });
+      const result = JSON.parse(hook.body);
+      assert.equal(result.execution_id, id);
+      assert.equal(result.stdout, '42\n');
+      assert.equal(result.exit_code, 0);
+      assert.equal(result.status, 'completed');
+      assert.equal(result.success, true);
+      assert.equal(hook.headers['x-token'], 'tkn');
+      assert.equal(hook.headers['content-type'], 'application/json');
+      assert.equal(hook.headers['x-sandboxd-signature'], `sha256=${createHmac('sha256', 'shh').update(hook.body).digest('hex')}`);
+      const listed = await waitFor('delivered in the list', async () => (await processes()).find((p) => p.process_id === id && p.callback?.status === 'delivered'));
+      assert.equal(listed.callback.attempts, 1);
+      assert.equal(listed.callback.last_status_code, 204);
+    } finally {
+      await agent(sb, 'POST', `/execute/kill/${rx.body.process_id}`);
+    }
+    for (const body of [{ code: 'print(1)' }, { code: 'print(1)', callback_url: 'ftp://x/' }, { code: 'print(1)', callback_url: 'http://x/', callback_headers: { Host: 'y' } }]) {
+      const bad = await agent(sb, 'POST', '/execute/async', body);
+      assert.equal(bad.status, 400, JSON.stringify(body));
+      assert.equal(bad.body.code, 'VALIDATION_ERROR');
+    }
   });
 
   test('foreground executions are listed too, and the list keeps recently finished ones', async () => {

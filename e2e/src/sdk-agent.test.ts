@@ -165,6 +165,31 @@ describe('SDK: commands and processes', () => {
     await assert.rejects(sb.processes.kill('p_nope'), (e: unknown) => e instanceof NotFoundError && e.code === 'PROCESS_NOT_FOUND');
     await assert.rejects(sb.processes.get('p_nope'), NotFoundError);
   });
+
+  test('runCodeAsync: the result goes to the callback URL, and the delivery shows on the process', async () => {
+    const rx = await sb.runCodeBackground(
+      'import http.server\nclass H(http.server.BaseHTTPRequestHandler):\n    def do_POST(self):\n        open("/tmp/sdk-hook.json", "wb").write(self.rfile.read(int(self.headers["content-length"])))\n        self.send_response(200)\n        self.end_headers()\n    def log_message(self, *a): pass\nhttp.server.HTTPServer(("127.0.0.1", 8767), H).serve_forever()',
+      { timeout: 120 },
+    );
+    try {
+      for (let i = 0; (await sb.commands.run(`bash -c 'exec 3<>/dev/tcp/127.0.0.1/8767'`)).exitCode !== 0; i++) {
+        assert.ok(i < 100, 'the receiver listens');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const job = await sb.runCodeAsync('print(2 ** 10)', { callbackUrl: 'http://127.0.0.1:8767/', signatureSecret: 'k' });
+      let info = await sb.processes.get(job.processId);
+      for (let i = 0; info.callback?.status !== 'delivered'; i++) {
+        assert.ok(i < 100 && info.callback?.status !== 'failed', JSON.stringify(info.callback));
+        await new Promise((r) => setTimeout(r, 100));
+        info = await sb.processes.get(job.processId);
+      }
+      assert.equal(info.callback.attempts, 1);
+      assert.equal(JSON.parse(await sb.files.read('/tmp/sdk-hook.json')).stdout, '1024\n');
+      await assert.rejects(sb.runCodeAsync('1', { callbackUrl: 'nope' }), ValidationError);
+    } finally {
+      await sb.processes.kill(rx.processId);
+    }
+  });
 });
 
 describe('SDK: files', () => {

@@ -13,6 +13,15 @@ export const ExecuteBody = Type.Object({
   cache: Type.Optional(Type.Boolean({ description: 'serve and store the result in the execution cache' })),
 });
 
+export const AsyncExecuteBody = Type.Composite([
+  ExecuteBody,
+  Type.Object({
+    callback_url: Type.String({ description: 'http(s) URL the result is POSTed to when the code ends (from inside the sandbox)' }),
+    callback_headers: Type.Optional(Type.Record(Type.String(), Type.String(), { description: 'extra headers of the callback request' })),
+    callback_signature_secret: Type.Optional(Type.String({ description: 'HMAC-SHA256 key: X-Sandboxd-Signature: sha256=<hex of the body>' })),
+  }),
+]);
+
 export const CommandBody = Type.Object({
   command: Type.String(),
   args: Type.Optional(Type.Array(Type.String())),
@@ -50,6 +59,8 @@ export const AGENT_ROUTES: AgentRouteDoc[] = [
   { method: 'POST', path: '/execute', summary: 'run code and wait for the result', body: ExecuteBody },
   { method: 'POST', path: '/execute/rich', summary: 'run code; also list rich outputs (figures)', body: ExecuteBody },
   { method: 'POST', path: '/execute/background', summary: 'run code in the background', body: ExecuteBody },
+  { method: 'POST', path: '/execute/async', summary: 'run code in the background; POST the result to callback_url (202)', body: AsyncExecuteBody },
+  { method: 'POST', path: '/execute/ipython', summary: 'run Python; the last expression comes back as result', body: ExecuteBody },
   { method: 'GET', path: '/execute/processes', summary: 'running and recently finished executions' },
   { method: 'POST', path: '/execute/kill/{process_id}', summary: 'kill an execution and its process group' },
   { method: 'DELETE', path: '/execute/kill', summary: 'kill an execution (query process_id)', query: Type.Object({ process_id: Type.String() }) },
@@ -70,6 +81,8 @@ export const AGENT_ROUTES: AgentRouteDoc[] = [
   { method: 'PATCH', path: '/env', summary: 'merge into the environment set', body: EnvBody },
   { method: 'DELETE', path: '/env/{key}', summary: 'remove one variable' },
   { method: 'GET', path: '/metrics/snapshot', summary: 'request counters and the sandbox cpu, memory, disk' },
+  { method: 'GET', path: '/system', summary: 'the sandbox cpu, memory and disk' },
+  { method: 'GET', path: '/processes', summary: 'every process running in the sandbox (pid, name, command)' },
   { method: 'GET', path: '/cache/stats', summary: 'execution/compile cache statistics' },
   { method: 'POST', path: '/cache/clear', summary: 'empty the cache' },
   { method: 'GET', path: '/terminal', summary: 'WebSocket: interactive PTY', websocket: true },

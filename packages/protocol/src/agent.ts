@@ -84,6 +84,15 @@ export interface ProcessInfo {
   stdout?: string;
   stderr?: string;
   truncated?: boolean;
+  /** For /execute/async: the delivery of the result to its callback URL. */
+  callback?: {
+    url: string;
+    status: 'pending' | 'delivered' | 'failed';
+    attempts: number;
+    last_status_code?: number;
+    error?: string;
+    delivered_at?: string;
+  };
 }
 
 export interface KillResult {

@@ -53,6 +53,7 @@ export type {
   ExecutionResult,
   CommandResult,
   BackgroundProcess,
+  CallbackDelivery,
   ProcessStatus,
   ProcessInfo,
   FileEntry,

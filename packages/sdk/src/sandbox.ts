@@ -252,6 +252,31 @@ export class Sandbox {
     return toBackgroundProcess(body);
   }
 
+  /**
+   * Starts code in the background and has the agent POST the result (the `runCode` result fields
+   * in snake_case, plus `execution_id` and `status`) to `callbackUrl` when it ends. The request
+   * leaves from inside the sandbox, so the URL must be reachable under its network policy. With
+   * `signatureSecret`, the `X-Sandboxd-Signature` header is `sha256=` + the hex HMAC-SHA256 of the body.
+   */
+  async runCodeAsync(
+    code: string,
+    options: Omit<RunCodeOptions, 'onStdout' | 'onStderr' | 'rich'> & { callbackUrl: string; callbackHeaders?: Record<string, string>; signatureSecret?: string },
+  ): Promise<BackgroundProcess> {
+    const json = executeBody(code, options.language ?? 'python', options);
+    json.callback_url = options.callbackUrl;
+    if (options.callbackHeaders) json.callback_headers = options.callbackHeaders;
+    if (options.signatureSecret) json.callback_signature_secret = options.signatureSecret;
+    const body = await this.agent.http.json({
+      method: 'POST',
+      path: '/execute/async',
+      json,
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs ?? 30_000,
+      what: 'start async execution',
+    });
+    return toBackgroundProcess(body);
+  }
+
   async metrics(options: CallOptions = {}): Promise<MetricsSnapshot> {
     return toMetrics(await this.agentGet('/metrics/snapshot', options));
   }

@@ -100,6 +100,17 @@ export interface ProcessInfo {
   /** Kept for finished processes. */
   stdout?: string;
   stderr?: string;
+  /** For `runCodeAsync`: how the delivery of the result to its callback URL went. */
+  callback?: CallbackDelivery;
+}
+
+export interface CallbackDelivery {
+  url: string;
+  status: 'pending' | 'delivered' | 'failed' | (string & {});
+  attempts: number;
+  lastStatusCode?: number;
+  error?: string;
+  deliveredAt?: string;
 }
 
 export interface FileEntry {

@@ -121,6 +121,13 @@ export function toProcessInfo(v: unknown): ProcessInfo {
   if (typeof o.pid === 'number') out.pid = o.pid;
   if (typeof o.stdout === 'string') out.stdout = o.stdout;
   if (typeof o.stderr === 'string') out.stderr = o.stderr;
+  if (o.callback && typeof o.callback === 'object') {
+    const c = obj(o.callback);
+    out.callback = { url: str(c.url), status: str(c.status), attempts: num(c.attempts) };
+    if (typeof c.last_status_code === 'number') out.callback.lastStatusCode = c.last_status_code;
+    if (typeof c.error === 'string') out.callback.error = c.error;
+    if (typeof c.delivered_at === 'string') out.callback.deliveredAt = c.delivered_at;
+  }
   return out;
 }
 

@@ -91,11 +91,18 @@ export class Executor {
     return result;
   }
 
-  startExecute(o: ExecOptions): BackgroundStarted {
+  /** Starts code in the background; `onDone` gets its result, or the error that kept it from running. */
+  startExecute(o: ExecOptions, onDone?: (entry: ProcessEntry, result: ExecuteResult | null, err?: unknown) => void): BackgroundStarted {
     const env = this.env(o.env);
     const cwd = o.cwd ?? this.deps.config.workspaceDir;
     const entry = this.newEntry('execute', true, o.language, o.name ?? `${o.language} execution`);
-    void this.runCode(entry, o, env, cwd).catch((err: unknown) => this.failEntry(entry, err));
+    void this.runCode(entry, o, env, cwd).then(
+      (result) => onDone?.(entry, result),
+      (err: unknown) => {
+        this.failEntry(entry, err);
+        onDone?.(entry, null, err);
+      },
+    );
     return started(entry);
   }
 

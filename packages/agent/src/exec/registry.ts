@@ -1,3 +1,4 @@
+import type { CallbackState } from './callback.js';
 import { randomBytes } from 'node:crypto';
 import type { ProcessInfo, ProcessStatus } from '../proto.js';
 import type { RunningProcess } from './runner.js';
@@ -19,6 +20,8 @@ export interface ProcessEntry {
   stdout?: string;
   stderr?: string;
   truncated?: boolean;
+  /** Delivery of the result to a callback URL (/execute/async). */
+  callback?: CallbackState;
 }
 
 const KEEP_FINISHED = 100;
@@ -109,5 +112,6 @@ export function toInfo(e: ProcessEntry): ProcessInfo {
     info.stderr = e.stderr ?? '';
     info.truncated = e.truncated ?? false;
   }
+  if (e.callback) info.callback = { ...e.callback };
   return info;
 }

@@ -1,4 +1,6 @@
 import type { Agent, Route, RouteContext } from '../context.js';
+import { deliverCallback, parseCallback, type CallbackState } from '../exec/callback.js';
+import { send } from '../server.js';
 import { validateEnvVars } from '../env/store.js';
 import type { ExecOptions } from '../exec/executor.js';
 import { toInfo } from '../exec/registry.js';
@@ -8,6 +10,7 @@ import { LANGUAGE_ALIASES, normalizeLanguage, ServiceError, type KillResult } fr
 
 export const DEFAULT_TIMEOUT_S = 60;
 export const DEFAULT_BACKGROUND_TIMEOUT_S = 3600;
+export const DEFAULT_ASYNC_TIMEOUT_S = 1800;
 export const MAX_TIMEOUT_S = 86_400;
 
 export function parseExecute(agent: Agent, body: Record<string, unknown>, defaults: { timeoutSec: number; rich: boolean; language?: string }): ExecOptions {
@@ -54,6 +57,36 @@ export function executeRoutes(agent: Agent): Route[] {
       path: '/execute/background',
       handler: async (ctx) =>
         agent.executor.startExecute(parseExecute(agent, await ctx.body(), { timeoutSec: DEFAULT_BACKGROUND_TIMEOUT_S, rich: true })),
+    },
+    {
+      // Runs in the background like /execute/background, then POSTs the result to callback_url.
+      method: 'POST',
+      path: '/execute/async',
+      handler: async (ctx) => {
+        const body = await ctx.body();
+        const callback = parseCallback(body);
+        const opts = parseExecute(agent, body, { timeoutSec: DEFAULT_ASYNC_TIMEOUT_S, rich: false });
+        const state: CallbackState = { url: callback.url, status: 'pending', attempts: 0 };
+        const started = agent.executor.startExecute(opts, (entry, result, err) => {
+          const payload: Record<string, unknown> = result
+            ? { ...result, process_id: entry.id, status: entry.status, timestamp: new Date().toISOString() }
+            : {
+                execution_id: entry.id,
+                process_id: entry.id,
+                status: entry.status,
+                success: false,
+                error: err instanceof Error ? err.message : String(err),
+                ...(err instanceof ServiceError ? { code: err.code } : {}),
+                language: opts.language,
+                timestamp: new Date().toISOString(),
+              };
+          void deliverCallback(callback, payload, state);
+        });
+        const entry = agent.executor.registry.get(started.process_id);
+        if (entry) entry.callback = state;
+        send(ctx.res, 202, { ...started, status: 'running', callback_url: callback.url, message: 'started; the result will be POSTed to callback_url' });
+        return undefined;
+      },
     },
     {
       method: 'GET',

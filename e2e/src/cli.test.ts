@@ -253,4 +253,21 @@ describe('CLI: cp', () => {
     assert.equal(dir.code, 2);
     assert.match(dir.stderr, /is a directory/);
   });
+
+  test('watch prints changes as they happen and ends when the directory is removed', async () => {
+    const id = await newSandbox();
+    assert.equal((await sbx(server, ['exec', id, '--', 'mkdir -p /workspace/cw'])).code, 0);
+    const watching = sbx(server, ['watch', id, '/workspace/cw'], { timeoutMs: 60_000 });
+    const changes = await sbx(server, ['exec', id, '--', 'for i in $(seq 1 40); do touch /workspace/cw/f$i; sleep 0.1; done; rm -rf /workspace/cw']);
+    assert.equal(changes.code, 0, describeResult(changes));
+    const r = await watching;
+    assert.equal(r.code, 0, describeResult(r));
+    assert.match(r.stderr, /^watching \/workspace\/cw/);
+    const lines = r.stdout.trim().split('\n');
+    assert.match(lines.find((l) => l.startsWith('created'))!, /^created +\/workspace\/cw\/f\d+$/);
+    assert.match(lines[lines.length - 1]!, /^deleted +\/workspace\/cw\/$/);
+    const missing = await sbx(server, ['watch', id, '/workspace/cw']);
+    assert.equal(missing.code, 1);
+    assert.match(missing.stderr, /FILE_NOT_FOUND/);
+  });
 });

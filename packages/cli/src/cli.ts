@@ -4,6 +4,7 @@ import { splitAtDoubleDash, UsageError } from './args.js';
 import { GLOBAL_OPTIONS, type Command, type Context, type OptionSpec, type Parsed } from './command.js';
 import { completionScript } from './completion.js';
 import { cp } from './commands/cp.js';
+import { watch } from './commands/watch.js';
 import { env } from './commands/env.js';
 import { exec, run } from './commands/exec.js';
 import { create, get, ls, pause, resume, rm, setTimeoutCmd, start, stop } from './commands/sandboxes.js';
@@ -25,6 +26,7 @@ export const COMMANDS: Command[] = [
   run,
   shell,
   cp,
+  watch,
   env,
   logs,
   templateBuild,

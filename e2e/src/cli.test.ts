@@ -2,7 +2,7 @@ import { test, before, after, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, readlink, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort, startServer, type TestServer } from './harness.js';
@@ -249,9 +249,50 @@ describe('CLI: cp', () => {
     assert.equal(missing.code, 1);
     assert.match(missing.stderr, /FILE_NOT_FOUND/);
     await assert.rejects(readFile(join(tmp, 'none.txt')), /ENOENT/);
-    const dir = await sbx(server, ['cp', tmp, `${id}:/workspace/`]);
-    assert.equal(dir.code, 2);
-    assert.match(dir.stderr, /is a directory/);
+    const dirOut = await sbx(server, ['cp', `${id}:/workspace`, '-']);
+    assert.equal(dirOut.code, 2);
+    assert.match(dirOut.stderr, /is a directory/);
+  });
+
+  test('directories both ways: nested files, modes, symlinks, odd names; into an existing directory or as a new name', async () => {
+    const id = await newSandbox();
+    const src = join(tmp, 'proj');
+    await mkdir(join(src, 'src/deep/er'), { recursive: true });
+    await writeFile(join(src, 'src/main.py'), 'print("hi")\n');
+    await writeFile(join(src, 'run.sh'), '#!/bin/sh\necho run\n', { mode: 0o755 });
+    await writeFile(join(src, 'src/deep/er/ünï cödé.txt'), 'u');
+    await writeFile(join(src, 'big.bin'), randomBytes(3 * 1024 * 1024));
+    await symlink('src/main.py', join(src, 'link.py'));
+
+    const up = await sbx(server, ['cp', src, `${id}:/workspace/`]);
+    assert.equal(up.code, 0, describeResult(up));
+    const inside = await sbx(server, ['exec', id, '--', 'cd /workspace/proj && ./run.sh && readlink link.py && cat "src/deep/er/ünï cödé.txt" && sha256sum big.bin']);
+    assert.equal(inside.code, 0, describeResult(inside));
+    const localSha = createHash('sha256').update(await readFile(join(src, 'big.bin'))).digest('hex');
+    assert.equal(inside.stdout, `run\nsrc/main.py\nu${localSha}  big.bin\n`);
+    const renamed = await sbx(server, ['cp', src, `${id}:/workspace/copy2`]);
+    assert.equal(renamed.code, 0, describeResult(renamed));
+    assert.equal((await sbx(server, ['exec', id, '--', 'cat /workspace/copy2/src/main.py'])).stdout, 'print("hi")\n');
+
+    const back = join(tmp, 'back');
+    const down = await sbx(server, ['cp', `${id}:/workspace/proj`, back]);
+    assert.equal(down.code, 0, describeResult(down));
+    assert.equal(await readFile(join(back, 'src/main.py'), 'utf8'), 'print("hi")\n');
+    assert.equal((await stat(join(back, 'run.sh'))).mode & 0o777, 0o755);
+    assert.equal(await readlink(join(back, 'link.py')), 'src/main.py');
+    assert.equal(await readFile(join(back, 'src/deep/er/ünï cödé.txt'), 'utf8'), 'u');
+    assert.equal(createHash('sha256').update(await readFile(join(back, 'big.bin'))).digest('hex'), localSha);
+    const existing = join(tmp, 'existing');
+    await mkdir(existing);
+    const into = await sbx(server, ['cp', '--json', `${id}:/workspace/proj/src`, existing]);
+    assert.equal(into.code, 0, describeResult(into));
+    assert.equal(JSON.parse(into.stdout).files, 2);
+    assert.equal(await readFile(join(existing, 'src/main.py'), 'utf8'), 'print("hi")\n');
+    assert.equal((await sbx(server, ['exec', id, '--', 'ls -A /tmp | grep -c sbx- || true'])).stdout, '0\n', 'no staging archive left in the sandbox');
+
+    const missing = await sbx(server, ['cp', `${id}:/workspace/nope/`, join(tmp, 'nope')]);
+    assert.equal(missing.code, 1);
+    assert.match(missing.stderr, /FILE_NOT_FOUND/);
   });
 
   test('watch prints changes as they happen and ends when the directory is removed', async () => {

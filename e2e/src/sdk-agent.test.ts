@@ -2,7 +2,7 @@ import { test, before, after, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -228,6 +228,27 @@ describe('SDK: files', () => {
     );
     assert.equal(watcher.closed || (await new Promise((r) => setTimeout(r, 200)), watcher.closed), true, 'break closed the watch');
     await assert.rejects(sb.files.watch('/workspace/no-such-dir'), (err: unknown) => err instanceof NotFoundError && (err as NotFoundError).code === 'FILE_NOT_FOUND');
+  });
+
+  test('uploadDirectory / downloadDirectory: a tree both ways, merged into what exists; errors typed', async () => {
+    const src = join(tmp, 'tree');
+    await mkdir(join(src, 'a/b'), { recursive: true });
+    await writeFile(join(src, 'a/b/exact512.bin'), randomBytes(512));
+    await writeFile(join(src, 'empty.txt'), '');
+    await writeFile(join(src, 'a/note.md'), '# note\n');
+    const up = await sb.files.uploadDirectory(src, '/workspace/tree');
+    assert.equal(up.path, '/workspace/tree');
+    await sb.files.write('/workspace/tree/only-remote.txt', 'r');
+    const names = (await sb.commands.run('cd /workspace/tree && find . -type f | sort')).stdout;
+    assert.equal(names, './a/b/exact512.bin\n./a/note.md\n./empty.txt\n./only-remote.txt\n');
+    const back = join(tmp, 'tree-back');
+    const down = await sb.files.downloadDirectory('/workspace/tree', back);
+    assert.equal(down.files, 4);
+    assert.deepEqual(await readFile(join(back, 'a/b/exact512.bin')), await readFile(join(src, 'a/b/exact512.bin')));
+    assert.equal(await readFile(join(back, 'only-remote.txt'), 'utf8'), 'r');
+    await assert.rejects(sb.files.downloadDirectory('/workspace/no-such', join(tmp, 'x')), (e: unknown) => e instanceof NotFoundError && e.code === 'FILE_NOT_FOUND');
+    await assert.rejects(sb.files.downloadDirectory('/workspace/tree/empty.txt', join(tmp, 'x')), (e: unknown) => e instanceof ValidationError && e.code === 'NOT_A_DIRECTORY');
+    await assert.rejects(sb.files.uploadDirectory(join(src, 'empty.txt'), '/workspace/x'), ValidationError);
   });
 
   test('a missing file is NotFoundError FILE_NOT_FOUND naming the path', async () => {

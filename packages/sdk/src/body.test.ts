@@ -47,3 +47,21 @@ test('multipart body parses as form data with the path field before the file', a
   // The body can be produced again for a retry.
   assert.equal((await bytesOf(form.body() as unknown as AsyncIterable<Uint8Array>)).length, raw.length);
 });
+
+test('streamFrom skips empty chunks without stalling (tar padding is often empty)', async () => {
+  const src = streamFrom(
+    (async function* () {
+      yield new Uint8Array(0);
+      yield new TextEncoder().encode('a');
+      yield new Uint8Array(0);
+      yield new Uint8Array(0);
+      yield new TextEncoder().encode('b');
+      yield new Uint8Array(0);
+    })(),
+  );
+  const got = await Promise.race([
+    new Response(src).text(),
+    new Promise((_, reject) => setTimeout(() => reject(new Error('the stream stalled')), 2000)),
+  ]);
+  assert.equal(got, 'ab');
+});

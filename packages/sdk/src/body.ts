@@ -55,9 +55,18 @@ export function streamFrom(iterable: AsyncIterable<Uint8Array>): ReadableStream<
   return new ReadableStream<Uint8Array>({
     async pull(controller) {
       try {
-        const { done, value } = await it.next();
-        if (done) controller.close();
-        else if (value.byteLength) controller.enqueue(value);
+        // An empty chunk must not end this pull without an enqueue: the stream would not pull again.
+        for (;;) {
+          const { done, value } = await it.next();
+          if (done) {
+            controller.close();
+            return;
+          }
+          if (value.byteLength) {
+            controller.enqueue(value);
+            return;
+          }
+        }
       } catch (err) {
         controller.error(err);
       }

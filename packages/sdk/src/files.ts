@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import { rm, stat } from 'node:fs/promises';
 import { basename } from 'node:path';
@@ -6,10 +7,13 @@ import { pipeline } from 'node:stream/promises';
 import type { AgentClient } from './agent.js';
 import { chunksOf, counted, isReplayable, multipart, type UploadSource } from './body.js';
 import type { CallOptions } from './client.js';
+import { NotFoundError, SandboxdError, ValidationError } from './errors.js';
 import { bodyError, type Sent } from './http.js';
-import type { FileEntry, WriteResult } from './types.js';
+import { tarStream } from './tar.js';
+import { extractTar } from './untar.js';
+import type { CommandResult, FileEntry, WriteResult } from './types.js';
 import { FileWatcher, type WatchOptions } from './watch.js';
-import { toFileEntry } from './wire.js';
+import { toCommandResult, toFileEntry } from './wire.js';
 
 export interface WriteOptions extends CallOptions {
   /** Octal file mode, e.g. `"0755"`. */
@@ -226,4 +230,65 @@ export class Files {
     }
     return { path: localPath, size };
   }
+
+  /**
+   * Copies a local directory (files, subdirectories, symlinks; modes and times) into the sandbox:
+   * it goes up as one streamed tar archive, staged in the sandbox's /tmp and unpacked with the
+   * image's `tar` into `remoteDir`, which is created, or merged into when it exists.
+   */
+  async uploadDirectory(localDir: string, remoteDir: string, options: TransferOptions = {}): Promise<{ path: string; size: number }> {
+    const st = await stat(localDir);
+    if (!st.isDirectory()) throw new ValidationError(`${localDir} is not a directory`, { code: 'NOT_A_DIRECTORY' });
+    const staging = `/tmp/.sbx-upload-${randomBytes(8).toString('hex')}.tar`;
+    const sent = await this.upload(staging, tarStream(localDir, ['.']), options);
+    const r = await this.sh(
+      'mkdir -p -- "$1" && tar -xf "$2" -C "$1"; s=$?; rm -f -- "$2"; exit $s',
+      [remoteDir, staging],
+      options,
+    );
+    if (r.exitCode !== 0) throw unpackError(`unpacking into ${remoteDir} failed`, r);
+    return { path: remoteDir, size: sent.size };
+  }
+
+  /**
+   * Copies a directory of the sandbox to a local directory (created, or merged into): packed with
+   * the image's `tar` into the sandbox's /tmp, streamed down and unpacked here. Entries that would
+   * land outside `localDir` (absolute names, `..`, writes through symlinks) are refused.
+   */
+  async downloadDirectory(remoteDir: string, localDir: string, options: TransferOptions = {}): Promise<{ path: string; files: number; size: number }> {
+    const staging = `/tmp/.sbx-download-${randomBytes(8).toString('hex')}.tar`;
+    const r = await this.sh(
+      'if [ ! -e "$1" ]; then exit 3; elif [ ! -d "$1" ]; then exit 4; fi; tar -cf "$2" -C "$1" .',
+      [remoteDir, staging],
+      options,
+    );
+    try {
+      if (r.exitCode === 3) throw new NotFoundError(`Directory not found: ${remoteDir}`, { code: 'FILE_NOT_FOUND', status: 404, body: { path: remoteDir } });
+      if (r.exitCode === 4) throw new ValidationError(`${remoteDir} is not a directory`, { code: 'NOT_A_DIRECTORY', status: 400, body: { path: remoteDir } });
+      if (r.exitCode !== 0) throw unpackError(`packing ${remoteDir} failed`, r);
+      const stream = await this.downloadStream(staging, options);
+      const done = await extractTar(stream, localDir);
+      return { path: localDir, files: done.files, size: done.bytes };
+    } finally {
+      await this.remove(staging).catch(() => undefined);
+    }
+  }
+
+  /** Runs a fixed shell script with arguments (never the caller's text as code). */
+  private async sh(script: string, args: string[], options: CallOptions): Promise<CommandResult> {
+    const body = await this.agent.http.json({
+      method: 'POST',
+      path: '/commands/run',
+      json: { command: 'sh', args: ['-c', script, 'sh', ...args], timeout: 3600 },
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs,
+      what: 'directory copy',
+    });
+    return toCommandResult(body);
+  }
+}
+
+function unpackError(what: string, r: CommandResult): SandboxdError {
+  const why = r.exitCode === 127 ? 'the image has no tar' : r.stderr.trim().split('\n').slice(-3).join('; ') || `exit ${r.exitCode}`;
+  return new SandboxdError(`${what}: ${why}`, { code: 'COMMAND_FAILED', body: { exit_code: r.exitCode, stderr: r.stderr } });
 }

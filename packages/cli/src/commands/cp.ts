@@ -1,7 +1,7 @@
 import { stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
-import { Sandbox } from '@sandboxd/sdk';
+import { NotFoundError, Sandbox } from '@sandboxd/sdk';
 import { parseCpEndpoint, UsageError } from '../args.js';
 import type { Command, Context } from '../command.js';
 import { bytes, json } from '../output.js';
@@ -25,6 +25,17 @@ function progress(ctx: Context, label: string): { update: (n: number) => void; d
   };
 }
 
+/** Whether a sandbox path is a directory (false when it does not exist or is a file). */
+async function isRemoteDir(sb: Sandbox, path: string, signal: AbortSignal): Promise<boolean> {
+  try {
+    await sb.files.list(path, { signal });
+    return true;
+  } catch (err) {
+    if (err instanceof NotFoundError || (err as { code?: string }).code === 'NOT_A_DIRECTORY') return false;
+    throw err;
+  }
+}
+
 async function isDir(path: string): Promise<boolean> {
   return stat(path).then(
     (s) => s.isDirectory(),
@@ -34,13 +45,14 @@ async function isDir(path: string): Promise<boolean> {
 
 export const cp: Command = {
   name: 'cp',
-  summary: 'copy a file into or out of a sandbox (streamed)',
+  summary: 'copy a file or a directory into or out of a sandbox (streamed)',
   args: 'SOURCE DEST',
   details:
     'One side is ID:/path (a path in the sandbox), the other a local path or - for stdin/stdout.\n' +
-    'A destination ending in / (or an existing local directory) gets the source\'s file name.\n' +
+    'A destination ending in / (or an existing directory) gets the source\'s name inside it.\n' +
+    'Directories are copied whole (as a tar stream; the image needs tar) and merged into an existing one.\n' +
     'Write a local name containing a colon as ./name:with:colons.',
-  examples: ['sbx cp ./data.csv $ID:/workspace/', 'sbx cp $ID:/workspace/out.png ./out.png', 'tar cz src | sbx cp - $ID:/tmp/src.tgz'],
+  examples: ['sbx cp ./data.csv $ID:/workspace/', 'sbx cp $ID:/workspace/out.png ./out.png', 'sbx cp ./project $ID:/workspace/', 'sbx cp $ID:/workspace/results ./results', 'tar cz src | sbx cp - $ID:/tmp/src.tgz'],
   options: {},
   minArgs: 2,
   maxArgs: 2,
@@ -53,7 +65,19 @@ export const cp: Command = {
     if (dst.kind === 'remote') {
       const sb = Sandbox.fromId(dst.sandboxId, { client: ctx.client });
       const srcName = src.kind === 'local' ? basename(src.path) : 'stdin';
-      if (src.kind === 'local' && (await isDir(src.path))) throw new UsageError(`${src.path} is a directory; copy an archive (tar) instead`, 'cp');
+      if (src.kind === 'local' && (await isDir(src.path))) {
+        const into = dst.path.endsWith('/') || (await isRemoteDir(sb, dst.path, ctx.signal));
+        const remoteDir = into ? `${dst.path.replace(/\/+$/, '')}/${basename(src.path)}` : dst.path;
+        const p = progress(ctx, `upload ${remoteDir}/`);
+        try {
+          const r = await sb.files.uploadDirectory(src.path, remoteDir, { signal: ctx.signal, onProgress: p.update });
+          p.done();
+          if (ctx.json) ctx.out(json({ source: positionals[0], destination: `${dst.sandboxId}:${r.path}`, bytes: r.size }));
+          return 0;
+        } finally {
+          p.done();
+        }
+      }
       const remote = dst.path.endsWith('/') ? dst.path + srcName : dst.path;
       const p = progress(ctx, `upload ${remote}`);
       try {
@@ -71,6 +95,19 @@ export const cp: Command = {
 
     const remote = src as Extract<typeof src, { kind: 'remote' }>;
     const sb = Sandbox.fromId(remote.sandboxId, { client: ctx.client });
+    if (await isRemoteDir(sb, remote.path, ctx.signal)) {
+      if (dst.kind === 'stdio') throw new UsageError(`${remote.path} is a directory; copy it to a local path`, 'cp');
+      const local = dst.path.endsWith('/') || (await isDir(dst.path)) ? join(dst.path, basename(remote.path) || 'root') : dst.path;
+      const p = progress(ctx, `download ${remote.path}/`);
+      try {
+        const r = await sb.files.downloadDirectory(remote.path, local, { signal: ctx.signal, onProgress: p.update });
+        p.done();
+        if (ctx.json) ctx.out(json({ source: positionals[0], destination: r.path, files: r.files, bytes: r.size }));
+        return 0;
+      } finally {
+        p.done();
+      }
+    }
     if (dst.kind === 'stdio') {
       const stream = await sb.files.downloadStream(remote.path, { signal: ctx.signal });
       await pipeline(stream, ctx.io.stdout, { end: false });

@@ -299,7 +299,7 @@ describe('CLI: cp', () => {
     const id = await newSandbox();
     assert.equal((await sbx(server, ['exec', id, '--', 'mkdir -p /workspace/cw'])).code, 0);
     const watching = sbx(server, ['watch', id, '/workspace/cw'], { timeoutMs: 60_000 });
-    const changes = await sbx(server, ['exec', id, '--', 'for i in $(seq 1 40); do touch /workspace/cw/f$i; sleep 0.1; done; rm -rf /workspace/cw']);
+    const changes = await sbx(server, ['exec', id, '--', 'for i in $(seq 1 80); do touch /workspace/cw/f$i; sleep 0.1; done; rm -rf /workspace/cw']);
     assert.equal(changes.code, 0, describeResult(changes));
     const r = await watching;
     assert.equal(r.code, 0, describeResult(r));

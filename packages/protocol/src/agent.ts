@@ -85,14 +85,17 @@ export interface ProcessInfo {
   stderr?: string;
   truncated?: boolean;
   /** For /execute/async: the delivery of the result to its callback URL. */
-  callback?: {
-    url: string;
-    status: 'pending' | 'delivered' | 'failed';
-    attempts: number;
-    last_status_code?: number;
-    error?: string;
-    delivered_at?: string;
-  };
+  callback?: CallbackDelivery;
+}
+
+/** How the delivery of an /execute/async result to its callback URL went (so far). */
+export interface CallbackDelivery {
+  url: string;
+  status: 'pending' | 'delivered' | 'failed';
+  attempts: number;
+  last_status_code?: number;
+  error?: string;
+  delivered_at?: string;
 }
 
 export interface KillResult {

@@ -241,15 +241,7 @@ export class Sandbox {
   async runCodeBackground(code: string, options: Omit<RunCodeOptions, 'onStdout' | 'onStderr' | 'rich'> & { name?: string } = {}): Promise<BackgroundProcess> {
     const json = executeBody(code, options.language ?? 'python', options);
     if (options.name) json.name = options.name;
-    const body = await this.agent.http.json({
-      method: 'POST',
-      path: '/execute/background',
-      json,
-      signal: options.signal,
-      timeoutMs: options.requestTimeoutMs ?? 30_000,
-      what: 'start background execution',
-    });
-    return toBackgroundProcess(body);
+    return this.startExecution('/execute/background', json, options, 'start background execution');
   }
 
   /**
@@ -266,14 +258,11 @@ export class Sandbox {
     json.callback_url = options.callbackUrl;
     if (options.callbackHeaders) json.callback_headers = options.callbackHeaders;
     if (options.signatureSecret) json.callback_signature_secret = options.signatureSecret;
-    const body = await this.agent.http.json({
-      method: 'POST',
-      path: '/execute/async',
-      json,
-      signal: options.signal,
-      timeoutMs: options.requestTimeoutMs ?? 30_000,
-      what: 'start async execution',
-    });
+    return this.startExecution('/execute/async', json, options, 'start async execution');
+  }
+
+  private async startExecution(path: string, json: Record<string, unknown>, options: CallOptions, what: string): Promise<BackgroundProcess> {
+    const body = await this.agent.http.json({ method: 'POST', path, json, signal: options.signal, timeoutMs: options.requestTimeoutMs ?? 30_000, what });
     return toBackgroundProcess(body);
   }
 

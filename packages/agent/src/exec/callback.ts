@@ -1,5 +1,5 @@
 import { createHmac } from 'node:crypto';
-import { ServiceError } from '../proto.js';
+import { ServiceError, type CallbackDelivery } from '../proto.js';
 
 /** Where and how the result of an asynchronous execution is delivered. */
 export interface CallbackSpec {
@@ -9,14 +9,7 @@ export interface CallbackSpec {
 }
 
 /** What /execute/processes shows of a callback. */
-export interface CallbackState {
-  url: string;
-  status: 'pending' | 'delivered' | 'failed';
-  attempts: number;
-  last_status_code?: number;
-  error?: string;
-  delivered_at?: string;
-}
+export type CallbackState = CallbackDelivery;
 
 export const SIGNATURE_HEADER = 'x-sandboxd-signature';
 const MAX_HEADERS = 32;

@@ -346,4 +346,28 @@ describe('commands', () => {
     assert.equal(bad.status, 400);
     assert.equal(bad.body.code, 'VALIDATION_ERROR');
   });
+
+  test('stdin: text or base64 bytes for commands and code (warm python too); absent, programs read EOF', async () => {
+    assert.equal((await run(sb, 'tr a-z A-Z', undefined, { stdin: 'héllo\nworld\n' })).stdout, 'HéLLO\nWORLD\n');
+    const bytes = Buffer.from([0, 1, 2, 255, 10]);
+    const hex = await run(sb, 'od', ['-An', '-tx1'], { stdin: bytes.toString('base64'), stdin_encoding: 'base64' });
+    assert.equal(hex.stdout.trim(), '00 01 02 ff 0a');
+    assert.equal((await run(sb, 'cat')).stdout, '', 'no stdin: EOF at once, no hang');
+    const big = 'x'.repeat(3 * 1024 * 1024);
+    assert.equal((await run(sb, 'wc', ['-c'], { stdin: big })).stdout.trim(), String(big.length), 'more than a pipe buffer');
+    assert.equal((await run(sb, 'head', ['-c', '1'], { stdin: big })).stdout, 'x', 'a program that stops reading early is fine');
+    const py = await exec(sb, 'import sys\ndata = sys.stdin.read()\nprint(len(data), data.split()[-1])', { stdin: 'a b c\n' });
+    assert.equal(py.stdout, '6 c\n');
+    assert.equal((await exec(sb, 'read x; echo "got $x"', { language: 'bash', stdin: 'line\n' })).stdout, 'got line\n');
+    assert.equal((await exec(sb, 'process.stdin.on("data", (d) => process.stdout.write(String(d).toUpperCase()))', { language: 'javascript', stdin: 'js\n' })).stdout, 'JS\n');
+    for (const body of [
+      { command: 'cat', stdin: 5 },
+      { command: 'cat', stdin: 'x', stdin_encoding: 'hex' },
+      { command: 'cat', stdin: '!!!', stdin_encoding: 'base64' },
+    ]) {
+      const r = await agent(sb, 'POST', '/commands/run', body);
+      assert.equal(r.status, 400, JSON.stringify(body));
+      assert.equal(r.body.code, 'VALIDATION_ERROR');
+    }
+  });
 });

@@ -170,6 +170,15 @@ describe('CLI: exec, run, shell', () => {
     assert.equal(to.code, 124, describeResult(to));
   });
 
+  test('exec -i passes stdin to the command; without -i the command reads nothing', async () => {
+    const with_ = await sbx(server, ['exec', '-i', id, '--', 'tr a-z A-Z'], { input: 'piped in\n' });
+    assert.equal(with_.code, 0, describeResult(with_));
+    assert.equal(with_.stdout, 'PIPED IN\n');
+    const without = await sbx(server, ['exec', id, '--', 'cat'], { input: 'ignored\n' });
+    assert.equal(without.code, 0, describeResult(without));
+    assert.equal(without.stdout, '');
+  });
+
   test('run takes code from a file (language from its extension) or stdin', async () => {
     const file = join(tmp, 'script.sh');
     await writeFile(file, 'echo "from file $((1 + 1))"\nexit 3\n');

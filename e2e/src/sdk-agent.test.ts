@@ -142,6 +142,17 @@ describe('SDK: commands and processes', () => {
     assert.equal(withArgs.stdout, "it's $x\n");
   });
 
+  test('stdin for commands and code, plain and streamed, text and bytes', async () => {
+    assert.equal((await sb.commands.run('tr a-z A-Z', { stdin: 'abc\n' })).stdout, 'ABC\n');
+    assert.equal((await sb.commands.run('od -An -tx1', { stdin: new Uint8Array([0, 255]) })).stdout.trim(), '00 ff');
+    const chunks: string[] = [];
+    const streamed = await sb.commands.run('cat; echo done', { stdin: 'in\n', onStdout: (d) => chunks.push(d) });
+    assert.equal(streamed.stdout, 'in\ndone\n');
+    assert.equal(chunks.join(''), 'in\ndone\n');
+    const code = await sb.runCode('import sys\nprint(sys.stdin.read()[::-1])', { stdin: 'olleh', onStdout: () => undefined });
+    assert.equal(code.stdout, 'hello\n');
+  });
+
   test('background commands and code are listed, awaited and killed', async () => {
     const quick = await sb.commands.background('echo bg-out; exit 4');
     assert.match(quick.processId, /\S/);

@@ -11,6 +11,8 @@ export const ExecuteBody = Type.Object({
   workdir: Type.Optional(Type.String()),
   env: Type.Optional(Env),
   cache: Type.Optional(Type.Boolean({ description: 'serve and store the result in the execution cache' })),
+  stdin: Type.Optional(Type.String({ description: "written to the program's stdin, then closed (default: /dev/null)" })),
+  stdin_encoding: Type.Optional(Type.Union([Type.Literal('utf8'), Type.Literal('base64')])),
 });
 
 export const AsyncExecuteBody = Type.Composite([
@@ -29,6 +31,8 @@ export const CommandBody = Type.Object({
   working_dir: Type.Optional(Type.String()),
   workdir: Type.Optional(Type.String()),
   env: Type.Optional(Env),
+  stdin: Type.Optional(Type.String({ description: "written to the program's stdin, then closed (default: /dev/null)" })),
+  stdin_encoding: Type.Optional(Type.Union([Type.Literal('utf8'), Type.Literal('base64')])),
 });
 
 export const PathQuery = Type.Object({ path: Type.String() });

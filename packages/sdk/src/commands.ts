@@ -1,7 +1,7 @@
 import type { AgentClient } from './agent.js';
 import type { CallOptions } from './client.js';
 import type { BackgroundProcess, CommandResult } from './types.js';
-import { toBackgroundProcess, toCommandResult } from './wire.js';
+import { stdinFields, toBackgroundProcess, toCommandResult } from './wire.js';
 import { shellJoin } from './shell.js';
 import { streamExecute } from './ws.js';
 
@@ -13,6 +13,8 @@ export interface CommandOptions extends CallOptions {
   env?: Record<string, string>;
   /** Default `/workspace`. */
   workingDir?: string;
+  /** Input for the program's stdin, which is then closed (default: empty). Text, or bytes (sent as base64). */
+  stdin?: string | Uint8Array;
   /** Given either callback, output is streamed over a WebSocket as it is produced. */
   onStdout?: (data: string) => void;
   onStderr?: (data: string) => void;
@@ -36,6 +38,7 @@ export class Commands {
         timeout: options.timeout,
         workingDir: options.workingDir,
         env: options.env,
+        stdin: options.stdin,
         onStdout: options.onStdout,
         onStderr: options.onStderr,
         signal: options.signal,
@@ -77,5 +80,6 @@ function commandBody(command: string, o: CommandOptions): Record<string, unknown
   if (o.timeout !== undefined) json.timeout = o.timeout;
   if (o.workingDir !== undefined) json.working_dir = o.workingDir;
   if (o.env !== undefined) json.env = o.env;
+  Object.assign(json, stdinFields(o.stdin));
   return json;
 }

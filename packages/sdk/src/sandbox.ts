@@ -20,7 +20,7 @@ import type {
   SandboxPage,
   TimeoutResult,
 } from './types.js';
-import { toAgentInfo, toBackgroundProcess, toExecutionResult, toHealth, toMetrics, toSandboxInfo, toSandboxPage } from './wire.js';
+import { stdinFields, toAgentInfo, toBackgroundProcess, toExecutionResult, toHealth, toMetrics, toSandboxInfo, toSandboxPage } from './wire.js';
 import { streamExecute } from './ws.js';
 
 export const DEFAULT_TEMPLATE = 'code-interpreter';
@@ -72,6 +72,8 @@ export interface RunCodeOptions extends CallOptions {
   env?: Record<string, string>;
   /** Default `/workspace`. */
   workingDir?: string;
+  /** Input for the program's stdin, which is then closed (default: empty). Text, or bytes (sent as base64). */
+  stdin?: string | Uint8Array;
   /** Given either callback, the code runs over a WebSocket and output arrives as it is produced. */
   onStdout?: (data: string) => void;
   onStderr?: (data: string) => void;
@@ -220,6 +222,7 @@ export class Sandbox {
         timeout: options.timeout,
         workingDir: options.workingDir,
         env: options.env,
+        stdin: options.stdin,
         onStdout: options.onStdout,
         onStderr: options.onStderr,
         signal: options.signal,
@@ -388,5 +391,6 @@ function executeBody(code: string, language: string, o: Omit<RunCodeOptions, 'on
   if (o.workingDir !== undefined) json.working_dir = o.workingDir;
   if (o.env !== undefined) json.env = o.env;
   if (o.cache) json.cache = true;
+  Object.assign(json, stdinFields(o.stdin));
   return json;
 }

@@ -225,3 +225,10 @@ export function toBuildLogsChunk(v: unknown): BuildLogsChunk {
   const o = obj(v);
   return { logs: str(o.logs), offset: num(o.offset), status: str(o.status), complete: o.complete === true };
 }
+
+/** The request fields for a program's stdin: text as is, bytes as base64. */
+export function stdinFields(stdin: string | Uint8Array | undefined): Record<string, string> {
+  if (stdin === undefined) return {};
+  if (typeof stdin === 'string') return { stdin };
+  return { stdin: Buffer.from(stdin.buffer, stdin.byteOffset, stdin.byteLength).toString('base64'), stdin_encoding: 'base64' };
+}

@@ -3,6 +3,7 @@ import type { AgentClient } from './agent.js';
 import { ConnectionError, errorFromResponse, SandboxdError } from './errors.js';
 import { abortError, scope } from './signals.js';
 import type { ExecutionResult } from './types.js';
+import { stdinFields } from './wire.js';
 
 /** Opens an agent WebSocket; an upgrade refused with 401 refreshes the token and tries once more. */
 export async function openAgentSocket(agent: AgentClient, path: string, signal: AbortSignal): Promise<WebSocket> {
@@ -76,6 +77,7 @@ export interface StreamExecuteOptions {
   timeout?: number;
   workingDir?: string;
   env?: Record<string, string>;
+  stdin?: string | Uint8Array;
   onStdout?: (data: string) => void;
   onStderr?: (data: string) => void;
   signal?: AbortSignal;
@@ -177,6 +179,7 @@ export async function streamExecute(agent: AgentClient, o: StreamExecuteOptions)
       if (o.timeout !== undefined) frame.timeout = o.timeout;
       if (o.workingDir !== undefined) frame.workdir = o.workingDir;
       if (o.env !== undefined) frame.env = o.env;
+      Object.assign(frame, stdinFields(o.stdin));
       socket.send(JSON.stringify(frame));
     });
   } finally {

@@ -16,12 +16,12 @@ export class ResultCache<T> {
     readonly ttlMs: number,
   ) {}
 
-  static key(parts: { language: string; code: string; env: Record<string, string>; cwd: string }): string {
+  static key(parts: { language: string; code: string; env: Record<string, string>; cwd: string; stdin?: string }): string {
     const env = Object.keys(parts.env)
       .sort()
       .map((k) => `${k}=${parts.env[k]}`)
       .join('\0');
-    return createHash('sha256').update(JSON.stringify([parts.language, parts.code, env, parts.cwd])).digest('hex');
+    return createHash('sha256').update(JSON.stringify([parts.language, parts.code, env, parts.cwd, parts.stdin ?? null])).digest('hex');
   }
 
   get(key: string): T | undefined {

@@ -34,6 +34,8 @@ export interface ExecOptions {
   stream?: StreamHooks;
   /** Aborting kills the execution (e.g. its WebSocket closed). */
   signal?: AbortSignal;
+  /** Written to the program's stdin, which is then closed (absent: /dev/null). */
+  stdin?: Buffer;
 }
 
 export interface CommandOptions {
@@ -43,6 +45,7 @@ export interface CommandOptions {
   cwd: string | undefined;
   env: Record<string, string> | undefined;
   name?: string;
+  stdin?: Buffer;
 }
 
 export interface ExecutorDeps {
@@ -75,7 +78,7 @@ export class Executor {
   async execute(o: ExecOptions): Promise<ExecuteResult> {
     const env = this.env(o.env);
     const cwd = o.cwd ?? this.deps.config.workspaceDir;
-    const cacheKey = o.cache ? ResultCache.key({ language: o.language, code: o.code, env, cwd }) : null;
+    const cacheKey = o.cache ? ResultCache.key({ language: o.language, code: o.code, env, cwd, stdin: o.stdin?.toString('base64') }) : null;
     if (cacheKey) {
       const hit = this.results.get(cacheKey);
       if (hit) return { ...hit, cached: true, timestamp: new Date().toISOString() };
@@ -157,10 +160,20 @@ export class Executor {
   }
 
   /** Spawns one phase (compile or run) of an entry, honouring a kill that came in between. */
-  private async spawn(entry: ProcessEntry, argv: string[], cwd: string, env: Record<string, string>, t: Timing, stream?: StreamHooks, zygoteSocket?: string): Promise<RunOutcome> {
+  private async spawn(
+    entry: ProcessEntry,
+    argv: string[],
+    cwd: string,
+    env: Record<string, string>,
+    t: Timing,
+    stdin: Buffer | undefined,
+    stream?: StreamHooks,
+    zygoteSocket?: string,
+  ): Promise<RunOutcome> {
     const proc = new RunningProcess(
       {
         argv,
+        stdin,
         zygoteSocket,
         cwd,
         env,
@@ -204,7 +217,7 @@ export class Executor {
     }
     let outcome: RunOutcome;
     try {
-      outcome = 'outcome' in plan ? plan.outcome : await this.spawn(entry, plan.argv, cwd, runEnv, t, o.stream, plan.zygote);
+      outcome = 'outcome' in plan ? plan.outcome : await this.spawn(entry, plan.argv, cwd, runEnv, t, o.stdin, o.stream, plan.zygote);
     } catch (err) {
       this.failEntry(entry, err);
       throw err;
@@ -233,7 +246,7 @@ export class Executor {
     const cwd = o.cwd ?? this.deps.config.workspaceDir;
     let outcome: RunOutcome;
     try {
-      outcome = await this.spawn(entry, argv, cwd, this.env(o.env), t);
+      outcome = await this.spawn(entry, argv, cwd, this.env(o.env), t, o.stdin);
     } catch (err) {
       this.failEntry(entry, err);
       throw err;
@@ -251,7 +264,7 @@ export class Executor {
     const buildEnv = goBuildEnv(env, this.deps.config.stateDir);
     const mine: { outcome?: RunOutcome } = {};
     const compiled = await this.programs.getOrCompile(key, source, async (dir): Promise<CompileRun> => {
-      const r = await this.spawn(entry, [go, 'build', '-o', 'prog', 'main.go'], dir, buildEnv, t);
+      const r = await this.spawn(entry, [go, 'build', '-o', 'prog', 'main.go'], dir, buildEnv, t, undefined);
       mine.outcome = r;
       return { stdout: r.stdout.text(), stderr: r.stderr.text(), exitCode: r.exitCode, timedOut: r.reason !== 'exited', output: 'prog' };
     });

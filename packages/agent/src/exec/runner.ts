@@ -8,6 +8,8 @@ export interface RunSpec {
   env: Record<string, string>;
   timeoutMs: number;
   capBytes: number;
+  /** Written to stdin, which is then closed; without it stdin is /dev/null. */
+  stdin?: Buffer;
   /** Socket of a warm Python that should run argv (sbx-helper zrun); needs the helper. */
   zygoteSocket?: string;
   /** Live output (streaming); called in order, before the bytes are counted against the cap. */
@@ -54,9 +56,14 @@ export class RunningProcess {
     this.child = spawn(file, args, {
       cwd: spec.cwd,
       env: spec.env,
-      stdio: ['ignore', 'pipe', 'pipe'],
+      stdio: [spec.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
       detached: helperPath === null,
     });
+    if (spec.stdin && this.child.stdin) {
+      // A program that exits without reading all of it makes the write fail (EPIPE): that is its choice.
+      this.child.stdin.on('error', () => undefined);
+      this.child.stdin.end(spec.stdin);
+    }
     this.viaHelper = helperPath !== null;
     this.pid = this.child.pid ?? null;
     const child = this.child;

@@ -41,6 +41,20 @@ export function optionalStringArray(body: Body, field: string): string[] | undef
   });
 }
 
+/**
+ * Input for the process's stdin: `stdin` as text, or bytes when `stdin_encoding` is "base64".
+ * Absent: stdin is /dev/null (nothing a process reads can hang waiting for input).
+ */
+export function stdinInput(body: Body): Buffer | undefined {
+  const text = optionalString(body, 'stdin');
+  const encoding = optionalString(body, 'stdin_encoding') ?? 'utf8';
+  if (encoding !== 'utf8' && encoding !== 'utf-8' && encoding !== 'base64') throw invalid('stdin_encoding', '"utf8" or "base64"');
+  if (text === undefined) return undefined;
+  if (encoding !== 'base64') return Buffer.from(text, 'utf8');
+  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(text.replace(/\s+/g, ''))) throw invalid('stdin', 'base64 text (stdin_encoding is base64)');
+  return Buffer.from(text, 'base64');
+}
+
 /** A timeout in seconds: a positive number up to maxSeconds (strings of digits are accepted too). */
 export function timeoutSeconds(body: Body, field: string, defaultSeconds: number, maxSeconds: number): number {
   let v = body[field];

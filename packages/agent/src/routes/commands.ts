@@ -2,7 +2,7 @@ import type { Agent, Route } from '../context.js';
 import { validateEnvVars } from '../env/store.js';
 import type { CommandOptions } from '../exec/executor.js';
 import { resolvePath } from '../files/paths.js';
-import { optionalString, optionalStringArray, requiredString, timeoutSeconds, workingDir } from '../http/validate.js';
+import { optionalString, optionalStringArray, requiredString, stdinInput, timeoutSeconds, workingDir } from '../http/validate.js';
 import { DEFAULT_BACKGROUND_TIMEOUT_S, DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S } from './execute.js';
 
 function parseCommand(agent: Agent, body: Record<string, unknown>, defaultTimeoutSec: number): CommandOptions {
@@ -14,6 +14,7 @@ function parseCommand(agent: Agent, body: Record<string, unknown>, defaultTimeou
     cwd: dir === undefined ? undefined : resolvePath(dir, agent.config.workspaceDir, 'working_dir'),
     env: body.env === undefined || body.env === null ? undefined : validateEnvVars(body.env, 'env'),
     name: optionalString(body, 'name'),
+    stdin: stdinInput(body),
   };
 }
 

@@ -5,7 +5,7 @@ import { validateEnvVars } from '../env/store.js';
 import type { ExecOptions } from '../exec/executor.js';
 import { toInfo } from '../exec/registry.js';
 import { resolvePath } from '../files/paths.js';
-import { optionalBoolean, optionalString, requiredString, timeoutSeconds, workingDir } from '../http/validate.js';
+import { optionalBoolean, optionalString, requiredString, stdinInput, timeoutSeconds, workingDir } from '../http/validate.js';
 import { LANGUAGE_ALIASES, normalizeLanguage, ServiceError, type KillResult } from '../proto.js';
 
 export const DEFAULT_TIMEOUT_S = 60;
@@ -30,6 +30,7 @@ export function parseExecute(agent: Agent, body: Record<string, unknown>, defaul
     cache: optionalBoolean(body, 'cache') ?? false,
     rich: defaults.rich,
     name: optionalString(body, 'name'),
+    stdin: stdinInput(body),
   };
 }
 

@@ -10,10 +10,23 @@ const runOptions: Record<string, OptionSpec> = {
   workdir: { type: 'string', short: 'w', value: 'DIR', help: 'working directory (default /workspace)' },
 };
 
-async function readStdin(stream: NodeJS.ReadableStream): Promise<string> {
+/** Input a request can carry: the JSON body limit is 10 MiB and bytes travel as base64. */
+const MAX_STDIN_BYTES = 7 * 1024 * 1024;
+
+async function readStdinBytes(stream: NodeJS.ReadableStream, limit = Infinity): Promise<Buffer> {
   const chunks: Buffer[] = [];
-  for await (const c of stream) chunks.push(typeof c === 'string' ? Buffer.from(c) : (c as Buffer));
-  return Buffer.concat(chunks).toString('utf8');
+  let n = 0;
+  for await (const c of stream) {
+    const b = typeof c === 'string' ? Buffer.from(c) : (c as Buffer);
+    n += b.length;
+    if (n > limit) throw new UsageError(`stdin is larger than ${limit / 1024 / 1024} MiB; copy big input with \`sbx cp - ID:/path\``, 'exec');
+    chunks.push(b);
+  }
+  return Buffer.concat(chunks);
+}
+
+async function readStdin(stream: NodeJS.ReadableStream): Promise<string> {
+  return (await readStdinBytes(stream)).toString('utf8');
 }
 
 /** Prints a finished result: streamed output was already written; `--json` prints the whole result. */
@@ -44,11 +57,13 @@ export const exec: Command = {
   args: 'ID -- COMMAND [ARG...]',
   details:
     'Several words after -- run as that exact argument list. A single word is a shell command line,\n' +
-    "so pipes and globs work: sbx exec ID -- 'ls *.py | wc -l'. A timeout exits 124. stdin is not\n" +
-    'passed to the command: use `sbx cp - ID:/path` for data, `sbx shell` for interaction.',
-  examples: ['sbx exec $ID -- python3 -c "print(42)"', "sbx exec $ID -- 'cd /tmp && ls -la'"],
+    "so pipes and globs work: sbx exec ID -- 'ls *.py | wc -l'. A timeout exits 124. With -i, sbx's\n" +
+    'stdin (up to 7 MiB, read to its end first) is the command\'s stdin; without it the command reads\n' +
+    'nothing. Use `sbx cp - ID:/path` for big data, `sbx shell` for interaction.',
+  examples: ['sbx exec $ID -- python3 -c "print(42)"', "sbx exec $ID -- 'cd /tmp && ls -la'", 'sort data.txt | sbx exec -i $ID -- wc -l'],
   options: {
     ...runOptions,
+    interactive: { type: 'boolean', short: 'i', help: "pass sbx's stdin to the command" },
     'no-stream': { type: 'boolean', help: 'wait and print the output at the end (plain HTTP instead of a WebSocket)' },
   },
   minArgs: 1,
@@ -59,8 +74,10 @@ export const exec: Command = {
     const line = rest.length === 1 ? rest[0]! : shellJoin(rest);
     const sb = Sandbox.fromId(positionals[0]!, { client: ctx.client });
     const stream = !ctx.json && !values['no-stream'];
+    const stdin = values.interactive ? await readStdinBytes(ctx.io.stdin as NodeJS.ReadableStream, MAX_STDIN_BYTES) : undefined;
     const r = await sb.commands.run(line, {
       ...common(ctx, values),
+      ...(stdin ? { stdin } : {}),
       ...(stream ? { onStdout: (d: string) => ctx.io.stdout.write(d), onStderr: (d: string) => ctx.io.stderr.write(d) } : {}),
     });
     return finish(ctx, r, stream);

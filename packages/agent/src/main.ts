@@ -22,6 +22,7 @@ function main(): void {
   // The malloc tunables the runtime sets for the agent itself are not for user programs.
   if (process.env.GLIBC_TUNABLES?.startsWith('glibc.malloc.mmap_threshold=65536:')) delete process.env.GLIBC_TUNABLES;
   const { server } = createAgent(config);
+  server.once('listening', () => logLine(`listening, ${Math.round(performance.now())} ms after the process started`));
   // The runtime creates the listening socket on the host (at a path the sandbox never sees) and
   // passes it as this fd (SANDBOXD_AGENT_LISTEN_FD); a socket path is the fallback.
   if (config.listenFd !== null) {

@@ -1,4 +1,4 @@
-// After the suite: no container, overlay/loop mount, loop device, netns or veth of ours may remain.
+// After the suite: no container, overlay/loop mount, loop device, netns, veth or id range claim of ours may remain.
 import { execFileSync } from 'node:child_process';
 import { readFileSync, existsSync, readdirSync } from 'node:fs';
 
@@ -28,6 +28,18 @@ for (const ctl of ['memory', 'pids', 'cpu', 'freezer']) {
     const left = readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => e.name);
     if (left.length) problems.push(`cgroups left in ${dir}: ${left.join(', ')}`);
   }
+}
+// Host-wide id range claims (runtime/id-ranges.ts) of the suite's data dirs.
+const registry = '/run/sandboxd/id-ranges';
+if (existsSync(registry)) {
+  const ours = readdirSync(registry).filter((k) => {
+    try {
+      return JSON.parse(readFileSync(`${registry}/${k}`, 'utf8')).dataDir?.startsWith(testDir);
+    } catch {
+      return false;
+    }
+  });
+  if (ours.length) problems.push(`id range claims left in ${registry}: ${ours.join(', ')}`);
 }
 const servers = `${testDir}/servers`;
 if (existsSync(servers)) {

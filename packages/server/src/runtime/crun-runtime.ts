@@ -29,7 +29,7 @@ import {
   hostIpv4Addresses,
   hostResolvers,
 } from './host.js';
-import { IdRanges, readIdRange, writeIdRange, type IdRangeFile } from './id-ranges.js';
+import { DEFAULT_ID_REGISTRY_DIR, HostIdRegistry, IdRanges, RangeHeldElsewhere, readIdRange, writeIdRange, type IdRangeFile } from './id-ranges.js';
 import { ensureIdmapHelper } from './idmap.js';
 import { isMountPoint } from './mounts.js';
 import { deleteNetns, Ipam, NetnsHolder, parseSubnet, vethName, waitVethGone, type Subnet } from './net.js';
@@ -54,6 +54,8 @@ export interface CrunRuntimeOptions {
   onTiming?: (id: string, step: string, ms: number) => void;
   /** Ready-made disks kept per disk size (0 disables the pool). Default 2. */
   diskPoolSize?: number;
+  /** Host-wide record of the id ranges in use, shared with other data dirs (default /run/sandboxd/id-ranges). */
+  idRegistryDir?: string;
 }
 
 export const INIT_PATH = '/usr/bin/catatonit';
@@ -213,15 +215,17 @@ export class CrunRuntime implements Runtime {
   /** Id ranges persisted by sandboxes on disk, claimed once per process. */
   private idRanges(): Promise<IdRanges> {
     this.idRangesP ??= (async () => {
-      const ranges = new IdRanges();
+      const ranges = new IdRanges(new HostIdRegistry(this.opts.idRegistryDir ?? DEFAULT_ID_REGISTRY_DIR, this.dataDir));
       for (const id of await this.sandboxDirIds()) {
         try {
           const r = await readIdRange(this.paths(id).dir);
           if (r) ranges.claim(id, r.base);
         } catch (err) {
+          // Held elsewhere: its next start moves it to a range of its own.
           this.log(`sandbox ${id}: ignoring its id range: ${String(err)}`);
         }
       }
+      ranges.pruneRegistry();
       return ranges;
     })();
     return this.idRangesP;
@@ -403,7 +407,16 @@ export class CrunRuntime implements Runtime {
     } else {
       range = await readIdRange(p.dir);
       if (range) {
-        ranges.claim(id, range.base);
+        try {
+          ranges.claim(id, range.base);
+        } catch (err) {
+          if (!(err instanceof RangeHeldElsewhere)) throw err;
+          // Another data dir's sandbox on this host has the same ids (both made before ranges were
+          // registered host-wide): this one's files move to a range of its own.
+          this.log(`sandbox ${id}: ${err.message}; moving it to a new range`);
+          range = { base: ranges.allocate(id), size: ID_RANGE, movingFrom: range.movingFrom ?? range.base };
+          await writeIdRange(p.dir, range);
+        }
       } else {
         // Made when every sandbox ran as the shared legacy range: its files move to a range of its own.
         range = { base: ranges.allocate(id), size: ID_RANGE, movingFrom: LEGACY_ID_OFFSET };

@@ -1,5 +1,6 @@
+import { existsSync, mkdirSync, readdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { readFile, rename, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
 import { ID_RANGE } from '../images/types.js';
 
@@ -56,6 +57,96 @@ export async function writeIdRange(sandboxDir: string, range: IdRangeFile): Prom
   await rename(tmp, file);
 }
 
+/** Where every runtime on this host records the ranges it holds (tmpfs: a reboot starts it afresh). */
+export const DEFAULT_ID_REGISTRY_DIR = '/run/sandboxd/id-ranges';
+
+/** A range another data dir's sandbox holds on this host. */
+export class RangeHeldElsewhere extends ServiceError {
+  constructor(base: number, holder: string) {
+    super('RUNTIME_ERROR', `id range ${base} is held on this host by ${holder}`);
+  }
+}
+
+interface RegistryEntry {
+  dataDir: string;
+  id: string;
+}
+
+/**
+ * The host-wide side of id ranges: one file per range taken (named by its index, holding the data
+ * dir and sandbox id), made with O_EXCL, so two daemons (or test runtimes) with different data dirs
+ * never hand out the same range. Synchronous, like allocation. An entry of another data dir is
+ * left alone, even when it looks stale (taking one over could race with its owner); a runtime
+ * removes its own stale entries when it starts (prune), and a reboot empties the directory.
+ */
+export class HostIdRegistry {
+  private readonly dataDir: string;
+  private made = false;
+
+  constructor(
+    private readonly dir: string,
+    dataDir: string,
+  ) {
+    this.dataDir = resolve(dataDir);
+  }
+
+  private path(k: number): string {
+    if (!this.made) {
+      mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+      this.made = true;
+    }
+    return join(this.dir, String(k));
+  }
+
+  private read(k: number): RegistryEntry | undefined {
+    try {
+      const j = JSON.parse(readFileSync(this.path(k), 'utf8')) as Partial<RegistryEntry>;
+      return typeof j.dataDir === 'string' && typeof j.id === 'string' ? { dataDir: j.dataDir, id: j.id } : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Takes range k for sandbox `id`; false when another data dir holds it. */
+  take(k: number, id: string): boolean {
+    const me = JSON.stringify({ dataDir: this.dataDir, id });
+    try {
+      writeFileSync(this.path(k), me, { flag: 'wx', mode: 0o600 });
+      return true;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const held = this.read(k);
+    // Ours (this data dir decides among its own sandboxes in memory), or unreadable: a write cut short.
+    if (!held || held.dataDir === this.dataDir) {
+      writeFileSync(this.path(k), me, { mode: 0o600 });
+      return true;
+    }
+    return false;
+  }
+
+  holder(k: number): string | undefined {
+    const h = this.read(k);
+    return h ? `sandbox ${h.id} of ${h.dataDir}` : undefined;
+  }
+
+  release(k: number, id: string): void {
+    const held = this.read(k);
+    if (held && held.dataDir === this.dataDir && held.id === id) unlinkSync(this.path(k));
+  }
+
+  /** Removes this data dir's entries for ranges none of its sandboxes holds (left by a crash). */
+  prune(holds: (k: number, id: string) => boolean): void {
+    if (!existsSync(this.dir)) return;
+    for (const name of readdirSync(this.dir)) {
+      const k = Number(name);
+      if (!Number.isInteger(k)) continue;
+      const held = this.read(k);
+      if (held && held.dataDir === this.dataDir && !holds(k, held.id)) unlinkSync(this.path(k));
+    }
+  }
+}
+
 /**
  * Which range each sandbox of one data dir holds. Filled from the sandboxes' files once per process
  * (the caller's job), then kept in memory; allocation is synchronous, so concurrent creates never
@@ -67,13 +158,22 @@ export class IdRanges {
   private readonly owners = new Map<number, string>();
   private next = 0;
 
-  /** Records that `owner` holds `base`; a no-op if it already does. */
+  /** With a registry, ranges are also unique across the data dirs of this host. */
+  constructor(private readonly registry?: HostIdRegistry) {}
+
+  /**
+   * Records that `owner` holds `base`; a no-op if it already does. RangeHeldElsewhere when a
+   * sandbox of another data dir on this host holds it (the caller moves the sandbox to a new range).
+   */
   claim(owner: string, base: number): void {
     const k = rangeIndex(base);
     if (k === undefined) throw new Error(`${base} is not the base of a sandbox id range`);
     const current = this.owners.get(k);
     if (current !== undefined && current !== owner) {
       throw new ServiceError('RUNTIME_ERROR', `id range ${base} of sandbox ${owner} is also held by sandbox ${current}`);
+    }
+    if (current === undefined && this.registry && !this.registry.take(k, owner)) {
+      throw new RangeHeldElsewhere(base, this.registry.holder(k) ?? 'another data dir');
     }
     this.owners.set(k, owner);
     if (k >= this.next) this.next = (k + 1) % MAX_ID_RANGES;
@@ -82,18 +182,27 @@ export class IdRanges {
   allocate(owner: string): number {
     for (let i = 0; i < MAX_ID_RANGES; i++) {
       const k = (this.next + i) % MAX_ID_RANGES;
-      if (!this.owners.has(k)) {
-        this.owners.set(k, owner);
-        this.next = (k + 1) % MAX_ID_RANGES;
-        return rangeBase(k);
-      }
+      if (this.owners.has(k)) continue;
+      if (this.registry && !this.registry.take(k, owner)) continue;
+      this.owners.set(k, owner);
+      this.next = (k + 1) % MAX_ID_RANGES;
+      return rangeBase(k);
     }
     throw new ServiceError('RUNTIME_ERROR', `all ${MAX_ID_RANGES} sandbox id ranges are in use`);
   }
 
   /** Frees whatever range `owner` holds. */
   release(owner: string): void {
-    for (const [k, o] of this.owners) if (o === owner) this.owners.delete(k);
+    for (const [k, o] of this.owners) {
+      if (o !== owner) continue;
+      this.owners.delete(k);
+      this.registry?.release(k, owner);
+    }
+  }
+
+  /** Drops this data dir's registry entries that no sandbox holds any more (after claims at start). */
+  pruneRegistry(): void {
+    this.registry?.prune((k, id) => this.owners.get(k) === id);
   }
 
   holder(base: number): string | undefined {

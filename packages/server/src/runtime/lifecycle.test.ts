@@ -238,6 +238,41 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     }
   });
 
+  test('another data dir on this host never gets the same ranges; a sandbox whose range it holds moves at start', async () => {
+    const other = await createTestRuntime({ diskPoolSize: 0 });
+    const specA = testSpec('hr-a', [lower]);
+    const specB = testSpec('hr-b', [lower]);
+    try {
+      await t.rt.create(specA);
+      await other.rt.create(specB);
+      const a = idBase(t, 'hr-a');
+      assert.notEqual(idBase(other, 'hr-b'), a, 'two data dirs, distinct ranges');
+      assert.equal(await initUid(other.rt, 'hr-b'), idBase(other, 'hr-b'));
+      await sh(other.rt, 'hr-b', 'mkdir /home/u && echo hi > /home/u/f && chown 1000:1000 /home/u/f');
+      await other.rt.stop('hr-b');
+      // What two daemons made before ranges were registered host-wide: hr-b's files in hr-a's range.
+      const dir = `${other.dataDir}/sandboxes/hr-b`;
+      await mkdir(`${dir}/disk`, { recursive: true });
+      execFileSync('mount', ['-o', 'loop', `${dir}/disk.img`, `${dir}/disk`]);
+      try {
+        moveIdRange(`${dir}/disk/upper`, idBase(other, 'hr-b'), a, ID_RANGE);
+      } finally {
+        execFileSync('umount', [`${dir}/disk`]);
+      }
+      await writeFile(`${dir}/ids.json`, JSON.stringify({ base: a, size: ID_RANGE }));
+      await other.rt.start(specB);
+      const moved = idBase(other, 'hr-b');
+      assert.notEqual(moved, a, 'moved off the range hr-a holds');
+      assert.equal(await initUid(other.rt, 'hr-b'), moved);
+      assert.equal(await initUid(t.rt, 'hr-a'), a, 'hr-a untouched');
+      assert.equal(statSync(`${dir}/disk/upper/home/u/f`).uid, moved + 1000, "the disk's files moved with it");
+      assert.equal((await sh(other.rt, 'hr-b', 'stat -c %u:%g /home/u/f; cat /home/u/f')).stdout, '1000:1000\nhi\n');
+    } finally {
+      await t.rt.destroy('hr-a');
+      await other.teardown();
+    }
+  });
+
   test('agent crash: the container stops, status says stopped, start brings it back', async () => {
     const id = 'crash1';
     const spec = testSpec(id, [lower]);

@@ -591,7 +591,9 @@ export class CrunRuntime implements Runtime {
     // Last: the kernel tears the veth down while the directory goes.
     await waitVethGone(this.vethName(id));
     if (ip && this.ipamP) (await this.ipamP).release(ip);
-    if (this.idRangesP) (await this.idRangesP).release(id);
+    // Always: the range is also registered host-wide, and this process may not have loaded the
+    // ranges yet (a destroy right after a restart); loading them now prunes this sandbox's entry.
+    (await this.idRanges()).release(id);
   }
 
   /** crun delete, and if crun lost track (crash, corrupt state), the cgroup and state by hand. */

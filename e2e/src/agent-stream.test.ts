@@ -203,6 +203,37 @@ describe('/files/watch', () => {
     }
   });
 
+  test('limits: 32 watches per sandbox (QUOTA_EXCEEDED beyond), 8192 directories per watch (a WATCH_LIMIT warning)', async () => {
+    await run(sb, 'bash', ['-c', 'mkdir -p /workspace/lim /workspace/many && cd /workspace/many && mkdir $(seq -f d%g 1 8300)']);
+    const sockets: AgentSocket[] = [];
+    try {
+      const big = await AgentSocket.open(sb, '/files/watch');
+      sockets.push(big);
+      big.send({ action: 'watch', path: '/workspace/many', ack: true });
+      await big.next('watching');
+      const warning = await big.next('warning');
+      assert.equal(warning.code, 'WATCH_LIMIT');
+      for (let i = 1; i < 32; i++) {
+        const s = await AgentSocket.open(sb, '/files/watch?path=%2Fworkspace%2Flim&ack=1');
+        sockets.push(s);
+        await s.next('watching');
+      }
+      const extra = await AgentSocket.open(sb, '/files/watch?path=%2Fworkspace%2Flim&ack=1');
+      sockets.push(extra);
+      assert.equal((await extra.next('error')).code, 'QUOTA_EXCEEDED');
+      await sockets.shift()!.close();
+      await waitFor('a slot to free', async () => {
+        const again = await AgentSocket.open(sb, '/files/watch?path=%2Fworkspace%2Flim&ack=1');
+        sockets.push(again);
+        await waitFor('an answer', async () => again.frames.length > 0);
+        return again.frames[0]!.type === 'watching';
+      });
+    } finally {
+      for (const s of sockets) await s.close();
+      await run(sb, 'rm', ['-rf', '/workspace/many', '/workspace/lim']);
+    }
+  });
+
   test('a missing path, a file and a bad frame are error frames; the socket stays usable', async () => {
     await run(sb, 'bash', ['-c', 'echo x > /workspace/plain.txt']);
     const s = await AgentSocket.open(sb, '/files/watch');

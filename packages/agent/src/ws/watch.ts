@@ -172,11 +172,19 @@ function spawnWatcher(helperPath: string, root: string, ack: boolean, out: Paced
       }
     }
   });
+  let exited = false;
+  const exit = () => {
+    if (exited) return;
+    exited = true;
+    onExit();
+  };
   child.on('error', (err) => {
+    // A helper that could not be started may never emit 'close'.
+    exit();
     out.send({ type: 'error', error: `cannot watch ${root}: ${err.message}`, code: 'INTERNAL_ERROR' });
   });
   child.on('close', (code) => {
-    onExit();
+    exit();
     if (!ready && code !== null && code !== 0) {
       out.send({ type: 'error', error: `cannot watch ${root}: ${stderr.trim() || `exit ${code}`}`, code: 'INTERNAL_ERROR', path: root });
     }

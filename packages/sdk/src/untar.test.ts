@@ -101,3 +101,14 @@ test('refuses entries outside the destination: .., absolute names, writes throug
     rmSync(base, { recursive: true, force: true });
   }
 });
+
+test('a write that fails (here: the target is a directory the archive cannot replace) is an error, not a crash', async () => {
+  const base = mkdtempSync(join(tmpdir(), 'untar-fail-'));
+  try {
+    mkdirSync(join(base, 'dest', 'taken'), { recursive: true });
+    const archive = Buffer.concat([entry('taken', '0', 'x'.repeat(2000)), Buffer.alloc(1024)]);
+    await assert.rejects(extractTar(chunks(archive, 100), join(base, 'dest')), /EISDIR|illegal operation/);
+  } finally {
+    rmSync(base, { recursive: true, force: true });
+  }
+});

@@ -57,15 +57,23 @@ export async function extractTar(source: AsyncIterable<Uint8Array>, dest: string
     } else if (type === '0' || type === '7' || type === '\0') {
       await mkdir(dirname(target), { recursive: true });
       const out = createWriteStream(target, { mode: mode & 0o777 });
-      let left = size;
-      while (left > 0) {
-        const chunk = await reader.readSome(left);
-        if (!chunk) throw new Error(`the archive ended inside ${name}`);
-        left -= chunk.length;
-        if (!out.write(chunk)) await once(out, 'drain');
+      let failure: Error | undefined;
+      out.on('error', (err) => (failure ??= err));
+      // 'error' is recorded above; the close that follows it ends the wait either way.
+      const closed = once(out, 'close').catch(() => undefined);
+      try {
+        let left = size;
+        while (left > 0 && !failure) {
+          const chunk = await reader.readSome(left);
+          if (!chunk) throw new Error(`the archive ended inside ${name}`);
+          left -= chunk.length;
+          if (!out.write(chunk) && !failure) await Promise.race([once(out, 'drain'), closed]);
+        }
+      } finally {
+        out.end();
+        await closed;
       }
-      out.end();
-      await once(out, 'close');
+      if (failure) throw failure;
       await reader.skip((512 - (size % 512)) % 512);
       await chmod(target, mode & 0o7777);
       await utimes(target, mtime, mtime);

@@ -217,6 +217,10 @@ describe('SDK: files', () => {
     assert.equal(list.find((e) => e.name === 'b.bin')?.size, 4);
     assert.equal(await sb.files.exists('/workspace/f/b.bin'), true);
     assert.equal(await sb.files.exists('/workspace/f/nope'), false);
+    assert.deepEqual(
+      [await sb.files.isDirectory('/workspace/f'), await sb.files.isDirectory('/workspace/f/b.bin'), await sb.files.isDirectory('/workspace/f/nope')],
+      [true, false, false],
+    );
     await sb.files.mkdir('/workspace/m/n/o');
     assert.equal(await sb.files.exists('/workspace/m/n/o'), true);
     await sb.files.remove('/workspace/f');

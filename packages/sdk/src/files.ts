@@ -82,7 +82,16 @@ export class Files {
   }
 
   async exists(path: string, options: CallOptions = {}): Promise<boolean> {
-    const body = await this.agent.http.json<{ exists?: unknown }>({
+    return (await this.probe(path, options)).exists === true;
+  }
+
+  /** Whether the path is a directory (false when it is missing or anything else). One cheap request. */
+  async isDirectory(path: string, options: CallOptions = {}): Promise<boolean> {
+    return (await this.probe(path, options)).is_dir === true;
+  }
+
+  private probe(path: string, options: CallOptions): Promise<{ exists?: unknown; is_dir?: unknown }> {
+    return this.agent.http.json<{ exists?: unknown; is_dir?: unknown }>({
       method: 'GET',
       path: '/files/exists',
       query: { path },
@@ -90,7 +99,6 @@ export class Files {
       timeoutMs: options.requestTimeoutMs,
       what: `exists ${path}`,
     });
-    return body.exists === true;
   }
 
   /** Removes a file or a directory with its content. */

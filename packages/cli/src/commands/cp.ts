@@ -1,7 +1,7 @@
 import { stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
-import { NotFoundError, Sandbox } from '@sandboxd/sdk';
+import { Sandbox } from '@sandboxd/sdk';
 import { parseCpEndpoint, UsageError } from '../args.js';
 import type { Command, Context } from '../command.js';
 import { bytes, json } from '../output.js';
@@ -23,17 +23,6 @@ function progress(ctx: Context, label: string): { update: (n: number) => void; d
       if (shown) ctx.io.stderr.write('\r\x1b[K');
     },
   };
-}
-
-/** Whether a sandbox path is a directory (false when it does not exist or is a file). */
-async function isRemoteDir(sb: Sandbox, path: string, signal: AbortSignal): Promise<boolean> {
-  try {
-    await sb.files.list(path, { signal });
-    return true;
-  } catch (err) {
-    if (err instanceof NotFoundError || (err as { code?: string }).code === 'NOT_A_DIRECTORY') return false;
-    throw err;
-  }
 }
 
 async function isDir(path: string): Promise<boolean> {
@@ -66,7 +55,7 @@ export const cp: Command = {
       const sb = Sandbox.fromId(dst.sandboxId, { client: ctx.client });
       const srcName = src.kind === 'local' ? basename(src.path) : 'stdin';
       if (src.kind === 'local' && (await isDir(src.path))) {
-        const into = dst.path.endsWith('/') || (await isRemoteDir(sb, dst.path, ctx.signal));
+        const into = dst.path.endsWith('/') || (await sb.files.isDirectory(dst.path, { signal: ctx.signal }));
         const remoteDir = into ? `${dst.path.replace(/\/+$/, '')}/${basename(src.path)}` : dst.path;
         const p = progress(ctx, `upload ${remoteDir}/`);
         try {
@@ -95,7 +84,7 @@ export const cp: Command = {
 
     const remote = src as Extract<typeof src, { kind: 'remote' }>;
     const sb = Sandbox.fromId(remote.sandboxId, { client: ctx.client });
-    if (await isRemoteDir(sb, remote.path, ctx.signal)) {
+    if (await sb.files.isDirectory(remote.path, { signal: ctx.signal })) {
       if (dst.kind === 'stdio') throw new UsageError(`${remote.path} is a directory; copy it to a local path`, 'cp');
       const local = dst.path.endsWith('/') || (await isDir(dst.path)) ? join(dst.path, basename(remote.path) || 'root') : dst.path;
       const p = progress(ctx, `download ${remote.path}/`);

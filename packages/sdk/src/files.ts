@@ -7,13 +7,14 @@ import { pipeline } from 'node:stream/promises';
 import type { AgentClient } from './agent.js';
 import { chunksOf, counted, isReplayable, multipart, type UploadSource } from './body.js';
 import type { CallOptions } from './client.js';
+import { Commands } from './commands.js';
 import { NotFoundError, SandboxdError, ValidationError } from './errors.js';
 import { bodyError, type Sent } from './http.js';
 import { tarStream } from './tar.js';
 import { extractTar } from './untar.js';
 import type { CommandResult, FileEntry, WriteResult } from './types.js';
 import { FileWatcher, type WatchOptions } from './watch.js';
-import { toCommandResult, toFileEntry } from './wire.js';
+import { toFileEntry } from './wire.js';
 
 export interface WriteOptions extends CallOptions {
   /** Octal file mode, e.g. `"0755"`. */
@@ -283,16 +284,8 @@ export class Files {
   }
 
   /** Runs a fixed shell script with arguments (never the caller's text as code). */
-  private async sh(script: string, args: string[], options: CallOptions): Promise<CommandResult> {
-    const body = await this.agent.http.json({
-      method: 'POST',
-      path: '/commands/run',
-      json: { command: 'sh', args: ['-c', script, 'sh', ...args], timeout: 3600 },
-      signal: options.signal,
-      timeoutMs: options.requestTimeoutMs,
-      what: 'directory copy',
-    });
-    return toCommandResult(body);
+  private sh(script: string, args: string[], options: CallOptions): Promise<CommandResult> {
+    return new Commands(this.agent).run('sh', { args: ['-c', script, 'sh', ...args], timeout: 3600, signal: options.signal, requestTimeoutMs: options.requestTimeoutMs });
   }
 }
 

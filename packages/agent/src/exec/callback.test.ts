@@ -19,6 +19,7 @@ test('callback requests are validated field by field', () => {
     [{ callback_url: 'http://h/', callback_headers: { Host: 'x' } }, 'callback_headers'],
     [{ callback_url: 'http://h/', callback_headers: { 'X-A': 'a\r\nInjected: 1' } }, 'callback_headers'],
     [{ callback_url: 'http://h/', callback_headers: { 'X-A': 5 } }, 'callback_headers'],
+    [{ callback_url: 'http://h/', callback_headers: { 'X-A': 'check ✓' } }, 'callback_headers'],
     [{ callback_url: 'http://h/', callback_signature_secret: 7 }, 'callback_signature_secret'],
   ];
   for (const [body, field] of bad) {

@@ -50,8 +50,9 @@ export function parseCallback(body: Record<string, unknown>): CallbackSpec {
     for (const [name, value] of entries) {
       if (!HEADER_NAME.test(name)) throw new ServiceError('VALIDATION_ERROR', `callback_headers: ${JSON.stringify(name)} is not a header name`, { field: 'callback_headers' });
       if (RESERVED.has(name.toLowerCase())) throw new ServiceError('VALIDATION_ERROR', `callback_headers: ${name} is set by the agent`, { field: 'callback_headers' });
-      if (typeof value !== 'string' || /[\r\n\0]/.test(value) || value.length > 8192) {
-        throw new ServiceError('VALIDATION_ERROR', `callback_headers: the value of ${name} must be a string of one line, at most 8192 characters`, { field: 'callback_headers' });
+      // HTTP header values are bytes: one line of Latin-1 (anything else fails only at delivery).
+      if (typeof value !== 'string' || !/^[\t\x20-\x7e\x80-\xff]*$/.test(value) || value.length > 8192) {
+        throw new ServiceError('VALIDATION_ERROR', `callback_headers: the value of ${name} must be one line of Latin-1 text, at most 8192 characters`, { field: 'callback_headers' });
       }
       headers[name] = value;
     }

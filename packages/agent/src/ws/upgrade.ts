@@ -20,15 +20,19 @@ export async function acceptWebSocket(req: IncomingMessage, socket: Duplex, head
   return new Promise((resolve) => server.handleUpgrade(req, socket, head, resolve));
 }
 
-/** Parses a client frame; null for anything that is not a JSON object with a string `type`. */
-export function parseFrame(data: unknown): (Record<string, unknown> & { type: string }) | null {
+/** Parses a client frame; null for anything that is not a JSON object. */
+export function parseObjectFrame(data: unknown): Record<string, unknown> | null {
   try {
     const v: unknown = JSON.parse(String(data));
-    if (v && typeof v === 'object' && !Array.isArray(v) && typeof (v as { type?: unknown }).type === 'string') {
-      return v as Record<string, unknown> & { type: string };
-    }
+    if (v && typeof v === 'object' && !Array.isArray(v)) return v as Record<string, unknown>;
   } catch {
     // not JSON
   }
   return null;
+}
+
+/** Parses a client frame; null for anything that is not a JSON object with a string `type`. */
+export function parseFrame(data: unknown): (Record<string, unknown> & { type: string }) | null {
+  const v = parseObjectFrame(data);
+  return v && typeof v.type === 'string' ? (v as Record<string, unknown> & { type: string }) : null;
 }

@@ -6,7 +6,7 @@ import { fsError } from '../files/errors.js';
 import { resolvePath } from '../files/paths.js';
 import { ServiceError } from '../proto.js';
 import { PacedSender } from './frames.js';
-import { acceptWebSocket } from './upgrade.js';
+import { acceptWebSocket, parseObjectFrame } from './upgrade.js';
 
 /** Directories one watch follows (inotify watches are a per-user kernel resource). */
 export const MAX_WATCHED_DIRS = 8192;
@@ -107,13 +107,7 @@ export function watchRoute(agent: Agent, helperPath: string): UpgradeRoute {
         const ackParam = ['1', 'true'].includes(url.searchParams.get('ack') ?? '');
         if (url.searchParams.has('path')) void start(url.searchParams.get('path'), ackParam).catch(fail);
         ws.on('message', (data) => {
-          let frame: Record<string, unknown> | null = null;
-          try {
-            const v: unknown = JSON.parse(String(data));
-            if (v && typeof v === 'object' && !Array.isArray(v)) frame = v as Record<string, unknown>;
-          } catch {
-            // not JSON
-          }
+          const frame = parseObjectFrame(data);
           const action = frame?.action ?? frame?.type;
           if (action === 'watch') void start(frame?.path, frame?.ack === true || ackParam).catch(fail);
           else if (action === 'unwatch') stopCurrent();

@@ -3,16 +3,21 @@ import { Type, type TSchema } from '@sinclair/typebox';
 /** Request schemas of the agent API, shared by the OpenAPI document and the agent's validation. */
 export const Env = Type.Record(Type.String(), Type.String());
 
-export const ExecuteBody = Type.Object({
-  code: Type.String({ description: 'code to run' }),
-  language: Type.Optional(Type.String({ description: 'python (default), javascript, bash, go, or an alias' })),
+/** What code and commands both take: limits, place, environment and input. */
+const runFields = {
   timeout: Type.Optional(Type.Number({ minimum: 0, description: 'seconds, default 60' })),
   working_dir: Type.Optional(Type.String()),
   workdir: Type.Optional(Type.String()),
   env: Type.Optional(Env),
-  cache: Type.Optional(Type.Boolean({ description: 'serve and store the result in the execution cache' })),
   stdin: Type.Optional(Type.String({ description: "written to the program's stdin, then closed (default: /dev/null)" })),
   stdin_encoding: Type.Optional(Type.Union([Type.Literal('utf8'), Type.Literal('base64')])),
+};
+
+export const ExecuteBody = Type.Object({
+  code: Type.String({ description: 'code to run' }),
+  language: Type.Optional(Type.String({ description: 'python (default), javascript, bash, go, or an alias' })),
+  ...runFields,
+  cache: Type.Optional(Type.Boolean({ description: 'serve and store the result in the execution cache' })),
 });
 
 export const AsyncExecuteBody = Type.Composite([
@@ -27,12 +32,7 @@ export const AsyncExecuteBody = Type.Composite([
 export const CommandBody = Type.Object({
   command: Type.String(),
   args: Type.Optional(Type.Array(Type.String())),
-  timeout: Type.Optional(Type.Number({ minimum: 0 })),
-  working_dir: Type.Optional(Type.String()),
-  workdir: Type.Optional(Type.String()),
-  env: Type.Optional(Env),
-  stdin: Type.Optional(Type.String({ description: "written to the program's stdin, then closed (default: /dev/null)" })),
-  stdin_encoding: Type.Optional(Type.Union([Type.Literal('utf8'), Type.Literal('base64')])),
+  ...runFields,
 });
 
 export const PathQuery = Type.Object({ path: Type.String() });

@@ -5,9 +5,8 @@ import { stdinFields, toBackgroundProcess, toCommandResult } from './wire.js';
 import { shellJoin } from './shell.js';
 import { streamExecute } from './ws.js';
 
-export interface CommandOptions extends CallOptions {
-  /** Run `command` directly with these arguments; without them, `command` is a `/bin/sh -c` line. */
-  args?: string[];
+/** What running code and running a command both take. */
+export interface RunOptions extends CallOptions {
   /** Service-side limit, seconds (default 60). */
   timeout?: number;
   env?: Record<string, string>;
@@ -15,9 +14,14 @@ export interface CommandOptions extends CallOptions {
   workingDir?: string;
   /** Input for the program's stdin, which is then closed (default: empty). Text, or bytes (sent as base64). */
   stdin?: string | Uint8Array;
-  /** Given either callback, output is streamed over a WebSocket as it is produced. */
+  /** Given either callback, it runs over a WebSocket and output arrives as it is produced. */
   onStdout?: (data: string) => void;
   onStderr?: (data: string) => void;
+}
+
+export interface CommandOptions extends RunOptions {
+  /** Run `command` directly with these arguments; without them, `command` is a `/bin/sh -c` line. */
+  args?: string[];
 }
 
 /** Client-side deadline: the service's limit plus a margin for the round trip. */

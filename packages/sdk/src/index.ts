@@ -9,7 +9,7 @@ export type { ClientOptions } from './config.js';
 export { Files } from './files.js';
 export type { TransferOptions, WriteOptions } from './files.js';
 export { Commands } from './commands.js';
-export type { CommandOptions } from './commands.js';
+export type { CommandOptions, RunOptions } from './commands.js';
 export { Processes } from './processes.js';
 export type { WaitOptions } from './processes.js';
 export { Env } from './env.js';

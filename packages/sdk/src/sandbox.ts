@@ -1,7 +1,7 @@
 import { AgentClient } from './agent.js';
 import { Cache } from './cache.js';
 import { ApiClient, enc, type CallOptions } from './client.js';
-import { Commands, deadlineFor } from './commands.js';
+import { Commands, deadlineFor, type RunOptions } from './commands.js';
 import type { ClientOptions } from './config.js';
 import { Env } from './env.js';
 import { Files } from './files.js';
@@ -64,19 +64,9 @@ export interface ListOptions extends SandboxOptions {
   signal?: AbortSignal;
 }
 
-export interface RunCodeOptions extends CallOptions {
+export interface RunCodeOptions extends RunOptions {
   /** `python` (default), `javascript`, `bash`, `go` and their aliases. */
   language?: string;
-  /** Service-side limit, seconds (default 60). */
-  timeout?: number;
-  env?: Record<string, string>;
-  /** Default `/workspace`. */
-  workingDir?: string;
-  /** Input for the program's stdin, which is then closed (default: empty). Text, or bytes (sent as base64). */
-  stdin?: string | Uint8Array;
-  /** Given either callback, the code runs over a WebSocket and output arrives as it is produced. */
-  onStdout?: (data: string) => void;
-  onStderr?: (data: string) => void;
   /** Use `/execute/rich` to get `richOutputs` (figures saved as files). */
   rich?: boolean;
   /** Opt in to the agent's result cache. */

@@ -231,11 +231,9 @@ export class Executor {
       else if (rich.rich_outputs.length > 0 || rich.result !== undefined) void discard(outDir);
     }
     const base = this.finish(entry, outcome, startedMs, t);
-    const result: ExecuteResult = { ...base, language: o.language, execution_id: entry.id };
-    for (const k of ['png', 'svg', 'html', 'json', 'markdown', 'result'] as const) {
-      if (rich[k] !== undefined) (result as unknown as Record<string, unknown>)[k] = rich[k];
-    }
-    if (o.rich) result.rich_outputs = rich.rich_outputs;
+    const { rich_outputs, ...inline } = rich;
+    const result: ExecuteResult = { ...base, ...inline, language: o.language, execution_id: entry.id };
+    if (o.rich) result.rich_outputs = rich_outputs;
     return result;
   }
 

@@ -1,17 +1,10 @@
 import { statSync } from 'node:fs';
 import { readdir, readFile, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { RichOutput } from '../proto.js';
+import type { ExecuteResult, RichOutput } from '../proto.js';
 
-export interface RichFields {
-  png?: string;
-  svg?: string;
-  html?: string;
-  json?: unknown;
-  markdown?: string;
-  result?: string;
-  rich_outputs: RichOutput[];
-}
+/** The result's inline rich fields (each set only when found), and every output file found. */
+export type RichFields = Pick<ExecuteResult, 'png' | 'svg' | 'html' | 'json' | 'markdown' | 'result'> & { rich_outputs: RichOutput[] };
 
 const KINDS: Record<string, { type: string; mime: string }> = {
   png: { type: 'image', mime: 'image/png' },

@@ -23,6 +23,26 @@ import type {
 type Db = Database.Database;
 type Raw = Record<string, unknown>;
 
+/**
+ * The repositories' view of the database: prepare() compiles each SQL text once per connection and
+ * reuses the statement (the queries a request makes run on every create, lookup and update). SQL
+ * built from a request's fields comes from a fixed set of column names, so the cache stays small.
+ */
+class Statements {
+  private readonly cache = new Map<string, Database.Statement>();
+
+  constructor(private readonly db: Db) {}
+
+  prepare(sql: string): Database.Statement {
+    let st = this.cache.get(sql);
+    if (!st) {
+      st = this.db.prepare(sql);
+      this.cache.set(sql, st);
+    }
+    return st;
+  }
+}
+
 export function openDatabase(file: string): Db {
   if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
   const db = new Database(file);
@@ -148,7 +168,7 @@ function sqlValue(v: unknown): unknown {
 }
 
 class SqliteOrgRepo implements OrgRepo {
-  constructor(private db: Db) {}
+  constructor(private db: Statements) {}
   async create(name: string): Promise<OrgRow> {
     const row = { id: `org_${randomUUID().replace(/-/g, '').slice(0, 20)}`, name, createdAt: new Date().toISOString() };
     this.db.prepare('INSERT INTO organizations (id, name, created_at) VALUES (?, ?, ?)').run(row.id, row.name, row.createdAt);
@@ -171,17 +191,14 @@ class SqliteOrgRepo implements OrgRepo {
 }
 
 class SqliteApiKeyRepo implements ApiKeyRepo {
-  private byHashStmt;
-  constructor(private db: Db) {
-    this.byHashStmt = db.prepare('SELECT * FROM api_keys WHERE hash = ?');
-  }
+  constructor(private db: Statements) {}
   async insert(k: ApiKeyRow) {
     this.db
       .prepare('INSERT INTO api_keys (id, org_id, name, hash, scopes, created_at, revoked_at, last_used_at) VALUES (?,?,?,?,?,?,?,?)')
       .run(k.id, k.orgId, k.name, k.hash, JSON.stringify(k.scopes), k.createdAt, k.revokedAt, k.lastUsedAt);
   }
   async byHash(hash: string) {
-    const r = this.byHashStmt.get(hash) as Raw | undefined;
+    const r = this.db.prepare('SELECT * FROM api_keys WHERE hash = ?').get(hash) as Raw | undefined;
     return r && keyFrom(r);
   }
   async byId(id: string) {
@@ -203,7 +220,7 @@ class SqliteApiKeyRepo implements ApiKeyRepo {
 }
 
 class SqliteTemplateRepo implements TemplateRepo {
-  constructor(private db: Db) {}
+  constructor(private db: Statements) {}
   async upsert(t: TemplateRow) {
     this.db
       .prepare(
@@ -262,10 +279,7 @@ class SqliteTemplateRepo implements TemplateRepo {
 }
 
 class SqliteSandboxRepo implements SandboxRepo {
-  private byIdStmt;
-  constructor(private db: Db) {
-    this.byIdStmt = db.prepare('SELECT * FROM sandboxes WHERE id = ?');
-  }
+  constructor(private db: Statements) {}
   async insert(s: SandboxRow) {
     const cols = Object.keys(SANDBOX_COLUMNS) as (keyof SandboxRow)[];
     this.db
@@ -273,7 +287,7 @@ class SqliteSandboxRepo implements SandboxRepo {
       .run(...cols.map((c) => sqlValue(s[c])));
   }
   async byId(id: string) {
-    const r = this.byIdStmt.get(id) as Raw | undefined;
+    const r = this.db.prepare('SELECT * FROM sandboxes WHERE id = ?').get(id) as Raw | undefined;
     return r && sandboxFrom(r);
   }
   async list(f: SandboxListFilter) {
@@ -376,7 +390,7 @@ const BUILD_COLUMNS: Record<keyof BuildRow, string> = {
 };
 
 class SqliteBuildRepo implements BuildRepo {
-  constructor(private db: Db) {}
+  constructor(private db: Statements) {}
   async insert(b: BuildRow) {
     const cols = Object.keys(BUILD_COLUMNS) as (keyof BuildRow)[];
     this.db
@@ -420,7 +434,7 @@ function uploadFrom(r: Raw): UploadRow {
 }
 
 class SqliteUploadRepo implements UploadRepo {
-  constructor(private db: Db) {}
+  constructor(private db: Statements) {}
   async upsert(u: UploadRow) {
     this.db
       .prepare(
@@ -448,16 +462,17 @@ export class SqliteStore implements Store {
   readonly uploads: UploadRepo;
   readonly kv: Store['kv'];
   constructor(readonly db: Db) {
-    this.orgs = new SqliteOrgRepo(db);
-    this.keys = new SqliteApiKeyRepo(db);
-    this.templates = new SqliteTemplateRepo(db);
-    this.sandboxes = new SqliteSandboxRepo(db);
-    this.builds = new SqliteBuildRepo(db);
-    this.uploads = new SqliteUploadRepo(db);
+    const st = new Statements(db);
+    this.orgs = new SqliteOrgRepo(st);
+    this.keys = new SqliteApiKeyRepo(st);
+    this.templates = new SqliteTemplateRepo(st);
+    this.sandboxes = new SqliteSandboxRepo(st);
+    this.builds = new SqliteBuildRepo(st);
+    this.uploads = new SqliteUploadRepo(st);
     this.kv = {
-      get: async (key) => (db.prepare('SELECT value FROM kv WHERE key = ?').get(key) as Raw | undefined)?.value as string | undefined,
+      get: async (key) => (st.prepare('SELECT value FROM kv WHERE key = ?').get(key) as Raw | undefined)?.value as string | undefined,
       set: async (key, value) => {
-        db.prepare('INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value').run(key, value);
+        st.prepare('INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value').run(key, value);
       },
     };
   }

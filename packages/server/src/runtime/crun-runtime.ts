@@ -90,6 +90,18 @@ interface SandboxPaths {
   log: string;
 }
 
+/** What the steps of one create/start share. */
+interface BootContext {
+  spec: SandboxSpec;
+  p: SandboxPaths;
+  undo: UndoStack;
+  fresh: boolean;
+  pooled: boolean;
+  diskBytes: number;
+  range: IdRangeFile;
+  hook: (name: string) => Promise<void>;
+}
+
 /**
  * The sandbox runtime: one crun container per sandbox. Layout of `${dataDir}`:
  *   sandboxes/<id>/  disk.img (sparse ext4) → disk/ {upper,work}; rootfs/ (overlay); config.json;
@@ -394,7 +406,7 @@ export class CrunRuntime implements Runtime {
     let pooled = false;
     const diskBytes = Math.round(spec.resources.diskGb * 1024 ** 3);
     const ranges = await this.idRanges();
-    let range: IdRangeFile | undefined;
+    let range: IdRangeFile;
     if (fresh) {
       range = { base: ranges.allocate(id), size: ID_RANGE };
       // Released after the directory is gone (undo runs in reverse).
@@ -405,81 +417,14 @@ export class CrunRuntime implements Runtime {
       if (!pooled) await mkdir(p.dir, { mode: DIR_MODE });
       await writeIdRange(p.dir, range);
     } else {
-      range = await readIdRange(p.dir);
-      if (range) {
-        try {
-          ranges.claim(id, range.base);
-        } catch (err) {
-          if (!(err instanceof RangeHeldElsewhere)) throw err;
-          // Another data dir's sandbox on this host has the same ids (both made before ranges were
-          // registered host-wide): this one's files move to a range of its own.
-          this.log(`sandbox ${id}: ${err.message}; moving it to a new range`);
-          range = { base: ranges.allocate(id), size: ID_RANGE, movingFrom: range.movingFrom ?? range.base };
-          await writeIdRange(p.dir, range);
-        }
-      } else {
-        // Made when every sandbox ran as the shared legacy range: its files move to a range of its own.
-        range = { base: ranges.allocate(id), size: ID_RANGE, movingFrom: LEGACY_ID_OFFSET };
-        await writeIdRange(p.dir, range);
-      }
+      range = await this.existingRange(id, p.dir, ranges);
     }
     const base = range.base;
     await chown(p.dir, 0, base);
     await chmod(p.dir, SANDBOX_DIR_MODE);
 
-    const disk = async () => {
-      await hook('disk');
-      if (fresh && !pooled) {
-        await prepareDiskDir(p.dir, diskBytes);
-      } else if (!fresh) {
-        if (!(await isMountPoint(p.disk))) {
-          await mkdir(p.disk, { recursive: true });
-          await mountDiskImage(p.image, p.disk);
-          undo.push('disk mount', () => unmount(p.disk));
-        }
-      }
-      if (range.movingFrom !== undefined) {
-        const t = performance.now();
-        const moved = moveIdRange(p.upper, range.movingFrom, base, ID_RANGE);
-        this.log(`sandbox ${id}: moved the ids of ${moved.entries} files from ${range.movingFrom} to its own range ${base} in ${Math.round(performance.now() - t)} ms`);
-        await writeIdRange(p.dir, { base, size: ID_RANGE });
-      }
-      await prepareUpper(p.dir, base);
-      if (!(await isMountPoint(p.rootfs))) {
-        await mkdir(p.rootfs, { recursive: true });
-        await hook('overlay-mount');
-        await mountOverlay(spec.lowerDirs, p.upper, p.work, p.rootfs, { helper: await this.idmapHelper(), base, scratch: p.lowerScratch });
-        undo.push('overlay mount', () => unmount(p.rootfs));
-      }
-    };
-
-    const network = async (): Promise<NetnsHolder | undefined> => {
-      if (!spec.internetAccess) return undefined;
-      await hook('network');
-      const ipam = await this.ipam();
-      let ip = await this.readIp(id);
-      if (!ip || (fresh && ipam.isUsed(ip))) {
-        ip = ipam.allocate();
-        const allocated = ip;
-        undo.push('address', () => ipam.release(allocated));
-        await writeFile(p.net, JSON.stringify({ ip }));
-      } else {
-        ipam.claim(ip);
-      }
-      const netnsName = this.netnsName(id);
-      // The holder's user namespace must own the netns, so one left from a crash is replaced.
-      await deleteNetns(netnsName);
-      await waitVethGone(this.vethName(id));
-      const holder = await NetnsHolder.start({ netnsName, veth: this.vethName(id), bridge: this.bridge, ip, subnet: this.subnet, idBase: base });
-      undo.push('network namespace', async () => {
-        await holder.kill();
-        await deleteNetns(netnsName);
-        await waitVethGone(this.vethName(id));
-      });
-      return holder;
-    };
-
-    const results = await Promise.allSettled([timed('disk', disk), timed('network', network), this.agentRuntime()]);
+    const c: BootContext = { spec, p, undo, fresh, pooled, diskBytes, range, hook };
+    const results = await Promise.allSettled([timed('disk', () => this.bootDisk(c)), timed('network', () => this.bootNetwork(c)), this.agentRuntime()]);
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     const holder = results[1].status === 'fulfilled' ? results[1].value : undefined;
     if (failed) throw failed.reason;
@@ -520,6 +465,86 @@ export class CrunRuntime implements Runtime {
     }
     nextPhase('done');
     this.opts.onTiming?.(id, 'total', performance.now() - t0);
+  }
+
+  /** The range a sandbox being started holds: claimed again, or a new one its files move to. */
+  private async existingRange(id: string, dir: string, ranges: IdRanges): Promise<IdRangeFile> {
+    const found = await readIdRange(dir);
+    let range: IdRangeFile;
+    if (found) {
+      try {
+        ranges.claim(id, found.base);
+        return found;
+      } catch (err) {
+        if (!(err instanceof RangeHeldElsewhere)) throw err;
+        // Another data dir's sandbox on this host has the same ids (both made before ranges were
+        // registered host-wide): this one's files move to a range of its own.
+        this.log(`sandbox ${id}: ${err.message}; moving it to a new range`);
+        range = { base: ranges.allocate(id), size: ID_RANGE, movingFrom: found.movingFrom ?? found.base };
+      }
+    } else {
+      // Made when every sandbox ran as the shared legacy range: its files move to a range of its own.
+      range = { base: ranges.allocate(id), size: ID_RANGE, movingFrom: LEGACY_ID_OFFSET };
+    }
+    await writeIdRange(dir, range);
+    return range;
+  }
+
+  /** The sandbox's disk (made, from the pool, or mounted again), its ids, and the overlay on it. */
+  private async bootDisk({ spec, p, undo, fresh, pooled, diskBytes, range, hook }: BootContext): Promise<void> {
+    const id = spec.id;
+    const base = range.base;
+    await hook('disk');
+    if (fresh && !pooled) {
+      await prepareDiskDir(p.dir, diskBytes);
+    } else if (!fresh) {
+      if (!(await isMountPoint(p.disk))) {
+        await mkdir(p.disk, { recursive: true });
+        await mountDiskImage(p.image, p.disk);
+        undo.push('disk mount', () => unmount(p.disk));
+      }
+    }
+    if (range.movingFrom !== undefined) {
+      const t = performance.now();
+      const moved = moveIdRange(p.upper, range.movingFrom, base, ID_RANGE);
+      this.log(`sandbox ${id}: moved the ids of ${moved.entries} files from ${range.movingFrom} to its own range ${base} in ${Math.round(performance.now() - t)} ms`);
+      await writeIdRange(p.dir, { base, size: ID_RANGE });
+    }
+    await prepareUpper(p.dir, base);
+    if (!(await isMountPoint(p.rootfs))) {
+      await mkdir(p.rootfs, { recursive: true });
+      await hook('overlay-mount');
+      await mountOverlay(spec.lowerDirs, p.upper, p.work, p.rootfs, { helper: await this.idmapHelper(), base, scratch: p.lowerScratch });
+      undo.push('overlay mount', () => unmount(p.rootfs));
+    }
+  }
+
+  /** With internet access: the sandbox's address and its network namespace, held by a process. */
+  private async bootNetwork({ spec, p, undo, fresh, range, hook }: BootContext): Promise<NetnsHolder | undefined> {
+    const id = spec.id;
+    if (!spec.internetAccess) return undefined;
+    await hook('network');
+    const ipam = await this.ipam();
+    let ip = await this.readIp(id);
+    if (!ip || (fresh && ipam.isUsed(ip))) {
+      ip = ipam.allocate();
+      const allocated = ip;
+      undo.push('address', () => ipam.release(allocated));
+      await writeFile(p.net, JSON.stringify({ ip }));
+    } else {
+      ipam.claim(ip);
+    }
+    const netnsName = this.netnsName(id);
+    // The holder's user namespace must own the netns, so one left from a crash is replaced.
+    await deleteNetns(netnsName);
+    await waitVethGone(this.vethName(id));
+    const holder = await NetnsHolder.start({ netnsName, veth: this.vethName(id), bridge: this.bridge, ip, subnet: this.subnet, idBase: range.base });
+    undo.push('network namespace', async () => {
+      await holder.kill();
+      await deleteNetns(netnsName);
+      await waitVethGone(this.vethName(id));
+    });
+    return holder;
   }
 
   /**

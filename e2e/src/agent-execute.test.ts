@@ -345,6 +345,9 @@ describe('commands', () => {
     const bad = await agent(sb, 'POST', '/commands/run', { args: ['x'] });
     assert.equal(bad.status, 400);
     assert.equal(bad.body.code, 'VALIDATION_ERROR');
+    const huge = await agent(sb, 'POST', '/commands/run', { command: 'echo', args: ['x'.repeat(200_000)] });
+    assert.equal(huge.status, 400, 'one argument past the kernel limit is the request, not the server');
+    assert.match(huge.body.message, /E2BIG/);
   });
 
   test('stdin: text or base64 bytes for commands and code (warm python too); absent, programs read EOF', async () => {

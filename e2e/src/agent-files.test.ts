@@ -132,6 +132,9 @@ describe('files: read, write, list, exists, remove, mkdir', () => {
     const ro = await agent(sb, 'POST', '/files/write', { path: '/proc/version', content: 'x' });
     assert.equal(ro.status, 403, JSON.stringify(ro.body));
     assert.equal(ro.body.code, 'PERMISSION_DENIED');
+    const mem = await agent(sb, 'GET', `/files/read${q('/proc/self/mem')}`);
+    assert.equal(mem.status, 400, JSON.stringify(mem.body));
+    assert.equal(mem.body.code, 'NOT_A_FILE');
   });
 
   test('exists, mkdir (with parents), remove (recursive)', async () => {
@@ -226,6 +229,13 @@ describe('files: upload and download', () => {
     const bad = await fetch(new URL('/files/upload', sb.publicHost), { method: 'POST', body: noPath, headers: auth() });
     assert.equal(bad.status, 400);
     assert.equal((await bad.json()).code, 'VALIDATION_ERROR');
+    const truncated = await fetch(new URL('/files/upload', sb.publicHost), {
+      method: 'POST',
+      body: '--b\r\nContent-Disposition: form-data; name="file"; filename="a"\r\n\r\nno closing boundary',
+      headers: { ...auth(), 'content-type': 'multipart/form-data; boundary=b' },
+    });
+    assert.equal(truncated.status, 400);
+    assert.match((await truncated.json()).message, /malformed multipart/);
   });
 
   test('the disk limit holds: an upload that does not fit is a clear 413 and leaves no file', async () => {

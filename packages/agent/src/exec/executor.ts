@@ -170,20 +170,29 @@ export class Executor {
     stream?: StreamHooks,
     zygoteSocket?: string,
   ): Promise<RunOutcome> {
-    const proc = new RunningProcess(
-      {
-        argv,
-        stdin,
-        zygoteSocket,
-        cwd,
-        env,
-        timeoutMs: Math.max(1, t.deadline - performance.now()),
-        capBytes: this.deps.config.outputCapBytes,
-        onStdout: stream?.onStdout,
-        onStderr: stream?.onStderr,
-      },
-      this.deps.helperPath,
-    );
+    let proc: RunningProcess;
+    try {
+      proc = new RunningProcess(
+        {
+          argv,
+          stdin,
+          zygoteSocket,
+          cwd,
+          env,
+          timeoutMs: Math.max(1, t.deadline - performance.now()),
+          capBytes: this.deps.config.outputCapBytes,
+          onStdout: stream?.onStdout,
+          onStderr: stream?.onStderr,
+        },
+        this.deps.helperPath,
+      );
+    } catch (err) {
+      // Node throws (rather than emits) the spawn errors that are the request's, not the program's.
+      if ((err as NodeJS.ErrnoException).code === 'E2BIG') {
+        throw new ServiceError('VALIDATION_ERROR', 'the command line and environment are too long for the kernel (E2BIG); put long input in a file or in stdin');
+      }
+      throw err;
+    }
     entry.proc = proc;
     entry.pid = proc.pid;
     if (entry.status === 'killed') proc.kill('killed');

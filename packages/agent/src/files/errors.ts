@@ -23,6 +23,15 @@ export function fsError(err: unknown, path: string): ServiceError {
       return new ServiceError('DISK_FULL', `No space left on the sandbox disk while writing ${path}`, { path });
     case 'EFBIG':
       return new ServiceError('FILE_TOO_LARGE', `${path}: file too large`, { path });
+    case 'ENXIO':
+    case 'ENODEV':
+    case 'EOPNOTSUPP':
+      // A device without a driver, a socket: the path exists but is no file to move.
+      return new ServiceError('NOT_A_FILE', `${path} cannot be read or written as a file (${e.code})`, { path });
+    case 'EIO':
+      // On the pseudo filesystems (/proc/self/mem...) it means the same; on the sandbox's disk it is a real fault.
+      if (/^\/(proc|sys|dev)\//.test(path)) return new ServiceError('NOT_A_FILE', `${path} cannot be read or written as a file (EIO)`, { path });
+      return new ServiceError('INTERNAL_ERROR', `${path}: ${e.message}`, { path });
     case 'ENAMETOOLONG':
     case 'ELOOP':
     case 'EINVAL':

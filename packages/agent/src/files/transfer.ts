@@ -136,7 +136,10 @@ export async function receiveUpload(req: IncomingMessage, url: URL, workspaceDir
     parser.on('filesLimit', () => {
       failure ??= new ServiceError('VALIDATION_ERROR', 'only one file per upload request');
     });
-    parser.on('error', reject);
+    // busboy's own errors (a truncated or malformed body) are the client's; ours arrive as ServiceErrors.
+    parser.on('error', (err: Error) =>
+      reject(err instanceof ServiceError || 'errno' in err ? err : new ServiceError('VALIDATION_ERROR', `malformed multipart/form-data body: ${err.message}`)),
+    );
     parser.on('close', resolve);
     // The client went away: stop the parser, which fails the file stream, which removes the temp file.
     const abort = (message: string) => {

@@ -120,6 +120,18 @@ describe('bad input', () => {
     assertErrorShape(res.body, 'VALIDATION_ERROR');
     assert.match(res.body.error, /template_id or template_name/);
   });
+  test('env_vars the agent could never apply (a name with = or empty, a NUL in a value) are 400 at create', async () => {
+    for (const [env_vars, named] of [
+      [{ 'A=B': 'x' }, /"A=B"/],
+      [{ '': 'x' }, /""/],
+      [{ A: 'x\u0000y' }, /env_vars\/A/],
+    ] as const) {
+      const res = await api(server, 'POST', '/v1/sandboxes', { template_name: 'base', env_vars });
+      assert.equal(res.status, 400, JSON.stringify(env_vars));
+      assertErrorShape(res.body, 'VALIDATION_ERROR');
+      assert.match(res.body.message, named);
+    }
+  });
   test('unknown template is 404 TEMPLATE_NOT_FOUND without the words "sandbox not found"', async () => {
     const res = await api(server, 'POST', '/v1/sandboxes', { template_name: 'no-such-template' });
     assert.equal(res.status, 404);

@@ -1,7 +1,8 @@
 import { Type, type TSchema } from '@sinclair/typebox';
+import { EnvVars } from './lifecycle.js';
 
 /** Request schemas of the agent API, shared by the OpenAPI document and the agent's validation. */
-export const Env = Type.Record(Type.String(), Type.String());
+export const Env = EnvVars;
 
 /** What code and commands both take: limits, place, environment and input. */
 const runFields = {

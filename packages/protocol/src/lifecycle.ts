@@ -13,7 +13,13 @@ export const Resources = Type.Object({
 });
 export type Resources = Static<typeof Resources>;
 
-export const EnvVars = Type.Record(Type.String(), Type.String());
+/**
+ * Environment variables as every endpoint takes them: names without '=' or NUL, values without NUL
+ * (the agent refuses the same; a create that let one through would fail every later execution).
+ */
+export const EnvVars = Type.Record(Type.String({ pattern: '^[^=\\u0000]+$' }), Type.String({ pattern: '^[^\\u0000]*$' }), {
+  additionalProperties: false,
+});
 
 export const CreateSandboxBody = Type.Object(
   {

@@ -6,7 +6,10 @@ export function toServiceError(err: unknown): ServiceError {
   if (err instanceof ServiceError) return err;
   const fe = err as FastifyError & { validationContext?: string };
   if (fe && Array.isArray(fe.validation)) {
-    return new ServiceError('VALIDATION_ERROR', fe.message.replace(/^(body|querystring|params)\//, '$1.'));
+    // Ajv's message omits which property was not allowed; name it.
+    const extra = (fe.validation[0] as { params?: { additionalProperty?: unknown } } | undefined)?.params?.additionalProperty;
+    const which = typeof extra === 'string' ? `: ${JSON.stringify(extra)}` : '';
+    return new ServiceError('VALIDATION_ERROR', fe.message.replace(/^(body|querystring|params)\//, '$1.') + which);
   }
   switch (fe?.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':

@@ -17,9 +17,32 @@ export interface AgentRuntime {
 /**
  * argv that starts node from the runtime directory inside a sandbox: through our own copy of the
  * dynamic loader and libraries, so it runs on any glibc-based (or libc-less) image.
+ *
+ * The loader is execute-only (LOADER_MODE) and owned by host root, whom the sandbox's user
+ * namespace does not map: root inside cannot read it, so the kernel makes a process that execs it
+ * non-dumpable (fs.suid_dumpable 0 or 2) and ties its memory to the host's user namespace. User code,
+ * root in the same namespace, then gets EPERM from every ptrace-mode access to the agent (ptrace,
+ * pidfd_getfd, process_vm_readv, /proc/<agent>/fd, mem, environ): it cannot take the agent's
+ * listening socket, read its memory or speak as it.
  */
 export function nodeArgv(rt: AgentRuntime, script: string): string[] {
   return [`${NODE_MOUNT}/lib/${rt.loader}`, '--library-path', `${NODE_MOUNT}/lib`, `${NODE_MOUNT}/bin/node`, script];
+}
+
+/** rwx--x--x: runnable by anyone, readable by host root only (see nodeArgv). */
+export const LOADER_MODE = 0o711;
+
+/**
+ * Processes that exec an unreadable file stay dumpable when fs.suid_dumpable is 1 ("debug"); then
+ * code in a sandbox could ptrace its agent. 0 (the default) and 2 keep the agent out of reach.
+ */
+export async function checkSuidDumpable(read: () => Promise<string> = () => readFile('/proc/sys/fs/suid_dumpable', 'utf8')): Promise<void> {
+  const v = (await read()).trim();
+  if (v === '1') {
+    throw new Error(
+      'fs.suid_dumpable is 1 (debug): code in a sandbox could then ptrace its agent and take its socket; set it to 0 (sysctl -w fs.suid_dumpable=0) and start again',
+    );
+  }
 }
 
 async function sha256File(path: string): Promise<string> {
@@ -68,7 +91,12 @@ export async function ensureAgentRuntime(dataDir: string, nodePath = '/usr/bin/n
   }
   const dir = join(base, hash);
   const readyFile = join(dir, 'ready.json');
-  if (existsSync(readyFile)) return { dir, loader: (JSON.parse(await readFile(readyFile, 'utf8')) as { loader: string }).loader };
+  if (existsSync(readyFile)) {
+    const { loader } = JSON.parse(await readFile(readyFile, 'utf8')) as { loader: string };
+    // Directories made before the loader became execute-only get the mode now.
+    await chmod(join(dir, 'lib', loader), LOADER_MODE);
+    return { dir, loader };
+  }
 
   const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
   try {
@@ -80,7 +108,7 @@ export async function ensureAgentRuntime(dataDir: string, nodePath = '/usr/bin/n
     for (const lib of libs) {
       const dst = join(tmp, 'lib', lib.name);
       await copyFile(await realpath(lib.path), dst);
-      await chmod(dst, 0o755);
+      await chmod(dst, lib.name === loader ? LOADER_MODE : 0o755);
     }
     await chmod(tmp, 0o755);
     await writeFile(join(tmp, 'ready.json'), JSON.stringify({ loader, node: real, sha256: hash }));

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { CANONICAL_ID_OFFSET, ID_RANGE } from '../images/types.js';
-import { parseLdd } from './agent-runtime.js';
+import { checkSuidDumpable, parseLdd } from './agent-runtime.js';
 import { nftRuleset } from './host.js';
 import { IdRanges, MAX_ID_RANGES, rangeBase, readIdRange, SANDBOX_ID_BASE, writeIdRange } from './id-ranges.js';
 import { Ipam, intToIp, ipToInt, parseSubnet, vethName } from './net.js';
@@ -74,6 +74,14 @@ describe('OCI config', () => {
   });
 });
 
+describe('agent runtime', () => {
+  test('fs.suid_dumpable 1 is refused: the agent would be dumpable, so ptrace-able from its sandbox', async () => {
+    await assert.rejects(checkSuidDumpable(async () => '1\n'), /suid_dumpable is 1/);
+    await checkSuidDumpable(async () => '0\n');
+    await checkSuidDumpable(async () => '2\n');
+  });
+});
+
 describe('seccomp profile', () => {
   test('default allow; the dangerous calls denied; values are valid unsigned numbers', () => {
     const p = seccompProfile('x64');
@@ -84,7 +92,7 @@ describe('seccomp profile', () => {
       'unshare', 'setns', 'keyctl', 'add_key', 'request_key', 'bpf', 'perf_event_open', 'userfaultfd', 'kexec_load', 'kexec_file_load',
       'init_module', 'finit_module', 'delete_module', 'reboot', 'swapon', 'swapoff', 'acct', 'settimeofday', 'clock_settime', 'adjtimex',
       'clock_adjtime', 'open_by_handle_at', 'name_to_handle_at', 'iopl', 'ioperm', 'quotactl', 'syslog', 'io_uring_setup', 'io_uring_enter',
-      'io_uring_register', 'lookup_dcookie', 'uselib', 'vhangup', 'nfsservctl', 'process_vm_writev', 'clone3']) {
+      'io_uring_register', 'lookup_dcookie', 'uselib', 'vhangup', 'nfsservctl', 'process_vm_writev', 'pidfd_getfd', 'clone3']) {
       assert.ok(denied.has(n), n);
     }
     assert.ok(!denied.has('ptrace'), 'ptrace stays (gdb, strace); tracees keep their filter');

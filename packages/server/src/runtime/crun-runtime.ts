@@ -4,7 +4,7 @@ import { basename, dirname, join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
 import { moveIdRange } from '../images/shift.js';
 import { ID_RANGE, LEGACY_ID_OFFSET } from '../images/types.js';
-import { ensureAgentRuntime, nodeArgv, NODE_MOUNT, type AgentRuntime } from './agent-runtime.js';
+import { checkSuidDumpable, ensureAgentRuntime, nodeArgv, NODE_MOUNT, type AgentRuntime } from './agent-runtime.js';
 import { AGENT_LISTEN_FD, runWithAgentSocket } from './agent-socket.js';
 import {
   cgroupExists,
@@ -305,6 +305,7 @@ export class CrunRuntime implements Runtime {
       await fixHybridCgroups(this.log);
       this.layoutP = detectCgroups();
     }
+    await checkSuidDumpable();
     await enableIpForwarding();
     await ensureBridge(this.bridge, this.subnet);
     await applyNftables({

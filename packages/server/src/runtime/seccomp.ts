@@ -11,6 +11,10 @@
  * - ptrace stays allowed (gdb, strace): since 4.8 a tracee stays under its own seccomp filter, and
  *   the pid namespace limits tracing to the sandbox's own processes. process_vm_writev is denied
  *   anyway (asked for; readv stays, it is no more than ptrace PEEK).
+ * - The agent is out of reach of ptrace-mode access (ptrace, pidfd_getfd, process_vm_readv,
+ *   /proc/<agent>/fd, mem, environ) because it runs non-dumpable (agent-runtime.ts: its loader is
+ *   execute-only). pidfd_getfd, which would hand user code the agent's listening socket, is also
+ *   denied here, as a second wall; pidfd_open stays (what a pidfd can do besides that, kill() can).
  * - clone3 answers ENOSYS, so glibc falls back to clone, whose flags a classic BPF filter can see.
  * - io_uring answers ENOSYS, so libuv and others fall back to threads.
  */
@@ -58,8 +62,8 @@ export const DENIED_SYSCALLS: readonly string[] = [
   'open_by_handle_at', 'name_to_handle_at',
   // raw hardware
   'iopl', 'ioperm', 'vm86', 'vm86old', 'pciconfig_read', 'pciconfig_write', 'pciconfig_iobase',
-  // other processes' memory
-  'process_vm_writev',
+  // other processes' memory and file descriptors
+  'process_vm_writev', 'pidfd_getfd',
 ];
 
 /** Answered with ENOSYS so that callers fall back to an older, filterable interface. */

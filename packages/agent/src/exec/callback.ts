@@ -1,5 +1,6 @@
 import { createHmac } from 'node:crypto';
 import { ServiceError, type CallbackDelivery } from '../proto.js';
+import { rejectNul } from '../http/validate.js';
 
 /** Where and how the result of an asynchronous execution is delivered. */
 export interface CallbackSpec {
@@ -25,6 +26,8 @@ export function parseCallback(body: Record<string, unknown>): CallbackSpec {
   if (typeof raw !== 'string' || raw.trim() === '') {
     throw new ServiceError('VALIDATION_ERROR', 'callback_url is required: the URL the result is POSTed to', { field: 'callback_url' });
   }
+  // The URL parser would quietly percent-encode a NUL; it is a malformed URL all the same.
+  rejectNul(raw, 'callback_url');
   let url: URL;
   try {
     url = new URL(raw);

@@ -8,19 +8,36 @@ function invalid(field: string, what: string): ServiceError {
   return new ServiceError('VALIDATION_ERROR', `${field} must be ${what}`, { field });
 }
 
-export function requiredString(body: Body, field: string, opts: { allowEmpty?: boolean } = {}): string {
+export interface StringOptions {
+  allowEmpty?: boolean;
+  /**
+   * Strings end up in argv, paths and the environment, which are C strings: a NUL byte there makes
+   * spawn or the filesystem throw. Only data that never becomes one (file content, stdin) may hold NUL.
+   */
+  allowNul?: boolean;
+}
+
+/** A 400 for a NUL byte in `field`, before it reaches a spawn, a path or an env. */
+export function rejectNul(value: string, field: string): string {
+  if (value.includes('\0')) {
+    throw new ServiceError('VALIDATION_ERROR', `${field} contains a NUL byte (\\0), which a command line, path or environment cannot carry`, { field });
+  }
+  return value;
+}
+
+export function requiredString(body: Body, field: string, opts: StringOptions = {}): string {
   const v = body[field];
   if (v === undefined || v === null) throw new ServiceError('VALIDATION_ERROR', `${field} is required`, { field });
   if (typeof v !== 'string') throw invalid(field, 'a string');
   if (!opts.allowEmpty && v === '') throw invalid(field, 'a non-empty string');
-  return v;
+  return opts.allowNul ? v : rejectNul(v, field);
 }
 
-export function optionalString(body: Body, field: string): string | undefined {
+export function optionalString(body: Body, field: string, opts: Pick<StringOptions, 'allowNul'> = {}): string | undefined {
   const v = body[field];
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'string') throw invalid(field, 'a string');
-  return v;
+  return opts.allowNul ? v : rejectNul(v, field);
 }
 
 export function optionalBoolean(body: Body, field: string): boolean | undefined {
@@ -35,7 +52,7 @@ export function optionalStringArray(body: Body, field: string): string[] | undef
   if (v === undefined || v === null) return undefined;
   if (!Array.isArray(v)) throw invalid(field, 'an array of strings');
   return v.map((item, i) => {
-    if (typeof item === 'string') return item;
+    if (typeof item === 'string') return rejectNul(item, `${field}[${i}]`);
     if (typeof item === 'number' || typeof item === 'boolean') return String(item);
     throw invalid(`${field}[${i}]`, 'a string');
   });
@@ -46,7 +63,7 @@ export function optionalStringArray(body: Body, field: string): string[] | undef
  * Absent: stdin is /dev/null (nothing a process reads can hang waiting for input).
  */
 export function stdinInput(body: Body): Buffer | undefined {
-  const text = optionalString(body, 'stdin');
+  const text = optionalString(body, 'stdin', { allowNul: true });
   const encoding = optionalString(body, 'stdin_encoding') ?? 'utf8';
   if (encoding !== 'utf8' && encoding !== 'utf-8' && encoding !== 'base64') throw invalid('stdin_encoding', '"utf8" or "base64"');
   if (text === undefined) return undefined;

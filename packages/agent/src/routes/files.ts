@@ -17,7 +17,7 @@ export function fileRoutes(agent: Agent): Route[] {
   const pathFromBody = (body: Record<string, unknown>) => resolvePath(body.path ?? body.file_path, ws);
   const write = async (body: Record<string, unknown>): Promise<FileWriteResult> => {
     const path = pathFromBody(body);
-    const content = requiredString(body, 'content', { allowEmpty: true });
+    const content = requiredString(body, 'content', { allowEmpty: true, allowNul: true });
     const encoding = encodingOf(optionalString(body, 'encoding'), 'encoding');
     const data = encoding === 'base64' ? Buffer.from(content, 'base64') : Buffer.from(content, 'utf8');
     await writeFileAtomic(path, data, parseMode(body.mode), optionalBoolean(body, 'overwrite') ?? true);

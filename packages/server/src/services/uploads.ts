@@ -78,8 +78,13 @@ export class UploadService {
       }
       const sha = parseSha256(m.hash);
       const fileId = `f_${sha}`;
-      const present = (await this.blobs.stat(sha))?.size === m.size && (await this.store.uploads.byFileId(orgId, fileId)) !== undefined;
-      await this.store.uploads.upsert({ orgId, fileId, path: m.path, sha256: sha, size: m.size, kind: 'file', createdAt: new Date().toISOString() });
+      // Blobs are shared by content, but a file is this organization's only once it completed a PUT
+      // of it (which proves it has the bytes): knowing a hash must neither give another
+      // organization's file nor tell whether it exists.
+      const own = await this.store.uploads.byFileId(orgId, fileId);
+      const present = own !== undefined && own.size === m.size && (await this.blobs.stat(sha))?.size === m.size;
+      // Already proven: the same content under another name needs no second upload.
+      if (present) await this.store.uploads.upsert({ ...own, path: m.path, createdAt: new Date().toISOString() });
       out.push({
         path: m.path,
         file_id: fileId,
@@ -91,7 +96,11 @@ export class UploadService {
     return out;
   }
 
-  /** The newer client shape: one gzip tarball named by the client's `files_hash`. */
+  /**
+   * The newer client shape: one gzip tarball named by the client's `files_hash`, which the client
+   * chose (it is not the tarball's hash), so it names a tarball only within the organization that
+   * uploaded it.
+   */
   async linkForTarball(orgId: string, filesHash: unknown, contentLength: unknown): Promise<Record<string, unknown>> {
     if (typeof filesHash !== 'string' || !/^[A-Za-z0-9:_-]{8,128}$/.test(filesHash)) throw invalidMeta('files_hash must be a hash string');
     if (typeof contentLength !== 'number' || !Number.isInteger(contentLength) || contentLength < 0) {
@@ -127,7 +136,10 @@ export class UploadService {
     return claim;
   }
 
-  /** Streams a PUT body into the blob store; nothing is kept unless size and hash match. */
+  /**
+   * Streams a PUT body into the blob store; nothing is kept unless size and hash match. This is the
+   * only place a file becomes usable by an organization (see linksForFiles).
+   */
   async receive(token: string, body: Readable, contentLength: number | undefined): Promise<{ file_id: string; size: number; sha256: string }> {
     const claim = this.verify(token);
     if (contentLength !== undefined && contentLength !== claim.s) {
@@ -154,7 +166,7 @@ export class UploadService {
     }
   }
 
-  /** Host path of an uploaded file the organization may use in a COPY step. */
+  /** Host path of a file the organization itself uploaded, for a COPY step (by file_id, src path or files_hash). */
   async resolve(orgId: string, ref: { fileId?: string; path?: string }): Promise<UploadRow & { blobPath: string }> {
     const row = ref.fileId ? await this.store.uploads.byFileId(orgId, ref.fileId) : await this.store.uploads.byPath(orgId, ref.path!);
     const what = ref.fileId ? `file_id ${ref.fileId}` : `src "${ref.path}"`;

@@ -100,3 +100,13 @@ MIGRATIONS.push(`
   );
   CREATE INDEX uploads_org_path ON uploads (org_id, path, created_at);
 `);
+
+/**
+ * Until now upload-link recorded a file for the asking organization before any upload, so a row
+ * does not prove that its organization ever had the bytes (issue 8, item 6). Rows are now written
+ * only by a verified PUT; the old ones cannot be told apart, so they go: a client asks for an
+ * upload link before each build anyway and uploads what is not present.
+ */
+MIGRATIONS.push(`
+  DELETE FROM uploads;
+`);

@@ -1,4 +1,32 @@
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import Database from 'better-sqlite3';
+import { MIGRATIONS } from './migrations.js';
 import { SqliteStore } from './sqlite.js';
 import { storeConformance } from './conformance.js';
 
 storeConformance('SqliteStore', async () => SqliteStore.open(':memory:'));
+
+test('upload rows written before uploads had to be verified are dropped by the migration', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'sbd-db-'));
+  try {
+    const file = join(dir, 'sandboxd.db');
+    const drop = MIGRATIONS.findIndex((m) => /DELETE FROM uploads/.test(m));
+    assert.ok(drop > 0);
+    const db = new Database(file);
+    for (let i = 0; i < drop; i++) db.exec(MIGRATIONS[i]!);
+    db.pragma(`user_version = ${drop}`);
+    db.prepare('INSERT INTO uploads (org_id, file_id, path, sha256, size, kind, created_at) VALUES (?,?,?,?,?,?,?)').run('org_b', 'f_x', 'a.txt', 'x', 1, 'file', 'now');
+    db.close();
+    const store = SqliteStore.open(file);
+    assert.equal(await store.uploads.byFileId('org_b', 'f_x'), undefined, 'a link-time row does not prove possession');
+    await store.uploads.upsert({ orgId: 'org_b', fileId: 'f_x', path: 'a.txt', sha256: 'x', size: 1, kind: 'file', createdAt: 'now' });
+    assert.ok(await store.uploads.byFileId('org_b', 'f_x'));
+    store.close();
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});

@@ -8,8 +8,21 @@ import type { BuildStep } from '../services/template-requests.js';
 /**
  * Bump when the way a step runs changes (scripts, environment, ids): every step then rebuilds.
  * 2: steps run as CANONICAL_ID_OFFSET 900000000.
+ * 3: key chains are per organization (orgRootKey).
  */
-export const STEP_BUILDER_VERSION = 'steps/2';
+export const STEP_BUILDER_VERSION = 'steps/3';
+
+/**
+ * The root of an organization's key chain: the base image's key, scoped to the organization. Every
+ * step key hashes its parent's, so every cache entry and every step layer (named by its key) is
+ * the organization's own: a "(cached)" step can never reveal that another organization ran the
+ * same step, and a skipCache rebuild repoints only the organization's own entries. The base
+ * image's layers stay shared; they come from public sources, not from a tenant.
+ */
+export function orgRootKey(baseKey: string, orgId: string): string {
+  if (!orgId) throw new Error('a build needs the organization it is for');
+  return sha256Hex(`${STEP_BUILDER_VERSION}\norg\n${orgId}\n${baseKey}`);
+}
 
 /**
  * Cache key of a step: its parent's key, the step itself (canonical JSON) and the content hashes

@@ -16,7 +16,7 @@ import type { BuildStep } from '../services/template-requests.js';
 import { layerStoreForTests, testDataDir } from '../testing/fixtures.js';
 import { writeBusyboxImage } from '../testing/oci-fixtures.js';
 import { stepRuntimeForTests } from '../testing/step-runtime.js';
-import { BuildCache, stepKey } from './cache.js';
+import { BuildCache, orgRootKey, stepKey } from './cache.js';
 import { TemplateBuilder, type BuildOutput } from './template-builder.js';
 
 let scratch: string;
@@ -51,9 +51,17 @@ after(async () => {
 
 const res = { cpu: 1, memoryMb: 1024, diskGb: 2 };
 
-async function build(steps: BuildStep[], opts: { skipCache?: boolean; copies?: Map<number, CopyInput[]>; lines?: string[] } = {}): Promise<BuildOutput> {
+const ORG = 'org_builder_test';
+
+async function build(
+  steps: BuildStep[],
+  opts: { skipCache?: boolean; copies?: Map<number, CopyInput[]>; lines?: string[]; orgId?: string } = {},
+): Promise<BuildOutput> {
   const base = await resolver.resolve((steps[0] as { image: string }).image, () => {});
-  const out = await builder.build({ steps, ...res, skipCache: opts.skipCache ?? false, copies: opts.copies }, { onLog: (l) => opts.lines?.push(l) });
+  const out = await builder.build(
+    { orgId: opts.orgId ?? ORG, steps, ...res, skipCache: opts.skipCache ?? false, copies: opts.copies },
+    { onLog: (l) => opts.lines?.push(l) },
+  );
   for (const l of out.layers) if (!base.layers.some((b) => b.id === l.id)) made.add(l.id);
   return out;
 }
@@ -164,6 +172,34 @@ test('python:3.11: env, workdir, run and copy steps make layers; a rebuild is al
   assert.deepEqual(after.layers, fresh.layers, 'the cache now points at the rebuilt layers');
 });
 
+test('the cache is per organization: no "(cached)" across organizations, and skipCache repoints only its own entries', { timeout: 10 * 60_000 }, async () => {
+  const steps: BuildStep[] = [
+    { type: 'from', image: 'debian:11' },
+    { type: 'run', command: 'echo tenant-secret-step > /step.txt' },
+  ];
+  const aLines: string[] = [];
+  const a = await build(steps, { orgId: 'org_a', lines: aLines });
+  assert.equal(a.built, 1);
+  const bLines: string[] = [];
+  const b = await build(steps, { orgId: 'org_b', lines: bLines });
+  assert.equal(b.built, 1, "org B runs the step itself, A's result is not offered to it");
+  assert.equal(b.cached, 0);
+  assert.ok(!bLines.some((l) => l.includes('(cached)')), bLines.join('\n'));
+  assert.notEqual(b.layers[0]!.id, a.layers[0]!.id, 'step layers are per organization');
+  assert.notEqual(b.key, a.key);
+  assert.deepEqual(b.layers.slice(1), a.layers.slice(1), 'base image layers stay shared');
+
+  // B's skipCache rebuild repoints B's entry only: A's next build gets A's own layer.
+  const bFresh = await build(steps, { orgId: 'org_b', skipCache: true });
+  assert.notEqual(bFresh.layers[0]!.id, b.layers[0]!.id);
+  const aAgain = await build(steps, { orgId: 'org_a' });
+  assert.equal(aAgain.cached, 1);
+  assert.equal(aAgain.layers[0]!.id, a.layers[0]!.id, "A's cache entry is untouched by B's rebuild");
+  const bAgain = await build(steps, { orgId: 'org_b' });
+  assert.equal(bAgain.layers[0]!.id, bFresh.layers[0]!.id, "B's entry points at B's rebuild");
+  assert.throws(() => orgRootKey('k', ''), /organization/);
+});
+
 test('a failing step fails the build with its exit status and leaves no layer', { timeout: 5 * 60_000 }, async () => {
   const steps: BuildStep[] = [
     { type: 'from', image: 'python:3.11' },
@@ -173,7 +209,7 @@ test('a failing step fails the build with its exit status and leaves no layer', 
   await assert.rejects(build(steps, { lines }), /\[2\/2\] RUN .* failed: exit status 3/);
   assert.ok(lines.includes('  about to fail'), 'step output streamed to the log');
   const base = await resolver.resolve('python:3.11', () => {});
-  const key = stepKey(base.key, steps[1]!);
+  const key = stepKey(orgRootKey(base.key, ORG), steps[1]!);
   assert.equal(await layers.has(key), false);
   assert.deepEqual((await readdir(layers.root)).filter((n) => n.includes(key)), [], 'no tmp dir or lock left');
 });

@@ -7,7 +7,7 @@ import type { LayerInfo } from '../images/types.js';
 import type { Runtime, SandboxResources } from '../runtime/types.js';
 import type { BuildEngine, BuildEngineHooks, BuildEngineInput, BuildEngineResult, CopyInput } from '../services/template-builds.js';
 import type { BuildStep } from '../services/template-requests.js';
-import { BuildCache, stepKey } from './cache.js';
+import { BuildCache, orgRootKey, stepKey } from './cache.js';
 import { STEP_INPUT_DIR, aptArgv, copyArgv, runArgv } from './scripts.js';
 
 export interface TemplateBuilderDeps {
@@ -21,6 +21,8 @@ export interface TemplateBuilderDeps {
 }
 
 export interface BuildInput {
+  /** The organization the build is for: its cache entries and step layers are its own. */
+  orgId: string;
   steps: BuildStep[];
   cpu: number;
   memoryMb: number;
@@ -64,6 +66,7 @@ export class TemplateBuilder implements BuildEngine {
   async run(input: BuildEngineInput, hooks: BuildEngineHooks): Promise<BuildEngineResult> {
     const out = await this.build(
       {
+        orgId: input.orgId,
         steps: input.steps,
         cpu: input.resources.vcpu,
         memoryMb: input.resources.memoryMb,
@@ -92,7 +95,7 @@ export class TemplateBuilder implements BuildEngine {
     log(`[1/${total}] FROM ${first.image}`);
     const base = await this.deps.bases.resolve(first.image, log, signal);
     log(`[1/${total}] base ${base.ref}: ${base.source}, ${base.layers.length} layer(s)`);
-    let key = base.key;
+    let key = orgRootKey(base.key, input.orgId);
     const env: Record<string, string> = { ...base.env };
     let workdir = base.workdir;
     const built: LayerInfo[] = [];

@@ -19,6 +19,8 @@ export interface CopyInput {
 
 export interface BuildEngineInput {
   buildId: string;
+  /** Cache entries and step layers are per organization. */
+  orgId: string;
   steps: BuildStep[];
   resources: { vcpu: number; memoryMb: number; diskGb: number };
   skipCache: boolean;
@@ -205,7 +207,7 @@ export class TemplateBuildService {
       }
       log(`build ${build.id}: template "${req.alias}", ${req.steps.length} steps, cpu ${req.cpu}, memory ${req.memoryMb} MB, disk ${req.diskGb} GB${req.skipCache ? ', skipCache' : ''}`);
       const result = await this.engine.run(
-        { buildId: build.id, steps: req.steps, resources: { vcpu: req.cpu, memoryMb: req.memoryMb, diskGb: req.diskGb }, skipCache: req.skipCache, copies },
+        { buildId: build.id, orgId: build.orgId, steps: req.steps, resources: { vcpu: req.cpu, memoryMb: req.memoryMb, diskGb: req.diskGb }, skipCache: req.skipCache, copies },
         {
           log,
           progress: (percent, currentStep) => {

@@ -112,7 +112,7 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
   let child: ChildProcess | undefined;
 
   const launch = async () => {
-    const out = createWriteStream(logFile, { flags: 'a' });
+    const out = createWriteStream(logFile, { flags: 'a', mode: 0o600 });
     child = spawn(process.execPath, [join(REPO_ROOT, 'packages/server/dist/cli.js'), 'serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     child.stdout!.pipe(out);
     child.stderr!.pipe(out);

@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { hostname } from 'node:os';
 import { loadConfig, type Config } from './config.js';
+import { secureDataDir } from './data-dir.js';
 import { SqliteStore } from './store/sqlite.js';
 import { CrunRuntime } from './runtime/index.js';
 import { ensureSystemPackages } from './runtime/system-packages.js';
@@ -71,6 +72,9 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   }
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   log(`starting sandboxd ${config.version}; data directory ${config.dataDir}`);
+  for (const f of await secureDataDir(config.dataDir, config.layersDir)) {
+    log(`${f.path}: mode ${f.from.toString(8)} → ${f.to.toString(8)} (secrets and tenant data are root's alone)`);
+  }
 
   await ensureSystemPackages(log);
   const runtime = new CrunRuntime({

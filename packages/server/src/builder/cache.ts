@@ -52,9 +52,9 @@ export class BuildCache {
   }
 
   async set(key: string, layerId: string): Promise<void> {
-    await mkdir(this.root, { recursive: true });
+    await mkdir(this.root, { recursive: true, mode: 0o700 });
     const tmp = `${this.file(key)}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
-    await writeFile(tmp, `${layerId}\n`);
+    await writeFile(tmp, `${layerId}\n`, { mode: 0o600 });
     await rename(tmp, this.file(key));
   }
 

@@ -39,7 +39,7 @@ before(async () => {
   const rt = await stepRuntimeForTests('bld', 1);
   teardown = rt.teardown;
   resolver = new BaseImageResolver({ layers, images, blobs, registry: null, registryHint: 'SANDBOXD_REGISTRY_URL' });
-  builder = new TemplateBuilder({ runtime: rt.runtime, layers, bases: resolver, cache: new BuildCache(join(scratch, 'cache')) });
+  builder = new TemplateBuilder({ runtime: rt.runtime, layers, bases: resolver, cache: new BuildCache(join(scratch, 'cache')), inputsDir: join(scratch, 'inputs') });
 });
 
 after(async () => {

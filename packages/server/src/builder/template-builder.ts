@@ -8,6 +8,7 @@ import type { Runtime, SandboxResources } from '../runtime/types.js';
 import type { BuildEngine, BuildEngineHooks, BuildEngineInput, BuildEngineResult, CopyInput } from '../services/template-builds.js';
 import type { BuildStep } from '../services/template-requests.js';
 import { BuildCache, orgRootKey, stepKey } from './cache.js';
+import { stageCopyInputs } from './inputs.js';
 import { STEP_INPUT_DIR, aptArgv, copyArgv, runArgv } from './scripts.js';
 
 export interface TemplateBuilderDeps {
@@ -15,6 +16,8 @@ export interface TemplateBuilderDeps {
   layers: FsLayerStore;
   bases: BaseImageResolver;
   cache: BuildCache;
+  /** Where a COPY step's inputs are staged for its container (see inputs.ts). */
+  inputsDir: string;
   /** Per step; a step that runs longer fails the build. */
   stepTimeoutMs?: number;
   pidsMax?: number;
@@ -127,8 +130,8 @@ export class TemplateBuilder implements BuildEngine {
       const lowers = [...built].reverse().concat(base.layers);
       const argv =
         step.type === 'run' ? runArgv(step.command, workdir) : step.type === 'apt' ? aptArgv(step.packages) : copyArgv(step, copies, workdir);
-      const binds = step.type === 'copy' ? copies.map((c, j) => ({ source: c.hostPath, target: `${STEP_INPUT_DIR}/${j}` })) : [];
-      const layer = await this.layerFor(key, input, nonce, { tag, label, lowers, argv, binds, env, log, signal }, () => cached++, () => ran++);
+      const inputs = step.type === 'copy' ? copies : [];
+      const layer = await this.layerFor(key, input, nonce, { tag, label, lowers, argv, inputs, env, log, signal }, () => cached++, () => ran++);
       built.push(layer);
       workdirPending = false;
     }
@@ -140,7 +143,7 @@ export class TemplateBuilder implements BuildEngine {
         key,
         input,
         nonce,
-        { tag: `[${total}/${total}]`, label: `create workdir ${workdir}`, lowers, argv: ['/bin/sh', '-c', 'mkdir -p -- "$0"', workdir], binds: [], env, log, signal },
+        { tag: `[${total}/${total}]`, label: `create workdir ${workdir}`, lowers, argv: ['/bin/sh', '-c', 'mkdir -p -- "$0"', workdir], inputs: [], env, log, signal },
         () => cached++,
         () => ran++,
       );
@@ -162,7 +165,8 @@ export class TemplateBuilder implements BuildEngine {
       label: string;
       lowers: LayerInfo[];
       argv: string[];
-      binds: Array<{ source: string; target: string }>;
+      /** COPY inputs, bind-mounted at STEP_INPUT_DIR/<index>. */
+      inputs: CopyInput[];
       env: Record<string, string>;
       log: Log;
       signal?: AbortSignal;
@@ -195,6 +199,8 @@ export class TemplateBuilder implements BuildEngine {
       id,
       async (tree) => {
         const stepId = `b-${nonce.replace(/[^a-z0-9]/g, '').slice(-12)}-${id.slice(0, 12)}`;
+        const staged = s.inputs.length > 0 ? await stageCopyInputs(this.deps.inputsDir, s.inputs) : undefined;
+        const binds = (staged?.paths ?? []).map((source, j) => ({ source, target: `${STEP_INPUT_DIR}/${j}` }));
         const res = await this.deps.runtime.runStep({
           id: stepId,
           lowerDirs: s.lowers.map((l) => l.path),
@@ -206,13 +212,13 @@ export class TemplateBuilder implements BuildEngine {
           internetAccess: true,
           resources,
           timeoutMs: this.deps.stepTimeoutMs ?? 30 * 60_000,
-          binds: s.binds,
+          binds,
           onOutput: lineSplitter((line) => s.log(`  ${line}`)),
           signal: s.signal,
-        });
+        }).finally(() => staged?.cleanup());
         if (res.timedOut) throw new Error(`${s.tag} ${s.label} failed: timed out after ${Math.round((this.deps.stepTimeoutMs ?? 1_800_000) / 1000)} s`);
         if (res.exitCode !== 0) throw new Error(`${s.tag} ${s.label} failed: exit status ${res.exitCode}`);
-        if (s.binds.length > 0) await dropBindTargets(tree, s.binds.map((b) => b.target));
+        if (binds.length > 0) await dropBindTargets(tree, binds.map((b) => b.target));
         const size = await treeSize(tree);
         return { kind: 'step', sizeBytes: size.bytes, entries: size.entries, extra: { step: s.label, cacheKey: key } };
       },

@@ -43,9 +43,9 @@ export function parseSha256(digest: string): string {
 /**
  * Content-addressed files (uploads for COPY steps, OCI blobs) at `<root>/sha256/<hex>`. A put
  * streams into `<root>/.tmp-*`, hashing as it goes, and renames into place only after the size and
- * hash match, so a blob under its name is always complete and correct. Files are world-readable
- * (0644) so that a build step's user namespace can read a bind-mounted blob; the data directory's
- * own mode keeps other host users out.
+ * hash match, so a blob under its name is always complete and correct. Uploads are tenants' files:
+ * blobs are root's alone (0600 in 0700 directories); a build step reads its own copy of an input
+ * (builder/inputs.ts).
  */
 export class FsBlobStore {
   constructor(readonly root: string) {}
@@ -66,7 +66,8 @@ export class FsBlobStore {
   async put(body: Readable | AsyncIterable<Uint8Array>, opts: PutOptions = {}): Promise<BlobInfo> {
     const want = opts.sha256 === undefined ? undefined : parseSha256(opts.sha256);
     const limit = opts.size ?? opts.maxBytes;
-    await mkdir(join(this.root, 'sha256'), { recursive: true });
+    await mkdir(this.root, { recursive: true, mode: 0o700 });
+    await mkdir(join(this.root, 'sha256'), { recursive: true, mode: 0o700 });
     const tmp = join(this.root, `.tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
     const hash = createHash('sha256');
     let size = 0;
@@ -82,7 +83,7 @@ export class FsBlobStore {
       },
     });
     try {
-      await pipeline(body, meter, createWriteStream(tmp, { flags: 'wx', mode: 0o644 }), { signal: opts.signal });
+      await pipeline(body, meter, createWriteStream(tmp, { flags: 'wx', mode: 0o600 }), { signal: opts.signal });
       if (opts.size !== undefined && size !== opts.size) {
         throw new BlobMismatchError(`body has ${size} bytes, expected ${opts.size}`, 'size');
       }

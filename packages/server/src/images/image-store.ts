@@ -38,7 +38,7 @@ export class FsImageStore {
   }
 
   async put(record: ImageRecord): Promise<void> {
-    await mkdir(this.root, { recursive: true });
+    await mkdir(this.root, { recursive: true, mode: 0o700 });
     const file = this.file(record.ref);
     const tmp = `${file}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
     await writeFile(tmp, JSON.stringify(record, null, 2) + '\n');

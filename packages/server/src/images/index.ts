@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import type { Runtime } from '../runtime/types.js';
 import { BuildCache } from '../builder/cache.js';
+import { cleanupStaleInputs } from '../builder/inputs.js';
 import { TemplateBuilder } from '../builder/template-builder.js';
 import { BaseImageResolver } from './base-images.js';
 import { FsBlobStore } from './blob-store.js';
@@ -27,6 +28,7 @@ export interface ImageServicesOptions {
  *   <dataDir>/blobs/        uploads and registry blobs (FsBlobStore)
  *   <dataDir>/images/       imported / pulled image references (FsImageStore)
  *   <dataDir>/build-cache/  step cache key → layer id
+ *   <dataDir>/build-inputs/ COPY inputs staged for a running build step
  *   <dataDir>/tmp/          scratch for archive imports
  */
 export function openImageServices(o: ImageServicesOptions) {
@@ -40,6 +42,7 @@ export function openImageServices(o: ImageServicesOptions) {
   const bases = new BaseImageResolver({ layers, images, blobs, registry, registryHint: o.registryHint });
   const cache = new BuildCache(join(o.dataDir, 'build-cache'));
   const tmpDir = join(o.dataDir, 'tmp');
+  const inputsDir = join(o.dataDir, 'build-inputs');
   return {
     layers,
     blobs,
@@ -49,7 +52,7 @@ export function openImageServices(o: ImageServicesOptions) {
     cache,
     /** The BuildEngine for TemplateBuildService. */
     builder: (runtime: Pick<Runtime, 'runStep'>, opts: { stepTimeoutMs?: number } = {}) =>
-      new TemplateBuilder({ runtime, layers, bases, cache, stepTimeoutMs: opts.stepTimeoutMs }),
+      new TemplateBuilder({ runtime, layers, bases, cache, inputsDir, stepTimeoutMs: opts.stepTimeoutMs }),
     /** `sandboxd images import REF FILE` (REF optional: the archive's own tag). */
     importArchive: (file: string, ref: string | undefined, l: Log = log, signal?: AbortSignal): Promise<ImageRecord> =>
       importImageArchive(file, ref, { layers, images, tmpDir, log: l, signal }),
@@ -62,6 +65,7 @@ export function openImageServices(o: ImageServicesOptions) {
     cleanupStale: async () => {
       await layers.cleanupStale();
       await blobs.cleanupStale();
+      await cleanupStaleInputs(inputsDir);
     },
   };
 }

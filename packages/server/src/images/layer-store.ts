@@ -174,7 +174,8 @@ export class FsLayerStore implements LayerStore {
     signal?: AbortSignal,
   ): Promise<LayerInfo> {
     if (await this.has(id)) return this.info(id);
-    await mkdir(this.root, { recursive: true });
+    // Template layers are tenants' images: only root (which mounts them) may look inside.
+    await mkdir(this.root, { recursive: true, mode: 0o700 });
     const unlock = await this.lock(id, signal);
     if (!unlock) return this.info(id); // another process finished it while we waited
     const tmp = join(this.root, `${TMP_PREFIX}${id}-${process.pid}-${randomBytes(4).toString('hex')}`);

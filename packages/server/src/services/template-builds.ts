@@ -177,14 +177,15 @@ export class TemplateBuildService {
       completedAt: null,
     };
     await this.store.builds.insert(build);
-    await mkdir(this.logsDir, { recursive: true });
+    await mkdir(this.logsDir, { recursive: true, mode: 0o700 });
     void this.execute(build, template, req, copies);
     return { build, template };
   }
 
   private async append(buildId: string, line: string): Promise<void> {
     const text = `${line.replace(/\r?\n$/, '')}\n`;
-    await appendFile(this.logFile(buildId), text);
+    // Logs hold whatever a tenant's steps print (its env values too): root's alone.
+    await appendFile(this.logFile(buildId), text, { mode: 0o600 });
     this.live.emit(buildId, { level: levelOf(line), message: line, timestamp: new Date().toISOString() });
   }
 

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { chmodSync, statSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,6 +10,22 @@ import { SqliteStore } from './sqlite.js';
 import { storeConformance } from './conformance.js';
 
 storeConformance('SqliteStore', async () => SqliteStore.open(':memory:'));
+
+test('the database, its WAL and SHM are 0600, also when an older installation made them 0644', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'sbd-db-'));
+  try {
+    const file = join(dir, 'sandboxd.db');
+    const store = SqliteStore.open(file);
+    await store.orgs.create('acme');
+    for (const f of [file, `${file}-wal`, `${file}-shm`]) assert.equal(statSync(f).mode & 0o777, 0o600, f);
+    store.close();
+    chmodSync(file, 0o644);
+    SqliteStore.open(file).close();
+    assert.equal(statSync(file).mode & 0o777, 0o600);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
 
 test('upload rows written before uploads had to be verified are dropped by the migration', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'sbd-db-'));

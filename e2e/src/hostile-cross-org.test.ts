@@ -27,6 +27,10 @@ before(async () => {
   orgB = { baseUrl: server.baseUrl, apiKey: operator(['keys', 'create', '--org', 'tenant-b']).api_key };
 });
 after(async () => {
+  // stop() deletes the default organization's sandboxes; these organizations delete their own.
+  for (const org of [orgA, orgB]) {
+    if (org) for (const s of (await api(org, 'GET', '/v1/sandboxes')).body?.data ?? []) await api(org, 'DELETE', `/v1/sandboxes/${s.id}`);
+  }
   await server?.stop();
   rmSync(scratch, { recursive: true, force: true });
 });

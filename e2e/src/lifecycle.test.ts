@@ -391,9 +391,10 @@ describe('events', () => {
     return seen;
   }
 
-  test('lifecycle events stream over SSE (API key as ?token=)', async () => {
+  test('lifecycle events stream over SSE (events token as ?token=)', async () => {
     const sb = await createSandbox(server);
-    const url = `${server.baseUrl}/v1/sandboxes/${sb.id}/events?token=${server.apiKey}`;
+    const token = (await api(server, 'POST', '/v1/events/token', {})).body.token;
+    const url = `${server.baseUrl}/v1/sandboxes/${sb.id}/events?token=${token}`;
     const seen = await collect(url, ['paused', 'resumed', 'deleted'], async () => {
       await api(server, 'POST', `/v1/sandboxes/${sb.id}/pause`);
       await api(server, 'POST', `/v1/sandboxes/${sb.id}/resume`);
@@ -405,7 +406,8 @@ describe('events', () => {
 
   test('an out-of-memory kill inside a sandbox is reported as oom_killed, and only the sandbox suffers', async () => {
     const sb = await createSandbox(server);
-    const seen = await collect(`${server.baseUrl}/v1/events?token=${server.apiKey}`, ['oom_killed'], async () => {
+    const token = (await api(server, 'POST', '/v1/events/token', {})).body.token;
+    const seen = await collect(`${server.baseUrl}/v1/events?token=${token}`, ['oom_killed'], async () => {
       // tail must hold the whole stream in memory: far past the template's 512 MB.
       const r = await agent(sb, 'POST', '/commands/run', { command: 'sh', args: ['-c', 'head -c 2000000000 /dev/zero | tail -n 1 >/dev/null; echo rc=$?'], timeout: 60 });
       assert.equal(r.status, 200);

@@ -24,6 +24,8 @@ export interface Config {
     hostModePort: number;
   };
   tokenTtlSeconds: number;
+  /** Lifetime of events tokens (POST /v1/events/token): minutes, they travel in URLs. */
+  eventsTokenTtlSeconds: number;
   rateLimit: { sandboxCreatesPerMinute: number };
   /** Sandboxes kept booted per template and network setting once asked for (0: none). */
   warmPoolSize: number;
@@ -86,6 +88,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       hostModePort: int(env, 'SANDBOXD_GATEWAY_PORT', 8081, 0, 65535),
     },
     tokenTtlSeconds: int(env, 'SANDBOXD_TOKEN_TTL_SECONDS', 24 * 3600, 1),
+    eventsTokenTtlSeconds: int(env, 'SANDBOXD_EVENTS_TOKEN_TTL_SECONDS', 300, 1, 3600),
     rateLimit: { sandboxCreatesPerMinute: int(env, 'SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE', 120, 1) },
     warmPoolSize: int(env, 'SANDBOXD_WARM_POOL_SIZE', 2, 0, 50),
     sweepIntervalMs: int(env, 'SANDBOXD_SWEEP_INTERVAL_MS', 1000, 50),

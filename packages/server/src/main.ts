@@ -165,7 +165,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   const oomTimer = setInterval(() => {
     sandboxes.watchOom().catch((err: unknown) => log('watching OOM kills failed', { error: String(err) }));
   }, 2000);
-  const services: Services = { config, store, keys, sandboxes, templates, events, createLimiter, builds, uploads, gcLayers, pool };
+  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, builds, uploads, gcLayers, pool };
   const app = await buildApp({ services, logger: config.logLevel === 'debug' });
   await app.listen({ host: config.host, port: config.port });
   const addr = app.server.address();

@@ -51,7 +51,7 @@ async function app() {
   });
   const uploads = new UploadService(store, new FsBlobStore(join(dir, 'blobs')), join(dir, 'upload.key'), 'http://127.0.0.1:1');
   const builds = new TemplateBuildService(store, uploads, { run: () => Promise.reject(new Error('unused')) }, join(dir, 'logs'), { perHour: 10, perDay: 50 }, () => {});
-  const a = await buildApp({ services: { config, store, keys, sandboxes, templates, events: new EventBus(), createLimiter, builds, uploads } });
+  const a = await buildApp({ services: { config, store, keys, tokens, sandboxes, templates, events: new EventBus(), createLimiter, builds, uploads } });
   const org = await keys.ensureOrg('default');
   const { secret } = await keys.createKey(org.id);
   return { a, secret };

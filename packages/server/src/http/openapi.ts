@@ -50,6 +50,8 @@ export function buildOpenApi(routes: CollectedRoute[], version: string): Record<
       },
     };
     if (r.url === '/health' || r.url.startsWith('/v1/templates/files/upload/')) op.security = [];
+    // The events streams also open with ?token=<events token> (browsers' EventSource sends no headers).
+    if ((plain(r.schema?.querystring) as { properties?: Record<string, unknown> }).properties?.token) op.security = [{ apiKey: [] }, { bearerKey: [] }, { eventsToken: [] }];
     if (r.schema?.body) op.requestBody = { required: true, content: { 'application/json': { schema: plain(r.schema.body) } } };
     else if (['POST', 'PUT', 'PATCH'].includes(r.method)) op.requestBody = { required: false, content: { 'application/json': { schema: { type: 'object' } } } };
     (paths[path] ??= {})[r.method.toLowerCase()] = op;
@@ -86,6 +88,7 @@ export function buildOpenApi(routes: CollectedRoute[], version: string): Record<
         apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key' },
         bearerKey: { type: 'http', scheme: 'bearer', description: 'the API key as a bearer token' },
         sandboxToken: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'the sandbox auth_token' },
+        eventsToken: { type: 'apiKey', in: 'query', name: 'token', description: 'an events token from POST /v1/events/token (an API key in the URL is refused)' },
       },
       schemas: {
         Error: {

@@ -6,6 +6,7 @@ import type { SlidingWindowLimiter } from './rate-limit.js';
 import type { SandboxService } from './sandboxes.js';
 import type { TemplateService } from './templates.js';
 import type { TemplateBuildService } from './template-builds.js';
+import type { TokenService } from './tokens.js';
 import type { UploadService } from './uploads.js';
 import type { WarmPool } from './warm-pool.js';
 
@@ -14,6 +15,8 @@ export interface Services {
   config: Config;
   store: Store;
   keys: KeyService;
+  /** Sandbox and events tokens. */
+  tokens: TokenService;
   sandboxes: SandboxService;
   templates: TemplateService;
   events: EventBus;

@@ -87,6 +87,16 @@ export class KeyService {
     }
     return { orgId: key.orgId, keyId: key.id, scopes: new Set(key.scopes) };
   }
+
+  /**
+   * The principal of a token minted by key `keyId` of `orgId`: the key must still be live, so a
+   * revocation also ends the tokens it made (401).
+   */
+  async authenticateKeyId(keyId: string, orgId: string): Promise<Principal> {
+    const key = await this.store.keys.byId(keyId);
+    if (!key || key.revokedAt || key.orgId !== orgId) throw new ServiceError('AUTHENTICATION_ERROR', 'the API key that made this token was revoked');
+    return { orgId: key.orgId, keyId: key.id, scopes: new Set(key.scopes) };
+  }
 }
 
 export function requireScope(p: Principal, scope: ApiScope): void {

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { generateKeyPairSync, createPrivateKey, createPublicKey, type KeyObject } from 'node:crypto';
-import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
+import { SignJWT, decodeJwt, jwtVerify, errors as joseErrors } from 'jose';
 import { ServiceError } from '@sandboxd/protocol';
 
 export interface SandboxClaims {
@@ -10,12 +10,31 @@ export interface SandboxClaims {
   expiresAt: number;
 }
 
+export interface EventsClaims {
+  orgId: string;
+  /** The API key that asked for the token: it must still be live when the token is used. */
+  keyId: string;
+  /** Only this sandbox's events, or null for the organization's. */
+  sandboxId: string | null;
+  expiresAt: number;
+}
+
 const ISSUER = 'sandboxd';
 const AUDIENCE = 'sandbox-agent';
+/**
+ * Events tokens have their own audience, `use` claim and header type, so neither kind of token is
+ * ever taken for the other: the gateway (AUDIENCE only) refuses an events token, the events
+ * endpoints (EVENTS_AUDIENCE only) refuse a sandbox token.
+ */
+const EVENTS_AUDIENCE = 'sandboxd-events';
+const EVENTS_USE = 'events';
+const EVENTS_TYP = 'sandboxd-events+jwt';
+const NEW_EVENTS_TOKEN = 'get an events token from POST /v1/events/token';
 
 /**
- * Sandbox access tokens: EdDSA JWTs signed with a key kept 0600 in the data directory, so tokens
- * stay valid across restarts. Verified tokens are cached until their expiry (the gateway's hot path).
+ * Sandbox access tokens and events tokens: EdDSA JWTs signed with a key kept 0600 in the data
+ * directory, so tokens stay valid across restarts. Verified sandbox tokens are cached until their
+ * expiry (the gateway's hot path).
  */
 export class TokenService {
   private privateKey: KeyObject;
@@ -61,6 +80,7 @@ export class TokenService {
     let claims: SandboxClaims;
     try {
       const { payload } = await jwtVerify(token, this.publicKey, { algorithms: ['EdDSA'], issuer: ISSUER, audience: AUDIENCE });
+      if (payload.use !== undefined) throw new Error('not a sandbox token');
       claims = { sandboxId: String(payload.sub), orgId: String(payload.org), expiresAt: Number(payload.exp) };
     } catch (err) {
       if (err instanceof joseErrors.JWTExpired) {
@@ -72,5 +92,51 @@ export class TokenService {
     this.cache.set(token, claims);
     if (claims.sandboxId !== sandboxId) throw new ServiceError('AUTHENTICATION_ERROR', 'token was issued for another sandbox');
     return claims;
+  }
+
+  /** A short-lived token for the events streams of `orgId` (only `sandboxId`'s when given). */
+  async issueEvents(orgId: string, keyId: string, sandboxId: string | null, ttlSeconds: number): Promise<{ token: string; expiresAt: Date }> {
+    const nowS = Math.floor(Date.now() / 1000);
+    const exp = nowS + ttlSeconds;
+    const token = await new SignJWT({ org: orgId, kid: keyId, use: EVENTS_USE, ...(sandboxId ? { sbx: sandboxId } : {}) })
+      .setProtectedHeader({ alg: 'EdDSA', typ: EVENTS_TYP })
+      .setSubject(keyId)
+      .setIssuer(ISSUER)
+      .setAudience(EVENTS_AUDIENCE)
+      .setIssuedAt(nowS)
+      .setJti(Math.random().toString(36).slice(2))
+      .setExpirationTime(exp)
+      .sign(this.privateKey);
+    return { token, expiresAt: new Date(exp * 1000) };
+  }
+
+  /**
+   * Verifies what came in `?token=` on an events endpoint: only an events token. An API key there
+   * (it would end up in proxy and access logs) and a sandbox token are refused with a 401 that says
+   * what to send instead.
+   */
+  async verifyEvents(token: string): Promise<EventsClaims> {
+    if (token.split('.').length !== 3) {
+      throw new ServiceError(
+        'AUTHENTICATION_ERROR',
+        `API keys are not accepted in the URL (?token=), where proxies and logs keep them: send the key in the X-API-Key or Authorization: Bearer header, or ${NEW_EVENTS_TOKEN} and pass that as ?token=`,
+      );
+    }
+    try {
+      const { payload } = await jwtVerify(token, this.publicKey, { algorithms: ['EdDSA'], issuer: ISSUER, audience: EVENTS_AUDIENCE, typ: EVENTS_TYP });
+      if (payload.use !== EVENTS_USE || typeof payload.org !== 'string' || typeof payload.kid !== 'string') throw new Error('not an events token');
+      return { orgId: payload.org, keyId: payload.kid, sandboxId: typeof payload.sbx === 'string' ? payload.sbx : null, expiresAt: Number(payload.exp) };
+    } catch (err) {
+      if (err instanceof joseErrors.JWTExpired) throw new ServiceError('TOKEN_EXPIRED', `events token expired: ${NEW_EVENTS_TOKEN}`);
+      const aud = (() => {
+        try {
+          return decodeJwt(token).aud;
+        } catch {
+          return undefined;
+        }
+      })();
+      if (aud === AUDIENCE) throw new ServiceError('AUTHENTICATION_ERROR', `a sandbox auth_token does not open the events streams: ${NEW_EVENTS_TOKEN}`);
+      throw new ServiceError('AUTHENTICATION_ERROR', `invalid events token: ${NEW_EVENTS_TOKEN}`);
+    }
   }
 }

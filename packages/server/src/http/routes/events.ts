@@ -1,7 +1,8 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Services } from '../../services/index.js';
 import type { SandboxEventMessage } from '../../services/events.js';
-import { guard, principalOf } from '../auth.js';
+import { EventsQuery, EventsTokenBody, EventsTokenResult } from '@sandboxd/protocol';
+import { eventsGuard, guard, principalOf, requireEventsScope } from '../auth.js';
 import { SandboxIdParams } from './params.js';
 
 /** Server-sent lifecycle events (api-decisions.md §2.3), for one sandbox or the whole organization. */
@@ -26,17 +27,39 @@ function stream(req: FastifyRequest, reply: FastifyReply, s: Services, accept: (
 }
 
 export function eventsRoutes(app: FastifyInstance, s: Services): void {
-  app.get<{ Params: SandboxIdParams }>(
+  const opened = eventsGuard(s.keys, s.tokens);
+  app.get<{ Params: SandboxIdParams; Querystring: EventsQuery }>(
     '/v1/sandboxes/:id/events',
-    { schema: { params: SandboxIdParams }, preHandler: guard(s.keys, 'sandboxes:read', { allowQueryToken: true }) },
+    { schema: { params: SandboxIdParams, querystring: EventsQuery }, preHandler: opened },
     async (req, reply) => {
       const org = principalOf(req).orgId;
+      requireEventsScope(req, req.params.id);
       await s.sandboxes.get(org, req.params.id);
       stream(req, reply, s, (m) => m.orgId === org && m.data.id === req.params.id);
     },
   );
-  app.get('/v1/events', { preHandler: guard(s.keys, 'sandboxes:read', { allowQueryToken: true }) }, async (req, reply) => {
+  app.get<{ Querystring: EventsQuery }>('/v1/events', { schema: { querystring: EventsQuery }, preHandler: opened }, async (req, reply) => {
     const org = principalOf(req).orgId;
+    requireEventsScope(req, null);
     stream(req, reply, s, (m) => m.orgId === org);
   });
+  // A short-lived token for EventSource's ?token=, so that an API key never travels in a URL.
+  app.post<{ Body: EventsTokenBody }>(
+    '/v1/events/token',
+    {
+      schema: { body: EventsTokenBody, response: { 200: EventsTokenResult } },
+      // The body is optional: a POST without one (and without a content type) asks for the organization's events.
+      preValidation: async (req) => {
+        req.body ??= {};
+      },
+      preHandler: guard(s.keys, 'sandboxes:read'),
+    },
+    async (req) => {
+      const p = principalOf(req);
+      const sandboxId = req.body?.sandbox_id ?? null;
+      if (sandboxId) await s.sandboxes.get(p.orgId, sandboxId);
+      const { token, expiresAt } = await s.tokens.issueEvents(p.orgId, p.keyId, sandboxId, s.config.eventsTokenTtlSeconds);
+      return { token, expires_at: expiresAt.toISOString(), sandbox_id: sandboxId, request_id: String(req.id) };
+    },
+  );
 }

@@ -7,7 +7,6 @@ import { SandboxIdParams } from './params.js';
 
 const LogsQuery = Type.Object({
   offset: Type.Optional(Type.Integer({ minimum: 0 })),
-  token: Type.Optional(Type.String()),
 });
 
 /** Build logs: JSON offset polling by default, SSE with `Accept: text/event-stream` (api-decisions.md §2). */
@@ -16,7 +15,7 @@ export function templateBuildLogsRoute(app: FastifyInstance, s: Services): void 
   if (!builds) return;
   app.get<{ Params: SandboxIdParams; Querystring: Static<typeof LogsQuery> }>(
     '/v1/templates/build/:id/logs',
-    { schema: { params: SandboxIdParams, querystring: LogsQuery }, preHandler: guard(s.keys, 'templates:read', { allowQueryToken: true }) },
+    { schema: { params: SandboxIdParams, querystring: LogsQuery }, preHandler: guard(s.keys, 'templates:read') },
     async (req, reply) => {
       const build = await builds.get(principalOf(req).orgId, req.params.id);
       if (!String(req.headers.accept ?? '').includes('text/event-stream')) {

@@ -1,0 +1,42 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { ServiceError } from '@sandboxd/protocol';
+import { TokenService } from './tokens.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'sbd-tokens-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
+const tokens = new TokenService(join(dir, 'keys', 'jwt.pem'), 3600);
+
+const rejects = (p: Promise<unknown>, code: string, message: RegExp) =>
+  assert.rejects(p, (err: unknown) => err instanceof ServiceError && err.code === code && err.status === 401 && message.test(err.message));
+
+test('an events token opens the events streams only, and a sandbox token only its sandbox', async () => {
+  const events = await tokens.issueEvents('org_a', 'key_a', null, 300);
+  const claims = await tokens.verifyEvents(events.token);
+  assert.deepEqual([claims.orgId, claims.keyId, claims.sandboxId], ['org_a', 'key_a', null]);
+  assert.ok(Math.abs(events.expiresAt.getTime() - Date.now() - 300_000) < 5000);
+  const one = await tokens.verifyEvents((await tokens.issueEvents('org_a', 'key_a', 'sb1', 300)).token);
+  assert.equal(one.sandboxId, 'sb1');
+
+  const sandbox = await tokens.issue('sb1', 'org_a');
+  await rejects(tokens.verifyEvents(sandbox.token), 'AUTHENTICATION_ERROR', /sandbox auth_token does not open the events streams/);
+  await rejects(tokens.verify(events.token, 'sb1'), 'AUTHENTICATION_ERROR', /invalid token/);
+  assert.equal((await tokens.verify(sandbox.token, 'sb1')).sandboxId, 'sb1');
+});
+
+test('an API key, garbage, a tampered, an unsigned or an expired token in ?token= is a 401 saying what to send', async () => {
+  await rejects(tokens.verifyEvents('sbd_0123456789abcdef'), 'AUTHENTICATION_ERROR', /API keys are not accepted in the URL.*X-API-Key.*POST \/v1\/events\/token/);
+  const { token } = await tokens.issueEvents('org_a', 'key_a', null, 300);
+  const [h, p, sig] = token.split('.');
+  const payload = JSON.parse(Buffer.from(p!, 'base64url').toString());
+  const forged = Buffer.from(JSON.stringify({ ...payload, org: 'org_b' })).toString('base64url');
+  await rejects(tokens.verifyEvents(`${h}.${forged}.${sig}`), 'AUTHENTICATION_ERROR', /invalid events token/);
+  const none = Buffer.from(JSON.stringify({ alg: 'none', typ: 'sandboxd-events+jwt' })).toString('base64url');
+  await rejects(tokens.verifyEvents(`${none}.${p}.`), 'AUTHENTICATION_ERROR', /invalid events token/);
+  const expired = await tokens.issueEvents('org_a', 'key_a', null, 1);
+  await new Promise((r) => setTimeout(r, 2100));
+  await rejects(tokens.verifyEvents(expired.token), 'TOKEN_EXPIRED', /events token expired/);
+});

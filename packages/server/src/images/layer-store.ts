@@ -4,14 +4,16 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readHostAptConfig, sourcesForSuite } from './apt-sources.js';
 import { removeTree, runTool } from './proc.js';
+import { NEUTRAL_HOSTNAME, neutralizeHostFiles } from './host-identity.js';
 import { shiftOwnership } from './shift.js';
 import { CANONICAL_ID_OFFSET, type DebianRootfsRecipe, type LayerInfo, type LayerStore } from './types.js';
 
 /**
  * Bump when the way a rootfs is made changes (post-processing, shifting): old layers stop matching.
  * 2: ids shifted by the new CANONICAL_ID_OFFSET (900000000) instead of 100000.
+ * 3: no host identity (hostname, resolv.conf, hosts, mailname) in the image; see host-identity.ts.
  */
-export const ROOTFS_BUILDER_VERSION = 'debian-rootfs/2';
+export const ROOTFS_BUILDER_VERSION = 'debian-rootfs/3';
 
 export type Log = (line: string) => void;
 
@@ -266,7 +268,13 @@ async function buildDebianRootfs(
   if (packages.length > 0) args.push(`--include=${packages.join(',')}`);
   args.push(recipe.suite, tree, '-');
   log(`mmdebstrap ${recipe.suite} (${packages.length} extra packages: ${packages.join(' ') || '-'})`);
-  await runTool('mmdebstrap', args, { stdin: sources, onLine: (l) => log(`  ${l}`), signal });
+  // In a UTS namespace of its own, named neutrally: package scripts that record the hostname
+  // (an MTA's mailname, a certificate's name) must not record the host's.
+  await runTool('unshare', ['--uts', '--', 'sh', '-c', `hostname ${NEUTRAL_HOSTNAME} && exec "$0" "$@"`, 'mmdebstrap', ...args], {
+    stdin: sources,
+    onLine: (l) => log(`  ${l}`),
+    signal,
+  });
 
   // Lists and caches are re-fetched by any step that installs packages; keeping them costs ~40 MB.
   for (const sub of ['var/lib/apt/lists', 'var/cache/apt']) {
@@ -284,11 +292,8 @@ async function buildDebianRootfs(
   await mkdir(join(tree, '.sb'), { recursive: true, mode: 0o755 });
   await mkdir(join(tree, 'tmp'), { recursive: true });
   await chmod(join(tree, 'tmp'), 0o1777);
-  // The runtime bind-mounts the host's resolv.conf here; a mount target must exist in the lower.
-  // 'wx' never follows a symlink that a package may have put there.
-  await writeFile(join(tree, 'etc/resolv.conf'), '', { flag: 'wx' }).catch((err: NodeJS.ErrnoException) => {
-    if (err.code !== 'EEXIST') throw err;
-  });
+  // mmdebstrap copied the host's hostname and resolv.conf in; an image names no host.
+  await neutralizeHostFiles(tree);
 
   const t = Date.now();
   const shifted = shiftOwnership(tree, CANONICAL_ID_OFFSET);

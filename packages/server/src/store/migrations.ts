@@ -100,3 +100,15 @@ MIGRATIONS.push(`
   );
   CREATE INDEX uploads_org_path ON uploads (org_id, path, created_at);
 `);
+
+/**
+ * Per-organization overrides of the configured limits (JSON: limit name → number, or null for no
+ * limit). A table of its own, so an organization without overrides has no row.
+ */
+MIGRATIONS.push(`
+  CREATE TABLE IF NOT EXISTS org_limits (
+    org_id TEXT PRIMARY KEY REFERENCES organizations(id) ON DELETE CASCADE,
+    limits TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+  );
+`);

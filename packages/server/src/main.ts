@@ -16,6 +16,7 @@ import { KeyService } from './services/keys.js';
 import { TokenService } from './services/tokens.js';
 import { TemplateService } from './services/templates.js';
 import { SandboxService } from './services/sandboxes.js';
+import { QuotaService } from './services/quotas.js';
 import { SlidingWindowLimiter } from './services/rate-limit.js';
 import { EventBus } from './services/events.js';
 import { KeyedMutex } from './services/locks.js';
@@ -71,6 +72,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   }
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   log(`starting sandboxd ${config.version}; data directory ${config.dataDir}`);
+  log('default limits of every organization (null: none; sandboxd orgs limits overrides them)', config.limits);
 
   await ensureSystemPackages(log);
   const runtime = new CrunRuntime({
@@ -107,6 +109,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   await gateway.listenHostMode();
   const createLimiter = new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
   const pool = new WarmPool(runtime, config.warmPoolSize, log);
+  const quotas = new QuotaService(store, config.limits);
   const sandboxes = new SandboxService({
     pool,
     store,
@@ -119,6 +122,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     events,
     locks: new KeyedMutex(),
     createLimiter,
+    quotas,
     agentReadyTimeoutMs: config.agentReadyTimeoutMs,
     tombstoneSeconds: config.tombstoneSeconds,
     nodeId: hostname(),
@@ -147,6 +151,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     join(config.dataDir, 'build-logs'),
     config.buildLimits,
     log,
+    quotas,
   );
   const interrupted = await builds.failInterrupted();
   if (interrupted) log(`${interrupted} template build(s) were interrupted by the restart and marked failed`);
@@ -161,7 +166,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   const oomTimer = setInterval(() => {
     sandboxes.watchOom().catch((err: unknown) => log('watching OOM kills failed', { error: String(err) }));
   }, 2000);
-  const services: Services = { config, store, keys, sandboxes, templates, events, createLimiter, builds, uploads, gcLayers, pool };
+  const services: Services = { config, store, keys, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool };
   const app = await buildApp({ services, logger: config.logLevel === 'debug' });
   await app.listen({ host: config.host, port: config.port });
   const addr = app.server.address();

@@ -7,6 +7,7 @@ import type { SandboxService } from './sandboxes.js';
 import type { TemplateService } from './templates.js';
 import type { TemplateBuildService } from './template-builds.js';
 import type { UploadService } from './uploads.js';
+import type { QuotaService } from './quotas.js';
 import type { WarmPool } from './warm-pool.js';
 
 /** Everything the HTTP layer may call. */
@@ -18,6 +19,7 @@ export interface Services {
   templates: TemplateService;
   events: EventBus;
   createLimiter: SlidingWindowLimiter;
+  quotas: QuotaService;
   builds?: TemplateBuildService;
   pool?: WarmPool;
   uploads?: UploadService;

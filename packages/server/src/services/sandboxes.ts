@@ -8,6 +8,8 @@ import type { RouteTable } from './routes.js';
 import type { SlidingWindowLimiter } from './rate-limit.js';
 import type { TemplateService } from './templates.js';
 import type { TokenService } from './tokens.js';
+import type { QuotaService } from './quotas.js';
+import { checkSize, checkTimeout, timeoutFor } from './limits.js';
 import { agentJson, waitForAgent } from './agent-client.js';
 import { warmKeyOf, type WarmPool } from './warm-pool.js';
 import { DEFAULT_TEMPLATE } from '../images/builtin.js';
@@ -31,6 +33,8 @@ export interface SandboxServiceDeps {
   events: EventBus;
   locks: KeyedMutex;
   createLimiter: SlidingWindowLimiter;
+  /** Per-organization limits: checked at create, start and timeout changes. */
+  quotas: QuotaService;
   /** Sandboxes booted ahead of time (absent or size 0: every create boots cold). */
   pool?: WarmPool;
   agentReadyTimeoutMs: number;
@@ -143,10 +147,12 @@ export class SandboxService {
     if (template.status !== 'active') {
       throw new ServiceError('TEMPLATE_NOT_READY', `template "${template.name}" is ${template.status}, not active`, { template: template.name });
     }
+    const limits = await this.d.quotas.limitsFor(orgId);
+    checkSize(limits, template, `template "${template.name}"`);
+    const timeoutSeconds = timeoutFor(limits, body.timeout_seconds);
     this.d.createLimiter.take(orgId);
 
     const now = new Date();
-    const timeoutSeconds = body.timeout_seconds ?? null;
     const row: SandboxRow = {
       id: newSandboxId(),
       orgId,
@@ -171,10 +177,20 @@ export class SandboxService {
       updatedAt: now.toISOString(),
       deletedAt: null,
     };
-    const warmId = await this.claimWarm(row);
-    if (warmId) row.id = warmId;
-    // The row exists before anything is built, so a crash half-way is found and cleaned at restart.
-    await this.d.store.sandboxes.insert(row);
+    // The row exists before anything is built, so a crash half-way is found and cleaned at restart;
+    // inserted as the quota admits it, it counts for every create after this one. A warm sandbox
+    // is handed out only once admitted, so the pool never counts against anyone.
+    const warmId = await this.d.quotas.admit(orgId, { sandboxes: 1, memoryMb: row.memoryMb, diskGb: row.diskGb }, async () => {
+      const warm = await this.claimWarm(row);
+      if (warm) row.id = warm;
+      try {
+        await this.d.store.sandboxes.insert(row);
+      } catch (err) {
+        if (warm) await this.d.runtime.destroy(warm).catch(() => undefined);
+        throw err;
+      }
+      return warm;
+    });
     const undo: Array<() => Promise<void>> = [async () => this.d.store.sandboxes.remove(row.id)];
     try {
       return await this.d.locks.run(row.id, async () => {
@@ -286,13 +302,17 @@ export class SandboxService {
     return { data: page.map((r) => this.render(r)), hasMore, nextCursor };
   }
 
-  /** Runs a state change under the sandbox's lock, from the states in `from`, with a CAS on the row. */
+  /**
+   * Runs a state change under the sandbox's lock, from the states in `from`, with a CAS on the row.
+   * `admit`, when given, wraps the work and the update (a quota admission around both).
+   */
   private async transition(
     orgId: string,
     id: string,
     action: string,
     from: SandboxRow['status'][],
     work: (row: SandboxRow) => Promise<Partial<SandboxRow>>,
+    admit?: (row: SandboxRow, commit: () => Promise<SandboxRow>) => Promise<SandboxRow>,
   ): Promise<SandboxRow> {
     return this.d.locks.run(id, async () => {
       const row = await this.get(orgId, id);
@@ -302,9 +322,13 @@ export class SandboxService {
           current_state: row.status,
         });
       }
-      const patch = await work(row);
-      const next = await this.d.store.sandboxes.update(id, row.version, { ...patch, updatedAt: new Date().toISOString() });
-      if (!next) throw new ServiceError('INTERNAL_ERROR', 'sandbox changed concurrently; retry');
+      const commit = async () => {
+        const patch = await work(row);
+        const next = await this.d.store.sandboxes.update(id, row.version, { ...patch, updatedAt: new Date().toISOString() });
+        if (!next) throw new ServiceError('INTERNAL_ERROR', 'sandbox changed concurrently; retry');
+        return next;
+      };
+      const next = admit ? await admit(row, commit) : await commit();
       this.route(next);
       return next;
     });
@@ -339,10 +363,19 @@ export class SandboxService {
   }
 
   async start(orgId: string, id: string): Promise<SandboxRow> {
-    const row = await this.transition(orgId, id, 'start', ['stopped'], async (r) => {
-      await this.bootAgain(r);
-      return { status: 'running' };
-    });
+    // A stopped sandbox already holds its disk; running again it holds a slot and its memory. The
+    // organization's admissions wait for this boot, so the row is running before the next check.
+    const row = await this.transition(
+      orgId,
+      id,
+      'start',
+      ['stopped'],
+      async (r) => {
+        await this.bootAgain(r);
+        return { status: 'running' };
+      },
+      (r, commit) => this.d.quotas.admit(r.orgId, { sandboxes: 1, memoryMb: r.memoryMb, diskGb: 0 }, commit),
+    );
     this.event('started', row);
     return row;
   }
@@ -365,10 +398,10 @@ export class SandboxService {
   }
 
   async setTimeout(orgId: string, id: string, timeoutSeconds: number): Promise<SandboxRow> {
-    return this.transition(orgId, id, 'set the timeout of', ['running', 'paused', 'stopped'], async () => ({
-      timeoutSeconds,
-      expiresAt: new Date(Date.now() + timeoutSeconds * 1000).toISOString(),
-    }));
+    return this.transition(orgId, id, 'set the timeout of', ['running', 'paused', 'stopped'], async () => {
+      checkTimeout(await this.d.quotas.limitsFor(orgId), timeoutSeconds);
+      return { timeoutSeconds, expiresAt: new Date(Date.now() + timeoutSeconds * 1000).toISOString() };
+    });
   }
 
   async refreshToken(orgId: string, id: string) {

@@ -9,7 +9,9 @@ import { quotaError, resolveLimits, type Demand, type OrgLimits, type OrgUsage }
  */
 export class QuotaService {
   // Admission is one step per organization: check the usage, then make the new holder visible in
-  // the store. Keyed by organization id, apart from the services' per-sandbox locks.
+  // the store. Keyed by organization id, apart from the services' per-sandbox locks. In-process,
+  // as everything else of one daemon per store; control replicas sharing a store would move the
+  // check and the insert into one store transaction instead.
   private readonly locks = new KeyedMutex();
 
   constructor(

@@ -263,6 +263,17 @@ describe('builds', () => {
     assert.equal(bomb.status.status, 'failed', 'the pids limit stops it');
     const bombLogs = await api(server, 'GET', `/v1/templates/build/${bomb.buildId}/logs`, undefined, bearer());
     assert.match(bombLogs.body.logs, /fork stopped at \d+/);
+    // A step writes to a disk of its own of diskGB: past it, ENOSPC inside the step, nowhere else.
+    const hog = await build({
+      alias: 'disk-hog',
+      diskGB: 1,
+      steps: [{ type: 'from', image: 'debian:11' }, { type: 'run', command: 'dd if=/dev/zero of=/big bs=1M count=2500 status=none; echo "dd exit $?"; exit 9' }],
+    });
+    assert.equal(hog.status.status, 'failed');
+    const hogLogs = await api(server, 'GET', `/v1/templates/build/${hog.buildId}/logs`, undefined, bearer());
+    assert.match(hogLogs.body.logs, /No space left on device/);
+    assert.match(hogLogs.body.logs, /dd exit 1/);
+    assert.match(hog.status.error_message, /exit status 9/, 'the step itself went on after ENOSPC');
     assert.equal((await api(server, 'GET', '/health')).status, 200, 'the service is fine');
   });
 

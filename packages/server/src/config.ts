@@ -25,7 +25,13 @@ export interface Config {
     /** Host mode: the wildcard domain and the one port the gateway listens on. */
     domain: string;
     hostModePort: number;
+    /** A WebSocket tunnel, or a response body in progress, with no byte either way for this long is closed. */
+    idleTimeoutMs: number;
+    /** How long the gateway waits for an agent's response headers (executions may run up to a day). */
+    responseHeadersTimeoutMs: number;
   };
+  /** Caps on open connections (services/connections.ts). */
+  connections: { perClient: number; perOrg: number; total: number };
   tokenTtlSeconds: number;
   rateLimit: { sandboxCreatesPerMinute: number };
   /** Sandboxes kept booted per template and network setting once asked for (0: none). */
@@ -143,6 +149,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
       portMax: portMax!,
       domain,
       hostModePort: int(env, 'SANDBOXD_GATEWAY_PORT', 8081, 0, 65535),
+      idleTimeoutMs: int(env, 'SANDBOXD_TUNNEL_IDLE_TIMEOUT_SECONDS', 300, 1, 7 * 86_400) * 1000,
+      // The agent's longest execution (a day) plus time to report it.
+      responseHeadersTimeoutMs: (86_400 + 300) * 1000,
+    },
+    connections: {
+      perClient: int(env, 'SANDBOXD_MAX_CONNECTIONS_PER_CLIENT', 1000, 1),
+      perOrg: int(env, 'SANDBOXD_MAX_CONNECTIONS_PER_ORG', 2000, 1),
+      // File descriptors are 20000 here; each proxied connection may hold two.
+      total: int(env, 'SANDBOXD_MAX_CONNECTIONS', 8000, 1),
     },
     tokenTtlSeconds: int(env, 'SANDBOXD_TOKEN_TTL_SECONDS', 24 * 3600, 1),
     rateLimit: { sandboxCreatesPerMinute: int(env, 'SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE', 120, 1) },

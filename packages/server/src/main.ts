@@ -23,6 +23,7 @@ import { KeyedMutex } from './services/locks.js';
 import { RouteTable } from './services/routes.js';
 import { WarmPool } from './services/warm-pool.js';
 import { Gateway } from './gateway/gateway.js';
+import { ConnectionLimits } from './services/connections.js';
 import { buildApp } from './http/app.js';
 import type { Services } from './services/index.js';
 
@@ -105,7 +106,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   const tokens = new TokenService(join(config.dataDir, 'keys', 'jwt-ed25519.pem'), config.tokenTtlSeconds);
   const routes = new RouteTable();
   const events = new EventBus();
-  const gateway = new Gateway({ config: config.gateway, routes, tokens, keys, usedPorts: () => store.sandboxes.usedGatewayPorts(), log });
+  const connections = new ConnectionLimits(config.connections);
+  const gateway = new Gateway({ config: config.gateway, routes, tokens, keys, usedPorts: () => store.sandboxes.usedGatewayPorts(), connections, log });
   await gateway.listenHostMode();
   const createLimiter = new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
   const pool = new WarmPool(runtime, config.warmPoolSize, log);
@@ -166,7 +168,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   const oomTimer = setInterval(() => {
     sandboxes.watchOom().catch((err: unknown) => log('watching OOM kills failed', { error: String(err) }));
   }, 2000);
-  const services: Services = { config, store, keys, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool };
+  const services: Services = { config, store, keys, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool, connections };
   const app = await buildApp({ services, logger: config.logLevel === 'debug' });
   await app.listen({ host: config.host, port: config.port });
   const addr = app.server.address();

@@ -1,4 +1,5 @@
 import type { Config } from '../config.js';
+import type { ConnectionLimits } from './connections.js';
 import type { Store } from '../store/types.js';
 import type { EventBus } from './events.js';
 import type { KeyService } from './keys.js';
@@ -23,6 +24,8 @@ export interface Services {
   builds?: TemplateBuildService;
   pool?: WarmPool;
   uploads?: UploadService;
+  /** Caps on open connections per client and per organization (absent: none, e.g. in unit tests). */
+  connections?: ConnectionLimits;
   /** Removes layers no template or live sandbox references. */
   gcLayers?: () => Promise<void>;
 }

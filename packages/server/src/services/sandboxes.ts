@@ -380,10 +380,22 @@ export class SandboxService {
     return row;
   }
 
+  /**
+   * Boots a stopped sandbox on its disk and waits for its agent. The agent runs the tenant's disk,
+   * so it may never answer properly: then the container is stopped again (the sandbox stays
+   * stopped, nothing keeps running) and the caller gets a 502 saying so.
+   */
   private async bootAgain(r: SandboxRow): Promise<void> {
     await this.d.runtime.start(this.spec(r));
     this.oomSeen.set(r.id, 0);
-    await waitForAgent(this.d.runtime.agentSocket(r.id), this.d.agentReadyTimeoutMs);
+    try {
+      await waitForAgent(this.d.runtime.agentSocket(r.id), this.d.agentReadyTimeoutMs);
+    } catch (err) {
+      await this.d.runtime.stop(r.id).catch((e: unknown) => this.d.log('stopping a sandbox whose agent failed failed', { id: r.id, error: String(e) }));
+      throw new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent did not become ready, so it was stopped again: ${err instanceof Error ? err.message : String(err)}`, {
+        id: r.id,
+      });
+    }
   }
 
   async delete(orgId: string, id: string, reason = 'deleted'): Promise<SandboxRow> {
@@ -407,6 +419,21 @@ export class SandboxService {
   async refreshToken(orgId: string, id: string) {
     const row = await this.get(orgId, id);
     return this.d.tokens.issue(row.id, row.orgId);
+  }
+
+  private async markStopped(row: SandboxRow, reason: string): Promise<void> {
+    try {
+      await this.d.runtime.stop(row.id);
+      const next = await this.d.store.sandboxes.update(row.id, row.version, { status: 'stopped', updatedAt: new Date().toISOString() });
+      if (next) {
+        this.route(next);
+        // Its URL answers 409 SANDBOX_STOPPED, as every stopped sandbox's does.
+        await this.d.gateway.open(next.id, next.gatewayPort);
+        this.event('stopped', next, reason);
+      }
+    } catch (err) {
+      this.d.log('marking a sandbox stopped failed', { id: row.id, error: String(err) });
+    }
   }
 
   /** Publishes `oom_killed` when a running sandbox's cgroup records a new OOM kill. */
@@ -497,6 +524,9 @@ export class SandboxService {
       } catch (err) {
         this.d.log('reconciling a sandbox failed', { id: row.id, error: err instanceof Error ? err.message : String(err) });
         liveIds.add(row.id);
+        // A sandbox that cannot be brought back (its agent never answers, say) is stopped, so that
+        // what the API says is true and no start of the daemon trips over it again.
+        if (current.status === 'running' || current.status === 'paused') await this.markStopped(current, 'could not be restarted after the service restarted');
       }
     }
     for (const id of await this.d.runtime.list()) {

@@ -51,6 +51,9 @@ export interface BuildLimits {
   perDay: number;
 }
 
+/** At most this much of a build's output is kept (its log file, and lines waiting to be written). */
+export const MAX_BUILD_LOG_BYTES = 16 * 1024 * 1024;
+
 const BUILTIN_NAMES = new Set(['base', 'python', 'nodejs', 'go', 'code-interpreter']);
 
 /** The build defaults, lowered to the organization's maximums: a request that names nothing still fits. */
@@ -208,8 +211,17 @@ export class TemplateBuildService {
     const abort = new AbortController();
     this.aborts.set(build.id, abort);
     let chain = Promise.resolve();
-    const log = (line: string) => {
+    const write = (line: string) => {
       chain = chain.then(() => this.append(build.id, line)).catch(() => {});
+    };
+    // Steps print what the tenant's commands print: the log file and the lines waiting to be
+    // written are bounded, the build goes on without them.
+    let logged = 0;
+    const log = (line: string) => {
+      if (logged > MAX_BUILD_LOG_BYTES) return;
+      logged += Buffer.byteLength(line) + 1;
+      if (logged <= MAX_BUILD_LOG_BYTES) write(line);
+      else write(`sandboxd: this build's log reached ${MAX_BUILD_LOG_BYTES / 1024 / 1024} MiB; later output is not kept (the build goes on)`);
     };
     try {
       const copies = new Map<number, CopyInput[]>();
@@ -246,12 +258,12 @@ export class TemplateBuildService {
         errorMessage: null,
         updatedAt: now,
       });
-      log(`build ${build.id} succeeded: ${result.layerIds.length} layers`);
+      write(`build ${build.id} succeeded: ${result.layerIds.length} layers`);
       await chain;
       await this.finish(build, 'active', null);
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
-      log(`ERROR: build failed: ${message}`);
+      write(`ERROR: build failed: ${message}`);
       await chain;
       const current = await this.store.templates.byId(template.id);
       if (current && current.status === 'building') {

@@ -13,6 +13,11 @@ if (process.getuid?.() !== 0) {
   process.exit(1);
 }
 
+// The suite's own system packages (a registry, busybox, openssl) beside the service's: `npm test`
+// must work on a machine where only `npm install && npm start` ran. Quick when all are there.
+const pkgs = run('bash', [join(root, 'scripts/install-system-packages.sh')]);
+if (pkgs !== 0) process.exit(pkgs);
+
 // Base images are built once (minutes) and cached in the shared test data dir, keyed by recipe.
 const warm = run(process.execPath, [join(root, 'packages/server/dist/testing/warm.js')]);
 if (warm !== 0) process.exit(warm);

@@ -14,6 +14,8 @@ export interface TestServer {
   env: Record<string, string>;
   /** Output of the daemon (stdout+stderr), for failure messages. */
   logFile: string;
+  /** Pid of the running daemon (undefined while it is down). */
+  readonly pid: number | undefined;
   /** SIGTERM and wait (sandboxes keep running). */
   shutdown(): Promise<void>;
   /** SIGKILL and wait (simulates a crash). */
@@ -153,6 +155,9 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     port,
     env,
     logFile,
+    get pid() {
+      return child && child.exitCode === null && child.signalCode === null ? child.pid : undefined;
+    },
     shutdown: () => waitExit('SIGTERM'),
     kill9: () => waitExit('SIGKILL'),
     restart: launch,

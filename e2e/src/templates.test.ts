@@ -2,7 +2,7 @@ import { test, before, after, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, createHmac } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { api, agent, createSandbox, startServer, REPO_ROOT, type TestServer } from './harness.js';
@@ -263,6 +263,31 @@ describe('builds', () => {
     assert.equal(bomb.status.status, 'failed', 'the pids limit stops it');
     const bombLogs = await api(server, 'GET', `/v1/templates/build/${bomb.buildId}/logs`, undefined, bearer());
     assert.match(bombLogs.body.logs, /fork stopped at \d+/);
+    // A step writes to a disk of its own of diskGB: past it, ENOSPC inside the step, nowhere else.
+    const hog = await build({
+      alias: 'disk-hog',
+      diskGB: 1,
+      steps: [{ type: 'from', image: 'debian:11' }, { type: 'run', command: 'dd if=/dev/zero of=/big bs=1M count=2500 status=none; echo "dd exit $?"; exit 9' }],
+    });
+    assert.equal(hog.status.status, 'failed');
+    const hogLogs = await api(server, 'GET', `/v1/templates/build/${hog.buildId}/logs`, undefined, bearer());
+    assert.match(hogLogs.body.logs, /No space left on device/);
+    assert.match(hogLogs.body.logs, /dd exit 1/);
+    assert.match(hog.status.error_message, /exit status 9/, 'the step itself went on after ENOSPC');
+    // A step that prints without end: the build's log stops at its cap, the build goes on.
+    const loud = await build({
+      alias: 'loud',
+      skipCache: true,
+      steps: [{ type: 'from', image: 'debian:11' }, { type: 'run', command: 'head -c 40000000 /dev/zero | tr "\\0" x | fold -w 1000; echo done-$((6*7))' }],
+    });
+    assert.equal(loud.status.status, 'active', 'the build succeeded');
+    const logFile = join(server.dataDir, 'build-logs', `${loud.buildId}.log`);
+    const size = statSync(logFile).size;
+    assert.ok(size > 15.9 * 1024 * 1024 && size < 16.1 * 1024 * 1024, `log file is ${size} bytes`);
+    const text = readFileSync(logFile, 'utf8');
+    assert.match(text, /log reached 16 MiB; later output is not kept/);
+    assert.doesNotMatch(text, /done-42/, 'what came after the cap is not kept');
+    assert.match(text, /succeeded/, "the service's own last line is kept");
     assert.equal((await api(server, 'GET', '/health')).status, 200, 'the service is fine');
   });
 

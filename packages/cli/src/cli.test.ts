@@ -95,6 +95,8 @@ test('errors print message, code, status and request id, with a hint; JSON mode 
   assert.match(hintFor(new ConnectionError('terminal connection closed', { code: 'CONNECTION_ERROR' }), { baseUrl: 'http://h:1', hasApiKey: true })!, /connection to the sandbox was lost/);
   assert.match(hintFor(errorFromResponse({ status: 409, body: { code: 'SANDBOX_PAUSED' } }), { baseUrl: '', hasApiKey: true })!, /sbx resume/);
   assert.match(hintFor(errorFromResponse({ status: 429, body: { retry_after: 4 } }), { baseUrl: '', hasApiKey: true })!, /4 s/);
+  assert.match(hintFor(errorFromResponse({ status: 409, body: { code: 'ORG_QUOTA_EXCEEDED', limit: 'max_sandboxes' } }), { baseUrl: '', hasApiKey: true })!, /stop or delete/);
+  assert.match(hintFor(errorFromResponse({ status: 400, body: { code: 'LIMIT_EXCEEDED', limit: 'max_vcpu' } }), { baseUrl: '', hasApiKey: true })!, /smaller template/);
 });
 
 test('tables, relative times and sizes', () => {

@@ -84,6 +84,10 @@ export function hintFor(err: unknown, ctx: { baseUrl: string; hasApiKey: boolean
     if (err.code === 'TEMPLATE_NOT_FOUND') return 'List templates with `sbx template ls`.';
   }
   if (err instanceof RateLimitError && err.retryAfter !== undefined) return `Try again in ${err.retryAfter} s.`;
+  if (err instanceof SandboxdError && err.code === 'ORG_QUOTA_EXCEEDED') {
+    return "The organization's sandboxes hold its quota: stop or delete some (`sbx ls`), or ask the operator to raise the limit.";
+  }
+  if (err instanceof SandboxdError && err.code === 'LIMIT_EXCEEDED') return "Ask for less (a smaller template or timeout), or ask the operator to raise the organization's limit.";
   if (err instanceof TimeoutError) return 'Raise the limit with --timeout, or check that the sandbox is running.';
   return undefined;
 }

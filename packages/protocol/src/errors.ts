@@ -12,6 +12,8 @@ export const ERROR_CODES = {
   NOT_A_FILE: { status: 400 },
   NOT_A_DIRECTORY: { status: 400 },
   BINARY_FILE: { status: 400 },
+  /** A value asked for (template resources, a timeout) is above a per-sandbox maximum of the organization. */
+  LIMIT_EXCEEDED: { status: 400 },
   AUTHENTICATION_ERROR: { status: 401, title: 'Unauthorized' },
   TOKEN_EXPIRED: { status: 401, title: 'Unauthorized' },
   PERMISSION_DENIED: { status: 403, title: 'Forbidden' },
@@ -30,6 +32,8 @@ export const ERROR_CODES = {
   TEMPLATE_IN_USE: { status: 409 },
   TEMPLATE_NOT_READY: { status: 409 },
   ALREADY_EXISTS: { status: 409 },
+  /** The organization's sandboxes (and builds) already hold a quota (concurrent sandboxes, memory, disk); freeing some lets it pass. */
+  ORG_QUOTA_EXCEEDED: { status: 409 },
   SANDBOX_EXPIRED: { status: 410, title: 'Sandbox expired' },
   PAYLOAD_TOO_LARGE: { status: 413 },
   FILE_TOO_LARGE: { status: 413 },

@@ -6,13 +6,20 @@ import { loadConfig } from './config.js';
 import { SqliteStore } from './store/sqlite.js';
 import { KeyService, parseScopes } from './services/keys.js';
 import { openImages, serve } from './main.js';
+import { LIMIT_OPTIONS, applyLimitFlags, describeLimits, listRow } from './cli-limits.js';
 
 const USAGE = `sandboxd: self-hosted sandbox execution service
 
 Usage:
   sandboxd [serve]                                  start the service (root)
   sandboxd orgs create NAME                         create an organization
-  sandboxd orgs list
+  sandboxd orgs list                                every organization with its limits (* = set for it)
+  sandboxd orgs limits NAME [--max-vcpu N] [--max-memory-mb N] [--max-disk-gb N]
+                    [--max-sandboxes N] [--max-total-memory-mb N] [--max-total-disk-gb N]
+                    [--default-timeout-seconds N] [--max-timeout-seconds N]
+                                                    show (no flags) or set an organization's limits:
+                                                    N, 0 or unlimited (no limit), default (the
+                                                    configured value); applies at once
   sandboxd keys create --org NAME [--scopes a,b] [--name LABEL]
                                                     create an API key (secret shown once)
   sandboxd keys list [--org NAME]
@@ -38,7 +45,7 @@ async function admin(args: string[]): Promise<number> {
   const { values, positionals } = parseArgs({
     args: rest,
     allowPositionals: true,
-    options: { org: { type: 'string' }, scopes: { type: 'string' }, name: { type: 'string' }, json: { type: 'boolean' } },
+    options: { org: { type: 'string' }, scopes: { type: 'string' }, name: { type: 'string' }, json: { type: 'boolean' }, ...LIMIT_OPTIONS },
   });
   const config = loadConfig();
   const store = SqliteStore.open(join(config.dataDir, 'sandboxd.db'));
@@ -50,7 +57,17 @@ async function admin(args: string[]): Promise<number> {
       out(org, `created organization ${org.name} (${org.id})`);
     } else if (group === 'orgs' && verb === 'list') {
       const orgs = await store.orgs.list();
-      out(orgs, table(orgs.map((o) => ({ id: o.id, name: o.name, created: o.createdAt }))));
+      const described = await Promise.all(orgs.map(async (o) => ({ ...o, ...(await describeLimits(store, config.limits, o)).json })));
+      const rows = await Promise.all(orgs.map((o) => listRow(store, config.limits, o)));
+      out(described, `${table(rows)}\n* set for this organization; other values are the configured defaults`);
+    } else if (group === 'orgs' && verb === 'limits' && positionals[0]) {
+      const org = (await store.orgs.byName(positionals[0])) ?? (await store.orgs.byId(positionals[0]));
+      if (!org) throw new ServiceError('VALIDATION_ERROR', `no organization named ${positionals[0]}`);
+      const current = await store.orgs.limits(org.id);
+      const next = applyLimitFlags(current, values);
+      if (JSON.stringify(next) !== JSON.stringify(current)) await store.orgs.setLimits(org.id, next);
+      const { json, rows } = await describeLimits(store, config.limits, org);
+      out(json, `organization ${org.name} (${org.id})\n${table(rows)}`);
     } else if (group === 'keys' && verb === 'create') {
       if (!values.org) throw new ServiceError('VALIDATION_ERROR', 'keys create needs --org NAME');
       const org = (await store.orgs.byName(values.org)) ?? (await keys.createOrg(values.org));

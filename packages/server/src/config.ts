@@ -1,5 +1,8 @@
+import { existsSync, statfsSync } from 'node:fs';
+import { availableParallelism, totalmem } from 'node:os';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { LIMIT_MINIMUMS, type LimitName, type OrgLimits } from './services/limits.js';
 
 /** Every setting of the daemon. Only this file reads process.env. */
 export interface Config {
@@ -22,7 +25,13 @@ export interface Config {
     /** Host mode: the wildcard domain and the one port the gateway listens on. */
     domain: string;
     hostModePort: number;
+    /** A WebSocket tunnel, or a response body in progress, with no byte either way for this long is closed. */
+    idleTimeoutMs: number;
+    /** How long the gateway waits for an agent's response headers (executions may run up to a day). */
+    responseHeadersTimeoutMs: number;
   };
+  /** Caps on open connections (services/connections.ts). */
+  connections: { perClient: number; perOrg: number; total: number };
   tokenTtlSeconds: number;
   /** Lifetime of events tokens (POST /v1/events/token): minutes, they travel in URLs. */
   eventsTokenTtlSeconds: number;
@@ -40,6 +49,8 @@ export interface Config {
   /** OCI registry for `from` images Debian's packages cannot provide (null: none). */
   registry: { url: string | null; username: string | undefined; password: string | undefined };
   buildLimits: { perHour: number; perDay: number };
+  /** Every organization's limits unless `sandboxd orgs limits` overrides them (null: no limit). */
+  limits: OrgLimits;
   buildStepTimeoutMs: number;
   version: string;
   logLevel: string;
@@ -55,11 +66,65 @@ function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0, ma
   return v;
 }
 
+/** What the default limits are derived from. */
+export interface HostFacts {
+  cpus: number;
+  memoryMb: number;
+  /** Size of the filesystem that holds the data directory. */
+  diskGb: number;
+}
+
+export function hostFacts(dataDir: string): HostFacts {
+  let dir = dataDir;
+  while (!existsSync(dir) && dirname(dir) !== dir) dir = dirname(dir);
+  const fs = statfsSync(dir);
+  return {
+    cpus: availableParallelism(),
+    memoryMb: Math.floor(totalmem() / 2 ** 20),
+    diskGb: Math.floor((fs.blocks * fs.bsize) / 2 ** 30),
+  };
+}
+
+/**
+ * Default limits: a sandbox may have up to the host's cores and half its memory and data disk (at
+ * least what the built-in code-interpreter needs: 2 vCPU, 2 GB, 10 GB); an organization may hold
+ * 100 sandboxes and up to the host's memory and data disk in total (so one organization alone can
+ * never commit more than the host has); a sandbox lives an hour unless asked otherwise, a day at
+ * most per request (it can be extended). 0 in a variable means no limit.
+ */
+function limitsFrom(env: NodeJS.ProcessEnv, host: HostFacts): OrgLimits {
+  const defaults: OrgLimits = {
+    max_vcpu: Math.max(2, host.cpus),
+    max_memory_mb: Math.max(2048, Math.floor(host.memoryMb / 2)),
+    max_disk_gb: Math.max(10, Math.floor(host.diskGb / 2)),
+    max_sandboxes: 100,
+    max_total_memory_mb: Math.max(2048, host.memoryMb),
+    max_total_disk_gb: Math.max(10, host.diskGb),
+    default_timeout_seconds: 3600,
+    max_timeout_seconds: 86_400,
+  };
+  const out = { ...defaults };
+  for (const name of Object.keys(defaults) as LimitName[]) {
+    const variable = `SANDBOXD_${name.toUpperCase()}`;
+    const v = int(env, variable, defaults[name] ?? 0, 0);
+    if (v !== 0 && v < LIMIT_MINIMUMS[name]) throw new ConfigError(`${variable} must be 0 (no limit) or at least ${LIMIT_MINIMUMS[name]}, got "${env[variable]}"`);
+    out[name] = v === 0 ? null : v;
+  }
+  const [d, m] = [out.default_timeout_seconds, out.max_timeout_seconds];
+  if (m !== null && d === null) {
+    throw new ConfigError(`SANDBOXD_DEFAULT_TIMEOUT_SECONDS=0 (never expire) needs SANDBOXD_MAX_TIMEOUT_SECONDS=0 (no maximum) too, got ${m}`);
+  }
+  if (m !== null && d !== null && d > m) {
+    throw new ConfigError(`SANDBOXD_DEFAULT_TIMEOUT_SECONDS (${d}) must not be above SANDBOXD_MAX_TIMEOUT_SECONDS (${m})`);
+  }
+  return out;
+}
+
 const here = dirname(fileURLToPath(import.meta.url));
 /** packages/server/dist → repository root. */
 export const REPO_ROOT = resolve(here, '../../..');
 
-export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFacts): Config {
   const host = env.SANDBOXD_HOST || '127.0.0.1';
   const port = int(env, 'SANDBOXD_PORT', 8080, 0, 65535);
   const dataDir = resolve(env.SANDBOXD_DATA_DIR || '/var/lib/sandboxd');
@@ -86,6 +151,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       portMax: portMax!,
       domain,
       hostModePort: int(env, 'SANDBOXD_GATEWAY_PORT', 8081, 0, 65535),
+      idleTimeoutMs: int(env, 'SANDBOXD_TUNNEL_IDLE_TIMEOUT_SECONDS', 300, 1, 7 * 86_400) * 1000,
+      // The agent's longest execution (a day) plus time to report it.
+      responseHeadersTimeoutMs: (86_400 + 300) * 1000,
+    },
+    connections: {
+      perClient: int(env, 'SANDBOXD_MAX_CONNECTIONS_PER_CLIENT', 1000, 1),
+      perOrg: int(env, 'SANDBOXD_MAX_CONNECTIONS_PER_ORG', 2000, 1),
+      // File descriptors are 20000 here; each proxied connection may hold two.
+      total: int(env, 'SANDBOXD_MAX_CONNECTIONS', 8000, 1),
     },
     tokenTtlSeconds: int(env, 'SANDBOXD_TOKEN_TTL_SECONDS', 24 * 3600, 1),
     eventsTokenTtlSeconds: int(env, 'SANDBOXD_EVENTS_TOKEN_TTL_SECONDS', 300, 1, 3600),
@@ -108,6 +182,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     buildLimits: { perHour: int(env, 'SANDBOXD_BUILDS_PER_HOUR', 10, 1), perDay: int(env, 'SANDBOXD_BUILDS_PER_DAY', 50, 1) },
     buildStepTimeoutMs: int(env, 'SANDBOXD_BUILD_STEP_TIMEOUT_SECONDS', 1800, 1) * 1000,
+    limits: limitsFrom(env, facts ?? hostFacts(dataDir)),
     version: '0.1.0',
     logLevel: env.SANDBOXD_LOG_LEVEL || 'info',
   };

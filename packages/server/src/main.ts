@@ -17,12 +17,14 @@ import { KeyService } from './services/keys.js';
 import { TokenService } from './services/tokens.js';
 import { TemplateService } from './services/templates.js';
 import { SandboxService } from './services/sandboxes.js';
+import { QuotaService } from './services/quotas.js';
 import { SlidingWindowLimiter } from './services/rate-limit.js';
 import { EventBus } from './services/events.js';
 import { KeyedMutex } from './services/locks.js';
 import { RouteTable } from './services/routes.js';
 import { WarmPool } from './services/warm-pool.js';
 import { Gateway } from './gateway/gateway.js';
+import { ConnectionLimits } from './services/connections.js';
 import { buildApp } from './http/app.js';
 import type { Services } from './services/index.js';
 
@@ -72,6 +74,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   }
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   log(`starting sandboxd ${config.version}; data directory ${config.dataDir}`);
+  log('default limits of every organization (null: none; sandboxd orgs limits overrides them)', config.limits);
   for (const f of await secureDataDir(config.dataDir, config.layersDir)) {
     log(`${f.path}: mode ${f.from.toString(8)} → ${f.to.toString(8)} (secrets and tenant data are root's alone)`);
   }
@@ -107,10 +110,12 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   const tokens = new TokenService(join(config.dataDir, 'keys', 'jwt-ed25519.pem'), config.tokenTtlSeconds);
   const routes = new RouteTable();
   const events = new EventBus();
-  const gateway = new Gateway({ config: config.gateway, routes, tokens, keys, usedPorts: () => store.sandboxes.usedGatewayPorts(), log });
+  const connections = new ConnectionLimits(config.connections);
+  const gateway = new Gateway({ config: config.gateway, routes, tokens, keys, usedPorts: () => store.sandboxes.usedGatewayPorts(), connections, log });
   await gateway.listenHostMode();
   const createLimiter = new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
   const pool = new WarmPool(runtime, config.warmPoolSize, log);
+  const quotas = new QuotaService(store, config.limits);
   const sandboxes = new SandboxService({
     pool,
     store,
@@ -123,6 +128,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     events,
     locks: new KeyedMutex(),
     createLimiter,
+    quotas,
     agentReadyTimeoutMs: config.agentReadyTimeoutMs,
     tombstoneSeconds: config.tombstoneSeconds,
     nodeId: hostname(),
@@ -151,6 +157,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     join(config.dataDir, 'build-logs'),
     config.buildLimits,
     log,
+    quotas,
   );
   const interrupted = await builds.failInterrupted();
   if (interrupted) log(`${interrupted} template build(s) were interrupted by the restart and marked failed`);
@@ -165,7 +172,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   const oomTimer = setInterval(() => {
     sandboxes.watchOom().catch((err: unknown) => log('watching OOM kills failed', { error: String(err) }));
   }, 2000);
-  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, builds, uploads, gcLayers, pool };
+  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool, connections };
   const app = await buildApp({ services, logger: config.logLevel === 'debug' });
   await app.listen({ host: config.host, port: config.port });
   const addr = app.server.address();

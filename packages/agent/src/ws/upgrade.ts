@@ -3,6 +3,12 @@ import type { Duplex } from 'node:stream';
 import type { WebSocket, WebSocketServer } from 'ws';
 
 let wss: WebSocketServer | null = null;
+/**
+ * Every WebSocket client is pinged this often and dropped if it did not answer the previous ping.
+ * The pings also keep a live client's tunnel through the gateway from idling out
+ * (SANDBOXD_TUNNEL_IDLE_TIMEOUT_SECONDS, 300 s by default), however quiet the session.
+ */
+export const HEARTBEAT_MS = 30_000;
 const requestIds = new WeakMap<IncomingMessage, string>();
 
 /** Completes a WebSocket upgrade; `ws` is loaded on first use only (memory of idle agents). */
@@ -17,7 +23,28 @@ export async function acceptWebSocket(req: IncomingMessage, socket: Duplex, head
   }
   requestIds.set(req, requestId);
   const server = wss;
-  return new Promise((resolve) => server.handleUpgrade(req, socket, head, resolve));
+  const ws = await new Promise<WebSocket>((resolve) => server.handleUpgrade(req, socket, head, resolve));
+  heartbeat(ws);
+  return ws;
+}
+
+function heartbeat(ws: WebSocket): void {
+  let answered = true;
+  ws.on('pong', () => (answered = true));
+  const timer = setInterval(() => {
+    if (!answered) {
+      ws.terminate();
+      return;
+    }
+    answered = false;
+    try {
+      ws.ping();
+    } catch {
+      ws.terminate();
+    }
+  }, HEARTBEAT_MS);
+  timer.unref();
+  ws.once('close', () => clearInterval(timer));
 }
 
 /** Parses a client frame; null for anything that is not a JSON object. */

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { lstat, readdir, rmdir, unlink } from 'node:fs/promises';
+import { lstat, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { BaseImageResolver } from '../images/base-images.js';
 import { sha256Hex, type FsLayerStore, type Log } from '../images/layer-store.js';
@@ -218,7 +218,6 @@ export class TemplateBuilder implements BuildEngine {
         }).finally(() => staged?.cleanup());
         if (res.timedOut) throw new Error(`${s.tag} ${s.label} failed: timed out after ${Math.round((this.deps.stepTimeoutMs ?? 1_800_000) / 1000)} s`);
         if (res.exitCode !== 0) throw new Error(`${s.tag} ${s.label} failed: exit status ${res.exitCode}`);
-        if (binds.length > 0) await dropBindTargets(tree, binds.map((b) => b.target));
         const size = await treeSize(tree);
         return { kind: 'step', sizeBytes: size.bytes, entries: size.entries, extra: { step: s.label, cacheKey: key } };
       },
@@ -266,19 +265,6 @@ function lineSplitter(onLine: (line: string) => void): (chunk: string) => void {
       buf = '';
     }
   };
-}
-
-/** crun creates bind targets (empty files, dirs) in the upper; they are not part of the step's result. */
-async function dropBindTargets(tree: string, targets: string[]): Promise<void> {
-  for (const t of targets) {
-    const p = join(tree, t);
-    const st = await lstat(p).catch(() => undefined);
-    if (st?.isFile() && st.size === 0) await unlink(p);
-  }
-  for (const dir of [STEP_INPUT_DIR, '/.sb']) {
-    const p = join(tree, dir);
-    if ((await readdir(p).catch(() => ['x'])).length === 0) await rmdir(p).catch(() => undefined);
-  }
 }
 
 async function treeSize(dir: string): Promise<{ entries: number; bytes: number }> {

@@ -1,15 +1,15 @@
-import { createServer, request, Agent, type IncomingMessage, type Server, type ServerResponse, type OutgoingHttpHeaders } from 'node:http';
-import { connect, type Socket } from 'node:net';
+import { createServer, Agent, type IncomingMessage, type Server } from 'node:http';
+import type { Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
-import { ServiceError } from '@sandboxd/protocol';
+import { ServiceError, type ApiScope } from '@sandboxd/protocol';
 import type { Config } from '../config.js';
 import type { GatewayControl } from '../services/sandboxes.js';
 import type { RouteEntry, RouteTable } from '../services/routes.js';
-import type { KeyService } from '../services/keys.js';
+import { requireScope, type KeyService } from '../services/keys.js';
 import type { TokenService } from '../services/tokens.js';
-
-/** Headers that describe one hop, plus our credentials: never forwarded to the agent. */
-const HOP_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'authorization', 'x-api-key', 'te', 'trailer']);
+import { refusalOf, type ConnectionLimits } from '../services/connections.js';
+import { proxyToAgent, sendError } from './proxy.js';
+import { openTunnel, rawError } from './tunnel.js';
 
 export interface GatewayDeps {
   config: Config['gateway'];
@@ -17,6 +17,7 @@ export interface GatewayDeps {
   tokens: TokenService;
   keys: KeyService;
   usedPorts: () => Promise<Set<number>>;
+  connections: ConnectionLimits;
   log: (msg: string, extra?: Record<string, unknown>) => void;
 }
 
@@ -125,7 +126,12 @@ export class Gateway implements GatewayControl {
     return agent;
   }
 
-  private async authorize(req: IncomingMessage, entry: RouteEntry | undefined): Promise<RouteEntry> {
+  /**
+   * Checks the credentials and the sandbox's state. A sandbox token is good for its own sandbox; an
+   * API key needs the owning organization and `sandboxes:read` (plain GET/HEAD) or
+   * `sandboxes:write` (anything else, WebSocket upgrades included: they run code).
+   */
+  private async authorize(req: IncomingMessage, entry: RouteEntry | undefined, upgrade: boolean): Promise<RouteEntry> {
     if (!entry) throw new ServiceError('NOT_FOUND');
     const auth = req.headers.authorization;
     const bearer = auth?.toLowerCase().startsWith('bearer ') ? auth.slice(7).trim() : undefined;
@@ -135,6 +141,8 @@ export class Gateway implements GatewayControl {
     } else if (apiKey) {
       const p = await this.d.keys.authenticate(apiKey);
       if (p.orgId !== entry.orgId) throw new ServiceError('PERMISSION_DENIED', undefined, { id: entry.sandboxId });
+      const scope: ApiScope = !upgrade && (req.method === 'GET' || req.method === 'HEAD') ? 'sandboxes:read' : 'sandboxes:write';
+      requireScope(p, scope);
     } else {
       throw new ServiceError('AUTHENTICATION_ERROR', 'missing credentials: send Authorization: Bearer <auth_token>');
     }
@@ -149,86 +157,69 @@ export class Gateway implements GatewayControl {
 
   private makeServer(lookup: (req: IncomingMessage) => RouteEntry | undefined): Server {
     const server = createServer((req, res) => {
-      const requestId = (req.headers['x-request-id'] as string | undefined) ?? randomUUID();
-      this.authorize(req, lookup(req)).then(
-        (entry) => this.proxy(req, res, entry, requestId),
-        (err: unknown) => sendError(res, err, requestId),
-      );
+      const requestId = requestIdOf(req);
+      const refused = refusalOf(req.socket);
+      if (refused) return sendError(res, refused, requestId);
+      this.authorize(req, lookup(req), false)
+        .then(
+          (entry) => {
+            const release = this.d.connections.acquireOrg(entry.orgId);
+            res.once('close', release);
+            proxyToAgent(req, res, { sandboxId: entry.sandboxId, socketPath: entry.socketPath, agent: this.agentFor(entry) }, requestId, {
+              headersMs: this.d.config.responseHeadersTimeoutMs,
+              idleMs: this.d.config.idleTimeoutMs,
+            });
+          },
+          (err: unknown) => sendError(res, err, requestId),
+        )
+        .catch((err: unknown) => sendError(res, this.unexpected(err), requestId));
     });
     server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
-      const requestId = (req.headers['x-request-id'] as string | undefined) ?? randomUUID();
+      const requestId = requestIdOf(req);
       socket.on('error', () => socket.destroy());
-      this.authorize(req, lookup(req)).then(
-        (entry) => this.tunnel(req, socket, head, entry, requestId),
-        (err: unknown) => rawError(socket, err, requestId),
-      );
+      const refused = refusalOf(socket);
+      if (refused) return rawError(socket, refused, requestId);
+      this.authorize(req, lookup(req), true)
+        .then(
+          (entry) => this.tunnel(req, socket, head, entry, requestId),
+          (err: unknown) => rawError(socket, err, requestId),
+        )
+        .catch((err: unknown) => rawError(socket, this.unexpected(err), requestId));
     });
+    server.on('clientError', (_err, socket) => socket.destroy());
+    this.d.connections.watch(server);
     server.keepAliveTimeout = 65_000;
     server.headersTimeout = 70_000;
     server.requestTimeout = 0;
     return server;
   }
 
-  private proxy(req: IncomingMessage, res: ServerResponse, entry: RouteEntry, requestId: string): void {
-    const headers: OutgoingHttpHeaders = {};
-    for (const [k, v] of Object.entries(req.headers)) if (!HOP_HEADERS.has(k) && v !== undefined) headers[k] = v;
-    headers['x-request-id'] = requestId;
-    if (req.headers['transfer-encoding']) headers['transfer-encoding'] = req.headers['transfer-encoding'];
-    const upstream = request(
-      { socketPath: entry.socketPath, method: req.method, path: req.url, headers, agent: this.agentFor(entry) },
-      (ures) => {
-        const out: OutgoingHttpHeaders = {};
-        for (const [k, v] of Object.entries(ures.headers)) if (!HOP_HEADERS.has(k) && v !== undefined) out[k] = v;
-        out['x-request-id'] = requestId;
-        res.writeHead(ures.statusCode ?? 502, out);
-        ures.pipe(res);
-        ures.on('error', () => res.destroy());
-      },
-    );
-    upstream.on('error', (err) => {
-      if (res.headersSent) {
-        res.destroy();
-        return;
-      }
-      sendError(res, new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent is not answering: ${err.message}`, { id: entry.sandboxId }), requestId);
-    });
-    // A client that goes away cancels the upstream request (and with it a streaming download).
-    res.on('close', () => {
-      if (!res.writableFinished) upstream.destroy();
-    });
-    req.pipe(upstream);
+  /** A limit's 429 passes; anything else is a bug of ours: logged, and only this request fails. */
+  private unexpected(err: unknown): ServiceError {
+    if (err instanceof ServiceError) return err;
+    this.d.log('gateway request failed', { error: err instanceof Error ? err.stack : String(err) });
+    return new ServiceError('INTERNAL_ERROR', 'the gateway failed on this request');
   }
 
   private tunnel(req: IncomingMessage, socket: Socket, head: Buffer, entry: RouteEntry, requestId: string): void {
-    const upstream = connect(entry.socketPath);
+    const release = this.d.connections.acquireOrg(entry.orgId);
     let set = this.tunnels.get(entry.sandboxId);
     if (!set) this.tunnels.set(entry.sandboxId, (set = new Set()));
-    set.add(socket);
-    set.add(upstream);
-    const forget = () => {
-      set.delete(socket);
-      set.delete(upstream);
-      if (set.size === 0 && this.tunnels.get(entry.sandboxId) === set) this.tunnels.delete(entry.sandboxId);
-    };
-    socket.on('close', forget);
-    upstream.on('close', forget);
-    upstream.on('error', (err) => rawError(socket, new ServiceError('AGENT_UNAVAILABLE', err.message), requestId));
-    upstream.on('connect', () => {
-      let text = `${req.method} ${req.url} HTTP/1.1\r\n`;
-      for (let i = 0; i < req.rawHeaders.length; i += 2) {
-        const name = req.rawHeaders[i]!;
-        const lower = name.toLowerCase();
-        if (lower === 'authorization' || lower === 'x-api-key' || lower === 'x-request-id') continue;
-        text += `${name}: ${req.rawHeaders[i + 1]}\r\n`;
-      }
-      text += `X-Request-ID: ${requestId}\r\n\r\n`;
-      upstream.write(text);
-      if (head.length) upstream.write(head);
-      socket.pipe(upstream).pipe(socket);
-      socket.on('close', () => upstream.destroy());
-      upstream.on('close', () => socket.destroy());
+    const tunnelSet = set;
+    const { upstream } = openTunnel(req, socket, head, entry.socketPath, requestId, this.d.config.idleTimeoutMs, () => {
+      release();
+      tunnelSet.delete(socket);
+      tunnelSet.delete(upstream);
+      if (tunnelSet.size === 0 && this.tunnels.get(entry.sandboxId) === tunnelSet) this.tunnels.delete(entry.sandboxId);
     });
+    tunnelSet.add(socket);
+    tunnelSet.add(upstream);
   }
+}
+
+function requestIdOf(req: IncomingMessage): string {
+  const incoming = req.headers['x-request-id'];
+  return typeof incoming === 'string' && /^[\w.:-]{1,128}$/.test(incoming) ? incoming : randomUUID();
 }
 
 function listen(server: Server, port: number, host: string): Promise<void> {
@@ -240,27 +231,4 @@ function listen(server: Server, port: number, host: string): Promise<void> {
       resolve();
     });
   });
-}
-
-function toServiceError(err: unknown): ServiceError {
-  return err instanceof ServiceError ? err : new ServiceError('INTERNAL_ERROR', err instanceof Error ? err.message : String(err));
-}
-
-function sendError(res: ServerResponse, err: unknown, requestId: string): void {
-  const se = toServiceError(err);
-  const text = JSON.stringify(se.toBody(requestId));
-  res.writeHead(se.status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text), 'x-request-id': requestId, ...se.headers });
-  res.end(text);
-}
-
-function rawError(socket: Socket, err: unknown, requestId: string): void {
-  const se = toServiceError(err);
-  const text = JSON.stringify(se.toBody(requestId));
-  if (socket.writable) {
-    socket.end(
-      `HTTP/1.1 ${se.status} ${se.code}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nx-request-id: ${requestId}\r\nconnection: close\r\n\r\n${text}`,
-    );
-  } else {
-    socket.destroy();
-  }
 }

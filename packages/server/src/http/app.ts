@@ -2,6 +2,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { randomUUID } from 'node:crypto';
 import { Ajv } from 'ajv';
 import { ServiceError } from '@sandboxd/protocol';
+import { refusalOf } from '../services/connections.js';
 import { errorHandler } from './errors.js';
 import type { Services } from '../services/index.js';
 import { registerRoutes } from './routes/index.js';
@@ -49,7 +50,11 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
 
   app.addHook('onRequest', async (req, reply) => {
     void reply.header('x-request-id', String(req.id));
+    // A connection past its client's cap is answered with the 429 that says so, and closed.
+    const refused = refusalOf(req.raw.socket);
+    if (refused) throw refused;
   });
+  opts.services.connections?.watch(app.server);
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler((req, reply) => {
     errorHandler(new ServiceError('ROUTE_NOT_FOUND', `no route for ${req.method} ${req.url.split('?')[0]}`), req, reply);

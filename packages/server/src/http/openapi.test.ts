@@ -18,6 +18,7 @@ import { KeyedMutex } from '../services/locks.js';
 import { RouteTable } from '../services/routes.js';
 import { UploadService } from '../services/uploads.js';
 import { TemplateBuildService } from '../services/template-builds.js';
+import { QuotaService } from '../services/quotas.js';
 import { FsBlobStore } from '../images/blob-store.js';
 import type { Runtime } from '../runtime/types.js';
 
@@ -33,6 +34,7 @@ async function app() {
   const tokens = new TokenService(join(dir, 'jwt.pem'), 60);
   const unreachable = new Proxy({}, { get: () => () => Promise.reject(new Error('runtime not used in this test')) }) as Runtime;
   const createLimiter = new SlidingWindowLimiter(10, 60_000, 'creates');
+  const quotas = new QuotaService(store, config.limits);
   const sandboxes = new SandboxService({
     store,
     runtime: unreachable,
@@ -44,14 +46,15 @@ async function app() {
     events: new EventBus(),
     locks: new KeyedMutex(),
     createLimiter,
+    quotas,
     agentReadyTimeoutMs: 100,
     tombstoneSeconds: 60,
     nodeId: 'test',
     log: () => {},
   });
   const uploads = new UploadService(store, new FsBlobStore(join(dir, 'blobs')), join(dir, 'upload.key'), 'http://127.0.0.1:1');
-  const builds = new TemplateBuildService(store, uploads, { run: () => Promise.reject(new Error('unused')) }, join(dir, 'logs'), { perHour: 10, perDay: 50 }, () => {});
-  const a = await buildApp({ services: { config, store, keys, tokens, sandboxes, templates, events: new EventBus(), createLimiter, builds, uploads } });
+  const builds = new TemplateBuildService(store, uploads, { run: () => Promise.reject(new Error('unused')) }, join(dir, 'logs'), { perHour: 10, perDay: 50 }, () => {}, quotas);
+  const a = await buildApp({ services: { config, store, keys, tokens, sandboxes, templates, events: new EventBus(), createLimiter, quotas, builds, uploads } });
   const org = await keys.ensureOrg('default');
   const { secret } = await keys.createKey(org.id);
   return { a, secret };

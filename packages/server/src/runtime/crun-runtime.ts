@@ -511,7 +511,7 @@ export class CrunRuntime implements Runtime {
       this.log(`sandbox ${id}: moved the ids of ${moved.entries} files from ${range.movingFrom} to its own range ${base} in ${Math.round(performance.now() - t)} ms`);
       await writeIdRange(p.dir, { base, size: ID_RANGE });
     }
-    await prepareUpper(p.dir, base);
+    await prepareUpper(p.dir, base, { fresh });
     if (!(await isMountPoint(p.rootfs))) {
       await mkdir(p.rootfs, { recursive: true });
       await hook('overlay-mount');

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { chmod, chown, mkdir, readdir, rename } from 'node:fs/promises';
+import { chmod, lchown, mkdir, readdir, rename } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createDiskImage, detachLoops, mountDiskImage, removeTree, unmountAllUnder } from './disk.js';
 import { isMountPoint } from './mounts.js';
@@ -29,17 +29,24 @@ async function makeUpperDirs(dir: string): Promise<void> {
 }
 
 /**
- * Gives a mounted disk to the sandbox whose root is host id `base`: upper/, work/ and the agent's
- * directories become its root's (crun, inside the user namespace, makes mount targets in the
- * upper). The disk's root directory stays host root's, closed to everyone else. Idempotent: also
- * run on start(), for disks made before a directory was added here.
+ * Gives a mounted disk to the sandbox whose root is host id `base`: upper/ and work/ become its
+ * root's (crun, inside the user namespace, makes mount targets in the upper). The disk's root
+ * directory stays host root's, closed to everyone else.
+ *
+ * Everything below upper/ belongs to the sandbox once it has run: a tenant can replace `.sb/state`
+ * with a symlink to any host path, and host root must never follow it (a chown through it would
+ * hand that host directory to the tenant). So only a `fresh` disk, which no sandbox has touched yet,
+ * gets the agent's directories made and given here; on a start the agent, as root inside, makes
+ * whatever is missing itself. upper/ and work/ are entries of the disk's root, which the sandbox
+ * cannot reach (it sees the overlay, never the disk), and are changed without following links.
  */
-export async function prepareUpper(dir: string, base: number): Promise<void> {
-  await makeUpperDirs(dir);
+export async function prepareUpper(dir: string, base: number, opts: { fresh: boolean }): Promise<void> {
   const disk = join(dir, 'disk');
-  await chown(disk, 0, 0);
+  if (opts.fresh) await makeUpperDirs(dir);
+  await lchown(disk, 0, 0);
   await chmod(disk, 0o700);
-  for (const d of ['upper', 'work', ...UPPER_DIRS.map((u) => `upper/${u}`)]) await chown(join(disk, d), base, base);
+  const owned = ['upper', 'work', ...(opts.fresh ? UPPER_DIRS.map((u) => `upper/${u}`) : [])];
+  for (const d of owned) await lchown(join(disk, d), base, base);
 }
 
 async function discard(dir: string): Promise<void> {

@@ -125,6 +125,31 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     await t.rt.destroy(id);
   });
 
+  test("a tenant's symlinks on its disk are never followed by host root at start (.sb/state → a host directory)", async () => {
+    const id = 'link1';
+    const spec = testSpec(id, [lower]);
+    const victim = join(t.dataDir, `victim-${process.pid}`);
+    await mkdir(join(victim, 'keys'), { recursive: true, mode: 0o700 });
+    await writeFile(join(victim, 'keys', 'authorized_keys'), 'host secret\n', { mode: 0o600 });
+    try {
+      await t.rt.create(spec);
+      // Inside, the link dangles; on the host side it names the victim.
+      await sh(t.rt, id, `rm -rf /.sb/state && ln -s ${victim} /.sb/state && ln -s ${victim}/keys /.sb/state2 && test -L /.sb/state`);
+      await t.rt.stop(id);
+      await t.rt.start(spec);
+      assert.equal((await agentGet(t.rt.agentSocket(id))).ok, true, 'the sandbox starts');
+      for (const p of [victim, join(victim, 'keys'), join(victim, 'keys', 'authorized_keys')]) {
+        const st = statSync(p);
+        assert.deepEqual([st.uid, st.gid], [0, 0], `${p} still host root's`);
+      }
+      assert.equal(statSync(victim).mode & 0o777, 0o700);
+      assert.deepEqual(readdirSync(victim), ['keys'], 'nothing made in the host directory');
+    } finally {
+      await t.rt.destroy(id);
+      await rm(victim, { recursive: true, force: true });
+    }
+  });
+
   test('destroy leaves no trace and is idempotent', async () => {
     const id = 'gone1';
     await t.rt.create(testSpec(id, [lower], { internetAccess: true }));

@@ -1,12 +1,14 @@
 import { spawn } from 'node:child_process';
-import { existsSync, statfsSync } from 'node:fs';
-import { chmod, chown, lstat, mkdir, readFile, readdir, rmdir, stat, unlink, writeFile } from 'node:fs/promises';
-import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { chmod, lchown, mkdir, readFile, readdir, rmdir, stat, writeFile } from 'node:fs/promises';
+import { basename, isAbsolute, join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
 import { cgroupDirs, cgroupExists, removeCgroup, type CgroupLayout } from './cgroups.js';
 import type { Crun } from './crun.js';
 import { CANONICAL_ID_OFFSET } from '../images/types.js';
-import { checkLowerDirs, mountOverlay, removeTree, unmount, unmountAllUnder } from './disk.js';
+import { lstatBeneath, rmdirBeneath, unlinkEmptyFileBeneath } from './beneath.js';
+import { checkLowerDirs, createDiskImage, detachLoops, mountDiskImage, mountOverlay, removeTree, unmount, unmountAllUnder } from './disk.js';
+import { procOk } from './proc.js';
 import { layerIdOffset } from './idmap.js';
 import { deleteNetns, NetnsHolder, vethName, waitVethGone, type Ipam, type Subnet } from './net.js';
 import { buildConfig, HOST_CA_BUNDLE } from './oci.js';
@@ -28,13 +30,13 @@ export interface StepContext {
   log: (msg: string) => void;
 }
 
+/** Written by steps of earlier versions, whose work dir was beside the layer (cleanupStep reads it). */
 interface StepMeta {
   upperDir: string;
-  workDir: string;
+  workDir?: string;
 }
 
 const INIT_PATH = '/usr/bin/catatonit';
-const DISK_WATCH_MS = 500;
 
 function stepNames(ctx: StepContext, id: string) {
   const dir = join(ctx.dataDir, 'steps', id);
@@ -44,31 +46,35 @@ function stepNames(ctx: StepContext, id: string) {
     lowerScratch: join(dir, 'lower'),
     config: join(dir, 'config.json'),
     meta: join(dir, 'meta.json'),
+    /** The step's own disk: it writes to disk/upper, which is copied into the layer afterwards. */
+    image: join(dir, 'disk.img'),
+    disk: join(dir, 'disk'),
+    upper: join(dir, 'disk', 'upper'),
+    work: join(dir, 'disk', 'work'),
     netns: `${ctx.netnsPrefix}step_${id}`,
     cgroup: `/${ctx.cgroupParent}/_steps/${id}`,
   };
 }
 
-/** True when the top-most lower that has the path has it (whiteouts aside: good enough for a bind target). */
+/**
+ * True when a lower has the path (whiteouts aside: good enough for a bind target). Layers made by
+ * steps hold what tenants wrote, so no symlink in them is followed.
+ */
 async function inLowers(lowerDirs: string[], path: string): Promise<boolean> {
-  for (const l of lowerDirs) {
-    try {
-      await lstat(join(l, path));
-      return true;
-    } catch {
-      /* next */
-    }
-  }
+  for (const l of lowerDirs) if (await lstatBeneath(l, path)) return true;
   return false;
 }
 
 /**
  * One build step in a throwaway container with the same isolation as a sandbox (user namespace,
- * seccomp, capabilities, cgroup limits, own netns), on overlay(lowerDirs + upperDir). Afterwards
- * nothing is left but upperDir, whose files are in canonical ownership because root in the
- * container is host uid CANONICAL_ID_OFFSET: it can be used as a layer as it is. Unlike a sandbox,
- * a step runs as that shared range (its lowers, canonical already, are mounted directly); it runs
- * only template build commands, and its container is gone when the step ends.
+ * seccomp, capabilities, cgroup limits, own netns), on overlay(lowerDirs + an upper on a disk of
+ * its own). The disk is an ext4 image of the step's diskGb, as for sandboxes: a step that writes
+ * more gets ENOSPC inside, and no other tenant's work is measured against it. When the step has
+ * ended and its container is gone, the upper is copied into upperDir (cp -a: links stay links,
+ * whiteouts, xattrs, ownership and sparseness are kept) and the disk is removed. Its files are in
+ * canonical ownership because root in the container is host uid CANONICAL_ID_OFFSET: the copy can
+ * be used as a layer as it is. Unlike a sandbox, a step runs as that shared range (its lowers,
+ * canonical already, are mounted directly); it runs only template build commands.
  */
 export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }> {
   if (opts.signal?.aborted) throw abortReason(opts.signal);
@@ -83,28 +89,31 @@ export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{
   if (existsSync(n.dir) || ctx.crun.exists(opts.id)) await cleanupStep(ctx, opts.id);
 
   const upper = resolve(opts.upperDir);
-  const workDir = join(dirname(upper), `.${basename(upper)}.work-${opts.id}`);
   const undo = new UndoStack(ctx.log);
   try {
     await mkdir(join(ctx.dataDir, 'steps'), { recursive: true, mode: 0o711 });
     await mkdir(n.dir, { mode: 0o711 });
     undo.push('step directory', () => removeTree(n.dir));
-    await writeFile(n.meta, JSON.stringify({ upperDir: upper, workDir } satisfies StepMeta));
+    await writeFile(n.meta, JSON.stringify({ upperDir: upper } satisfies StepMeta));
 
+    await createDiskImage(n.image, Math.round(opts.resources.diskGb * 1024 ** 3));
+    await mkdir(n.disk, { mode: 0o700 });
+    await mountDiskImage(n.image, n.disk);
+    undo.push('step disk', async () => {
+      await unmountAllUnder(n.disk);
+      await detachLoops(n.image);
+    });
+    await mkdir(n.upper);
+    await mkdir(n.work);
     // The upper's root becomes the layer's root directory: give it the attributes of the image's root.
-    await mkdir(upper, { recursive: true });
     const rootAttrs = await stat(opts.lowerDirs[0]!);
     const rootOffset = await layerIdOffset(opts.lowerDirs[0]!);
-    await chown(upper, rootAttrs.uid - rootOffset + CANONICAL_ID_OFFSET, rootAttrs.gid - rootOffset + CANONICAL_ID_OFFSET);
-    await chmod(upper, rootAttrs.mode & 0o7777);
-    await mkdir(workDir);
-    undo.push('overlay workdir', () => removeTree(workDir));
-    // Pushed before the mount so that it runs after the unmount.
-    const targets = await missingTargets(opts.lowerDirs, upper, ['/.sb/init', ...(opts.binds ?? []).map((b) => b.target)]);
-    undo.push('mount targets', () => dropTargets(upper, targets));
+    await lchown(n.upper, rootAttrs.uid - rootOffset + CANONICAL_ID_OFFSET, rootAttrs.gid - rootOffset + CANONICAL_ID_OFFSET);
+    await chmod(n.upper, rootAttrs.mode & 0o7777);
+    const targets = await missingTargets(opts.lowerDirs, n.upper, ['/.sb/init', ...(opts.binds ?? []).map((b) => b.target)]);
     await mkdir(n.rootfs);
     // Canonical lowers are mounted directly; only layers still at the legacy offset get idmapped.
-    await mountOverlay(opts.lowerDirs, upper, workDir, n.rootfs, {
+    await mountOverlay(opts.lowerDirs, n.upper, n.work, n.rootfs, {
       helper: await ctx.idmapHelper(),
       base: CANONICAL_ID_OFFSET,
       scratch: n.lowerScratch,
@@ -162,6 +171,14 @@ export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{
       }
     }
     if (result.aborted) throw abortReason(opts.signal!);
+    {
+      // The step's processes are gone with its container: nothing writes the upper any more.
+      await ctx.crun.forceDelete(opts.id);
+      await unmount(n.rootfs);
+      await dropTargets(n.upper, targets);
+      await mkdir(upper, { recursive: true });
+      await procOk('cp', ['-a', '-T', '--', n.upper, upper]);
+    }
     return { exitCode: result.exitCode, timedOut: result.timedOut };
   } finally {
     await undo.run();
@@ -181,7 +198,7 @@ async function missingTargets(lowerDirs: string[], upper: string, targets: strin
     const parts = target.split('/').filter(Boolean);
     for (let i = 1; i <= parts.length; i++) {
       const rel = parts.slice(0, i).join('/');
-      const inUpper = existsSync(join(upper, rel));
+      const inUpper = (await lstatBeneath(upper, rel)) !== undefined;
       if (!(await inLowers(lowerDirs, rel)) && !inUpper) {
         created.push(rel);
       } else if (!inUpper && i < parts.length) {
@@ -192,18 +209,15 @@ async function missingTargets(lowerDirs: string[], upper: string, targets: strin
   return { created, parents };
 }
 
-/** ...and removes them afterwards, deepest first, only while they are still empty. */
+/**
+ * ...and removes them afterwards, deepest first, only while they are still empty. The step wrote
+ * this upper: a name on the way may now be a symlink to a host path, which is never followed.
+ */
 async function dropTargets(upper: string, m: { created: string[]; parents: string[] }): Promise<void> {
   const all = [...new Set([...m.created, ...m.parents])].sort((a, b) => b.split('/').length - a.split('/').length);
   for (const rel of all) {
-    const p = join(upper, rel);
-    try {
-      const st = await lstat(p);
-      if (st.isDirectory()) await rmdir(p);
-      else if (m.created.includes(rel) && st.isFile() && st.size === 0) await unlink(p);
-    } catch {
-      /* gone or not empty: leave it */
-    }
+    if (await rmdirBeneath(upper, rel)) continue;
+    if (m.created.includes(rel)) await unlinkEmptyFileBeneath(upper, rel);
   }
 }
 
@@ -221,21 +235,6 @@ function runForeground(
       timedOut = true;
       killAll();
     }, Math.max(1, opts.timeoutMs));
-    // The upper is a host directory (it becomes a layer), so diskGb cannot be a filesystem limit
-    // here; watching the host's free space bounds what a runaway step can write.
-    const budgetBytes = opts.resources.diskGb * 1024 ** 3;
-    const free = () => {
-      const st = statfsSync(opts.upperDir);
-      return st.bavail * st.bsize;
-    };
-    const freeAtStart = free();
-    const diskWatch = setInterval(() => {
-      if (freeAtStart - free() > budgetBytes) {
-        clearInterval(diskWatch);
-        opts.onOutput?.(`\nsandboxd: step stopped: it wrote more than its ${opts.resources.diskGb} GB disk allowance\n`);
-        killAll();
-      }
-    }, DISK_WATCH_MS);
     const onAbort = () => {
       aborted = true;
       killAll();
@@ -247,13 +246,11 @@ function runForeground(
     }
     child.on('error', (err) => {
       clearTimeout(timer);
-      clearInterval(diskWatch);
       opts.signal?.removeEventListener('abort', onAbort);
       reject(err);
     });
     child.on('close', (code, signal) => {
       clearTimeout(timer);
-      clearInterval(diskWatch);
       opts.signal?.removeEventListener('abort', onAbort);
       const exitCode = code ?? 128 + (signal ? signalNumber(signal) : 0);
       resolvePromise({ exitCode, timedOut, aborted });
@@ -285,6 +282,7 @@ export async function cleanupStep(ctx: StepContext, id: string): Promise<void> {
     /* no meta */
   }
   await unmountAllUnder(n.dir);
+  await detachLoops(n.image);
   if (meta?.workDir && basename(meta.workDir).includes('.work-')) await removeTree(meta.workDir);
   await removeTree(n.dir);
 }

@@ -1,5 +1,12 @@
 import { request } from 'node:http';
 
+/**
+ * The most the daemon reads of one answer of an agent to its own calls (health, env): they are a
+ * few hundred bytes. An agent is inside a sandbox, so its answers are hostile input: a bigger or
+ * never-ending body is refused, not buffered.
+ */
+export const AGENT_ANSWER_MAX_BYTES = 64 * 1024;
+
 /** One GET to the agent over its unix socket; resolves with the status and parsed JSON body. */
 export function agentGet(socketPath: string, path: string, timeoutMs: number): Promise<{ status: number; body: unknown }> {
   return agentJson(socketPath, 'GET', path, undefined, timeoutMs);
@@ -22,16 +29,51 @@ export async function waitForAgent(socketPath: string, timeoutMs: number): Promi
   throw new Error(`agent not ready after ${timeoutMs} ms: ${lastError instanceof Error ? lastError.message : String(lastError)}`);
 }
 
-/** One request to the agent over its unix socket, with an optional JSON body. */
-export function agentJson(socketPath: string, method: string, path: string, body: unknown, timeoutMs: number): Promise<{ status: number; body: unknown }> {
+/**
+ * One request to the agent over its unix socket, with an optional JSON body. The whole exchange,
+ * body included, ends within `timeoutMs`, and at most `maxBytes` of the answer are read: past
+ * either, the request is destroyed and the promise rejects. Never throws synchronously.
+ */
+export function agentJson(
+  socketPath: string,
+  method: string,
+  path: string,
+  body: unknown,
+  timeoutMs: number,
+  maxBytes = AGENT_ANSWER_MAX_BYTES,
+): Promise<{ status: number; body: unknown }> {
   return new Promise((resolve, reject) => {
+    let settled = false;
     const text = body === undefined ? undefined : JSON.stringify(body);
     const headers: Record<string, string | number> = { host: 'agent' };
     if (text !== undefined) Object.assign(headers, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
-    const req = request({ socketPath, path, method, timeout: timeoutMs, headers }, (res) => {
+    const req = request({ socketPath, path, method, headers });
+    const fail = (err: Error) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(deadline);
+      req.destroy();
+      reject(err);
+    };
+    const deadline = setTimeout(() => fail(new Error(`agent did not answer ${path} within ${timeoutMs} ms`)), timeoutMs);
+    req.on('response', (res) => {
+      res.on('error', (err) => fail(err));
+      const declared = Number(res.headers['content-length']);
+      if (Number.isFinite(declared) && declared > maxBytes) {
+        fail(new Error(`agent answered ${path} with ${declared} bytes; at most ${maxBytes} are read`));
+        return;
+      }
       const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
+      let size = 0;
+      res.on('data', (c: Buffer) => {
+        size += c.length;
+        if (size > maxBytes) fail(new Error(`agent answered ${path} with more than ${maxBytes} bytes`));
+        else chunks.push(c);
+      });
       res.on('end', () => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(deadline);
         const raw = Buffer.concat(chunks).toString('utf8');
         let parsed: unknown = raw;
         try {
@@ -41,10 +83,8 @@ export function agentJson(socketPath: string, method: string, path: string, body
         }
         resolve({ status: res.statusCode ?? 0, body: parsed });
       });
-      res.on('error', reject);
     });
-    req.on('timeout', () => req.destroy(new Error(`agent did not answer ${path} within ${timeoutMs} ms`)));
-    req.on('error', reject);
+    req.on('error', (err) => fail(err));
     req.end(text);
   });
 }

@@ -1,4 +1,5 @@
 import type { Config } from '../config.js';
+import type { ConnectionLimits } from './connections.js';
 import type { Store } from '../store/types.js';
 import type { EventBus } from './events.js';
 import type { KeyService } from './keys.js';
@@ -8,6 +9,7 @@ import type { TemplateService } from './templates.js';
 import type { TemplateBuildService } from './template-builds.js';
 import type { TokenService } from './tokens.js';
 import type { UploadService } from './uploads.js';
+import type { QuotaService } from './quotas.js';
 import type { WarmPool } from './warm-pool.js';
 
 /** Everything the HTTP layer may call. */
@@ -21,9 +23,12 @@ export interface Services {
   templates: TemplateService;
   events: EventBus;
   createLimiter: SlidingWindowLimiter;
+  quotas: QuotaService;
   builds?: TemplateBuildService;
   pool?: WarmPool;
   uploads?: UploadService;
+  /** Caps on open connections per client and per organization (absent: none, e.g. in unit tests). */
+  connections?: ConnectionLimits;
   /** Removes layers no template or live sandbox references. */
   gcLayers?: () => Promise<void>;
 }

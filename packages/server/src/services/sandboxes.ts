@@ -8,6 +8,8 @@ import type { RouteTable } from './routes.js';
 import type { SlidingWindowLimiter } from './rate-limit.js';
 import type { TemplateService } from './templates.js';
 import type { TokenService } from './tokens.js';
+import type { QuotaService } from './quotas.js';
+import { checkSize, checkTimeout, timeoutFor } from './limits.js';
 import { agentJson, waitForAgent } from './agent-client.js';
 import { warmKeyOf, type WarmPool } from './warm-pool.js';
 import { DEFAULT_TEMPLATE } from '../images/builtin.js';
@@ -31,6 +33,8 @@ export interface SandboxServiceDeps {
   events: EventBus;
   locks: KeyedMutex;
   createLimiter: SlidingWindowLimiter;
+  /** Per-organization limits: checked at create, start and timeout changes. */
+  quotas: QuotaService;
   /** Sandboxes booted ahead of time (absent or size 0: every create boots cold). */
   pool?: WarmPool;
   agentReadyTimeoutMs: number;
@@ -143,10 +147,12 @@ export class SandboxService {
     if (template.status !== 'active') {
       throw new ServiceError('TEMPLATE_NOT_READY', `template "${template.name}" is ${template.status}, not active`, { template: template.name });
     }
+    const limits = await this.d.quotas.limitsFor(orgId);
+    checkSize(limits, template, `template "${template.name}"`);
+    const timeoutSeconds = timeoutFor(limits, body.timeout_seconds);
     this.d.createLimiter.take(orgId);
 
     const now = new Date();
-    const timeoutSeconds = body.timeout_seconds ?? null;
     const row: SandboxRow = {
       id: newSandboxId(),
       orgId,
@@ -171,10 +177,20 @@ export class SandboxService {
       updatedAt: now.toISOString(),
       deletedAt: null,
     };
-    const warmId = await this.claimWarm(row);
-    if (warmId) row.id = warmId;
-    // The row exists before anything is built, so a crash half-way is found and cleaned at restart.
-    await this.d.store.sandboxes.insert(row);
+    // The row exists before anything is built, so a crash half-way is found and cleaned at restart;
+    // inserted as the quota admits it, it counts for every create after this one. A warm sandbox
+    // is handed out only once admitted, so the pool never counts against anyone.
+    const warmId = await this.d.quotas.admit(orgId, { sandboxes: 1, memoryMb: row.memoryMb, diskGb: row.diskGb }, async () => {
+      const warm = await this.claimWarm(row);
+      if (warm) row.id = warm;
+      try {
+        await this.d.store.sandboxes.insert(row);
+      } catch (err) {
+        if (warm) await this.d.runtime.destroy(warm).catch(() => undefined);
+        throw err;
+      }
+      return warm;
+    });
     const undo: Array<() => Promise<void>> = [async () => this.d.store.sandboxes.remove(row.id)];
     try {
       return await this.d.locks.run(row.id, async () => {
@@ -286,13 +302,17 @@ export class SandboxService {
     return { data: page.map((r) => this.render(r)), hasMore, nextCursor };
   }
 
-  /** Runs a state change under the sandbox's lock, from the states in `from`, with a CAS on the row. */
+  /**
+   * Runs a state change under the sandbox's lock, from the states in `from`, with a CAS on the row.
+   * `admit`, when given, wraps the work and the update (a quota admission around both).
+   */
   private async transition(
     orgId: string,
     id: string,
     action: string,
     from: SandboxRow['status'][],
     work: (row: SandboxRow) => Promise<Partial<SandboxRow>>,
+    admit?: (row: SandboxRow, commit: () => Promise<SandboxRow>) => Promise<SandboxRow>,
   ): Promise<SandboxRow> {
     return this.d.locks.run(id, async () => {
       const row = await this.get(orgId, id);
@@ -302,9 +322,13 @@ export class SandboxService {
           current_state: row.status,
         });
       }
-      const patch = await work(row);
-      const next = await this.d.store.sandboxes.update(id, row.version, { ...patch, updatedAt: new Date().toISOString() });
-      if (!next) throw new ServiceError('INTERNAL_ERROR', 'sandbox changed concurrently; retry');
+      const commit = async () => {
+        const patch = await work(row);
+        const next = await this.d.store.sandboxes.update(id, row.version, { ...patch, updatedAt: new Date().toISOString() });
+        if (!next) throw new ServiceError('INTERNAL_ERROR', 'sandbox changed concurrently; retry');
+        return next;
+      };
+      const next = admit ? await admit(row, commit) : await commit();
       this.route(next);
       return next;
     });
@@ -339,18 +363,39 @@ export class SandboxService {
   }
 
   async start(orgId: string, id: string): Promise<SandboxRow> {
-    const row = await this.transition(orgId, id, 'start', ['stopped'], async (r) => {
-      await this.bootAgain(r);
-      return { status: 'running' };
-    });
+    // A stopped sandbox already holds its disk; running again it holds a slot and its memory. The
+    // organization's admissions wait for this boot, so the row is running before the next check.
+    const row = await this.transition(
+      orgId,
+      id,
+      'start',
+      ['stopped'],
+      async (r) => {
+        await this.bootAgain(r);
+        return { status: 'running' };
+      },
+      (r, commit) => this.d.quotas.admit(r.orgId, { sandboxes: 1, memoryMb: r.memoryMb, diskGb: 0 }, commit),
+    );
     this.event('started', row);
     return row;
   }
 
+  /**
+   * Boots a stopped sandbox on its disk and waits for its agent. The agent runs the tenant's disk,
+   * so it may never answer properly: then the container is stopped again (the sandbox stays
+   * stopped, nothing keeps running) and the caller gets a 502 saying so.
+   */
   private async bootAgain(r: SandboxRow): Promise<void> {
     await this.d.runtime.start(this.spec(r));
     this.oomSeen.set(r.id, 0);
-    await waitForAgent(this.d.runtime.agentSocket(r.id), this.d.agentReadyTimeoutMs);
+    try {
+      await waitForAgent(this.d.runtime.agentSocket(r.id), this.d.agentReadyTimeoutMs);
+    } catch (err) {
+      await this.d.runtime.stop(r.id).catch((e: unknown) => this.d.log('stopping a sandbox whose agent failed failed', { id: r.id, error: String(e) }));
+      throw new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent did not become ready, so it was stopped again: ${err instanceof Error ? err.message : String(err)}`, {
+        id: r.id,
+      });
+    }
   }
 
   async delete(orgId: string, id: string, reason = 'deleted'): Promise<SandboxRow> {
@@ -365,15 +410,30 @@ export class SandboxService {
   }
 
   async setTimeout(orgId: string, id: string, timeoutSeconds: number): Promise<SandboxRow> {
-    return this.transition(orgId, id, 'set the timeout of', ['running', 'paused', 'stopped'], async () => ({
-      timeoutSeconds,
-      expiresAt: new Date(Date.now() + timeoutSeconds * 1000).toISOString(),
-    }));
+    return this.transition(orgId, id, 'set the timeout of', ['running', 'paused', 'stopped'], async () => {
+      checkTimeout(await this.d.quotas.limitsFor(orgId), timeoutSeconds);
+      return { timeoutSeconds, expiresAt: new Date(Date.now() + timeoutSeconds * 1000).toISOString() };
+    });
   }
 
   async refreshToken(orgId: string, id: string) {
     const row = await this.get(orgId, id);
     return this.d.tokens.issue(row.id, row.orgId);
+  }
+
+  private async markStopped(row: SandboxRow, reason: string): Promise<void> {
+    try {
+      await this.d.runtime.stop(row.id);
+      const next = await this.d.store.sandboxes.update(row.id, row.version, { status: 'stopped', updatedAt: new Date().toISOString() });
+      if (next) {
+        this.route(next);
+        // Its URL answers 409 SANDBOX_STOPPED, as every stopped sandbox's does.
+        await this.d.gateway.open(next.id, next.gatewayPort);
+        this.event('stopped', next, reason);
+      }
+    } catch (err) {
+      this.d.log('marking a sandbox stopped failed', { id: row.id, error: String(err) });
+    }
   }
 
   /** Publishes `oom_killed` when a running sandbox's cgroup records a new OOM kill. */
@@ -464,6 +524,9 @@ export class SandboxService {
       } catch (err) {
         this.d.log('reconciling a sandbox failed', { id: row.id, error: err instanceof Error ? err.message : String(err) });
         liveIds.add(row.id);
+        // A sandbox that cannot be brought back (its agent never answers, say) is stopped, so that
+        // what the API says is true and no start of the daemon trips over it again.
+        if (current.status === 'running' || current.status === 'paused') await this.markStopped(current, 'could not be restarted after the service restarted');
       }
     }
     for (const id of await this.d.runtime.list()) {

@@ -4,8 +4,10 @@ import { appendFile, mkdir, open, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
 import type { BuildRow, Store, TemplateRow } from '../store/types.js';
-import { normalizeBuildRequest, type BuildRequest, type BuildStep } from './template-requests.js';
+import { BUILD_DEFAULTS, normalizeBuildRequest, type BuildRequest, type BuildStep } from './template-requests.js';
 import type { UploadService } from './uploads.js';
+import type { QuotaService } from './quotas.js';
+import { checkSize, type OrgLimits } from './limits.js';
 
 /** A file a COPY step puts into the image: an uploaded blob, or a tarball to unpack. */
 export interface CopyInput {
@@ -51,7 +53,20 @@ export interface BuildLimits {
   perDay: number;
 }
 
+/** At most this much of a build's output is kept (its log file, and lines waiting to be written). */
+export const MAX_BUILD_LOG_BYTES = 16 * 1024 * 1024;
+
 const BUILTIN_NAMES = new Set(['base', 'python', 'nodejs', 'go', 'code-interpreter']);
+
+/** The build defaults, lowered to the organization's maximums: a request that names nothing still fits. */
+function defaultsWithin(l: OrgLimits) {
+  const within = (v: number, max: number | null) => (max === null ? v : Math.min(v, max));
+  return {
+    cpu: within(BUILD_DEFAULTS.cpu, l.max_vcpu),
+    memoryMb: within(BUILD_DEFAULTS.memoryMb, l.max_memory_mb),
+    diskGb: within(BUILD_DEFAULTS.diskGb, l.max_disk_gb),
+  };
+}
 
 /** The level a build log line is shown with (JSON polling clients and SSE alike). */
 export function levelOf(line: string): 'ERROR' | 'WARN' | 'INFO' {
@@ -76,6 +91,7 @@ export class TemplateBuildService {
     private logsDir: string,
     private limits: BuildLimits,
     private log: (msg: string, extra?: Record<string, unknown>) => void,
+    private quotas: QuotaService,
   ) {
     this.live.setMaxListeners(0);
   }
@@ -94,9 +110,7 @@ export class TemplateBuildService {
   }
 
   private async checkRateLimit(orgId: string): Promise<void> {
-    const now = Date.now();
-    const hour = await this.store.builds.countSince(orgId, new Date(now - 3600_000).toISOString());
-    const day = await this.store.builds.countSince(orgId, new Date(now - 86_400_000).toISOString());
+    const { per_hour: { used: hour }, per_day: { used: day } } = await this.usage(orgId);
     const over = hour >= this.limits.perHour ? { n: this.limits.perHour, per: 'hour', retry: 3600 } : day >= this.limits.perDay ? { n: this.limits.perDay, per: 'day', retry: 86_400 } : null;
     if (over) {
       // Retry when the oldest build of the window leaves it; a coarse but honest bound.
@@ -110,7 +124,10 @@ export class TemplateBuildService {
   }
 
   async start(orgId: string, body: unknown): Promise<{ build: BuildRow; template: TemplateRow }> {
-    const req: BuildRequest = normalizeBuildRequest(body);
+    const orgLimits = await this.quotas.limitsFor(orgId);
+    const req: BuildRequest = normalizeBuildRequest(body, defaultsWithin(orgLimits));
+    // What a build asks for becomes what every sandbox of the template gets: the same maximums.
+    checkSize(orgLimits, { vcpu: req.cpu, memoryMb: req.memoryMb, diskGb: req.diskGb }, 'this build');
     if (BUILTIN_NAMES.has(req.alias)) {
       throw new ServiceError('TEMPLATE_EXISTS', `alias "${req.alias}" is a built-in template; choose another alias`, { alias: req.alias });
     }
@@ -161,7 +178,6 @@ export class TemplateBuildService {
       createdAt: now,
       updatedAt: now,
     };
-    if (!own) await this.store.templates.upsert(template);
     const build: BuildRow = {
       id: buildId,
       orgId,
@@ -176,7 +192,12 @@ export class TemplateBuildService {
       startedAt: now,
       completedAt: null,
     };
-    await this.store.builds.insert(build);
+    // A running build holds its memory and disk like a sandbox (not a sandbox slot): its row counts
+    // from here until it finishes.
+    await this.quotas.admit(orgId, { sandboxes: 0, memoryMb: req.memoryMb, diskGb: req.diskGb }, async () => {
+      if (!own) await this.store.templates.upsert(template);
+      await this.store.builds.insert(build);
+    });
     await mkdir(this.logsDir, { recursive: true, mode: 0o700 });
     void this.execute(build, template, req, copies);
     return { build, template };
@@ -193,8 +214,17 @@ export class TemplateBuildService {
     const abort = new AbortController();
     this.aborts.set(build.id, abort);
     let chain = Promise.resolve();
-    const log = (line: string) => {
+    const write = (line: string) => {
       chain = chain.then(() => this.append(build.id, line)).catch(() => {});
+    };
+    // Steps print what the tenant's commands print: the log file and the lines waiting to be
+    // written are bounded, the build goes on without them.
+    let logged = 0;
+    const log = (line: string) => {
+      if (logged > MAX_BUILD_LOG_BYTES) return;
+      logged += Buffer.byteLength(line) + 1;
+      if (logged <= MAX_BUILD_LOG_BYTES) write(line);
+      else write(`sandboxd: this build's log reached ${MAX_BUILD_LOG_BYTES / 1024 / 1024} MiB; later output is not kept (the build goes on)`);
     };
     try {
       const copies = new Map<number, CopyInput[]>();
@@ -231,12 +261,12 @@ export class TemplateBuildService {
         errorMessage: null,
         updatedAt: now,
       });
-      log(`build ${build.id} succeeded: ${result.layerIds.length} layers`);
+      write(`build ${build.id} succeeded: ${result.layerIds.length} layers`);
       await chain;
       await this.finish(build, 'active', null);
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
-      log(`ERROR: build failed: ${message}`);
+      write(`ERROR: build failed: ${message}`);
       await chain;
       const current = await this.store.templates.byId(template.id);
       if (current && current.status === 'building') {
@@ -260,6 +290,16 @@ export class TemplateBuildService {
     if (!b) throw new ServiceError('BUILD_NOT_FOUND', `no build with id ${id}`);
     if (b.orgId !== orgId) throw new ServiceError('PERMISSION_DENIED');
     return b;
+  }
+
+  /** The organization's builds against the rate limit, and how many run now. */
+  async usage(orgId: string) {
+    const now = Date.now();
+    return {
+      per_hour: { used: await this.store.builds.countSince(orgId, new Date(now - 3600_000).toISOString()), limit: this.limits.perHour },
+      per_day: { used: await this.store.builds.countSince(orgId, new Date(now - 86_400_000).toISOString()), limit: this.limits.perDay },
+      running: (await this.store.builds.running(orgId)).length,
+    };
   }
 
   renderStatus(b: BuildRow): Record<string, unknown> {

@@ -24,6 +24,9 @@ export interface BuildRequest {
   update: boolean;
 }
 
+/** Resources of a build that does not name them (the spec's limits bound what it may name). */
+export const BUILD_DEFAULTS = { cpu: 2, memoryMb: 2048, diskGb: 10 } as const;
+
 const invalid = (message: string) => new ServiceError('INVALID_TEMPLATE_DEFINITION', message);
 
 function str(v: unknown, field: string, opts: { max?: number; allowEmpty?: boolean } = {}): string {
@@ -119,17 +122,20 @@ function normalizeStep(raw: unknown, i: number): BuildStep {
   }
 }
 
-/** Validates a build request of either shape (api-decisions.md §5) into one normalized form. */
-export function normalizeBuildRequest(body: unknown): BuildRequest {
+/**
+ * Validates a build request of either shape (api-decisions.md §5) into one normalized form;
+ * `defaults` fill the resources it does not name.
+ */
+export function normalizeBuildRequest(body: unknown, defaults: { cpu: number; memoryMb: number; diskGb: number } = BUILD_DEFAULTS): BuildRequest {
   if (!body || typeof body !== 'object' || Array.isArray(body)) throw invalid('the request body must be a JSON object');
   const b = body as Record<string, unknown>;
   const aliasRaw = b.alias ?? b.name;
   if (aliasRaw === undefined) throw invalid('alias is required (the template name)');
   const alias = str(aliasRaw, 'alias', { max: 63 });
   if (!ALIAS_RE.test(alias)) throw invalid(`alias "${alias}" must be 1-63 lowercase letters, digits, ".", "_" or "-", starting with a letter or digit`);
-  const cpu = intIn(b.cpu, 'cpu', 2, 1, 64);
-  const memoryMb = intIn(b.memory, 'memory', 2048, 128, 1_048_576);
-  const diskGb = intIn(b.diskGB, 'diskGB', 10, 1, 10_000);
+  const cpu = intIn(b.cpu, 'cpu', defaults.cpu, 1, 64);
+  const memoryMb = intIn(b.memory, 'memory', defaults.memoryMb, 128, 1_048_576);
+  const diskGb = intIn(b.diskGB, 'diskGB', defaults.diskGb, 1, 10_000);
   if (b.steps === undefined && b.from_image === undefined) throw invalid('steps is required');
   if (b.steps !== undefined && !Array.isArray(b.steps)) throw invalid('steps must be an array');
   const rawSteps = (b.steps as unknown[] | undefined) ?? [];

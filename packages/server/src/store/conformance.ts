@@ -59,7 +59,37 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     const p2 = await s.sandboxes.list({ orgId: 'org_a', limit: 10, after: { createdAt: p1[1]!.createdAt, id: p1[1]!.id } });
     assert.deepEqual(p2.map((r) => r.id), ['sb2', 'sb1', 'sb0']);
     assert.equal((await s.sandboxes.list({ orgId: 'org_a', limit: 10, status: 'deleted' })).length, 1);
-    assert.equal(await s.sandboxes.countLive('org_a'), 5);
+    assert.equal((await s.sandboxes.usage('org_a')).active, 5);
+    s.close();
+  });
+
+  test(`${name}: usage counts memory of active sandboxes and disk of every sandbox not deleted, per organization`, async () => {
+    const s = await open();
+    assert.deepEqual(await s.sandboxes.usage('org_a'), { active: 0, activeVcpu: 0, activeMemoryMb: 0, stopped: 0, diskGb: 0 });
+    const states = ['creating', 'running', 'paused', 'stopped', 'deleted'] as const;
+    for (const [i, status] of states.entries()) {
+      await s.sandboxes.insert(sandbox(`sb${i}`, { status, vcpu: 1 + i, memoryMb: 100 * (i + 1), diskGb: 10 ** i }));
+    }
+    await s.sandboxes.insert(sandbox('theirs', { orgId: 'org_b', memoryMb: 5000, diskGb: 50 }));
+    // creating + running + paused hold memory; stopped ones only their disk; deleted ones nothing.
+    assert.deepEqual(await s.sandboxes.usage('org_a'), { active: 3, activeVcpu: 6, activeMemoryMb: 600, stopped: 1, diskGb: 1111 });
+    assert.deepEqual(await s.sandboxes.usage('org_b'), { active: 1, activeVcpu: 1, activeMemoryMb: 5000, stopped: 0, diskGb: 50 });
+    s.close();
+  });
+
+  test(`${name}: an organization's limit overrides round-trip; {} removes them; removing the organization removes them`, async () => {
+    const s = await open();
+    const org = await s.orgs.create('acme');
+    assert.deepEqual(await s.orgs.limits(org.id), {});
+    await s.orgs.setLimits(org.id, { max_vcpu: 2, max_sandboxes: null });
+    assert.deepEqual(await s.orgs.limits(org.id), { max_vcpu: 2, max_sandboxes: null });
+    await s.orgs.setLimits(org.id, { max_memory_mb: 512 });
+    assert.deepEqual(await s.orgs.limits(org.id), { max_memory_mb: 512 }, 'replaced, not merged');
+    await s.orgs.setLimits(org.id, {});
+    assert.deepEqual(await s.orgs.limits(org.id), {});
+    await s.orgs.setLimits(org.id, { max_disk_gb: 3 });
+    await s.orgs.remove(org.id);
+    assert.deepEqual(await s.orgs.limits(org.id), {});
     s.close();
   });
 
@@ -106,6 +136,10 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     assert.equal((await s.builds.byId('b1'))?.progress, 50);
     assert.equal(await s.builds.countSince('o', new Date(Date.now() - 60_000).toISOString()), 1);
     assert.deepEqual((await s.builds.unfinished()).map((x) => x.id), ['b1']);
+    assert.deepEqual((await s.builds.running('o')).map((x) => x.id), ['b1']);
+    assert.deepEqual(await s.builds.running('other'), []);
+    await s.builds.update('b1', { status: 'active' });
+    assert.deepEqual(await s.builds.running('o'), [], 'a finished build no longer runs');
     assert.deepEqual((await s.builds.byId('b1'))?.request, { x: 1 });
     s.close();
   });

@@ -102,6 +102,18 @@ MIGRATIONS.push(`
 `);
 
 /**
+ * Per-organization overrides of the configured limits (JSON: limit name → number, or null for no
+ * limit). A table of its own, so an organization without overrides has no row.
+ */
+MIGRATIONS.push(`
+  CREATE TABLE IF NOT EXISTS org_limits (
+    org_id TEXT PRIMARY KEY REFERENCES organizations(id) ON DELETE CASCADE,
+    limits TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+  );
+`);
+
+/**
  * Until now upload-link recorded a file for the asking organization before any upload, so a row
  * does not prove that its organization ever had the bytes (issue 8, item 6). Rows are now written
  * only by a verified PUT; the old ones cannot be told apart, so they go: a client asks for an

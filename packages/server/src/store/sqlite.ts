@@ -10,11 +10,13 @@ import type {
   UploadRow,
   ApiKeyRepo,
   ApiKeyRow,
+  LimitOverrides,
   OrgRepo,
   OrgRow,
   SandboxListFilter,
   SandboxRepo,
   SandboxRow,
+  SandboxUsage,
   Store,
   TemplateRepo,
   TemplateRow,
@@ -205,7 +207,24 @@ class SqliteOrgRepo implements OrgRepo {
     return (this.db.prepare('SELECT * FROM organizations ORDER BY created_at').all() as Raw[]).map(orgFrom);
   }
   async remove(id: string) {
+    this.db.prepare('DELETE FROM org_limits WHERE org_id = ?').run(id);
     this.db.prepare('DELETE FROM organizations WHERE id = ?').run(id);
+  }
+  async limits(id: string) {
+    const r = this.db.prepare('SELECT limits FROM org_limits WHERE org_id = ?').get(id) as Raw | undefined;
+    return r ? json<LimitOverrides>(r.limits) : {};
+  }
+  async setLimits(id: string, overrides: LimitOverrides) {
+    if (Object.keys(overrides).length === 0) {
+      this.db.prepare('DELETE FROM org_limits WHERE org_id = ?').run(id);
+      return;
+    }
+    this.db
+      .prepare(
+        `INSERT INTO org_limits (org_id, limits, updated_at) VALUES (?, ?, ?)
+         ON CONFLICT (org_id) DO UPDATE SET limits = excluded.limits, updated_at = excluded.updated_at`,
+      )
+      .run(id, JSON.stringify(overrides), new Date().toISOString());
   }
 }
 
@@ -363,9 +382,25 @@ class SqliteSandboxRepo implements SandboxRepo {
     const rows = this.db.prepare(`SELECT gateway_port FROM sandboxes WHERE status <> 'deleted' AND gateway_port IS NOT NULL`).all() as Raw[];
     return new Set(rows.map((r) => Number(r.gateway_port)));
   }
-  async countLive(orgId: string) {
-    const r = this.db.prepare(`SELECT count(*) AS n FROM sandboxes WHERE org_id = ? AND status <> 'deleted'`).get(orgId) as Raw;
-    return Number(r.n);
+  async usage(orgId: string): Promise<SandboxUsage> {
+    const r = this.db
+      .prepare(
+        `SELECT
+           coalesce(sum(status IN ('creating','running','paused')), 0) AS active,
+           coalesce(sum(CASE WHEN status IN ('creating','running','paused') THEN vcpu ELSE 0 END), 0) AS active_vcpu,
+           coalesce(sum(CASE WHEN status IN ('creating','running','paused') THEN memory_mb ELSE 0 END), 0) AS active_memory_mb,
+           coalesce(sum(status = 'stopped'), 0) AS stopped,
+           coalesce(sum(disk_gb), 0) AS disk_gb
+         FROM sandboxes WHERE org_id = ? AND status <> 'deleted'`,
+      )
+      .get(orgId) as Raw;
+    return {
+      active: Number(r.active),
+      activeVcpu: Number(r.active_vcpu),
+      activeMemoryMb: Number(r.active_memory_mb),
+      stopped: Number(r.stopped),
+      diskGb: Number(r.disk_gb),
+    };
   }
   async countByTemplate(templateId: string) {
     const r = this.db.prepare(`SELECT count(*) AS n FROM sandboxes WHERE template_id = ? AND status <> 'deleted'`).get(templateId) as Raw;
@@ -437,6 +472,9 @@ class SqliteBuildRepo implements BuildRepo {
   }
   async unfinished() {
     return (this.db.prepare(`SELECT * FROM builds WHERE status = 'building'`).all() as Raw[]).map(buildFrom);
+  }
+  async running(orgId: string) {
+    return (this.db.prepare(`SELECT * FROM builds WHERE org_id = ? AND status = 'building'`).all(orgId) as Raw[]).map(buildFrom);
   }
 }
 

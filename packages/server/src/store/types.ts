@@ -88,12 +88,34 @@ export interface SandboxListFilter {
   limit: number;
 }
 
+/**
+ * An organization's overrides of the configured limits, by limit name (services/limits.ts): a
+ * missing name inherits the default, null means no limit.
+ */
+export type LimitOverrides = Record<string, number | null>;
+
 export interface OrgRepo {
   create(name: string): Promise<OrgRow>;
   byId(id: string): Promise<OrgRow | undefined>;
   byName(name: string): Promise<OrgRow | undefined>;
   list(): Promise<OrgRow[]>;
   remove(id: string): Promise<void>;
+  /** The organization's overrides ({} when it has none). */
+  limits(id: string): Promise<LimitOverrides>;
+  /** Replaces the organization's overrides ({} removes them all). */
+  setLimits(id: string, overrides: LimitOverrides): Promise<void>;
+}
+
+/**
+ * What an organization's sandboxes hold. Active = being created, running or paused: they hold
+ * memory (a paused sandbox keeps its memory). Every sandbox not deleted holds its disk.
+ */
+export interface SandboxUsage {
+  active: number;
+  activeVcpu: number;
+  activeMemoryMb: number;
+  stopped: number;
+  diskGb: number;
 }
 
 export interface ApiKeyRepo {
@@ -127,7 +149,7 @@ export interface SandboxRepo {
   /** Deleted rows older than `before` are removed for good. */
   purgeDeleted(before: string): Promise<number>;
   usedGatewayPorts(): Promise<Set<number>>;
-  countLive(orgId: string): Promise<number>;
+  usage(orgId: string): Promise<SandboxUsage>;
   countByTemplate(templateId: string): Promise<number>;
   remove(id: string): Promise<void>;
 }
@@ -181,6 +203,8 @@ export interface BuildRepo {
   countSince(orgId: string, since: string): Promise<number>;
   /** Builds left 'building' by a previous process. */
   unfinished(): Promise<BuildRow[]>;
+  /** The organization's builds still running. */
+  running(orgId: string): Promise<BuildRow[]>;
 }
 
 export interface UploadRepo {

@@ -1,13 +1,22 @@
 import type { FastifyInstance } from 'fastify';
 import type { Services } from '../../services/index.js';
+import { timeoutFor } from '../../services/limits.js';
 import { guard, principalOf } from '../auth.js';
 
+/** Every limit of the caller's organization (null: no limit) and what it holds against each. */
 export function accountLimitsRoute(app: FastifyInstance, s: Services): void {
   app.get('/v1/account/limits', { preHandler: guard(s.keys, 'sandboxes:read') }, async (req) => {
     const org = principalOf(req).orgId;
+    const limits = await s.quotas.limitsFor(org);
+    const used = await s.quotas.usage(org);
     return {
       organization_id: org,
-      concurrent_sandboxes: { used: await s.store.sandboxes.countLive(org), limit: null },
+      concurrent_sandboxes: { used: used.sandboxes, limit: limits.max_sandboxes, stopped: used.stoppedSandboxes },
+      committed_memory_mb: { used: used.memoryMb, limit: limits.max_total_memory_mb },
+      committed_disk_gb: { used: used.diskGb, limit: limits.max_total_disk_gb },
+      per_sandbox: { vcpu: limits.max_vcpu, memory_mb: limits.max_memory_mb, disk_gb: limits.max_disk_gb },
+      sandbox_timeout_seconds: { default: timeoutFor(limits, undefined), max: limits.max_timeout_seconds },
+      template_builds: s.builds ? await s.builds.usage(org) : null,
       rate_limits: {
         sandbox_creates_per_minute: { limit: s.config.rateLimit.sandboxCreatesPerMinute, used: s.createLimiter.usage(org) },
       },

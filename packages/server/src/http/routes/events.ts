@@ -7,6 +7,8 @@ import { SandboxIdParams } from './params.js';
 
 /** Server-sent lifecycle events (api-decisions.md §2.3), for one sandbox or the whole organization. */
 function stream(req: FastifyRequest, reply: FastifyReply, s: Services, accept: (m: SandboxEventMessage) => boolean): void {
+  // An open stream holds a connection for as long as the client likes: it counts against the org.
+  const release = s.connections?.acquireOrg(principalOf(req).orgId);
   reply.hijack();
   const raw = reply.raw;
   raw.writeHead(200, {
@@ -23,6 +25,7 @@ function stream(req: FastifyRequest, reply: FastifyReply, s: Services, accept: (
   req.raw.on('close', () => {
     clearInterval(ping);
     unsubscribe();
+    release?.();
   });
 }
 

@@ -24,6 +24,8 @@ export function templateBuildLogsRoute(app: FastifyInstance, s: Services): void 
         const { logs, offset, atEnd } = await builds.logsSince(build, req.query.offset ?? 0);
         return { logs, offset, status: fresh.status, complete: fresh.status !== 'building' && atEnd, request_id: req.id };
       }
+      const release = s.connections?.acquireOrg(principalOf(req).orgId);
+      req.raw.once('close', () => release?.());
       reply.hijack();
       const raw = reply.raw;
       raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-request-id': String(req.id) });

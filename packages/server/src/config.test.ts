@@ -1,0 +1,70 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ConfigError, hostFacts, loadConfig } from './config.js';
+
+const SMALL = { cpus: 1, memoryMb: 1000, diskGb: 8 };
+const BIG = { cpus: 16, memoryMb: 65536, diskGb: 1000 };
+
+test('default limits come from the host: cores, half its memory and disk per sandbox, all of them per organization', () => {
+  assert.deepEqual(loadConfig({}, BIG).limits, {
+    max_vcpu: 16,
+    max_memory_mb: 32768,
+    max_disk_gb: 500,
+    max_sandboxes: 100,
+    max_total_memory_mb: 65536,
+    max_total_disk_gb: 1000,
+    default_timeout_seconds: 3600,
+    max_timeout_seconds: 86400,
+  });
+});
+
+test('on a small host the defaults still fit the built-in templates (code-interpreter: 2 vCPU, 2 GB, 10 GB)', () => {
+  const l = loadConfig({}, SMALL).limits;
+  assert.deepEqual([l.max_vcpu, l.max_memory_mb, l.max_disk_gb], [2, 2048, 10]);
+  assert.deepEqual([l.max_total_memory_mb, l.max_total_disk_gb], [2048, 10]);
+});
+
+test('SANDBOXD_<LIMIT> sets each limit; 0 means no limit', () => {
+  const l = loadConfig(
+    {
+      SANDBOXD_MAX_VCPU: '4',
+      SANDBOXD_MAX_MEMORY_MB: '0',
+      SANDBOXD_MAX_DISK_GB: '7',
+      SANDBOXD_MAX_SANDBOXES: '5',
+      SANDBOXD_MAX_TOTAL_MEMORY_MB: '4096',
+      SANDBOXD_MAX_TOTAL_DISK_GB: '0',
+      SANDBOXD_DEFAULT_TIMEOUT_SECONDS: '300',
+      SANDBOXD_MAX_TIMEOUT_SECONDS: '3600',
+    },
+    BIG,
+  ).limits;
+  assert.deepEqual(l, {
+    max_vcpu: 4,
+    max_memory_mb: null,
+    max_disk_gb: 7,
+    max_sandboxes: 5,
+    max_total_memory_mb: 4096,
+    max_total_disk_gb: null,
+    default_timeout_seconds: 300,
+    max_timeout_seconds: 3600,
+  });
+  const never = loadConfig({ SANDBOXD_DEFAULT_TIMEOUT_SECONDS: '0', SANDBOXD_MAX_TIMEOUT_SECONDS: '0' }, BIG).limits;
+  assert.deepEqual([never.default_timeout_seconds, never.max_timeout_seconds], [null, null]);
+});
+
+test('bad limit settings are refused at start, naming the variable', () => {
+  for (const [env, re] of [
+    [{ SANDBOXD_MAX_MEMORY_MB: '64' }, /SANDBOXD_MAX_MEMORY_MB must be 0 \(no limit\) or at least 128/],
+    [{ SANDBOXD_MAX_VCPU: 'two' }, /SANDBOXD_MAX_VCPU must be an integer/],
+    [{ SANDBOXD_MAX_SANDBOXES: '-1' }, /SANDBOXD_MAX_SANDBOXES/],
+    [{ SANDBOXD_DEFAULT_TIMEOUT_SECONDS: '7200', SANDBOXD_MAX_TIMEOUT_SECONDS: '3600' }, /must not be above SANDBOXD_MAX_TIMEOUT_SECONDS/],
+    [{ SANDBOXD_DEFAULT_TIMEOUT_SECONDS: '0' }, /never expire\) needs SANDBOXD_MAX_TIMEOUT_SECONDS=0/],
+  ] as const) {
+    assert.throws(() => loadConfig(env, BIG), (err: unknown) => err instanceof ConfigError && re.test(err.message));
+  }
+});
+
+test('host facts are read from this machine: cores, memory, and the filesystem of the data dir (or its nearest parent)', () => {
+  const f = hostFacts('/nonexistent/sandboxd/data');
+  assert.ok(f.cpus >= 1 && f.memoryMb > 100 && f.diskGb >= 1, JSON.stringify(f));
+});

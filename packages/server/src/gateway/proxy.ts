@@ -1,0 +1,144 @@
+import { request, type Agent, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import { ServiceError } from '@sandboxd/protocol';
+
+/** Headers that describe one hop, plus our credentials: never forwarded to the agent. */
+export const HOP_HEADERS = new Set([
+  'connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'authorization', 'x-api-key', 'te', 'trailer',
+]);
+/** Response headers of one hop: not relayed from the agent (Node frames the client's response itself). */
+const RESPONSE_HOP_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer', 'te']);
+/** RFC 9110 token: what a header name may be. */
+const TOKEN_RE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** What Node lets a header value hold (no CR, LF, NUL or other control characters but tab). */
+const VALUE_RE = /^[\t\x20-\x7e\x80-\xff]*$/;
+/** A sandbox may send a few 1xx (100 Continue, 103 Early Hints); an endless stream of them is an attack. */
+const MAX_INFORMATIONAL = 16;
+
+export interface ProxyTimeouts {
+  /** From the request until the agent's response headers (executions may run up to a day). */
+  headersMs: number;
+  /** A response body that moves no byte either way for this long is cut. */
+  idleMs: number;
+}
+
+export interface ProxyTarget {
+  sandboxId: string;
+  socketPath: string;
+  agent: Agent;
+}
+
+/**
+ * Relays one request to a sandbox's agent and its answer back. Everything that comes from the
+ * sandbox is hostile input: an invalid status line, status or header, a response that never
+ * comes or stalls, too many informational responses, a broken body, an upgrade nobody asked for;
+ * each ends as a 502 to this one client (or, once its headers are out, a cut connection) and never
+ * as an exception. Only this client's request is affected.
+ */
+export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: ProxyTarget, requestId: string, timeouts: ProxyTimeouts): void {
+  const headers: OutgoingHttpHeaders = {};
+  for (const [k, v] of Object.entries(req.headers)) if (!HOP_HEADERS.has(k) && v !== undefined) headers[k] = v;
+  headers['x-request-id'] = requestId;
+  if (req.headers['transfer-encoding']) headers['transfer-encoding'] = req.headers['transfer-encoding'];
+
+  let done = false;
+  let idle: NodeJS.Timeout | undefined;
+  const upstream = request({ socketPath: target.socketPath, method: req.method, path: req.url, headers, agent: target.agent });
+  const finish = () => {
+    done = true;
+    clearTimeout(headersTimer);
+    clearTimeout(idle);
+  };
+  /** The sandbox misbehaved: a 502 if nothing was sent yet, else the client's connection is cut. */
+  const fail = (why: string) => {
+    if (done) return;
+    finish();
+    upstream.destroy();
+    if (res.headersSent) res.destroy();
+    else sendError(res, new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent ${why}`, { id: target.sandboxId }), requestId);
+  };
+  const headersTimer = setTimeout(() => fail(`sent no response within ${Math.round(timeouts.headersMs / 1000)} s`), timeouts.headersMs);
+  const touch = () => {
+    clearTimeout(idle);
+    idle = setTimeout(() => fail(`sent nothing for ${Math.round(timeouts.idleMs / 1000)} s`), timeouts.idleMs);
+  };
+
+  let informational = 0;
+  upstream.on('information', () => {
+    if (++informational > MAX_INFORMATIONAL) fail(`sent more than ${MAX_INFORMATIONAL} informational responses`);
+  });
+  upstream.on('error', (err) => fail(`is not answering properly: ${err.message}`));
+  upstream.on('upgrade', (_res, socket) => {
+    socket.destroy();
+    fail('switched protocols without being asked to');
+  });
+  upstream.on('response', (ures) => {
+    ures.on('error', () => fail('broke off its response'));
+    if (done) {
+      ures.destroy();
+      return;
+    }
+    clearTimeout(headersTimer);
+    const status = ures.statusCode;
+    if (status === undefined || !Number.isInteger(status) || status < 200 || status > 599) {
+      fail(`answered with an invalid status ${JSON.stringify(status)}`);
+      return;
+    }
+    const out = relayableHeaders(ures);
+    if (typeof out === 'string') {
+      fail(out);
+      return;
+    }
+    out['x-request-id'] = requestId;
+    try {
+      res.writeHead(status, out);
+    } catch (err) {
+      fail(`answered with headers that cannot be relayed: ${err instanceof Error ? err.message : String(err)}`);
+      return;
+    }
+    touch();
+    ures.on('data', touch);
+    res.on('drain', touch);
+    ures.on('end', finish);
+    ures.pipe(res);
+  });
+
+  // A client that goes away cancels the upstream request (and with it a streaming download).
+  res.on('close', () => {
+    if (!res.writableFinished) {
+      finish();
+      upstream.destroy();
+    }
+  });
+  res.on('error', () => upstream.destroy());
+  req.on('error', () => upstream.destroy());
+  req.pipe(upstream);
+}
+
+/** The agent's response headers that may go to the client, or why they may not. */
+function relayableHeaders(ures: IncomingMessage): OutgoingHttpHeaders | string {
+  const out: OutgoingHttpHeaders = {};
+  for (const [k, v] of Object.entries(ures.headers)) {
+    if (v === undefined || RESPONSE_HOP_HEADERS.has(k)) continue;
+    if (!TOKEN_RE.test(k)) return `answered with an invalid header name ${JSON.stringify(k.slice(0, 64))}`;
+    const values = Array.isArray(v) ? v : [v];
+    if (values.some((x) => typeof x !== 'string' || !VALUE_RE.test(x))) return `answered with an invalid value of header ${k}`;
+    out[k] = v;
+  }
+  return out;
+}
+
+function toServiceError(err: unknown): ServiceError {
+  return err instanceof ServiceError ? err : new ServiceError('INTERNAL_ERROR', err instanceof Error ? err.message : String(err));
+}
+
+/** A JSON error to a client whose response has not started; never throws. */
+export function sendError(res: ServerResponse, err: unknown, requestId: string): void {
+  const se = toServiceError(err);
+  const text = JSON.stringify(se.toBody(requestId));
+  try {
+    res.writeHead(se.status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text), 'x-request-id': requestId, ...se.headers });
+    res.end(text);
+  } catch {
+    res.destroy();
+  }
+}

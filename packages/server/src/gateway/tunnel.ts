@@ -1,0 +1,77 @@
+import type { IncomingMessage } from 'node:http';
+import { connect, type Socket } from 'node:net';
+import { ServiceError } from '@sandboxd/protocol';
+
+/**
+ * A WebSocket upgrade relayed to the agent as a byte tunnel: the request line and headers (without
+ * our credentials) go to the agent's socket, and from then on bytes flow both ways unparsed, so
+ * nothing the sandbox sends can upset the gateway. The tunnel closes when either side does, and
+ * when no byte has moved either way for `idleMs` (the agent pings its WebSocket clients every 30 s,
+ * so a live client's tunnel never idles out; a dead client's or a silent sandbox's does).
+ *
+ * `onClose` runs once, when both sockets are gone.
+ */
+export function openTunnel(
+  req: IncomingMessage,
+  client: Socket,
+  head: Buffer,
+  socketPath: string,
+  requestId: string,
+  idleMs: number,
+  onClose: () => void,
+): { upstream: Socket } {
+  const upstream = connect(socketPath);
+  let answered = false;
+  let closed = 0;
+  const closeOne = () => {
+    if (++closed === 2) onClose();
+  };
+  client.on('close', () => {
+    upstream.destroy();
+    closeOne();
+  });
+  upstream.on('close', () => {
+    client.destroy();
+    closeOne();
+  });
+  upstream.on('error', (err) => {
+    // Before the agent said anything the client can still get an HTTP answer; after, only a cut.
+    if (!answered) rawError(client, new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent is not answering: ${err.message}`), requestId);
+    else client.destroy();
+  });
+  upstream.once('data', () => (answered = true));
+  // Both directions pass through the client socket, so its timer sees all traffic.
+  client.setTimeout(idleMs, () => {
+    client.destroy();
+    upstream.destroy();
+  });
+  upstream.on('connect', () => {
+    let text = `${req.method} ${req.url} HTTP/1.1\r\n`;
+    for (let i = 0; i < req.rawHeaders.length; i += 2) {
+      const name = req.rawHeaders[i]!;
+      const lower = name.toLowerCase();
+      if (lower === 'authorization' || lower === 'x-api-key' || lower === 'x-request-id') continue;
+      text += `${name}: ${req.rawHeaders[i + 1]}\r\n`;
+    }
+    text += `X-Request-ID: ${requestId}\r\n\r\n`;
+    upstream.write(text);
+    if (head.length) upstream.write(head);
+    client.pipe(upstream).pipe(client);
+  });
+  return { upstream };
+}
+
+/** An HTTP error written on a raw (upgrade) socket, which is then closed; never throws. */
+export function rawError(socket: Socket, err: unknown, requestId: string): void {
+  const se = err instanceof ServiceError ? err : new ServiceError('INTERNAL_ERROR', err instanceof Error ? err.message : String(err));
+  const text = JSON.stringify(se.toBody(requestId));
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  let extra = '';
+  for (const [k, v] of Object.entries(se.headers)) if (k !== 'connection') extra += `${k}: ${v}\r\n`;
+  socket.end(
+    `HTTP/1.1 ${se.status} ${se.code}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nx-request-id: ${requestId}\r\n${extra}connection: close\r\n\r\n${text}`,
+  );
+}

@@ -1,0 +1,155 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ServiceError } from '@sandboxd/protocol';
+import { SqliteStore } from '../store/sqlite.js';
+import type { SandboxRow } from '../store/types.js';
+import { checkSize, checkTimeout, quotaError, resolveLimits, timeoutFor, type OrgLimits } from './limits.js';
+import { QuotaService } from './quotas.js';
+
+const LIMITS: OrgLimits = {
+  max_vcpu: 2,
+  max_memory_mb: 4096,
+  max_disk_gb: 20,
+  max_sandboxes: 3,
+  max_total_memory_mb: 2048,
+  max_total_disk_gb: 10,
+  default_timeout_seconds: 300,
+  max_timeout_seconds: 3600,
+};
+
+function refused(fn: () => unknown, code: string, limit: string): ServiceError {
+  let caught: unknown;
+  try {
+    fn();
+  } catch (err) {
+    caught = err;
+  }
+  assert.ok(caught instanceof ServiceError, `expected a ServiceError, got ${String(caught)}`);
+  assert.equal(caught.code, code);
+  assert.equal(caught.extra.limit, limit);
+  assert.match(caught.message, new RegExp(limit), 'the message names the limit');
+  return caught;
+}
+
+test('overrides replace defaults by name; null means no limit; unknown names are ignored', () => {
+  const l = resolveLimits(LIMITS, { max_vcpu: 8, max_sandboxes: null, bogus: 1 });
+  assert.equal(l.max_vcpu, 8);
+  assert.equal(l.max_sandboxes, null);
+  assert.equal(l.max_memory_mb, 4096);
+  assert.equal((l as Record<string, unknown>).bogus, undefined);
+});
+
+test('timeouts: the default when none is asked, the maximum caps it, above the maximum is a 400 naming it', () => {
+  assert.equal(timeoutFor(LIMITS, undefined), 300);
+  assert.equal(timeoutFor(LIMITS, null), 300, 'null is "not given", as real clients send it');
+  assert.equal(timeoutFor(LIMITS, 3600), 3600);
+  const err = refused(() => timeoutFor(LIMITS, 3601), 'LIMIT_EXCEEDED', 'max_timeout_seconds');
+  assert.equal(err.status, 400);
+  assert.deepEqual([err.extra.max, err.extra.requested], [3600, 3601]);
+  refused(() => checkTimeout(LIMITS, 7200), 'LIMIT_EXCEEDED', 'max_timeout_seconds');
+  assert.equal(timeoutFor({ ...LIMITS, default_timeout_seconds: 7200 }, undefined), 3600, 'a default above the maximum is the maximum');
+  assert.equal(timeoutFor({ ...LIMITS, default_timeout_seconds: null }, undefined), 3600, '"never" under a maximum is the maximum');
+  assert.equal(timeoutFor({ ...LIMITS, default_timeout_seconds: null, max_timeout_seconds: null }, undefined), null, 'never expires');
+  assert.equal(timeoutFor({ ...LIMITS, max_timeout_seconds: null }, 10_000_000), 10_000_000);
+});
+
+test('per-sandbox maximums: each resource above its maximum is a 400 naming the limit; at the maximum passes', () => {
+  checkSize(LIMITS, { vcpu: 2, memoryMb: 4096, diskGb: 20 }, 'x');
+  for (const [size, limit] of [
+    [{ vcpu: 3, memoryMb: 1, diskGb: 1 }, 'max_vcpu'],
+    [{ vcpu: 1, memoryMb: 4097, diskGb: 1 }, 'max_memory_mb'],
+    [{ vcpu: 1, memoryMb: 1, diskGb: 21 }, 'max_disk_gb'],
+  ] as const) {
+    const err = refused(() => checkSize(LIMITS, size, 'template "big"'), 'LIMIT_EXCEEDED', limit);
+    assert.match(err.message, /template "big"/);
+  }
+  checkSize({ ...LIMITS, max_vcpu: null, max_memory_mb: null, max_disk_gb: null }, { vcpu: 64, memoryMb: 1e6, diskGb: 1e4 }, 'x');
+});
+
+test('quotas: the first limit the demand would pass is a 409 with the limit, the maximum and the usage', () => {
+  const used = { sandboxes: 3, stoppedSandboxes: 1, memoryMb: 1536, diskGb: 9, builds: 1 };
+  const slot = quotaError(LIMITS, used, { sandboxes: 1, memoryMb: 1, diskGb: 1 })!;
+  assert.equal(slot.status, 409);
+  assert.equal(slot.code, 'ORG_QUOTA_EXCEEDED');
+  assert.deepEqual([slot.extra.limit, slot.extra.max, slot.extra.used, slot.extra.requested], ['max_sandboxes', 3, 3, 1]);
+  assert.match(slot.message, /3 of 3 concurrent sandboxes/);
+  const memory = quotaError(LIMITS, { ...used, sandboxes: 0 }, { sandboxes: 1, memoryMb: 1024, diskGb: 1 })!;
+  assert.equal(memory.extra.limit, 'max_total_memory_mb');
+  assert.match(memory.message, /1024 MB.*1536 of the organization's 2048 MB.*1 running template build/);
+  const disk = quotaError(LIMITS, { ...used, sandboxes: 0 }, { sandboxes: 1, memoryMb: 512, diskGb: 2 })!;
+  assert.equal(disk.extra.limit, 'max_total_disk_gb');
+  assert.match(disk.message, /stopped ones keep their disk/);
+  assert.doesNotMatch(`${slot.message}${memory.message}${disk.message}`, /not found/, 'real clients read "sandbox ... not found" as expired');
+  assert.equal(quotaError(LIMITS, { ...used, sandboxes: 0 }, { sandboxes: 1, memoryMb: 512, diskGb: 1 }), undefined, 'exactly at the limits fits');
+  assert.equal(quotaError(LIMITS, used, { sandboxes: 0, memoryMb: 512, diskGb: 1 }), undefined, 'a build needs no sandbox slot');
+  const none = { ...LIMITS, max_sandboxes: null, max_total_memory_mb: null, max_total_disk_gb: null };
+  assert.equal(quotaError(none, { ...used, sandboxes: 1e6 }, { sandboxes: 1, memoryMb: 1e6, diskGb: 1e6 }), undefined);
+});
+
+function row(id: string, over: Partial<SandboxRow>): SandboxRow {
+  const now = new Date().toISOString();
+  return {
+    id, orgId: 'org_a', templateId: 't', templateName: 'base', status: 'running', region: 'local', internetAccess: true,
+    timeoutSeconds: null, expiresAt: null, vcpu: 1, memoryMb: 512, diskGb: 2, layers: [], templateEnv: {}, envVars: {},
+    gatewayPort: null, nodeId: 'n', version: 0, deletedReason: null, createdAt: now, updatedAt: now, deletedAt: null, ...over,
+  };
+}
+
+test('usage: active sandboxes, stopped ones for disk, running builds for memory and disk', async () => {
+  const store = SqliteStore.open(':memory:');
+  try {
+    const q = new QuotaService(store, LIMITS);
+    await store.sandboxes.insert(row('a', { status: 'creating' }));
+    await store.sandboxes.insert(row('b', { status: 'paused' }));
+    await store.sandboxes.insert(row('c', { status: 'stopped' }));
+    await store.sandboxes.insert(row('d', { status: 'deleted' }));
+    const build = { id: 'b1', orgId: 'org_a', templateId: 't', alias: 'a', status: 'building' as const, progress: 0, currentStep: null, errorMessage: null, createdAt: 'x', startedAt: null, completedAt: null };
+    await store.builds.insert({ ...build, request: { memoryMb: 1000, diskGb: 5 } });
+    await store.builds.insert({ ...build, id: 'b2', status: 'failed', request: { memoryMb: 9999, diskGb: 99 } });
+    assert.deepEqual(await q.usage('org_a'), { sandboxes: 2, stoppedSandboxes: 1, memoryMb: 2024, diskGb: 11, builds: 1 });
+  } finally {
+    store.close();
+  }
+});
+
+test('admission is race-free: 10 concurrent admissions against a quota of 3 admit exactly 3', async () => {
+  const store = SqliteStore.open(':memory:');
+  try {
+    const q = new QuotaService(store, { ...LIMITS, max_total_memory_mb: null, max_total_disk_gb: null });
+    const results = await Promise.allSettled(
+      Array.from({ length: 10 }, (_, i) =>
+        q.admit('org_a', { sandboxes: 1, memoryMb: 512, diskGb: 2 }, async () => {
+          // A claim takes time (a warm sandbox answers first): without one admission at a time,
+          // every create would see the same usage and pass.
+          await new Promise((r) => setTimeout(r, 5));
+          await store.sandboxes.insert(row(`sb${i}`, { status: 'creating' }));
+        }),
+      ),
+    );
+    assert.equal(results.filter((r) => r.status === 'fulfilled').length, 3);
+    const errs = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as ServiceError] : []));
+    assert.equal(errs.length, 7);
+    for (const e of errs) assert.deepEqual([e.code, e.extra.limit, e.extra.used], ['ORG_QUOTA_EXCEEDED', 'max_sandboxes', 3]);
+    assert.equal((await q.usage('org_a')).sandboxes, 3);
+    assert.equal((await q.usage('org_b')).sandboxes, 0, 'another organization is untouched');
+    await q.admit('org_b', { sandboxes: 1, memoryMb: 512, diskGb: 2 }, async () => undefined);
+  } finally {
+    store.close();
+  }
+});
+
+test("an organization's overrides apply at the next admission", async () => {
+  const store = SqliteStore.open(':memory:');
+  try {
+    const q = new QuotaService(store, LIMITS);
+    const org = await store.orgs.create('acme');
+    await store.sandboxes.insert(row('a', { orgId: org.id }));
+    await store.orgs.setLimits(org.id, { max_sandboxes: 1 });
+    await assert.rejects(q.admit(org.id, { sandboxes: 1, memoryMb: 1, diskGb: 1 }, async () => undefined), { code: 'ORG_QUOTA_EXCEEDED' });
+    await store.orgs.setLimits(org.id, { max_sandboxes: null });
+    assert.equal(await q.admit(org.id, { sandboxes: 1, memoryMb: 1, diskGb: 1 }, async () => 'in'), 'in');
+    assert.equal((await q.limitsFor(org.id)).max_sandboxes, null);
+  } finally {
+    store.close();
+  }
+});

@@ -1,0 +1,52 @@
+import type { Store } from '../store/types.js';
+import { KeyedMutex } from './locks.js';
+import { quotaError, resolveLimits, type Demand, type OrgLimits, type OrgUsage } from './limits.js';
+
+/**
+ * Per-organization limits (configured defaults + the organization's overrides, read at every
+ * use so that `sandboxd orgs limits` applies at once) and the admission of anything that holds
+ * resources against them.
+ */
+export class QuotaService {
+  // Admission is one step per organization: check the usage, then make the new holder visible in
+  // the store. Keyed by organization id, apart from the services' per-sandbox locks. In-process,
+  // as everything else of one daemon per store; control replicas sharing a store would move the
+  // check and the insert into one store transaction instead.
+  private readonly locks = new KeyedMutex();
+
+  constructor(
+    private readonly store: Store,
+    readonly defaults: OrgLimits,
+  ) {}
+
+  async limitsFor(orgId: string): Promise<OrgLimits> {
+    return resolveLimits(this.defaults, await this.store.orgs.limits(orgId));
+  }
+
+  async usage(orgId: string): Promise<OrgUsage> {
+    const s = await this.store.sandboxes.usage(orgId);
+    const builds = await this.store.builds.running(orgId);
+    let memoryMb = s.activeMemoryMb;
+    let diskGb = s.diskGb;
+    for (const b of builds) {
+      const req = b.request as { memoryMb?: unknown; diskGb?: unknown } | null;
+      memoryMb += typeof req?.memoryMb === 'number' ? req.memoryMb : 0;
+      diskGb += typeof req?.diskGb === 'number' ? req.diskGb : 0;
+    }
+    return { sandboxes: s.active, stoppedSandboxes: s.stopped, memoryMb, diskGb, builds: builds.length };
+  }
+
+  /**
+   * Runs `claim` only if `demand` fits the organization's quotas, under the organization's lock.
+   * `claim` must make the demand visible to `usage` before it returns (insert the sandbox row in
+   * state creating, the build row, or move a row to running), so N concurrent creates against a
+   * quota of M < N admit exactly M. Past a quota: 409 ORG_QUOTA_EXCEEDED naming the limit.
+   */
+  async admit<T>(orgId: string, demand: Demand, claim: () => Promise<T>): Promise<T> {
+    return this.locks.run(orgId, async () => {
+      const err = quotaError(await this.limitsFor(orgId), await this.usage(orgId), demand);
+      if (err) throw err;
+      return claim();
+    });
+  }
+}

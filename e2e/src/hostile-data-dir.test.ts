@@ -2,7 +2,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { agent, api, createSandbox, startServer, TEST_DATA_DIR, type TestServer } from './harness.js';
 
@@ -107,6 +107,33 @@ describe("a local user cannot read the service's secrets or tenants' data", () =
     assert.equal(mode(server.dataDir), 0o711, 'the data directory stays searchable (crun needs it), not listable');
     assert.notEqual(asNobody(`cat ${db}`).status, 0);
     assert.notEqual(asNobody(`ls ${server.dataDir}`).status, 0);
+  });
+
+  test("a running build step's filesystem is closed to local users, though /proc/mounts shows where it is", async () => {
+    const res = await api(server, 'POST', '/v1/templates/build', {
+      alias: 'slow-step',
+      steps: [
+        { type: 'from', image: 'debian:11' },
+        { type: 'run', command: `echo ${SECRET} > /in-progress.txt; touch /ready; sleep 6` },
+      ],
+    });
+    assert.equal(res.status, 202, JSON.stringify(res.body));
+    // Where the step's root is mounted: any local user can read /proc/mounts.
+    let rootfs = '';
+    for (const deadline = Date.now() + 120_000; !rootfs; await new Promise((r) => setTimeout(r, 100))) {
+      assert.ok(Date.now() < deadline, 'the step never started');
+      const m = readFileSync('/proc/mounts', 'utf8')
+        .split('\n')
+        .map((l) => l.split(' ')[1] ?? '')
+        .find((p) => p.startsWith(join(server.dataDir, 'steps/')) && p.endsWith('/rootfs'));
+      if (m && existsSync(join(m, 'ready'))) rootfs = m;
+    }
+    assert.equal(readFileSync(join(rootfs, 'in-progress.txt'), 'utf8'), `${SECRET}\n`, 'root sees the step at work');
+    const r = asNobody(`cat ${rootfs}/in-progress.txt; ls ${rootfs}`);
+    assert.notEqual(r.status, 0);
+    assert.ok(!r.stdout.includes(SECRET), r.stdout);
+    assert.match(r.stderr, /Permission denied/);
+    assert.equal((await waitBuild(res.body.build_id)).status, 'active');
   });
 
   test('an installation made before (0644 files, 0755 directories) is fixed at start, and keeps working', async () => {

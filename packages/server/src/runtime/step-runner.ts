@@ -92,8 +92,11 @@ export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{
   const undo = new UndoStack(ctx.log);
   try {
     await mkdir(join(ctx.dataDir, 'steps'), { recursive: true, mode: 0o711 });
-    await mkdir(n.dir, { mode: 0o711 });
+    // /proc/mounts tells every local user where the step's root is mounted: like a sandbox's
+    // directory, the step's is closed to all but root and the step's own user (who must pass).
+    await mkdir(n.dir, { mode: 0o710 });
     undo.push('step directory', () => removeTree(n.dir));
+    await lchown(n.dir, 0, CANONICAL_ID_OFFSET);
     await writeFile(n.meta, JSON.stringify({ upperDir: upper } satisfies StepMeta));
 
     await createDiskImage(n.image, Math.round(opts.resources.diskGb * 1024 ** 3));

@@ -1,6 +1,6 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { AgentSocket, agent, createSandbox, startAgentServer, stopServer, type CreatedSandbox, type TestServer } from './agent-support.js';
+import { AgentSocket, agent, api, createSandbox, startAgentServer, stopServer, type CreatedSandbox, type TestServer } from './agent-support.js';
 
 // Issue 8, item 9: a NUL byte in any string that reaches a spawn, a path or an environment used to
 // make the agent throw (500). Every such field, sent for real through the gateway, must be a 400
@@ -126,6 +126,21 @@ describe('NUL bytes in agent requests', () => {
       assert.match((await w.next('error')).code, /^(VALIDATION_ERROR|INVALID_PATH)$/);
     } finally {
       await w.close();
+    }
+  });
+
+  test('lifecycle API: sandbox env_vars and template build steps with NUL are 400s', async () => {
+    const create = await api(server, 'POST', '/v1/sandboxes', { template_name: 'base', env_vars: { X: NUL } });
+    assert.equal(create.status, 400, JSON.stringify(create.body));
+    for (const step of [
+      { type: 'run', command: `echo ${NUL}` },
+      { type: 'env', key: 'K', value: NUL },
+      { type: 'workdir', path: `/${NUL}` },
+    ]) {
+      const res = await api(server, 'POST', '/v1/templates/build', { alias: 'nul', steps: [{ type: 'from', image: 'debian:11' }, step] });
+      assert.equal(res.status, 400, JSON.stringify(res.body));
+      assert.equal(res.body.code, 'INVALID_TEMPLATE_DEFINITION');
+      assert.match(res.body.message, /NUL byte/);
     }
   });
 

@@ -62,3 +62,12 @@ test('the newer shape real clients send', () => {
   const copy = r.steps[2] as Extract<(typeof r.steps)[number], { type: 'copy' }>;
   assert.deepEqual([copy.srcPaths, copy.dest, copy.filesHash], [['app', 'lib'], '/srv', 'abc123']);
 });
+
+test('a NUL byte in any string of a step is refused (it would reach a command line, a path or the environment)', () => {
+  const from = { type: 'from', image: 'debian:11' };
+  rejects({ alias: 'x', steps: [from, { type: 'run', command: 'echo a\u0000b' }] }, /steps\[1\]\.command contains a NUL byte/);
+  rejects({ alias: 'x', steps: [from, { type: 'env', key: 'K', value: 'a\u0000b' }] }, /steps\[1\]\.value contains a NUL byte/);
+  rejects({ alias: 'x', steps: [from, { type: 'copy', src: 'a\u0000b', dest: '/x/' }] }, /steps\[1\]\.src\[0\] contains a NUL byte/);
+  rejects({ name: 'x', from_image: 'debian:11', steps: [{ type: 'RUN', args: ['true\u0000'] }] }, /NUL byte/);
+  rejects({ alias: 'x', steps: [from, { type: 'workdir', path: '/a\u0000' }] }, /NUL byte/);
+});

@@ -33,6 +33,8 @@ function str(v: unknown, field: string, opts: { max?: number; allowEmpty?: boole
   if (typeof v !== 'string') throw invalid(`${field} must be a string`);
   if (!opts.allowEmpty && v.trim() === '') throw invalid(`${field} must not be empty`);
   if (v.length > (opts.max ?? 100_000)) throw invalid(`${field} is longer than ${opts.max ?? 100_000} characters`);
+  // Every string of a step becomes a command line, a path or an environment value: C strings.
+  if (v.includes('\0')) throw invalid(`${field} contains a NUL byte`);
   return v;
 }
 

@@ -10,7 +10,7 @@ import { nftRuleset } from './host.js';
 import { IdRanges, MAX_ID_RANGES, rangeBase, readIdRange, SANDBOX_ID_BASE, writeIdRange } from './id-ranges.js';
 import { Ipam, intToIp, ipToInt, parseSubnet, vethName } from './net.js';
 import { buildConfig, DEFAULT_CAPABILITIES, envList } from './oci.js';
-import { DENIED_SYSCALLS, seccompProfile } from './seccomp.js';
+import { ALLOWED_SOCKET_FAMILIES, DENIED_SYSCALLS, seccompProfile, type OciSeccomp } from './seccomp.js';
 
 const input = {
   args: ['/.sb/init', '--', '/bin/true'],
@@ -103,6 +103,59 @@ describe('seccomp profile', () => {
       assert.ok(Number.isSafeInteger(a.value) && a.value >= 0 && a.value <= 0xffffffff, JSON.stringify(a));
     }
     assert.ok(DENIED_SYSCALLS.length > 40);
+  });
+});
+
+/**
+ * The errno the profile gives `name` called with a 64-bit first argument, evaluated as seccomp
+ * does: rules in order, conditions on one argument ORed (crun splits them), values compared on all
+ * 64 bits; undefined when the call is allowed.
+ */
+function errnoFor(p: OciSeccomp, name: string, arg0: bigint): number | undefined {
+  for (const r of p.syscalls) {
+    if (!r.names.includes(name)) continue;
+    const hit = !r.args || r.args.some((a) => {
+      const v = BigInt(a.value);
+      if (a.op === 'SCMP_CMP_EQ') return arg0 === v;
+      if (a.op === 'SCMP_CMP_NE') return arg0 !== v;
+      if (a.op === 'SCMP_CMP_GT') return arg0 > v;
+      if (a.op === 'SCMP_CMP_LT') return arg0 < v;
+      return (arg0 & v) === BigInt(a.valueTwo ?? 0);
+    });
+    if (hit) return r.errnoRet;
+  }
+  return undefined;
+}
+
+describe('seccomp socket families', () => {
+  const p = seccompProfile('x64');
+  const EAFNOSUPPORT = 97;
+  const allowed = new Set(Object.values(ALLOWED_SOCKET_FAMILIES));
+
+  test('unix, inet, inet6 and netlink only, for socket and socketpair', () => {
+    assert.deepEqual([...allowed].sort((a, b) => a - b), [1, 2, 10, 16]);
+    for (const name of ['socket', 'socketpair']) {
+      for (let family = 0; family < 1024; family++) {
+        assert.equal(errnoFor(p, name, BigInt(family)), allowed.has(family) ? undefined : EAFNOSUPPORT, `${name}(${family})`);
+      }
+    }
+  });
+
+  test('a family with high bits set is refused, though the kernel would read its low 32 bits as allowed', () => {
+    for (const name of ['socket', 'socketpair']) {
+      for (const family of [1n, 2n, 10n, 16n, 40n]) {
+        for (const high of [1n << 32n, 1n << 63n, 0xffffffff00000000n]) {
+          assert.equal(errnoFor(p, name, high | family), EAFNOSUPPORT, `${name}(${(high | family).toString(16)})`);
+        }
+      }
+      assert.equal(errnoFor(p, name, 0xffffffffffffffffn), EAFNOSUPPORT, 'socket(-1)');
+    }
+  });
+
+  test('the 32-bit socketcall multiplexer answers ENOSYS whatever its arguments; other socket calls are untouched', () => {
+    for (const call of [0n, 1n, 3n, 8n, 1n << 32n]) assert.equal(errnoFor(p, 'socketcall', call), 38);
+    for (const name of ['connect', 'bind', 'accept4', 'sendmsg']) assert.equal(errnoFor(p, name, 40n), undefined, name);
+    for (const a of p.syscalls.flatMap((r) => r.args ?? [])) assert.ok(a.value >= 0 && a.value <= 0xffffffff);
   });
 });
 

@@ -6,9 +6,10 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { CANONICAL_ID_OFFSET, ID_RANGE } from '../images/types.js';
 import { checkSuidDumpable, parseLdd } from './agent-runtime.js';
-import { nftRuleset } from './host.js';
+import { loadConfig } from '../config.js';
+import { BLOCKED_RANGES, blockedRangeOf, nftRuleset } from './host.js';
 import { IdRanges, MAX_ID_RANGES, rangeBase, readIdRange, SANDBOX_ID_BASE, writeIdRange } from './id-ranges.js';
-import { Ipam, intToIp, ipToInt, parseSubnet, vethName } from './net.js';
+import { cidrContains, Ipam, intToIp, ipToInt, normalizeCidr, parseSubnet, vethName } from './net.js';
 import { buildConfig, DEFAULT_CAPABILITIES, envList } from './oci.js';
 import { ALLOWED_SOCKET_FAMILIES, DENIED_SYSCALLS, seccompProfile, type OciSeccomp } from './seccomp.js';
 
@@ -181,20 +182,62 @@ describe('network plumbing', () => {
     assert.notEqual(vethName('sandboxd_abc'), vethName('sandboxd_abd'));
   });
 
-  test('nftables: NAT for the subnet, DNS exception before the private-range drop, host input closed', () => {
-    const text = nftRuleset({ table: 'sandboxd', bridge: 'sbbr0', subnet: parseSubnet('10.88.0.0/16'), resolvers: ['10.255.255.53'], hostAddresses: ['192.0.2.2'] });
+  test('nftables: NAT for the subnet, DNS to the resolver only, exceptions after the DNS and host drops, host input closed', () => {
+    const text = nftRuleset({
+      table: 'sandboxd', bridge: 'sbbr0', subnet: parseSubnet('10.88.0.0/16'), resolvers: ['10.255.255.53'], hostAddresses: ['192.0.2.2'], egressAllow: ['203.0.113.80/32'],
+    });
     const lines = text.split('\n').map((l) => l.trim());
     assert.equal(lines[0], 'table inet sandboxd {}');
     assert.equal(lines[1], 'delete table inet sandboxd');
-    const idx = (needle: string) => lines.findIndex((l) => l.includes(needle));
-    assert.ok(idx('udp dport 53 accept') < idx('@blocked4 drop'));
+    const idx = (needle: string) => {
+      const i = lines.findIndex((l) => l.includes(needle));
+      assert.ok(i >= 0, needle);
+      return i;
+    };
+    const dnsAccept = idx('iifname "sbbr0" ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept');
+    const dnsDrop = idx('iifname "sbbr0" meta l4proto { tcp, udp } th dport { 53, 853 } drop');
+    assert.ok(dnsAccept < dnsDrop, "the host's resolver first, then every other DNS, DoT and DoQ port is closed");
+    assert.ok(dnsDrop < idx('@allow4 accept') && idx('@host4 drop') < idx('@allow4 accept'), 'an exception opens neither DNS nor the host');
+    assert.ok(idx('@allow4 accept') < idx('@blocked4 drop'));
+    assert.ok(idx('iifname "sbbr0" meta nfproto != ipv4 drop') < dnsAccept, 'IPv6 dropped before any accept');
     assert.ok(lines.indexOf('oifname "sbbr0" drop') > lines.indexOf('oifname "sbbr0" ct state established,related accept'));
     assert.match(text, /ip saddr 10\.88\.0\.0\/16 oifname != "sbbr0" masquerade/);
-    assert.match(text, /elements = \{ 10\.0\.0\.0\/8, 172\.16\.0\.0\/12, 192\.168\.0\.0\/16, 169\.254\.0\.0\/16, 100\.64\.0\.0\/10, 192\.0\.2\.0\/24 \}/);
+    assert.match(text, /set allow4 \{ type ipv4_addr; flags interval; auto-merge; elements = \{ 203\.0\.113\.80\/32 \} \}/);
     assert.match(text, /iifname "sbbr0" oifname "sbbr0" drop/);
-    assert.match(text, /chain input \{[^}]*iifname "sbbr0" drop/s);
+    assert.match(text, /chain input \{[^}]*iifname "sbbr0" ip daddr @dns4 meta l4proto \{ tcp, udp \} th dport 53 accept\s+iifname "sbbr0" drop\s+\}/s, 'input: established, DNS to a resolver on the host, nothing else (IPv6 included)');
     const none = nftRuleset({ table: 't', bridge: 'b', subnet: parseSubnet('10.1.0.0/24'), resolvers: [], hostAddresses: [] });
     assert.match(none, /set dns4 \{ type ipv4_addr; \}/, 'empty sets are valid syntax');
+    assert.match(none, /set allow4 \{ type ipv4_addr; flags interval; auto-merge; \}/);
+  });
+
+  test('blocked ranges: every IANA special-purpose range a sandbox has no business with, multicast, class E; disjoint', () => {
+    for (const r of ['0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.0.0.0/24', '192.0.2.0/24',
+      '192.31.196.0/24', '192.52.193.0/24', '192.88.99.0/24', '192.168.0.0/16', '192.175.48.0/24', '198.18.0.0/15', '198.51.100.0/24',
+      '203.0.113.0/24', '224.0.0.0/4', '240.0.0.0/4']) {
+      assert.ok(BLOCKED_RANGES.includes(r), r);
+    }
+    for (const ip of ['255.255.255.255', '198.19.255.1', '192.0.0.9', '239.1.2.3', '0.0.0.0', '127.0.0.1']) assert.ok(blockedRangeOf(ip), ip);
+    for (const ip of ['1.1.1.1', '8.8.8.8', '11.22.33.44', '198.20.0.1', '192.0.1.1', '223.255.255.255', '100.128.0.1']) assert.equal(blockedRangeOf(ip), undefined, ip);
+    const spans = BLOCKED_RANGES.map((c) => {
+      const [ip, p] = c.split('/');
+      assert.equal(normalizeCidr(c), c, `${c} is a network address`);
+      return [ipToInt(ip!), ipToInt(ip!) + 2 ** (32 - Number(p)) - 1] as const;
+    }).sort((x, y) => x[0] - y[0]);
+    for (let i = 1; i < spans.length; i++) assert.ok(spans[i]![0] > spans[i - 1]![1], 'an nftables interval set refuses overlaps');
+    assert.equal(blockedRangeOf('203.0.113.80', ['203.0.113.80/32']), undefined, 'an egress exception');
+    assert.equal(blockedRangeOf('203.0.113.81', ['203.0.113.80/32']), '203.0.113.0/24');
+  });
+
+  test('egress exceptions: addresses and CIDRs, host bits cleared, nonsense refused', () => {
+    assert.equal(normalizeCidr('203.0.113.80'), '203.0.113.80/32');
+    assert.equal(normalizeCidr(' 10.1.2.3/8 '), '10.0.0.0/8');
+    assert.equal(normalizeCidr('0.0.0.0/0'), '0.0.0.0/0');
+    for (const bad of ['', 'example.org', '10.0.0.256', '10.0.0.0/33', '10.0.0/8', 'fd00::1', '1.2.3.4/']) assert.throws(() => normalizeCidr(bad), bad);
+    assert.ok(cidrContains('198.18.0.0/15', '198.19.1.1'));
+    assert.ok(!cidrContains('198.18.0.0/15', '198.20.0.0'));
+    assert.deepEqual(loadConfig({ SANDBOXD_EGRESS_ALLOW: '203.0.113.80, 10.1.0.0/16' }).runtime.egressAllow, ['203.0.113.80/32', '10.1.0.0/16']);
+    assert.deepEqual(loadConfig({}).runtime.egressAllow, []);
+    assert.throws(() => loadConfig({ SANDBOXD_EGRESS_ALLOW: 'mirror.internal' }), /SANDBOXD_EGRESS_ALLOW must list IPv4 addresses or CIDRs/);
   });
 
   test('ldd output: libraries by soname plus the loader', () => {

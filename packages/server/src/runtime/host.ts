@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
 import { readMounts } from './mounts.js';
-import { gatewayIp, intToIp, type Subnet } from './net.js';
+import { cidrContains, gatewayIp, intToIp, type Subnet } from './net.js';
 import { procOk } from './proc.js';
 
 /**
@@ -69,9 +69,36 @@ export function hostIpv4Addresses(): string[] {
   return [...out].sort();
 }
 
+/**
+ * IPv4 ranges no sandbox has business reaching: every entry of IANA's special-purpose address
+ * registry (private, shared, loopback, link-local, documentation, benchmarking, reserved, and the
+ * anycast services a sandbox never needs: PCP/TURN in 192.0.0.0/24, AS112, AMT, 6to4 relays),
+ * multicast, and class E, which holds the limited broadcast 255.255.255.255. Kept disjoint: an
+ * nftables interval set refuses overlapping elements.
+ */
 export const BLOCKED_RANGES: readonly string[] = [
-  '10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '169.254.0.0/16', '100.64.0.0/10', '192.0.2.0/24',
+  '0.0.0.0/8', // "this network"
+  '10.0.0.0/8', // private
+  '100.64.0.0/10', // shared address space (carrier-grade NAT)
+  '127.0.0.0/8', // loopback (also a martian to the kernel)
+  '169.254.0.0/16', // link-local: cloud metadata services
+  '172.16.0.0/12', // private
+  '192.0.0.0/24', // IETF protocol assignments: DS-Lite, PCP and TURN anycast, NAT64 discovery
+  '192.0.2.0/24', // TEST-NET-1
+  '192.31.196.0/24', // AS112 (sink for private reverse DNS zones)
+  '192.52.193.0/24', // AMT relays
+  '192.88.99.0/24', // 6to4 relay anycast (deprecated)
+  '192.168.0.0/16', // private
+  '192.175.48.0/24', // AS112 direct delegation
+  '198.18.0.0/15', // benchmarking
+  '198.51.100.0/24', // TEST-NET-2
+  '203.0.113.0/24', // TEST-NET-3
+  '224.0.0.0/4', // multicast
+  '240.0.0.0/4', // reserved (class E), limited broadcast
 ];
+
+/** Ports of DNS (53) and of DNS over TLS and QUIC (853): sandboxes resolve through the host's resolver only. */
+export const DNS_PORTS: readonly number[] = [53, 853];
 
 export interface NftInput {
   table: string;
@@ -79,32 +106,41 @@ export interface NftInput {
   subnet: Subnet;
   resolvers: string[];
   hostAddresses: string[];
+  /** Exceptions to BLOCKED_RANGES set by the operator (an internal package mirror, a proxy): IPv4 CIDRs. */
+  egressAllow?: string[];
 }
 
 /**
  * The whole table, replaced atomically (nft applies one file as one transaction): sandboxes reach
- * the internet through NAT and nothing else; the host's resolver is the one exception, for DNS.
+ * the internet through NAT and nothing else; the host's resolver on port 53 is the one exception
+ * for DNS, and the operator's egress exceptions are the only way into a blocked range. The order
+ * matters: the DNS ports and the host's own addresses are closed before any exception applies.
+ * Everything that is not IPv4 is dropped on both paths (forward and input), whatever the state of
+ * IPv6 on the bridge.
  */
 export function nftRuleset(n: NftInput): string {
   const br = JSON.stringify(n.bridge);
   const cidr = `${intToIp(n.subnet.base)}/${n.subnet.prefix}`;
-  const set = (name: string, interval: boolean, elems: string[]) =>
-    `  set ${name} { type ipv4_addr;${interval ? ' flags interval;' : ''}${elems.length ? ` elements = { ${elems.join(', ')} }` : ''} }`;
+  const set = (name: string, interval: boolean, elems: readonly string[]) =>
+    `  set ${name} { type ipv4_addr;${interval ? ' flags interval; auto-merge;' : ''}${elems.length ? ` elements = { ${elems.join(', ')} }` : ''} }`;
   return [
     `table inet ${n.table} {}`,
     `delete table inet ${n.table}`,
     `table inet ${n.table} {`,
-    set('blocked4', true, [...BLOCKED_RANGES]),
+    set('blocked4', true, BLOCKED_RANGES),
+    set('allow4', true, n.egressAllow ?? []),
     set('host4', false, n.hostAddresses),
     set('dns4', false, n.resolvers),
     '  chain forward {',
     '    type filter hook forward priority filter; policy accept;',
     `    iifname ${br} oifname ${br} drop`,
-    `    iifname ${br} meta nfproto ipv6 drop`,
+    `    iifname ${br} meta nfproto != ipv4 drop`,
     `    iifname ${br} ip saddr != ${cidr} drop`,
-    `    iifname ${br} ip daddr @dns4 udp dport 53 accept`,
-    `    iifname ${br} ip daddr @dns4 tcp dport 53 accept`,
+    `    iifname ${br} ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept`,
+    // DNS over HTTPS on 443 cannot be told from other HTTPS; plain DNS, DoT and DoQ can.
+    `    iifname ${br} meta l4proto { tcp, udp } th dport { ${DNS_PORTS.join(', ')} } drop`,
     `    iifname ${br} ip daddr @host4 drop`,
+    `    iifname ${br} ip daddr @allow4 accept`,
     `    iifname ${br} ip daddr @blocked4 drop`,
     `    oifname ${br} ct state established,related accept`,
     `    oifname ${br} drop`,
@@ -112,8 +148,7 @@ export function nftRuleset(n: NftInput): string {
     '  chain input {',
     '    type filter hook input priority filter; policy accept;',
     `    iifname ${br} ct state established,related accept`,
-    `    iifname ${br} ip daddr @dns4 udp dport 53 accept`,
-    `    iifname ${br} ip daddr @dns4 tcp dport 53 accept`,
+    `    iifname ${br} ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept`,
     `    iifname ${br} drop`,
     '  }',
     '  chain postrouting {',
@@ -123,6 +158,12 @@ export function nftRuleset(n: NftInput): string {
     '}',
     '',
   ].join('\n');
+}
+
+/** The blocked range holding `ip`, unless an egress exception covers it; undefined when reachable. */
+export function blockedRangeOf(ip: string, egressAllow: readonly string[] = []): string | undefined {
+  if (egressAllow.some((c) => cidrContains(c, ip))) return undefined;
+  return BLOCKED_RANGES.find((c) => cidrContains(c, ip));
 }
 
 export async function applyNftables(n: NftInput): Promise<void> {

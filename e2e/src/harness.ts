@@ -33,20 +33,27 @@ export const TEST_DATA_DIR = process.env.SANDBOXD_TEST_DATA_DIR ?? '/var/lib/san
 process.env.NO_PROXY = '127.0.0.1,localhost';
 process.env.no_proxy = '127.0.0.1,localhost';
 
+/** The http(s) URIs of the host's apt sources (one-line and deb822 files). */
+export function aptSourceUrls(): string[] {
+  const dir = '/etc/apt/sources.list.d';
+  const files = ['/etc/apt/sources.list', ...(existsSync(dir) ? readdirSync(dir).map((f) => join(dir, f)) : [])];
+  const urls = new Set<string>();
+  for (const f of files.filter((f) => /\.(list|sources)$/.test(f) && existsSync(f))) {
+    for (const m of readFileSync(f, 'utf8').matchAll(/^[^#\n]*?\b(https?:\/\/[^\s\]]+)/gm)) urls.add(m[1]!);
+  }
+  return [...urls];
+}
+
 /**
  * Images point apt at the host's sources; where those sit in a range sandboxes may not reach (on a
  * test VM whose "internet" is documentation addresses), the operator allows them with
  * SANDBOXD_EGRESS_ALLOW, and so do tests.
  */
-async function aptSourceCidrs(): Promise<string[]> {
-  const dir = '/etc/apt/sources.list.d';
-  const files = ['/etc/apt/sources.list', ...(existsSync(dir) ? readdirSync(dir).map((f) => join(dir, f)) : [])];
-  const hosts = new Set<string>();
-  for (const f of files.filter((f) => /\.(list|sources)$/.test(f) && existsSync(f))) {
-    for (const m of readFileSync(f, 'utf8').matchAll(/^[^#\n]*?\b(https?:\/\/[^\s\]]+)/gm)) hosts.add(new URL(m[1]!).hostname);
-  }
+export async function aptSourceCidrs(): Promise<string[]> {
   const out = new Set<string>();
-  for (const h of hosts) for (const a of await lookup(h, { all: true, family: 4 }).catch(() => [])) out.add(`${a.address}/32`);
+  for (const h of new Set(aptSourceUrls().map((u) => new URL(u).hostname))) {
+    for (const a of await lookup(h, { all: true, family: 4 }).catch(() => [])) out.add(`${a.address}/32`);
+  }
   return [...out];
 }
 

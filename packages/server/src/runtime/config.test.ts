@@ -7,7 +7,7 @@ import { describe, test } from 'node:test';
 import { CANONICAL_ID_OFFSET, ID_RANGE } from '../images/types.js';
 import { checkSuidDumpable, parseLdd } from './agent-runtime.js';
 import { loadConfig } from '../config.js';
-import { BLOCKED_RANGES, blockedRangeOf, nftRuleset } from './host.js';
+import { BLOCKED_RANGES, blockedRangeOf, isUnicastMac, nftRuleset, stableMac } from './host.js';
 import { IdRanges, MAX_ID_RANGES, rangeBase, readIdRange, SANDBOX_ID_BASE, writeIdRange } from './id-ranges.js';
 import { cidrContains, Ipam, intToIp, ipToInt, normalizeCidr, parseSubnet, vethName } from './net.js';
 import { buildConfig, DEFAULT_CAPABILITIES, envList } from './oci.js';
@@ -226,6 +226,14 @@ describe('network plumbing', () => {
     for (let i = 1; i < spans.length; i++) assert.ok(spans[i]![0] > spans[i - 1]![1], 'an nftables interval set refuses overlaps');
     assert.equal(blockedRangeOf('203.0.113.80', ['203.0.113.80/32']), undefined, 'an egress exception');
     assert.equal(blockedRangeOf('203.0.113.81', ['203.0.113.80/32']), '203.0.113.0/24');
+  });
+
+  test('bridge MACs: a pinned one is unicast, locally administered and stable per name', () => {
+    assert.equal(stableMac('sbbr0'), stableMac('sbbr0'));
+    assert.notEqual(stableMac('sbbr0'), stableMac('sbbr1'));
+    assert.match(stableMac('sbbr0'), /^02(:[0-9a-f]{2}){5}$/);
+    assert.ok(isUnicastMac(stableMac('x')));
+    for (const bad of ['00:00:00:00:00:00', '01:00:5e:00:00:01', 'ff:ff:ff:ff:ff:ff', '', '02:00:00:00:00']) assert.ok(!isUnicastMac(bad), bad);
   });
 
   test('egress exceptions: addresses and CIDRs, host bits cleared, nonsense refused', () => {

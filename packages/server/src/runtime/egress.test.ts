@@ -10,7 +10,8 @@ import { after, before, describe, test } from 'node:test';
 import { baseLayer } from '../testing/fixtures.js';
 import { parseProbes, probeScript, startPublicHost, type PublicHost } from '../testing/public-host.js';
 import { aptReleaseUrl, aptSourceCidrs, assertNoLeaks, createTestRuntime, sh, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
-import { hostResolvers } from './host.js';
+import { deleteBridge, ensureBridge, hostResolvers, isUnicastMac, stableMac } from './host.js';
+import { parseSubnet } from './net.js';
 import { proc, procOk } from './proc.js';
 
 const tag = String(process.pid % 100000);
@@ -126,6 +127,40 @@ describe('sandbox egress (internet access)', { timeout: 300_000 }, () => {
     expected.exempt = 'public:80';
     const named = (r: Record<string, string>) => Object.fromEntries(Object.entries(r).map(([k, v]) => [k.startsWith('blocked') ? `${k} ${BLOCKED[Number(k.slice(7))]![0]}` : k, v]));
     assert.deepEqual(named(got), named(expected));
+  });
+
+  test("the gateway's MAC stays put while other sandboxes and ports come and go", async () => {
+    const br = t.rt.bridge;
+    const mac = () => readFileSync(`/sys/class/net/${br}/address`, 'utf8').trim();
+    const before = mac();
+    assert.equal(readFileSync(`/sys/class/net/${br}/addr_assign_type`, 'utf8').trim(), '3', 'set, not inherited from a port');
+    // A port with the lowest possible MAC joins and leaves: an unpinned bridge would adopt it,
+    // and fall back to another port's when it leaves.
+    const probe = `sbmac${tag}`.slice(0, 15);
+    try {
+      await procOk('ip', ['-batch', '-'], { input: `link add ${probe} type veth peer name ${probe}p\nlink set ${probe} address 02:00:00:00:00:01\nlink set ${probe} master ${br}\n` });
+      assert.equal(mac(), before);
+    } finally {
+      await proc('ip', ['link', 'del', probe]);
+    }
+    await t.rt.create(testSpec('egress2', [(await baseLayer()).path], { internetAccess: true }));
+    await t.rt.destroy('egress2');
+    assert.equal(mac(), before);
+    assert.ok(isUnicastMac(before), before);
+    // A bridge left without ports has the MAC 00:00:00:00:00:00; setting up on it pins a real one.
+    const scratch = `sbmacb${tag}`.slice(0, 15);
+    try {
+      await procOk('ip', ['-batch', '-'], { input: `link add ${scratch} type bridge\nlink add ${probe} type veth peer name ${probe}p\nlink set ${probe} master ${scratch}\nlink del ${probe}\n` });
+      assert.equal(readFileSync(`/sys/class/net/${scratch}/address`, 'utf8').trim(), '00:00:00:00:00:00');
+      await ensureBridge(scratch, parseSubnet(`10.94.${process.pid % 250}.0/29`));
+      assert.equal(readFileSync(`/sys/class/net/${scratch}/address`, 'utf8').trim(), stableMac(scratch));
+      assert.equal(readFileSync(`/sys/class/net/${scratch}/addr_assign_type`, 'utf8').trim(), '3');
+    } finally {
+      await deleteBridge(scratch);
+    }
+    // The sandbox that stayed still reaches its gateway at once (a stale ARP entry would cost ~30 s).
+    const r = await sh(t.rt, id, `timeout 3 getent ahostsv4 ${mirrorHost} | head -1`);
+    assert.match(r.stdout, /^\d+\.\d+\.\d+\.\d+\s/);
   });
 
   test('IPv6 is dropped on the forward and the input path, even with addresses and routes on both sides', async () => {

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
@@ -36,9 +37,36 @@ export async function ensureBridge(bridge: string, subnet: Subnet): Promise<void
   if (!existsSync(`/sys/class/net/${bridge}`)) cmds.push(`link add ${bridge} type bridge`);
   cmds.push(`addr replace ${gatewayIp(subnet)}/${subnet.prefix} dev ${bridge}`, `link set ${bridge} up`);
   await procOk('ip', ['-batch', '-'], { input: cmds.join('\n') + '\n' });
+  await pinBridgeMac(bridge);
   // Sandboxes get IPv4 only; no link-local IPv6 path to the host either.
   const v6 = `/proc/sys/net/ipv6/conf/${bridge}/disable_ipv6`;
   if (existsSync(v6)) await writeFile(v6, '1').catch(() => undefined);
+}
+
+/**
+ * A bridge whose MAC was never set takes the lowest MAC of its ports (all zeros with none), so a
+ * sandbox coming or going (a warm pool drained at shutdown) changed the gateway's MAC under all
+ * the others, whose ARP caches then pointed nowhere for half a minute. Setting it pins it: to
+ * the address it has now, so that running sandboxes keep theirs, or, when that is no unicast
+ * address (a bridge without ports), to one derived from the bridge's name.
+ */
+async function pinBridgeMac(bridge: string): Promise<void> {
+  const NET_ADDR_SET = '3';
+  const current = (await readFile(`/sys/class/net/${bridge}/address`, 'utf8')).trim();
+  const pinned = (await readFile(`/sys/class/net/${bridge}/addr_assign_type`, 'utf8')).trim() === NET_ADDR_SET;
+  if (pinned && isUnicastMac(current)) return;
+  const mac = isUnicastMac(current) ? current : stableMac(bridge);
+  await procOk('ip', ['link', 'set', 'dev', bridge, 'address', mac]);
+}
+
+export function isUnicastMac(mac: string): boolean {
+  return /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/i.test(mac) && mac !== '00:00:00:00:00:00' && (parseInt(mac.slice(0, 2), 16) & 1) === 0;
+}
+
+/** Locally administered, unicast, the same for the same name. */
+export function stableMac(name: string): string {
+  const h = createHash('sha256').update(`sandboxd bridge ${name}`).digest();
+  return ['02', ...[...h.subarray(0, 5)].map((b) => b.toString(16).padStart(2, '0'))].join(':');
 }
 
 export async function deleteBridge(bridge: string): Promise<void> {

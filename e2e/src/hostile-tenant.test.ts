@@ -60,6 +60,25 @@ describe('a tenant against its own agent and the host', { timeout: 300_000 }, ()
     await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
   });
 
+  test('code that kills its own agent stops only its own sandbox: 502, then the API says stopped, and start brings it back', async () => {
+    const sb = await createSandbox(server, { timeout_seconds: 600 });
+    const bystander = await createSandbox(server, { timeout_seconds: 600 });
+    const kill = await agent(sb, 'POST', '/commands/run', { command: 'bash', args: ['-c', 'kill -9 2'] });
+    assert.equal(kill.status, 502, JSON.stringify(kill.body));
+    const gone = await agent(sb, 'GET', '/health');
+    assert.ok(gone.status === 502 || gone.status === 409, `${gone.status}`);
+    for (let i = 0; (await api(server, 'GET', `/v1/sandboxes/${sb.id}`)).body.status !== 'stopped'; i++) {
+      assert.ok(i < 100, 'the sandbox is reported stopped');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal((await agent(sb, 'GET', '/health')).body.code, 'SANDBOX_STOPPED');
+    assert.equal((await agent(bystander, 'POST', '/commands/run', { command: 'true' })).status, 200, 'other sandboxes go on');
+    assert.equal((await api(server, 'POST', `/v1/sandboxes/${sb.id}/start`)).status, 200);
+    assert.equal((await agent(sb, 'POST', '/commands/run', { command: 'true' })).status, 200);
+    await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+    await api(server, 'DELETE', `/v1/sandboxes/${bystander.id}`);
+  });
+
   test('/.sb/state made a symlink to a host directory, then stop and start: host root does not follow it', async () => {
     const victim = join(server.dataDir, 'victim');
     mkdirSync(join(victim, '.ssh'), { recursive: true, mode: 0o700 });

@@ -39,7 +39,7 @@ agent = 2
 print("comm", open(f"/proc/{agent}/comm").read().strip())
 pfd = os.pidfd_open(agent)
 print("pidfd_getfd", call(438, pfd, 3, 0))
-print("ptrace_attach", call(101, 16, agent, 0, 0))
+print("ptrace_attach", call(101, 0x4206, agent, 0, 0))  # PTRACE_SEIZE: the check of ATTACH, no stop
 for name in ("fd", "environ", "mem", "maps"):
     try:
         os.listdir(f"/proc/{agent}/fd") if name == "fd" else open(f"/proc/{agent}/{name}", "rb").close()

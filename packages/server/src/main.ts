@@ -137,7 +137,17 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   const routes = new RouteTable();
   const events = new EventBus();
   const connections = new ConnectionLimits(config.connections);
-  const gateway = new Gateway({ config: config.gateway, routes, tokens, keys, usedPorts: () => store.sandboxes.usedGatewayPorts(), connections, log });
+  let onAgentGone: (id: string) => void = () => undefined;
+  const gateway = new Gateway({
+    config: config.gateway,
+    routes,
+    tokens,
+    keys,
+    usedPorts: () => store.sandboxes.usedGatewayPorts(),
+    connections,
+    onAgentGone: (id) => onAgentGone(id),
+    log,
+  });
   await gateway.listenHostMode();
   const createLimiter = new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
   const pool = new WarmPool(runtime, config.warmPoolSize, log);
@@ -161,6 +171,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     log,
   });
 
+  onAgentGone = (id) => sandboxes.agentGone(id);
   const rec = await sandboxes.reconcile();
   log('reconciled sandboxes with the runtime', rec);
   const expired = await sandboxes.sweep();

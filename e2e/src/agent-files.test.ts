@@ -132,9 +132,14 @@ describe('files: read, write, list, exists, remove, mkdir', () => {
     const ro = await agent(sb, 'POST', '/files/write', { path: '/proc/version', content: 'x' });
     assert.equal(ro.status, 403, JSON.stringify(ro.body));
     assert.equal(ro.body.code, 'PERMISSION_DENIED');
-    const mem = await agent(sb, 'GET', `/files/read${q('/proc/self/mem')}`);
+    // A pseudo file that fails on read (EIO): PID 1's memory at offset 0.
+    const mem = await agent(sb, 'GET', `/files/read${q('/proc/1/mem')}`);
     assert.equal(mem.status, 400, JSON.stringify(mem.body));
     assert.equal(mem.body.code, 'NOT_A_FILE');
+    // The agent's own memory is closed even to the agent (it runs non-dumpable): a 403, not a 500.
+    const own = await agent(sb, 'GET', `/files/read${q('/proc/self/mem')}`);
+    assert.equal(own.status, 403, JSON.stringify(own.body));
+    assert.equal(own.body.code, 'PERMISSION_DENIED');
   });
 
   test('exists, mkdir (with parents), remove (recursive)', async () => {

@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, rmSync, createWriteStream, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, rmSync, createWriteStream, readFileSync, writeFileSync } from 'node:fs';
+import { lookup } from 'node:dns/promises';
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:net';
 import { join, resolve, dirname } from 'node:path';
@@ -33,6 +34,30 @@ export const TEST_DATA_DIR = process.env.SANDBOXD_TEST_DATA_DIR ?? '/var/lib/san
 // Real clients honour HTTP(S)_PROXY; our servers are on loopback.
 process.env.NO_PROXY = '127.0.0.1,localhost';
 process.env.no_proxy = '127.0.0.1,localhost';
+
+/** The http(s) URIs of the host's apt sources (one-line and deb822 files). */
+export function aptSourceUrls(): string[] {
+  const dir = '/etc/apt/sources.list.d';
+  const files = ['/etc/apt/sources.list', ...(existsSync(dir) ? readdirSync(dir).map((f) => join(dir, f)) : [])];
+  const urls = new Set<string>();
+  for (const f of files.filter((f) => /\.(list|sources)$/.test(f) && existsSync(f))) {
+    for (const m of readFileSync(f, 'utf8').matchAll(/^[^#\n]*?\b(https?:\/\/[^\s\]]+)/gm)) urls.add(m[1]!);
+  }
+  return [...urls];
+}
+
+/**
+ * Images point apt at the host's sources; where those sit in a range sandboxes may not reach (on a
+ * test VM whose "internet" is documentation addresses), the operator allows them with
+ * SANDBOXD_EGRESS_ALLOW, and so do tests.
+ */
+export async function aptSourceCidrs(): Promise<string[]> {
+  const out = new Set<string>();
+  for (const h of new Set(aptSourceUrls().map((u) => new URL(u).hostname))) {
+    for (const a of await lookup(h, { all: true, family: 4 }).catch(() => [])) out.add(`${a.address}/32`);
+  }
+  return [...out];
+}
 
 export async function freePort(): Promise<number> {
   return new Promise((resolvePort, reject) => {
@@ -107,6 +132,7 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     SANDBOXD_CGROUP_PARENT: `sandboxd-test${slot}`,
     SANDBOXD_BRIDGE: `sbtest${slot}`,
     SANDBOXD_SUBNET: `10.${100 + (slot % 100)}.0.0/16`,
+    SANDBOXD_EGRESS_ALLOW: process.env.SANDBOXD_EGRESS_ALLOW ?? (await aptSourceCidrs()).join(','),
     ...opts.env,
   };
   const logFile = join(dataDir, 'daemon.log');

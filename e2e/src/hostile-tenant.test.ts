@@ -39,7 +39,7 @@ agent = 2
 print("comm", open(f"/proc/{agent}/comm").read().strip())
 pfd = os.pidfd_open(agent)
 print("pidfd_getfd", call(438, pfd, 3, 0))
-print("ptrace_attach", call(101, 16, agent, 0, 0))
+print("ptrace_attach", call(101, 0x4206, agent, 0, 0))  # PTRACE_SEIZE: the check of ATTACH, no stop
 for name in ("fd", "environ", "mem", "maps"):
     try:
         os.listdir(f"/proc/{agent}/fd") if name == "fd" else open(f"/proc/{agent}/{name}", "rb").close()
@@ -58,6 +58,25 @@ describe('a tenant against its own agent and the host', { timeout: 300_000 }, ()
     const after = await agent(sb, 'POST', '/execute', { code: 'print(6 * 7)', language: 'python' });
     assert.equal(after.body.stdout, '42\n');
     await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+  });
+
+  test('code that kills its own agent stops only its own sandbox: 502, then the API says stopped, and start brings it back', async () => {
+    const sb = await createSandbox(server, { timeout_seconds: 600 });
+    const bystander = await createSandbox(server, { timeout_seconds: 600 });
+    const kill = await agent(sb, 'POST', '/commands/run', { command: 'bash', args: ['-c', 'kill -9 2'] });
+    assert.equal(kill.status, 502, JSON.stringify(kill.body));
+    const gone = await agent(sb, 'GET', '/health');
+    assert.ok(gone.status === 502 || gone.status === 409, `${gone.status}`);
+    for (let i = 0; (await api(server, 'GET', `/v1/sandboxes/${sb.id}`)).body.status !== 'stopped'; i++) {
+      assert.ok(i < 100, 'the sandbox is reported stopped');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal((await agent(sb, 'GET', '/health')).body.code, 'SANDBOX_STOPPED');
+    assert.equal((await agent(bystander, 'POST', '/commands/run', { command: 'true' })).status, 200, 'other sandboxes go on');
+    assert.equal((await api(server, 'POST', `/v1/sandboxes/${sb.id}/start`)).status, 200);
+    assert.equal((await agent(sb, 'POST', '/commands/run', { command: 'true' })).status, 200);
+    await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+    await api(server, 'DELETE', `/v1/sandboxes/${bystander.id}`);
   });
 
   test('/.sb/state made a symlink to a host directory, then stop and start: host root does not follow it', async () => {

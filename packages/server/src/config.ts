@@ -3,6 +3,7 @@ import { availableParallelism, totalmem } from 'node:os';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LIMIT_MINIMUMS, type LimitName, type OrgLimits } from './services/limits.js';
+import { normalizeCidr } from './runtime/net.js';
 
 /** Every setting of the daemon. Only this file reads process.env. */
 export interface Config {
@@ -44,8 +45,11 @@ export interface Config {
   /** Built-in templates to build and serve (default: all). */
   builtinTemplates: string[] | undefined;
   agentBundlePath: string;
-  /** Node-local runtime names: several daemons on one host (tests) need distinct ones. */
-  runtime: { cgroupParent: string; bridge: string; subnet: string };
+  /**
+   * Node-local runtime names: several daemons on one host (tests) need distinct ones. egressAllow:
+   * IPv4 CIDRs sandboxes may reach although they lie in a blocked (private, reserved...) range.
+   */
+  runtime: { cgroupParent: string; bridge: string; subnet: string; egressAllow: string[] };
   /** OCI registry for `from` images Debian's packages cannot provide (null: none). */
   registry: { url: string | null; username: string | undefined; password: string | undefined };
   buildLimits: { perHour: number; perDay: number };
@@ -120,6 +124,17 @@ function limitsFrom(env: NodeJS.ProcessEnv, host: HostFacts): OrgLimits {
   return out;
 }
 
+function cidrList(env: NodeJS.ProcessEnv, name: string): string[] {
+  const items = (env[name] ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  return items.map((item) => {
+    try {
+      return normalizeCidr(item);
+    } catch {
+      throw new ConfigError(`${name} must list IPv4 addresses or CIDRs separated by commas, got "${item}"`);
+    }
+  });
+}
+
 const here = dirname(fileURLToPath(import.meta.url));
 /** packages/server/dist → repository root. */
 export const REPO_ROOT = resolve(here, '../../..');
@@ -174,6 +189,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
       cgroupParent: env.SANDBOXD_CGROUP_PARENT || 'sandboxd',
       bridge: env.SANDBOXD_BRIDGE || 'sbbr0',
       subnet: env.SANDBOXD_SUBNET || '10.88.0.0/16',
+      egressAllow: cidrList(env, 'SANDBOXD_EGRESS_ALLOW'),
     },
     registry: {
       url: env.SANDBOXD_REGISTRY_URL === 'none' ? null : env.SANDBOXD_REGISTRY_URL || 'https://registry-1.docker.io',

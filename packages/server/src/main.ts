@@ -1,11 +1,14 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { lookup } from 'node:dns/promises';
 import { hostname } from 'node:os';
 import { loadConfig, type Config } from './config.js';
 import { secureDataDir } from './data-dir.js';
 import { SqliteStore } from './store/sqlite.js';
 import { CrunRuntime } from './runtime/index.js';
 import { ensureSystemPackages } from './runtime/system-packages.js';
+import { blockedRangeOf } from './runtime/host.js';
+import { readHostAptConfig } from './images/apt-sources.js';
 import { openImageServices } from './images/index.js';
 import { ensurePythonCompatLayer } from './images/base-images.js';
 import { UploadService } from './services/uploads.js';
@@ -44,6 +47,30 @@ export function openImages(config: Config, log: (line: string) => void) {
     registryHint: 'SANDBOXD_REGISTRY_URL',
     log,
   });
+}
+
+/**
+ * Images get the host's apt sources, so a mirror or proxy in a blocked range (an internal one on
+ * 10.x, say) breaks every `apt-get install` in sandboxes and builds: say so at start, with the fix.
+ */
+async function warnBlockedAptSources(egressAllow: string[]): Promise<void> {
+  const hosts = new Set<string>();
+  for (const src of (await readHostAptConfig()).sources) {
+    for (const uri of src.uris) {
+      try {
+        hosts.add(new URL(uri).hostname);
+      } catch {
+        /* not a URL (cdrom:, file:) */
+      }
+    }
+  }
+  for (const host of hosts) {
+    const addrs = await lookup(host, { all: true, family: 4 }).catch(() => []);
+    for (const { address } of addrs) {
+      const range = blockedRangeOf(address, egressAllow);
+      if (range) log(`warning: sandboxes cannot reach the apt source ${host} (${address} is in the blocked range ${range}); allow it with SANDBOXD_EGRESS_ALLOW=${address}/32`);
+    }
+  }
 }
 
 /** The admin key of the default organization: pinned by config, else generated once and kept 0600. */
@@ -86,9 +113,12 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     cgroupParent: config.runtime.cgroupParent,
     bridgeName: config.runtime.bridge,
     subnetCidr: config.runtime.subnet,
+    egressAllow: config.runtime.egressAllow,
     log,
   });
   await runtime.setupHost();
+  // Not awaited: a slow resolver must not hold the start up.
+  void warnBlockedAptSources(config.runtime.egressAllow).catch((err: unknown) => log(`checking the apt sources' reachability: ${String(err)}`));
 
   const store = SqliteStore.open(join(config.dataDir, 'sandboxd.db'));
   const images = openImages(config, log);
@@ -111,7 +141,17 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   const routes = new RouteTable();
   const events = new EventBus();
   const connections = new ConnectionLimits(config.connections);
-  const gateway = new Gateway({ config: config.gateway, routes, tokens, keys, usedPorts: () => store.sandboxes.usedGatewayPorts(), connections, log });
+  let onAgentGone: (id: string) => void = () => undefined;
+  const gateway = new Gateway({
+    config: config.gateway,
+    routes,
+    tokens,
+    keys,
+    usedPorts: () => store.sandboxes.usedGatewayPorts(),
+    connections,
+    onAgentGone: (id) => onAgentGone(id),
+    log,
+  });
   await gateway.listenHostMode();
   const createLimiter = new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
   const pool = new WarmPool(runtime, config.warmPoolSize, log);
@@ -135,6 +175,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     log,
   });
 
+  onAgentGone = (id) => sandboxes.agentGone(id);
   const rec = await sandboxes.reconcile();
   log('reconciled sandboxes with the runtime', rec);
   const expired = await sandboxes.sweep();

@@ -18,6 +18,8 @@ export interface GatewayDeps {
   keys: KeyService;
   usedPorts: () => Promise<Set<number>>;
   connections: ConnectionLimits;
+  /** No agent listens on a running sandbox's socket: the lifecycle checks whether it stopped. */
+  onAgentGone?: (sandboxId: string) => void;
   log: (msg: string, extra?: Record<string, unknown>) => void;
 }
 
@@ -165,7 +167,13 @@ export class Gateway implements GatewayControl {
           (entry) => {
             const release = this.d.connections.acquireOrg(entry.orgId);
             res.once('close', release);
-            proxyToAgent(req, res, { sandboxId: entry.sandboxId, socketPath: entry.socketPath, agent: this.agentFor(entry) }, requestId, {
+            const target = {
+              sandboxId: entry.sandboxId,
+              socketPath: entry.socketPath,
+              agent: this.agentFor(entry),
+              onAgentGone: () => this.d.onAgentGone?.(entry.sandboxId),
+            };
+            proxyToAgent(req, res, target, requestId, {
               headersMs: this.d.config.responseHeadersTimeoutMs,
               idleMs: this.d.config.idleTimeoutMs,
             });
@@ -206,12 +214,21 @@ export class Gateway implements GatewayControl {
     let set = this.tunnels.get(entry.sandboxId);
     if (!set) this.tunnels.set(entry.sandboxId, (set = new Set()));
     const tunnelSet = set;
-    const { upstream } = openTunnel(req, socket, head, entry.socketPath, requestId, this.d.config.idleTimeoutMs, () => {
-      release();
-      tunnelSet.delete(socket);
-      tunnelSet.delete(upstream);
-      if (tunnelSet.size === 0 && this.tunnels.get(entry.sandboxId) === tunnelSet) this.tunnels.delete(entry.sandboxId);
-    });
+    const { upstream } = openTunnel(
+      req,
+      socket,
+      head,
+      entry.socketPath,
+      requestId,
+      this.d.config.idleTimeoutMs,
+      () => {
+        release();
+        tunnelSet.delete(socket);
+        tunnelSet.delete(upstream);
+        if (tunnelSet.size === 0 && this.tunnels.get(entry.sandboxId) === tunnelSet) this.tunnels.delete(entry.sandboxId);
+      },
+      () => this.d.onAgentGone?.(entry.sandboxId),
+    );
     tunnelSet.add(socket);
     tunnelSet.add(upstream);
   }

@@ -25,6 +25,13 @@ export interface ProxyTarget {
   sandboxId: string;
   socketPath: string;
   agent: Agent;
+  /** Nobody listens on the agent's socket any more (its process is gone). */
+  onAgentGone?: () => void;
+}
+
+/** Connecting failed because no agent listens: it exited, or was killed from inside its sandbox. */
+export function isAgentGone(err: NodeJS.ErrnoException): boolean {
+  return err.code === 'ECONNREFUSED' || err.code === 'ENOENT';
 }
 
 /**
@@ -66,7 +73,10 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
   upstream.on('information', () => {
     if (++informational > MAX_INFORMATIONAL) fail(`sent more than ${MAX_INFORMATIONAL} informational responses`);
   });
-  upstream.on('error', (err) => fail(`is not answering properly: ${err.message}`));
+  upstream.on('error', (err: NodeJS.ErrnoException) => {
+    if (isAgentGone(err)) target.onAgentGone?.();
+    fail(`is not answering properly: ${err.message}`);
+  });
   upstream.on('upgrade', (_res, socket) => {
     socket.destroy();
     fail('switched protocols without being asked to');

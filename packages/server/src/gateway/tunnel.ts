@@ -19,6 +19,7 @@ export function openTunnel(
   requestId: string,
   idleMs: number,
   onClose: () => void,
+  onAgentGone?: () => void,
 ): { upstream: Socket } {
   const upstream = connect(socketPath);
   let answered = false;
@@ -34,7 +35,8 @@ export function openTunnel(
     client.destroy();
     closeOne();
   });
-  upstream.on('error', (err) => {
+  upstream.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code === 'ECONNREFUSED' || err.code === 'ENOENT') onAgentGone?.();
     // Before the agent said anything the client can still get an HTTP answer; after, only a cut.
     if (!answered) rawError(client, new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent is not answering: ${err.message}`), requestId);
     else client.destroy();

@@ -6,11 +6,12 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { CANONICAL_ID_OFFSET, ID_RANGE } from '../images/types.js';
 import { checkSuidDumpable, parseLdd } from './agent-runtime.js';
-import { nftRuleset } from './host.js';
+import { loadConfig } from '../config.js';
+import { BLOCKED_RANGES, blockedRangeOf, isUnicastMac, nftRuleset, stableMac } from './host.js';
 import { IdRanges, MAX_ID_RANGES, rangeBase, readIdRange, SANDBOX_ID_BASE, writeIdRange } from './id-ranges.js';
-import { Ipam, intToIp, ipToInt, parseSubnet, vethName } from './net.js';
+import { cidrContains, Ipam, intToIp, ipToInt, normalizeCidr, parseSubnet, vethName } from './net.js';
 import { buildConfig, DEFAULT_CAPABILITIES, envList } from './oci.js';
-import { DENIED_SYSCALLS, seccompProfile } from './seccomp.js';
+import { ALLOWED_SOCKET_FAMILIES, DENIED_SYSCALLS, seccompProfile, type OciSeccomp } from './seccomp.js';
 
 const input = {
   args: ['/.sb/init', '--', '/bin/true'],
@@ -106,6 +107,59 @@ describe('seccomp profile', () => {
   });
 });
 
+/**
+ * The errno the profile gives `name` called with a 64-bit first argument, evaluated as seccomp
+ * does: rules in order, conditions on one argument ORed (crun splits them), values compared on all
+ * 64 bits; undefined when the call is allowed.
+ */
+function errnoFor(p: OciSeccomp, name: string, arg0: bigint): number | undefined {
+  for (const r of p.syscalls) {
+    if (!r.names.includes(name)) continue;
+    const hit = !r.args || r.args.some((a) => {
+      const v = BigInt(a.value);
+      if (a.op === 'SCMP_CMP_EQ') return arg0 === v;
+      if (a.op === 'SCMP_CMP_NE') return arg0 !== v;
+      if (a.op === 'SCMP_CMP_GT') return arg0 > v;
+      if (a.op === 'SCMP_CMP_LT') return arg0 < v;
+      return (arg0 & v) === BigInt(a.valueTwo ?? 0);
+    });
+    if (hit) return r.errnoRet;
+  }
+  return undefined;
+}
+
+describe('seccomp socket families', () => {
+  const p = seccompProfile('x64');
+  const EAFNOSUPPORT = 97;
+  const allowed = new Set(Object.values(ALLOWED_SOCKET_FAMILIES));
+
+  test('unix, inet, inet6 and netlink only, for socket and socketpair', () => {
+    assert.deepEqual([...allowed].sort((a, b) => a - b), [1, 2, 10, 16]);
+    for (const name of ['socket', 'socketpair']) {
+      for (let family = 0; family < 1024; family++) {
+        assert.equal(errnoFor(p, name, BigInt(family)), allowed.has(family) ? undefined : EAFNOSUPPORT, `${name}(${family})`);
+      }
+    }
+  });
+
+  test('a family with high bits set is refused, though the kernel would read its low 32 bits as allowed', () => {
+    for (const name of ['socket', 'socketpair']) {
+      for (const family of [1n, 2n, 10n, 16n, 40n]) {
+        for (const high of [1n << 32n, 1n << 63n, 0xffffffff00000000n]) {
+          assert.equal(errnoFor(p, name, high | family), EAFNOSUPPORT, `${name}(${(high | family).toString(16)})`);
+        }
+      }
+      assert.equal(errnoFor(p, name, 0xffffffffffffffffn), EAFNOSUPPORT, 'socket(-1)');
+    }
+  });
+
+  test('the 32-bit socketcall multiplexer answers ENOSYS whatever its arguments; other socket calls are untouched', () => {
+    for (const call of [0n, 1n, 3n, 8n, 1n << 32n]) assert.equal(errnoFor(p, 'socketcall', call), 38);
+    for (const name of ['connect', 'bind', 'accept4', 'sendmsg']) assert.equal(errnoFor(p, name, 40n), undefined, name);
+    for (const a of p.syscalls.flatMap((r) => r.args ?? [])) assert.ok(a.value >= 0 && a.value <= 0xffffffff);
+  });
+});
+
 describe('network plumbing', () => {
   test('subnets and addresses', () => {
     const s = parseSubnet('10.88.3.7/16');
@@ -128,20 +182,70 @@ describe('network plumbing', () => {
     assert.notEqual(vethName('sandboxd_abc'), vethName('sandboxd_abd'));
   });
 
-  test('nftables: NAT for the subnet, DNS exception before the private-range drop, host input closed', () => {
-    const text = nftRuleset({ table: 'sandboxd', bridge: 'sbbr0', subnet: parseSubnet('10.88.0.0/16'), resolvers: ['10.255.255.53'], hostAddresses: ['192.0.2.2'] });
+  test('nftables: NAT for the subnet, DNS to the resolver only, exceptions after the DNS and host drops, host input closed', () => {
+    const text = nftRuleset({
+      table: 'sandboxd', bridge: 'sbbr0', subnet: parseSubnet('10.88.0.0/16'), resolvers: ['10.255.255.53'], hostAddresses: ['192.0.2.2'], egressAllow: ['203.0.113.80/32'],
+    });
     const lines = text.split('\n').map((l) => l.trim());
     assert.equal(lines[0], 'table inet sandboxd {}');
     assert.equal(lines[1], 'delete table inet sandboxd');
-    const idx = (needle: string) => lines.findIndex((l) => l.includes(needle));
-    assert.ok(idx('udp dport 53 accept') < idx('@blocked4 drop'));
+    const idx = (needle: string) => {
+      const i = lines.findIndex((l) => l.includes(needle));
+      assert.ok(i >= 0, needle);
+      return i;
+    };
+    const dnsAccept = idx('iifname "sbbr0" ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept');
+    const dnsDrop = idx('iifname "sbbr0" meta l4proto { tcp, udp } th dport { 53, 853 } drop');
+    assert.ok(dnsAccept < dnsDrop, "the host's resolver first, then every other DNS, DoT and DoQ port is closed");
+    assert.ok(dnsDrop < idx('@allow4 accept') && idx('@host4 drop') < idx('@allow4 accept'), 'an exception opens neither DNS nor the host');
+    assert.ok(idx('@allow4 accept') < idx('@blocked4 drop'));
+    assert.ok(idx('iifname "sbbr0" meta nfproto != ipv4 drop') < dnsAccept, 'IPv6 dropped before any accept');
     assert.ok(lines.indexOf('oifname "sbbr0" drop') > lines.indexOf('oifname "sbbr0" ct state established,related accept'));
     assert.match(text, /ip saddr 10\.88\.0\.0\/16 oifname != "sbbr0" masquerade/);
-    assert.match(text, /elements = \{ 10\.0\.0\.0\/8, 172\.16\.0\.0\/12, 192\.168\.0\.0\/16, 169\.254\.0\.0\/16, 100\.64\.0\.0\/10, 192\.0\.2\.0\/24 \}/);
+    assert.match(text, /set allow4 \{ type ipv4_addr; flags interval; auto-merge; elements = \{ 203\.0\.113\.80\/32 \} \}/);
     assert.match(text, /iifname "sbbr0" oifname "sbbr0" drop/);
-    assert.match(text, /chain input \{[^}]*iifname "sbbr0" drop/s);
+    assert.match(text, /chain input \{[^}]*iifname "sbbr0" ip daddr @dns4 meta l4proto \{ tcp, udp \} th dport 53 accept\s+iifname "sbbr0" drop\s+\}/s, 'input: established, DNS to a resolver on the host, nothing else (IPv6 included)');
     const none = nftRuleset({ table: 't', bridge: 'b', subnet: parseSubnet('10.1.0.0/24'), resolvers: [], hostAddresses: [] });
     assert.match(none, /set dns4 \{ type ipv4_addr; \}/, 'empty sets are valid syntax');
+    assert.match(none, /set allow4 \{ type ipv4_addr; flags interval; auto-merge; \}/);
+  });
+
+  test('blocked ranges: every IANA special-purpose range a sandbox has no business with, multicast, class E; disjoint', () => {
+    for (const r of ['0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.0.0.0/24', '192.0.2.0/24',
+      '192.31.196.0/24', '192.52.193.0/24', '192.88.99.0/24', '192.168.0.0/16', '192.175.48.0/24', '198.18.0.0/15', '198.51.100.0/24',
+      '203.0.113.0/24', '224.0.0.0/4', '240.0.0.0/4']) {
+      assert.ok(BLOCKED_RANGES.includes(r), r);
+    }
+    for (const ip of ['255.255.255.255', '198.19.255.1', '192.0.0.9', '239.1.2.3', '0.0.0.0', '127.0.0.1']) assert.ok(blockedRangeOf(ip), ip);
+    for (const ip of ['1.1.1.1', '8.8.8.8', '11.22.33.44', '198.20.0.1', '192.0.1.1', '223.255.255.255', '100.128.0.1']) assert.equal(blockedRangeOf(ip), undefined, ip);
+    const spans = BLOCKED_RANGES.map((c) => {
+      const [ip, p] = c.split('/');
+      assert.equal(normalizeCidr(c), c, `${c} is a network address`);
+      return [ipToInt(ip!), ipToInt(ip!) + 2 ** (32 - Number(p)) - 1] as const;
+    }).sort((x, y) => x[0] - y[0]);
+    for (let i = 1; i < spans.length; i++) assert.ok(spans[i]![0] > spans[i - 1]![1], 'an nftables interval set refuses overlaps');
+    assert.equal(blockedRangeOf('203.0.113.80', ['203.0.113.80/32']), undefined, 'an egress exception');
+    assert.equal(blockedRangeOf('203.0.113.81', ['203.0.113.80/32']), '203.0.113.0/24');
+  });
+
+  test('bridge MACs: a pinned one is unicast, locally administered and stable per name', () => {
+    assert.equal(stableMac('sbbr0'), stableMac('sbbr0'));
+    assert.notEqual(stableMac('sbbr0'), stableMac('sbbr1'));
+    assert.match(stableMac('sbbr0'), /^02(:[0-9a-f]{2}){5}$/);
+    assert.ok(isUnicastMac(stableMac('x')));
+    for (const bad of ['00:00:00:00:00:00', '01:00:5e:00:00:01', 'ff:ff:ff:ff:ff:ff', '', '02:00:00:00:00']) assert.ok(!isUnicastMac(bad), bad);
+  });
+
+  test('egress exceptions: addresses and CIDRs, host bits cleared, nonsense refused', () => {
+    assert.equal(normalizeCidr('203.0.113.80'), '203.0.113.80/32');
+    assert.equal(normalizeCidr(' 10.1.2.3/8 '), '10.0.0.0/8');
+    assert.equal(normalizeCidr('0.0.0.0/0'), '0.0.0.0/0');
+    for (const bad of ['', 'example.org', '10.0.0.256', '10.0.0.0/33', '10.0.0/8', 'fd00::1', '1.2.3.4/']) assert.throws(() => normalizeCidr(bad), bad);
+    assert.ok(cidrContains('198.18.0.0/15', '198.19.1.1'));
+    assert.ok(!cidrContains('198.18.0.0/15', '198.20.0.0'));
+    assert.deepEqual(loadConfig({ SANDBOXD_EGRESS_ALLOW: '203.0.113.80, 10.1.0.0/16' }).runtime.egressAllow, ['203.0.113.80/32', '10.1.0.0/16']);
+    assert.deepEqual(loadConfig({}).runtime.egressAllow, []);
+    assert.throws(() => loadConfig({ SANDBOXD_EGRESS_ALLOW: 'mirror.internal' }), /SANDBOXD_EGRESS_ALLOW must list IPv4 addresses or CIDRs/);
   });
 
   test('ldd output: libraries by soname plus the loader', () => {

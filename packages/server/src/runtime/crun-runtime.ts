@@ -32,7 +32,7 @@ import {
 import { DEFAULT_ID_REGISTRY_DIR, HostIdRegistry, IdRanges, RangeHeldElsewhere, readIdRange, writeIdRange, type IdRangeFile } from './id-ranges.js';
 import { ensureIdmapHelper } from './idmap.js';
 import { isMountPoint } from './mounts.js';
-import { deleteNetns, Ipam, NetnsHolder, parseSubnet, vethName, waitVethGone, type Subnet } from './net.js';
+import { deleteNetns, Ipam, NetnsHolder, normalizeCidr, parseSubnet, vethName, waitVethGone, type Subnet } from './net.js';
 import { buildConfig } from './oci.js';
 import type { ProcResult } from './proc.js';
 import { runStep, cleanupStaleSteps, type StepContext } from './step-runner.js';
@@ -56,6 +56,8 @@ export interface CrunRuntimeOptions {
   diskPoolSize?: number;
   /** Host-wide record of the id ranges in use, shared with other data dirs (default /run/sandboxd/id-ranges). */
   idRegistryDir?: string;
+  /** IPv4 addresses or CIDRs sandboxes may reach although they lie in a blocked range (host.ts BLOCKED_RANGES). */
+  egressAllow?: string[];
 }
 
 export const INIT_PATH = '/usr/bin/catatonit';
@@ -127,7 +129,8 @@ export class CrunRuntime implements Runtime {
   private readonly log: (msg: string) => void;
   private readonly crun: Crun;
   private readonly stepCrun: Crun;
-  private readonly nftTable: string;
+  /** This runtime's nftables table (inet family). */
+  readonly nftTable: string;
   private readonly netnsPrefix: string;
   private readonly opts: CrunRuntimeOptions;
   private layoutP?: Promise<CgroupLayout>;
@@ -314,6 +317,7 @@ export class CrunRuntime implements Runtime {
       subnet: this.subnet,
       resolvers: await hostResolvers(),
       hostAddresses: hostIpv4Addresses(),
+      egressAllow: (this.opts.egressAllow ?? []).map(normalizeCidr),
     });
     await mkdir(this.dataDir, { recursive: true, mode: DIR_MODE });
     await ensureTraversable(this.dataDir, this.log);

@@ -1,8 +1,9 @@
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
 import { readMounts } from './mounts.js';
-import { gatewayIp, intToIp, type Subnet } from './net.js';
+import { cidrContains, gatewayIp, intToIp, type Subnet } from './net.js';
 import { procOk } from './proc.js';
 
 /**
@@ -36,9 +37,36 @@ export async function ensureBridge(bridge: string, subnet: Subnet): Promise<void
   if (!existsSync(`/sys/class/net/${bridge}`)) cmds.push(`link add ${bridge} type bridge`);
   cmds.push(`addr replace ${gatewayIp(subnet)}/${subnet.prefix} dev ${bridge}`, `link set ${bridge} up`);
   await procOk('ip', ['-batch', '-'], { input: cmds.join('\n') + '\n' });
+  await pinBridgeMac(bridge);
   // Sandboxes get IPv4 only; no link-local IPv6 path to the host either.
   const v6 = `/proc/sys/net/ipv6/conf/${bridge}/disable_ipv6`;
   if (existsSync(v6)) await writeFile(v6, '1').catch(() => undefined);
+}
+
+/**
+ * A bridge whose MAC was never set takes the lowest MAC of its ports (all zeros with none), so a
+ * sandbox coming or going (a warm pool drained at shutdown) changed the gateway's MAC under all
+ * the others, whose ARP caches then pointed nowhere for half a minute. Setting it pins it: to
+ * the address it has now, so that running sandboxes keep theirs, or, when that is no unicast
+ * address (a bridge without ports), to one derived from the bridge's name.
+ */
+async function pinBridgeMac(bridge: string): Promise<void> {
+  const NET_ADDR_SET = '3';
+  const current = (await readFile(`/sys/class/net/${bridge}/address`, 'utf8')).trim();
+  const pinned = (await readFile(`/sys/class/net/${bridge}/addr_assign_type`, 'utf8')).trim() === NET_ADDR_SET;
+  if (pinned && isUnicastMac(current)) return;
+  const mac = isUnicastMac(current) ? current : stableMac(bridge);
+  await procOk('ip', ['link', 'set', 'dev', bridge, 'address', mac]);
+}
+
+export function isUnicastMac(mac: string): boolean {
+  return /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/i.test(mac) && mac !== '00:00:00:00:00:00' && (parseInt(mac.slice(0, 2), 16) & 1) === 0;
+}
+
+/** Locally administered, unicast, the same for the same name. */
+export function stableMac(name: string): string {
+  const h = createHash('sha256').update(`sandboxd bridge ${name}`).digest();
+  return ['02', ...[...h.subarray(0, 5)].map((b) => b.toString(16).padStart(2, '0'))].join(':');
 }
 
 export async function deleteBridge(bridge: string): Promise<void> {
@@ -69,9 +97,36 @@ export function hostIpv4Addresses(): string[] {
   return [...out].sort();
 }
 
+/**
+ * IPv4 ranges no sandbox has business reaching: every entry of IANA's special-purpose address
+ * registry (private, shared, loopback, link-local, documentation, benchmarking, reserved, and the
+ * anycast services a sandbox never needs: PCP/TURN in 192.0.0.0/24, AS112, AMT, 6to4 relays),
+ * multicast, and class E, which holds the limited broadcast 255.255.255.255. Kept disjoint: an
+ * nftables interval set refuses overlapping elements.
+ */
 export const BLOCKED_RANGES: readonly string[] = [
-  '10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '169.254.0.0/16', '100.64.0.0/10', '192.0.2.0/24',
+  '0.0.0.0/8', // "this network"
+  '10.0.0.0/8', // private
+  '100.64.0.0/10', // shared address space (carrier-grade NAT)
+  '127.0.0.0/8', // loopback (also a martian to the kernel)
+  '169.254.0.0/16', // link-local: cloud metadata services
+  '172.16.0.0/12', // private
+  '192.0.0.0/24', // IETF protocol assignments: DS-Lite, PCP and TURN anycast, NAT64 discovery
+  '192.0.2.0/24', // TEST-NET-1
+  '192.31.196.0/24', // AS112 (sink for private reverse DNS zones)
+  '192.52.193.0/24', // AMT relays
+  '192.88.99.0/24', // 6to4 relay anycast (deprecated)
+  '192.168.0.0/16', // private
+  '192.175.48.0/24', // AS112 direct delegation
+  '198.18.0.0/15', // benchmarking
+  '198.51.100.0/24', // TEST-NET-2
+  '203.0.113.0/24', // TEST-NET-3
+  '224.0.0.0/4', // multicast
+  '240.0.0.0/4', // reserved (class E), limited broadcast
 ];
+
+/** Ports of DNS (53) and of DNS over TLS and QUIC (853): sandboxes resolve through the host's resolver only. */
+export const DNS_PORTS: readonly number[] = [53, 853];
 
 export interface NftInput {
   table: string;
@@ -79,32 +134,41 @@ export interface NftInput {
   subnet: Subnet;
   resolvers: string[];
   hostAddresses: string[];
+  /** Exceptions to BLOCKED_RANGES set by the operator (an internal package mirror, a proxy): IPv4 CIDRs. */
+  egressAllow?: string[];
 }
 
 /**
  * The whole table, replaced atomically (nft applies one file as one transaction): sandboxes reach
- * the internet through NAT and nothing else; the host's resolver is the one exception, for DNS.
+ * the internet through NAT and nothing else; the host's resolver on port 53 is the one exception
+ * for DNS, and the operator's egress exceptions are the only way into a blocked range. The order
+ * matters: the DNS ports and the host's own addresses are closed before any exception applies.
+ * Everything that is not IPv4 is dropped on both paths (forward and input), whatever the state of
+ * IPv6 on the bridge.
  */
 export function nftRuleset(n: NftInput): string {
   const br = JSON.stringify(n.bridge);
   const cidr = `${intToIp(n.subnet.base)}/${n.subnet.prefix}`;
-  const set = (name: string, interval: boolean, elems: string[]) =>
-    `  set ${name} { type ipv4_addr;${interval ? ' flags interval;' : ''}${elems.length ? ` elements = { ${elems.join(', ')} }` : ''} }`;
+  const set = (name: string, interval: boolean, elems: readonly string[]) =>
+    `  set ${name} { type ipv4_addr;${interval ? ' flags interval; auto-merge;' : ''}${elems.length ? ` elements = { ${elems.join(', ')} }` : ''} }`;
   return [
     `table inet ${n.table} {}`,
     `delete table inet ${n.table}`,
     `table inet ${n.table} {`,
-    set('blocked4', true, [...BLOCKED_RANGES]),
+    set('blocked4', true, BLOCKED_RANGES),
+    set('allow4', true, n.egressAllow ?? []),
     set('host4', false, n.hostAddresses),
     set('dns4', false, n.resolvers),
     '  chain forward {',
     '    type filter hook forward priority filter; policy accept;',
     `    iifname ${br} oifname ${br} drop`,
-    `    iifname ${br} meta nfproto ipv6 drop`,
+    `    iifname ${br} meta nfproto != ipv4 drop`,
     `    iifname ${br} ip saddr != ${cidr} drop`,
-    `    iifname ${br} ip daddr @dns4 udp dport 53 accept`,
-    `    iifname ${br} ip daddr @dns4 tcp dport 53 accept`,
+    `    iifname ${br} ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept`,
+    // DNS over HTTPS on 443 cannot be told from other HTTPS; plain DNS, DoT and DoQ can.
+    `    iifname ${br} meta l4proto { tcp, udp } th dport { ${DNS_PORTS.join(', ')} } drop`,
     `    iifname ${br} ip daddr @host4 drop`,
+    `    iifname ${br} ip daddr @allow4 accept`,
     `    iifname ${br} ip daddr @blocked4 drop`,
     `    oifname ${br} ct state established,related accept`,
     `    oifname ${br} drop`,
@@ -112,8 +176,7 @@ export function nftRuleset(n: NftInput): string {
     '  chain input {',
     '    type filter hook input priority filter; policy accept;',
     `    iifname ${br} ct state established,related accept`,
-    `    iifname ${br} ip daddr @dns4 udp dport 53 accept`,
-    `    iifname ${br} ip daddr @dns4 tcp dport 53 accept`,
+    `    iifname ${br} ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept`,
     `    iifname ${br} drop`,
     '  }',
     '  chain postrouting {',
@@ -123,6 +186,12 @@ export function nftRuleset(n: NftInput): string {
     '}',
     '',
   ].join('\n');
+}
+
+/** The blocked range holding `ip`, unless an egress exception covers it; undefined when reachable. */
+export function blockedRangeOf(ip: string, egressAllow: readonly string[] = []): string | undefined {
+  if (egressAllow.some((c) => cidrContains(c, ip))) return undefined;
+  return BLOCKED_RANGES.find((c) => cidrContains(c, ip));
 }
 
 export async function applyNftables(n: NftInput): Promise<void> {

@@ -230,11 +230,11 @@ describe('CrunRuntime isolation', { timeout: 300_000 }, () => {
   test("the agent is out of reach: no pidfd_getfd of its socket, no ptrace, no /proc/<agent>/fd, mem or environ", async () => {
     // PID 2 is the agent (catatonit's one child), started through the execute-only loader; fd 3 is
     // its listening socket. A sibling user process is the control: the same probes work on it.
+    // PTRACE_SEIZE makes the same access check as PTRACE_ATTACH without stopping the tracee.
     const probe = (pid: string) => `perl -e '
         my $pid = $ARGV[0] + 0; $!=0; my $pfd = syscall(434, $pid, 0); printf "pidfd_open=%s\n", $pfd >= 0 ? "ok" : $!+0;
         $!=0; my $r = syscall(438, $pfd, 3, 0); printf "pidfd_getfd=%s\n", $r >= 0 ? "ok" : $!+0;
-        $!=0; $r = syscall(101, 16, $pid, 0, 0); printf "ptrace_attach=%s\n", $r >= 0 ? "ok" : $!+0;
-        if ($r >= 0) { syscall(101, 17, $pid, 0, 0) }' ${pid}
+        $!=0; $r = syscall(101, 0x4206, $pid, 0, 0); printf "ptrace_attach=%s\n", $r >= 0 ? "ok" : $!+0;' ${pid}
       for f in environ mem maps; do (exec 4</proc/${pid}/$f) 2>/dev/null && echo "$f=ok" || echo "$f=denied"; done
       ls /proc/${pid}/fd >/dev/null 2>&1 && echo "fd=ok" || echo "fd=denied"`;
     const agent = await sh(t.rt, id, `test "$(cat /proc/2/comm)" = ld-linux-x86-64 && ${probe('2')}`);
@@ -242,7 +242,7 @@ describe('CrunRuntime isolation', { timeout: 300_000 }, () => {
     assert.deepEqual(Object.fromEntries(agent.stdout.trim().split('\n').map((l) => l.split('='))), {
       pidfd_open: 'ok', pidfd_getfd: EPERM, ptrace_attach: EPERM, environ: 'denied', mem: 'denied', maps: 'denied', fd: 'denied',
     });
-    const sibling = await sh(t.rt, id, `sleep 30 & S=$!; ${probe('$S')}; kill $S`);
+    const sibling = await sh(t.rt, id, `sleep 30 & S=$!; ${probe('$S')}; kill -9 $S`);
     assert.deepEqual(Object.fromEntries(sibling.stdout.trim().split('\n').map((l) => l.split('='))), {
       pidfd_open: 'ok', pidfd_getfd: EPERM, ptrace_attach: 'ok', environ: 'ok', mem: 'ok', maps: 'ok', fd: 'ok',
     });

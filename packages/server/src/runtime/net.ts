@@ -23,6 +23,21 @@ export function intToIp(n: number): string {
   return [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join('.');
 }
 
+/** `a.b.c.d` or `a.b.c.d/n` as a network `a.b.c.d/n` (host bits cleared); throws on anything else. */
+export function normalizeCidr(text: string): string {
+  const m = /^(\d{1,3}(?:\.\d{1,3}){3})(?:\/(\d{1,2}))?$/.exec(text.trim());
+  const prefix = m?.[2] === undefined ? 32 : Number(m[2]);
+  if (!m || prefix > 32) throw new Error(`${text}: not an IPv4 address or CIDR`);
+  const size = 2 ** (32 - prefix);
+  return `${intToIp(ipToInt(m[1]!) - (ipToInt(m[1]!) % size))}/${prefix}`;
+}
+
+export function cidrContains(cidr: string, ip: string): boolean {
+  const [net, p] = normalizeCidr(cidr).split('/');
+  const size = 2 ** (32 - Number(p));
+  return Math.floor(ipToInt(ip) / size) === Math.floor(ipToInt(net!) / size);
+}
+
 export function parseSubnet(cidr: string): Subnet {
   const [ip, p] = cidr.split('/');
   const prefix = Number(p);

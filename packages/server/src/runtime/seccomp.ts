@@ -16,7 +16,21 @@
  *   execute-only). pidfd_getfd, which would hand user code the agent's listening socket, is also
  *   denied here, as a second wall; pidfd_open stays (what a pidfd can do besides that, kill() can).
  * - clone3 answers ENOSYS, so glibc falls back to clone, whose flags a classic BPF filter can see.
- * - io_uring answers ENOSYS, so libuv and others fall back to threads.
+ * - io_uring answers ENOSYS, so libuv and others fall back to threads (it could also make sockets
+ *   of any family, IORING_OP_SOCKET, out of this filter's sight).
+ * - Sockets: only AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK (ip, getifaddrs) may be created, by
+ *   socket() and socketpair(); every other family answers EAFNOSUPPORT, as on a kernel without it.
+ *   AF_VSOCK above all: vsock ignores network namespaces and on a VM host reaches the hypervisor's
+ *   services. AF_PACKET is also refused for lack of CAP_NET_RAW; AF_ALG (the kernel's crypto API)
+ *   is a known source of kernel bugs and nothing a sandbox runs needs it. The kernel reads the
+ *   family as an int (the low 32 bits of the register) while seccomp compares all 64, so the
+ *   filter never matches an allowed family loosely: values 0..AF_NETLINK are compared exactly and
+ *   anything greater, which includes every value with a high bit set, is refused.
+ * - socketcall (the 32-bit x86 multiplexer, reachable from any x86-64 process through int 0x80)
+ *   passes its arguments in memory, which seccomp cannot read, so it would bypass the family
+ *   filter: it answers ENOSYS. 32-bit programs make sockets through the direct socket syscalls
+ *   (Linux 4.3+) instead; one that only knows socketcall gets no sockets. Docker's profile decided
+ *   the same.
  */
 
 export interface OciSeccompArg {
@@ -41,6 +55,7 @@ export interface OciSeccomp {
 
 const EPERM = 1;
 const ENOSYS = 38;
+const EAFNOSUPPORT = 97;
 
 /** Denied outright with EPERM. Names unknown to an architecture are ignored by crun. */
 export const DENIED_SYSCALLS: readonly string[] = [
@@ -66,8 +81,16 @@ export const DENIED_SYSCALLS: readonly string[] = [
   'process_vm_writev', 'pidfd_getfd',
 ];
 
-/** Answered with ENOSYS so that callers fall back to an older, filterable interface. */
-export const ENOSYS_SYSCALLS: readonly string[] = ['clone3', 'io_uring_setup', 'io_uring_enter', 'io_uring_register'];
+/** Answered with ENOSYS so that callers fall back to an interface the filter can see. */
+export const ENOSYS_SYSCALLS: readonly string[] = ['clone3', 'io_uring_setup', 'io_uring_enter', 'io_uring_register', 'socketcall'];
+
+/** The address families a sandbox may make sockets of (same numbers on every Linux architecture). */
+export const ALLOWED_SOCKET_FAMILIES: Readonly<Record<string, number>> = {
+  AF_UNIX: 1,
+  AF_INET: 2,
+  AF_INET6: 10,
+  AF_NETLINK: 16,
+};
 
 /** clone() flags that create namespaces (CLONE_NEWTIME is unshare/clone3-only, covered above). */
 export const CLONE_NAMESPACE_FLAGS: Readonly<Record<string, number>> = {
@@ -130,6 +153,30 @@ export function seccompProfile(arch: string = process.arch): OciSeccomp {
       { names: [...ENOSYS_SYSCALLS], action: 'SCMP_ACT_ERRNO', errnoRet: ENOSYS },
       ...cloneRules,
       ...personalityRules,
+      ...socketFamilyRules(),
     ],
   };
+}
+
+/**
+ * A default-allow filter cannot say "deny unless one of these", and crun ORs conditions on the
+ * same argument, so the complement is spelled out: one rule per refused family below the highest
+ * allowed one (64-bit equality: exact), and one for everything above it (64-bit greater-than: it
+ * also catches 2^32 + AF_INET, which the kernel would read as AF_INET).
+ */
+function socketFamilyRules(): OciSeccompRule[] {
+  const allowed = new Set(Object.values(ALLOWED_SOCKET_FAMILIES));
+  const highest = Math.max(...allowed);
+  const deny = (arg: OciSeccompArg): OciSeccompRule => ({
+    names: ['socket', 'socketpair'],
+    action: 'SCMP_ACT_ERRNO',
+    errnoRet: EAFNOSUPPORT,
+    args: [arg],
+  });
+  const rules: OciSeccompRule[] = [];
+  for (let family = 0; family < highest; family++) {
+    if (!allowed.has(family)) rules.push(deny({ index: 0, value: family, op: 'SCMP_CMP_EQ' }));
+  }
+  rules.push(deny({ index: 0, value: highest, op: 'SCMP_CMP_GT' }));
+  return rules;
 }

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { chmod, lchown, mkdir, readFile, readdir, rmdir, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, lchown, mkdir, readFile, readdir, rmdir, stat, writeFile } from 'node:fs/promises';
 import { basename, isAbsolute, join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
 import { cgroupDirs, cgroupExists, removeCgroup, type CgroupLayout } from './cgroups.js';
@@ -37,6 +37,7 @@ interface StepMeta {
 }
 
 const INIT_PATH = '/usr/bin/catatonit';
+const STEP_DIR_MODE = 0o710;
 
 function stepNames(ctx: StepContext, id: string) {
   const dir = join(ctx.dataDir, 'steps', id);
@@ -92,11 +93,12 @@ export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{
   const undo = new UndoStack(ctx.log);
   try {
     await mkdir(join(ctx.dataDir, 'steps'), { recursive: true, mode: 0o711 });
-    // /proc/mounts tells every local user where the step's root is mounted: like a sandbox's
-    // directory, the step's is closed to all but root and the step's own user (who must pass).
-    await mkdir(n.dir, { mode: 0o710 });
+    await mkdir(n.dir, { mode: STEP_DIR_MODE });
     undo.push('step directory', () => removeTree(n.dir));
-    await lchown(n.dir, 0, CANONICAL_ID_OFFSET);
+    // Like a sandbox's directory: crun (the step's root, inside its user namespace) may traverse it
+    // to the rootfs, no host user may (the image's setuid files would run as its root's host uid).
+    await chown(n.dir, 0, CANONICAL_ID_OFFSET);
+    await chmod(n.dir, STEP_DIR_MODE);
     await writeFile(n.meta, JSON.stringify({ upperDir: upper } satisfies StepMeta));
 
     await createDiskImage(n.image, Math.round(opts.resources.diskGb * 1024 ** 3));

@@ -1,5 +1,6 @@
 // Root tests with real containers: build steps (CrunRuntime.runStep) as the template builder uses them.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { existsSync, lstatSync, readdirSync, statSync } from 'node:fs';
 import { chown, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -146,6 +147,18 @@ describe('CrunRuntime.runStep', { timeout: 300_000 }, () => {
     assert.ok(size > 500 * 1024 ** 2 && size <= 1024 ** 3, `wrote ${size} bytes`);
     assert.equal(statSync(join(scratch, 'big1', 'big')).size, size, 'the result is the step disk copied out');
     await rm(join(scratch, 'big1'), { recursive: true, force: true });
+  });
+
+  test("no host user can reach a running step's rootfs (an image's setuid files would run as its root's host uid)", async () => {
+    const running = t.rt.runStep(step('peek1', 'sleep 3'));
+    const rootfs = join(t.dataDir, 'steps', 'peek1', 'rootfs');
+    for (let i = 0; i < 100 && !existsSync(join(rootfs, 'bin')); i++) await new Promise((r) => setTimeout(r, 50));
+    assert.ok(existsSync(join(rootfs, 'bin')), 'the step runs');
+    const peek = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', '--', 'ls', join(rootfs, 'bin')], { encoding: 'utf8' });
+    assert.notEqual(peek.status, 0);
+    assert.match(peek.stderr, /Permission denied/);
+    assert.deepEqual(await running, { exitCode: 0, timedOut: false });
+    await rm(join(scratch, 'peek1'), { recursive: true, force: true });
   });
 
   test('an abort signal kills the step and rejects', async () => {

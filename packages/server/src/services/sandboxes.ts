@@ -88,6 +88,8 @@ function specFor(id: string, src: SpecSource, layerPath: (id: string) => string)
 export class SandboxService {
   /** OOM kill count last seen per running sandbox (0 from a boot by this process). */
   private oomSeen = new Map<string, number>();
+  /** Sandboxes whose gone agent is being looked into (agentGone). */
+  private checkingGone = new Set<string>();
 
   constructor(private d: SandboxServiceDeps) {}
 
@@ -419,6 +421,26 @@ export class SandboxService {
   async refreshToken(orgId: string, id: string) {
     const row = await this.get(orgId, id);
     return this.d.tokens.issue(row.id, row.orgId);
+  }
+
+  /**
+   * The gateway found no agent on a running sandbox's socket. If its container is gone too (code
+   * inside killed the agent, and PID 1 exited with it), the sandbox is stopped: say so, instead of
+   * reporting it running until its deadline. One check at a time per sandbox.
+   */
+  agentGone(id: string): void {
+    if (this.checkingGone.has(id)) return;
+    this.checkingGone.add(id);
+    void this.d.locks
+      .run(id, async () => {
+        const row = await this.d.store.sandboxes.byId(id);
+        if (!row || row.status !== 'running') return;
+        if ((await this.d.runtime.status(id)) !== 'stopped') return;
+        this.d.log('sandbox stopped from inside: its agent is gone', { id });
+        await this.markStopped(row, 'its agent exited (stopped from inside the sandbox)');
+      })
+      .catch((err: unknown) => this.d.log('checking a gone agent failed', { id, error: String(err) }))
+      .finally(() => this.checkingGone.delete(id));
   }
 
   private async markStopped(row: SandboxRow, reason: string): Promise<void> {

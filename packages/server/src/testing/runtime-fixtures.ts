@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { lookup } from 'node:dns/promises';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { readHostAptConfig } from '../images/apt-sources.js';
 import { CrunRuntime, type CrunRuntimeOptions } from '../runtime/index.js';
 import type { SandboxSpec } from '../runtime/types.js';
 import { testDataDir } from './fixtures.js';
@@ -50,6 +52,7 @@ export async function createTestRuntime(opts: Partial<CrunRuntimeOptions> = {}):
     bridgeName: `sbrt${tag}`.slice(0, 15),
     subnetCidr: `10.96.${((process.pid + n * 37) % 250) + 1}.0/24`,
     cgroupParent: `sandboxd-test-${tag}`,
+    egressAllow: await aptSourceCidrs(),
     log: process.env.SANDBOXD_TEST_VERBOSE ? (l) => process.stderr.write(`[rt] ${l}\n`) : undefined,
     ...opts,
   });
@@ -117,6 +120,23 @@ export function aptReleaseUrl(): string {
     }
   }
   throw new Error('no plain-HTTP deb822 source in /etc/apt/sources.list.d');
+}
+
+/**
+ * The host's apt sources as egress exceptions (CIDRs): images point apt at them, and where they
+ * sit in a blocked range (on a test VM whose "internet" is documentation addresses) an operator
+ * allows them with SANDBOXD_EGRESS_ALLOW, as tests do here.
+ */
+export async function aptSourceCidrs(): Promise<string[]> {
+  const hosts = new Set<string>();
+  for (const src of (await readHostAptConfig()).sources) {
+    for (const uri of src.uris) {
+      if (/^https?:\/\//.test(uri)) hosts.add(new URL(uri).hostname);
+    }
+  }
+  const out = new Set<string>();
+  for (const host of hosts) for (const { address } of await lookup(host, { all: true, family: 4 })) out.add(`${address}/32`);
+  return [...out].sort();
 }
 
 export async function waitFor<T>(what: string, fn: () => Promise<T | undefined>, timeoutMs = 10000): Promise<T> {

@@ -1,5 +1,6 @@
 import { CrunRuntime } from '../runtime/index.js';
 import { testDataDir } from './fixtures.js';
+import { aptSourceCidrs } from './runtime-fixtures.js';
 
 /**
  * A CrunRuntime of its own (bridge, subnet, cgroup parent, data dir) for tests that run build
@@ -13,6 +14,7 @@ export async function stepRuntimeForTests(name: string, octet: number): Promise<
     bridgeName: `sbt${name}`,
     subnetCidr: `10.95.${octet}.0/24`,
     cgroupParent: `sandboxd-test-${name}`,
+    egressAllow: await aptSourceCidrs(),
     log: process.env.SANDBOXD_TEST_VERBOSE ? (l) => process.stderr.write(`[rt] ${l}\n`) : undefined,
   });
   await runtime.setupHost();

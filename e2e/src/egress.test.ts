@@ -1,8 +1,9 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { aptSourceCidrs, aptSourceUrls } from './harness.js';
-import { createSandbox, run, startAgentServer, stopServer, waitFor, type CreatedSandbox, type TestServer } from './agent-support.js';
+import { createSandbox, run, startAgentServer, stopServer, type CreatedSandbox, type TestServer } from './agent-support.js';
 
 // Through the real daemon: what a sandbox with internet access may reach (the operator's egress
 // exceptions), and which sockets it may make. runtime/egress.test.ts and
@@ -12,8 +13,8 @@ let server: TestServer;
 let sb: CreatedSandbox;
 
 before(async () => {
-  // No exception: the host's apt sources are blocked if they sit in a blocked range.
-  server = await startAgentServer({ templates: ['base'], env: { SANDBOXD_EGRESS_ALLOW: '' } });
+  // Without the default exception: the host's apt sources are blocked if they sit in a blocked range.
+  server = await startAgentServer({ templates: ['base'], env: { SANDBOXD_EGRESS_ALLOW_APT_SOURCES: 'false' } });
   sb = await createSandbox(server, { template_name: 'base', internet_access: true });
 });
 after(async () => {
@@ -27,26 +28,33 @@ async function statusFromSandbox(url: string, timeoutS = 5): Promise<{ status: s
 }
 
 describe('egress through the daemon', () => {
-  test('an apt source in a blocked range: unreachable, the daemon says so at start, SANDBOXD_EGRESS_ALLOW opens it', async () => {
+  test("an apt source in a blocked range: reachable on its port by default (nothing else of its range), closed with SANDBOXD_EGRESS_ALLOW_APT_SOURCES=false", async () => {
     const url = aptSourceUrls()[0];
     assert.ok(url, 'the host has an http(s) apt source');
     const fromHost = await fetch(url, { signal: AbortSignal.timeout(10_000) }).then((r) => r.status);
     assert.ok(fromHost > 0, 'the host reaches its apt source');
-    const before = (await statusFromSandbox(url)).status;
+    const closed = (await statusFromSandbox(url)).status;
     const log = () => readFileSync(server.logFile, 'utf8');
-    if (before !== '000') {
-      // A public mirror: nothing to allow, and nothing to warn about.
-      await new Promise((r) => setTimeout(r, 1000));
-      assert.doesNotMatch(log(), /cannot reach the apt source/);
+    if (closed !== '000') {
+      // A public mirror: nothing to allow, and nothing to say.
+      assert.doesNotMatch(log(), /apt source/);
       return;
     }
-    await waitFor('the warning', async () => /warning: sandboxes cannot reach the apt source .* allow it with SANDBOXD_EGRESS_ALLOW=/.test(log()));
-    // The operator sets the exception; a restart applies it to the sandboxes already running.
-    server.env.SANDBOXD_EGRESS_ALLOW = (await aptSourceCidrs()).join(',');
+    assert.match(log(), /warning: sandboxes cannot reach the apt source .* allow it with SANDBOXD_EGRESS_ALLOW_APT_SOURCES=true/);
+    // The default: the source's address on its port, and nothing more.
+    delete server.env.SANDBOXD_EGRESS_ALLOW_APT_SOURCES;
     await server.shutdown();
     await server.restart();
-    const after = await statusFromSandbox(url, 20);
-    assert.notEqual(after.status, '000', `allowed: the apt source answers (${after.stderr})`);
+    assert.match(log(), /sandboxes may reach the host's apt source .* although .* is blocked/);
+    const open = await statusFromSandbox(url, 20);
+    assert.notEqual(open.status, '000', `the apt source answers (${open.stderr})`);
+    // What is open is that address on that port, not the address, not its range.
+    const u = new URL(url);
+    const port = Number(u.port) || (u.protocol === 'https:' ? 443 : 80);
+    const table = `sandboxd_${server.env.SANDBOXD_BRIDGE}`;
+    const nft = (set: string) => execFileSync('nft', ['list', 'set', 'inet', table, set], { encoding: 'utf8' });
+    for (const cidr of await aptSourceCidrs()) assert.match(nft('allowsvc4'), new RegExp(`${cidr.replace('/32', '').replace(/\./g, '\\.')} \\. ${port}\\b`));
+    assert.doesNotMatch(nft('allow4'), /elements/, 'no whole address is allowed');
   });
 
   test('vsock and other address families are refused, high bits in the family too; unix, inet, inet6, netlink work', async () => {

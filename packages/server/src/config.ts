@@ -48,8 +48,9 @@ export interface Config {
   /**
    * Node-local runtime names: several daemons on one host (tests) need distinct ones. egressAllow:
    * IPv4 CIDRs sandboxes may reach although they lie in a blocked (private, reserved...) range.
+   * allowAptSources: the host's own apt sources stay reachable (their port only) when they lie in one.
    */
-  runtime: { cgroupParent: string; bridge: string; subnet: string; egressAllow: string[] };
+  runtime: { cgroupParent: string; bridge: string; subnet: string; egressAllow: string[]; allowAptSources: boolean };
   /** OCI registry for `from` images Debian's packages cannot provide (null: none). */
   registry: { url: string | null; username: string | undefined; password: string | undefined };
   buildLimits: { perHour: number; perDay: number };
@@ -124,6 +125,14 @@ function limitsFrom(env: NodeJS.ProcessEnv, host: HostFacts): OrgLimits {
   return out;
 }
 
+function bool(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boolean {
+  const raw = env[name]?.trim().toLowerCase();
+  if (raw === undefined || raw === '') return fallback;
+  if (['1', 'true', 'yes', 'on'].includes(raw)) return true;
+  if (['0', 'false', 'no', 'off'].includes(raw)) return false;
+  throw new ConfigError(`${name} must be true or false, got "${env[name]}"`);
+}
+
 function cidrList(env: NodeJS.ProcessEnv, name: string): string[] {
   const items = (env[name] ?? '').split(',').map((s) => s.trim()).filter(Boolean);
   return items.map((item) => {
@@ -190,6 +199,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
       bridge: env.SANDBOXD_BRIDGE || 'sbbr0',
       subnet: env.SANDBOXD_SUBNET || '10.88.0.0/16',
       egressAllow: cidrList(env, 'SANDBOXD_EGRESS_ALLOW'),
+      allowAptSources: bool(env, 'SANDBOXD_EGRESS_ALLOW_APT_SOURCES', true),
     },
     registry: {
       url: env.SANDBOXD_REGISTRY_URL === 'none' ? null : env.SANDBOXD_REGISTRY_URL || 'https://registry-1.docker.io',

@@ -7,7 +7,7 @@ import { secureDataDir } from './data-dir.js';
 import { SqliteStore } from './store/sqlite.js';
 import { CrunRuntime } from './runtime/index.js';
 import { ensureSystemPackages } from './runtime/system-packages.js';
-import { blockedRangeOf } from './runtime/host.js';
+import { blockedRangeOf, type EgressEndpoint } from './runtime/host.js';
 import { readHostAptConfig } from './images/apt-sources.js';
 import { openImageServices } from './images/index.js';
 import { ensurePythonCompatLayer } from './images/base-images.js';
@@ -51,26 +51,38 @@ export function openImages(config: Config, log: (line: string) => void) {
 
 /**
  * Images get the host's apt sources, so a mirror or proxy in a blocked range (an internal one on
- * 10.x, say) breaks every `apt-get install` in sandboxes and builds: say so at start, with the fix.
+ * 10.x, say) would break every `apt-get install` in sandboxes and builds. The host already trusts
+ * these sources: sandboxes may reach each one's address on its port (not the rest of its range,
+ * never its DNS ports), unless SANDBOXD_EGRESS_ALLOW_APT_SOURCES=false, in which case the start
+ * says what breaks and how to allow it.
  */
-async function warnBlockedAptSources(egressAllow: string[]): Promise<void> {
-  const hosts = new Set<string>();
+async function blockedAptSources(egressAllow: string[]): Promise<Array<EgressEndpoint & { host: string; range: string }>> {
+  const endpoints = new Map<string, { host: string; port: number }>();
   for (const src of (await readHostAptConfig()).sources) {
     for (const uri of src.uris) {
       try {
-        hosts.add(new URL(uri).hostname);
+        const u = new URL(uri);
+        if (u.protocol !== 'http:' && u.protocol !== 'https:') continue;
+        const port = Number(u.port) || (u.protocol === 'https:' ? 443 : 80);
+        endpoints.set(`${u.hostname}:${port}`, { host: u.hostname, port });
       } catch {
         /* not a URL (cdrom:, file:) */
       }
     }
   }
-  for (const host of hosts) {
-    const addrs = await lookup(host, { all: true, family: 4 }).catch(() => []);
+  const out: Array<EgressEndpoint & { host: string; range: string }> = [];
+  for (const { host, port } of endpoints.values()) {
+    // A resolver that does not answer must not hold the start up for long.
+    const addrs = await Promise.race([
+      lookup(host, { all: true, family: 4 }).catch(() => []),
+      new Promise<[]>((r) => setTimeout(() => r([]), 3000).unref()),
+    ]);
     for (const { address } of addrs) {
       const range = blockedRangeOf(address, egressAllow);
-      if (range) log(`warning: sandboxes cannot reach the apt source ${host} (${address} is in the blocked range ${range}); allow it with SANDBOXD_EGRESS_ALLOW=${address}/32`);
+      if (range) out.push({ host, address, port, range });
     }
   }
+  return out;
 }
 
 /** The admin key of the default organization: pinned by config, else generated once and kept 0600. */
@@ -107,6 +119,17 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   }
 
   await ensureSystemPackages(log);
+  const aptExceptions = await blockedAptSources(config.runtime.egressAllow).catch((err: unknown) => {
+    log(`checking the apt sources' reachability: ${String(err)}`);
+    return [];
+  });
+  for (const a of aptExceptions) {
+    log(
+      config.runtime.allowAptSources
+        ? `sandboxes may reach the host's apt source ${a.host} (${a.address} port ${a.port}), although ${a.range} is blocked (SANDBOXD_EGRESS_ALLOW_APT_SOURCES=false closes it)`
+        : `warning: sandboxes cannot reach the apt source ${a.host} (${a.address} is in the blocked range ${a.range}); allow it with SANDBOXD_EGRESS_ALLOW_APT_SOURCES=true or SANDBOXD_EGRESS_ALLOW=${a.address}/32`,
+    );
+  }
   const runtime = new CrunRuntime({
     dataDir: config.dataDir,
     agentBundlePath: config.agentBundlePath,
@@ -114,11 +137,10 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     bridgeName: config.runtime.bridge,
     subnetCidr: config.runtime.subnet,
     egressAllow: config.runtime.egressAllow,
+    egressAllowEndpoints: config.runtime.allowAptSources ? aptExceptions.map(({ address, port }) => ({ address, port })) : [],
     log,
   });
   await runtime.setupHost();
-  // Not awaited: a slow resolver must not hold the start up.
-  void warnBlockedAptSources(config.runtime.egressAllow).catch((err: unknown) => log(`checking the apt sources' reachability: ${String(err)}`));
 
   const store = SqliteStore.open(join(config.dataDir, 'sandboxd.db'));
   const images = openImages(config, log);

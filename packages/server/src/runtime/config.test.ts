@@ -185,6 +185,7 @@ describe('network plumbing', () => {
   test('nftables: NAT for the subnet, DNS to the resolver only, exceptions after the DNS and host drops, host input closed', () => {
     const text = nftRuleset({
       table: 'sandboxd', bridge: 'sbbr0', subnet: parseSubnet('10.88.0.0/16'), resolvers: ['10.255.255.53'], hostAddresses: ['192.0.2.2'], egressAllow: ['203.0.113.80/32'],
+      egressAllowEndpoints: [{ address: '198.18.0.9', port: 80 }, { address: '198.18.0.10', port: 8443 }],
     });
     const lines = text.split('\n').map((l) => l.trim());
     assert.equal(lines[0], 'table inet sandboxd {}');
@@ -199,6 +200,9 @@ describe('network plumbing', () => {
     assert.ok(dnsAccept < dnsDrop, "the host's resolver first, then every other DNS, DoT and DoQ port is closed");
     assert.ok(dnsDrop < idx('@allow4 accept') && idx('@host4 drop') < idx('@allow4 accept'), 'an exception opens neither DNS nor the host');
     assert.ok(idx('@allow4 accept') < idx('@blocked4 drop'));
+    const svc = idx('iifname "sbbr0" ip daddr . tcp dport @allowsvc4 accept');
+    assert.ok(dnsDrop < svc && idx('@host4 drop') < svc && svc < idx('@blocked4 drop'), 'a single-service exception comes after the DNS and host drops');
+    assert.match(text, /set allowsvc4 \{ type ipv4_addr \. inet_service; elements = \{ 198\.18\.0\.9 \. 80, 198\.18\.0\.10 \. 8443 \} \}/);
     assert.ok(idx('iifname "sbbr0" meta nfproto != ipv4 drop') < dnsAccept, 'IPv6 dropped before any accept');
     assert.ok(lines.indexOf('oifname "sbbr0" drop') > lines.indexOf('oifname "sbbr0" ct state established,related accept'));
     assert.match(text, /ip saddr 10\.88\.0\.0\/16 oifname != "sbbr0" masquerade/);
@@ -208,6 +212,7 @@ describe('network plumbing', () => {
     const none = nftRuleset({ table: 't', bridge: 'b', subnet: parseSubnet('10.1.0.0/24'), resolvers: [], hostAddresses: [] });
     assert.match(none, /set dns4 \{ type ipv4_addr; \}/, 'empty sets are valid syntax');
     assert.match(none, /set allow4 \{ type ipv4_addr; flags interval; auto-merge; \}/);
+    assert.match(none, /set allowsvc4 \{ type ipv4_addr \. inet_service; \}/);
   });
 
   test('blocked ranges: every IANA special-purpose range a sandbox has no business with, multicast, class E; disjoint', () => {
@@ -246,6 +251,9 @@ describe('network plumbing', () => {
     assert.deepEqual(loadConfig({ SANDBOXD_EGRESS_ALLOW: '203.0.113.80, 10.1.0.0/16' }).runtime.egressAllow, ['203.0.113.80/32', '10.1.0.0/16']);
     assert.deepEqual(loadConfig({}).runtime.egressAllow, []);
     assert.throws(() => loadConfig({ SANDBOXD_EGRESS_ALLOW: 'mirror.internal' }), /SANDBOXD_EGRESS_ALLOW must list IPv4 addresses or CIDRs/);
+    assert.equal(loadConfig({}).runtime.allowAptSources, true, "the host's apt sources stay reachable by default");
+    assert.equal(loadConfig({ SANDBOXD_EGRESS_ALLOW_APT_SOURCES: 'false' }).runtime.allowAptSources, false);
+    assert.throws(() => loadConfig({ SANDBOXD_EGRESS_ALLOW_APT_SOURCES: 'maybe' }), /must be true or false/);
   });
 
   test('ldd output: libraries by soname plus the loader', () => {

@@ -28,6 +28,7 @@ import {
   fixHybridCgroups,
   hostIpv4Addresses,
   hostResolvers,
+  type EgressEndpoint,
 } from './host.js';
 import { DEFAULT_ID_REGISTRY_DIR, HostIdRegistry, IdRanges, RangeHeldElsewhere, readIdRange, writeIdRange, type IdRangeFile } from './id-ranges.js';
 import { ensureIdmapHelper } from './idmap.js';
@@ -58,6 +59,8 @@ export interface CrunRuntimeOptions {
   idRegistryDir?: string;
   /** IPv4 addresses or CIDRs sandboxes may reach although they lie in a blocked range (host.ts BLOCKED_RANGES). */
   egressAllow?: string[];
+  /** Single TCP services sandboxes may reach in a blocked range (the host's apt mirror). */
+  egressAllowEndpoints?: EgressEndpoint[];
 }
 
 export const INIT_PATH = '/usr/bin/catatonit';
@@ -318,6 +321,7 @@ export class CrunRuntime implements Runtime {
       resolvers: await hostResolvers(),
       hostAddresses: hostIpv4Addresses(),
       egressAllow: (this.opts.egressAllow ?? []).map(normalizeCidr),
+      egressAllowEndpoints: this.opts.egressAllowEndpoints ?? [],
     });
     await mkdir(this.dataDir, { recursive: true, mode: DIR_MODE });
     await ensureTraversable(this.dataDir, this.log);

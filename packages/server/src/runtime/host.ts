@@ -136,6 +136,14 @@ export interface NftInput {
   hostAddresses: string[];
   /** Exceptions to BLOCKED_RANGES set by the operator (an internal package mirror, a proxy): IPv4 CIDRs. */
   egressAllow?: string[];
+  /** Narrower exceptions: one TCP port of one address (the host's own package mirror, say). */
+  egressAllowEndpoints?: EgressEndpoint[];
+}
+
+/** One TCP service a sandbox may reach even in a blocked range. */
+export interface EgressEndpoint {
+  address: string;
+  port: number;
 }
 
 /**
@@ -157,6 +165,7 @@ export function nftRuleset(n: NftInput): string {
     `table inet ${n.table} {`,
     set('blocked4', true, BLOCKED_RANGES),
     set('allow4', true, n.egressAllow ?? []),
+    `  set allowsvc4 { type ipv4_addr . inet_service;${(n.egressAllowEndpoints ?? []).length ? ` elements = { ${n.egressAllowEndpoints!.map((e) => `${e.address} . ${e.port}`).join(', ')} }` : ''} }`,
     set('host4', false, n.hostAddresses),
     set('dns4', false, n.resolvers),
     '  chain forward {',
@@ -169,6 +178,7 @@ export function nftRuleset(n: NftInput): string {
     `    iifname ${br} meta l4proto { tcp, udp } th dport { ${DNS_PORTS.join(', ')} } drop`,
     `    iifname ${br} ip daddr @host4 drop`,
     `    iifname ${br} ip daddr @allow4 accept`,
+    `    iifname ${br} ip daddr . tcp dport @allowsvc4 accept`,
     `    iifname ${br} ip daddr @blocked4 drop`,
     `    oifname ${br} ct state established,related accept`,
     `    oifname ${br} drop`,

@@ -45,6 +45,70 @@ export async function checkSuidDumpable(read: () => Promise<string> = () => read
   }
 }
 
+/**
+ * Files and directories that glibc's dynamic loader reads by absolute path. Inside a sandbox they
+ * are the sandbox's own, which root there writes: `/etc/ld.so.preload` names libraries to load into
+ * every program, the agent included (its next start ran the tenant's code with the agent's socket
+ * in hand), and when libc dlopens by name (NSS modules for a service named in the sandbox's
+ * /etc/nsswitch.conf, looked up during a callback's name resolution) the loader searches
+ * `/etc/ld.so.cache` and the system directories, both the sandbox's. Our copy of the loader gets
+ * these strings replaced, at the same length, by paths that hold nothing and that no sandbox can
+ * write: the agent loads only what is in /.sb/node/lib (read-only, from the host).
+ */
+const PRELOAD_FILE = '/etc/ld.so.preload';
+const CACHE_FILE = '/etc/ld.so.cache';
+/** NUL-separated runs of system library directories ("/lib/x86_64-linux-gnu/\0/usr/lib/\0..."). */
+const SYSTEM_DIRS_RE = /(?:\/(?:usr\/)?lib(?:64|x?32)?\/(?:[a-z0-9_]+-linux-gnu[a-z0-9_]*\/)?\0){2,}/g;
+
+/** A same-length path in the runtime's own read-only directory (or read-only /sys) that holds nothing. */
+function emptyDir(length: number): string {
+  const own = `${NODE_MOUNT}/lib/`;
+  return length >= own.length ? own + '/'.repeat(length - own.length) : `/sys/${'/'.repeat(length - 5)}`;
+}
+function missingFile(length: number): string {
+  return `${NODE_MOUNT}/${'-'.repeat(length - NODE_MOUNT.length - 1)}`;
+}
+
+/**
+ * The loader image with every path a sandbox could write replaced (see PRELOAD_FILE); `changed` is
+ * false when it was replaced before. Throws for a loader whose layout is not the one expected, so
+ * the daemon never runs agents through a loader that still reads the sandbox's files.
+ */
+export function hardenLoader(image: Buffer): { image: Buffer; changed: boolean } {
+  const text = image.toString('latin1');
+  const preload = `${PRELOAD_FILE}\0`;
+  if (!text.includes(preload)) {
+    if (text.includes(`${missingFile(PRELOAD_FILE.length)}\0`)) return { image, changed: false };
+    throw new Error(`the dynamic loader has no ${PRELOAD_FILE}: cannot make the agent ignore the sandbox's loader files (unsupported libc?)`);
+  }
+  let out = text.split(preload).join(`${missingFile(PRELOAD_FILE.length)}\0`);
+  out = out.split(`${CACHE_FILE}\0`).join(`${missingFile(CACHE_FILE.length)}\0`);
+  let blocks = 0;
+  out = out.replace(SYSTEM_DIRS_RE, (block) => {
+    blocks++;
+    return block
+      .split('\0')
+      .map((dir) => (dir ? emptyDir(dir.length) : dir))
+      .join('\0');
+  });
+  if (blocks === 0) throw new Error('the dynamic loader names no system library directories: cannot make the agent ignore the sandbox\'s libraries (unsupported libc?)');
+  const result = Buffer.from(out, 'latin1');
+  if (result.length !== image.length) throw new Error('hardening the dynamic loader changed its size');
+  return { image: result, changed: true };
+}
+
+/** Writes the hardened loader over `path` (a new inode: running agents keep the one they mapped). */
+async function hardenLoaderFile(path: string): Promise<void> {
+  const { image, changed } = hardenLoader(await readFile(path));
+  if (changed) {
+    const tmp = `${path}.tmp-${process.pid}`;
+    await writeFile(tmp, image, { mode: LOADER_MODE });
+    await chmod(tmp, LOADER_MODE);
+    await rename(tmp, path);
+  }
+  await chmod(path, LOADER_MODE);
+}
+
 async function sha256File(path: string): Promise<string> {
   const h = createHash('sha256');
   for await (const chunk of createReadStream(path)) h.update(chunk as Buffer);
@@ -93,8 +157,9 @@ export async function ensureAgentRuntime(dataDir: string, nodePath = '/usr/bin/n
   const readyFile = join(dir, 'ready.json');
   if (existsSync(readyFile)) {
     const { loader } = JSON.parse(await readFile(readyFile, 'utf8')) as { loader: string };
-    // Directories made before the loader became execute-only get the mode now.
-    await chmod(join(dir, 'lib', loader), LOADER_MODE);
+    // Directories made before the loader became execute-only and ignored the sandbox's loader
+    // files get both now.
+    await hardenLoaderFile(join(dir, 'lib', loader));
     return { dir, loader };
   }
 
@@ -110,6 +175,7 @@ export async function ensureAgentRuntime(dataDir: string, nodePath = '/usr/bin/n
       await copyFile(await realpath(lib.path), dst);
       await chmod(dst, lib.name === loader ? LOADER_MODE : 0o755);
     }
+    await hardenLoaderFile(join(tmp, 'lib', loader));
     await chmod(tmp, 0o755);
     await writeFile(join(tmp, 'ready.json'), JSON.stringify({ loader, node: real, sha256: hash }));
     try {

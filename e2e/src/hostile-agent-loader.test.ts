@@ -1,0 +1,116 @@
+// Root in a sandbox gets its own code loaded into the agent through the dynamic loader's files,
+// which inside the sandbox are the sandbox's own: an NSS module named in /etc/nsswitch.conf (libc
+// dlopens it from the sandbox's /lib when the agent resolves a callback's host name), or
+// /etc/ld.so.preload (read at the agent's next start). Before the fix both ran the tenant's code
+// in the agent's process, with its listening socket (fd 3) in hand: the code beside the agent
+// could answer for it, and a template doing so ran code in warm-pool sandboxes that count for no
+// organization. Each test also shows, as the control, that the same library is loaded by the
+// sandbox's ordinary programs, so the attack itself works.
+import { test, before, after, describe } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { agent, api, createSandbox, startServer, type CreatedSandbox, type TestServer } from './harness.js';
+
+let server: TestServer;
+const scratch = mkdtempSync(join(tmpdir(), 'sbd-loader-'));
+
+before(async () => {
+  server = await startServer();
+});
+after(async () => {
+  await server?.stop();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+/** A library whose constructor appends "<pid> <exe> <what fd 3 is>" to `marker`. */
+const LIB_C = (marker: string) => `
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((constructor)) static void loaded(void) {
+  char exe[256] = {0}, fd3[256] = {0};
+  readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (readlink("/proc/self/fd/3", fd3, sizeof fd3 - 1) < 0) fd3[0] = '-';
+  FILE *f = fopen("${marker}", "a");
+  if (f) { fprintf(f, "%d %s %s\\n", getpid(), exe, fd3); fclose(f); }
+}
+`;
+
+async function sh(sb: CreatedSandbox, command: string): Promise<string> {
+  const r = await agent(sb, 'POST', '/commands/run', { command: 'bash', args: ['-c', command], timeout: 120 });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  assert.equal(r.body.exit_code, 0, `${command}: ${r.body.stderr}`);
+  return r.body.stdout as string;
+}
+
+/** Lines of the marker written by the agent (pid 2, our loader as its executable). */
+const agentLines = (marker: string) => marker.split('\n').filter((l) => / \/\.sb\/node\/lib\/ld-linux/.test(l) || l.startsWith('2 '));
+
+describe("the agent loads nothing from the sandbox's files", { timeout: 600_000 }, () => {
+  test('an NSS module planted by root in the sandbox is not loaded by the agent resolving a callback host', async () => {
+    const sb = await createSandbox(server, { template_name: 'code-interpreter', timeout_seconds: 600 });
+    writeFileSync(join(scratch, 'nss.c'), LIB_C('/nss-marker'));
+    await agent(sb, 'POST', '/files/write', { path: '/tmp/nss.c', content: readFileSync(join(scratch, 'nss.c'), 'utf8') });
+    await sh(sb, "gcc -shared -fPIC -o /lib/x86_64-linux-gnu/libnss_red.so.2 /tmp/nss.c && sed -i 's/^hosts:.*/hosts: red files dns/' /etc/nsswitch.conf");
+    // The sandbox's own programs load it (control)...
+    await sh(sb, 'getent hosts localhost >/dev/null || true');
+    const control = await sh(sb, 'cat /nss-marker');
+    assert.match(control, /getent/, 'a program in the sandbox loads the planted module');
+    // ...the agent, resolving the callback's host name, does not.
+    const r = await agent(sb, 'POST', '/execute/async', { code: 'print(1)', language: 'python', callback_url: 'http://callback-host.invalid/hook' });
+    assert.equal(r.status, 202, JSON.stringify(r.body));
+    await new Promise((res) => setTimeout(res, 3000));
+    const after = await sh(sb, 'cat /nss-marker');
+    assert.deepEqual(agentLines(after), [], `the agent loaded the module:\n${after}`);
+    assert.equal((await agent(sb, 'POST', '/execute', { code: 'print(6*7)', language: 'python' })).body.stdout, '42\n');
+    await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+  });
+
+  test('/etc/ld.so.preload written by root in the sandbox is not loaded by the agent at the next start', async () => {
+    const sb = await createSandbox(server, { template_name: 'code-interpreter', timeout_seconds: 600 });
+    writeFileSync(join(scratch, 'pre.c'), LIB_C('/preload-marker'));
+    await agent(sb, 'POST', '/files/write', { path: '/tmp/pre.c', content: readFileSync(join(scratch, 'pre.c'), 'utf8') });
+    await sh(sb, 'gcc -shared -fPIC -o /usr/lib/libred.so /tmp/pre.c && echo /usr/lib/libred.so > /etc/ld.so.preload');
+    assert.equal((await api(server, 'POST', `/v1/sandboxes/${sb.id}/stop`)).status, 200);
+    assert.equal((await api(server, 'POST', `/v1/sandboxes/${sb.id}/start`)).status, 200);
+    const marker = await sh(sb, 'cat /preload-marker');
+    assert.match(marker, /bash/, 'programs in the sandbox load it (control)');
+    assert.deepEqual(agentLines(marker), [], `the agent loaded /etc/ld.so.preload:\n${marker}`);
+    await sh(sb, 'rm /etc/ld.so.preload');
+    await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+  });
+
+  test("a template's /etc/ld.so.preload and ENV LD_PRELOAD reach its programs, not its agents (warm pool included)", async () => {
+    writeFileSync(join(scratch, 'tpl.c'), LIB_C('/tpl-marker'));
+    execFileSync('gcc', ['-shared', '-fPIC', '-Os', '-s', '-o', join(scratch, 'tpl.so'), join(scratch, 'tpl.c')]);
+    const so = readFileSync(join(scratch, 'tpl.so')).toString('base64');
+    const build = await api(server, 'POST', '/v1/templates/build', {
+      alias: 'preloading',
+      steps: [
+        { type: 'from', image: 'debian:11' },
+        { type: 'run', command: `echo ${so} | base64 -d > /usr/lib/libtpl.so && cp /usr/lib/libtpl.so /usr/lib/libtpl2.so && echo /usr/lib/libtpl.so > /etc/ld.so.preload` },
+        { type: 'env', key: 'LD_PRELOAD', value: '/usr/lib/libtpl2.so' },
+      ],
+    });
+    assert.equal(build.status, 202, JSON.stringify(build.body));
+    let status = 'building';
+    for (let i = 0; i < 300 && status === 'building'; i++) {
+      await new Promise((r) => setTimeout(r, 1000));
+      status = (await api(server, 'GET', `/v1/templates/build/${build.body.build_id}/status`)).body.status;
+    }
+    assert.equal(status, 'active');
+    // The first create makes the pool boot more of this template; the second is likely one of them.
+    for (let n = 0; n < 2; n++) {
+      const sb = await createSandbox(server, { template_name: 'preloading', timeout_seconds: 600 });
+      if (n === 0) await new Promise((r) => setTimeout(r, 3000));
+      assert.equal(await sh(sb, 'printf %s "$LD_PRELOAD"'), '/usr/lib/libtpl2.so', "the template's LD_PRELOAD is in its programs' env");
+      const marker = await sh(sb, 'cat /tpl-marker');
+      assert.match(marker, /bash/, 'programs load the libraries (control)');
+      assert.deepEqual(agentLines(marker), [], `the agent loaded the template's libraries:\n${marker}`);
+      await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+    }
+    await api(server, 'DELETE', '/v1/templates/preloading');
+  });
+});

@@ -1,3 +1,5 @@
+// What a tenant's build steps leave for the daemon to read: their output and their files.
+//
 // A tenant's build steps print millions of one-character lines while the tenant holds build-log
 // streams it never reads. Before the fix each line cost ~400 bytes of the daemon's heap (a promise
 // chain link and an appendFile per line, and a copy per live stream): one such build grew the
@@ -6,7 +8,7 @@ import { test, before, after, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
-import { api, startServer, type TestServer } from './harness.js';
+import { agent, api, createSandbox, startServer, type TestServer } from './harness.js';
 
 let server: TestServer;
 
@@ -72,5 +74,38 @@ describe('build logs of millions of short lines', { timeout: 600_000 }, () => {
     assert.match(text, /event: done\ndata: \{"status":"active"\}/);
     for (const s of idle) s.destroy();
     for (const n of [1, 2, 3]) await api(server, 'DELETE', `/v1/templates/chatty-${n}`);
+  });
+});
+
+describe('a build step that leaves a huge directory', { timeout: 600_000 }, () => {
+  test('800 000 files in one directory: the daemon sizing the layer stays small', async (t) => {
+    // Before the fix the layer's size was counted with one readdir of the whole directory: ~200
+    // bytes of the daemon's heap per entry (1.2 M files: +240 MB; a 125 GB disk holds 8 M inodes,
+    // and three such builds at once end in a heap OOM).
+    const pid = server.pid!;
+    const baseline = rssMb(pid);
+    const res = await api(server, 'POST', '/v1/templates/build', {
+      alias: 'many-files',
+      // 16 GB: ext4 gives it 1 M inodes.
+      diskGB: 16,
+      memory: 256,
+      steps: [{ type: 'from', image: 'debian:11' }, { type: 'run', command: 'mkdir /d && cd /d && seq -f f%.0f 1 800000 | xargs touch && ls -f | wc -l' }],
+    });
+    assert.equal(res.status, 202, JSON.stringify(res.body));
+    let peak = baseline;
+    let status = 'building';
+    for (let i = 0; i < 1000 && status === 'building'; i++) {
+      await new Promise((r) => setTimeout(r, 500));
+      peak = Math.max(peak, rssMb(pid));
+      status = (await api(server, 'GET', `/v1/templates/build/${res.body.build_id}/status`)).body.status;
+    }
+    assert.equal(status, 'active', JSON.stringify((await api(server, 'GET', `/v1/templates/build/${res.body.build_id}/logs`)).body.logs?.slice(-600)));
+    t.diagnostic(`daemon RSS ${Math.round(baseline)} MB before, ${Math.round(peak)} MB at most`);
+    assert.ok(peak - baseline < 80, `the daemon grew by ${Math.round(peak - baseline)} MB`);
+    const sb = await createSandbox(server, { template_name: 'many-files', timeout_seconds: 300 });
+    const n = await agent(sb, 'POST', '/commands/run', { command: 'bash', args: ['-c', 'ls -f /d | wc -l'] });
+    assert.equal(n.body.stdout, '800002\n', 'the layer holds every file');
+    await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+    await api(server, 'DELETE', '/v1/templates/many-files');
   });
 });

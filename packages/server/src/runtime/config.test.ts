@@ -29,10 +29,12 @@ const input = {
 };
 
 describe('OCI config', () => {
-  test('limits: memory+swap = memory, cpu quota per vcpu, pids, nofile below the host hard limit', () => {
+  test('limits: memory+swap = memory, socket buffers, cpu quota per vcpu, pids, nofile below the host hard limit', () => {
     const c = buildConfig(input);
     const r = c.linux.resources as { memory: { limit: number; swap: number }; cpu: { quota: number; period: number }; pids: { limit: number } };
-    assert.deepEqual(r.memory, { limit: 512 * 1024 * 1024, swap: 512 * 1024 * 1024 });
+    assert.deepEqual(r.memory, { limit: 512 * 1024 * 1024, swap: 512 * 1024 * 1024, kernelTCP: 64 * 1024 * 1024 });
+    const small = buildConfig({ ...input, resources: { ...input.resources, memoryMb: 32 } }).linux.resources as { memory: { kernelTCP: number } };
+    assert.equal(small.memory.kernelTCP, 32 * 1024 * 1024, 'never above the memory limit');
     assert.deepEqual(r.cpu, { quota: 150000, period: 100000 });
     assert.deepEqual(r.pids, { limit: 100 });
     assert.deepEqual(c.process.rlimits, [{ type: 'RLIMIT_NOFILE', hard: 16384, soft: 16384 }]);

@@ -1,7 +1,9 @@
 // Root in a sandbox gets its own code loaded into the agent through the dynamic loader's files,
 // which inside the sandbox are the sandbox's own: an NSS module named in /etc/nsswitch.conf (libc
 // dlopens it from the sandbox's /lib when the agent resolves a callback's host name), or
-// /etc/ld.so.preload (read at the agent's next start). Before the fix both ran the tenant's code
+// /etc/ld.so.preload (read at the agent's next start), or an OpenSSL configuration (Node reads
+// /etc/ssl/openssl.cnf at start; it can load provider libraries), or a template's LD_PRELOAD or
+// NODE_OPTIONS (--require). Before the fix each of them ran the tenant's code
 // in the agent's process, with its listening socket (fd 3) in hand: the code beside the agent
 // could answer for it, and a template doing so ran code in warm-pool sandboxes that count for no
 // organization. Each test also shows, as the control, that the same library is loaded by the
@@ -38,6 +40,9 @@ __attribute__((constructor)) static void loaded(void) {
 }
 `;
 
+/** Appended to the marker by every node that starts with NODE_OPTIONS=--require of it. */
+const REQUIRE_JS = `require('fs').appendFileSync('/tpl-marker', process.pid + ' ' + process.execPath + ' js\\n');\n`;
+
 async function sh(sb: CreatedSandbox, command: string): Promise<string> {
   const r = await agent(sb, 'POST', '/commands/run', { command: 'bash', args: ['-c', command], timeout: 120 });
   assert.equal(r.status, 200, JSON.stringify(r.body));
@@ -45,8 +50,8 @@ async function sh(sb: CreatedSandbox, command: string): Promise<string> {
   return r.body.stdout as string;
 }
 
-/** Lines of the marker written by the agent (pid 2, our loader as its executable). */
-const agentLines = (marker: string) => marker.split('\n').filter((l) => / \/\.sb\/node\/lib\/ld-linux/.test(l) || l.startsWith('2 '));
+/** Lines of the marker written by the agent: pid 2 (PID 1 is catatonit). */
+const agentLines = (marker: string) => marker.split('\n').filter((l) => l.startsWith('2 '));
 
 describe("the agent loads nothing from the sandbox's files", { timeout: 600_000 }, () => {
   test('an NSS module planted by root in the sandbox is not loaded by the agent resolving a callback host', async () => {
@@ -82,7 +87,26 @@ describe("the agent loads nothing from the sandbox's files", { timeout: 600_000 
     await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
   });
 
-  test("a template's /etc/ld.so.preload and ENV LD_PRELOAD reach its programs, not its agents (warm pool included)", async () => {
+  test("an OpenSSL configuration written by root in the sandbox (nodejs_conf loading a provider module) is not read by the agent at the next start", async () => {
+    // Node reads the nodejs_conf section of OPENSSLDIR/openssl.cnf (/etc/ssl: the sandbox's) at
+    // start, and a provider module is a shared library loaded by absolute path.
+    const sb = await createSandbox(server, { template_name: 'code-interpreter', timeout_seconds: 600 });
+    writeFileSync(join(scratch, 'ossl.c'), LIB_C('/ossl-marker'));
+    await agent(sb, 'POST', '/files/write', { path: '/tmp/ossl.c', content: readFileSync(join(scratch, 'ossl.c'), 'utf8') });
+    const conf = ['nodejs_conf = nodejs_init', '[nodejs_init]', 'providers = prov_sect', '[prov_sect]', 'red = red_sect', '[red_sect]', 'module = /usr/lib/libredssl.so', 'activate = 1', ''].join('\n');
+    await agent(sb, 'POST', '/files/write', { path: '/tmp/node.cnf', content: conf });
+    await sh(sb, "gcc -shared -fPIC -o /usr/lib/libredssl.so /tmp/ossl.c && { echo 'nodejs_conf = nodejs_init'; grep -v '^nodejs_conf' /etc/ssl/openssl.cnf; tail -n +2 /tmp/node.cnf; } > /tmp/new.cnf && mv /tmp/new.cnf /etc/ssl/openssl.cnf");
+    await sh(sb, 'node -e 1 2>/dev/null || true');
+    assert.match(await sh(sb, 'cat /ossl-marker'), /node/, "the image's node loads the module (control)");
+    assert.equal((await api(server, 'POST', `/v1/sandboxes/${sb.id}/stop`)).status, 200);
+    const started = await api(server, 'POST', `/v1/sandboxes/${sb.id}/start`);
+    assert.equal(started.status, 200, `the agent did not start: ${JSON.stringify(started.body)}`);
+    const marker = await sh(sb, 'cat /ossl-marker');
+    assert.deepEqual(agentLines(marker), [], `the agent loaded the OpenSSL module:\n${marker}`);
+    await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+  });
+
+  test("a template's /etc/ld.so.preload, ENV LD_PRELOAD and ENV NODE_OPTIONS reach its programs, not its agents (warm pool included)", async () => {
     writeFileSync(join(scratch, 'tpl.c'), LIB_C('/tpl-marker'));
     execFileSync('gcc', ['-shared', '-fPIC', '-Os', '-s', '-o', join(scratch, 'tpl.so'), join(scratch, 'tpl.c')]);
     const so = readFileSync(join(scratch, 'tpl.so')).toString('base64');
@@ -92,6 +116,10 @@ describe("the agent loads nothing from the sandbox's files", { timeout: 600_000 
         { type: 'from', image: 'debian:11' },
         { type: 'run', command: `echo ${so} | base64 -d > /usr/lib/libtpl.so && cp /usr/lib/libtpl.so /usr/lib/libtpl2.so && echo /usr/lib/libtpl.so > /etc/ld.so.preload` },
         { type: 'env', key: 'LD_PRELOAD', value: '/usr/lib/libtpl2.so' },
+        { type: 'run', command: `echo ${Buffer.from(REQUIRE_JS).toString('base64')} | base64 -d > /opt/red.js` },
+        { type: 'env', key: 'NODE_OPTIONS', value: '--require=/opt/red.js' },
+        // The build's own steps loaded the libraries too: start the template without their lines.
+        { type: 'run', command: 'rm -f /tpl-marker' },
       ],
     });
     assert.equal(build.status, 202, JSON.stringify(build.body));
@@ -106,9 +134,12 @@ describe("the agent loads nothing from the sandbox's files", { timeout: 600_000 
       const sb = await createSandbox(server, { template_name: 'preloading', timeout_seconds: 600 });
       if (n === 0) await new Promise((r) => setTimeout(r, 3000));
       assert.equal(await sh(sb, 'printf %s "$LD_PRELOAD"'), '/usr/lib/libtpl2.so', "the template's LD_PRELOAD is in its programs' env");
+      // JavaScript runs on the agent's node here (the image has none): NODE_OPTIONS reaches it.
+      assert.equal((await agent(sb, 'POST', '/execute', { code: 'console.log(1)', language: 'javascript' })).body.stdout, '1\n');
       const marker = await sh(sb, 'cat /tpl-marker');
       assert.match(marker, /bash/, 'programs load the libraries (control)');
-      assert.deepEqual(agentLines(marker), [], `the agent loaded the template's libraries:\n${marker}`);
+      assert.match(marker, / js$/m, "user JavaScript gets the template's NODE_OPTIONS (control)");
+      assert.deepEqual(agentLines(marker), [], `the agent loaded the template's code:\n${marker}`);
       await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
     }
     await api(server, 'DELETE', '/v1/templates/preloading');

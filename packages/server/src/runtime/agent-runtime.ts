@@ -26,8 +26,17 @@ export interface AgentRuntime {
  * listening socket, read its memory or speak as it.
  */
 export function nodeArgv(rt: AgentRuntime, script: string): string[] {
-  return [`${NODE_MOUNT}/lib/${rt.loader}`, '--library-path', `${NODE_MOUNT}/lib`, `${NODE_MOUNT}/bin/node`, script];
+  return [`${NODE_MOUNT}/lib/${rt.loader}`, '--library-path', `${NODE_MOUNT}/lib`, `${NODE_MOUNT}/bin/node`, `--openssl-config=${OPENSSL_CONFIG}`, script];
 }
+
+/**
+ * Node reads OpenSSL's configuration at start (section `nodejs_conf` of OPENSSLDIR/openssl.cnf,
+ * /etc/ssl/openssl.cnf: the sandbox's own file), and a configuration can load provider and engine
+ * modules, i.e. shared libraries by absolute path: root in a sandbox that wrote one had its code run
+ * in the agent at the next start. The agent reads this empty file of the runtime directory instead.
+ */
+export const OPENSSL_CONFIG = `${NODE_MOUNT}/openssl.cnf`;
+const OPENSSL_CONFIG_TEXT = '# sandboxd: the agent loads no OpenSSL configuration from the sandbox (see agent-runtime.ts)\n';
 
 /** rwx--x--x: runnable by anyone, readable by host root only (see nodeArgv). */
 export const LOADER_MODE = 0o711;
@@ -158,8 +167,9 @@ export async function ensureAgentRuntime(dataDir: string, nodePath = '/usr/bin/n
   if (existsSync(readyFile)) {
     const { loader } = JSON.parse(await readFile(readyFile, 'utf8')) as { loader: string };
     // Directories made before the loader became execute-only and ignored the sandbox's loader
-    // files get both now.
+    // files get both now, and the agent's own OpenSSL configuration.
     await hardenLoaderFile(join(dir, 'lib', loader));
+    if (!existsSync(join(dir, 'openssl.cnf'))) await writeFile(join(dir, 'openssl.cnf'), OPENSSL_CONFIG_TEXT, { mode: 0o644 });
     return { dir, loader };
   }
 
@@ -176,6 +186,7 @@ export async function ensureAgentRuntime(dataDir: string, nodePath = '/usr/bin/n
       await chmod(dst, lib.name === loader ? LOADER_MODE : 0o755);
     }
     await hardenLoaderFile(join(tmp, 'lib', loader));
+    await writeFile(join(tmp, 'openssl.cnf'), OPENSSL_CONFIG_TEXT, { mode: 0o644 });
     await chmod(tmp, 0o755);
     await writeFile(join(tmp, 'ready.json'), JSON.stringify({ loader, node: real, sha256: hash }));
     try {

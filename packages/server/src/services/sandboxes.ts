@@ -60,11 +60,13 @@ function pidsFor(vcpu: number): number {
 }
 
 /**
- * Variables the dynamic loader acts on when it starts a program (code to load, where to find it):
- * a template's go to its programs through the agent (SANDBOXD_LOADER_ENV), never into the agent's
- * own start, so that nothing of the image is loaded into the agent (runtime/agent-runtime.ts).
+ * Variables that make a program's start load code (the dynamic loader's LD_*, GCONV_PATH; Node's
+ * NODE_OPTIONS with --require/--import/--inspect, and the other NODE_*; OPENSSL_CONF and
+ * OPENSSL_MODULES, which load provider libraries): a template's go to its programs through the
+ * agent (SANDBOXD_LOADER_ENV), never into the agent's own start, so that nothing of the image is
+ * loaded into the agent (runtime/agent-runtime.ts).
  */
-const LOADER_ENV_RE = /^(LD_|GCONV_PATH$)/;
+const LOADER_ENV_RE = /^(LD_|NODE_|OPENSSL_|GCONV_PATH$)/;
 
 function splitLoaderEnv(env: Record<string, string>): { plain: Record<string, string>; loader: Record<string, string> } {
   const plain: Record<string, string> = {};

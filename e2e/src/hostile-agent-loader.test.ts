@@ -3,7 +3,8 @@
 // dlopens it from the sandbox's /lib when the agent resolves a callback's host name), or
 // /etc/ld.so.preload (read at the agent's next start), or an OpenSSL configuration (Node reads
 // /etc/ssl/openssl.cnf at start; it can load provider libraries), or a template's LD_PRELOAD or
-// NODE_OPTIONS (--require). Before the fix each of them ran the tenant's code
+// NODE_OPTIONS (--require), or a module in the sandbox's node_modules that the agent's WebSocket
+// library asked for at run time. Before the fix each of them ran the tenant's code
 // in the agent's process, with its listening socket (fd 3) in hand: the code beside the agent
 // could answer for it, and a template doing so ran code in warm-pool sandboxes that count for no
 // organization. Each test also shows, as the control, that the same library is loaded by the
@@ -14,6 +15,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import WebSocket from 'ws';
 import { agent, api, createSandbox, startServer, type CreatedSandbox, type TestServer } from './harness.js';
 
 let server: TestServer;
@@ -103,6 +105,32 @@ describe("the agent loads nothing from the sandbox's files", { timeout: 600_000 
     assert.equal(started.status, 200, `the agent did not start: ${JSON.stringify(started.body)}`);
     const marker = await sh(sb, 'cat /ossl-marker');
     assert.deepEqual(agentLines(marker), [], `the agent loaded the OpenSSL module:\n${marker}`);
+    await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+  });
+
+  test("modules planted in the sandbox's node_modules directories are not required by the agent at its first WebSocket", async () => {
+    // ws asks for optional native modules (bufferutil, utf-8-validate); left to run-time resolution
+    // they were found in /node_modules, /.sb/node_modules or ~/.node_modules, all the sandbox's.
+    const sb = await createSandbox(server, { template_name: 'code-interpreter', timeout_seconds: 600 });
+    const plant = `const fs = require('fs'); let fd3 = '-'; try { fd3 = fs.readlinkSync('/proc/self/fd/3'); } catch {} fs.appendFileSync('/ws-marker', process.pid + ' ' + fd3 + ' ' + __filename + '\\n');\n`;
+    for (const dir of ['/node_modules', '/.sb/node_modules', '/root/.node_modules', '/root/.node_libraries']) {
+      for (const mod of ['bufferutil', 'utf-8-validate']) {
+        await agent(sb, 'POST', '/files/write', { path: `${dir}/${mod}/index.js`, content: plant });
+      }
+    }
+    await sh(sb, "cd / && node -e \"require('bufferutil')\"");
+    assert.match(await sh(sb, 'cat /ws-marker'), /bufferutil/, 'node in the sandbox finds the planted module (control)');
+    const ws = new WebSocket(`${sb.publicHost.replace(/^http/, 'ws')}/files/watch?path=%2Ftmp&ack=1`, { headers: { authorization: `Bearer ${sb.authToken}` } });
+    const first = await new Promise<string>((resolve, reject) => {
+      ws.once('message', (m) => resolve(String(m)));
+      ws.once('error', reject);
+    });
+    assert.match(first, /watching/);
+    ws.send(JSON.stringify({ action: 'watch', path: '/workspace' }));
+    await new Promise((r) => setTimeout(r, 300));
+    ws.close();
+    const marker = await sh(sb, 'cat /ws-marker');
+    assert.deepEqual(agentLines(marker), [], `the agent required a planted module:\n${marker}`);
     await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
   });
 

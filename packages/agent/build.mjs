@@ -22,8 +22,23 @@ await build({
   sourcemap: false,
   legalComments: 'none',
   logLevel: 'warning',
-  // Optional native speed-ups of `ws`; it works without them.
-  external: ['bufferutil', 'utf-8-validate'],
+  // `ws` tries to require optional native speed-ups (bufferutil, utf-8-validate) and works without
+  // them. Left external, Node would look them up at run time in /.sb/node_modules, /node_modules and
+  // ~/.node_modules, which root in the sandbox writes: its code ran in the agent at the first
+  // WebSocket. They are bundled as modules that throw, so the agent never resolves a module at run
+  // time (agent-bundle.test.ts checks that every require left is a Node built-in).
+  plugins: [
+    {
+      name: 'absent-optional-modules',
+      setup(b) {
+        b.onResolve({ filter: /^(bufferutil|utf-8-validate)$/ }, (args) => ({ path: args.path, namespace: 'absent' }));
+        b.onLoad({ filter: /.*/, namespace: 'absent' }, (args) => ({
+          contents: `throw new Error(${JSON.stringify(`${args.path} is not part of the agent`)});`,
+          loader: 'js',
+        }));
+      },
+    },
+  ],
 });
 
 for (const f of ['sbx_run.py', 'sbx_zygote.py']) copyFileSync(join(here, 'py', f), join(out, f));

@@ -8,6 +8,11 @@ test("user processes never see the agent's SANDBOXD_* variables", () => {
   assert.match(userBaseEnv({}).PATH!, /\/usr\/bin/);
 });
 
+test("the template's loader variables, passed aside so that the agent never loads them, reach user processes", () => {
+  const env = userBaseEnv({ PATH: '/x', SANDBOXD_LOADER_ENV: '{"LD_PRELOAD":"/usr/lib/libjemalloc.so.2"}' });
+  assert.deepEqual(env, { PATH: '/x', HOME: '/root', LD_PRELOAD: '/usr/lib/libjemalloc.so.2' });
+});
+
 test('config from the env: create-time env_vars, listen fd, limits; malformed JSON is ignored', () => {
   const c = loadConfig(
     { SANDBOX_ID: 'sb1', SANDBOXD_ENV_VARS: '{"A":"1","N":2}', SANDBOXD_AGENT_LISTEN_FD: '3', SANDBOXD_LIMITS: '{"vcpu":2,"memory_mb":512}' },

@@ -47,13 +47,18 @@ function stringValues(obj: Record<string, unknown>): Record<string, string> {
   return out;
 }
 
-/** The env user code starts from: ours minus the agent's private variables, with sane defaults. */
+/**
+ * The env user code starts from: ours minus the agent's private variables, plus the variables the
+ * dynamic loader acts on (LD_PRELOAD, ...), which the runtime passes aside in SANDBOXD_LOADER_ENV
+ * so that they reach the sandbox's programs and never load anything into the agent itself.
+ */
 export function userBaseEnv(env: NodeJS.ProcessEnv): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(env)) {
     if (v === undefined || k.startsWith('SANDBOXD_')) continue;
     out[k] = v;
   }
+  Object.assign(out, stringValues(parseJsonObject(env.SANDBOXD_LOADER_ENV, 'SANDBOXD_LOADER_ENV')));
   out.PATH ??= DEFAULT_PATH;
   out.HOME ??= '/root';
   return out;

@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { lstat, readdir } from 'node:fs/promises';
-import { join } from 'node:path';
 import type { BaseImageResolver } from '../images/base-images.js';
+import { runTool } from '../images/proc.js';
 import { sha256Hex, type FsLayerStore, type Log } from '../images/layer-store.js';
 import type { LayerInfo } from '../images/types.js';
 import type { Runtime, SandboxResources } from '../runtime/types.js';
@@ -267,18 +266,19 @@ function lineSplitter(onLine: (line: string) => void): (chunk: string) => void {
   };
 }
 
+/**
+ * Entries and bytes of regular files of a tree a step wrote. Counted by find(1), line by line: a
+ * step can leave millions of files in one directory (a 125 GB disk has 8 M inodes), and reading
+ * such a directory at once took ~200 bytes of the daemon's heap per entry (1.2 M files: +240 MB).
+ */
 async function treeSize(dir: string): Promise<{ entries: number; bytes: number }> {
   let entries = 0;
   let bytes = 0;
-  const stack = [dir];
-  while (stack.length > 0) {
-    const d = stack.pop()!;
-    for (const e of await readdir(d, { withFileTypes: true })) {
+  await runTool('find', [dir, '-mindepth', '1', '-printf', '%y %s\n'], {
+    onLine: (line) => {
       entries++;
-      const p = join(d, e.name);
-      if (e.isDirectory()) stack.push(p);
-      else if (e.isFile()) bytes += (await lstat(p)).size;
-    }
-  }
+      if (line.startsWith('f ')) bytes += Number(line.slice(2)) || 0;
+    },
+  });
   return { entries, bytes };
 }

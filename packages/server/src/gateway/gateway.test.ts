@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { SqliteStore } from '../store/sqlite.js';
-import { ConnectionLimits } from '../services/connections.js';
+import { ConnectionLimits, REFUSED_PER_CLIENT } from '../services/connections.js';
 import { KeyService } from '../services/keys.js';
 import { RouteTable } from '../services/routes.js';
 import { TokenService } from '../services/tokens.js';
@@ -351,5 +351,37 @@ describe('gateway: API key scopes and connection caps', { timeout: 120_000 }, ()
     await new Promise((r) => setTimeout(r, 100));
     assert.equal(limits.usage().clients['127.0.0.4'], undefined);
     assert.equal((await call(port.sbb!, 'GET', { authorization: `Bearer ${token.sbb}` }, '127.0.0.4')).status, 200);
+  });
+
+  test("one client's refused connections cannot fill the total: trickling a byte each second, it holds at most its cap plus a few for 5 s; others are served", async () => {
+    // total is 100: before, the 92 connections past this client's cap of 8 all stayed (a byte
+    // every few seconds reset their linger) and every other client was closed unread.
+    const socks: import('node:net').Socket[] = [];
+    let closed = 0;
+    for (let i = 0; i < 150; i++) {
+      const s = connect({ port: port.sbb!, host: '127.0.0.1', localAddress: '127.0.0.6' });
+      s.on('error', () => undefined);
+      s.on('close', () => closed++);
+      socks.push(s);
+    }
+    await Promise.all(socks.map((s) => new Promise((r) => (s.readyState === 'open' ? r(null) : s.once('connect', r).once('close', r)))));
+    // A request whose headers never end: one more byte of a header value each second.
+    for (const s of socks) if (!s.destroyed) s.write('GET /ok HTTP/1.1\r\nhost: x\r\nx-pad: ');
+    const trickle = setInterval(() => {
+      for (const s of socks) if (!s.destroyed) s.write('a');
+    }, 1000);
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      assert.ok(150 - closed <= 8 + REFUSED_PER_CLIENT, `${150 - closed} of its connections are open`);
+      assert.equal((await call(port.sbb!, 'GET', { authorization: `Bearer ${token.sbb}` }, '127.0.0.7')).status, 200, 'another client is served');
+      await new Promise((r) => setTimeout(r, 6000));
+      assert.equal(150 - closed, 8, 'refused connections are closed after their linger, trickle or not');
+      assert.equal((await call(port.sbb!, 'GET', { authorization: `Bearer ${token.sbb}` }, '127.0.0.7')).status, 200);
+    } finally {
+      clearInterval(trickle);
+      for (const s of socks) s.destroy();
+    }
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal(limits.usage().open, 0);
   });
 });

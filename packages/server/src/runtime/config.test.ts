@@ -5,7 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { CANONICAL_ID_OFFSET, ID_RANGE } from '../images/types.js';
-import { checkSuidDumpable, parseLdd } from './agent-runtime.js';
+import { checkSuidDumpable, hardenLoader, parseLdd } from './agent-runtime.js';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { loadConfig } from '../config.js';
 import { BLOCKED_RANGES, blockedRangeOf, isUnicastMac, nftRuleset, stableMac } from './host.js';
 import { IdRanges, MAX_ID_RANGES, rangeBase, readIdRange, SANDBOX_ID_BASE, writeIdRange } from './id-ranges.js';
@@ -27,10 +29,12 @@ const input = {
 };
 
 describe('OCI config', () => {
-  test('limits: memory+swap = memory, cpu quota per vcpu, pids, nofile below the host hard limit', () => {
+  test('limits: memory+swap = memory, socket buffers, cpu quota per vcpu, pids, nofile below the host hard limit', () => {
     const c = buildConfig(input);
     const r = c.linux.resources as { memory: { limit: number; swap: number }; cpu: { quota: number; period: number }; pids: { limit: number } };
-    assert.deepEqual(r.memory, { limit: 512 * 1024 * 1024, swap: 512 * 1024 * 1024 });
+    assert.deepEqual(r.memory, { limit: 512 * 1024 * 1024, swap: 512 * 1024 * 1024, kernelTCP: 64 * 1024 * 1024 });
+    const small = buildConfig({ ...input, resources: { ...input.resources, memoryMb: 32 } }).linux.resources as { memory: { kernelTCP: number } };
+    assert.equal(small.memory.kernelTCP, 32 * 1024 * 1024, 'never above the memory limit');
     assert.deepEqual(r.cpu, { quota: 150000, period: 100000 });
     assert.deepEqual(r.pids, { limit: 100 });
     assert.deepEqual(c.process.rlimits, [{ type: 'RLIMIT_NOFILE', hard: 16384, soft: 16384 }]);
@@ -254,6 +258,32 @@ describe('network plumbing', () => {
     assert.equal(loadConfig({}).runtime.allowAptSources, true, "the host's apt sources stay reachable by default");
     assert.equal(loadConfig({ SANDBOXD_EGRESS_ALLOW_APT_SOURCES: 'false' }).runtime.allowAptSources, false);
     assert.throws(() => loadConfig({ SANDBOXD_EGRESS_ALLOW_APT_SOURCES: 'maybe' }), /must be true or false/);
+  });
+
+  test("the agent's loader reads none of the sandbox's loader files, and still starts node", async () => {
+    const ldso = execFileSync('readlink', ['-f', '/lib64/ld-linux-x86-64.so.2'], { encoding: 'utf8' }).trim();
+    const original = readFileSync(ldso);
+    const { image, changed } = hardenLoader(original);
+    assert.equal(changed, true);
+    assert.equal(image.length, original.length);
+    const text = image.toString('latin1');
+    for (const path of ['/etc/ld.so.preload\0', '/etc/ld.so.cache\0', '/lib/x86_64-linux-gnu/\0', '\0/usr/lib/\0']) {
+      assert.ok(!text.includes(path), `${JSON.stringify(path)} is gone`);
+    }
+    assert.equal(hardenLoader(image).changed, false, 'idempotent');
+    assert.throws(() => hardenLoader(Buffer.from('not a loader')), /unsupported libc/);
+    const dir = await mkdtemp(join(tmpdir(), 'sbd-ldso-'));
+    try {
+      await writeFile(join(dir, 'ld.so'), image, { mode: 0o755 });
+      const diag = execFileSync(join(dir, 'ld.so'), ['--list-diagnostics'], { encoding: 'utf8' });
+      const dirs = [...diag.matchAll(/^path\.system_dirs\[0x\d+\]="([^"]*)"/gm)].map((m) => m[1]!);
+      assert.ok(dirs.length > 0 && dirs.every((d) => d.startsWith('/.sb/node/lib/') || d.startsWith('/sys/')), dirs.join(' '));
+      const libDir = execFileSync('dirname', [execFileSync('readlink', ['-f', '/lib/x86_64-linux-gnu/libc.so.6'], { encoding: 'utf8' }).trim()], { encoding: 'utf8' }).trim();
+      const out = execFileSync(join(dir, 'ld.so'), ['--library-path', libDir, process.execPath, '-e', 'console.log(6*7)'], { encoding: 'utf8' });
+      assert.equal(out, '42\n');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   test('ldd output: libraries by soname plus the loader', () => {

@@ -11,8 +11,17 @@ export interface ConnectionLimitsOptions {
   total: number;
 }
 
-/** How long a connection refused for its client's cap may live: enough to send the 429. */
+/**
+ * How long a connection refused for its client's cap may live, from its accept, whatever it sends:
+ * enough to read a request and send the 429.
+ */
 const REFUSED_LINGER_MS = 5000;
+/**
+ * Refused connections one client may have lingering at once; past that, its connections are closed
+ * unread. Without this bound the refused connections of one client (each kept alive by a byte
+ * every few seconds) filled the total budget and every other client was turned away.
+ */
+export const REFUSED_PER_CLIENT = 8;
 
 const refusal = Symbol('sandboxd.connectionRefusal');
 type MarkedSocket = Socket & { [refusal]?: ServiceError };
@@ -29,6 +38,7 @@ type MarkedSocket = Socket & { [refusal]?: ServiceError };
 export class ConnectionLimits {
   private readonly byClient = new Map<string, number>();
   private readonly byOrg = new Map<string, number>();
+  private readonly refusedByClient = new Map<string, number>();
   private open = 0;
 
   constructor(readonly opts: ConnectionLimitsOptions) {}
@@ -42,24 +52,31 @@ export class ConnectionLimits {
     }
     const client = clientOf(socket);
     const n = this.byClient.get(client) ?? 0;
+    let counts = this.byClient;
     if (n >= this.opts.perClient) {
+      if ((this.refusedByClient.get(client) ?? 0) >= REFUSED_PER_CLIENT) {
+        socket.destroy();
+        return;
+      }
       s[refusal] = new ServiceError(
         'RATE_LIMIT_EXCEEDED',
         `too many open connections from ${client}: the limit is ${this.opts.perClient} per client (SANDBOXD_MAX_CONNECTIONS_PER_CLIENT); close some and retry`,
         { retry_after: 1, limit: this.opts.perClient },
         { 'retry-after': '1', connection: 'close' },
       );
-      socket.setTimeout(REFUSED_LINGER_MS, () => socket.destroy());
-    } else {
-      this.byClient.set(client, n + 1);
+      // A deadline, not an idle timeout: a byte every few seconds must not keep it open.
+      const linger = setTimeout(() => socket.destroy(), REFUSED_LINGER_MS);
+      linger.unref();
+      socket.once('close', () => clearTimeout(linger));
+      counts = this.refusedByClient;
     }
+    counts.set(client, (counts.get(client) ?? 0) + 1);
     this.open++;
     socket.once('close', () => {
       this.open--;
-      if (s[refusal]) return;
-      const left = (this.byClient.get(client) ?? 1) - 1;
-      if (left > 0) this.byClient.set(client, left);
-      else this.byClient.delete(client);
+      const left = (counts.get(client) ?? 1) - 1;
+      if (left > 0) counts.set(client, left);
+      else counts.delete(client);
     });
   }
 

@@ -59,9 +59,26 @@ function pidsFor(vcpu: number): number {
   return Math.max(512, 256 * vcpu);
 }
 
+/**
+ * Variables that make a program's start load code (the dynamic loader's LD_*, GCONV_PATH; Node's
+ * NODE_OPTIONS with --require/--import/--inspect, and the other NODE_*; OPENSSL_CONF and
+ * OPENSSL_MODULES, which load provider libraries): a template's go to its programs through the
+ * agent (SANDBOXD_LOADER_ENV), never into the agent's own start, so that nothing of the image is
+ * loaded into the agent (runtime/agent-runtime.ts).
+ */
+const LOADER_ENV_RE = /^(LD_|NODE_|OPENSSL_|GCONV_PATH$)/;
+
+function splitLoaderEnv(env: Record<string, string>): { plain: Record<string, string>; loader: Record<string, string> } {
+  const plain: Record<string, string> = {};
+  const loader: Record<string, string> = {};
+  for (const [k, v] of Object.entries(env)) (LOADER_ENV_RE.test(k) ? loader : plain)[k] = v;
+  return { plain, loader };
+}
+
 type SpecSource = Pick<SandboxRow, 'layers' | 'vcpu' | 'memoryMb' | 'diskGb' | 'internetAccess' | 'templateEnv' | 'envVars'>;
 
 function specFor(id: string, src: SpecSource, layerPath: (id: string) => string): SandboxSpec {
+  const templateEnv = splitLoaderEnv(src.templateEnv);
   return {
     id,
     lowerDirs: src.layers.map(layerPath),
@@ -73,8 +90,9 @@ function specFor(id: string, src: SpecSource, layerPath: (id: string) => string)
       HOME: '/root',
       LANG: 'C.UTF-8',
       TERM: 'xterm-256color',
-      ...src.templateEnv,
+      ...templateEnv.plain,
       SANDBOX_ID: id,
+      SANDBOXD_LOADER_ENV: JSON.stringify(templateEnv.loader),
       // The agent streams big files in 64 KiB buffers: allocated with mmap they go back to the
       // system when freed, instead of staying in glibc's heap after a transfer.
       GLIBC_TUNABLES: AGENT_MALLOC_TUNABLES,

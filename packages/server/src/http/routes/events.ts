@@ -5,6 +5,9 @@ import { EventsQuery, EventsTokenBody, EventsTokenResult } from '@sandboxd/proto
 import { eventsGuard, guard, principalOf, requireEventsScope } from '../auth.js';
 import { SandboxIdParams } from './params.js';
 
+/** What may wait in the daemon for one events client before its stream is cut. */
+const MAX_UNREAD_BYTES = 1024 * 1024;
+
 /** Server-sent lifecycle events (api-decisions.md §2.3), for one sandbox or the whole organization. */
 function stream(req: FastifyRequest, reply: FastifyReply, s: Services, accept: (m: SandboxEventMessage) => boolean): void {
   // An open stream holds a connection for as long as the client likes: it counts against the org.
@@ -17,11 +20,17 @@ function stream(req: FastifyRequest, reply: FastifyReply, s: Services, accept: (
     connection: 'keep-alive',
     'x-request-id': String(req.id),
   });
-  raw.write(': connected\n\n');
+  // A client that does not read would make every event wait in the daemon's memory: one that is
+  // this far behind is cut (it reconnects and lists the sandboxes to catch up).
+  const write = (text: string) => {
+    if (raw.writableLength > MAX_UNREAD_BYTES) raw.destroy();
+    else raw.write(text);
+  };
+  write(': connected\n\n');
   const unsubscribe = s.events.subscribe((m) => {
-    if (accept(m)) raw.write(`event: ${m.kind}\ndata: ${JSON.stringify(m.data)}\n\n`);
+    if (accept(m)) write(`event: ${m.kind}\ndata: ${JSON.stringify(m.data)}\n\n`);
   });
-  const ping = setInterval(() => raw.write(': ping\n\n'), 15_000);
+  const ping = setInterval(() => write(': ping\n\n'), 15_000);
   req.raw.on('close', () => {
     clearInterval(ping);
     unsubscribe();

@@ -26,6 +26,7 @@ const input = {
   roBinds: [{ source: '/usr/bin/catatonit', target: '/.sb/init' }],
   caBundle: true,
   idBase: 1_000_131_072,
+  cgroupVersion: 1 as const,
 };
 
 describe('OCI config', () => {
@@ -35,6 +36,8 @@ describe('OCI config', () => {
     assert.deepEqual(r.memory, { limit: 512 * 1024 * 1024, swap: 512 * 1024 * 1024, kernelTCP: 64 * 1024 * 1024 });
     const small = buildConfig({ ...input, resources: { ...input.resources, memoryMb: 32 } }).linux.resources as { memory: { kernelTCP: number } };
     assert.equal(small.memory.kernelTCP, 32 * 1024 * 1024, 'never above the memory limit');
+    const v2 = buildConfig({ ...input, cgroupVersion: 2 }).linux.resources as { memory: Record<string, number> };
+    assert.deepEqual(v2.memory, { limit: 512 * 1024 * 1024, swap: 512 * 1024 * 1024 }, 'cgroup v2 charges sockets to memory.max; crun refuses kernelTCP there');
     assert.deepEqual(r.cpu, { quota: 150000, period: 100000 });
     assert.deepEqual(r.pids, { limit: 100 });
     assert.deepEqual(c.process.rlimits, [{ type: 'RLIMIT_NOFILE', hard: 16384, soft: 16384 }]);

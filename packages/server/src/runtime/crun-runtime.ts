@@ -458,6 +458,7 @@ export class CrunRuntime implements Runtime {
         { source: dirname(this.agentBundlePath), target: '/.sb/agent' },
       ],
       caBundle: true,
+      cgroupVersion: (await this.layout()).version,
     });
     await writeFile(p.config, JSON.stringify(config), { mode: 0o600 });
 

@@ -100,6 +100,11 @@ export interface ConfigInput {
   roBinds: Array<{ source: string; target: string }>;
   /** Bind the host CA bundle over the image's (HTTPS through the host's intercepting proxy). */
   caBundle: boolean;
+  /**
+   * The host's cgroup version. v1 charges socket buffers to no limit unless kernelTCP is set; v2
+   * charges them to memory.max, and crun refuses kernelTCP there ("cannot set kernel TCP with cgroupv2").
+   */
+  cgroupVersion: 1 | 2;
 }
 
 export function envList(env: Record<string, string>): string[] {
@@ -175,7 +180,11 @@ export function buildConfig(input: ConfigInput): OciConfig {
       resources: {
         devices: [{ allow: false, access: 'rwm' }],
         // swap = limit: memory+swap may not exceed the limit, so the sandbox never swaps.
-        memory: { limit: memoryBytes, swap: memoryBytes, kernelTCP: Math.min(SOCKET_BUFFER_LIMIT_BYTES, memoryBytes) },
+        memory: {
+          limit: memoryBytes,
+          swap: memoryBytes,
+          ...(input.cgroupVersion === 1 ? { kernelTCP: Math.min(SOCKET_BUFFER_LIMIT_BYTES, memoryBytes) } : {}),
+        },
         cpu: { quota: Math.max(1000, Math.round(resources.vcpu * CPU_PERIOD_US)), period: CPU_PERIOD_US },
         pids: { limit: Math.max(8, Math.floor(resources.pidsMax)) },
       },

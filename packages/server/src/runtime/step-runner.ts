@@ -163,6 +163,7 @@ export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{
       // Only over a bundle the image has: a bind would make an empty file in the layer, and a
       // read-only bind would break an `apt-get install ca-certificates` in this very step.
       caBundle: await inLowers(opts.lowerDirs, HOST_CA_BUNDLE),
+      cgroupVersion: (await ctx.layout()).version,
     });
     await writeFile(n.config, JSON.stringify(config), { mode: 0o600 });
 

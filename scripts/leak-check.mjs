@@ -2,11 +2,15 @@
 // A service started by `npm start` on the default names (cgroup parent `sandboxd`, netns prefix
 // `sandboxd_`, bridge `sbbr0`, data dir outside the test data dir) may run beside the suite: what is
 // its own is not ours, and is left out.
+//
+// `--clean` (run before the suite) removes what an earlier run left, one that was killed half-way
+// (a machine's session ended, a CI job was cancelled): it names each thing it removes, then checks
+// again, so this run's leak check judges this run only.
 import { execFileSync } from 'node:child_process';
-import { readFileSync, existsSync, readdirSync } from 'node:fs';
+import { readFileSync, existsSync, readdirSync, rmSync, rmdirSync } from 'node:fs';
 
 const testDir = process.env.SANDBOXD_TEST_DATA_DIR ?? '/var/lib/sandboxd-test';
-const problems = [];
+const clean = process.argv.includes('--clean');
 const sh = (cmd, args) => {
   try {
     return execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
@@ -17,55 +21,91 @@ const sh = (cmd, args) => {
 
 const SERVICE = { cgroupParent: 'sandboxd', netnsPrefix: 'sandboxd_', bridge: 'sbbr0' };
 const underTest = (path) => path === testDir || path.startsWith(`${testDir}/`);
-const mounts = readFileSync('/proc/self/mounts', 'utf8')
-  .split('\n')
-  .filter((l) => l && l.split(' ').slice(0, 2).some((f) => underTest(f.replace(/\\040/g, ' '))));
-if (mounts.length) problems.push(`mounts left: \n  ${mounts.join('\n  ')}`);
-const loops = sh('losetup', ['-a']).split('\n').filter((l) => l.includes(`${testDir}/`));
-if (loops.length) problems.push(`loop devices left:\n  ${loops.join('\n  ')}`);
-const netns = sh('ip', ['netns', 'list'])
-  .split('\n')
-  .filter(Boolean)
-  .filter((l) => !l.startsWith(SERVICE.netnsPrefix));
-if (netns.length) problems.push(`network namespaces left: ${netns.join(', ')}`);
-const veths = sh('ip', ['-o', 'link', 'show', 'type', 'veth'])
-  .split('\n')
-  .filter(Boolean)
-  .filter((l) => !l.includes(` master ${SERVICE.bridge} `));
-if (veths.length) problems.push(`veths left:\n  ${veths.join('\n  ')}`);
-for (const ctl of ['memory', 'pids', 'cpu', 'freezer']) {
-  const root = `/sys/fs/cgroup/${ctl}`;
-  if (!existsSync(root)) continue;
-  for (const parent of readdirSync(root).filter((n) => n.startsWith('sandboxd') && n !== SERVICE.cgroupParent)) {
-    const dir = `${root}/${parent}`;
-    const left = readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => e.name);
-    if (left.length) problems.push(`cgroups left in ${dir}: ${left.join(', ')}`);
-  }
-}
-// Host-wide id range claims (runtime/id-ranges.ts) of the suite's data dirs.
-const registry = '/run/sandboxd/id-ranges';
-if (existsSync(registry)) {
-  const ours = readdirSync(registry).filter((k) => {
-    try {
-      return JSON.parse(readFileSync(`${registry}/${k}`, 'utf8')).dataDir?.startsWith(testDir);
-    } catch {
-      return false;
-    }
-  });
-  if (ours.length) problems.push(`id range claims left in ${registry}: ${ours.join(', ')}`);
-}
-const servers = `${testDir}/servers`;
-if (existsSync(servers)) {
-  for (const s of readdirSync(servers)) {
-    const crunRoot = `${servers}/${s}/crun`;
-    if (existsSync(crunRoot)) {
-      const list = sh('crun', ['--root', crunRoot, 'list', '-q']).split('\n').filter(Boolean);
-      if (list.length) problems.push(`containers left under ${crunRoot}: ${list.join(', ')}`);
+
+/** Every leftover, by kind: what it is (as printed) and how to remove it. Order matters for removal. */
+function findLeftovers() {
+  const found = [];
+  const add = (kind, what, remove) => found.push({ kind, what, remove });
+  // Containers first: their processes hold mounts, netns and cgroups.
+  for (const base of [`${testDir}/servers`, testDir]) {
+    if (!existsSync(base)) continue;
+    for (const s of readdirSync(base)) {
+      for (const sub of ['crun', 'crun-steps']) {
+        const crunRoot = `${base}/${s}/${sub}`;
+        if (!existsSync(crunRoot)) continue;
+        for (const id of sh('crun', ['--root', crunRoot, 'list', '-q']).split('\n').filter(Boolean)) {
+          add(`containers left under ${crunRoot}`, id, () => sh('crun', ['--root', crunRoot, 'delete', '-f', id]));
+        }
+      }
     }
   }
+  const mounts = readFileSync('/proc/self/mounts', 'utf8')
+    .split('\n')
+    .filter((l) => l && l.split(' ').slice(0, 2).some((f) => underTest(f.replace(/\\040/g, ' '))));
+  // Deepest first, so a mount on top of another goes before it.
+  for (const m of mounts.sort((a, b) => b.split(' ')[1].length - a.split(' ')[1].length)) {
+    const target = m.split(' ')[1].replace(/\\040/g, ' ');
+    add('mounts left', m, () => sh('umount', [target]) || sh('umount', ['-l', target]));
+  }
+  for (const l of sh('losetup', ['-a']).split('\n').filter((l) => l.includes(`${testDir}/`))) {
+    add('loop devices left', l, () => sh('losetup', ['-d', l.split(':')[0]]));
+  }
+  for (const n of sh('ip', ['netns', 'list']).split('\n').filter(Boolean).map((l) => l.split(' ')[0])) {
+    if (!n.startsWith(SERVICE.netnsPrefix)) add('network namespaces left', n, () => sh('ip', ['netns', 'delete', n]));
+  }
+  for (const l of sh('ip', ['-o', 'link', 'show', 'type', 'veth']).split('\n').filter(Boolean)) {
+    if (!l.includes(` master ${SERVICE.bridge} `)) add('veths left', l, () => sh('ip', ['link', 'delete', l.split(': ')[1].split('@')[0]]));
+  }
+  for (const ctl of ['memory', 'pids', 'cpu', 'freezer']) {
+    const root = `/sys/fs/cgroup/${ctl}`;
+    if (!existsSync(root)) continue;
+    for (const parent of readdirSync(root).filter((n) => n.startsWith('sandboxd') && n !== SERVICE.cgroupParent)) {
+      const dir = `${root}/${parent}`;
+      for (const e of readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory())) {
+        add(`cgroups left in ${dir}`, e.name, () => {
+          try {
+            rmdirSync(`${dir}/${e.name}`);
+          } catch {
+            /* still has tasks: reported again below */
+          }
+        });
+      }
+    }
+  }
+  // Host-wide id range claims (runtime/id-ranges.ts) of the suite's data dirs.
+  const registry = '/run/sandboxd/id-ranges';
+  if (existsSync(registry)) {
+    for (const k of readdirSync(registry)) {
+      let dataDir;
+      try {
+        dataDir = JSON.parse(readFileSync(`${registry}/${k}`, 'utf8')).dataDir;
+      } catch {
+        continue;
+      }
+      if (typeof dataDir === 'string' && underTest(dataDir)) add(`id range claims left in ${registry}`, k, () => rmSync(`${registry}/${k}`, { force: true }));
+    }
+  }
+  return found;
 }
-if (problems.length) {
-  console.error(`leak check FAILED:\n- ${problems.join('\n- ')}`);
+
+function report(found) {
+  const byKind = new Map();
+  for (const f of found) byKind.set(f.kind, [...(byKind.get(f.kind) ?? []), f.what]);
+  return [...byKind].map(([kind, list]) => `${kind}:\n  ${list.join('\n  ')}`);
+}
+
+let found = findLeftovers();
+if (clean) {
+  if (found.length) {
+    console.log(`removing what an earlier test run left:\n- ${report(found).join('\n- ')}`);
+    for (const f of found) f.remove();
+    // The stopped daemons' data dirs themselves (disk images, databases).
+    if (existsSync(`${testDir}/servers`)) rmSync(`${testDir}/servers`, { recursive: true, force: true });
+  }
+  found = findLeftovers();
+}
+if (found.length) {
+  console.error(`leak check FAILED${clean ? ' (left by an earlier run, and could not be removed)' : ''}:\n- ${report(found).join('\n- ')}`);
   process.exit(1);
 }
 console.log('leak check: no containers, mounts, loop devices, netns, veths or cgroups left');

@@ -18,6 +18,10 @@ if (process.getuid?.() !== 0) {
 const pkgs = run('bash', [join(root, 'scripts/install-system-packages.sh')]);
 if (pkgs !== 0) process.exit(pkgs);
 
+// What a run killed half-way left (containers, mounts, claims) would fail this run's leak check.
+const stale = run(process.execPath, [join(root, 'scripts/leak-check.mjs'), '--clean']);
+if (stale !== 0) process.exit(stale);
+
 // Base images are built once (minutes) and cached in the shared test data dir, keyed by recipe.
 const warm = run(process.execPath, [join(root, 'packages/server/dist/testing/warm.js')]);
 if (warm !== 0) process.exit(warm);

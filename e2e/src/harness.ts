@@ -190,13 +190,46 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
           await deleteAllSandboxes(server).catch(() => {});
         }
       } finally {
-        await waitExit('SIGTERM');
-        rmSync(dataDir, { recursive: true, force: true });
-        release();
+        try {
+          await waitExit('SIGTERM');
+          await destroyLeftovers(env, logFile);
+          rmSync(dataDir, { recursive: true, force: true });
+        } finally {
+          release();
+        }
       }
     },
   };
   return server;
+}
+
+/**
+ * Destroys, with the daemon's own runtime, what the stopped daemon still holds: sandboxes of other
+ * organizations a test did not delete, a create still in flight when the daemon was stopped, a
+ * daemon killed and not restarted. Names them on stderr (with the daemon's lines about them), so a
+ * test that leaves sandboxes behind is seen without failing the run on another test's account.
+ */
+async function destroyLeftovers(env: Record<string, string>, logFile: string): Promise<void> {
+  const { loadConfig } = await import('../../packages/server/dist/config.js');
+  const { CrunRuntime } = await import('../../packages/server/dist/runtime/index.js');
+  const config = loadConfig(env);
+  const runtime = new CrunRuntime({
+    dataDir: config.dataDir,
+    agentBundlePath: config.agentBundlePath,
+    cgroupParent: config.runtime.cgroupParent,
+    bridgeName: config.runtime.bridge,
+    subnetCidr: config.runtime.subnet,
+    log: () => undefined,
+  });
+  const ids = await runtime.list();
+  if (ids.length === 0) return;
+  const log = existsSync(logFile) ? readFileSync(logFile, 'utf8').split('\n') : [];
+  process.stderr.write(`test harness: the stopped daemon left ${ids.length} sandbox(es); destroying them: ${ids.join(', ')}\n`);
+  for (const id of ids) {
+    for (const line of log.filter((l) => l.includes(id)).slice(-5)) process.stderr.write(`  ${line}\n`);
+    await runtime.destroy(id).catch((err: unknown) => process.stderr.write(`  destroying ${id} failed: ${String(err)}\n`));
+  }
+  await runtime.close().catch(() => undefined);
 }
 
 export interface ApiResponse<T = any> {

@@ -46,6 +46,27 @@ describe('/execute/stream', () => {
     }
   });
 
+  test('a complete the client may have lost (it neither closes nor writes) is repeated; a client that goes on gets none', async () => {
+    const s = await AgentSocket.open(sb, '/execute/stream');
+    try {
+      s.send({ type: 'execute', code: 'echo once', language: 'bash' });
+      const first = await s.next('complete');
+      const from = s.frames.length;
+      const again = await s.next('complete', 5_000, from);
+      assert.equal(again.success, first.success);
+      assert.ok(again.at - first.at >= 200, `repeated after ${again.at - first.at} ms`);
+      assert.equal(s.frames.filter((f) => f.type === 'result').length, 1, 'only the complete is repeated');
+      // Writing (the next execution) ends the repeats of the previous one.
+      const next = s.frames.length;
+      s.send({ type: 'execute', code: 'sleep 2; echo twice', language: 'bash' });
+      await s.next('complete', 30_000, next);
+      assert.equal(s.frames.slice(next).filter((f) => f.type === 'complete').length, 1, 'no stale complete during the next execution');
+      assert.equal(s.frames.slice(next).filter((f) => f.type === 'stdout').map((f) => f.data).join(''), 'twice\n');
+    } finally {
+      await s.close();
+    }
+  });
+
   test('a chatty program: frames are coalesced and sent at least 1 ms apart, nothing lost', async () => {
     const s = await AgentSocket.open(sb, '/execute/stream');
     try {

@@ -7,6 +7,8 @@ import { acceptWebSocket, parseFrame } from './upgrade.js';
 
 /** Keeps a socket that the client forgot to close from living forever. */
 const IDLE_CLOSE_MS = 10 * 60 * 1000;
+/** After a `complete`, while the client neither closes nor writes: repeat it after these delays. */
+const COMPLETE_REPEATS_MS = [250, 1000, 4000];
 
 /**
  * WebSocket /execute/stream: the client sends {type:"execute", code, language, timeout, workdir,
@@ -24,14 +26,25 @@ export function streamRoute(agent: Agent): UpgradeRoute {
         let closed = false;
         let current: AbortController | null = null;
         let idle = setTimeout(() => ws.close(1000, 'idle'), IDLE_CLOSE_MS);
+        // A `complete` can still be lost when a busy proxy or client reads two frames at once (the
+        // gap is no guarantee): the official client then waits forever. It closes the socket on
+        // the `complete` it sees, so one repeated while the socket stays open and quiet reaches a
+        // client that lost it, and no client that got it.
+        let repeat: NodeJS.Timeout | undefined;
+        const complete = (success: boolean, attempt = 0) => {
+          out.send({ type: 'complete', success });
+          if (attempt < COMPLETE_REPEATS_MS.length) repeat = setTimeout(() => complete(success, attempt + 1), COMPLETE_REPEATS_MS[attempt]);
+        };
         ws.on('close', () => {
           closed = true;
           clearTimeout(idle);
+          clearTimeout(repeat);
           out.stop();
           current?.abort();
         });
         ws.on('message', (data) => {
           clearTimeout(idle);
+          clearTimeout(repeat);
           idle = setTimeout(() => ws.close(1000, 'idle'), IDLE_CLOSE_MS);
           const frame = parseFrame(data);
           if (!frame) return;
@@ -78,12 +91,12 @@ export function streamRoute(agent: Agent): UpgradeRoute {
               ...(result.truncated ? { truncated: true } : {}),
               ...(result.png ? { png: result.png } : {}),
             });
-            out.send({ type: 'complete', success: result.success });
+            complete(result.success);
           } catch (err) {
             if (closed) return;
             const se = err instanceof ServiceError ? err : new ServiceError('INTERNAL_ERROR', (err as Error).message);
             out.send({ type: 'error', error: se.message, code: se.code });
-            out.send({ type: 'complete', success: false });
+            complete(false);
           }
         }
       });

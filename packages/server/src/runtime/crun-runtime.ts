@@ -17,7 +17,7 @@ import {
   type CgroupLayout,
 } from './cgroups.js';
 import { Crun } from './crun.js';
-import { checkLowerDirs, detachLoops, diskUsage, mountDiskImage, mountOverlay, removeTree, unmount, unmountAllUnder } from './disk.js';
+import { checkLowerDirs, diskUsage, mountDiskImage, mountOverlay, removeTree, unmount, unmountDisk } from './disk.js';
 import { DiskPool, prepareDiskDir, prepareUpper } from './disk-pool.js';
 import {
   applyNftables,
@@ -521,7 +521,8 @@ export class CrunRuntime implements Runtime {
       await writeIdRange(p.dir, { base, size: ID_RANGE });
     }
     await prepareUpper(p.dir, base, { fresh });
-    if (!(await isMountPoint(p.rootfs))) {
+    // A fresh sandbox's rootfs is a new directory: only a start looks at the mount table.
+    if (fresh || !(await isMountPoint(p.rootfs))) {
       await mkdir(p.rootfs, { recursive: true });
       await hook('overlay-mount');
       await mountOverlay(spec.lowerDirs, p.upper, p.work, p.rootfs, { helper: await this.idmapHelper(), base, scratch: p.lowerScratch });
@@ -606,8 +607,7 @@ export class CrunRuntime implements Runtime {
       await this.killContainer(id);
       await deleteNetns(this.netnsName(id));
       const p = this.paths(id);
-      await unmountAllUnder(p.dir);
-      await detachLoops(p.image);
+      await unmountDisk(p.dir, p.image, p.disk);
       await rm(p.socket, { force: true });
       await waitVethGone(this.vethName(id));
     });
@@ -645,8 +645,7 @@ export class CrunRuntime implements Runtime {
 
   private async removeSandboxDir(id: string): Promise<void> {
     const p = this.paths(id);
-    await unmountAllUnder(p.dir);
-    await detachLoops(p.image);
+    await unmountDisk(p.dir, p.image, p.disk);
     await removeTree(p.dir);
   }
 

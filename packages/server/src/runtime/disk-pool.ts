@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { chmod, lchown, mkdir, readdir, rename } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createDiskImage, detachLoops, mountDiskImage, removeTree, unmountAllUnder } from './disk.js';
+import { createDiskImage, detachLoops, mountDiskImage, removeTree, unmountAllUnder, unmountDisk } from './disk.js';
 import { isMountPoint } from './mounts.js';
 
 /** Directories every sandbox disk holds; `.sb/state` is the agent's (kept across stop/start). */
@@ -50,8 +50,7 @@ export async function prepareUpper(dir: string, base: number, opts: { fresh: boo
 }
 
 async function discard(dir: string): Promise<void> {
-  await unmountAllUnder(dir);
-  await detachLoops(join(dir, 'disk.img'));
+  await unmountDisk(dir, join(dir, 'disk.img'), join(dir, 'disk'));
   await removeTree(dir);
 }
 

@@ -1,6 +1,6 @@
-import { open, statfs } from 'node:fs/promises';
+import { open, readFile, readlink, stat, statfs } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
-import { isAbsolute } from 'node:path';
+import { basename, isAbsolute } from 'node:path';
 import { layerIdOffset, mountIdmappedOverlay, type IdmappedOverlay } from './idmap.js';
 import { loopDevicesFor, mountsUnder } from './mounts.js';
 import { proc, procOk } from './proc.js';
@@ -90,12 +90,13 @@ function commonParent(paths: string[]): string {
 /**
  * Unmounts everything at or under `dir`, deepest first, in one umount(8) call. A mount that stays
  * busy is detached lazily; the caller still never deletes files through a mount (rm
- * --one-file-system), and detaches loop devices separately.
+ * --one-file-system), and detaches loop devices separately. The mount table is read once when
+ * umount succeeds: with a thousand sandboxes it holds thousands of lines.
  */
 export async function unmountAllUnder(dir: string): Promise<void> {
   let points = await mountsUnder(dir);
   if (points.length === 0) return;
-  await proc('umount', points);
+  if ((await proc('umount', points)).code === 0) return;
   points = await mountsUnder(dir);
   if (points.length === 0) return;
   await proc('umount', ['-l', ...points]);
@@ -108,8 +109,56 @@ export async function unmount(target: string): Promise<void> {
   if (points.length > 0) await procOk('umount', points);
 }
 
-export async function detachLoops(image: string): Promise<void> {
+const LOOP_MAJOR = 7;
+
+async function backingFile(dev: string): Promise<string | undefined> {
+  try {
+    return (await readFile(`/sys/block/${basename(dev)}/loop/backing_file`, 'utf8')).trim();
+  } catch {
+    return undefined;
+  }
+}
+
+const backs = (backing: string | undefined, image: string) => backing === image || backing === `${image} (deleted)`;
+
+/** The loop device of `image` mounted at `mountPoint`, from the mount's st_dev: no search. */
+export async function loopDeviceAt(mountPoint: string, image: string): Promise<string | undefined> {
+  let dev: bigint;
+  try {
+    dev = (await stat(mountPoint, { bigint: true })).dev;
+  } catch {
+    return undefined;
+  }
+  // glibc's major()/minor() of a dev_t.
+  const major = Number(((dev >> 8n) & 0xfffn) | ((dev >> 32n) & ~0xfffn));
+  const minor = Number((dev & 0xffn) | ((dev >> 12n) & ~0xffn));
+  if (major !== LOOP_MAJOR) return undefined;
+  try {
+    const name = basename(await readlink(`/sys/dev/block/${major}:${minor}`));
+    return backs(await backingFile(name), image) ? `/dev/${name}` : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Frees the loop devices of `image`. With `known` (from loopDeviceAt before the unmount) only that
+ * one is looked at: mount's autoclear usually freed it already. Without, every loop device of the
+ * host is searched, one read each: only for disks found unmounted (a crash, a half-made disk).
+ */
+export async function detachLoops(image: string, known?: string): Promise<void> {
+  if (known) {
+    if (backs(await backingFile(known), image)) await proc('losetup', ['-d', known]);
+    return;
+  }
   for (const dev of await loopDevicesFor(image)) await proc('losetup', ['-d', dev]);
+}
+
+/** unmountAllUnder(`dir`) and detachLoops of the disk `image` mounted at `diskMount` below it. */
+export async function unmountDisk(dir: string, image: string, diskMount: string): Promise<void> {
+  const known = await loopDeviceAt(diskMount, image);
+  await unmountAllUnder(dir);
+  await detachLoops(image, known);
 }
 
 export async function diskUsage(mountPoint: string): Promise<{ usedBytes: number; totalBytes: number }> {

@@ -7,7 +7,7 @@ import { cgroupDirs, cgroupExists, removeCgroup, type CgroupLayout } from './cgr
 import type { Crun } from './crun.js';
 import { CANONICAL_ID_OFFSET } from '../images/types.js';
 import { lstatBeneath, rmdirBeneath, unlinkEmptyFileBeneath } from './beneath.js';
-import { checkLowerDirs, createDiskImage, detachLoops, mountDiskImage, mountOverlay, removeTree, unmount, unmountAllUnder } from './disk.js';
+import { checkLowerDirs, createDiskImage, mountDiskImage, mountOverlay, removeTree, unmount, unmountDisk } from './disk.js';
 import { procOk } from './proc.js';
 import { layerIdOffset } from './idmap.js';
 import { deleteNetns, NetnsHolder, vethName, waitVethGone, type Ipam, type Subnet } from './net.js';
@@ -105,8 +105,7 @@ export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{
     await mkdir(n.disk, { mode: 0o700 });
     await mountDiskImage(n.image, n.disk);
     undo.push('step disk', async () => {
-      await unmountAllUnder(n.disk);
-      await detachLoops(n.image);
+      await unmountDisk(n.disk, n.image, n.disk);
     });
     await mkdir(n.upper);
     await mkdir(n.work);
@@ -287,8 +286,7 @@ export async function cleanupStep(ctx: StepContext, id: string): Promise<void> {
   } catch {
     /* no meta */
   }
-  await unmountAllUnder(n.dir);
-  await detachLoops(n.image);
+  await unmountDisk(n.dir, n.image, n.disk);
   if (meta?.workDir && basename(meta.workDir).includes('.work-')) await removeTree(meta.workDir);
   await removeTree(n.dir);
 }

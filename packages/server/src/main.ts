@@ -169,7 +169,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     routes,
     tokens,
     keys,
-    usedPorts: () => store.sandboxes.usedGatewayPorts(),
+    portUsed: (port) => store.sandboxes.gatewayPortUsed(port),
     connections,
     onAgentGone: (id) => onAgentGone(id),
     log,

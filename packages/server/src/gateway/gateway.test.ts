@@ -146,7 +146,7 @@ describe('gateway: everything from a sandbox is hostile input', { timeout: 120_0
       routes,
       tokens,
       keys: new KeyService(store),
-      usedPorts: async () => new Set(),
+      portUsed: async () => false,
       connections: new ConnectionLimits({ perClient: 1000, perOrg: 1000, total: 1000 }),
       log: () => undefined,
     });
@@ -262,7 +262,7 @@ describe('gateway: API key scopes and connection caps', { timeout: 120_000 }, ()
       routes,
       tokens,
       keys,
-      usedPorts: async () => new Set(),
+      portUsed: async () => false,
       connections: limits,
       log: () => undefined,
     });
@@ -383,5 +383,39 @@ describe('gateway: API key scopes and connection caps', { timeout: 120_000 }, ()
     }
     await new Promise((r) => setTimeout(r, 100));
     assert.equal(limits.usage().open, 0);
+  });
+});
+
+describe('gateway ports', () => {
+  test('ports go round the range from the last one handed out, skipping those a sandbox holds (also a stopped one) and those taken by another process', async () => {
+    const held = new Set([47302, 47303]);
+    const asked: number[] = [];
+    const gateway = new Gateway({
+      config: {
+        mode: 'port', bindHost: '127.0.0.1', publicHostname: '127.0.0.1', portMin: 47300, portMax: 47305, domain: '', hostModePort: 0,
+        idleTimeoutMs: 60_000, responseHeadersTimeoutMs: 60_000,
+      },
+      routes: new RouteTable(),
+      tokens: new TokenService(join(mkdtempSync(join(tmpdir(), 'gw-ports-')), 'jwt.pem'), 600),
+      keys: new KeyService(SqliteStore.open(':memory:')),
+      portUsed: async (p) => (asked.push(p), held.has(p)),
+      connections: new ConnectionLimits({ perClient: 10, perOrg: 10, total: 10 }),
+      log: () => undefined,
+    });
+    const squatter = createServer();
+    await new Promise<void>((r) => squatter.listen(47304, '127.0.0.1', r));
+    try {
+      assert.equal(await gateway.open('sb1', null), 47300);
+      assert.deepEqual(asked, [47300], 'one look when the next port is free');
+      assert.equal(await gateway.open('sb2', null), 47301);
+      assert.equal(await gateway.open('sb3', null), 47305, 'held by sandboxes: 47302, 47303; another process listens on 47304');
+      await gateway.close('sb1');
+      assert.equal(await gateway.open('sb4', null), 47300, 'round the range to the port sb1 freed');
+      await assert.rejects(gateway.open('sb5', null), /no free gateway port in 47300-47305/);
+      assert.equal(await gateway.open('sb2', null), 47301, 'a sandbox that has its port keeps it');
+    } finally {
+      await gateway.closeAll();
+      await new Promise((r) => squatter.close(r));
+    }
   });
 });

@@ -16,7 +16,8 @@ export interface GatewayDeps {
   routes: RouteTable;
   tokens: TokenService;
   keys: KeyService;
-  usedPorts: () => Promise<Set<number>>;
+  /** Whether a sandbox (also a stopped one, which gets its port back on start) holds this port. */
+  portUsed: (port: number) => Promise<boolean>;
   connections: ConnectionLimits;
   /** No agent listens on a running sandbox's socket: the lifecycle checks whether it stopped. */
   onAgentGone?: (sandboxId: string) => void;
@@ -34,6 +35,8 @@ export class Gateway implements GatewayControl {
   private hostServer: Server | undefined;
   private agents = new Map<string, Agent>();
   private claimed = new Set<number>();
+  /** Where the next search for a free port starts: just past the last one handed out. */
+  private nextPort: number | undefined;
   /** Upgraded (WebSocket) connections per sandbox: the HTTP server no longer tracks them. */
   private tunnels = new Map<string, Set<Socket>>();
 
@@ -72,14 +75,23 @@ export class Gateway implements GatewayControl {
     return port;
   }
 
+  /**
+   * Goes round the range from the port after the last one handed out, so the first port looked at
+   * is almost always free, whatever the number of sandboxes (each look is one indexed query); a
+   * port a deleted sandbox freed is not handed out again at once.
+   */
   private async listenOnFreePort(server: Server): Promise<number> {
-    const used = await this.d.usedPorts();
     const { portMin, portMax } = this.d.config;
-    for (let p = portMin; p <= portMax; p++) {
-      if (used.has(p) || this.claimed.has(p)) continue;
+    const span = portMax - portMin + 1;
+    const from = this.nextPort ?? portMin;
+    for (let i = 0; i < span; i++) {
+      const p = portMin + ((from - portMin + i) % span);
+      if (this.claimed.has(p) || (await this.d.portUsed(p))) continue;
+      if (this.claimed.has(p)) continue;
       this.claimed.add(p);
       try {
         await listen(server, p, this.d.config.bindHost);
+        this.nextPort = p + 1 > portMax ? portMin : p + 1;
         return p;
       } catch (err) {
         this.claimed.delete(p);

@@ -122,3 +122,8 @@ MIGRATIONS.push(`
 MIGRATIONS.push(`
   DELETE FROM uploads;
 `);
+
+/** A create asks whether one gateway port is taken: an index, not a scan of every sandbox. */
+MIGRATIONS.push(`
+  CREATE INDEX IF NOT EXISTS sandboxes_gateway_port ON sandboxes (gateway_port) WHERE status <> 'deleted';
+`);

@@ -378,9 +378,8 @@ class SqliteSandboxRepo implements SandboxRepo {
   async purgeDeleted(before: string) {
     return this.db.prepare(`DELETE FROM sandboxes WHERE status = 'deleted' AND deleted_at < ?`).run(before).changes;
   }
-  async usedGatewayPorts() {
-    const rows = this.db.prepare(`SELECT gateway_port FROM sandboxes WHERE status <> 'deleted' AND gateway_port IS NOT NULL`).all() as Raw[];
-    return new Set(rows.map((r) => Number(r.gateway_port)));
+  async gatewayPortUsed(port: number) {
+    return this.db.prepare(`SELECT 1 FROM sandboxes WHERE gateway_port = ? AND status <> 'deleted' LIMIT 1`).get(port) !== undefined;
   }
   async usage(orgId: string): Promise<SandboxUsage> {
     const r = this.db

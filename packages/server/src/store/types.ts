@@ -148,7 +148,8 @@ export interface SandboxRepo {
   expired(now: string): Promise<SandboxRow[]>;
   /** Deleted rows older than `before` are removed for good. */
   purgeDeleted(before: string): Promise<number>;
-  usedGatewayPorts(): Promise<Set<number>>;
+  /** Whether a sandbox that is not deleted (running, paused, stopped) holds this gateway port. */
+  gatewayPortUsed(port: number): Promise<boolean>;
   usage(orgId: string): Promise<SandboxUsage>;
   countByTemplate(templateId: string): Promise<number>;
   remove(id: string): Promise<void>;

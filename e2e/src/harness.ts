@@ -138,7 +138,9 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
 
   const launch = async () => {
     const out = createWriteStream(logFile, { flags: 'a', mode: 0o600 });
-    child = spawn(process.execPath, [join(REPO_ROOT, 'packages/server/dist/cli.js'), 'serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    // SANDBOXD_TEST_DAEMON_NODE_ARGS: node flags for the daemon (e.g. --cpu-prof when profiling a benchmark).
+    const nodeArgs = (process.env.SANDBOXD_TEST_DAEMON_NODE_ARGS ?? '').split(' ').filter(Boolean);
+    child = spawn(process.execPath, [...nodeArgs, join(REPO_ROOT, 'packages/server/dist/cli.js'), 'serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     child.stdout!.pipe(out);
     child.stderr!.pipe(out);
     const deadline = Date.now() + (opts.readyTimeoutMs ?? 15 * 60_000);

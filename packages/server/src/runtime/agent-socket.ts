@@ -1,7 +1,4 @@
-import { chmodSync, renameSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
-import { ServiceError } from '@sandboxd/protocol';
 import type { Crun } from './crun.js';
 
 /** Inside the sandbox: the fd of the listening socket the host made for the agent. */
@@ -18,27 +15,13 @@ export const AGENT_LISTEN_FD = 3;
  * symlink to any host socket. Also, connects succeed (and queue) before the agent has started, the
  * socket outlives daemon restarts (the agent holds it), and only root may connect (mode 0600).
  *
- * Node has no public API for a server's fd, hence `_handle.fd`. From listen to close no event-loop
- * turn runs, so this process never accepts a connection meant for the agent; the socket is bound
- * under a temporary name and renamed into place because closing our copy unlinks the bound path.
+ * The spawner process makes the socket and runs crun with it (spawner-child.ts): it never accepts
+ * a connection meant for the agent; the socket is bound under a temporary name and renamed into
+ * place because closing its copy unlinks the bound path.
  */
 export async function runWithAgentSocket(crun: Crun, id: string, bundleDir: string, socketPath: string, logFile: string): Promise<void> {
   const tmp = `${socketPath}.${process.pid}.tmp`;
   await rm(socketPath, { force: true });
   await rm(tmp, { force: true });
-  const server = createServer();
-  server.on('error', () => undefined);
-  server.listen(tmp);
-  const fd = (server as unknown as { _handle?: { fd?: number } })._handle?.fd;
-  let running: Promise<void>;
-  try {
-    if (typeof fd !== 'number' || fd < 0) throw new ServiceError('RUNTIME_ERROR', `cannot create the agent socket ${tmp}`);
-    // Only root may connect, whatever the daemon's umask (the directory is o+x for crun).
-    chmodSync(tmp, 0o600);
-    running = crun.runDetached(id, bundleDir, logFile, fd);
-    renameSync(tmp, socketPath);
-  } finally {
-    server.close();
-  }
-  await running;
+  await crun.runDetached(id, bundleDir, logFile, { tmp, path: socketPath });
 }

@@ -1,8 +1,8 @@
-import { spawn } from 'node:child_process';
 import { readdir, readFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { ServiceError } from '@sandboxd/protocol';
 import { proc, toolError, type ProcResult } from './proc.js';
+import { spawner } from './spawner.js';
 
 export type CrunStatus = 'created' | 'running' | 'paused' | 'stopped';
 
@@ -41,22 +41,13 @@ export class Crun {
   }
 
   /**
-   * `crun run -d`. A detached container inherits crun's stdio, so all three are /dev/null (a pipe
-   * would never see EOF); crun's own errors go to `logFile`. `extraFd` becomes fd 3 inside.
-   * Not async on purpose: crun is spawned before this returns, so the caller may close its copy
-   * of `extraFd` right away.
+   * `crun run -d` with a new listening unix socket as fd 3 inside (made at `listen.tmp`, renamed to
+   * `listen.path`; see spawner-child.ts). A detached container inherits crun's stdio, so all three
+   * are /dev/null (a pipe would never see EOF); crun's own errors go to `logFile`.
    */
-  runDetached(id: string, bundle: string, logFile: string, extraFd?: number): Promise<void> {
-    const fds = extraFd === undefined ? [] : ['--preserve-fds', '1'];
-    const args = ['--log', `file:${logFile}`, ...this.args('run', '-d', ...fds, '--bundle', bundle, id)];
-    const stdio: Array<'ignore' | number> = ['ignore', 'ignore', 'ignore'];
-    if (extraFd !== undefined) stdio.push(extraFd);
-    const child = spawn('crun', args, { stdio });
-    const exited = new Promise<number | null>((resolve, reject) => {
-      child.on('error', reject);
-      child.on('close', (c) => resolve(c));
-    });
-    return exited.then(async (code) => {
+  runDetached(id: string, bundle: string, logFile: string, listen: { tmp: string; path: string }): Promise<void> {
+    const args = ['--log', `file:${logFile}`, ...this.args('run', '-d', '--preserve-fds', '1', '--bundle', bundle, id)];
+    return spawner.run('crun', args, { listen }).then(async ({ code }) => {
       if (code === 0) return;
       let why = '';
       try {

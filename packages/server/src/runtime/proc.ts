@@ -1,5 +1,6 @@
 import { spawn, type StdioOptions } from 'node:child_process';
 import { ServiceError } from '@sandboxd/protocol';
+import { spawner } from './spawner.js';
 
 export interface ProcResult {
   code: number | null;
@@ -15,8 +16,12 @@ export interface ProcOptions {
   stdio?: StdioOptions;
 }
 
-/** Runs a host tool to completion and collects its output; never rejects on a non-zero exit. */
+/**
+ * Runs a host tool to completion and collects its output; never rejects on a non-zero exit. With
+ * the default stdio it runs from the spawner process (cheap forks, see spawner.ts).
+ */
 export function proc(cmd: string, args: string[], opts: ProcOptions = {}): Promise<ProcResult> {
+  if (!opts.stdio) return spawner.run(cmd, args, { cwd: opts.cwd, input: opts.input });
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, { cwd: opts.cwd, stdio: opts.stdio ?? ['pipe', 'pipe', 'pipe'] });
     let stdout = '';

@@ -1,6 +1,7 @@
 import { open, readFile, readlink, stat, statfs } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { basename, isAbsolute } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { layerIdOffset, mountIdmappedOverlay, type IdmappedOverlay } from './idmap.js';
 import { loopDevicesFor, mountsUnder } from './mounts.js';
 import { proc, procOk } from './proc.js';
@@ -148,7 +149,13 @@ export async function loopDeviceAt(mountPoint: string, image: string): Promise<s
  */
 export async function detachLoops(image: string, known?: string): Promise<void> {
   if (known) {
-    if (backs(await backingFile(known), image)) await proc('losetup', ['-d', known]);
+    // The kernel clears an autoclear device after the unmount returns (a work item, later under
+    // load): wait for it, so that a destroyed sandbox holds no device, and detach it if it stays.
+    for (let i = 0; backs(await backingFile(known), image); i++) {
+      if (i === 50) await proc('losetup', ['-d', known]);
+      if (i === 250) return; // busy (a process still holds it): the kernel clears it once released
+      await sleep(i < 20 ? 2 : 10);
+    }
     return;
   }
   for (const dev of await loopDevicesFor(image)) await proc('losetup', ['-d', dev]);

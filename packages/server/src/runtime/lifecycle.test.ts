@@ -302,6 +302,8 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     const id = 'crash1';
     const spec = testSpec(id, [lower]);
     await t.rt.create(spec);
+    // Pid 2 is the agent once it answers; before, on a busy machine, it may be the shell below.
+    assert.equal((await agentGet(t.rt.agentSocket(id))).ok, true);
     await sh(t.rt, id, 'kill -KILL 2', true);
     await waitFor('stopped', async () => ((await t.rt.status(id)) === 'stopped' ? true : undefined));
     await t.rt.start(spec);

@@ -32,7 +32,7 @@ import {
 } from './host.js';
 import { DEFAULT_ID_REGISTRY_DIR, HostIdRegistry, IdRanges, RangeHeldElsewhere, readIdRange, writeIdRange, type IdRangeFile } from './id-ranges.js';
 import { ensureIdmapHelper } from './idmap.js';
-import { isMountPoint } from './mounts.js';
+import { hasOwnFilesystem, isMountPoint } from './mounts.js';
 import { deleteNetns, Ipam, NetnsHolder, normalizeCidr, parseSubnet, vethName, waitVethGone, type Subnet } from './net.js';
 import { buildConfig } from './oci.js';
 import type { ProcResult } from './proc.js';
@@ -686,7 +686,7 @@ export class CrunRuntime implements Runtime {
     if (!existsSync(p.dir)) throw new ServiceError('NOT_FOUND', `sandbox ${id} does not exist`);
     const cg = await readCgroupStats(await this.layout(), this.cgroupPath(id));
     let disk = { usedBytes: 0, totalBytes: 0 };
-    if (await isMountPoint(p.disk)) disk = await diskUsage(p.disk);
+    if (await hasOwnFilesystem(p.disk)) disk = await diskUsage(p.disk);
     else if (existsSync(p.image)) {
       const s = await stat(p.image);
       disk = { usedBytes: s.blocks * 512, totalBytes: s.size };

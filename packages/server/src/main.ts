@@ -232,9 +232,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     const removed = await collectGarbage(store, images);
     if (removed.length) log(`removed ${removed.length} unreferenced layer(s)`);
   };
-  const oomTimer = setInterval(() => {
-    sandboxes.watchOom().catch((err: unknown) => log('watching OOM kills failed', { error: String(err) }));
-  }, 2000);
+  const stopOomWatch = sandboxes.watchOom();
   const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool, connections };
   const app = await buildApp({ services, logger: config.logLevel === 'debug' });
   await app.listen({ host: config.host, port: config.port });
@@ -258,7 +256,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     stopping = true;
     log(`${signal}: shutting down; sandboxes keep running`);
     clearInterval(sweepTimer);
-    clearInterval(oomTimer);
+    stopOomWatch();
     void (async () => {
       await app.close().catch(() => {});
       await gateway.closeAll().catch(() => {});

@@ -1,7 +1,7 @@
 import { readFile, readdir, rmdir, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { readMounts } from './mounts.js';
+import { readMounts, type MountEntry } from './mounts.js';
 
 /**
  * The host's cgroup layout. v1 (this machine): one hierarchy per controller (cpu and cpuacct
@@ -12,20 +12,26 @@ export type CgroupLayout =
   | { version: 1; hierarchies: Array<{ mountPoint: string; controllers: string[] }> }
   | { version: 2; root: string };
 
-export async function detectCgroups(): Promise<CgroupLayout> {
-  const mounts = await readMounts();
+/** Mount options of a v1 hierarchy that name no controller. */
+const V1_MOUNT_FLAGS = new Set(['rw', 'ro', 'relatime', 'noatime', 'nosuid', 'nodev', 'noexec', 'xattr', 'noprefix', 'clone_children', 'cpuset_v2_mode', 'favordynmods']);
+
+/**
+ * Unified (v2) when a cgroup2 filesystem is mounted at /sys/fs/cgroup itself; otherwise v1, where
+ * each `cgroup` mount is one hierarchy whose controllers are its mount options (`name=systemd`
+ * included: crun makes directories there too). A hybrid host's cgroup2 mount beside them (e.g.
+ * /sys/fs/cgroup/unified) is kept as a hierarchy without controllers, for the same reason.
+ * `mounts` defaults to this process's mount table.
+ */
+export async function detectCgroups(mounts?: MountEntry[]): Promise<CgroupLayout> {
+  mounts ??= await readMounts();
   const v2root = mounts.find((m) => m.fsType === 'cgroup2' && m.mountPoint === '/sys/fs/cgroup');
   if (v2root) return { version: 2, root: v2root.mountPoint };
-  // Hybrid hosts also have a (controller-less) v2 tree, e.g. /sys/fs/cgroup/unified, where crun
-  // makes the same directories.
   const hierarchies = mounts
     .filter((m) => m.fsType === 'cgroup' || m.fsType === 'cgroup2')
     .map((m) => ({
       mountPoint: m.mountPoint,
       controllers:
-        m.fsType === 'cgroup2'
-          ? []
-          : m.superOptions.split(',').filter((o) => !['rw', 'ro', 'relatime', 'noatime', 'nosuid', 'nodev', 'noexec'].includes(o)),
+        m.fsType === 'cgroup2' ? [] : m.superOptions.split(',').filter((o) => o && !V1_MOUNT_FLAGS.has(o) && !o.startsWith('release_agent=')),
     }));
   return { version: 1, hierarchies };
 }
@@ -53,7 +59,8 @@ async function readText(path: string | undefined): Promise<string | undefined> {
   }
 }
 
-function keyed(text: string | undefined, key: string): number | undefined {
+/** The value of `key` in a "key value" per line file (memory.events, cpu.stat, /proc/vmstat). */
+export function keyed(text: string | undefined, key: string): number | undefined {
   if (!text) return undefined;
   for (const line of text.split('\n')) {
     const [k, v] = line.trim().split(/\s+/);
@@ -68,6 +75,22 @@ function num(text: string | undefined): number {
   if (t === 'max') return Number.MAX_SAFE_INTEGER;
   const n = Number(t);
   return Number.isFinite(n) ? n : 0;
+}
+
+/**
+ * The file counting a cgroup's OOM kills: memory.oom_control on v1 (this cgroup's own victims
+ * only: v1 does not propagate memory events to the parent), memory.events on v2 (the cgroup and
+ * everything below it; the kernel notifies inotify watchers of the file when it changes).
+ */
+export function oomCounterFile(layout: CgroupLayout, rel: string): string | undefined {
+  const dir = controllerDir(layout, 'memory', rel);
+  if (!dir) return undefined;
+  return layout.version === 1 ? `${dir}/memory.oom_control` : `${dir}/memory.events`;
+}
+
+/** Processes of the cgroup killed for lack of memory so far; undefined when it does not exist. */
+export async function readOomKills(layout: CgroupLayout, rel: string): Promise<number | undefined> {
+  return keyed(await readText(oomCounterFile(layout, rel)), 'oom_kill');
 }
 
 export interface CgroupStats {
@@ -147,6 +170,9 @@ export async function removeCgroup(layout: CgroupLayout, rel: string): Promise<v
   if (dirs.length === 0) return;
   const freezer = layout.version === 1 ? controllerDir(layout, 'freezer', rel) : undefined;
   for (let attempt = 0; attempt < 50; attempt++) {
+    // v2 (kernel 5.14+): one write kills the whole subtree, frozen tasks and ones forked meanwhile
+    // included; the per-pid kills below remain for older kernels.
+    if (layout.version === 2) await writeFile(`${dirs[0]}/cgroup.kill`, '1').catch(() => undefined);
     const left: string[] = [];
     for (const top of dirs) {
       for (const d of await subtreeDeepestFirst(top)) {

@@ -32,9 +32,10 @@ import {
 } from './host.js';
 import { DEFAULT_ID_REGISTRY_DIR, HostIdRegistry, IdRanges, RangeHeldElsewhere, readIdRange, writeIdRange, type IdRangeFile } from './id-ranges.js';
 import { ensureIdmapHelper } from './idmap.js';
-import { isMountPoint } from './mounts.js';
+import { hasOwnFilesystem, isMountPoint } from './mounts.js';
 import { deleteNetns, Ipam, NetnsHolder, normalizeCidr, parseSubnet, vethName, waitVethGone, type Subnet } from './net.js';
 import { buildConfig } from './oci.js';
+import { OomWatch } from './oom-watch.js';
 import type { ProcResult } from './proc.js';
 import { runStep, cleanupStaleSteps, type StepContext } from './step-runner.js';
 import type { Runtime, RuntimeStatus, SandboxSpec, SandboxStats, StepRunOptions } from './types.js';
@@ -143,6 +144,7 @@ export class CrunRuntime implements Runtime {
   private helperP?: Promise<string>;
   private readonly locks = new Map<string, Promise<unknown>>();
   private readonly pool: DiskPool;
+  private readonly oom: OomWatch;
 
   constructor(opts: CrunRuntimeOptions) {
     this.opts = opts;
@@ -161,6 +163,7 @@ export class CrunRuntime implements Runtime {
     // '_' never occurs in a sandbox id, so a name parses back unambiguously.
     this.netnsPrefix = `${this.cgroupParent.replace(/[^A-Za-z0-9-]/g, '_')}_`;
     this.pool = new DiskPool(join(this.dataDir, 'disk-pool'), opts.diskPoolSize ?? 2, this.log);
+    this.oom = new OomWatch({ layout: () => this.layout(), parent: `/${this.cgroupParent}`, isMember: (n) => ID_RE.test(n), log: this.log });
   }
 
   // ---- names and paths -------------------------------------------------------------------------
@@ -364,6 +367,7 @@ export class CrunRuntime implements Runtime {
       try {
         await this.boot(spec, undo, true);
         undo.commit();
+        this.oom.created(spec.id);
       } catch (err) {
         await undo.run();
         throw asRuntimeError(err);
@@ -381,6 +385,7 @@ export class CrunRuntime implements Runtime {
       try {
         await this.boot(spec, undo, false);
         undo.commit();
+        this.oom.created(spec.id);
       } catch (err) {
         await undo.run();
         throw asRuntimeError(err);
@@ -633,6 +638,7 @@ export class CrunRuntime implements Runtime {
 
   /** crun delete, and if crun lost track (crash, corrupt state), the cgroup and state by hand. */
   private async killContainer(id: string): Promise<void> {
+    this.oom.removed(id);
     try {
       await this.crun.forceDelete(id);
     } catch (err) {
@@ -685,12 +691,21 @@ export class CrunRuntime implements Runtime {
     if (!existsSync(p.dir)) throw new ServiceError('NOT_FOUND', `sandbox ${id} does not exist`);
     const cg = await readCgroupStats(await this.layout(), this.cgroupPath(id));
     let disk = { usedBytes: 0, totalBytes: 0 };
-    if (await isMountPoint(p.disk)) disk = await diskUsage(p.disk);
+    if (await hasOwnFilesystem(p.disk)) disk = await diskUsage(p.disk);
     else if (existsSync(p.image)) {
       const s = await stat(p.image);
       disk = { usedBytes: s.blocks * 512, totalBytes: s.size };
     }
     return { ...cg, diskUsedBytes: disk.usedBytes, diskTotalBytes: disk.totalBytes };
+  }
+
+  watchOom(onKill: (id: string, kills: number) => void): () => void {
+    return this.oom.watch(onKill);
+  }
+
+  /** Resolves once watchOom has taken every sandbox's baseline and armed its trigger (tests). */
+  oomWatchReady(): Promise<void> {
+    return this.oom.ready();
   }
 
   /** Runs a command in a running sandbox (tests, benchmarks, debugging); users go through the agent. */

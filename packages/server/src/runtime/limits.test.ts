@@ -26,6 +26,9 @@ describe('CrunRuntime resource limits', { timeout: 300_000 }, () => {
 
   test('memory: exceeding the limit OOM-kills inside the sandbox only; init and agent survive', async () => {
     const id = 'mem1';
+    const reports: Array<[string, number]> = [];
+    const stopWatching = t.rt.watchOom((sid, kills) => reports.push([sid, kills]));
+    await t.rt.oomWatchReady();
     await t.rt.create(testSpec(id, [lower], { resources: { vcpu: 1, memoryMb: 128, diskGb: 1, pidsMax: 128 } }));
     try {
       // dd allocates (and touches) a 400 MiB block buffer: more than the limit, and no swap (memsw = limit).
@@ -33,6 +36,12 @@ describe('CrunRuntime resource limits', { timeout: 300_000 }, () => {
       assert.notEqual(r.code, 0, 'dd was killed');
       const s = await t.rt.stats(id);
       assert.ok(s.oomKills >= 1, `oom_kill counted (${s.oomKills})`);
+      for (let i = 0; i < 100 && reports.reduce((n, [, k]) => n + k, 0) < s.oomKills; i++) await sleep(50);
+      assert.deepEqual(
+        { ids: [...new Set(reports.map(([sid]) => sid))], kills: reports.reduce((n, [, k]) => n + k, 0) },
+        { ids: [id], kills: s.oomKills },
+        'the kills are reported as they happen, once, for this sandbox only',
+      );
       assert.equal(s.memoryLimitBytes, 128 * 1024 * 1024);
       assert.equal(await t.rt.status(id), 'running');
       const health = await agentGet(t.rt.agentSocket(id));
@@ -40,6 +49,7 @@ describe('CrunRuntime resource limits', { timeout: 300_000 }, () => {
       const memsw = readFileSync(`/sys/fs/cgroup/memory/${t.rt.cgroupPath(id)}/memory.memsw.limit_in_bytes`, 'utf8').trim();
       assert.equal(Number(memsw), 128 * 1024 * 1024, 'memory+swap = memory: the sandbox cannot swap');
     } finally {
+      stopWatching();
       await t.rt.destroy(id);
     }
   });

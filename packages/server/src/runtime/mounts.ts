@@ -1,5 +1,5 @@
-import { readFile, readdir } from 'node:fs/promises';
-import { resolve } from 'node:path';
+import { readFile, readdir, stat } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
 
 export interface MountEntry {
   mountPoint: string;
@@ -14,7 +14,11 @@ function unescape(s: string): string {
 
 /** Our mount namespace's mounts, from /proc/self/mountinfo (the authoritative, unescaped view). */
 export async function readMounts(): Promise<MountEntry[]> {
-  const text = await readFile('/proc/self/mountinfo', 'utf8');
+  return parseMountInfo(await readFile('/proc/self/mountinfo', 'utf8'));
+}
+
+/** The text of a /proc/<pid>/mountinfo, as entries. */
+export function parseMountInfo(text: string): MountEntry[] {
   const out: MountEntry[] = [];
   for (const line of text.split('\n')) {
     if (!line) continue;
@@ -43,6 +47,22 @@ export async function mountsUnder(dir: string): Promise<string[]> {
 export async function isMountPoint(path: string): Promise<boolean> {
   const abs = resolve(path);
   return (await readMounts()).some((m) => m.mountPoint === abs);
+}
+
+/**
+ * Whether `path` is the root of a filesystem other than its parent directory's (a disk image or an
+ * overlay mounted there), from two stat calls: the mount table grows with every sandbox, so
+ * reading it per sandbox makes a per-sandbox query O(n). Blind to a bind mount within one
+ * filesystem, which is not what it is asked about.
+ */
+export async function hasOwnFilesystem(path: string): Promise<boolean> {
+  const abs = resolve(path);
+  try {
+    const [self, parent] = await Promise.all([stat(abs), stat(dirname(abs))]);
+    return self.dev !== parent.dev;
+  } catch {
+    return false;
+  }
 }
 
 /** Loop devices (e.g. /dev/loop3) whose backing file is `file` (the kernel appends " (deleted)" once unlinked). */

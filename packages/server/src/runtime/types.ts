@@ -83,7 +83,15 @@ export interface Runtime {
   status(id: string): Promise<RuntimeStatus>;
   /** Every sandbox id the runtime holds any trace of (directories, containers, netns, cgroups). */
   list(): Promise<string[]>;
+  /** One sandbox's counters, on demand; its cost does not depend on the number of sandboxes. */
   stats(id: string): Promise<SandboxStats>;
+  /**
+   * Calls `onKill` with the number of processes newly killed for lack of memory in a sandbox, as
+   * the kills happen (within about a second), without polling every sandbox. Kills from before a
+   * sandbox was first seen (a daemon restart) are not reported; every kill in a sandbox this
+   * runtime booted is. Returns the function that stops watching.
+   */
+  watchOom(onKill: (id: string, kills: number) => void): () => void;
   /** Daemon shutdown: releases what the runtime keeps ready (spares); sandboxes keep running. */
   close(): Promise<void>;
   /** Runs one build step to completion in a throwaway container with sandbox isolation. */

@@ -104,8 +104,6 @@ function specFor(id: string, src: SpecSource, layerPath: (id: string) => string)
 }
 
 export class SandboxService {
-  /** OOM kill count last seen per running sandbox (0 from a boot by this process). */
-  private oomSeen = new Map<string, number>();
   /** Sandboxes whose gone agent is being looked into (agentGone). */
   private checkingGone = new Set<string>();
 
@@ -232,7 +230,6 @@ export class SandboxService {
         });
         if (!running) throw new Error('sandbox row changed during create');
         this.route(running);
-        this.oomSeen.set(running.id, 0);
         const { token, expiresAt } = await this.d.tokens.issue(running.id, orgId);
         this.event('created', running);
         return { sandbox: this.render(running), token, tokenExpiresAt: expiresAt };
@@ -407,7 +404,6 @@ export class SandboxService {
    */
   private async bootAgain(r: SandboxRow): Promise<void> {
     await this.d.runtime.start(this.spec(r));
-    this.oomSeen.set(r.id, 0);
     try {
       await waitForAgent(this.d.runtime.agentSocket(r.id), this.d.agentReadyTimeoutMs);
     } catch (err) {
@@ -476,23 +472,19 @@ export class SandboxService {
     }
   }
 
-  /** Publishes `oom_killed` when a running sandbox's cgroup records a new OOM kill. */
-  async watchOom(): Promise<void> {
-    const live = await this.d.store.sandboxes.live();
-    const ids = new Set<string>();
-    for (const row of live) {
-      if (row.status !== 'running') continue;
-      ids.add(row.id);
-      const kills = await this.d.runtime.stats(row.id).then(
-        (s) => s.oomKills,
-        () => undefined,
-      );
-      if (kills === undefined) continue;
-      const seen = this.oomSeen.get(row.id);
-      this.oomSeen.set(row.id, kills);
-      if (seen !== undefined && kills > seen) this.event('oom_killed', row, `${kills - seen} process(es) killed: out of memory`);
-    }
-    for (const id of this.oomSeen.keys()) if (!ids.has(id)) this.oomSeen.delete(id);
+  /**
+   * Publishes `oom_killed` as the runtime reports OOM kills in a running sandbox (a warm one not
+   * handed out yet has no row, and is not reported). Returns the function that stops it.
+   */
+  watchOom(): () => void {
+    return this.d.runtime.watchOom((id, kills) => {
+      this.d.store.sandboxes
+        .byId(id)
+        .then((row) => {
+          if (row?.status === 'running') this.event('oom_killed', row, `${kills} process(es) killed: out of memory`);
+        })
+        .catch((err: unknown) => this.d.log('reporting an OOM kill failed', { id, error: String(err) }));
+    });
   }
 
   /** Deletes every sandbox whose deadline passed; purges old tombstones. */

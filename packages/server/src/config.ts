@@ -4,6 +4,7 @@ import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LIMIT_MINIMUMS, type LimitName, type OrgLimits } from './services/limits.js';
 import { normalizeCidr } from './runtime/net.js';
+import { READY_SANDBOX_COST_MB } from './services/pool-sizing.js';
 
 /** Every setting of the daemon. Only this file reads process.env. */
 export interface Config {
@@ -37,8 +38,13 @@ export interface Config {
   /** Lifetime of events tokens (POST /v1/events/token): minutes, they travel in URLs. */
   eventsTokenTtlSeconds: number;
   rateLimit: { sandboxCreatesPerMinute: number };
-  /** Sandboxes kept booted per template and network setting once asked for (0: none). */
-  warmPoolSize: number;
+  /**
+   * Where creates get their sandboxes (services/warm-pool.ts). minPerKey: ready sandboxes kept per
+   * template and network setting once asked for (0: none held, every create boots); the pool holds
+   * ⌈creation rate × horizonSeconds⌉ when that is more, within maxMemoryMb; excess ready for
+   * shrinkAfterSeconds is destroyed. bootConcurrency: boots at once (creates and refills).
+   */
+  warmPool: { minPerKey: number; maxMemoryMb: number; horizonSeconds: number; shrinkAfterSeconds: number; bootConcurrency: number };
   sweepIntervalMs: number;
   tombstoneSeconds: number;
   agentReadyTimeoutMs: number;
@@ -125,6 +131,32 @@ function limitsFrom(env: NodeJS.ProcessEnv, host: HostFacts): OrgLimits {
   return out;
 }
 
+/**
+ * The warm pool's budget defaults to a tenth of the host's memory, at most 4 GiB: ~10 MiB per
+ * ready sandbox (READY_SANDBOX_COST_MB), so 240 ready sandboxes on a 24 GiB host. Boots are
+ * CPU-bound (crun, the kernel's namespace and mount work, the agent's start): two per core keep the
+ * cores busy while one waits, and more only make each create wait longer.
+ */
+function warmPoolFrom(env: NodeJS.ProcessEnv, host: HostFacts): Config['warmPool'] {
+  const byDefault = Math.max(READY_SANDBOX_COST_MB, Math.min(4096, Math.floor(host.memoryMb / 10)));
+  const maxMemoryMb = int(env, 'SANDBOXD_WARM_POOL_MAX_MEMORY_MB', byDefault, 0);
+  if (maxMemoryMb !== 0 && maxMemoryMb < READY_SANDBOX_COST_MB) {
+    throw new ConfigError(
+      `SANDBOXD_WARM_POOL_MAX_MEMORY_MB must be 0 (no warm pool) or at least ${READY_SANDBOX_COST_MB} (one ready sandbox costs ~${READY_SANDBOX_COST_MB} MiB), got "${env.SANDBOXD_WARM_POOL_MAX_MEMORY_MB}"`,
+    );
+  }
+  if (maxMemoryMb > host.memoryMb) {
+    throw new ConfigError(`SANDBOXD_WARM_POOL_MAX_MEMORY_MB (${maxMemoryMb}) must not be above the host's memory (${host.memoryMb} MB)`);
+  }
+  return {
+    minPerKey: int(env, 'SANDBOXD_WARM_POOL_SIZE', 2, 0, 50),
+    maxMemoryMb,
+    horizonSeconds: int(env, 'SANDBOXD_WARM_POOL_HORIZON_SECONDS', 30, 0, 3600),
+    shrinkAfterSeconds: int(env, 'SANDBOXD_WARM_POOL_SHRINK_AFTER_SECONDS', 30, 1, 86_400),
+    bootConcurrency: int(env, 'SANDBOXD_BOOT_CONCURRENCY', 2 * Math.max(1, host.cpus), 1, 256),
+  };
+}
+
 function bool(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boolean {
   const raw = env[name]?.trim().toLowerCase();
   if (raw === undefined || raw === '') return fallback;
@@ -160,6 +192,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
   const domain = env.SANDBOXD_GATEWAY_DOMAIN || '';
   const publicUrl = (env.SANDBOXD_PUBLIC_URL || `http://${gatewayHostname}:${port}`).replace(/\/+$/, '');
   const templates = env.SANDBOXD_TEMPLATES?.split(',').map((s) => s.trim()).filter(Boolean);
+  const machine = facts ?? hostFacts(dataDir);
   return {
     host,
     port,
@@ -188,7 +221,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
     tokenTtlSeconds: int(env, 'SANDBOXD_TOKEN_TTL_SECONDS', 24 * 3600, 1),
     eventsTokenTtlSeconds: int(env, 'SANDBOXD_EVENTS_TOKEN_TTL_SECONDS', 300, 1, 3600),
     rateLimit: { sandboxCreatesPerMinute: int(env, 'SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE', 120, 1) },
-    warmPoolSize: int(env, 'SANDBOXD_WARM_POOL_SIZE', 2, 0, 50),
+    warmPool: warmPoolFrom(env, machine),
     sweepIntervalMs: int(env, 'SANDBOXD_SWEEP_INTERVAL_MS', 1000, 50),
     tombstoneSeconds: int(env, 'SANDBOXD_TOMBSTONE_SECONDS', 24 * 3600, 0),
     agentReadyTimeoutMs: int(env, 'SANDBOXD_AGENT_READY_TIMEOUT_MS', 15000, 100),
@@ -208,7 +241,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
     },
     buildLimits: { perHour: int(env, 'SANDBOXD_BUILDS_PER_HOUR', 10, 1), perDay: int(env, 'SANDBOXD_BUILDS_PER_DAY', 50, 1) },
     buildStepTimeoutMs: int(env, 'SANDBOXD_BUILD_STEP_TIMEOUT_SECONDS', 1800, 1) * 1000,
-    limits: limitsFrom(env, facts ?? hostFacts(dataDir)),
+    limits: limitsFrom(env, machine),
     version: '0.1.0',
     logLevel: env.SANDBOXD_LOG_LEVEL || 'info',
   };

@@ -176,7 +176,15 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   });
   await gateway.listenHostMode();
   const createLimiter = new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
-  const pool = new WarmPool(runtime, config.warmPoolSize, log);
+  const pool = new WarmPool({
+    runtime,
+    log,
+    minPerKey: config.warmPool.minPerKey,
+    maxMemoryMb: config.warmPool.maxMemoryMb,
+    horizonSeconds: config.warmPool.horizonSeconds,
+    shrinkAfterMs: config.warmPool.shrinkAfterSeconds * 1000,
+    bootConcurrency: config.warmPool.bootConcurrency,
+  });
   const quotas = new QuotaService(store, config.limits);
   const sandboxes = new SandboxService({
     pool,

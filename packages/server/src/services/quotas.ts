@@ -49,4 +49,13 @@ export class QuotaService {
       return claim();
     });
   }
+
+  /**
+   * Runs `change` with the organization's admissions held, for a holder that changes its rows
+   * without changing what it holds (a create's row taking its sandbox's id: for a moment both rows
+   * exist, and no admission may count them twice).
+   */
+  async hold<T>(orgId: string, change: () => Promise<T>): Promise<T> {
+    return this.locks.run(orgId, change);
+  }
 }

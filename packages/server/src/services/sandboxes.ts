@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { availableParallelism } from 'node:os';
 import { ServiceError, type CreateSandboxBody, type Sandbox, type SandboxEventKind } from '@sandboxd/protocol';
 import type { Runtime, SandboxSpec } from '../runtime/types.js';
 import type { SandboxRow, Store } from '../store/types.js';
@@ -11,7 +12,8 @@ import type { TokenService } from './tokens.js';
 import type { QuotaService } from './quotas.js';
 import { checkSize, checkTimeout, timeoutFor } from './limits.js';
 import { agentJson, waitForAgent } from './agent-client.js';
-import { warmKeyOf, type WarmPool } from './warm-pool.js';
+import { warmKeyOf, WarmPool } from './warm-pool.js';
+import { UndoStack } from '../runtime/undo.js';
 import { DEFAULT_TEMPLATE } from '../images/builtin.js';
 
 /** The gateway as the lifecycle sees it: opens and closes a sandbox's public_host. */
@@ -35,7 +37,7 @@ export interface SandboxServiceDeps {
   createLimiter: SlidingWindowLimiter;
   /** Per-organization limits: checked at create, start and timeout changes. */
   quotas: QuotaService;
-  /** Sandboxes booted ahead of time (absent or size 0: every create boots cold). */
+  /** Where creates get their sandboxes: booted ahead of time or now, in order (absent: one that holds none). */
   pool?: WarmPool;
   agentReadyTimeoutMs: number;
   tombstoneSeconds: number;
@@ -107,7 +109,13 @@ export class SandboxService {
   /** Sandboxes whose gone agent is being looked into (agentGone). */
   private checkingGone = new Set<string>();
 
-  constructor(private d: SandboxServiceDeps) {}
+  private readonly pool: WarmPool;
+
+  constructor(private d: SandboxServiceDeps) {
+    this.pool =
+      d.pool ??
+      new WarmPool({ runtime: d.runtime, log: d.log, minPerKey: 0, maxMemoryMb: 0, horizonSeconds: 0, shrinkAfterMs: 0, bootConcurrency: availableParallelism(), tickMs: 0 });
+  }
 
   render(row: SandboxRow): Sandbox {
     const publicHost = this.d.gateway.publicHost(row.id, row.gatewayPort);
@@ -156,7 +164,8 @@ export class SandboxService {
     });
   }
 
-  async create(orgId: string, body: CreateSandboxBody): Promise<{ sandbox: Sandbox; token: string; tokenExpiresAt: Date }> {
+  /** `signal`: the client went away; honoured only while the create still waits for a sandbox. */
+  async create(orgId: string, body: CreateSandboxBody, opts: { signal?: AbortSignal } = {}): Promise<{ sandbox: Sandbox; token: string; tokenExpiresAt: Date }> {
     const templateRef = body.template_id ?? body.template_name;
     if (!templateRef) {
       throw new ServiceError('VALIDATION_ERROR', `either template_id or template_name must be provided (e.g. "${DEFAULT_TEMPLATE}")`);
@@ -195,35 +204,38 @@ export class SandboxService {
       updatedAt: now.toISOString(),
       deletedAt: null,
     };
-    // The row exists before anything is built, so a crash half-way is found and cleaned at restart;
-    // inserted as the quota admits it, it counts for every create after this one. A warm sandbox
-    // is handed out only once admitted, so the pool never counts against anyone.
-    const warmId = await this.d.quotas.admit(orgId, { sandboxes: 1, memoryMb: row.memoryMb, diskGb: row.diskGb }, async () => {
-      const warm = await this.claimWarm(row);
-      if (warm) row.id = warm;
-      try {
-        await this.d.store.sandboxes.insert(row);
-      } catch (err) {
-        if (warm) await this.d.runtime.destroy(warm).catch(() => undefined);
-        throw err;
-      }
-      return warm;
-    });
-    const undo: Array<() => Promise<void>> = [async () => this.d.store.sandboxes.remove(row.id)];
+    // The row exists before anything is booted, so a crash half-way is found and cleaned at restart;
+    // inserted as the quota admits it, it counts for every create after this one while this one
+    // waits for its sandbox. Its id is a placeholder until then: a create gets the first sandbox
+    // ready for its key (warm-pool.ts), which was booted with an id of its own. The pool's
+    // sandboxes are handed out only once admitted, so the pool never counts against anyone.
+    await this.d.quotas.admit(orgId, { sandboxes: 1, memoryMb: row.memoryMb, diskGb: row.diskGb }, () => this.d.store.sandboxes.insert(row));
+    const undo = new UndoStack((msg) => this.d.log(`create: ${msg}`, { id: row.id }));
+    undo.push('placeholder row', () => this.d.store.sandboxes.remove(row.id));
     try {
-      return await this.d.locks.run(row.id, async () => {
-        undo.push(() => this.d.runtime.destroy(row.id));
-        if (!warmId) {
-          await this.d.runtime.create(this.spec(row));
-          await waitForAgent(this.d.runtime.agentSocket(row.id), this.d.agentReadyTimeoutMs);
-        }
-        undo.push(async () => {
-          this.d.routes.delete(row.id);
-          await this.d.gateway.close(row.id);
+      const { id, at } = await this.takeSandbox(row, opts.signal);
+      undo.push('sandbox', () => this.d.runtime.destroy(id));
+      // Its lifetime starts when it is handed to the client, not when the create began to wait.
+      const own: SandboxRow = {
+        ...row,
+        id,
+        expiresAt: timeoutSeconds ? new Date(at.getTime() + timeoutSeconds * 1000).toISOString() : null,
+        createdAt: at.toISOString(),
+        updatedAt: at.toISOString(),
+      };
+      await this.d.quotas.hold(orgId, async () => {
+        await this.d.store.sandboxes.insert(own);
+        undo.push('row', () => this.d.store.sandboxes.remove(id));
+        await this.d.store.sandboxes.remove(row.id);
+      });
+      return await this.d.locks.run(id, async () => {
+        undo.push('route', async () => {
+          this.d.routes.delete(id);
+          await this.d.gateway.close(id);
         });
-        this.route(row);
-        const port = await this.d.gateway.open(row.id, null);
-        const running = await this.d.store.sandboxes.update(row.id, row.version, {
+        this.route(own);
+        const port = await this.d.gateway.open(id, null);
+        const running = await this.d.store.sandboxes.update(id, own.version, {
           status: 'running',
           gatewayPort: port,
           updatedAt: new Date().toISOString(),
@@ -231,13 +243,12 @@ export class SandboxService {
         if (!running) throw new Error('sandbox row changed during create');
         this.route(running);
         const { token, expiresAt } = await this.d.tokens.issue(running.id, orgId);
+        undo.commit();
         this.event('created', running);
         return { sandbox: this.render(running), token, tokenExpiresAt: expiresAt };
       });
     } catch (err) {
-      for (const step of undo.reverse()) {
-        await step().catch((e: unknown) => this.d.log('undo step failed during create', { id: row.id, error: String(e) }));
-      }
+      await undo.run();
       if (err instanceof ServiceError) throw err;
       this.d.log('sandbox create failed', { id: row.id, error: err instanceof Error ? err.message : String(err) });
       throw new ServiceError('RUNTIME_ERROR', `could not create the sandbox: ${err instanceof Error ? err.message : String(err)}`);
@@ -245,14 +256,14 @@ export class SandboxService {
   }
 
   /**
-   * Hands out a sandbox booted ahead of time for this template and network setting, with the
-   * create's env_vars applied (which also proves its agent answers); undefined → boot one now.
+   * The sandbox for a create: the first one ready for its key (the pool's, or one booted now), with
+   * the create's env_vars applied, which also proves its agent answers. One that does not answer is
+   * destroyed and the next one taken, ahead of later creates; the third such failure fails the create.
+   * `at`: when it was handed over (creates are handed theirs in arrival order).
    */
-  private async claimWarm(row: SandboxRow): Promise<string | undefined> {
-    const pool = this.d.pool;
-    if (!pool?.enabled) return undefined;
+  private async takeSandbox(row: SandboxRow, signal: AbortSignal | undefined): Promise<{ id: string; at: Date }> {
     const boot: SpecSource = { ...row, envVars: {} };
-    const probe = specFor('sb', boot, (l) => this.d.layerPath(l));
+    const key = warmKeyOf(specFor('sb', boot, (l) => this.d.layerPath(l)), row.templateId, row.templateName);
     const make = async () => {
       const id = newSandboxId();
       try {
@@ -264,16 +275,19 @@ export class SandboxService {
         throw err;
       }
     };
-    const id = pool.take(warmKeyOf(probe, row.templateId), make);
-    if (!id) return undefined;
-    try {
-      const res = await agentJson(this.d.runtime.agentSocket(id), 'PUT', '/env', { env_vars: row.envVars }, 2000);
-      if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
-      return id;
-    } catch (err) {
-      this.d.log('a warm sandbox did not answer; booting a fresh one', { id, error: err instanceof Error ? err.message : String(err) });
-      await this.d.runtime.destroy(id).catch(() => undefined);
-      return undefined;
+    for (let attempt = 1; ; attempt++) {
+      const id = await this.pool.acquire(key, make, { signal, retry: attempt > 1 });
+      const at = new Date();
+      try {
+        const res = await agentJson(this.d.runtime.agentSocket(id), 'PUT', '/env', { env_vars: row.envVars }, 2000);
+        if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
+        return { id, at };
+      } catch (err) {
+        const why = err instanceof Error ? err.message : String(err);
+        this.d.log('a ready sandbox did not answer; taking the next one', { id, error: why });
+        await this.d.runtime.destroy(id).catch(() => undefined);
+        if (attempt >= 3) throw new Error(`${attempt} sandboxes in a row did not answer: ${why}`);
+      }
     }
   }
 

@@ -1,134 +1,440 @@
 import { createHash } from 'node:crypto';
+import { ServiceError } from '@sandboxd/protocol';
 import type { Runtime, SandboxSpec } from '../runtime/types.js';
+import { budgetSandboxes, RateEstimate, READY_SANDBOX_COST_MB, targetsFor } from './pool-sizing.js';
 
 export interface WarmKey {
   /** Identity of what the sandbox boots (template id, layers, resources, env, network). */
   key: string;
+  /** The same without the network setting: another generation of a template is a rebuilt one. */
+  generation: string;
   templateId: string;
+  /** For logs: the template's name and network setting. */
+  label: string;
 }
 
-interface Entry {
-  id: string;
+const hash = (v: unknown) => createHash('sha256').update(JSON.stringify(v)).digest('hex').slice(0, 24);
+
+export function warmKeyOf(spec: SandboxSpec, templateId: string, label = templateId): WarmKey {
+  const { env, id: _id, hostname: _hostname, internetAccess, ...rest } = spec;
+  const generation = hash({ ...rest, env: Object.fromEntries(Object.entries(env).filter(([k]) => k !== 'SANDBOX_ID').sort()) });
+  return { key: hash({ generation, internetAccess }), generation, templateId, label: `${label} (${internetAccess ? 'internet' : 'no network'})` };
+}
+
+export interface WarmPoolOptions {
+  runtime: Pick<Runtime, 'destroy'>;
+  log: (msg: string, extra?: Record<string, unknown>) => void;
+  /** Ready sandboxes per key once it was asked for, whatever its rate; 0: none are held, every create boots. */
+  minPerKey: number;
+  /** Host memory the ready sandboxes may cost, all keys together (READY_SANDBOX_COST_MB each). */
+  maxMemoryMb: number;
+  /** Seconds of each key's demand to hold ready (rate × horizon). */
+  horizonSeconds: number;
+  /** Ready sandboxes beyond their key's target for this long are destroyed. */
+  shrinkAfterMs: number;
+  /** Boots at once, for waiting creates and refills together. */
+  bootConcurrency: number;
+  /** Of those, at most this many refill (default half): the rest stays free for creates that arrive. */
+  refillConcurrency?: number;
+  maxKeys?: number;
+  /** A refill waits this long after a key's last create, so it does not compete with that create's own work. */
+  refillDelayMs?: number;
+  /** Time constant of the creation-rate average. */
+  rateTauMs?: number;
+  /** Period of the resize/shrink pass; 0: none (tests call tick()). */
+  tickMs?: number;
+  now?: () => number;
+  costMb?: number;
+}
+
+export interface AcquireOptions {
+  /** Aborted while still waiting: the wait ends (rejected), and the boot it started serves the next create or the pool. */
+  signal?: AbortSignal;
+  /** A create whose sandbox turned out dead: served before everyone, and not counted as demand again. */
+  retry?: boolean;
+}
+
+interface Waiter {
+  seq: number;
+  resolve: (id: string) => void;
+  reject: (err: unknown) => void;
+  detach: () => void;
+}
+
+interface KeyState {
+  k: WarmKey;
+  make: () => Promise<string>;
+  lastUsed: number;
+  ready: Array<{ id: string; since: number }>;
+  waiters: Waiter[];
+  /** Boots in flight for this key (each one's sandbox goes to the first waiter, or is kept ready). */
+  booting: number;
+  rate: RateEstimate;
+  target: number;
+  loggedTarget: number;
+  excessSince: number | undefined;
+  /** Replaced (template rebuilt or deleted, or least used of too many keys): serves its waiters, keeps nothing. */
+  retired: boolean;
+  failures: number;
+  backoffUntil: number;
+}
+
+export interface WarmKeyStats {
+  label: string;
   key: string;
-  templateId: string;
-}
-
-export function warmKeyOf(spec: SandboxSpec, templateId: string): WarmKey {
-  const { env, id: _id, hostname: _hostname, ...rest } = spec;
-  const stable = { ...rest, env: Object.fromEntries(Object.entries(env).filter(([k]) => k !== 'SANDBOX_ID').sort()) };
-  return { key: createHash('sha256').update(JSON.stringify(stable)).digest('hex').slice(0, 24), templateId };
+  ready: number;
+  booting: number;
+  waiting: number;
+  target: number;
+  ratePerSecond: number;
 }
 
 /**
- * Sandboxes booted ahead of time, per template and network setting, so a create only has to hand
- * one out (the agent already answers). Each entry is a whole sandbox with its final id; it has no
- * row in the store until claimed, so a daemon crash leaves only runtime leftovers, which the
- * reconciliation at start removes. A key is kept warm once it has been asked for.
+ * Every create gets its sandbox here: one booted ahead of time, or one booted now. Per key (what a
+ * sandbox boots: template, layers, resources, network), creates wait in arrival order and each
+ * takes the first sandbox that becomes ready for its key, whether the pool already held it, a
+ * refill just finished it, or it was booted for a create that arrived earlier and got another one.
+ * Boots run `bootConcurrency` at a time (they are CPU-bound: a few run in parallel as fast as many,
+ * and each create waits less), the oldest waiting create's key first, refills with what is left.
+ *
+ * The pool sizes itself from demand (pool-sizing.ts): each key keeps ⌈creation rate × horizon⌉
+ * ready, at least `minPerKey`, all keys within the memory budget; ready sandboxes beyond the target
+ * for `shrinkAfterMs` are destroyed. A ready sandbox has its final id and no row in the store until
+ * a create takes it, so it belongs to no one, and a daemon crash leaves only runtime leftovers,
+ * which the reconciliation at start removes.
  */
 export class WarmPool {
-  private ready = new Map<string, Entry[]>();
-  private wanted = new Map<string, { make: () => Promise<string>; templateId: string; lastUsed: number }>();
-  private filling = false;
-  private timer: NodeJS.Timeout | undefined;
+  private readonly states = new Map<string, KeyState>();
+  private seq = 1;
+  private running = 0;
+  private refilling = 0;
   private closed = false;
+  private tickTimer: NodeJS.Timeout | undefined;
+  private refillTimer: NodeJS.Timeout | undefined;
+  private destroying: Promise<void> = Promise.resolve();
+  private idle: Array<() => void> = [];
+  private readonly now: () => number;
+  private readonly o: Required<Omit<WarmPoolOptions, 'now'>>;
 
-  constructor(
-    private runtime: Pick<Runtime, 'destroy'>,
-    private perKey: number,
-    private log: (msg: string, extra?: Record<string, unknown>) => void,
-    private maxKeys = 8,
-    private refillDelayMs = 100,
-  ) {}
-
-  get enabled(): boolean {
-    return this.perKey > 0 && !this.closed;
+  constructor(opts: WarmPoolOptions) {
+    this.now = opts.now ?? Date.now;
+    this.o = {
+      refillConcurrency: Math.max(1, Math.floor(opts.bootConcurrency / 2)),
+      maxKeys: 8,
+      refillDelayMs: 100,
+      rateTauMs: 10_000,
+      tickMs: 1000,
+      costMb: READY_SANDBOX_COST_MB,
+      ...opts,
+    };
+    if (!(this.o.bootConcurrency >= 1)) throw new Error(`bootConcurrency must be at least 1, got ${opts.bootConcurrency}`);
+    if (this.o.tickMs > 0) {
+      this.tickTimer = setInterval(() => this.tick(), this.o.tickMs);
+      this.tickTimer.unref();
+    }
   }
 
-  /** A ready sandbox id for `k`, or undefined. `make` boots a fresh one (for refills) and returns its id. */
-  take(k: WarmKey, make: () => Promise<string>): string | undefined {
-    if (!this.enabled) return undefined;
-    this.wanted.set(k.key, { make, templateId: k.templateId, lastUsed: Date.now() });
-    this.dropOtherKeysOf(k);
-    this.trimKeys();
-    const entry = this.ready.get(k.key)?.shift();
-    this.schedule();
-    return entry?.id;
+  /** Whether sandboxes are held ready at all (otherwise every create boots, still in order). */
+  get holds(): boolean {
+    return this.o.minPerKey > 0 && this.budget > 0 && !this.closed;
+  }
+
+  private get budget(): number {
+    return budgetSandboxes(this.o.maxMemoryMb, this.o.costMb);
+  }
+
+  /**
+   * A running sandbox for `k`, its agent answering: the first one ready for this key once the
+   * creates that arrived before have theirs. `make` boots one (and destroys it if it fails).
+   */
+  acquire(k: WarmKey, make: () => Promise<string>, opts: AcquireOptions = {}): Promise<string> {
+    if (this.closed) return Promise.reject(new ServiceError('RUNTIME_ERROR', 'sandboxd is shutting down; retry in a moment'));
+    if (opts.signal?.aborted) return Promise.reject(abandoned());
+    const now = this.now();
+    const s = this.stateFor(k, make, now);
+    if (!opts.retry) s.rate.observe(now);
+    this.retarget(now);
+    return new Promise<string>((resolve, reject) => {
+      const onAbort = () => {
+        const i = s.waiters.indexOf(w);
+        if (i < 0) return;
+        s.waiters.splice(i, 1);
+        reject(abandoned());
+        this.pump();
+      };
+      const w: Waiter = {
+        seq: opts.retry ? 0 : this.seq++,
+        resolve,
+        reject,
+        detach: () => opts.signal?.removeEventListener('abort', onAbort),
+      };
+      opts.signal?.addEventListener('abort', onAbort, { once: true });
+      if (opts.retry) s.waiters.unshift(w);
+      else s.waiters.push(w);
+      this.serve(s);
+      this.pump();
+      this.refillSoon();
+    });
   }
 
   /** Forgets a template (deleted or rebuilt): its ready sandboxes are destroyed. */
   async dropTemplate(templateId: string): Promise<void> {
-    for (const [key, w] of this.wanted) if (w.templateId === templateId) this.wanted.delete(key);
-    await this.destroyWhere((e) => e.templateId === templateId);
+    for (const s of this.states.values()) if (s.k.templateId === templateId) this.retire(s);
+    await this.destroying;
   }
 
   /** Ids currently held ready (not yet sandboxes of anyone). */
   ids(): string[] {
-    return [...this.ready.values()].flat().map((e) => e.id);
+    return [...this.states.values()].flatMap((s) => s.ready.map((e) => e.id));
   }
 
+  stats(): WarmKeyStats[] {
+    const now = this.now();
+    return [...this.states.values()].map((s) => ({
+      label: s.k.label,
+      key: s.k.key,
+      ready: s.ready.length,
+      booting: s.booting,
+      waiting: s.waiters.length,
+      target: s.target,
+      ratePerSecond: s.rate.perSecond(now),
+    }));
+  }
+
+  /**
+   * The periodic pass: targets follow the decaying rates, excess that outlived `shrinkAfterMs` is
+   * destroyed, refills start. Runs every `tickMs`; public for tests with an injected clock.
+   */
+  tick(): void {
+    if (this.closed) return;
+    const now = this.now();
+    this.retarget(now);
+    for (const s of this.states.values()) {
+      const excess = s.ready.length - s.target;
+      if (excess <= 0) {
+        s.excessSince = undefined;
+      } else if (s.excessSince === undefined) {
+        s.excessSince = now;
+      }
+      if (excess > 0 && (s.retired || now - s.excessSince! >= this.o.shrinkAfterMs)) {
+        // The oldest go first: the ones left are the freshest.
+        for (const e of s.ready.splice(0, excess)) this.destroy(e.id);
+        s.excessSince = undefined;
+      }
+      this.logTarget(s);
+    }
+    this.forgetRetired();
+    this.pump();
+  }
+
+  /** Rejects waiting creates, lets boots in flight finish, and destroys every sandbox held. */
   async close(): Promise<void> {
     this.closed = true;
-    if (this.timer) clearTimeout(this.timer);
-    while (this.filling) await new Promise((r) => setTimeout(r, 10));
-    await this.destroyWhere(() => true);
-  }
-
-  private dropOtherKeysOf(k: WarmKey): void {
-    for (const [key, w] of this.wanted) if (w.templateId === k.templateId && key !== k.key) this.wanted.delete(key);
-    void this.destroyWhere((e) => e.templateId === k.templateId && e.key !== k.key);
-  }
-
-  private trimKeys(): void {
-    if (this.wanted.size <= this.maxKeys) return;
-    const oldest = [...this.wanted.entries()].sort((a, b) => a[1].lastUsed - b[1].lastUsed);
-    for (const [key] of oldest.slice(0, this.wanted.size - this.maxKeys)) {
-      this.wanted.delete(key);
-      void this.destroyWhere((e) => e.key === key);
-    }
-  }
-
-  private async destroyWhere(pred: (e: Entry) => boolean): Promise<void> {
-    for (const [key, list] of this.ready) {
-      const gone = list.filter(pred);
-      this.ready.set(key, list.filter((e) => !pred(e)));
-      for (const e of gone) await this.runtime.destroy(e.id).catch((err: unknown) => this.log('warm pool: destroy failed', { id: e.id, error: String(err) }));
-    }
-  }
-
-  /** Refills a moment later, so the boot does not compete with the create that emptied the slot. */
-  private schedule(): void {
-    if (this.closed || this.timer) return;
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      void this.fill();
-    }, this.refillDelayMs);
-    this.timer.unref();
-  }
-
-  private async fill(): Promise<void> {
-    if (this.filling) return;
-    this.filling = true;
-    try {
-      for (const [key, w] of this.wanted) {
-        while (!this.closed && this.wanted.has(key) && (this.ready.get(key)?.length ?? 0) < this.perKey) {
-          let id: string;
-          try {
-            id = await w.make();
-          } catch (err) {
-            this.log('warm pool: boot failed; retrying later', { error: err instanceof Error ? err.message : String(err) });
-            return;
-          }
-          if (this.closed || !this.wanted.has(key)) {
-            await this.runtime.destroy(id).catch(() => undefined);
-            continue;
-          }
-          const list = this.ready.get(key) ?? [];
-          list.push({ id, key, templateId: w.templateId });
-          this.ready.set(key, list);
-        }
+    if (this.tickTimer) clearInterval(this.tickTimer);
+    if (this.refillTimer) clearTimeout(this.refillTimer);
+    for (const s of this.states.values()) {
+      for (const w of s.waiters.splice(0)) {
+        w.detach();
+        w.reject(new ServiceError('RUNTIME_ERROR', 'sandboxd is shutting down; retry in a moment'));
       }
-    } finally {
-      this.filling = false;
+      for (const e of s.ready.splice(0)) this.destroy(e.id);
+    }
+    while (this.running > 0) await new Promise<void>((r) => this.idle.push(r));
+    await this.destroying;
+  }
+
+  // ---- keys ----------------------------------------------------------------------------------------
+
+  private stateFor(k: WarmKey, make: () => Promise<string>, now: number): KeyState {
+    let s = this.states.get(k.key);
+    if (!s) {
+      s = {
+        k,
+        make,
+        lastUsed: now,
+        ready: [],
+        waiters: [],
+        booting: 0,
+        rate: new RateEstimate(this.o.rateTauMs),
+        target: 0,
+        loggedTarget: 0,
+        excessSince: undefined,
+        retired: false,
+        failures: 0,
+        backoffUntil: 0,
+      };
+      this.states.set(k.key, s);
+      // Another generation of the same template is a rebuilt one: it will not be asked for again.
+      for (const other of this.states.values()) if (other !== s && other.k.templateId === k.templateId && other.k.generation !== k.generation) this.retire(other);
+    }
+    // Asked for again after it was retired (least used of too many keys): it is wanted after all.
+    s.retired = false;
+    s.make = make;
+    s.lastUsed = now;
+    this.trimKeys();
+    return s;
+  }
+
+  private retire(s: KeyState): void {
+    s.retired = true;
+    s.target = 0;
+    for (const e of s.ready.splice(0)) this.destroy(e.id);
+    this.forgetRetired();
+  }
+
+  private forgetRetired(): void {
+    for (const [key, s] of this.states) if (s.retired && s.waiters.length === 0 && s.booting === 0) this.states.delete(key);
+  }
+
+  /** Least recently used keys beyond `maxKeys` are retired (never one that creates are waiting on). */
+  private trimKeys(): void {
+    const live = [...this.states.values()].filter((s) => !s.retired);
+    if (live.length <= this.o.maxKeys) return;
+    const idle = live.filter((s) => s.waiters.length === 0).sort((a, b) => a.lastUsed - b.lastUsed);
+    for (const s of idle.slice(0, live.length - this.o.maxKeys)) this.retire(s);
+  }
+
+  private retarget(now: number): void {
+    const rates = new Map<string, number>();
+    for (const s of this.states.values()) if (!s.retired) rates.set(s.k.key, s.rate.perSecond(now));
+    const targets = this.holds
+      ? targetsFor(rates, { minPerKey: this.o.minPerKey, horizonSeconds: this.o.horizonSeconds, budgetSandboxes: this.budget })
+      : new Map<string, number>();
+    for (const s of this.states.values()) s.target = s.retired ? 0 : (targets.get(s.k.key) ?? 0);
+  }
+
+  /** Says when a key's target moved by a quarter (or at least 2) since it was last said. */
+  private logTarget(s: KeyState): void {
+    const moved = Math.abs(s.target - s.loggedTarget);
+    if (moved === 0 || (moved < 2 && s.target !== this.o.minPerKey) || moved < s.loggedTarget / 4) return;
+    this.o.log(`warm pool: ${s.k.label} target ${s.loggedTarget} → ${s.target}`, {
+      rate_per_s: Math.round(s.rate.perSecond(this.now()) * 100) / 100,
+      ready: s.ready.length,
+      booting: s.booting,
+    });
+    s.loggedTarget = s.target;
+  }
+
+  // ---- hand-off and boots --------------------------------------------------------------------------
+
+  /** Ready sandboxes go to waiting creates, oldest of each first. */
+  private serve(s: KeyState): void {
+    while (s.ready.length > 0 && s.waiters.length > 0) {
+      const e = s.ready.shift()!;
+      const w = s.waiters.shift()!;
+      w.detach();
+      w.resolve(e.id);
     }
   }
+
+  /** Starts boots while slots are free: uncovered waiting creates first (oldest first), then refills. */
+  private pump(): void {
+    if (this.closed) return;
+    const now = this.now();
+    while (this.running < this.o.bootConcurrency) {
+      const demand = this.oldestUncovered();
+      if (demand) {
+        this.boot(demand, false);
+        continue;
+      }
+      const refill = this.refilling < this.o.refillConcurrency ? this.neediestRefill(now) : undefined;
+      if (!refill) return;
+      this.boot(refill, true);
+    }
+  }
+
+  /** The key whose first waiter without a boot in flight for it arrived first. */
+  private oldestUncovered(): KeyState | undefined {
+    let best: KeyState | undefined;
+    let bestSeq = Infinity;
+    for (const s of this.states.values()) {
+      const w = s.waiters[s.booting];
+      if (w && w.seq < bestSeq) [best, bestSeq] = [s, w.seq];
+    }
+    return best;
+  }
+
+  private neediestRefill(now: number): KeyState | undefined {
+    let best: KeyState | undefined;
+    let bestDeficit = 0;
+    for (const s of this.states.values()) {
+      if (s.retired || now < s.backoffUntil || now < s.lastUsed + this.o.refillDelayMs) continue;
+      const deficit = s.target + s.waiters.length - s.ready.length - s.booting;
+      if (deficit > bestDeficit) [best, bestDeficit] = [s, deficit];
+    }
+    return best;
+  }
+
+  /** Pumps again once the refill delay of the latest create has passed. */
+  private refillSoon(): void {
+    if (this.refillTimer || this.o.refillDelayMs <= 0) return;
+    this.refillTimer = setTimeout(() => {
+      this.refillTimer = undefined;
+      this.pump();
+    }, this.o.refillDelayMs + 1);
+    this.refillTimer.unref();
+  }
+
+  private boot(s: KeyState, refill: boolean): void {
+    this.running++;
+    s.booting++;
+    if (refill) this.refilling++;
+    void s
+      .make()
+      .then(
+        (id) => this.booted(s, id),
+        (err: unknown) => this.bootFailed(s, err),
+      )
+      .finally(() => {
+        this.running--;
+        if (refill) this.refilling--;
+        if (this.running === 0) for (const r of this.idle.splice(0)) r();
+        this.forgetRetired();
+        this.pump();
+      });
+  }
+
+  private booted(s: KeyState, id: string): void {
+    s.booting--;
+    s.failures = 0;
+    s.backoffUntil = 0;
+    if (this.closed) return this.destroy(id);
+    const w = s.waiters.shift();
+    if (w) {
+      w.detach();
+      w.resolve(id);
+    } else if (!s.retired && this.holds) {
+      s.ready.push({ id, since: this.now() });
+    } else {
+      this.destroy(id);
+    }
+  }
+
+  /**
+   * A boot failed. Refills back off (1 s, doubling up to a minute). A create that is left without a
+   * boot in flight for it fails with the error, the oldest first, as a cold create always did:
+   * otherwise a broken template would keep creates waiting without end.
+   */
+  private bootFailed(s: KeyState, err: unknown): void {
+    s.booting--;
+    s.failures++;
+    s.backoffUntil = this.now() + Math.min(60_000, 1000 * 2 ** (s.failures - 1));
+    this.o.log(`warm pool: a boot for ${s.k.label} failed`, { error: err instanceof Error ? err.message : String(err), failures: s.failures });
+    if (s.waiters.length > s.booting) {
+      const w = s.waiters.shift()!;
+      w.detach();
+      w.reject(err);
+    }
+  }
+
+  /** Destroys run one after another, in the background: a shrink must not take the CPU from creates. */
+  private destroy(id: string): void {
+    this.destroying = this.destroying.then(() =>
+      this.o.runtime.destroy(id).catch((err: unknown) => this.o.log('warm pool: destroy failed', { id, error: String(err) })),
+    );
+  }
+}
+
+function abandoned(): ServiceError {
+  return new ServiceError('INVALID_STATE', 'the create was abandoned: its client went away while it waited for a sandbox; nothing was created');
 }

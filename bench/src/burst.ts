@@ -1,0 +1,245 @@
+// bench/burst: a burst of concurrent creates, each followed by its first command, (a) after steady
+// demand and (b) out of the blue, next to a single create + command on an idle daemon measured in
+// the same run (cold: a daemon without a warm pool; warm: taken from the pool). Then a profile of
+// cold boots: where their time and CPU go, alone and at the daemon's boot concurrency.
+// Usage (root, after npm run build): node bench/dist/burst.js [BURST=100] [RATE=2] [STEADY_S=10]
+// The daemon's warm-pool settings (SANDBOXD_WARM_POOL_*, SANDBOXD_BOOT_CONCURRENCY) pass through.
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { execFileSync } from 'node:child_process';
+import { agent, api, startServer, TEST_DATA_DIR, type TestServer } from '../../e2e/dist/harness.js';
+import { CrunRuntime } from '../../packages/server/dist/runtime/index.js';
+import { waitForAgent } from '../../packages/server/dist/services/agent-client.js';
+import { loadConfig } from '../../packages/server/dist/config.js';
+import { baseLayer } from '../../packages/server/dist/testing/fixtures.js';
+import { fmt, row, summary } from './stats.js';
+
+const BURST = Number(process.argv[2] ?? 100);
+const RATE = Number(process.argv[3] ?? 2);
+const STEADY_S = Number(process.argv[4] ?? 10);
+
+/** Bursts commit more memory and sandboxes than the default quotas allow: this measures the node. */
+const DAEMON_ENV = { SANDBOXD_MAX_SANDBOXES: '0', SANDBOXD_MAX_TOTAL_MEMORY_MB: '0', SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE: '100000' };
+const CREATE = { template_name: 'base', internet_access: false };
+
+interface Sample {
+  ok: boolean;
+  /** Send of the create → answer of its first command. */
+  totalMs: number;
+  createMs: number;
+  error?: string;
+}
+
+/** One create and its first command, as a client does. */
+async function createAndRun(server: TestServer): Promise<Sample & { id?: string }> {
+  const t0 = performance.now();
+  try {
+    const res = await api(server, 'POST', '/v1/sandboxes', CREATE);
+    const createMs = performance.now() - t0;
+    if (res.status !== 201) return { ok: false, totalMs: performance.now() - t0, createMs, error: `create ${res.status} ${res.body?.code}` };
+    const sb = { publicHost: res.body.public_host, authToken: res.body.auth_token };
+    const cmd = await agent(sb, 'POST', '/commands/run', { command: 'echo ready' });
+    const totalMs = performance.now() - t0;
+    const ok = cmd.status === 200 && cmd.body.exit_code === 0 && cmd.body.stdout === 'ready\n';
+    return { ok, totalMs, createMs, id: res.body.id, ...(ok ? {} : { error: `command ${cmd.status} ${JSON.stringify(cmd.body).slice(0, 100)}` }) };
+  } catch (err) {
+    return { ok: false, totalMs: performance.now() - t0, createMs: NaN, error: String(err) };
+  }
+}
+
+function containers(server: TestServer): string[] {
+  const out = execFileSync('crun', ['--root', join(server.dataDir, 'crun'), 'list', '-q'], { encoding: 'utf8' });
+  return out.split('\n').filter(Boolean);
+}
+
+/** Mean memory cgroup usage of these containers (what an idle one costs; the pool budgets 10 MiB). */
+function meanCgroupMiB(server: TestServer, ids: string[]): number {
+  let sum = 0;
+  let n = 0;
+  for (const id of ids) {
+    const f = `/sys/fs/cgroup/memory/${server.env.SANDBOXD_CGROUP_PARENT}/${id}/memory.usage_in_bytes`;
+    const v2 = `/sys/fs/cgroup/${server.env.SANDBOXD_CGROUP_PARENT}/${id}/memory.current`;
+    const file = existsSync(f) ? f : v2;
+    if (!existsSync(file)) continue;
+    sum += Number(readFileSync(file, 'utf8')) / 2 ** 20;
+    n++;
+  }
+  return n ? sum / n : NaN;
+}
+
+async function burst(server: TestServer): Promise<Sample[]> {
+  const samples = await Promise.all(Array.from({ length: BURST }, () => createAndRun(server)));
+  for (const s of samples) if (s.id) await api(server, 'DELETE', `/v1/sandboxes/${s.id}`);
+  return samples;
+}
+
+function report(name: string, samples: Sample[], baseline: number[], goalP99Ms: number): string[] {
+  const ok = samples.filter((s) => s.ok);
+  const errors = [...new Set(samples.filter((s) => !s.ok).map((s) => s.error))].slice(0, 3);
+  const p99 = summary(ok.map((s) => s.totalMs)).p99;
+  return [
+    row(`${name}: create + command`, ok.map((s) => s.totalMs), baseline),
+    row(`${name}: create alone`, ok.map((s) => s.createMs)),
+    `  success ${ok.length}/${samples.length} (${((100 * ok.length) / samples.length).toFixed(0)} %)${errors.length ? `; errors: ${errors.join('; ')}` : ''}` +
+      `; goal 100 % and p99 ≤ ${goalP99Ms} ms: ${ok.length === samples.length && p99 <= goalP99Ms ? 'met' : 'NOT met'}`,
+  ];
+}
+
+/** Sequential creates + first command, each deleted after; `gapMs` lets a warm pool refill. */
+async function sequential(server: TestServer, n: number, gapMs: number): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    await new Promise((r) => setTimeout(r, gapMs));
+    const s = await createAndRun(server);
+    if (!s.ok) throw new Error(`baseline create failed: ${s.error}`);
+    out.push(s.totalMs);
+    await api(server, 'DELETE', `/v1/sandboxes/${s.id}`);
+  }
+  return out;
+}
+
+async function withServer<T>(env: Record<string, string>, fn: (s: TestServer) => Promise<T>): Promise<T> {
+  const server = await startServer({ templates: ['base'], env: { ...DAEMON_ENV, ...env } });
+  try {
+    return await fn(server);
+  } finally {
+    await server.stop();
+  }
+}
+
+/** (b): an idle daemon that has served this template once (its pool holds what one create asks for). */
+async function outOfTheBlue(): Promise<{ samples: Sample[]; ready: number }> {
+  return withServer({}, async (server) => {
+    await sequential(server, 1, 0);
+    await new Promise((r) => setTimeout(r, 5000));
+    const ready = containers(server).length;
+    return { samples: await burst(server), ready };
+  });
+}
+
+/** (a): RATE creates + command per second for STEADY_S, each deleted after its command, then the burst. */
+async function afterSteadyDemand(): Promise<{ samples: Sample[]; steady: Sample[]; ready: number; readyMiB: number }> {
+  return withServer({}, async (server) => {
+    const steady: Array<Promise<Sample & { id?: string }>> = [];
+    const t0 = performance.now();
+    for (let i = 0; i < RATE * STEADY_S; i++) {
+      const due = t0 + (i * 1000) / RATE;
+      await new Promise((r) => setTimeout(r, Math.max(0, due - performance.now())));
+      steady.push(
+        createAndRun(server).then(async (s) => {
+          if (s.id) await api(server, 'DELETE', `/v1/sandboxes/${s.id}`);
+          return s;
+        }),
+      );
+    }
+    await new Promise((r) => setTimeout(r, Math.max(0, t0 + STEADY_S * 1000 - performance.now())));
+    const done = await Promise.all(steady);
+    const ready = containers(server);
+    const readyMiB = meanCgroupMiB(server, ready);
+    return { samples: await burst(server), steady: done, ready: ready.length, readyMiB };
+  });
+}
+
+/** Busy CPU time of the host, this process (and the tools it waited for), and the sandboxes' cgroups, in ms. */
+function cpuNow(cgroupParent: string): { host: number; self: number; tools: number; inside: number } {
+  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const host = (f[0]! + f[1]! + f[2]! + f[5]! + f[6]! + f[7]!) * 10;
+  const st = readFileSync('/proc/self/stat', 'utf8');
+  const p = st.slice(st.lastIndexOf(')') + 2).split(' ').map(Number);
+  const acct = `/sys/fs/cgroup/cpuacct/${cgroupParent}/cpuacct.usage`;
+  // The parent cgroup appears with the first sandbox: none yet is none used.
+  const inside = existsSync(acct) ? Number(readFileSync(acct, 'utf8')) / 1e6 : 0;
+  return { host, self: (p[11]! + p[12]!) * 10, tools: (p[13]! + p[14]!) * 10, inside };
+}
+
+/**
+ * Cold boots straight on the runtime (as the pool's boots run: create, then wait for the agent),
+ * alone and `concurrency` at a time: step medians and CPU per boot, split between this process
+ * (the daemon's share), the host tools it runs (crun, mkfs, mount, ip...) and the sandbox itself
+ * (catatonit + the agent's start). What is left of the host's busy time is the kernel's work in
+ * other contexts (and anything else running on the host).
+ */
+async function profileColdBoots(concurrency: number, n: number): Promise<string[]> {
+  const dataDir = join(TEST_DATA_DIR, `bench-burst-${process.pid}`);
+  const cgroupParent = `sandboxd-bench-burst${process.pid}`;
+  const steps = new Map<string, number[]>();
+  const rt = new CrunRuntime({
+    dataDir,
+    agentBundlePath: loadConfig({ SANDBOXD_DATA_DIR: dataDir }).agentBundlePath,
+    bridgeName: `sbbb${process.pid % 100000}`,
+    subnetCidr: `10.99.${process.pid % 250}.0/24`,
+    cgroupParent,
+    onTiming: (_id, step, ms) => steps.set(step, [...(steps.get(step) ?? []), ms]),
+  });
+  await rt.setupHost();
+  const layer = (await baseLayer()).path;
+  const out: string[] = [];
+  let seq = 0;
+  try {
+    for (const conc of [1, concurrency]) {
+      steps.clear();
+      const agentMs: number[] = [];
+      const ids: string[] = [];
+      const c0 = cpuNow(cgroupParent);
+      const t0 = performance.now();
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: conc }, async () => {
+          while (next++ < n) {
+            const id = `sbburst${process.pid}x${seq++}`;
+            ids.push(id);
+            await rt.create({ id, lowerDirs: [layer], resources: { vcpu: 2, memoryMb: 512, diskGb: 2, pidsMax: 512 }, internetAccess: false, hostname: id, env: { SANDBOX_ID: id, PATH: '/usr/bin:/bin' } });
+            const a0 = performance.now();
+            await waitForAgent(rt.agentSocket(id), 30_000);
+            agentMs.push(performance.now() - a0);
+          }
+        }),
+      );
+      const wallMs = performance.now() - t0;
+      const c1 = cpuNow(cgroupParent);
+      const per = (k: keyof typeof c0) => ((c1[k] - c0[k]) / n).toFixed(0);
+      const med = (k: string) => fmt(summary(steps.get(k) ?? []).p50);
+      out.push(
+        `cold boots ${conc} at a time (n=${n}): ${((n * 1000) / wallMs).toFixed(1)} boots/s; p50 prepare ${med('prepare')}, disk ${med('disk')}, crun run ${med('crun-run')}, runtime total ${med('total')}, then agent answering ${fmt(summary(agentMs).p50)}`,
+        `  CPU per boot: host ${per('host')} ms = daemon ${per('self')} + tools ${per('tools')} + in the sandbox ${per('inside')} + kernel elsewhere/other load`,
+      );
+      for (const id of ids) await rt.destroy(id);
+    }
+  } finally {
+    await rt.close().catch(() => undefined);
+    await rt.teardownHost().catch(() => undefined);
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+  return out;
+}
+
+async function main(): Promise<void> {
+  const config = loadConfig({ ...process.env, SANDBOXD_DATA_DIR: join(TEST_DATA_DIR, 'servers') });
+  const cold = await withServer({ SANDBOXD_WARM_POOL_SIZE: '0' }, (s) => sequential(s, 7, 200));
+  const warm = await withServer({}, (s) => sequential(s, 7, 500));
+  const b = await outOfTheBlue();
+  const a = await afterSteadyDemand();
+  const profile = await profileColdBoots(config.warmPool.bootConcurrency, 24);
+
+  const w = config.warmPool;
+  console.log(`\nbench/burst on ${new Date().toISOString()} (${availableParallelism()} cores; burst=${BURST}, steady ${RATE}/s for ${STEADY_S} s)`);
+  console.log(
+    `daemon: boot concurrency ${w.bootConcurrency}, warm pool floor ${w.minPerKey}/key, horizon ${w.horizonSeconds} s, budget ${w.maxMemoryMb} MiB, shrink after ${w.shrinkAfterSeconds} s`,
+  );
+  console.log(row('baseline: one create + command, cold', cold));
+  console.log(row('one create + command, warm pool', warm, cold));
+  console.log(`(a) after ${RATE}/s for ${STEADY_S} s: ${a.ready} sandboxes ready at the burst (idle: ${a.readyMiB.toFixed(1)} MiB each, memory cgroup)`);
+  console.log(row('(a) the steady creates + command', a.steady.filter((s) => s.ok).map((s) => s.totalMs), cold));
+  for (const line of report('(a) burst', a.samples, cold, 1500)) console.log(line);
+  console.log(`(b) out of the blue: ${b.ready} sandboxes ready at the burst`);
+  for (const line of report('(b) burst', b.samples, cold, 3000)) console.log(line);
+  for (const line of profile) console.log(line);
+  const bootsPerS = Number(/([\d.]+) boots\/s/.exec(profile[2] ?? '')?.[1] ?? NaN);
+  console.log(
+    `a burst needs ready + cold boots: with ${a.ready} ready and ~${bootsPerS} cold boots/s, the last of ${BURST} waits ≥ ${(Math.max(0, BURST - a.ready) / bootsPerS).toFixed(1)} s (a); with ${b.ready} ready ≥ ${(Math.max(0, BURST - b.ready) / bootsPerS).toFixed(1)} s (b)`,
+  );
+}
+
+await main();

@@ -6,8 +6,22 @@
 // `--clean` (run before the suite) removes what an earlier run left, one that was killed half-way
 // (a machine's session ended, a CI job was cancelled): it names each thing it removes, then checks
 // again, so this run's leak check judges this run only.
+//
+// What is on the host is enumerated by packages/server/dist/testing/host-objects.js (built by
+// `npm run build`, which `npm test` runs first), the module the churn test and the soak benchmark
+// count with; this script chooses what of it is the suite's, and removes it.
 import { execFileSync } from 'node:child_process';
-import { readFileSync, existsSync, readdirSync, rmSync, rmdirSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync, rmdirSync } from 'node:fs';
+import {
+  childCgroups,
+  crunContainers,
+  ID_RANGE_REGISTRY,
+  idRangeClaims,
+  loopDevices,
+  mounts,
+  networkNamespaces,
+  veths,
+} from '../packages/server/dist/testing/host-objects.js';
 
 const testDir = process.env.SANDBOXD_TEST_DATA_DIR ?? '/var/lib/sandboxd-test';
 const clean = process.argv.includes('--clean');
@@ -33,38 +47,35 @@ function findLeftovers() {
       for (const sub of ['crun', 'crun-steps']) {
         const crunRoot = `${base}/${s}/${sub}`;
         if (!existsSync(crunRoot)) continue;
-        for (const id of sh('crun', ['--root', crunRoot, 'list', '-q']).split('\n').filter(Boolean)) {
+        for (const id of crunContainers(crunRoot)) {
           add(`containers left under ${crunRoot}`, id, () => sh('crun', ['--root', crunRoot, 'delete', '-f', id]));
         }
       }
     }
   }
-  const mounts = readFileSync('/proc/self/mounts', 'utf8')
-    .split('\n')
-    .filter((l) => l && l.split(' ').slice(0, 2).some((f) => underTest(f.replace(/\\040/g, ' '))));
+  const ours = mounts().filter((m) => underTest(m.source) || underTest(m.target));
   // Deepest first, so a mount on top of another goes before it.
-  for (const m of mounts.sort((a, b) => b.split(' ')[1].length - a.split(' ')[1].length)) {
-    const target = m.split(' ')[1].replace(/\\040/g, ' ');
-    add('mounts left', m, () => sh('umount', [target]) || sh('umount', ['-l', target]));
+  for (const m of ours.sort((a, b) => b.target.length - a.target.length)) {
+    add('mounts left', m.line, () => sh('umount', [m.target]) || sh('umount', ['-l', m.target]));
   }
-  for (const l of sh('losetup', ['-a']).split('\n').filter((l) => l.includes(`${testDir}/`))) {
-    add('loop devices left', l, () => sh('losetup', ['-d', l.split(':')[0]]));
+  for (const l of loopDevices().filter((l) => l.line.includes(`${testDir}/`))) {
+    add('loop devices left', l.line, () => sh('losetup', ['-d', l.device]));
   }
-  for (const n of sh('ip', ['netns', 'list']).split('\n').filter(Boolean).map((l) => l.split(' ')[0])) {
+  for (const n of networkNamespaces()) {
     if (!n.startsWith(SERVICE.netnsPrefix)) add('network namespaces left', n, () => sh('ip', ['netns', 'delete', n]));
   }
-  for (const l of sh('ip', ['-o', 'link', 'show', 'type', 'veth']).split('\n').filter(Boolean)) {
-    if (!l.includes(` master ${SERVICE.bridge} `)) add('veths left', l, () => sh('ip', ['link', 'delete', l.split(': ')[1].split('@')[0]]));
+  for (const v of veths()) {
+    if (v.master !== SERVICE.bridge) add('veths left', v.line, () => sh('ip', ['link', 'delete', v.name]));
   }
   for (const ctl of ['memory', 'pids', 'cpu', 'freezer']) {
     const root = `/sys/fs/cgroup/${ctl}`;
     if (!existsSync(root)) continue;
     for (const parent of readdirSync(root).filter((n) => n.startsWith('sandboxd') && n !== SERVICE.cgroupParent)) {
       const dir = `${root}/${parent}`;
-      for (const e of readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory())) {
-        add(`cgroups left in ${dir}`, e.name, () => {
+      for (const name of childCgroups(dir)) {
+        add(`cgroups left in ${dir}`, name, () => {
           try {
-            rmdirSync(`${dir}/${e.name}`);
+            rmdirSync(`${dir}/${name}`);
           } catch {
             /* still has tasks: reported again below */
           }
@@ -73,17 +84,8 @@ function findLeftovers() {
     }
   }
   // Host-wide id range claims (runtime/id-ranges.ts) of the suite's data dirs.
-  const registry = '/run/sandboxd/id-ranges';
-  if (existsSync(registry)) {
-    for (const k of readdirSync(registry)) {
-      let dataDir;
-      try {
-        dataDir = JSON.parse(readFileSync(`${registry}/${k}`, 'utf8')).dataDir;
-      } catch {
-        continue;
-      }
-      if (typeof dataDir === 'string' && underTest(dataDir)) add(`id range claims left in ${registry}`, k, () => rmSync(`${registry}/${k}`, { force: true }));
-    }
+  for (const c of idRangeClaims().filter((c) => underTest(c.dataDir))) {
+    add(`id range claims left in ${ID_RANGE_REGISTRY}`, c.key, () => rmSync(`${ID_RANGE_REGISTRY}/${c.key}`, { force: true }));
   }
   return found;
 }

@@ -25,7 +25,9 @@ export const CHURN_TEMPLATES = ['base', 'code-interpreter'];
  * client (120 a minute). Quotas stay at their defaults, so that usage which a delete failed to give
  * back shows as refused creates.
  */
-export const CHURN_ENV: Record<string, string> = { SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE: '1000000' };
+// No demand horizon: the warm pool keeps its floor whatever the churn rate, so "at rest" is a fixed
+// count and anything beyond it is a leak (the pool's growth with demand has tests of its own).
+export const CHURN_ENV: Record<string, string> = { SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE: '1000000', SANDBOXD_WARM_POOL_HORIZON_SECONDS: '0' };
 
 export interface Cycle {
   i: number;
@@ -146,9 +148,9 @@ export function scopeOf(server: TestServer): DaemonScope {
   };
 }
 
-/** Ready sandboxes the daemon may hold with nobody's sandbox alive: its warm pool, per template (warm-pool.ts keeps one network setting per template). */
+/** Ready sandboxes the daemon may hold with nobody's sandbox alive: the warm pool's floor per template (no horizon: CHURN_ENV; one network setting per template). */
 export function warmPoolCapacity(server: TestServer): number {
-  return loadConfig(server.env).warmPoolSize * CHURN_TEMPLATES.length;
+  return loadConfig(server.env).warmPool.minPerKey * CHURN_TEMPLATES.length;
 }
 
 /** Spare disks runtime/disk-pool.ts keeps formatted per disk size (CrunRuntime's default). */

@@ -148,9 +148,9 @@ export function scopeOf(server: TestServer): DaemonScope {
   };
 }
 
-/** Ready sandboxes the daemon may hold with nobody's sandbox alive: the warm pool's floor per template (no horizon: CHURN_ENV; one network setting per template). */
+/** Ready sandboxes the daemon may hold with nobody's sandbox alive: the warm pool's floor per key (no horizon: CHURN_ENV), a key per template and network setting. */
 export function warmPoolCapacity(server: TestServer): number {
-  return loadConfig(server.env).warmPool.minPerKey * CHURN_TEMPLATES.length;
+  return loadConfig(server.env).warmPool.minPerKey * CHURN_TEMPLATES.length * 2;
 }
 
 /** Spare disks runtime/disk-pool.ts keeps formatted per disk size (CrunRuntime's default). */

@@ -179,24 +179,37 @@ export interface ProcessFacts {
   rssKiB: number;
   fds: number;
   threads: number;
-  /** Live processes whose parent it is (helpers it spawned and did not reap would show here). */
+  /** Live processes whose parent it is, or its spawner process is (tools it ran and did not reap would show here). */
   children: number;
 }
+
+/** Pids of a process's live children (every thread's). */
+function childPids(pid: number): number[] {
+  const out: number[] = [];
+  for (const task of dirNames(`/proc/${pid}/task`)) {
+    try {
+      out.push(...readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').split(' ').filter(Boolean).map(Number));
+    } catch {
+      /* gone */
+    }
+  }
+  return out;
+}
+
+const isSpawner = (pid: number) => {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('spawner-child.js');
+  } catch {
+    return false;
+  }
+};
 
 export function processFacts(pid: number): ProcessFacts {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? NaN);
+  // The spawner process (runtime/spawner.ts) is the daemon's for good: what counts is what it runs.
   let children = 0;
-  for (const task of dirNames(`/proc/${pid}/task`)) {
-    const list = (() => {
-      try {
-        return readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8');
-      } catch {
-        return '';
-      }
-    })();
-    children += list.split(' ').filter(Boolean).length;
-  }
+  for (const child of childPids(pid)) children += isSpawner(child) ? childPids(child).length : 1;
   return { rssKiB: field('VmRSS'), fds: dirNames(`/proc/${pid}/fd`).length, threads: field('Threads'), children };
 }
 

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { chmod, lchown, mkdir, readdir, rename } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createDiskImage, detachLoops, mountDiskImage, removeTree, unmountAllUnder, unmountDisk } from './disk.js';
+import { createDiskImage, mountDiskImage, removeTree, unmountAllUnder, unmountDisk } from './disk.js';
 import { isMountPoint } from './mounts.js';
 
 /** Directories every sandbox disk holds; `.sb/state` is the agent's (kept across stop/start). */

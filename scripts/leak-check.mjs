@@ -11,7 +11,7 @@
 // `npm run build`, which `npm test` runs first), the module the churn test and the soak benchmark
 // count with; this script chooses what of it is the suite's, and removes it.
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, rmSync, rmdirSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync, rmdirSync } from 'node:fs';
 import {
   childCgroups,
   crunContainers,
@@ -34,12 +34,38 @@ const sh = (cmd, args) => {
 };
 
 const SERVICE = { cgroupParent: 'sandboxd', netnsPrefix: 'sandboxd_', bridge: 'sbbr0' };
+
+/**
+ * Test daemons alive right now (another run, a benchmark): `--clean` leaves their objects alone.
+ * Each is known by its environment (the harness sets SANDBOXD_DATA_DIR, _CGROUP_PARENT, _BRIDGE).
+ */
+function liveDaemons() {
+  const out = [];
+  for (const pid of readdirSync('/proc').filter((n) => /^\d+$/.test(n) && Number(n) !== process.pid)) {
+    let env;
+    try {
+      env = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+    } catch {
+      continue;
+    }
+    const get = (k) => env.find((e) => e.startsWith(`${k}=`))?.slice(k.length + 1);
+    const dataDir = get('SANDBOXD_DATA_DIR');
+    if (!dataDir || !underTest(dataDir) || !readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('serve')) continue;
+    const cgroupParent = get('SANDBOXD_CGROUP_PARENT') ?? SERVICE.cgroupParent;
+    out.push({ pid, dataDir, cgroupParent, netnsPrefix: `${cgroupParent.replace(/[^A-Za-z0-9-]/g, '_')}_`, bridge: get('SANDBOXD_BRIDGE') ?? SERVICE.bridge });
+  }
+  return out;
+}
+
 const underTest = (path) => path === testDir || path.startsWith(`${testDir}/`);
 
 /** Every leftover, by kind: what it is (as printed) and how to remove it. Order matters for removal. */
-function findLeftovers() {
+function findLeftovers(spare = []) {
   const found = [];
-  const add = (kind, what, remove) => found.push({ kind, what, remove });
+  const spared = (what) => spare.some((d) => what.includes(`${d.dataDir}/`) || what === d.dataDir);
+  const add = (kind, what, remove) => {
+    if (!spared(what)) found.push({ kind, what, remove });
+  };
   // Containers first: their processes hold mounts, netns and cgroups.
   for (const base of [`${testDir}/servers`, testDir]) {
     if (!existsSync(base)) continue;
@@ -48,7 +74,7 @@ function findLeftovers() {
         const crunRoot = `${base}/${s}/${sub}`;
         if (!existsSync(crunRoot)) continue;
         for (const id of crunContainers(crunRoot)) {
-          add(`containers left under ${crunRoot}`, id, () => sh('crun', ['--root', crunRoot, 'delete', '-f', id]));
+          if (!spared(`${crunRoot}/`)) add(`containers left under ${crunRoot}`, id, () => sh('crun', ['--root', crunRoot, 'delete', '-f', id]));
         }
       }
     }
@@ -62,15 +88,15 @@ function findLeftovers() {
     add('loop devices left', l.line, () => sh('losetup', ['-d', l.device]));
   }
   for (const n of networkNamespaces()) {
-    if (!n.startsWith(SERVICE.netnsPrefix)) add('network namespaces left', n, () => sh('ip', ['netns', 'delete', n]));
+    if (!n.startsWith(SERVICE.netnsPrefix) && !spare.some((d) => n.startsWith(d.netnsPrefix))) add('network namespaces left', n, () => sh('ip', ['netns', 'delete', n]));
   }
   for (const v of veths()) {
-    if (v.master !== SERVICE.bridge) add('veths left', v.line, () => sh('ip', ['link', 'delete', v.name]));
+    if (v.master !== SERVICE.bridge && !spare.some((d) => v.master === d.bridge)) add('veths left', v.line, () => sh('ip', ['link', 'delete', v.name]));
   }
   for (const ctl of ['memory', 'pids', 'cpu', 'freezer']) {
     const root = `/sys/fs/cgroup/${ctl}`;
     if (!existsSync(root)) continue;
-    for (const parent of readdirSync(root).filter((n) => n.startsWith('sandboxd') && n !== SERVICE.cgroupParent)) {
+    for (const parent of readdirSync(root).filter((n) => n.startsWith('sandboxd') && n !== SERVICE.cgroupParent && !spare.some((d) => d.cgroupParent === n))) {
       const dir = `${root}/${parent}`;
       for (const name of childCgroups(dir)) {
         add(`cgroups left in ${dir}`, name, () => {
@@ -84,7 +110,7 @@ function findLeftovers() {
     }
   }
   // Host-wide id range claims (runtime/id-ranges.ts) of the suite's data dirs.
-  for (const c of idRangeClaims().filter((c) => underTest(c.dataDir))) {
+  for (const c of idRangeClaims().filter((c) => underTest(c.dataDir) && !spared(`${c.dataDir}/`))) {
     add(`id range claims left in ${ID_RANGE_REGISTRY}`, c.key, () => rmSync(`${ID_RANGE_REGISTRY}/${c.key}`, { force: true }));
   }
   return found;
@@ -98,13 +124,22 @@ function report(found) {
 
 let found = findLeftovers();
 if (clean) {
+  const live = liveDaemons();
+  for (const d of live) console.log(`leaving alone what test daemon ${d.pid} (${d.dataDir}) holds: it is running`);
+  found = findLeftovers(live);
   if (found.length) {
     console.log(`removing what an earlier test run left:\n- ${report(found).join('\n- ')}`);
     for (const f of found) f.remove();
-    // The stopped daemons' data dirs themselves (disk images, databases).
-    if (existsSync(`${testDir}/servers`)) rmSync(`${testDir}/servers`, { recursive: true, force: true });
   }
-  found = findLeftovers();
+  // The stopped daemons' data dirs (disk images, databases), never through a mount still there.
+  if (existsSync(`${testDir}/servers`)) {
+    for (const s of readdirSync(`${testDir}/servers`)) {
+      const dir = `${testDir}/servers/${s}`;
+      if (live.some((d) => d.dataDir === dir) || mounts().some((m) => m.target.startsWith(`${dir}/`))) continue;
+      sh('rm', ['-rf', '--one-file-system', dir]);
+    }
+  }
+  found = findLeftovers(live);
 }
 if (found.length) {
   console.error(`leak check FAILED${clean ? ' (left by an earlier run, and could not be removed)' : ''}:\n- ${report(found).join('\n- ')}`);

@@ -50,7 +50,8 @@ function liveDaemons() {
     }
     const get = (k) => env.find((e) => e.startsWith(`${k}=`))?.slice(k.length + 1);
     const dataDir = get('SANDBOXD_DATA_DIR');
-    if (!dataDir || !underTest(dataDir) || !readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('serve')) continue;
+    if (!dataDir || !underTest(dataDir) || out.some((d) => d.dataDir === dataDir)) continue;
+    if (!readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes('serve')) continue;
     const cgroupParent = get('SANDBOXD_CGROUP_PARENT') ?? SERVICE.cgroupParent;
     out.push({ pid, dataDir, cgroupParent, netnsPrefix: `${cgroupParent.replace(/[^A-Za-z0-9-]/g, '_')}_`, bridge: get('SANDBOXD_BRIDGE') ?? SERVICE.bridge });
   }
@@ -122,11 +123,12 @@ function report(found) {
   return [...byKind].map(([kind, list]) => `${kind}:\n  ${list.join('\n  ')}`);
 }
 
-let found = findLeftovers();
+// A test daemon still running is not this suite's (the suite's daemons are stopped by the time
+// this runs): another run's, or a benchmark's.
+const live = liveDaemons();
+for (const d of live) console.log(`leaving alone what test daemon ${d.pid} (${d.dataDir}) holds: it is running`);
+let found = findLeftovers(live);
 if (clean) {
-  const live = liveDaemons();
-  for (const d of live) console.log(`leaving alone what test daemon ${d.pid} (${d.dataDir}) holds: it is running`);
-  found = findLeftovers(live);
   if (found.length) {
     console.log(`removing what an earlier test run left:\n- ${report(found).join('\n- ')}`);
     for (const f of found) f.remove();

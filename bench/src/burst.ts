@@ -1,14 +1,16 @@
 // bench/burst: a burst of concurrent creates, each followed by its first command, (a) after steady
 // demand and (b) out of the blue, next to a single create + command on an idle daemon measured in
 // the same run (cold: a daemon without a warm pool; warm: taken from the pool). Then a profile of
-// cold boots: where their time and CPU go, alone and at the daemon's boot concurrency.
+// cold boots: where their time and CPU go, alone and at the daemon's boot concurrency, and how long
+// the spawns of a boot hold the runtime's (the daemon's) one thread.
 // Usage (root, after npm run build): node bench/dist/burst.js [BURST=100] [RATE=2] [STEADY_S=10]
 // The daemon's warm-pool settings (SANDBOXD_WARM_POOL_*, SANDBOXD_BOOT_CONCURRENCY) pass through.
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { execFileSync } from 'node:child_process';
+import childProcess, { execFileSync } from 'node:child_process';
+import { syncBuiltinESMExports } from 'node:module';
 import { agent, api, startServer, TEST_DATA_DIR, type TestServer } from '../../e2e/dist/harness.js';
 import { CrunRuntime } from '../../packages/server/dist/runtime/index.js';
 import { waitForAgent } from '../../packages/server/dist/services/agent-client.js';
@@ -155,6 +157,26 @@ function cpuNow(cgroupParent: string): { host: number; self: number; tools: numb
 }
 
 /**
+ * Time this process's thread spends inside child_process.spawn (a fork of the whole process, then
+ * waiting for the child's exec), which the runtime calls for crun, mkfs, mount and its helpers.
+ */
+const spawnTime = { calls: 0, ms: 0 };
+{
+  const original = childProcess.spawn;
+  childProcess.spawn = function (this: unknown, ...args: unknown[]) {
+    const t0 = performance.now();
+    try {
+      return (original as (...a: unknown[]) => ReturnType<typeof original>).apply(this, args);
+    } finally {
+      spawnTime.calls++;
+      spawnTime.ms += performance.now() - t0;
+    }
+  } as typeof original;
+  // The runtime imports spawn by name: its binding follows the patched export.
+  syncBuiltinESMExports();
+}
+
+/**
  * Cold boots straight on the runtime (as the pool's boots run: create, then wait for the agent),
  * alone and `concurrency` at a time: step medians and CPU per boot, split between this process
  * (the daemon's share), the host tools it runs (crun, mkfs, mount, ip...) and the sandbox itself
@@ -183,6 +205,7 @@ async function profileColdBoots(concurrency: number, n: number): Promise<string[
       const agentMs: number[] = [];
       const ids: string[] = [];
       const c0 = cpuNow(cgroupParent);
+      const s0 = { ...spawnTime };
       const t0 = performance.now();
       let next = 0;
       await Promise.all(
@@ -203,7 +226,8 @@ async function profileColdBoots(concurrency: number, n: number): Promise<string[
       const med = (k: string) => fmt(summary(steps.get(k) ?? []).p50);
       out.push(
         `cold boots ${conc} at a time (n=${n}): ${((n * 1000) / wallMs).toFixed(1)} boots/s; p50 prepare ${med('prepare')}, disk ${med('disk')}, crun run ${med('crun-run')}, runtime total ${med('total')}, then agent answering ${fmt(summary(agentMs).p50)}`,
-        `  CPU per boot: host ${per('host')} ms = daemon ${per('self')} + tools ${per('tools')} + in the sandbox ${per('inside')} + kernel elsewhere/other load`,
+        `  CPU per boot: host ${per('host')} ms = the runtime's process ${per('self')} + tools ${per('tools')} + in the sandbox ${per('inside')} + kernel elsewhere/other load;` +
+          ` ${((spawnTime.calls - s0.calls) / n).toFixed(1)} spawns per boot hold the runtime's thread ${((spawnTime.ms - s0.ms) / n).toFixed(1)} ms (RSS ${Math.round(process.memoryUsage().rss / 2 ** 20)} MiB)`,
       );
       for (const id of ids) await rt.destroy(id);
     }

@@ -128,11 +128,12 @@ describe('warm pool', { timeout: 180_000 }, () => {
     assert.ok(shrunkAfterMs < 90_000, `back to the floor after ${shrunkAfterMs} ms`);
   });
 
-  test('a create whose client goes away while it waits is abandoned or completes; nothing is left either way', async () => {
+  test('a create whose client goes away while it waits is abandoned: its admission is undone, nothing is left behind', async () => {
     await until('the pool to hold its floor', () => (containers().length === FLOOR ? true : undefined), 90_000);
-    // Eight creates take the two ready sandboxes and every boot slot; the ninth waits behind them.
-    const busy = Array.from({ length: 8 }, () => api(server, 'POST', '/v1/sandboxes', { template_name: 'base', internet_access: false }));
-    await new Promise((r) => setTimeout(r, 20));
+    const used = async () => (await api(server, 'GET', '/v1/account/limits')).body.concurrent_sandboxes.used as number;
+    // Ten creates take the two ready sandboxes and the four boot slots; the eleventh waits behind them.
+    const busy = Array.from({ length: 10 }, () => api(server, 'POST', '/v1/sandboxes', { template_name: 'base', internet_access: false }));
+    await until('the ten creates to be admitted', async () => ((await used()) === 10 ? true : undefined), 30_000);
     const gone = new AbortController();
     const abandoned = fetch(`${server.baseUrl}/v1/sandboxes`, {
       method: 'POST',
@@ -140,21 +141,24 @@ describe('warm pool', { timeout: 180_000 }, () => {
       body: JSON.stringify({ template_name: 'base', internet_access: false }),
       signal: gone.signal,
     });
-    await new Promise((r) => setTimeout(r, 30));
+    const rejected = assert.rejects(abandoned, /abort/i);
+    // Admitted (it counts for the organization) and waiting: its client goes away.
+    await until('the eleventh create to be admitted', async () => ((await used()) === 11 ? true : undefined), 30_000);
     gone.abort();
-    await assert.rejects(abandoned, /abort/i);
+    await rejected;
     const served = await Promise.all(busy);
     made.push(...served.filter((r) => r.status === 201).map((r) => r.body.id as string));
     for (const r of served) assert.equal(r.status, 201, JSON.stringify(r.body));
 
-    // Settled: what the organization holds is exactly what the list shows (8, or 9 had it been served first).
-    await new Promise((r) => setTimeout(r, 1000));
+    // The abandoned create holds nothing: the organization has the ten it was handed.
+    const settled = await until('the abandoned create to be undone', async () => ((await used()) === 10 ? true : undefined), 30_000);
+    assert.equal(settled, true);
     const listed = (await api(server, 'GET', '/v1/sandboxes?limit=1000')).body.data as Array<{ id: string }>;
-    for (const s of listed) if (!made.includes(s.id)) made.push(s.id);
-    assert.ok(listed.length === 8 || listed.length === 9, `listed ${listed.length}`);
-    assert.equal((await api(server, 'GET', '/v1/account/limits')).body.concurrent_sandboxes.used, listed.length);
-    await deleteAll(listed.map((s) => s.id));
-    // Every other container is the pool's, and it goes back to its floor.
+    for (const sb of listed) if (!made.includes(sb.id)) made.push(sb.id);
+    assert.deepEqual(listed.map((sb) => sb.id).sort(), served.map((r) => r.body.id as string).sort());
+    await deleteAll(listed.map((sb) => sb.id));
+    // Every other container is the pool's (the boot the abandoned create started went to it), and it
+    // goes back to its floor.
     await until('the pool to shrink back to its floor', () => (containers().length === FLOOR ? true : undefined), 90_000);
   });
 });

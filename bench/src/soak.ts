@@ -10,7 +10,9 @@ import {
   CHURN_ENV,
   CHURN_TEMPLATES,
   checkpoint,
+  DaemonInspector,
   drift,
+  INSPECT_ENV,
   judge,
   runCycles,
   scopeOf,
@@ -59,6 +61,8 @@ interface Window {
   seconds: number;
   leaks: string[];
   dbKiB: number;
+  /** The daemon's live JS heap after a forced GC (taken after the RSS, which the GC may lower). */
+  heapKiB: number;
 }
 
 const pct = (x: number) => `${x >= 0 ? '+' : ''}${(x * 100).toFixed(1)} %`;
@@ -72,6 +76,7 @@ function header(): string {
     'p99'.padStart(10),
     'fail'.padStart(5),
     'RSS MiB'.padStart(8),
+    'heap'.padStart(6),
     'fds'.padStart(4),
     'thr'.padStart(4),
     'kids'.padStart(5),
@@ -92,6 +97,7 @@ function line(w: Window): string {
     (w.results.length ? fmt(s.p99) : '').padStart(10),
     String(w.results.filter((r) => r.error).length).padStart(5),
     (w.cp.facts.rssKiB / 1024).toFixed(1).padStart(8),
+    (w.heapKiB / 1024).toFixed(2).padStart(6),
     String(w.cp.facts.fds).padStart(4),
     String(w.cp.facts.threads).padStart(4),
     String(w.cp.facts.children).padStart(5),
@@ -103,11 +109,13 @@ function line(w: Window): string {
 
 async function main(): Promise<number> {
   const t0 = performance.now();
-  const server = await startServer({ env: CHURN_ENV });
+  const server = await startServer({ env: { ...CHURN_ENV, ...INSPECT_ENV } });
+  let inspector: DaemonInspector | undefined;
   let stopping = false;
   const stop = async () => {
     if (stopping) return;
     stopping = true;
+    inspector?.close();
     await server.stop();
   };
   // Ctrl-C still deletes every sandbox and removes the daemon's data dir.
@@ -119,15 +127,21 @@ async function main(): Promise<number> {
   }
   try {
     const scope = scopeOf(server);
+    inspector = await DaemonInspector.connect(server);
     const capacity = warmPoolCapacity(server);
     console.log(
       `bench/soak on ${new Date().toISOString()}: ${CYCLES} cycles of create → /commands/run → delete, ${CONCURRENCY} at a time, ` +
         `templates ${CHURN_TEMPLATES.join(' + ')} alternating, half with internet access; a count at rest every ${WINDOW} cycles ` +
         `(daemon pid ${scope.pid}, data dir ${scope.dataDir}, warm pool up to ${capacity} sandboxes)`,
     );
-    console.log(`columns: objects of this daemon on the host (${OBJECT_KINDS.map((k) => `${SHORT[k]}=${k}`).join(', ')}); kids = the daemon's child processes`);
+    console.log(
+      `columns: objects of this daemon on the host (${OBJECT_KINDS.map((k) => `${SHORT[k]}=${k}`).join(', ')}); ` +
+        `heap = its live JS heap after a forced GC (MiB); kids = its child processes; all at rest`,
+    );
     const start = await checkpoint(server, scope, 0);
-    const windows: Window[] = [{ label: 'start', cp: start, results: [], seconds: 0, leaks: judge(start, start, capacity).leaks, dbKiB: dbKiB(server) }];
+    const windows: Window[] = [
+      { label: 'start', cp: start, results: [], seconds: 0, leaks: judge(start, start, capacity).leaks, dbKiB: dbKiB(server), heapKiB: await inspector.heapAfterGcKiB() },
+    ];
     console.log(header());
     console.log(line(windows[0]!));
     let warm: Checkpoint | undefined;
@@ -143,7 +157,7 @@ async function main(): Promise<number> {
       // Files and ports are judged against the count after warm-up once there is one (the first
       // window makes what a daemon makes once, on its first sandboxes).
       const verdict = judge(cp, warm ?? start, capacity);
-      const w: Window = { label: `${++n}`, cp, results, seconds, leaks: verdict.leaks, dbKiB: dbKiB(server) };
+      const w: Window = { label: `${++n}`, cp, results, seconds, leaks: verdict.leaks, dbKiB: dbKiB(server), heapKiB: await inspector.heapAfterGcKiB() };
       windows.push(w);
       console.log(line(w));
       for (const l of verdict.leaks.slice(0, 10)) console.log(`  leak after ${done} cycles: ${l}`);
@@ -176,6 +190,14 @@ async function main(): Promise<number> {
         ` (final count: ${last.leaks.length})`,
     );
     let drifted = false;
+    const warmWindow = windows[1];
+    if (warmWindow && after.length) {
+      const perCycle = ((last.heapKiB - warmWindow.heapKiB) * 1024) / (last.cp.cycles - warmWindow.cp.cycles);
+      console.log(
+        `daemon JS heap after GC ${(warmWindow.heapKiB / 1024).toFixed(2)} → ${(last.heapKiB / 1024).toFixed(2)} MiB since warm-up: ` +
+          `${perCycle >= 0 ? '+' : ''}${perCycle.toFixed(0)} bytes per cycle (not judged: a bounded cache grows too; see the README's soak row)`,
+      );
+    }
     if (warm && after.length) {
       const d = drift(last.cp, warm);
       const worst = after.map((w) => drift(w.cp, warm!));

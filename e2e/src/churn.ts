@@ -1,9 +1,11 @@
 // Churn: many create → one command → delete cycles against a real daemon, and the host-level count
 // that proves they left nothing behind. Driven by the churn test (e2e/src/churn.test.ts, a few
 // hundred cycles) and the soak benchmark (bench/src/soak.ts, thousands).
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
+import WebSocket from 'ws';
 import { api, type TestServer } from './harness.js';
 import { loadConfig } from '../../packages/server/dist/config.js';
 import { CrunRuntime } from '../../packages/server/dist/runtime/index.js';
@@ -269,4 +271,60 @@ export function judge(cp: Checkpoint, baseline: Checkpoint, poolCapacity: number
 /** Relative growth of the daemon's RSS and open fds since `baseline`. */
 export function drift(cp: Checkpoint, baseline: Checkpoint): { rss: number; fds: number } {
   return { rss: cp.facts.rssKiB / baseline.facts.rssKiB - 1, fds: cp.facts.fds / baseline.facts.fds - 1 };
+}
+
+/**
+ * A daemon started with this env opens the V8 inspector on a loopback port of its choosing (printed
+ * to its log), so that its JS heap can be measured after a forced GC: RSS at rest moves by several
+ * MiB with V8's lazy sizing, the live heap after GC by a few KiB, which makes a small per-sandbox
+ * leak visible within a few thousand cycles.
+ */
+export const INSPECT_ENV: Record<string, string> = { NODE_OPTIONS: '--inspect=127.0.0.1:0' };
+
+export class DaemonInspector {
+  private nextId = 0;
+  private readonly pending = new Map<number, (result: any) => void>();
+
+  private constructor(private readonly ws: WebSocket) {
+    ws.on('message', (data) => {
+      const msg = JSON.parse(String(data)) as { id?: number; result?: unknown };
+      if (msg.id !== undefined) this.pending.get(msg.id)?.(msg.result);
+      if (msg.id !== undefined) this.pending.delete(msg.id);
+    });
+  }
+
+  static async connect(server: TestServer, timeoutMs = 10_000): Promise<DaemonInspector> {
+    const deadline = Date.now() + timeoutMs;
+    let url: string | undefined;
+    while (!(url = /ws:\/\/127\.0\.0\.1:\d+\/[\w-]+/.exec(readFileSync(server.logFile, 'utf8'))?.[0])) {
+      if (Date.now() > deadline) throw new Error(`the daemon printed no inspector address to ${server.logFile} (started without INSPECT_ENV?)`);
+      await sleep(100);
+    }
+    const ws = new WebSocket(url);
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    return new DaemonInspector(ws);
+  }
+
+  private call(method: string, params: Record<string, unknown> = {}): Promise<any> {
+    const id = ++this.nextId;
+    return new Promise((resolve) => {
+      this.pending.set(id, resolve);
+      this.ws.send(JSON.stringify({ id, method, params }));
+    });
+  }
+
+  /** The daemon's used JS heap after two full collections (the second takes what finalizers freed). */
+  async heapAfterGcKiB(): Promise<number> {
+    await this.call('HeapProfiler.collectGarbage');
+    await this.call('HeapProfiler.collectGarbage');
+    const { usedSize } = (await this.call('Runtime.getHeapUsage')) as { usedSize: number };
+    return Math.round(usedSize / 1024);
+  }
+
+  close(): void {
+    this.ws.close();
+  }
 }

@@ -51,8 +51,10 @@ export class Spawner {
 
   private helper(): ChildProcess {
     if (this.child) return this.child;
-    // No inherited node flags (--cpu-prof, --inspect, the test runner's): it is a plain helper.
-    const child = fork(this.script, [], { execArgv: [], serialization: 'json', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    // No inherited node flags (--cpu-prof, --inspect, the test runner's, NODE_OPTIONS): a plain helper.
+    const env = { ...process.env };
+    delete env.NODE_OPTIONS;
+    const child = fork(this.script, [], { execArgv: [], env, serialization: 'json', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     child.on('message', (msg: SpawnReply) => {
       if ('error' in msg) this.settle(msg.id, undefined, Object.assign(new Error(msg.error.message), { code: msg.error.code }));
       else this.settle(msg.id, msg.result);

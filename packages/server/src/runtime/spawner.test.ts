@@ -42,7 +42,8 @@ test('listen: the tool gets a listening unix socket (mode 0600) as fd 3, renamed
   const path = join(dir, 'agent.sock');
   try {
     // The tool: accepts one connection on fd 3 and writes to it (python3 is on every host we run on).
-    const script = 'import socket; s = socket.socket(fileno=3); c, _ = s.accept(); c.sendall(b"hello from fd 3"); c.close()';
+    // The socket comes non-blocking (as Node made it; the agent, a Node program, expects that).
+    const script = 'import socket; s = socket.socket(fileno=3); s.setblocking(True); c, _ = s.accept(); c.sendall(b"hello from fd 3"); c.close()';
     const done = s.run('python3', ['-c', script], { listen: { tmp: `${path}.tmp`, path } });
     assert.ok(existsSync(path) || (await new Promise((r) => setTimeout(r, 200)), existsSync(path)));
     assert.equal(statSync(path).mode & 0o777, 0o600);

@@ -431,6 +431,7 @@ export class SandboxService {
   async delete(orgId: string, id: string, reason = 'deleted'): Promise<SandboxRow> {
     const row = await this.transition(orgId, id, 'delete', ['running', 'paused', 'stopped'], async (r) => {
       this.d.routes.delete(r.id);
+      this.d.tokens.forget(r.id);
       await this.d.gateway.close(r.id);
       await this.d.runtime.destroy(r.id);
       return { status: 'deleted', deletedReason: reason, deletedAt: new Date().toISOString() };

@@ -40,3 +40,29 @@ test('an API key, garbage, a tampered, an unsigned or an expired token in ?token
   await new Promise((r) => setTimeout(r, 2100));
   await rejects(tokens.verifyEvents(expired.token), 'TOKEN_EXPIRED', /events token expired/);
 });
+
+test('the verified-token cache forgets a deleted sandbox and drops its oldest entry past the cap', async () => {
+  const small = new TokenService(join(dir, 'keys', 'jwt.pem'), 3600, 3);
+  const a1 = await small.issue('sa', 'org_a');
+  const a2 = await small.issue('sa', 'org_a');
+  const b = await small.issue('sb', 'org_a');
+  for (const [t, id] of [[a1.token, 'sa'], [a2.token, 'sa'], [b.token, 'sb']] as const) await small.verify(t, id);
+  assert.equal(small.cachedTokens(), 3);
+  small.forget('sa');
+  assert.equal(small.cachedTokens(), 1);
+  // Forgotten tokens still verify (they are valid JWTs); they are only verified again.
+  assert.equal((await small.verify(a1.token, 'sa')).sandboxId, 'sa');
+  assert.equal(small.cachedTokens(), 2);
+  const c = await small.issue('sc', 'org_a');
+  const d = await small.issue('sd', 'org_a');
+  await small.verify(c.token, 'sc');
+  await small.verify(d.token, 'sd');
+  assert.equal(small.cachedTokens(), 3, 'the cap holds: the oldest entry went');
+  small.forget('sb');
+  assert.equal(small.cachedTokens(), 3, 'sb was the oldest: already gone, nothing else removed');
+  small.forget('sc');
+  assert.equal(small.cachedTokens(), 2);
+  small.forget('sd');
+  small.forget('sa');
+  assert.equal(small.cachedTokens(), 0);
+});

@@ -39,9 +39,16 @@ const NEW_EVENTS_TOKEN = 'get an events token from POST /v1/events/token';
 export class TokenService {
   private privateKey: KeyObject;
   private publicKey: KeyObject;
+  /** Verified sandbox tokens, oldest first (Map order), and which tokens each sandbox has cached. */
   private cache = new Map<string, SandboxClaims>();
+  private bySandbox = new Map<string, Set<string>>();
 
-  constructor(keyFile: string, private ttlSeconds: number) {
+  /** `cacheMax`: verified sandbox tokens kept; past it the oldest is dropped. */
+  constructor(
+    keyFile: string,
+    private ttlSeconds: number,
+    private cacheMax = 10_000,
+  ) {
     if (!existsSync(keyFile)) {
       mkdirSync(dirname(keyFile), { recursive: true, mode: 0o700 });
       const { privateKey } = generateKeyPairSync('ed25519');
@@ -71,7 +78,7 @@ export class TokenService {
     const cached = this.cache.get(token);
     if (cached) {
       if (cached.expiresAt * 1000 <= Date.now()) {
-        this.cache.delete(token);
+        this.uncache(token, cached.sandboxId);
         throw new ServiceError('TOKEN_EXPIRED', 'token expired: refresh it with POST /v1/sandboxes/{id}/token/refresh');
       }
       if (cached.sandboxId !== sandboxId) throw new ServiceError('AUTHENTICATION_ERROR', 'token was issued for another sandbox');
@@ -88,10 +95,42 @@ export class TokenService {
       }
       throw new ServiceError('AUTHENTICATION_ERROR', 'invalid token');
     }
-    if (this.cache.size > 10_000) this.cache.clear();
-    this.cache.set(token, claims);
+    this.remember(token, claims);
     if (claims.sandboxId !== sandboxId) throw new ServiceError('AUTHENTICATION_ERROR', 'token was issued for another sandbox');
     return claims;
+  }
+
+  /** A deleted sandbox's tokens leave the cache (they could only fail its lookup now). */
+  forget(sandboxId: string): void {
+    const tokens = this.bySandbox.get(sandboxId);
+    if (!tokens) return;
+    for (const t of tokens) this.cache.delete(t);
+    this.bySandbox.delete(sandboxId);
+  }
+
+  /** How many verified tokens are cached (for tests and the soak). */
+  cachedTokens(): number {
+    return this.cache.size;
+  }
+
+  private remember(token: string, claims: SandboxClaims): void {
+    // Bounded: past the cap the oldest entry goes (a sandbox that is still used verifies it again).
+    while (this.cache.size >= this.cacheMax) {
+      const [oldest, c] = this.cache.entries().next().value as [string, SandboxClaims];
+      this.uncache(oldest, c.sandboxId);
+    }
+    this.cache.set(token, claims);
+    let set = this.bySandbox.get(claims.sandboxId);
+    if (!set) this.bySandbox.set(claims.sandboxId, (set = new Set()));
+    set.add(token);
+  }
+
+  private uncache(token: string, sandboxId: string): void {
+    this.cache.delete(token);
+    const set = this.bySandbox.get(sandboxId);
+    if (!set) return;
+    set.delete(token);
+    if (set.size === 0) this.bySandbox.delete(sandboxId);
   }
 
   /** A short-lived token for the events streams of `orgId` (only `sandboxId`'s when given). */

@@ -74,6 +74,24 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     // creating + running + paused hold memory; stopped ones only their disk; deleted ones nothing.
     assert.deepEqual(await s.sandboxes.usage('org_a'), { active: 3, activeVcpu: 6, activeMemoryMb: 600, stopped: 1, diskGb: 1111 });
     assert.deepEqual(await s.sandboxes.usage('org_b'), { active: 1, activeVcpu: 1, activeMemoryMb: 5000, stopped: 0, diskGb: 50 });
+
+    // It follows every change of a row: state, resources, removal, purge.
+    const row = (id: string) => s.sandboxes.byId(id).then((r) => r!);
+    let r = await row('sb1');
+    await s.sandboxes.update('sb1', r.version, { status: 'stopped' });
+    assert.deepEqual(await s.sandboxes.usage('org_a'), { active: 2, activeVcpu: 4, activeMemoryMb: 400, stopped: 2, diskGb: 1111 });
+    r = await row('sb1');
+    await s.sandboxes.update('sb1', r.version, { status: 'running', vcpu: 7, memoryMb: 700, diskGb: 20 });
+    assert.deepEqual(await s.sandboxes.usage('org_a'), { active: 3, activeVcpu: 11, activeMemoryMb: 1100, stopped: 1, diskGb: 1121 });
+    r = await row('sb0');
+    await s.sandboxes.update('sb0', r.version, { status: 'deleted', deletedAt: '2026-01-01T00:00:00.000Z' });
+    await s.sandboxes.remove('sb2');
+    assert.deepEqual(await s.sandboxes.usage('org_a'), { active: 1, activeVcpu: 7, activeMemoryMb: 700, stopped: 1, diskGb: 1020 });
+    await s.sandboxes.purgeDeleted('2030-01-01T00:00:00.000Z');
+    assert.deepEqual(await s.sandboxes.usage('org_a'), { active: 1, activeVcpu: 7, activeMemoryMb: 700, stopped: 1, diskGb: 1020 });
+    for (const id of ['sb1', 'sb3']) await s.sandboxes.remove(id);
+    assert.deepEqual(await s.sandboxes.usage('org_a'), { active: 0, activeVcpu: 0, activeMemoryMb: 0, stopped: 0, diskGb: 0 });
+    assert.deepEqual(await s.sandboxes.usage('org_b'), { active: 1, activeVcpu: 1, activeMemoryMb: 5000, stopped: 0, diskGb: 50 });
     s.close();
   });
 

@@ -127,3 +127,58 @@ MIGRATIONS.push(`
 MIGRATIONS.push(`
   CREATE INDEX IF NOT EXISTS sandboxes_gateway_port ON sandboxes (gateway_port) WHERE status <> 'deleted';
 `);
+
+/**
+ * What each organization holds, kept by triggers as its sandbox rows change: admission reads one row
+ * instead of summing every row of the organization (tombstones included) on each create.
+ */
+MIGRATIONS.push(`
+  CREATE TABLE org_usage (
+    org_id TEXT PRIMARY KEY,
+    active INTEGER NOT NULL DEFAULT 0,
+    active_vcpu INTEGER NOT NULL DEFAULT 0,
+    active_memory_mb INTEGER NOT NULL DEFAULT 0,
+    stopped INTEGER NOT NULL DEFAULT 0,
+    disk_gb INTEGER NOT NULL DEFAULT 0
+  );
+  INSERT INTO org_usage (org_id, active, active_vcpu, active_memory_mb, stopped, disk_gb)
+    SELECT org_id,
+      sum(status IN ('creating','running','paused')),
+      sum((status IN ('creating','running','paused')) * vcpu),
+      sum((status IN ('creating','running','paused')) * memory_mb),
+      sum(status = 'stopped'),
+      sum(disk_gb)
+    FROM sandboxes WHERE status <> 'deleted' GROUP BY org_id;
+  CREATE TRIGGER sandboxes_usage_insert AFTER INSERT ON sandboxes BEGIN
+    INSERT OR IGNORE INTO org_usage (org_id) VALUES (NEW.org_id);
+    UPDATE org_usage SET active = active + (NEW.status IN ('creating','running','paused')),
+      active_vcpu = active_vcpu + (NEW.status IN ('creating','running','paused')) * NEW.vcpu,
+      active_memory_mb = active_memory_mb + (NEW.status IN ('creating','running','paused')) * NEW.memory_mb,
+      stopped = stopped + (NEW.status = 'stopped'),
+      disk_gb = disk_gb + (NEW.status <> 'deleted') * NEW.disk_gb
+    WHERE org_id = NEW.org_id;
+  END;
+  CREATE TRIGGER sandboxes_usage_delete AFTER DELETE ON sandboxes BEGIN
+    UPDATE org_usage SET active = active - (OLD.status IN ('creating','running','paused')),
+      active_vcpu = active_vcpu - (OLD.status IN ('creating','running','paused')) * OLD.vcpu,
+      active_memory_mb = active_memory_mb - (OLD.status IN ('creating','running','paused')) * OLD.memory_mb,
+      stopped = stopped - (OLD.status = 'stopped'),
+      disk_gb = disk_gb - (OLD.status <> 'deleted') * OLD.disk_gb
+    WHERE org_id = OLD.org_id;
+  END;
+  CREATE TRIGGER sandboxes_usage_update AFTER UPDATE OF org_id, status, vcpu, memory_mb, disk_gb ON sandboxes BEGIN
+    UPDATE org_usage SET active = active - (OLD.status IN ('creating','running','paused')),
+      active_vcpu = active_vcpu - (OLD.status IN ('creating','running','paused')) * OLD.vcpu,
+      active_memory_mb = active_memory_mb - (OLD.status IN ('creating','running','paused')) * OLD.memory_mb,
+      stopped = stopped - (OLD.status = 'stopped'),
+      disk_gb = disk_gb - (OLD.status <> 'deleted') * OLD.disk_gb
+    WHERE org_id = OLD.org_id;
+    INSERT OR IGNORE INTO org_usage (org_id) VALUES (NEW.org_id);
+    UPDATE org_usage SET active = active + (NEW.status IN ('creating','running','paused')),
+      active_vcpu = active_vcpu + (NEW.status IN ('creating','running','paused')) * NEW.vcpu,
+      active_memory_mb = active_memory_mb + (NEW.status IN ('creating','running','paused')) * NEW.memory_mb,
+      stopped = stopped + (NEW.status = 'stopped'),
+      disk_gb = disk_gb + (NEW.status <> 'deleted') * NEW.disk_gb
+    WHERE org_id = NEW.org_id;
+  END;
+`);

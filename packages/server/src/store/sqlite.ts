@@ -382,23 +382,14 @@ class SqliteSandboxRepo implements SandboxRepo {
     return this.db.prepare(`SELECT 1 FROM sandboxes WHERE gateway_port = ? AND status <> 'deleted' LIMIT 1`).get(port) !== undefined;
   }
   async usage(orgId: string): Promise<SandboxUsage> {
-    const r = this.db
-      .prepare(
-        `SELECT
-           coalesce(sum(status IN ('creating','running','paused')), 0) AS active,
-           coalesce(sum(CASE WHEN status IN ('creating','running','paused') THEN vcpu ELSE 0 END), 0) AS active_vcpu,
-           coalesce(sum(CASE WHEN status IN ('creating','running','paused') THEN memory_mb ELSE 0 END), 0) AS active_memory_mb,
-           coalesce(sum(status = 'stopped'), 0) AS stopped,
-           coalesce(sum(disk_gb), 0) AS disk_gb
-         FROM sandboxes WHERE org_id = ? AND status <> 'deleted'`,
-      )
-      .get(orgId) as Raw;
+    // org_usage is kept by triggers (see migrations.ts): one row, whatever the organization holds.
+    const r = this.db.prepare(`SELECT active, active_vcpu, active_memory_mb, stopped, disk_gb FROM org_usage WHERE org_id = ?`).get(orgId) as Raw | undefined;
     return {
-      active: Number(r.active),
-      activeVcpu: Number(r.active_vcpu),
-      activeMemoryMb: Number(r.active_memory_mb),
-      stopped: Number(r.stopped),
-      diskGb: Number(r.disk_gb),
+      active: Number(r?.active ?? 0),
+      activeVcpu: Number(r?.active_vcpu ?? 0),
+      activeMemoryMb: Number(r?.active_memory_mb ?? 0),
+      stopped: Number(r?.stopped ?? 0),
+      diskGb: Number(r?.disk_gb ?? 0),
     };
   }
   async countByTemplate(templateId: string) {

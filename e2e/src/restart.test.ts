@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { api, agent, createSandbox, startServer, type TestServer } from './harness.js';
+import { crunContainers, mounts } from '../../packages/server/dist/testing/host-objects.js';
 
 let server: TestServer;
 before(async () => {
@@ -80,4 +81,25 @@ test('a create interrupted by a crash leaves nothing behind after restart', asyn
   const dirs = existsSync(join(server.dataDir, 'sandboxes')) ? readdirSync(join(server.dataDir, 'sandboxes')) : [];
   const live = new Set(after);
   assert.deepEqual(dirs.filter((d) => !d.startsWith('.') && !live.has(d)), [], 'no directory of a half-made sandbox');
+});
+
+test('a delete answers before its teardown ends; a crash right after it leaves nothing behind', async () => {
+  const sb = await createSandbox(server);
+  const dir = join(server.dataDir, 'sandboxes', sb.id);
+  const traces = () => ({
+    dir: existsSync(dir),
+    container: crunContainers(join(server.dataDir, 'crun')).includes(sb.id),
+    mounts: mounts().filter((m) => m.target.includes(sb.id)).length,
+  });
+  const on = traces();
+  assert.ok(on.dir && on.container && on.mounts > 0, `the sandbox is on the host: ${JSON.stringify(on)}`);
+  const del = await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+  assert.deepEqual([del.status, del.body.status], [200, 'deleted']);
+  // At once: no route, the row says deleted, while the host objects come down behind the answer.
+  await assert.rejects(fetch(`${sb.publicHost}/health`, { headers: { authorization: `Bearer ${sb.authToken}` } }));
+  assert.equal((await api(server, 'GET', `/v1/sandboxes/${sb.id}`)).status, 404);
+  await server.kill9();
+  await server.restart();
+  assert.equal((await api(server, 'GET', `/v1/sandboxes/${sb.id}`)).status, 404);
+  assert.deepEqual(traces(), { dir: false, container: false, mounts: 0 }, 'the start after the crash finished the teardown');
 });

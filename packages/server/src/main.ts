@@ -209,6 +209,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   const rec = await sandboxes.reconcile();
   log('reconciled sandboxes with the runtime', rec);
   const expired = await sandboxes.sweep();
+  // What reconcile and the sweep deleted is off the host before the service answers.
+  await sandboxes.settle();
   if (expired) log(`deleted ${expired} sandbox(es) whose deadline passed while the service was down`);
   let sweeping = false;
   const sweepTimer = setInterval(() => {
@@ -237,6 +239,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   const ownsLayers = config.layersDir.startsWith(`${config.dataDir}/`);
   const gcLayers = async () => {
     if (!ownsLayers) return;
+    // A deleted sandbox's overlay may still be coming down over the layers in question.
+    await sandboxes.settle();
     const removed = await collectGarbage(store, images);
     if (removed.length) log(`removed ${removed.length} unreferenced layer(s)`);
   };
@@ -268,6 +272,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     void (async () => {
       await app.close().catch(() => {});
       await gateway.closeAll().catch(() => {});
+      await sandboxes.settle();
       await pool.close().catch((err: unknown) => log('emptying the warm pool failed', { error: String(err) }));
       await runtime.close().catch((err: unknown) => log('releasing runtime spares failed', { error: String(err) }));
       store.close();

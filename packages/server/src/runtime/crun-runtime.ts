@@ -674,6 +674,25 @@ export class CrunRuntime implements Runtime {
     return (await this.hasTrace(id)) ? 'stopped' : 'missing';
   }
 
+  async statuses(ids: string[]): Promise<Map<string, RuntimeStatus>> {
+    for (const id of ids) checkId(id);
+    const out = new Map<string, RuntimeStatus>();
+    let states: Awaited<ReturnType<Crun['states']>>;
+    try {
+      states = await this.crun.states();
+    } catch (err) {
+      // One unreadable container state fails the whole list: ask about each, as status() does.
+      this.log(`crun list failed (${String(err)}); asking each sandbox's state`);
+      for (const id of ids) out.set(id, await this.status(id));
+      return out;
+    }
+    for (const id of ids) {
+      const st = states.get(id)?.status;
+      out.set(id, st === 'running' || st === 'paused' ? st : (await this.hasTrace(id)) ? 'stopped' : 'missing');
+    }
+    return out;
+  }
+
   async list(): Promise<string[]> {
     const ids = new Set<string>([...(await this.sandboxDirIds()), ...(await this.crun.ids())]);
     try {

@@ -40,6 +40,16 @@ export class Crun {
     return { status: s.status, pid: s.pid };
   }
 
+  /** Every container's state from one `crun list` (not one `crun state` per container). */
+  async states(): Promise<Map<string, { status: CrunStatus; pid: number }>> {
+    const out = new Map<string, { status: CrunStatus; pid: number }>();
+    if (!existsSync(this.root)) return out;
+    const r = await proc('crun', this.args('list', '--format=json'));
+    if (r.code !== 0) throw toolError('crun list', [], r);
+    for (const c of JSON.parse(r.stdout || '[]') as Array<{ id: string; status: CrunStatus; pid: number }>) out.set(c.id, { status: c.status, pid: c.pid });
+    return out;
+  }
+
   /**
    * `crun run -d` with a new listening unix socket as fd 3 inside (made at `listen.tmp`, renamed to
    * `listen.path`; see spawner-child.ts). A detached container inherits crun's stdio, so all three

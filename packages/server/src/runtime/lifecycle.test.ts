@@ -103,8 +103,20 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     const ip = readFileSync(`${t.dataDir}/sandboxes/${id}/net.json`, 'utf8');
     const base = idBase(t, id);
     assert.equal(await initUid(t.rt, id), base);
-    await t.rt.stop(id);
-    assert.equal(await t.rt.status(id), 'stopped');
+    const other = 'stop1b';
+    await t.rt.create(testSpec(other, [lower]));
+    try {
+      await t.rt.pause(other);
+      await t.rt.stop(id);
+      assert.equal(await t.rt.status(id), 'stopped');
+      // One query for many: the same answers as status() one by one.
+      const many = await t.rt.statuses([id, other, 'nosuch1']);
+      assert.deepEqual(Object.fromEntries(many), { [id]: 'stopped', [other]: 'paused', nosuch1: 'missing' });
+      await t.rt.resume(other);
+      assert.equal((await t.rt.statuses([other])).get(other), 'running');
+    } finally {
+      await t.rt.destroy(other);
+    }
     assert.ok((await t.rt.list()).includes(id));
     assert.deepEqual(traces(t, id), [`directory ${t.dataDir}/sandboxes/${id}`], 'stopped: only the directory (disk image) is left');
     await t.rt.stop(id); // idempotent

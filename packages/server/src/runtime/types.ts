@@ -81,6 +81,8 @@ export interface Runtime {
   /** Removes container, mounts, loop device, cgroups, netns/veth and directory. Idempotent. */
   destroy(id: string): Promise<void>;
   status(id: string): Promise<RuntimeStatus>;
+  /** status() of many sandboxes at once, for the price of one query (reconcile at start). */
+  statuses(ids: string[]): Promise<Map<string, RuntimeStatus>>;
   /** Every sandbox id the runtime holds any trace of (directories, containers, netns, cgroups). */
   list(): Promise<string[]>;
   /** One sandbox's counters, on demand; its cost does not depend on the number of sandboxes. */

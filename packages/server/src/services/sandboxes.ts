@@ -105,9 +105,14 @@ function specFor(id: string, src: SpecSource, layerPath: (id: string) => string)
   };
 }
 
+/** Waits before the second and third try of a failed teardown. */
+const TEARDOWN_RETRIES_MS = [1000, 5000];
+
 export class SandboxService {
   /** Sandboxes whose gone agent is being looked into (agentGone). */
   private checkingGone = new Set<string>();
+  /** Deleted sandboxes whose host objects are being removed (tearDown). */
+  private teardowns = new Map<string, Promise<void>>();
 
   private readonly pool: WarmPool;
 
@@ -433,11 +438,50 @@ export class SandboxService {
       this.d.routes.delete(r.id);
       this.d.tokens.forget(r.id);
       await this.d.gateway.close(r.id);
-      await this.d.runtime.destroy(r.id);
       return { status: 'deleted', deletedReason: reason, deletedAt: new Date().toISOString() };
     });
+    this.tearDown(row.id);
     this.event(reason === 'expired' ? 'expired' : 'deleted', row, reason);
     return row;
+  }
+
+  /**
+   * Removes a deleted sandbox from the host (its container first, then network, disk, directory)
+   * after the delete has answered: the row already says deleted and nothing routes to it, so the
+   * client does not wait for the teardown. A teardown that fails is tried again twice; one cut
+   * short by a crash is finished by the next start's reconcile (the runtime still lists the
+   * sandbox, and no live row claims it). Shutdown waits for the running ones (settle).
+   */
+  private tearDown(id: string): void {
+    if (this.teardowns.has(id)) return;
+    const attempt = async (): Promise<void> => {
+      for (let i = 0; ; i++) {
+        try {
+          await this.d.runtime.destroy(id);
+          return;
+        } catch (err) {
+          if (i >= TEARDOWN_RETRIES_MS.length) {
+            this.d.log('removing a deleted sandbox failed; the next start of the service removes what is left', { id, error: String(err) });
+            return;
+          }
+          await new Promise((r) => setTimeout(r, TEARDOWN_RETRIES_MS[i]));
+        }
+      }
+    };
+    this.teardowns.set(
+      id,
+      attempt().finally(() => this.teardowns.delete(id)),
+    );
+  }
+
+  /** Waits until every teardown that has begun has ended (shutdown, tests). */
+  async settle(): Promise<void> {
+    while (this.teardowns.size > 0) await Promise.allSettled([...this.teardowns.values()]);
+  }
+
+  /** How many deleted sandboxes are still being removed from the host. */
+  pendingTeardowns(): number {
+    return this.teardowns.size;
   }
 
   async setTimeout(orgId: string, id: string, timeoutSeconds: number): Promise<SandboxRow> {
@@ -528,6 +572,8 @@ export class SandboxService {
     const stats = { restored: 0, cleaned: 0, rebooted: 0, lost: 0 };
     const live = await this.d.store.sandboxes.live();
     const liveIds = new Set<string>();
+    // One query of the runtime for all of them, not one per sandbox.
+    const actuals = await this.d.runtime.statuses(live.filter((r) => r.status !== 'creating').map((r) => r.id));
     for (const row of live) {
       if (row.status === 'creating') {
         await this.d.runtime.destroy(row.id).catch(() => {});
@@ -535,7 +581,7 @@ export class SandboxService {
         stats.cleaned++;
         continue;
       }
-      const actual = await this.d.runtime.status(row.id);
+      const actual = actuals.get(row.id) ?? 'missing';
       let current = row;
       try {
         if (actual === 'missing') {

@@ -23,7 +23,13 @@ const RATE = Number(process.argv[3] ?? 2);
 const STEADY_S = Number(process.argv[4] ?? 10);
 
 /** Bursts commit more memory and sandboxes than the default quotas allow: this measures the node. */
-const DAEMON_ENV = { SANDBOXD_MAX_SANDBOXES: '0', SANDBOXD_MAX_TOTAL_MEMORY_MB: '0', SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE: '100000' };
+const DAEMON_ENV = {
+  SANDBOXD_MAX_SANDBOXES: '0',
+  SANDBOXD_MAX_TOTAL_MEMORY_MB: '0',
+  SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE: '100000',
+  // The daemon's own default reserve (the test harness sets none), unless the caller sets one.
+  SANDBOXD_WARM_POOL_RESERVE: process.env.SANDBOXD_WARM_POOL_RESERVE ?? '',
+};
 const CREATE = { template_name: 'base', internet_access: false };
 
 interface Sample {
@@ -115,8 +121,14 @@ async function withServer<T>(env: Record<string, string>, fn: (s: TestServer) =>
 async function outOfTheBlue(): Promise<{ samples: Sample[]; ready: number }> {
   return withServer({}, async (server) => {
     await sequential(server, 1, 0);
-    await new Promise((r) => setTimeout(r, 5000));
-    const ready = containers(server).length;
+    // At rest: the pool has stopped growing (the floor, or the reserve, is booted).
+    let ready = -1;
+    for (let stable = 0, t0 = performance.now(); stable < 4 && performance.now() - t0 < 60_000; ) {
+      await new Promise((r) => setTimeout(r, 500));
+      const n = containers(server).length;
+      stable = n === ready ? stable + 1 : 0;
+      ready = n;
+    }
     return { samples: await burst(server), ready };
   });
 }
@@ -250,7 +262,7 @@ async function main(): Promise<void> {
   const w = config.warmPool;
   console.log(`\nbench/burst on ${new Date().toISOString()} (${availableParallelism()} cores; burst=${BURST}, steady ${RATE}/s for ${STEADY_S} s)`);
   console.log(
-    `daemon: boot concurrency ${w.bootConcurrency}, warm pool floor ${w.minPerKey}/key, horizon ${w.horizonSeconds} s, budget ${w.maxMemoryMb} MiB, shrink after ${w.shrinkAfterSeconds} s`,
+    `daemon: boot concurrency ${w.bootConcurrency}, warm pool floor ${w.minPerKey}/key, horizon ${w.horizonSeconds} s, budget ${w.maxMemoryMb} MiB, reserve ${w.reserve}, shrink after ${w.shrinkAfterSeconds} s`,
   );
   console.log(row('baseline: one create + command, cold', cold));
   console.log(row('one create + command, warm pool', warm, cold));

@@ -4,7 +4,8 @@
 // to the same measured on the same daemon with none alive (the baseline, same run), and the time to
 // create and to delete them all.
 // Usage (root, after npm run build): node bench/dist/scale.js [N=1000] [CONCURRENCY=8] [IDLE_SECONDS=30]
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { spawnSync as spawnProc } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { api, startServer, type TestServer } from '../../e2e/dist/harness.js';
@@ -117,12 +118,17 @@ async function main(): Promise<void> {
     for (const id of ids.splice(0, SAMPLES)) delFull.push(await del(server, id));
 
     const drainStart = performance.now();
+    const drained = [...ids];
     await Promise.all(
       Array.from({ length: CONCURRENCY }, async () => {
         for (let id = ids.pop(); id; id = ids.pop()) await del(server, id);
       }),
     );
     const drainSeconds = (performance.now() - drainStart) / 1000;
+    // A delete answers before the host teardown ends: the drain is over when every directory is gone.
+    const leftOnHost = () => drained.filter((id) => existsSync(join(server.dataDir, 'sandboxes', id))).length;
+    while (leftOnHost() > 0 && performance.now() - drainStart < 600_000) await new Promise((r) => setTimeout(r, 100));
+    const teardownSeconds = (performance.now() - drainStart) / 1000;
 
     console.log(`\nbench/scale on ${new Date().toISOString()} (N=${N}, concurrency=${CONCURRENCY}, idle window ${IDLE_SECONDS} s)`);
     console.log(row('create, none alive (baseline)', empty.create));
@@ -130,7 +136,7 @@ async function main(): Promise<void> {
     console.log(row('delete, none alive (baseline)', empty.del));
     console.log(row(`delete, ${N} alive`, delFull, empty.del));
     console.log(row(`fill: creates at concurrency ${CONCURRENCY}`, fillMs));
-    console.log(`fill: ${N} sandboxes in ${fillSeconds.toFixed(1)} s; delete all: ${drainSeconds.toFixed(1)} s`);
+    console.log(`fill: ${N} sandboxes in ${fillSeconds.toFixed(1)} s; delete all: ${drainSeconds.toFixed(1)} s answered, ${teardownSeconds.toFixed(1)} s until the host held none of them (${leftOnHost()} left)`);
     console.log(`idle daemon CPU: ${(idleFull * 100).toFixed(2)} % of a core with ${N} idle sandboxes (baseline, none alive: ${(idleEmpty * 100).toFixed(2)} %)`);
     console.log(`host memory per idle sandbox: ${perSandboxMiB.toFixed(2)} MiB (MemAvailable drop); daemon RSS ${rssBefore.toFixed(0)} → ${rssAfter.toFixed(0)} MiB`);
     const ratio = summary(full.create).p50 / summary(empty.create).p50;

@@ -124,6 +124,9 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     SANDBOXD_GATEWAY_PORTS: `${blockBase}-${blockBase + 299}`,
     SANDBOXD_TEMPLATES: (opts.templates ?? ['base', 'code-interpreter']).join(','),
     SANDBOXD_SWEEP_INTERVAL_MS: '200',
+    // Test daemons hold no reserve at rest (the warm-pool test and the burst benchmark set one):
+    // many of them run at once, and each would keep dozens of sandboxes booted.
+    SANDBOXD_WARM_POOL_RESERVE: '0',
     // Cgroups, netns names, the bridge and its subnet are host-global: each live daemon needs its own.
     SANDBOXD_CGROUP_PARENT: `sandboxd-test${slot}`,
     SANDBOXD_BRIDGE: `sbtest${slot}`,

@@ -69,9 +69,9 @@ test('host facts are read from this machine: cores, memory, and the filesystem o
   assert.ok(f.cpus >= 1 && f.memoryMb > 100 && f.diskGb >= 1, JSON.stringify(f));
 });
 
-test('the warm pool: a tenth of the host memory (at most 4 GiB), 2 ready per key, 90 s of demand, two boots per core', () => {
-  assert.deepEqual(loadConfig({}, BIG).warmPool, { minPerKey: 2, maxMemoryMb: 4096, horizonSeconds: 90, shrinkAfterSeconds: 30, bootConcurrency: 32 });
-  assert.deepEqual(loadConfig({}, SMALL).warmPool, { minPerKey: 2, maxMemoryMb: 100, horizonSeconds: 90, shrinkAfterSeconds: 30, bootConcurrency: 2 });
+test('the warm pool: a tenth of the host memory (at most 4 GiB), a fifth of that at rest, 2 ready per key, 90 s of demand, two boots per core', () => {
+  assert.deepEqual(loadConfig({}, BIG).warmPool, { minPerKey: 2, maxMemoryMb: 4096, reserve: 81, horizonSeconds: 90, shrinkAfterSeconds: 30, bootConcurrency: 32 });
+  assert.deepEqual(loadConfig({}, SMALL).warmPool, { minPerKey: 2, maxMemoryMb: 100, reserve: 2, horizonSeconds: 90, shrinkAfterSeconds: 30, bootConcurrency: 2 });
   const set = loadConfig(
     {
       SANDBOXD_WARM_POOL_SIZE: '0',
@@ -79,10 +79,11 @@ test('the warm pool: a tenth of the host memory (at most 4 GiB), 2 ready per key
       SANDBOXD_WARM_POOL_HORIZON_SECONDS: '5',
       SANDBOXD_WARM_POOL_SHRINK_AFTER_SECONDS: '2',
       SANDBOXD_BOOT_CONCURRENCY: '3',
+      SANDBOXD_WARM_POOL_RESERVE: '7',
     },
     BIG,
   ).warmPool;
-  assert.deepEqual(set, { minPerKey: 0, maxMemoryMb: 0, horizonSeconds: 5, shrinkAfterSeconds: 2, bootConcurrency: 3 });
+  assert.deepEqual(set, { minPerKey: 0, maxMemoryMb: 0, reserve: 7, horizonSeconds: 5, shrinkAfterSeconds: 2, bootConcurrency: 3 });
 });
 
 test('bad warm pool settings are refused at start, naming the variable and why', () => {
@@ -91,6 +92,7 @@ test('bad warm pool settings are refused at start, naming the variable and why',
     [{ SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '70000' }, /SANDBOXD_WARM_POOL_MAX_MEMORY_MB \(70000\) must not be above the host's memory \(65536 MB\)/],
     [{ SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '1.5G' }, /SANDBOXD_WARM_POOL_MAX_MEMORY_MB must be an integer/],
     [{ SANDBOXD_WARM_POOL_SIZE: '51' }, /SANDBOXD_WARM_POOL_SIZE must be an integer in \[0, 50\]/],
+    [{ SANDBOXD_WARM_POOL_RESERVE: 'many' }, /SANDBOXD_WARM_POOL_RESERVE must be an integer in \[0, 100000\]/],
     [{ SANDBOXD_WARM_POOL_HORIZON_SECONDS: '-1' }, /SANDBOXD_WARM_POOL_HORIZON_SECONDS must be an integer in \[0, 3600\]/],
     [{ SANDBOXD_WARM_POOL_SHRINK_AFTER_SECONDS: '0' }, /SANDBOXD_WARM_POOL_SHRINK_AFTER_SECONDS must be an integer in \[1, 86400\]/],
     [{ SANDBOXD_BOOT_CONCURRENCY: '0' }, /SANDBOXD_BOOT_CONCURRENCY must be an integer in \[1, 256\]/],

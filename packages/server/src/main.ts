@@ -181,6 +181,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     log,
     minPerKey: config.warmPool.minPerKey,
     maxMemoryMb: config.warmPool.maxMemoryMb,
+    reserveSandboxes: config.warmPool.reserve,
     horizonSeconds: config.warmPool.horizonSeconds,
     shrinkAfterMs: config.warmPool.shrinkAfterSeconds * 1000,
     bootConcurrency: config.warmPool.bootConcurrency,

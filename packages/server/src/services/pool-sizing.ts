@@ -43,6 +43,11 @@ export interface SizingPolicy {
   horizonSeconds: number;
   /** Ready sandboxes the memory budget pays for, all keys together (the ceiling). */
   budgetSandboxes: number;
+  /**
+   * Ready sandboxes held at rest, all keys together, shared by each key's long-term demand: what
+   * serves a burst that no recent demand announced (0: none beyond the floor).
+   */
+  reserveSandboxes?: number;
 }
 
 /** The budget in sandboxes: what `maxMemoryMb` pays for at `costMb` each. */
@@ -51,34 +56,48 @@ export function budgetSandboxes(maxMemoryMb: number, costMb = READY_SANDBOX_COST
 }
 
 /**
- * Target of ready sandboxes per key: max(floor, ⌈rate × horizon⌉), and when the keys together want
- * more than the budget pays for, each gets a share proportional to what it wants (largest
- * remainders first, then the busier key), so the total never exceeds the budget and a busy key
- * does not starve a quiet one of its share.
+ * `total` shared out in proportion to `weights` (all equal when every weight is 0), in whole
+ * sandboxes: floors first, then the largest remainders (ties: the heavier key, then the key's name).
  */
-export function targetsFor(rates: ReadonlyMap<string, number>, p: SizingPolicy): Map<string, number> {
+export function apportion(total: number, weights: ReadonlyMap<string, number>): Map<string, number> {
+  const out = new Map<string, number>();
+  if (weights.size === 0) return out;
+  const sum = [...weights.values()].reduce((a, b) => a + b, 0);
+  const weightOf = (w: number) => (sum > 0 ? w / sum : 1 / weights.size);
+  const shares: Array<{ key: string; rest: number; weight: number }> = [];
+  let given = 0;
+  for (const [key, w] of weights) {
+    const exact = total * weightOf(w);
+    const whole = Math.floor(exact + 1e-9);
+    out.set(key, whole);
+    given += whole;
+    shares.push({ key, rest: exact - whole, weight: w });
+  }
+  shares.sort((a, b) => b.rest - a.rest || b.weight - a.weight || (a.key < b.key ? -1 : 1));
+  for (const sh of shares) {
+    if (given >= total) break;
+    out.set(sh.key, out.get(sh.key)! + 1);
+    given++;
+  }
+  return out;
+}
+
+/**
+ * Target of ready sandboxes per key: max(floor, ⌈rate × horizon⌉, its share of the reserve by
+ * long-term demand), and when the keys together want more than the budget pays for, each gets a
+ * share proportional to what it wants, so the total never exceeds the budget and a busy key does
+ * not starve a quiet one of its share. `longRates` (creates per second over the last hour or so)
+ * default to `rates`.
+ */
+export function targetsFor(rates: ReadonlyMap<string, number>, p: SizingPolicy, longRates: ReadonlyMap<string, number> = rates): Map<string, number> {
+  const reserve = apportion(Math.min(p.reserveSandboxes ?? 0, p.budgetSandboxes), new Map([...rates.keys()].map((k) => [k, longRates.get(k) ?? 0])));
   const want = new Map<string, number>();
   for (const [key, rate] of rates) {
     // A hair below an integer must not round up (floating point of the decayed sum).
     const byRate = Math.ceil(rate * p.horizonSeconds - 1e-9);
-    want.set(key, Math.max(p.minPerKey, byRate));
+    want.set(key, Math.max(p.minPerKey, byRate, reserve.get(key) ?? 0));
   }
   const total = [...want.values()].reduce((a, b) => a + b, 0);
   if (total <= p.budgetSandboxes) return want;
-  const out = new Map<string, number>();
-  const shares: Array<{ key: string; rest: number; want: number }> = [];
-  let given = 0;
-  for (const [key, w] of want) {
-    const exact = (w * p.budgetSandboxes) / total;
-    out.set(key, Math.floor(exact));
-    given += Math.floor(exact);
-    shares.push({ key, rest: exact - Math.floor(exact), want: w });
-  }
-  shares.sort((a, b) => b.rest - a.rest || b.want - a.want || (a.key < b.key ? -1 : 1));
-  for (const s of shares) {
-    if (given >= p.budgetSandboxes) break;
-    out.set(s.key, out.get(s.key)! + 1);
-    given++;
-  }
-  return out;
+  return apportion(p.budgetSandboxes, want);
 }

@@ -107,12 +107,16 @@ function specFor(id: string, src: SpecSource, layerPath: (id: string) => string)
 
 /** Waits before the second and third try of a failed teardown. */
 const TEARDOWN_RETRIES_MS = [1000, 5000];
+/** How often sweep purges tombstones older than tombstoneSeconds. */
+const PURGE_INTERVAL_MS = 60_000;
 
 export class SandboxService {
   /** Sandboxes whose gone agent is being looked into (agentGone). */
   private checkingGone = new Set<string>();
   /** Deleted sandboxes whose host objects are being removed (tearDown). */
   private teardowns = new Map<string, Promise<void>>();
+  /** When sweep last purged old tombstones (ms since the epoch). */
+  private lastPurge = 0;
 
   private readonly pool: WarmPool;
 
@@ -559,7 +563,11 @@ export class SandboxService {
         }
       }
     }
-    await this.d.store.sandboxes.purgeDeleted(new Date(now.getTime() - this.d.tombstoneSeconds * 1000).toISOString());
+    // Tombstones are kept for a day by default: purging them once a minute is plenty.
+    if (now.getTime() - this.lastPurge >= PURGE_INTERVAL_MS) {
+      this.lastPurge = now.getTime();
+      await this.d.store.sandboxes.purgeDeleted(new Date(now.getTime() - this.d.tombstoneSeconds * 1000).toISOString());
+    }
     return due.length;
   }
 

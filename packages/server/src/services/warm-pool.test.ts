@@ -1,7 +1,7 @@
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { ServiceError } from '@sandboxd/protocol';
-import { budgetSandboxes, RateEstimate, targetsFor } from './pool-sizing.js';
+import { apportion, budgetSandboxes, RateEstimate, targetsFor } from './pool-sizing.js';
 import { WarmPool, type WarmKey, type WarmPoolOptions } from './warm-pool.js';
 
 const flush = async () => {
@@ -110,6 +110,33 @@ describe('sizing arithmetic', () => {
   });
 });
 
+describe('the reserve', () => {
+  test('at rest the reserve is shared by long-term demand, within the budget; recent demand above it wins', () => {
+    const p = { minPerKey: 2, horizonSeconds: 90, budgetSandboxes: 240, reserveSandboxes: 48 };
+    // One key asked for once (no recent rate to speak of): it holds the whole reserve.
+    assert.deepEqual(targetsFor(new Map([['a', 0]]), p, new Map([['a', 0.0003]])), new Map([['a', 48]]));
+    // Three keys: 3:1:0 of the long-term demand; a key with none still has its floor.
+    const three = targetsFor(new Map([['a', 0], ['b', 0], ['c', 0]]), p, new Map([['a', 0.003], ['b', 0.001], ['c', 0]]));
+    assert.deepEqual(three, new Map([['a', 36], ['b', 12], ['c', 2]]));
+    // No long-term figures: an equal share each.
+    assert.deepEqual(targetsFor(new Map([['a', 0], ['b', 0]]), p, new Map()), new Map([['a', 24], ['b', 24]]));
+    // Demand now above the reserve's share: the rate decides.
+    assert.deepEqual(targetsFor(new Map([['a', 1]]), p, new Map([['a', 0.5]])), new Map([['a', 90]]));
+    // A reserve above the budget is the budget; no reserve is the floor.
+    assert.deepEqual(targetsFor(new Map([['a', 0]]), { ...p, reserveSandboxes: 500 }, new Map([['a', 1]])), new Map([['a', 240]]));
+    assert.deepEqual(targetsFor(new Map([['a', 0]]), { ...p, reserveSandboxes: 0 }, new Map([['a', 1]])), new Map([['a', 2]]));
+  });
+
+  test('apportion shares whole sandboxes, largest remainders first, and gives out exactly the total', () => {
+    assert.deepEqual(apportion(10, new Map([['a', 1], ['b', 1], ['c', 1]])), new Map([['a', 4], ['b', 3], ['c', 3]]));
+    assert.deepEqual(apportion(0, new Map([['a', 1]])), new Map([['a', 0]]));
+    assert.deepEqual(apportion(5, new Map()), new Map());
+    const out = apportion(7, new Map([['x', 0.2], ['y', 0.7], ['z', 0.1]]));
+    assert.equal([...out.values()].reduce((a, b) => a + b), 7);
+    assert.deepEqual(out, new Map([['x', 1], ['y', 5], ['z', 1]]));
+  });
+});
+
 describe('the pool with an injected clock', () => {
   test('the target rises with the creation rate and the pool fills up to it', async () => {
     const clock = { t: 0 };
@@ -139,6 +166,53 @@ describe('the pool with an injected clock', () => {
     const id = await p.acquire(k, boots.make());
     assert.ok(got.every((g) => g !== id));
     assert.ok(booted.includes(id), 'booted before the create arrived');
+    await shut(p, boots);
+  });
+
+  test('at rest the reserve is held for the keys in use, shared by their long-term demand, and kept', async () => {
+    const clock = { t: 0 };
+    const boots = new Boots();
+    // 1000 MB: 100 ready in all; a reserve of 12.
+    const { p, destroyed } = pool({ clock, reserveSandboxes: 12, bootConcurrency: 4 });
+    for (const [name, n] of [['a', 3], ['b', 1]] as const) {
+      for (let i = 0; i < n; i++) {
+        const c = p.acquire(key(name), boots.make(name));
+        await boots.finishAll();
+        await c;
+      }
+    }
+    // Ten minutes later the recent rates are gone; the long-term ones (3:1) share the reserve.
+    clock.t += 600_000;
+    p.tick();
+    await boots.finishAll();
+    p.tick();
+    await boots.finishAll();
+    // While a was the only key it held the whole reserve (12); its share is 9 now.
+    assert.deepEqual(
+      p.stats().map((s) => [s.label, s.target, s.ready]),
+      [
+        ['a', 9, 12],
+        ['b', 3, 3],
+      ],
+    );
+    clock.t += 60_000;
+    p.tick();
+    await flush();
+    assert.equal(destroyed.length, 3, 'what is beyond its share goes after shrinkAfterMs');
+    clock.t += 3_600_000;
+    p.tick();
+    p.tick();
+    await boots.finishAll();
+    await flush();
+    assert.deepEqual(
+      p.stats().map((s) => [s.label, s.target, s.ready]),
+      [
+        ['a', 9, 9],
+        ['b', 3, 3],
+      ],
+      'an hour later, with no demand since, the reserve is still held',
+    );
+    assert.equal(destroyed.length, 3);
     await shut(p, boots);
   });
 

@@ -30,6 +30,11 @@ export interface WarmPoolOptions {
   maxMemoryMb: number;
   /** Seconds of each key's demand to hold ready (rate × horizon). */
   horizonSeconds: number;
+  /**
+   * Ready sandboxes held at rest, all keys together, shared by long-term demand (at most the budget):
+   * what serves a burst that no recent demand announced. Default 0 (only the floor).
+   */
+  reserveSandboxes?: number;
   /** Ready sandboxes beyond their key's target for this long are destroyed. */
   shrinkAfterMs: number;
   /** Boots at once, for waiting creates and refills together. */
@@ -41,6 +46,8 @@ export interface WarmPoolOptions {
   refillDelayMs?: number;
   /** Time constant of the creation-rate average. */
   rateTauMs?: number;
+  /** Time constant of the long-term creation rate, which shares out the reserve. */
+  longRateTauMs?: number;
   /** Period of the resize/shrink pass; 0: none (tests call tick()). */
   tickMs?: number;
   now?: () => number;
@@ -70,6 +77,7 @@ interface KeyState {
   /** Boots in flight for this key (each one's sandbox goes to the first waiter, or is kept ready). */
   booting: number;
   rate: RateEstimate;
+  longRate: RateEstimate;
   target: number;
   loggedTarget: number;
   excessSince: number | undefined;
@@ -123,6 +131,8 @@ export class WarmPool {
       maxKeys: 8,
       refillDelayMs: 100,
       rateTauMs: 10_000,
+      longRateTauMs: 3_600_000,
+      reserveSandboxes: 0,
       tickMs: 1000,
       costMb: READY_SANDBOX_COST_MB,
       ...opts,
@@ -152,7 +162,10 @@ export class WarmPool {
     if (opts.signal?.aborted) return Promise.reject(abandoned());
     const now = this.now();
     const s = this.stateFor(k, make, now);
-    if (!opts.retry) s.rate.observe(now);
+    if (!opts.retry) {
+      s.rate.observe(now);
+      s.longRate.observe(now);
+    }
     this.retarget(now);
     return new Promise<string>((resolve, reject) => {
       const onAbort = () => {
@@ -256,6 +269,7 @@ export class WarmPool {
         waiters: [],
         booting: 0,
         rate: new RateEstimate(this.o.rateTauMs),
+        longRate: new RateEstimate(this.o.longRateTauMs),
         target: 0,
         loggedTarget: 0,
         excessSince: undefined,
@@ -296,9 +310,15 @@ export class WarmPool {
 
   private retarget(now: number): void {
     const rates = new Map<string, number>();
-    for (const s of this.states.values()) if (!s.retired) rates.set(s.k.key, s.rate.perSecond(now));
+    const longRates = new Map<string, number>();
+    for (const s of this.states.values()) {
+      if (s.retired) continue;
+      rates.set(s.k.key, s.rate.perSecond(now));
+      longRates.set(s.k.key, s.longRate.perSecond(now));
+    }
+    const policy = { minPerKey: this.o.minPerKey, horizonSeconds: this.o.horizonSeconds, budgetSandboxes: this.budget, reserveSandboxes: this.o.reserveSandboxes };
     const targets = this.holds
-      ? targetsFor(rates, { minPerKey: this.o.minPerKey, horizonSeconds: this.o.horizonSeconds, budgetSandboxes: this.budget })
+      ? targetsFor(rates, policy, longRates)
       : new Map<string, number>();
     for (const s of this.states.values()) s.target = s.retired ? 0 : (targets.get(s.k.key) ?? 0);
   }

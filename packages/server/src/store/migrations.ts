@@ -182,3 +182,8 @@ MIGRATIONS.push(`
     WHERE org_id = NEW.org_id;
   END;
 `);
+
+/** The sweep's purge of old tombstones finds them by an index, not by reading every row. */
+MIGRATIONS.push(`
+  CREATE INDEX IF NOT EXISTS sandboxes_deleted_at ON sandboxes (deleted_at) WHERE status = 'deleted';
+`);

@@ -69,8 +69,8 @@ test('host facts are read from this machine: cores, memory, and the filesystem o
   assert.ok(f.cpus >= 1 && f.memoryMb > 100 && f.diskGb >= 1, JSON.stringify(f));
 });
 
-test('the warm pool: a tenth of the host memory (at most 4 GiB), a fifth of that at rest, 2 ready per key, 90 s of demand, two boots per core', () => {
-  assert.deepEqual(loadConfig({}, BIG).warmPool, { minPerKey: 2, maxMemoryMb: 4096, reserve: 81, horizonSeconds: 90, shrinkAfterSeconds: 30, bootConcurrency: 32 });
+test('the warm pool: a tenth of the host memory (at most 4 GiB), a quarter of that at rest, 2 ready per key, 90 s of demand, two boots per core', () => {
+  assert.deepEqual(loadConfig({}, BIG).warmPool, { minPerKey: 2, maxMemoryMb: 4096, reserve: 102, horizonSeconds: 90, shrinkAfterSeconds: 30, bootConcurrency: 32 });
   assert.deepEqual(loadConfig({}, SMALL).warmPool, { minPerKey: 2, maxMemoryMb: 100, reserve: 2, horizonSeconds: 90, shrinkAfterSeconds: 30, bootConcurrency: 2 });
   const set = loadConfig(
     {

@@ -4,7 +4,7 @@
 // to the same measured on the same daemon with none alive (the baseline, same run), and the time to
 // create and to delete them all.
 // Usage (root, after npm run build): node bench/dist/scale.js [N=1000] [CONCURRENCY=8] [IDLE_SECONDS=30]
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { spawnSync as spawnProc } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
@@ -107,7 +107,16 @@ async function main(): Promise<void> {
       }),
     );
     const fillSeconds = (performance.now() - fillStart) / 1000;
-    await new Promise((r) => setTimeout(r, 3000));
+    // At rest: the fill's rate made the warm pool grow toward its budget, and it shrinks ~30 s
+    // after the rate decays; the idle figures are taken once its containers stop coming and going.
+    const settleStart = performance.now();
+    for (let last = -1, stable = 0; stable < 10 && performance.now() - settleStart < 240_000; ) {
+      await new Promise((r) => setTimeout(r, 1000));
+      const n = readdirSync(join(server.dataDir, 'crun')).length;
+      stable = n === last ? stable + 1 : 0;
+      last = n;
+    }
+    process.stderr.write(`  at rest ${((performance.now() - settleStart) / 1000).toFixed(0)} s after the fill\n`);
     spawnProc('sh', ['-c', 'sync; echo 3 > /proc/sys/vm/drop_caches']);
     const perSandboxMiB = (memBefore - memAvailableKiB()) / 1024 / ids.length;
     const rssAfter = rssMiB(pid);

@@ -156,6 +156,8 @@ export class HostIdRegistry {
  */
 export class IdRanges {
   private readonly owners = new Map<number, string>();
+  /** The same, by owner: a release is a lookup, not a walk over every range. */
+  private readonly byOwner = new Map<string, Set<number>>();
   private next = 0;
 
   /** With a registry, ranges are also unique across the data dirs of this host. */
@@ -175,7 +177,7 @@ export class IdRanges {
     if (current === undefined && this.registry && !this.registry.take(k, owner)) {
       throw new RangeHeldElsewhere(base, this.registry.holder(k) ?? 'another data dir');
     }
-    this.owners.set(k, owner);
+    this.hold(k, owner);
     if (k >= this.next) this.next = (k + 1) % MAX_ID_RANGES;
   }
 
@@ -184,7 +186,7 @@ export class IdRanges {
       const k = (this.next + i) % MAX_ID_RANGES;
       if (this.owners.has(k)) continue;
       if (this.registry && !this.registry.take(k, owner)) continue;
-      this.owners.set(k, owner);
+      this.hold(k, owner);
       this.next = (k + 1) % MAX_ID_RANGES;
       return rangeBase(k);
     }
@@ -193,11 +195,18 @@ export class IdRanges {
 
   /** Frees whatever range `owner` holds. */
   release(owner: string): void {
-    for (const [k, o] of this.owners) {
-      if (o !== owner) continue;
+    for (const k of this.byOwner.get(owner) ?? []) {
       this.owners.delete(k);
       this.registry?.release(k, owner);
     }
+    this.byOwner.delete(owner);
+  }
+
+  private hold(k: number, owner: string): void {
+    this.owners.set(k, owner);
+    let ks = this.byOwner.get(owner);
+    if (!ks) this.byOwner.set(owner, (ks = new Set()));
+    ks.add(k);
   }
 
   /** Drops this data dir's registry entries that no sandbox holds any more (after claims at start). */

@@ -17,7 +17,7 @@ import {
   type CgroupLayout,
 } from './cgroups.js';
 import { Crun } from './crun.js';
-import { checkLowerDirs, diskUsage, mountDiskImage, mountOverlay, removeTree, unmount, unmountDisk } from './disk.js';
+import { checkLowerDirs, diskUsage, mountDiskImage, mountOverlay, removeTree, unmount, unmountDisk, type DiskTools } from './disk.js';
 import { DiskPool, prepareDiskDir, prepareUpper } from './disk-pool.js';
 import {
   applyNftables,
@@ -162,7 +162,7 @@ export class CrunRuntime implements Runtime {
     this.nftTable = this.bridge === 'sbbr0' ? 'sandboxd' : `sandboxd_${this.bridge.replace(/[^A-Za-z0-9_]/g, '_')}`;
     // '_' never occurs in a sandbox id, so a name parses back unambiguously.
     this.netnsPrefix = `${this.cgroupParent.replace(/[^A-Za-z0-9-]/g, '_')}_`;
-    this.pool = new DiskPool(join(this.dataDir, 'disk-pool'), opts.diskPoolSize ?? 2, this.log);
+    this.pool = new DiskPool(join(this.dataDir, 'disk-pool'), opts.diskPoolSize ?? 2, this.log, undefined, undefined, () => this.diskTools());
     this.oom = new OomWatch({ layout: () => this.layout(), parent: `/${this.cgroupParent}`, isMember: (n) => ID_RE.test(n), log: this.log });
   }
 
@@ -252,7 +252,12 @@ export class CrunRuntime implements Runtime {
     return this.idRangesP;
   }
 
-  private idmapHelper(): Promise<string> {
+  /** The disk tools of the native helper (mounts and formats without reading the mount table). */
+  private async diskTools(): Promise<DiskTools> {
+    return { helper: await this.idmapHelper(), imagesDir: join(this.dataDir, 'disk-images') };
+  }
+
+    private idmapHelper(): Promise<string> {
     this.helperP ??= ensureIdmapHelper(this.dataDir).catch((err: unknown) => {
       this.helperP = undefined;
       throw err;
@@ -511,11 +516,11 @@ export class CrunRuntime implements Runtime {
     const base = range.base;
     await hook('disk');
     if (fresh && !pooled) {
-      await prepareDiskDir(p.dir, diskBytes);
+      await prepareDiskDir(p.dir, diskBytes, await this.diskTools());
     } else if (!fresh) {
       if (!(await isMountPoint(p.disk))) {
         await mkdir(p.disk, { recursive: true });
-        await mountDiskImage(p.image, p.disk);
+        await mountDiskImage(p.image, p.disk, await this.diskTools());
         undo.push('disk mount', () => unmount(p.disk));
       }
     }

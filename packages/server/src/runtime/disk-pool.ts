@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { chmod, lchown, mkdir, readdir, rename } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createDiskImage, mountDiskImage, removeTree, unmountAllUnder, unmountDisk } from './disk.js';
+import { createDiskImage, mountDiskImage, removeTree, unmountAllUnder, unmountDisk, type DiskTools } from './disk.js';
 import { isMountPoint } from './mounts.js';
 
 /** Directories every sandbox disk holds; `.sb/state` is the agent's (kept across stop/start). */
@@ -13,10 +13,10 @@ export const UPPER_DIRS = ['.sb', '.sb/state'];
  * are set later (prepareUpper), when the disk is given to one. The caller owns cleanup
  * (unmountAllUnder + detachLoops + removeTree of `dir`).
  */
-export async function prepareDiskDir(dir: string, sizeBytes: number): Promise<void> {
-  await createDiskImage(join(dir, 'disk.img'), sizeBytes);
+export async function prepareDiskDir(dir: string, sizeBytes: number, tools?: DiskTools): Promise<void> {
+  await createDiskImage(join(dir, 'disk.img'), sizeBytes, tools);
   await mkdir(join(dir, 'disk'));
-  await mountDiskImage(join(dir, 'disk.img'), join(dir, 'disk'));
+  await mountDiskImage(join(dir, 'disk.img'), join(dir, 'disk'), tools);
   await makeUpperDirs(dir);
   await mkdir(join(dir, 'rootfs'), { recursive: true });
 }
@@ -76,6 +76,8 @@ export class DiskPool {
     private readonly log: (msg: string) => void,
     private readonly maxSizes = 4,
     private readonly refillDelayMs = 200,
+    /** The runtime's own disk tools (see DiskTools); without them, mkfs.ext4 and mount(8). */
+    private readonly tools?: () => Promise<DiskTools>,
   ) {}
 
   private load(): Promise<void> {
@@ -150,7 +152,7 @@ export class DiskPool {
         const tmp = join(this.root, String(size), `.tmp-${name}`);
         try {
           await mkdir(tmp, { recursive: true, mode: 0o711 });
-          await prepareDiskDir(tmp, size);
+          await prepareDiskDir(tmp, size, await this.tools?.());
           const dir = join(this.root, String(size), name);
           await rename(tmp, dir);
           if (this.closed) await discard(dir);

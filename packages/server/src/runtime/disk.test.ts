@@ -1,9 +1,10 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, statSync, writeFileSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createDiskImage, detachLoops, loopDeviceAt, mountDiskImage, unmountAllUnder, unmountDisk } from './disk.js';
+import { createDiskImage, detachLoops, formattedImage, loopDeviceAt, mountDiskImage, unmountAllUnder, unmountDisk, type DiskTools } from './disk.js';
+import { ensureIdmapHelper } from './idmap.js';
 import { loopDevicesFor, mountsUnder } from './mounts.js';
 import { proc, procOk } from './proc.js';
 import { testDataDir } from '../testing/fixtures.js';
@@ -18,7 +19,7 @@ before(async () => {
 });
 after(async () => {
   await unmountAllUnder(dir).catch(() => undefined);
-  for (const f of ['a.img', 'b.img']) await detachLoops(join(dir, f)).catch(() => undefined);
+  for (const f of ['a.img', 'b.img', 'c.img', 'd.img', 'bad.img']) await detachLoops(join(dir, f)).catch(() => undefined);
   await rm(dir, { recursive: true, force: true });
 });
 
@@ -61,4 +62,43 @@ test('a loop device attached without autoclear is detached: by name when known, 
     await proc('losetup', ['-d', dev]);
   }
   assert.ok(existsSync(image));
+});
+
+test("the helper's disk tools: one formatted image per size, copied sparse; a loop mount that frees its device; nothing left bound on failure", async () => {
+  const tools: DiskTools = { helper: await ensureIdmapHelper(dir), imagesDir: join(dir, 'images') };
+  const size = 256 * 1024 * 1024;
+  // Two disks at once: one formatting of the size, two copies.
+  await Promise.all(['c.img', 'd.img'].map((f) => createDiskImage(join(dir, f), size, tools)));
+  const golden = await formattedImage(tools.imagesDir, size);
+  assert.equal(golden, join(tools.imagesDir, golden.slice(tools.imagesDir.length + 1)));
+  assert.match(golden, /ext4-268435456-[0-9a-f]{12}\.img$/);
+  for (const f of ['c.img', 'd.img']) {
+    const st = statSync(join(dir, f));
+    assert.equal(st.size, size);
+    assert.equal(st.mode & 0o777, 0o600);
+    assert.ok(st.blocks * 512 < 16 * 1024 * 1024, `sparse: ${st.blocks * 512} bytes allocated of ${size}`);
+  }
+  const mnt = join(dir, 'c');
+  await mkdir(mnt);
+  await mountDiskImage(join(dir, 'c.img'), mnt, tools);
+  const [dev] = await loopDevicesFor(join(dir, 'c.img'));
+  assert.ok(dev, 'mounted through a loop device');
+  assert.equal(await loopDeviceAt(mnt, join(dir, 'c.img')), dev);
+  const line = (await mountsUnder(dir)).join(' ');
+  assert.ok(line.includes(mnt), line);
+  writeFileSync(join(mnt, 'x'), 'on the disk');
+  // The copies are filesystems of their own (the same empty one, twice).
+  const df = (await procOk('df', ['--output=size', '-B1', mnt])).trim().split('\n').pop()!;
+  assert.ok(Number(df) > 0.8 * size, `df: ${df}`);
+  await unmountDisk(dir, join(dir, 'c.img'), mnt);
+  for (let i = 0; i < 100 && (await loopDevicesFor(join(dir, 'c.img'))).length; i++) await new Promise((r) => setTimeout(r, 10));
+  assert.deepEqual(await loopDevicesFor(join(dir, 'c.img')), [], 'autoclear: the device went with the mount');
+  // Not a filesystem: the mount fails, and no device stays bound to it.
+  const bad = join(dir, 'bad.img');
+  writeFileSync(bad, Buffer.alloc(4 * 1024 * 1024));
+  await mkdir(join(dir, 'bad'));
+  await assert.rejects(mountDiskImage(bad, join(dir, 'bad'), tools), /mount/);
+  assert.deepEqual(await loopDevicesFor(bad), []);
+  // A copy never overwrites a file.
+  await assert.rejects(createDiskImage(join(dir, 'd.img'), size, tools), /exists/);
 });

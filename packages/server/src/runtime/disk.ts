@@ -1,6 +1,7 @@
-import { open, readFile, readlink, stat, statfs } from 'node:fs/promises';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdir, open, readFile, readlink, rename, rm, stat, statfs } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
-import { basename, isAbsolute } from 'node:path';
+import { basename, isAbsolute, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { layerIdOffset, mountIdmappedOverlay, type IdmappedOverlay } from './idmap.js';
 import { loopDevicesFor, mountsUnder } from './mounts.js';
@@ -16,23 +17,66 @@ const MAX_MOUNT_DATA = 4000;
  * the sandbox is not host root and could not use them). The root directory is host root's: disks
  * are made before they are given to a sandbox (the pool), so prepareUpper sets the sandbox's ids.
  */
-export async function createDiskImage(path: string, sizeBytes: number): Promise<void> {
+export async function createDiskImage(path: string, sizeBytes: number, tools?: DiskTools): Promise<void> {
+  if (tools) {
+    await procOk(tools.helper, ['sparse-copy', await formattedImage(tools.imagesDir, sizeBytes), path]);
+    return;
+  }
+  await formatImage(path, sizeBytes);
+}
+
+const MKFS_ARGS = ['-q', '-F', '-m', '0', '-O', '^has_journal', '-E', 'lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0'];
+
+async function formatImage(path: string, sizeBytes: number): Promise<void> {
   const fh = await open(path, 'wx', 0o600);
   try {
     await fh.truncate(sizeBytes);
   } finally {
     await fh.close();
   }
-  await procOk('mkfs.ext4', [
-    '-q', '-F', '-m', '0', '-O', '^has_journal',
-    '-E', 'lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=0:0',
-    path,
-  ]);
+  await procOk('mkfs.ext4', [...MKFS_ARGS, path]);
 }
 
-/** mount(8) binds a loop device with autoclear, so unmounting frees it. */
-export async function mountDiskImage(image: string, mountPoint: string): Promise<void> {
-  await procOk('mount', ['-o', 'loop,noatime', image, mountPoint]);
+/**
+ * The runtime's own disk tools: the native helper (idmap-mount.c: `loop-mount`, `sparse-copy`) and
+ * the directory of formatted empty images it copies. mount(8) and mkfs.ext4 read the whole mount
+ * table on every call (and mount(8) looks at every loop device), which a thousand sandboxes make
+ * thousands of lines long; the helper reads neither.
+ */
+export interface DiskTools {
+  helper: string;
+  imagesDir: string;
+}
+
+const formatting = new Map<string, Promise<string>>();
+
+/** `imagesDir`/ext4-<bytes>-<options hash>.img: formatted once, then copied for every disk of that size. */
+export async function formattedImage(imagesDir: string, sizeBytes: number): Promise<string> {
+  const opts = createHash('sha256').update(MKFS_ARGS.join(' ')).digest('hex').slice(0, 12);
+  const path = join(imagesDir, `ext4-${sizeBytes}-${opts}.img`);
+  if (existsSync(path)) return path;
+  let p = formatting.get(path);
+  if (!p) {
+    p = (async () => {
+      await mkdir(imagesDir, { recursive: true, mode: 0o700 });
+      const tmp = `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+      try {
+        await formatImage(tmp, sizeBytes);
+        await rename(tmp, path);
+      } finally {
+        await rm(tmp, { force: true });
+      }
+      return path;
+    })().finally(() => formatting.delete(path));
+    formatting.set(path, p);
+  }
+  return p;
+}
+
+/** A loop device with autoclear, so unmounting frees it (the helper's, or mount(8)'s). */
+export async function mountDiskImage(image: string, mountPoint: string, tools?: DiskTools): Promise<void> {
+  if (tools) await procOk(tools.helper, ['loop-mount', image, mountPoint]);
+  else await procOk('mount', ['-o', 'loop,noatime', image, mountPoint]);
 }
 
 export function checkLowerDirs(lowerDirs: string[]): void {

@@ -311,7 +311,8 @@ export function daemonObjects(scope: DaemonScope): DaemonObjects {
   for (const size of dirNames(join(dataDir, 'disk-pool'))) {
     for (const name of dirNames(join(dataDir, 'disk-pool', size))) dataDirEntries.push({ what: `disk-pool/${size}/${name}`, owner: 'disk-pool' });
   }
-  const skip = (rel: string) => PER_SANDBOX_DIRS.includes(rel) || rel === 'disk-pool' || GROWING_FILES.test(rel);
+  // disk-images/ holds one formatted image per disk size (a cache, like the layers).
+  const skip = (rel: string) => PER_SANDBOX_DIRS.includes(rel) || rel === 'disk-pool' || rel === 'disk-images' || GROWING_FILES.test(rel);
 
   return {
     containers: crunContainers(join(dataDir, 'crun')).map((id) => ({ what: id, owner: id })),

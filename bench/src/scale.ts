@@ -107,14 +107,14 @@ async function main(): Promise<void> {
       }),
     );
     const fillSeconds = (performance.now() - fillStart) / 1000;
-    // At rest: the fill's rate made the warm pool grow toward its budget, and it shrinks ~30 s
-    // after the rate decays; the idle figures are taken once its containers stop coming and going.
+    // At rest: the fill's rate made the warm pool grow toward its budget, and it shrinks back to
+    // its floor once the rate has decayed (~30 s of excess); the idle figures are taken after that,
+    // when no more than the floor (2) and a few spares are beside the N sandboxes, for 10 s.
     const settleStart = performance.now();
-    for (let last = -1, stable = 0; stable < 10 && performance.now() - settleStart < 240_000; ) {
+    for (let stable = 0; stable < 10 && performance.now() - settleStart < 300_000; ) {
       await new Promise((r) => setTimeout(r, 1000));
       const n = readdirSync(join(server.dataDir, 'crun')).length;
-      stable = n === last ? stable + 1 : 0;
-      last = n;
+      stable = n <= ids.length + 4 ? stable + 1 : 0;
     }
     process.stderr.write(`  at rest ${((performance.now() - settleStart) / 1000).toFixed(0)} s after the fill\n`);
     spawnProc('sh', ['-c', 'sync; echo 3 > /proc/sys/vm/drop_caches']);

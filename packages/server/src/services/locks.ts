@@ -17,3 +17,26 @@ export class KeyedMutex {
     }
   }
 }
+
+/** Runs at most `size` tasks at once; the others wait in arrival order. */
+export class Slots {
+  private running = 0;
+  private waiting: Array<() => void> = [];
+
+  constructor(private readonly size: number) {
+    if (!(size >= 1)) throw new Error(`slots: size must be at least 1, got ${size}`);
+  }
+
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    // A freed slot passes straight to the oldest waiting task, so none can slip in between.
+    if (this.running >= this.size) await new Promise<void>((r) => this.waiting.push(r));
+    else this.running++;
+    try {
+      return await fn();
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.running--;
+    }
+  }
+}

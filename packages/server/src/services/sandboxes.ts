@@ -4,7 +4,7 @@ import { ServiceError, type CreateSandboxBody, type Sandbox, type SandboxEventKi
 import type { Runtime, SandboxSpec } from '../runtime/types.js';
 import type { SandboxRow, Store } from '../store/types.js';
 import type { EventBus } from './events.js';
-import type { KeyedMutex } from './locks.js';
+import { Slots, type KeyedMutex } from './locks.js';
 import type { RouteTable } from './routes.js';
 import type { SlidingWindowLimiter } from './rate-limit.js';
 import type { TemplateService } from './templates.js';
@@ -107,6 +107,8 @@ function specFor(id: string, src: SpecSource, layerPath: (id: string) => string)
 
 /** Waits before the second and third try of a failed teardown. */
 const TEARDOWN_RETRIES_MS = [1000, 5000];
+/** Teardowns at once (each kills a container and removes its mounts, network and files). */
+const TEARDOWN_CONCURRENCY = 8;
 /** How often sweep purges tombstones older than tombstoneSeconds. */
 const PURGE_INTERVAL_MS = 60_000;
 
@@ -115,6 +117,7 @@ export class SandboxService {
   private checkingGone = new Set<string>();
   /** Deleted sandboxes whose host objects are being removed (tearDown). */
   private teardowns = new Map<string, Promise<void>>();
+  private teardownSlots = new Slots(TEARDOWN_CONCURRENCY);
   /** When sweep last purged old tombstones (ms since the epoch). */
   private lastPurge = 0;
 
@@ -458,24 +461,24 @@ export class SandboxService {
    */
   private tearDown(id: string): void {
     if (this.teardowns.has(id)) return;
-    const attempt = async (): Promise<void> => {
-      for (let i = 0; ; i++) {
-        try {
-          await this.d.runtime.destroy(id);
+    // A bounded number at once: a sweep after a long outage can delete a thousand together.
+    const done = this.teardownSlots.run(() => this.destroyRetrying(id)).finally(() => this.teardowns.delete(id));
+    this.teardowns.set(id, done);
+  }
+
+  private async destroyRetrying(id: string): Promise<void> {
+    for (let i = 0; ; i++) {
+      try {
+        await this.d.runtime.destroy(id);
+        return;
+      } catch (err) {
+        if (i >= TEARDOWN_RETRIES_MS.length) {
+          this.d.log('removing a deleted sandbox failed; the next start of the service removes what is left', { id, error: String(err) });
           return;
-        } catch (err) {
-          if (i >= TEARDOWN_RETRIES_MS.length) {
-            this.d.log('removing a deleted sandbox failed; the next start of the service removes what is left', { id, error: String(err) });
-            return;
-          }
-          await new Promise((r) => setTimeout(r, TEARDOWN_RETRIES_MS[i]));
         }
+        await new Promise((r) => setTimeout(r, TEARDOWN_RETRIES_MS[i]));
       }
-    };
-    this.teardowns.set(
-      id,
-      attempt().finally(() => this.teardowns.delete(id)),
-    );
+    }
   }
 
   /** Waits until every teardown that has begun has ended (shutdown, tests). */
@@ -483,10 +486,6 @@ export class SandboxService {
     while (this.teardowns.size > 0) await Promise.allSettled([...this.teardowns.values()]);
   }
 
-  /** How many deleted sandboxes are still being removed from the host. */
-  pendingTeardowns(): number {
-    return this.teardowns.size;
-  }
 
   async setTimeout(orgId: string, id: string, timeoutSeconds: number): Promise<SandboxRow> {
     return this.transition(orgId, id, 'set the timeout of', ['running', 'paused', 'stopped'], async () => {

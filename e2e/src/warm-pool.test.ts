@@ -42,13 +42,13 @@ function containers(): string[] {
   return out.split('\n').filter(Boolean);
 }
 
-async function until<T>(what: string, fn: () => Promise<T | undefined> | T | undefined, timeoutMs = 60_000): Promise<T> {
+async function until<T>(what: string, fn: () => Promise<T | undefined> | T | undefined, timeoutMs = 60_000, everyMs = 200): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn();
     if (v !== undefined) return v;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
+    await new Promise((r) => setTimeout(r, everyMs));
   }
 }
 
@@ -164,9 +164,12 @@ describe('warm pool', { timeout: 180_000 }, () => {
   test('a create whose client goes away while it waits is abandoned: its admission is undone, nothing is left behind', async () => {
     await until('the pool to hold its floor', () => (containers().length === FLOOR ? true : undefined), 90_000);
     const used = async () => (await api(server, 'GET', '/v1/account/limits')).body.concurrent_sandboxes.used as number;
-    // Ten creates take the two ready sandboxes and the four boot slots; the eleventh waits behind them.
-    const busy = Array.from({ length: 10 }, () => api(server, 'POST', '/v1/sandboxes', { template_name: 'base', internet_access: false }));
-    await until('the ten creates to be admitted', async () => ((await used()) === 10 ? true : undefined), 30_000);
+    // Thirty creates take the two ready sandboxes and the four boot slots for seven rounds of boots;
+    // the next one waits behind them (its client goes away long before its turn: boots got fast
+    // enough that it was sometimes served before the abort when only ten were ahead of it).
+    const BUSY = 30;
+    const busy = Array.from({ length: BUSY }, () => api(server, 'POST', '/v1/sandboxes', { template_name: 'base', internet_access: false }));
+    await until('the busy creates to be admitted', async () => ((await used()) === BUSY ? true : undefined), 30_000, 20);
     const gone = new AbortController();
     const abandoned = fetch(`${server.baseUrl}/v1/sandboxes`, {
       method: 'POST',
@@ -176,15 +179,15 @@ describe('warm pool', { timeout: 180_000 }, () => {
     });
     const rejected = assert.rejects(abandoned, /abort/i);
     // Admitted (it counts for the organization) and waiting: its client goes away.
-    await until('the eleventh create to be admitted', async () => ((await used()) === 11 ? true : undefined), 30_000);
+    await until('the last create to be admitted', async () => ((await used()) === BUSY + 1 ? true : undefined), 30_000, 20);
     gone.abort();
     await rejected;
     const served = await Promise.all(busy);
     made.push(...served.filter((r) => r.status === 201).map((r) => r.body.id as string));
     for (const r of served) assert.equal(r.status, 201, JSON.stringify(r.body));
 
-    // The abandoned create holds nothing: the organization has the ten it was handed.
-    const settled = await until('the abandoned create to be undone', async () => ((await used()) === 10 ? true : undefined), 30_000);
+    // The abandoned create holds nothing: the organization has the ones it was handed.
+    const settled = await until('the abandoned create to be undone', async () => ((await used()) === BUSY ? true : undefined), 30_000);
     assert.equal(settled, true);
     const listed = (await api(server, 'GET', '/v1/sandboxes?limit=1000')).body.data as Array<{ id: string }>;
     for (const sb of listed) if (!made.includes(sb.id)) made.push(sb.id);

@@ -19,9 +19,9 @@ export const AGENT_LISTEN_FD = 3;
  * a connection meant for the agent; the socket is bound under a temporary name and renamed into
  * place because closing its copy unlinks the bound path.
  */
-export async function runWithAgentSocket(crun: Crun, id: string, bundleDir: string, socketPath: string, logFile: string, nice = 0): Promise<void> {
+export async function runWithAgentSocket(crun: Crun, id: string, bundleDir: string, socketPath: string, logFile: string): Promise<void> {
   const tmp = `${socketPath}.${process.pid}.tmp`;
   await rm(socketPath, { force: true });
   await rm(tmp, { force: true });
-  await crun.runDetached(id, bundleDir, logFile, { tmp, path: socketPath }, nice);
+  await crun.runDetached(id, bundleDir, logFile, { tmp, path: socketPath });
 }

@@ -59,13 +59,6 @@ async function readText(path: string | undefined): Promise<string | undefined> {
   }
 }
 
-/** Process ids in a cgroup (its own members, not its children's). */
-export async function cgroupPids(layout: CgroupLayout, rel: string): Promise<number[]> {
-  const dir = controllerDir(layout, 'pids', rel) ?? cgroupDirs(layout, rel)[0];
-  const text = await readText(dir ? `${dir}/cgroup.procs` : undefined);
-  return (text ?? '').split('\n').filter(Boolean).map(Number);
-}
-
 /** The value of `key` in a "key value" per line file (memory.events, cpu.stat, /proc/vmstat). */
 export function keyed(text: string | undefined, key: string): number | undefined {
   if (!text) return undefined;

@@ -1,6 +1,5 @@
 import { chmod, chown, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
-import { setPriority } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
 import { moveIdRange } from '../images/shift.js';
@@ -9,7 +8,6 @@ import { checkSuidDumpable, ensureAgentRuntime, nodeArgv, NODE_MOUNT, type Agent
 import { AGENT_LISTEN_FD, runWithAgentSocket } from './agent-socket.js';
 import {
   cgroupExists,
-  cgroupPids,
   childCgroups,
   detectCgroups,
   isFrozen,
@@ -40,7 +38,7 @@ import { buildConfig } from './oci.js';
 import { OomWatch } from './oom-watch.js';
 import type { ProcResult } from './proc.js';
 import { runStep, cleanupStaleSteps, type StepContext } from './step-runner.js';
-import { BACKGROUND_NICE, type CreateOptions, type Runtime, type RuntimeStatus, type SandboxSpec, type SandboxStats, type StepRunOptions } from './types.js';
+import type { Runtime, RuntimeStatus, SandboxSpec, SandboxStats, StepRunOptions } from './types.js';
 import { UndoStack } from './undo.js';
 
 export interface CrunRuntimeOptions {
@@ -360,7 +358,7 @@ export class CrunRuntime implements Runtime {
 
   // ---- lifecycle -------------------------------------------------------------------------------
 
-  create(spec: SandboxSpec, opts: CreateOptions = {}): Promise<void> {
+  create(spec: SandboxSpec): Promise<void> {
     checkSpec(spec);
     return this.withLock(spec.id, async () => {
       const state = await this.crun.state(spec.id);
@@ -372,7 +370,7 @@ export class CrunRuntime implements Runtime {
       }
       const undo = new UndoStack(this.log);
       try {
-        await this.boot(spec, undo, true, opts.background ? BACKGROUND_NICE : 0);
+        await this.boot(spec, undo, true);
         undo.commit();
         this.oom.created(spec.id);
       } catch (err) {
@@ -380,26 +378,6 @@ export class CrunRuntime implements Runtime {
         throw asRuntimeError(err);
       }
     });
-  }
-
-  async foreground(id: string): Promise<void> {
-    checkId(id);
-    // Niceness is per thread: every thread of every process (the agent's own threads included).
-    for (const pid of await cgroupPids(await this.layout(), this.cgroupPath(id))) {
-      let tids: string[];
-      try {
-        tids = await readdir(`/proc/${pid}/task`);
-      } catch {
-        continue; // exited
-      }
-      for (const tid of tids) {
-        try {
-          setPriority(Number(tid), 0);
-        } catch {
-          // exited meanwhile
-        }
-      }
-    }
   }
 
   start(spec: SandboxSpec): Promise<void> {
@@ -424,7 +402,7 @@ export class CrunRuntime implements Runtime {
    * Shared by create (fresh: new directory and disk) and start (reuse disk and address; re-make
    * whatever is missing). Disk, network and the agent runtime are prepared concurrently.
    */
-  private async boot(spec: SandboxSpec, undo: UndoStack, fresh: boolean, nice = 0): Promise<void> {
+  private async boot(spec: SandboxSpec, undo: UndoStack, fresh: boolean): Promise<void> {
     const id = spec.id;
     const p = this.paths(id);
     const t0 = performance.now();
@@ -499,7 +477,7 @@ export class CrunRuntime implements Runtime {
     nextPhase('crun-run');
     await hook('crun-run');
     undo.push('container', () => this.crun.forceDelete(id));
-    await runWithAgentSocket(this.crun, id, p.dir, p.socket, p.log, nice);
+    await runWithAgentSocket(this.crun, id, p.dir, p.socket, p.log);
     if (holder) {
       nextPhase('network-finish');
       await hook('network-finish');

@@ -55,11 +55,9 @@ export class Crun {
    * `listen.path`; see spawner-child.ts). A detached container inherits crun's stdio, so all three
    * are /dev/null (a pipe would never see EOF); crun's own errors go to `logFile`.
    */
-  runDetached(id: string, bundle: string, logFile: string, listen: { tmp: string; path: string }, nice = 0): Promise<void> {
+  runDetached(id: string, bundle: string, logFile: string, listen: { tmp: string; path: string }): Promise<void> {
     const args = ['--log', `file:${logFile}`, ...this.args('run', '-d', '--preserve-fds', '1', '--bundle', bundle, id)];
-    // With `nice`, crun and what it starts (the container's init and agent) run at that niceness.
-    const run = nice ? spawner.run('nice', ['-n', String(nice), 'crun', ...args], { listen }) : spawner.run('crun', args, { listen });
-    return run.then(async ({ code }) => {
+    return spawner.run('crun', args, { listen }).then(async ({ code }) => {
       if (code === 0) return;
       let why = '';
       try {

@@ -67,37 +67,6 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     }
   });
 
-  test('a background boot runs crun, init and the agent at niceness 10; foreground() brings every thread back to 0', async () => {
-    const id = 'nice1';
-    await t.rt.create(testSpec(id, [lower]), { background: true });
-    try {
-      await waitFor('the agent', async () => ((await agentGet(t.rt.agentSocket(id))).ok ? true : undefined));
-      const nices = () => {
-        const init = JSON.parse(execFileSync('crun', ['--root', join(t.dataDir, 'crun'), 'state', id], { encoding: 'utf8' })).pid as number;
-        const pids = [init, ...readFileSync(`/proc/${init}/task/${init}/children`, 'utf8').split(' ').filter(Boolean).map(Number)];
-        const out: number[] = [];
-        for (const pid of pids) {
-          for (const tid of readdirSync(`/proc/${pid}/task`)) {
-            const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-            out.push(Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]));
-          }
-        }
-        return out;
-      };
-      const before = nices();
-      assert.ok(before.length > 3, `init, the agent and its threads: ${before.length}`);
-      assert.deepEqual(new Set(before), new Set([10]));
-      await t.rt.foreground(id);
-      const after = nices();
-      assert.equal(after.length, before.length);
-      assert.deepEqual(new Set(after), new Set([0]));
-      await t.rt.foreground(id); // idempotent
-      await assert.rejects(t.rt.foreground('../x'), /id/);
-    } finally {
-      await t.rt.destroy(id);
-    }
-  });
-
   test('pause freezes every process (a counter stops), resume continues it', async () => {
     const id = 'pause1';
     await t.rt.create(testSpec(id, [lower]));

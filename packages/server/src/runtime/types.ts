@@ -60,17 +60,6 @@ export interface StepRunOptions {
   signal?: AbortSignal;
 }
 
-export interface CreateOptions {
-  /**
-   * Boot at low priority (niceness BACKGROUND_NICE): a boot that no create waits for (a warm-pool
-   * refill) then takes the CPU only when creates that are being served do not want it.
-   */
-  background?: boolean;
-}
-
-/** Niceness of a background boot (crun, the container's init and agent) until foreground(). */
-export const BACKGROUND_NICE = 10;
-
 export interface Runtime {
   /** Idempotent host preparation (cgroup quirk, ip_forward, bridge, nftables, directories). */
   setupHost(): Promise<void>;
@@ -79,12 +68,7 @@ export interface Runtime {
    * tiny init running the agent. Resolves once the container runs (the agent may still be starting).
    * On any failure everything done so far is undone (undo stack) and the error is thrown.
    */
-  create(spec: SandboxSpec, opts?: CreateOptions): Promise<void>;
-  /**
-   * Back to normal priority: every thread of a sandbox booted with `background` (call it once its
-   * agent answers, before anyone's code runs there).
-   */
-  foreground(id: string): Promise<void>;
+  create(spec: SandboxSpec): Promise<void>;
   /** Host path of the agent's unix socket. */
   agentSocket(id: string): string;
   /** Freezes every process (memory kept). */

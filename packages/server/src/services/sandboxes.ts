@@ -276,14 +276,11 @@ export class SandboxService {
   private async takeSandbox(row: SandboxRow, signal: AbortSignal | undefined): Promise<{ id: string; at: Date }> {
     const boot: SpecSource = { ...row, envVars: {} };
     const key = warmKeyOf(specFor('sb', boot, (l) => this.d.layerPath(l)), row.templateId, row.templateName);
-    const make = async ({ background }: { background: boolean }) => {
+    const make = async () => {
       const id = newSandboxId();
       try {
-        // A refill boots at low priority, so the creates being served keep the CPU; its threads
-        // are back at normal priority before anything of a tenant runs there.
-        await this.d.runtime.create(specFor(id, boot, (l) => this.d.layerPath(l)), { background });
+        await this.d.runtime.create(specFor(id, boot, (l) => this.d.layerPath(l)));
         await waitForAgent(this.d.runtime.agentSocket(id), this.d.agentReadyTimeoutMs);
-        if (background) await this.d.runtime.foreground(id);
         return id;
       } catch (err) {
         await this.d.runtime.destroy(id).catch(() => undefined);

@@ -21,12 +21,6 @@ export function warmKeyOf(spec: SandboxSpec, templateId: string, label = templat
   return { key: hash({ generation, internetAccess }), generation, templateId, label: `${label} (${internetAccess ? 'internet' : 'no network'})` };
 }
 
-/**
- * Boots one sandbox of a key and resolves with its id once its agent answers. `background`: no
- * create waits for this one (a refill), so it may boot at low priority.
- */
-export type MakeSandbox = (opts: { background: boolean }) => Promise<string>;
-
 export interface WarmPoolOptions {
   runtime: Pick<Runtime, 'destroy'>;
   log: (msg: string, extra?: Record<string, unknown>) => void;
@@ -76,7 +70,7 @@ interface Waiter {
 
 interface KeyState {
   k: WarmKey;
-  make: MakeSandbox;
+  make: () => Promise<string>;
   lastUsed: number;
   ready: Array<{ id: string; since: number }>;
   waiters: Waiter[];
@@ -163,7 +157,7 @@ export class WarmPool {
    * A running sandbox for `k`, its agent answering: the first one ready for this key once the
    * creates that arrived before have theirs. `make` boots one (and destroys it if it fails).
    */
-  acquire(k: WarmKey, make: MakeSandbox, opts: AcquireOptions = {}): Promise<string> {
+  acquire(k: WarmKey, make: () => Promise<string>, opts: AcquireOptions = {}): Promise<string> {
     if (this.closed) return Promise.reject(new ServiceError('RUNTIME_ERROR', 'sandboxd is shutting down; retry in a moment'));
     if (opts.signal?.aborted) return Promise.reject(abandoned());
     const now = this.now();
@@ -264,7 +258,7 @@ export class WarmPool {
 
   // ---- keys ----------------------------------------------------------------------------------------
 
-  private stateFor(k: WarmKey, make: MakeSandbox, now: number): KeyState {
+  private stateFor(k: WarmKey, make: () => Promise<string>, now: number): KeyState {
     let s = this.states.get(k.key);
     if (!s) {
       s = {
@@ -406,7 +400,7 @@ export class WarmPool {
     s.booting++;
     if (refill) this.refilling++;
     void s
-      .make({ background: refill })
+      .make()
       .then(
         (id) => this.booted(s, id),
         (err: unknown) => this.bootFailed(s, err),

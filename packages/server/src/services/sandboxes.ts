@@ -109,6 +109,8 @@ function specFor(id: string, src: SpecSource, layerPath: (id: string) => string)
 const TEARDOWN_RETRIES_MS = [1000, 5000];
 /** Teardowns at once (each kills a container and removes its mounts, network and files). */
 const TEARDOWN_CONCURRENCY = 8;
+/** Looks, 100 ms apart, for the container of a sandbox whose agent is gone to stop as well. */
+const GONE_CHECKS = 30;
 /** How often sweep purges tombstones older than tombstoneSeconds. */
 const PURGE_INTERVAL_MS = 60_000;
 
@@ -507,14 +509,19 @@ export class SandboxService {
   agentGone(id: string): void {
     if (this.checkingGone.has(id)) return;
     this.checkingGone.add(id);
-    void this.d.locks
-      .run(id, async () => {
+    void (async () => {
+      // The container's init exits right after the agent, but not in the same instant: a check made
+      // at once can still find it running. Look again for a few seconds (outside the sandbox's lock)
+      // before deciding the agent was only busy.
+      for (let i = 0; i < GONE_CHECKS && (await this.d.runtime.status(id)) === 'running'; i++) await new Promise((r) => setTimeout(r, 100));
+      await this.d.locks.run(id, async () => {
         const row = await this.d.store.sandboxes.byId(id);
         if (!row || row.status !== 'running') return;
         if ((await this.d.runtime.status(id)) !== 'stopped') return;
         this.d.log('sandbox stopped from inside: its agent is gone', { id });
         await this.markStopped(row, 'its agent exited (stopped from inside the sandbox)');
-      })
+      });
+    })()
       .catch((err: unknown) => this.d.log('checking a gone agent failed', { id, error: String(err) }))
       .finally(() => this.checkingGone.delete(id));
   }

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import WebSocket from 'ws';
@@ -28,7 +29,9 @@ export function dumpAgentLogs(server: TestServer): void {
   const dir = `${server.dataDir}/sandboxes`;
   for (const id of readdirSync(dir, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name)) {
     try {
-      console.log(`# agent log of ${id}:\n${readFileSync(`${dir}/${id}/disk/upper/.sb/state/agent.log`, 'utf8').replace(/^/gm, '#   ')}`);
+      // A running sandbox's disk is in its own mount namespace only: read through its init's root.
+      const state = JSON.parse(execFileSync('crun', ['--root', `${server.dataDir}/crun`, 'state', id], { encoding: 'utf8' })) as { pid: number };
+      console.log(`# agent log of ${id}:\n${readFileSync(`/proc/${state.pid}/root/.sb/state/agent.log`, 'utf8').replace(/^/gm, '#   ')}`);
     } catch {
       // no log (sandbox already gone)
     }

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { api, agent, createSandbox, startServer, type TestServer } from './harness.js';
-import { crunContainers, mounts } from '../../packages/server/dist/testing/host-objects.js';
+import { crunContainers, loopDevices, mounts } from '../../packages/server/dist/testing/host-objects.js';
 
 let server: TestServer;
 before(async () => {
@@ -90,9 +90,10 @@ test('a delete answers before its teardown ends; a crash right after it leaves n
     dir: existsSync(dir),
     container: crunContainers(join(server.dataDir, 'crun')).includes(sb.id),
     mounts: mounts().filter((m) => m.target.includes(sb.id)).length,
+    loops: loopDevices().filter((l) => l.backing.includes(sb.id)).length,
   });
   const on = traces();
-  assert.ok(on.dir && on.container && on.mounts > 0, `the sandbox is on the host: ${JSON.stringify(on)}`);
+  assert.ok(on.dir && on.container && on.loops > 0, `the sandbox is on the host: ${JSON.stringify(on)}`);
   const del = await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
   assert.deepEqual([del.status, del.body.status], [200, 'deleted']);
   // At once: no route, the row says deleted, while the host objects come down behind the answer.
@@ -101,5 +102,5 @@ test('a delete answers before its teardown ends; a crash right after it leaves n
   await server.kill9();
   await server.restart();
   assert.equal((await api(server, 'GET', `/v1/sandboxes/${sb.id}`)).status, 404);
-  assert.deepEqual(traces(), { dir: false, container: false, mounts: 0 }, 'the start after the crash finished the teardown');
+  assert.deepEqual(traces(), { dir: false, container: false, mounts: 0, loops: 0 }, 'the start after the crash finished the teardown');
 });

@@ -14,7 +14,8 @@
  * attached at SCRATCH/<index> (move_mount). The overlay is mounted with lowerdir=0:1:... relative to
  * SCRATCH (short options whatever the layer paths). overlayfs keeps private clones of its layers,
  * so the SCRATCH mounts are detached and their directories removed once it is mounted: a running
- * sandbox adds one mount to the host's table, not one per layer.
+ * sandbox adds one mount to the host's table, not one per layer (and the runtime detaches that one
+ * too once the container holds it).
  *
  * The user namespace belongs to a child made with clone(CLONE_NEWUSER) that does nothing but wait
  * for its pipe to close; it exits when we are done or die, and the namespace lives on only in the
@@ -31,6 +32,9 @@
  *   idmap-mount sparse-copy SRC DST
  *     makes DST (new, 0600) a copy of SRC with SRC's holes kept as holes (SEEK_DATA/SEEK_HOLE and
  *     copy_file_range): a formatted empty disk image is a few MiB of data in a sparse file.
+ *   idmap-mount detach MOUNTPOINT...
+ *     detaches each mount from this mount namespace (umount2 MNT_DETACH, never following a final
+ *     symlink); a container that holds it keeps it. Fails at the first that is not a mount point.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -236,7 +240,16 @@ fail: {
 }
 }
 
+static int detach(int n, char **points) {
+  for (int i = 0; i < n; i++) {
+    if (points[i][0] != '/') usage("MOUNTPOINT must be absolute");
+    if (umount2(points[i], MNT_DETACH | UMOUNT_NOFOLLOW) != 0) die("detach", points[i]);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 3 && strcmp(argv[1], "detach") == 0) return detach(argc - 2, argv + 2);
   if (argc == 4 && strcmp(argv[1], "loop-mount") == 0) {
     if (argv[2][0] != '/' || argv[3][0] != '/') usage("IMAGE and TARGET must be absolute");
     return loop_mount(argv[2], argv[3]);

@@ -142,6 +142,16 @@ export async function readCgroupStats(layout: CgroupLayout, rel: string): Promis
   };
 }
 
+/** The processes in a cgroup itself (not its children), from its `cgroup.procs`; none if it has none. */
+export async function cgroupPids(layout: CgroupLayout, rel: string): Promise<number[]> {
+  const dir = controllerDir(layout, 'pids', rel) ?? cgroupDirs(layout, rel)[0];
+  const text = await readText(dir && `${dir}/cgroup.procs`);
+  return (text ?? '')
+    .split('\n')
+    .map(Number)
+    .filter((n) => Number.isSafeInteger(n) && n > 0);
+}
+
 /** Names of the child cgroups of `parentRel`, in any hierarchy. */
 export async function childCgroups(layout: CgroupLayout, parentRel: string): Promise<string[]> {
   const names = new Set<string>();

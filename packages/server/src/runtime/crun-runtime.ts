@@ -8,6 +8,7 @@ import { checkSuidDumpable, ensureAgentRuntime, nodeArgv, NODE_MOUNT, type Agent
 import { AGENT_LISTEN_FD, runWithAgentSocket } from './agent-socket.js';
 import {
   cgroupExists,
+  cgroupPids,
   childCgroups,
   detectCgroups,
   isFrozen,
@@ -17,7 +18,19 @@ import {
   type CgroupLayout,
 } from './cgroups.js';
 import { Crun } from './crun.js';
-import { checkLowerDirs, diskUsage, mountDiskImage, mountOverlay, removeTree, unmount, unmountDisk, type DiskTools } from './disk.js';
+import {
+  checkLowerDirs,
+  detachMounts,
+  diskUsage,
+  loopDeviceAt,
+  mountDiskImage,
+  mountOverlay,
+  removeTree,
+  unmount,
+  unmountDisk,
+  waitLoopReleased,
+  type DiskTools,
+} from './disk.js';
 import { DiskPool, prepareDiskDir, prepareUpper } from './disk-pool.js';
 import {
   applyNftables,
@@ -32,7 +45,7 @@ import {
 } from './host.js';
 import { DEFAULT_ID_REGISTRY_DIR, HostIdRegistry, IdRanges, RangeHeldElsewhere, readIdRange, writeIdRange, type IdRangeFile } from './id-ranges.js';
 import { ensureIdmapHelper } from './idmap.js';
-import { hasOwnFilesystem, isMountPoint } from './mounts.js';
+import { hasOwnFilesystem } from './mounts.js';
 import { deleteNetns, Ipam, NetnsHolder, normalizeCidr, parseSubnet, vethName, waitVethGone, type Subnet } from './net.js';
 import { buildConfig } from './oci.js';
 import { OomWatch } from './oom-watch.js';
@@ -94,6 +107,8 @@ interface SandboxPaths {
   socket: string;
   net: string;
   log: string;
+  /** The loop device the disk was last mounted on (see detachHostMounts). */
+  loop: string;
 }
 
 /** What the steps of one create/start share. */
@@ -183,6 +198,7 @@ export class CrunRuntime implements Runtime {
       socket: join(dir, 'agent.sock'),
       net: join(dir, 'net.json'),
       log: join(dir, 'crun.log'),
+      loop: join(dir, 'disk.loop'),
     };
   }
 
@@ -483,8 +499,40 @@ export class CrunRuntime implements Runtime {
       await hook('network-finish');
       await holder.finish();
     }
+    nextPhase('detach');
+    await this.detachHostMounts(p);
     nextPhase('done');
     this.opts.onTiming?.(id, 'total', performance.now() - t0);
+  }
+
+  /**
+   * Once the container is running it holds its root (the overlay, and through it the disk) in its
+   * own mount namespace; the host's copies are detached. Every mount in the host's namespace is
+   * copied into each new one and listed in each /proc/<pid>/mountinfo that crun, mount(8) and
+   * umount(8) read, so a thousand running sandboxes kept there would make every create and delete
+   * slower; detached, the host's table does not grow with them. The loop device is recorded first:
+   * a stop waits for it to be released before the disk may be mounted again. Failing to detach
+   * leaves the mounts where they were (as before), which only costs time.
+   */
+  private async detachHostMounts(p: SandboxPaths): Promise<void> {
+    try {
+      const loop = await loopDeviceAt(p.disk, p.image);
+      if (!loop) return;
+      await writeFile(p.loop, loop);
+      await detachMounts(await this.idmapHelper(), [p.rootfs, p.disk]);
+    } catch (err) {
+      this.log(`sandbox ${basename(p.dir)}: keeping its mounts in the host's namespace: ${String(err)}`);
+    }
+  }
+
+  /** The loop device recorded by detachHostMounts, if the file holds one. */
+  private async recordedLoop(p: SandboxPaths): Promise<string | undefined> {
+    try {
+      const dev = (await readFile(p.loop, 'utf8')).trim();
+      return /^\/dev\/loop\d+$/.test(dev) ? dev : undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   /** The range a sandbox being started holds: claimed again, or a new one its files move to. */
@@ -518,7 +566,13 @@ export class CrunRuntime implements Runtime {
     if (fresh && !pooled) {
       await prepareDiskDir(p.dir, diskBytes, await this.diskTools());
     } else if (!fresh) {
-      if (!(await isMountPoint(p.disk))) {
+      if (!(await hasOwnFilesystem(p.disk))) {
+        // Its last run's container may still be letting go of the disk: two mounts of one ext4
+        // image would corrupt it.
+        const last = await this.recordedLoop(p);
+        if (last && !(await waitLoopReleased(last, p.image, 10_000))) {
+          throw new ServiceError('RUNTIME_ERROR', `sandbox ${id}: its disk is still held by its previous run (${last}); try again`);
+        }
         await mkdir(p.disk, { recursive: true });
         await mountDiskImage(p.image, p.disk, await this.diskTools());
         undo.push('disk mount', () => unmount(p.disk));
@@ -531,8 +585,8 @@ export class CrunRuntime implements Runtime {
       await writeIdRange(p.dir, { base, size: ID_RANGE });
     }
     await prepareUpper(p.dir, base, { fresh });
-    // A fresh sandbox's rootfs is a new directory: only a start looks at the mount table.
-    if (fresh || !(await isMountPoint(p.rootfs))) {
+    // A fresh sandbox's rootfs is a new directory: only a start looks whether it is mounted.
+    if (fresh || !(await hasOwnFilesystem(p.rootfs))) {
       await mkdir(p.rootfs, { recursive: true });
       await hook('overlay-mount');
       await mountOverlay(spec.lowerDirs, p.upper, p.work, p.rootfs, { helper: await this.idmapHelper(), base, scratch: p.lowerScratch });
@@ -617,7 +671,7 @@ export class CrunRuntime implements Runtime {
       await this.killContainer(id);
       await deleteNetns(this.netnsName(id));
       const p = this.paths(id);
-      await unmountDisk(p.dir, p.image, p.disk);
+      await unmountDisk(p.dir, p.image, p.disk, await this.recordedLoop(p));
       await rm(p.socket, { force: true });
       await waitVethGone(this.vethName(id));
     });
@@ -656,7 +710,7 @@ export class CrunRuntime implements Runtime {
 
   private async removeSandboxDir(id: string): Promise<void> {
     const p = this.paths(id);
-    await unmountDisk(p.dir, p.image, p.disk);
+    await unmountDisk(p.dir, p.image, p.disk, await this.recordedLoop(p));
     await removeTree(p.dir);
   }
 
@@ -715,7 +769,12 @@ export class CrunRuntime implements Runtime {
     if (!existsSync(p.dir)) throw new ServiceError('NOT_FOUND', `sandbox ${id} does not exist`);
     const cg = await readCgroupStats(await this.layout(), this.cgroupPath(id));
     let disk = { usedBytes: 0, totalBytes: 0 };
-    if (await hasOwnFilesystem(p.disk)) disk = await diskUsage(p.disk);
+    // A running sandbox's disk is mounted in its own namespace only: the root of its init (the
+    // overlay) reports the statistics of the filesystem its upper is on, the disk.
+    const pid = await this.containerInit(id);
+    const running = pid !== undefined && (await diskUsage(`/proc/${pid}/root`).catch(() => undefined));
+    if (running) disk = running;
+    else if (await hasOwnFilesystem(p.disk)) disk = await diskUsage(p.disk);
     else if (existsSync(p.image)) {
       const s = await stat(p.image);
       disk = { usedBytes: s.blocks * 512, totalBytes: s.size };
@@ -736,6 +795,22 @@ export class CrunRuntime implements Runtime {
   async exec(id: string, argv: string[], opts: { env?: Record<string, string>; cwd?: string; input?: string } = {}): Promise<ProcResult> {
     checkId(id);
     return this.crun.exec(id, argv, opts);
+  }
+
+  /**
+   * The host pid of the sandbox's init (pid 1 in its pid namespace) among its cgroup's processes,
+   * without spawning crun: a few small reads.
+   */
+  private async containerInit(id: string): Promise<number | undefined> {
+    for (const pid of await cgroupPids(await this.layout(), this.cgroupPath(id))) {
+      try {
+        const nspid = /^NSpid:\s+(.*)$/m.exec(await readFile(`/proc/${pid}/status`, 'utf8'))?.[1]?.trim().split(/\s+/);
+        if (nspid && nspid.length > 1 && nspid[nspid.length - 1] === '1') return pid;
+      } catch {
+        /* exited meanwhile */
+      }
+    }
+    return undefined;
   }
 
   /** Pid (on the host) of the sandbox's init, or undefined when not running. */

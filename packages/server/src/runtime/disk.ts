@@ -205,11 +205,43 @@ export async function detachLoops(image: string, known?: string): Promise<void> 
   for (const dev of await loopDevicesFor(image)) await proc('losetup', ['-d', dev]);
 }
 
-/** unmountAllUnder(`dir`) and detachLoops of the disk `image` mounted at `diskMount` below it. */
-export async function unmountDisk(dir: string, image: string, diskMount: string): Promise<void> {
-  const known = await loopDeviceAt(diskMount, image);
+/**
+ * unmountAllUnder(`dir`) and detachLoops of the disk `image` mounted at `diskMount` below it.
+ * `recorded` is the loop device the disk was last seen on (recordLoop), for a disk the host no
+ * longer has mounted (detached while its container holds it): that device is waited for, and no
+ * other is searched.
+ */
+export async function unmountDisk(dir: string, image: string, diskMount: string, recorded?: string): Promise<void> {
+  const known = (await loopDeviceAt(diskMount, image)) ?? recorded;
   await unmountAllUnder(dir);
   await detachLoops(image, known);
+}
+
+/** Whether `dev` is (still) bound to `image`. */
+export async function loopBacks(dev: string, image: string): Promise<boolean> {
+  return backs(await backingFile(dev), image);
+}
+
+/**
+ * Waits until the loop device `dev` no longer serves `image`: a container's mount namespace lets its
+ * disk go when its last process has exited, and the kernel clears the device a moment later. False
+ * if it still does after `timeoutMs`.
+ */
+export async function waitLoopReleased(dev: string, image: string, timeoutMs: number): Promise<boolean> {
+  const end = performance.now() + timeoutMs;
+  for (let i = 0; await loopBacks(dev, image); i++) {
+    if (performance.now() >= end) return false;
+    await sleep(i < 20 ? 2 : 20);
+  }
+  return true;
+}
+
+/**
+ * Detaches the mounts at `points` from the host's mount namespace (the helper's `detach`); a
+ * container that holds them keeps them until its last process exits.
+ */
+export async function detachMounts(helper: string, points: string[]): Promise<void> {
+  if (points.length > 0) await procOk(helper, ['detach', ...points]);
 }
 
 export async function diskUsage(mountPoint: string): Promise<{ usedBytes: number; totalBytes: number }> {

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { CANONICAL_ID_OFFSET, ID_RANGE } from '../images/types.js';
 import { baseLayer } from '../testing/fixtures.js';
-import { agentGet, assertNoLeaks, createTestRuntime, sh, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
+import { agentGet, assertNoLeaks, createTestRuntime, hostView, sh, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
 import { SANDBOX_ID_BASE } from './id-ranges.js';
 
 /** Runs argv on the host as uid = gid = `id` with no supplementary groups (an unprivileged user). */
@@ -132,19 +132,25 @@ describe('CrunRuntime isolation', { timeout: 300_000 }, () => {
     assert.equal(readFileSync(`/proc/${pid}/uid_map`, 'utf8').trim().split(/\s+/).join(' '), `0 ${b.uid} 65536`);
 
     await sh(t.rt, id, 'echo data > /owned-by-root-inside && mkdir -p /home/u && chown 1000:1000 /home/u');
-    const upper = `${t.dataDir}/sandboxes/${id}/disk/upper`;
-    assert.equal(statSync(`${upper}/owned-by-root-inside`).uid, a.uid);
-    assert.equal(statSync(`${upper}/home/u`).uid, a.uid + 1000);
-    // The layer is shared and stays canonical on disk; inside it is root's, through the idmapped mount.
-    assert.equal(statSync(lower).uid, CANONICAL_ID_OFFSET);
-    assert.equal(statSync(`${lower}/usr/bin/bash`).uid, CANONICAL_ID_OFFSET);
-    const inside = await sh(t.rt, id, 'stat -c "%u:%g" / /usr/bin/bash /etc/shadow; touch /usr/bin/bash && echo copied-up');
-    assert.equal(inside.stdout, `0:0\n0:0\n0:42\ncopied-up\n`, 'layer files are root:root (and shadow root:shadow) inside');
-    assert.equal(statSync(`${upper}/usr/bin/bash`).uid, a.uid, 'a copy-up lands in the sandbox range');
-    assert.equal(statSync(`${lower}/usr/bin/bash`).uid, CANONICAL_ID_OFFSET, 'the shared layer is untouched');
-    // One overlay mount per sandbox: the idmapped layer mounts were detached once it was made.
+    // No mount of a running sandbox stays in the host's table: the idmapped layer mounts were
+    // detached once the overlay was made, the overlay and the disk once the container held them.
     const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(`/sandboxes/${id}/`));
-    assert.deepEqual(mounts.map((l) => l.split(' ')[4]).sort(), [`${t.dataDir}/sandboxes/${id}/disk`, `${t.dataDir}/sandboxes/${id}/rootfs`]);
+    assert.deepEqual(mounts, []);
+    const view = hostView(t.dataDir, id);
+    try {
+      const upper = view.upper;
+      assert.equal(statSync(`${upper}/owned-by-root-inside`).uid, a.uid);
+      assert.equal(statSync(`${upper}/home/u`).uid, a.uid + 1000);
+      // The layer is shared and stays canonical on disk; inside it is root's, through the idmapped mount.
+      assert.equal(statSync(lower).uid, CANONICAL_ID_OFFSET);
+      assert.equal(statSync(`${lower}/usr/bin/bash`).uid, CANONICAL_ID_OFFSET);
+      const inside = await sh(t.rt, id, 'stat -c "%u:%g" / /usr/bin/bash /etc/shadow; touch /usr/bin/bash && echo copied-up');
+      assert.equal(inside.stdout, `0:0\n0:0\n0:42\ncopied-up\n`, 'layer files are root:root (and shadow root:shadow) inside');
+      assert.equal(statSync(`${upper}/usr/bin/bash`).uid, a.uid, 'a copy-up lands in the sandbox range');
+      assert.equal(statSync(`${lower}/usr/bin/bash`).uid, CANONICAL_ID_OFFSET, 'the shared layer is untouched');
+    } finally {
+      view.close();
+    }
   });
 
   test("another sandbox's host user cannot reach a sandbox's files; its own can", async () => {
@@ -154,19 +160,30 @@ describe('CrunRuntime isolation', { timeout: 300_000 }, () => {
     const dir = `${t.dataDir}/sandboxes/${id}`;
     const st = statSync(dir);
     assert.deepEqual([st.uid, st.gid, st.mode & 0o777], [0, a.gid, 0o710], 'sandbox dir: root, group of its own range');
-    assert.deepEqual([statSync(`${dir}/disk`).uid, statSync(`${dir}/disk`).mode & 0o777], [0, 0o700]);
-    for (const path of [`${dir}/rootfs/root/private`, `${dir}/disk/upper/root/private`]) {
-      const r = asHostUser(b.uid, ['cat', path]);
-      assert.notEqual(r.code, 0, `sandbox ${other}'s root (host ${b.uid}) read ${path}`);
-      assert.match(r.stderr, /Permission denied/);
+    assert.ok(!existsSync(`${dir}/rootfs/root`), 'the root is not at a host path while the sandbox runs (detached)');
+    // Where the host shows it (its init's root; its disk mounted again), another sandbox's host
+    // user is refused, and so is its own through its init's root; host root reads it there.
+    const root = `/proc/${await t.rt.initPid(id)}/root/root/private`;
+    const view = hostView(t.dataDir, id);
+    try {
+      assert.deepEqual([statSync(`${dir}/disk`).uid, statSync(`${dir}/disk`).mode & 0o777], [0, 0o700]);
+      for (const path of [root, `${view.upper}/root/private`]) {
+        const r = asHostUser(b.uid, ['cat', path]);
+        assert.notEqual(r.code, 0, `sandbox ${other}'s root (host ${b.uid}) read ${path}`);
+        assert.match(r.stderr, /Permission denied/);
+      }
+    } finally {
+      view.close();
     }
-    // The control: the file is reachable, to its own sandbox's host uid, by the same path.
-    const own = spawnSync('setpriv', [`--reuid=${a.uid}`, `--regid=${a.gid}`, '--clear-groups', '--', 'cat', `${dir}/rootfs/root/private`], { encoding: 'utf8' });
-    assert.equal(own.stdout, 'secret\n', own.stderr);
+    const own = asHostUser(a.uid, ['cat', root]);
+    assert.notEqual(own.code, 0, `its own host user (${a.uid}) read ${root}`);
+    assert.equal(readFileSync(root, 'utf8'), 'secret\n', 'the control: the file is there');
   });
 
-  test('a host user holding the default subuid range (100000...) can touch neither layers nor sandbox files', async () => {
-    const upper = `${t.dataDir}/sandboxes/${id}/disk/upper`;
+  test('a host user holding the default subuid range (100000...) can touch neither layers nor sandbox files', async (ctx) => {
+    const view = hostView(t.dataDir, id);
+    ctx.after(() => view.close());
+    const upper = view.upper;
     await sh(t.rt, id, 'echo x > /tmp-free-file && chmod 666 /tmp-free-file');
     // Every id a user could map with Debian's default /etc/subuid entries (100000 + 65536 n, up to SUB_UID_MAX).
     const SUB_UID_MAX = 600_100_000;

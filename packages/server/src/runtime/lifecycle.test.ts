@@ -10,7 +10,7 @@ import { CrunRuntime } from './index.js';
 import { moveIdRange } from '../images/shift.js';
 import { CANONICAL_ID_OFFSET, ID_RANGE, LEGACY_ID_OFFSET } from '../images/types.js';
 import { baseLayer } from '../testing/fixtures.js';
-import { agentGet, assertNoLeaks, createTestRuntime, sh, testSpec, waitFor, type TestRuntime } from '../testing/runtime-fixtures.js';
+import { agentGet, assertNoLeaks, createTestRuntime, hostView, sh, testSpec, waitFor, type TestRuntime } from '../testing/runtime-fixtures.js';
 
 const INJECT_AT = ['disk', 'overlay-mount', 'network', 'config', 'crun-run', 'network-finish'];
 
@@ -72,7 +72,7 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     await t.rt.create(testSpec(id, [lower]));
     try {
       await sh(t.rt, id, `setsid bash -c 'i=0; while :; do i=$((i+1)); echo $i > /c.tmp; mv /c.tmp /counter; sleep 0.05; done' </dev/null >/dev/null 2>&1 & disown; exit 0`);
-      const counterFile = `${t.dataDir}/sandboxes/${id}/disk/upper/counter`;
+      const counterFile = `/proc/${await t.rt.initPid(id)}/root/counter`;
       const read = () => Number(readFileSync(counterFile, 'utf8'));
       await waitFor('counter', async () => (existsSync(counterFile) && read() > 2 ? true : undefined));
       const t0 = performance.now();
@@ -135,6 +135,35 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     assert.equal((await agentGet(t.rt.agentSocket(id))).ok, true);
     await t.rt.start(spec); // idempotent while running
     await t.rt.destroy(id);
+  });
+
+  test("a running sandbox's mounts are in its own namespace only; disk figures come through its root; a start waits for the last run's disk", async () => {
+    const id = 'mnt1';
+    const spec = testSpec(id, [lower]);
+    const hostMounts = () => readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(`/sandboxes/${id}/`));
+    await t.rt.create(spec);
+    try {
+      assert.deepEqual(hostMounts(), [], "the host's mount table does not hold the running sandbox's root or disk");
+      const dev = readFileSync(`${t.dataDir}/sandboxes/${id}/disk.loop`, 'utf8');
+      assert.match(readFileSync(`/sys/block/${dev.slice(5)}/loop/backing_file`, 'utf8'), new RegExp(`/sandboxes/${id}/disk.img`), 'the recorded device serves the disk');
+      const before = await t.rt.stats(id);
+      assert.ok(before.diskTotalBytes > 0.9 * 1024 ** 3 && before.diskTotalBytes <= 1024 ** 3, `ext4 figures of the 1 GiB disk (${before.diskTotalBytes})`);
+      await sh(t.rt, id, 'dd if=/dev/zero of=/root/big bs=1M count=64 status=none && sync');
+      const after = await t.rt.stats(id);
+      assert.ok(after.diskUsedBytes - before.diskUsedBytes >= 60 * 1024 ** 2, `64 MiB written shows (${before.diskUsedBytes} → ${after.diskUsedBytes})`);
+      const inside = await sh(t.rt, id, 'stat -f -c "%b %f %S" /');
+      const [blocks, free, size] = inside.stdout.trim().split(' ').map(Number) as [number, number, number];
+      assert.equal(after.diskTotalBytes, blocks * size, 'the figures the sandbox itself sees');
+      assert.ok(Math.abs(after.diskUsedBytes - (blocks - free) * size) < 8 * 1024 ** 2);
+      await t.rt.stop(id);
+      assert.deepEqual(traces(t, id), [`directory ${t.dataDir}/sandboxes/${id}`], 'the stop waited until the disk was let go');
+      await t.rt.start(spec);
+      assert.deepEqual(hostMounts(), []);
+      assert.equal((await sh(t.rt, id, 'stat -c %s /root/big')).stdout.trim(), String(64 * 1024 ** 2));
+    } finally {
+      await t.rt.destroy(id);
+    }
+    assert.deepEqual(traces(t, id), []);
   });
 
   test("a tenant's symlinks on its disk are never followed by host root at start (.sb/state → a host directory)", async () => {
@@ -266,7 +295,12 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
       const base = idBase(t, id);
       assert.equal(await initUid(t.rt, id), base);
       assert.ok(!('movingFrom' in JSON.parse(readFileSync(`${dir}/ids.json`, 'utf8'))), 'the move finished');
-      assert.equal(statSync(`${dir}/disk/upper/home/u/f`).uid, base + 1000, "the disk's files moved to the new range");
+      const view = hostView(t.dataDir, id);
+      try {
+        assert.equal(statSync(`${view.upper}/home/u/f`).uid, base + 1000, "the disk's files moved to the new range");
+      } finally {
+        view.close();
+      }
       const r = await sh(t.rt, id, 'cat /root/mine /home/u/f /opt/old-file; stat -c "%u:%g" /home/u/f /opt/old-file /usr/bin/bash; echo more >> /root/mine');
       assert.equal(r.stdout, 'mine\nhi\nfrom an old layer\n1000:1000\n1000:1000\n0:0\n');
     } finally {
@@ -302,7 +336,12 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
       assert.notEqual(moved, a, 'moved off the range hr-a holds');
       assert.equal(await initUid(other.rt, 'hr-b'), moved);
       assert.equal(await initUid(t.rt, 'hr-a'), a, 'hr-a untouched');
-      assert.equal(statSync(`${dir}/disk/upper/home/u/f`).uid, moved + 1000, "the disk's files moved with it");
+      const view = hostView(other.dataDir, 'hr-b');
+      try {
+        assert.equal(statSync(`${view.upper}/home/u/f`).uid, moved + 1000, "the disk's files moved with it");
+      } finally {
+        view.close();
+      }
       assert.equal((await sh(other.rt, 'hr-b', 'stat -c %u:%g /home/u/f; cat /home/u/f')).stdout, '1000:1000\nhi\n');
     } finally {
       await t.rt.destroy('hr-a');

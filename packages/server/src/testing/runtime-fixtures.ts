@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { lookup } from 'node:dns/promises';
@@ -137,6 +138,21 @@ export async function aptSourceCidrs(): Promise<string[]> {
   const out = new Set<string>();
   for (const host of hosts) for (const { address } of await lookup(host, { all: true, family: 4 })) out.add(`${address}/32`);
   return [...out].sort();
+}
+
+/**
+ * A running sandbox's disk, shown to the host again for a test to look at its upper: the runtime
+ * detaches it from the host once the container holds it. The disk's own loop device (recorded in
+ * `disk.loop`) is mounted at its old place, `<dir>/disk`: a second mount of the same filesystem,
+ * not a second filesystem on the same image. `close` unmounts it.
+ */
+export function hostView(dataDir: string, id: string): { upper: string; close: () => void } {
+  const dir = join(dataDir, 'sandboxes', id);
+  const dev = readFileSync(join(dir, 'disk.loop'), 'utf8').trim();
+  assert.match(dev, /^\/dev\/loop\d+$/);
+  assert.equal(readFileSync(`/sys/block/${dev.slice(5)}/loop/backing_file`, 'utf8').trim(), join(dir, 'disk.img'), `${dev} serves ${id}'s disk`);
+  execFileSync('mount', ['-t', 'ext4', '-o', 'noatime', dev, join(dir, 'disk')]);
+  return { upper: join(dir, 'disk', 'upper'), close: () => execFileSync('umount', [join(dir, 'disk')]) };
 }
 
 export async function waitFor<T>(what: string, fn: () => Promise<T | undefined>, timeoutMs = 10000): Promise<T> {

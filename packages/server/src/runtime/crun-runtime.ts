@@ -389,6 +389,7 @@ export class CrunRuntime implements Runtime {
         await this.boot(spec, undo, true);
         undo.commit();
         this.oom.created(spec.id);
+        this.detachSoon(spec.id);
       } catch (err) {
         await undo.run();
         throw asRuntimeError(err);
@@ -407,6 +408,7 @@ export class CrunRuntime implements Runtime {
         await this.boot(spec, undo, false);
         undo.commit();
         this.oom.created(spec.id);
+        this.detachSoon(spec.id);
       } catch (err) {
         await undo.run();
         throw asRuntimeError(err);
@@ -499,10 +501,21 @@ export class CrunRuntime implements Runtime {
       await hook('network-finish');
       await holder.finish();
     }
-    nextPhase('detach');
-    await this.detachHostMounts(p);
     nextPhase('done');
     this.opts.onTiming?.(id, 'total', performance.now() - t0);
+  }
+
+  /**
+   * detachHostMounts right after the create or start that calls this (from inside its lock): the
+   * next operation on the sandbox waits for it, the answer to the create does not.
+   */
+  private detachSoon(id: string): void {
+    void this.withLock(id, () => this.detachHostMounts(this.paths(id)));
+  }
+
+  /** Resolves once the operations queued on sandbox `id` so far are done (tests). */
+  settled(id: string): Promise<void> {
+    return this.withLock(id, async () => undefined);
   }
 
   /**

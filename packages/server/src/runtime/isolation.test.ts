@@ -134,9 +134,10 @@ describe('CrunRuntime isolation', { timeout: 300_000 }, () => {
     await sh(t.rt, id, 'echo data > /owned-by-root-inside && mkdir -p /home/u && chown 1000:1000 /home/u');
     // No mount of a running sandbox stays in the host's table: the idmapped layer mounts were
     // detached once the overlay was made, the overlay and the disk once the container held them.
+    await t.rt.settled(id);
     const mounts = readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(`/sandboxes/${id}/`));
     assert.deepEqual(mounts, []);
-    const view = hostView(t.dataDir, id);
+    const view = await hostView(t.rt, id);
     try {
       const upper = view.upper;
       assert.equal(statSync(`${upper}/owned-by-root-inside`).uid, a.uid);
@@ -160,11 +161,12 @@ describe('CrunRuntime isolation', { timeout: 300_000 }, () => {
     const dir = `${t.dataDir}/sandboxes/${id}`;
     const st = statSync(dir);
     assert.deepEqual([st.uid, st.gid, st.mode & 0o777], [0, a.gid, 0o710], 'sandbox dir: root, group of its own range');
+    await t.rt.settled(id);
     assert.ok(!existsSync(`${dir}/rootfs/root`), 'the root is not at a host path while the sandbox runs (detached)');
     // Where the host shows it (its init's root; its disk mounted again), another sandbox's host
     // user is refused, and so is its own through its init's root; host root reads it there.
     const root = `/proc/${await t.rt.initPid(id)}/root/root/private`;
-    const view = hostView(t.dataDir, id);
+    const view = await hostView(t.rt, id);
     try {
       assert.deepEqual([statSync(`${dir}/disk`).uid, statSync(`${dir}/disk`).mode & 0o777], [0, 0o700]);
       for (const path of [root, `${view.upper}/root/private`]) {
@@ -181,7 +183,7 @@ describe('CrunRuntime isolation', { timeout: 300_000 }, () => {
   });
 
   test('a host user holding the default subuid range (100000...) can touch neither layers nor sandbox files', async (ctx) => {
-    const view = hostView(t.dataDir, id);
+    const view = await hostView(t.rt, id);
     ctx.after(() => view.close());
     const upper = view.upper;
     await sh(t.rt, id, 'echo x > /tmp-free-file && chmod 666 /tmp-free-file');

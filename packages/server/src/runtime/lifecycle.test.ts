@@ -143,6 +143,8 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     const hostMounts = () => readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(`/sandboxes/${id}/`));
     await t.rt.create(spec);
     try {
+      // The create answered; its mounts leave the host's table right behind it.
+      await t.rt.settled(id);
       assert.deepEqual(hostMounts(), [], "the host's mount table does not hold the running sandbox's root or disk");
       const dev = readFileSync(`${t.dataDir}/sandboxes/${id}/disk.loop`, 'utf8');
       assert.match(readFileSync(`/sys/block/${dev.slice(5)}/loop/backing_file`, 'utf8'), new RegExp(`/sandboxes/${id}/disk.img`), 'the recorded device serves the disk');
@@ -158,6 +160,7 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
       await t.rt.stop(id);
       assert.deepEqual(traces(t, id), [`directory ${t.dataDir}/sandboxes/${id}`], 'the stop waited until the disk was let go');
       await t.rt.start(spec);
+      await t.rt.settled(id);
       assert.deepEqual(hostMounts(), []);
       assert.equal((await sh(t.rt, id, 'stat -c %s /root/big')).stdout.trim(), String(64 * 1024 ** 2));
     } finally {
@@ -295,7 +298,7 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
       const base = idBase(t, id);
       assert.equal(await initUid(t.rt, id), base);
       assert.ok(!('movingFrom' in JSON.parse(readFileSync(`${dir}/ids.json`, 'utf8'))), 'the move finished');
-      const view = hostView(t.dataDir, id);
+      const view = await hostView(t.rt, id);
       try {
         assert.equal(statSync(`${view.upper}/home/u/f`).uid, base + 1000, "the disk's files moved to the new range");
       } finally {
@@ -336,7 +339,7 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
       assert.notEqual(moved, a, 'moved off the range hr-a holds');
       assert.equal(await initUid(other.rt, 'hr-b'), moved);
       assert.equal(await initUid(t.rt, 'hr-a'), a, 'hr-a untouched');
-      const view = hostView(other.dataDir, 'hr-b');
+      const view = await hostView(other.rt, 'hr-b');
       try {
         assert.equal(statSync(`${view.upper}/home/u/f`).uid, moved + 1000, "the disk's files moved with it");
       } finally {

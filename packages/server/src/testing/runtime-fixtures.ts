@@ -146,8 +146,9 @@ export async function aptSourceCidrs(): Promise<string[]> {
  * `disk.loop`) is mounted at its old place, `<dir>/disk`: a second mount of the same filesystem,
  * not a second filesystem on the same image. `close` unmounts it.
  */
-export function hostView(dataDir: string, id: string): { upper: string; close: () => void } {
-  const dir = join(dataDir, 'sandboxes', id);
+export async function hostView(rt: CrunRuntime, id: string): Promise<{ upper: string; close: () => void }> {
+  await rt.settled(id);
+  const dir = join(rt.dataDir, 'sandboxes', id);
   const dev = readFileSync(join(dir, 'disk.loop'), 'utf8').trim();
   assert.match(dev, /^\/dev\/loop\d+$/);
   assert.equal(readFileSync(`/sys/block/${dev.slice(5)}/loop/backing_file`, 'utf8').trim(), join(dir, 'disk.img'), `${dev} serves ${id}'s disk`);

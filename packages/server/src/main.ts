@@ -270,13 +270,21 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     log(`${signal}: shutting down; sandboxes keep running`);
     clearInterval(sweepTimer);
     stopOomWatch();
+    // Each step is logged with its duration: a shutdown that takes long says where.
+    const step = async (what: string, fn: () => Promise<unknown>) => {
+      const t0 = performance.now();
+      await fn().catch((err: unknown) => log(`shutdown: ${what} failed`, { error: String(err) }));
+      const ms = Math.round(performance.now() - t0);
+      if (ms >= 1000) log(`shutdown: ${what} took ${(ms / 1000).toFixed(1)} s`);
+    };
     void (async () => {
-      await app.close().catch(() => {});
-      await gateway.closeAll().catch(() => {});
-      await sandboxes.settle();
-      await pool.close().catch((err: unknown) => log('emptying the warm pool failed', { error: String(err) }));
-      await runtime.close().catch((err: unknown) => log('releasing runtime spares failed', { error: String(err) }));
+      await step('closing the API', () => app.close());
+      await step('closing sandbox connections', () => gateway.closeAll());
+      await step('finishing deletes', () => sandboxes.settle());
+      await step('emptying the warm pool', () => pool.close());
+      await step('releasing runtime spares', () => runtime.close());
       store.close();
+      log('shut down');
       process.exit(0);
     })();
   };

@@ -67,8 +67,10 @@ describe('a tenant against its own agent and the host', { timeout: 300_000 }, ()
     assert.equal(kill.status, 502, JSON.stringify(kill.body));
     const gone = await agent(sb, 'GET', '/health');
     assert.ok(gone.status === 502 || gone.status === 409, `${gone.status}`);
+    // Seen by the failed requests themselves (the first one's broken connection already): within a
+    // second here; a loaded 2-core machine has needed more than 10 s for the container to be gone.
     for (let i = 0; (await api(server, 'GET', `/v1/sandboxes/${sb.id}`)).body.status !== 'stopped'; i++) {
-      assert.ok(i < 100, 'the sandbox is reported stopped');
+      assert.ok(i < 300, 'the sandbox is reported stopped within 30 s');
       await new Promise((r) => setTimeout(r, 100));
     }
     assert.equal((await agent(sb, 'GET', '/health')).body.code, 'SANDBOX_STOPPED');

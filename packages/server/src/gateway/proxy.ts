@@ -25,13 +25,17 @@ export interface ProxyTarget {
   sandboxId: string;
   socketPath: string;
   agent: Agent;
-  /** Nobody listens on the agent's socket any more (its process is gone). */
+  /** The agent's socket failed as its exit would make it fail (mayBeAgentGone). */
   onAgentGone?: () => void;
 }
 
-/** Connecting failed because no agent listens: it exited, or was killed from inside its sandbox. */
-export function isAgentGone(err: NodeJS.ErrnoException): boolean {
-  return err.code === 'ECONNREFUSED' || err.code === 'ENOENT';
+/**
+ * The agent's socket failed in a way its exit causes: nobody listens (it exited, or was killed from
+ * inside its sandbox), or the connection broke under a request (it died while answering). Only a
+ * hint: the lifecycle checks the container before it calls the sandbox stopped.
+ */
+export function mayBeAgentGone(err: NodeJS.ErrnoException): boolean {
+  return err.code === 'ECONNREFUSED' || err.code === 'ENOENT' || err.code === 'ECONNRESET' || err.code === 'EPIPE';
 }
 
 /**
@@ -74,7 +78,8 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
     if (++informational > MAX_INFORMATIONAL) fail(`sent more than ${MAX_INFORMATIONAL} informational responses`);
   });
   upstream.on('error', (err: NodeJS.ErrnoException) => {
-    if (isAgentGone(err)) target.onAgentGone?.();
+    // Not when this side ended it (a client that went away, a timeout): that says nothing of the agent.
+    if (!done && mayBeAgentGone(err)) target.onAgentGone?.();
     fail(`is not answering properly: ${err.message}`);
   });
   upstream.on('upgrade', (_res, socket) => {

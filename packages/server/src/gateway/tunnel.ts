@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { ServiceError } from '@sandboxd/protocol';
+import { mayBeAgentGone } from './proxy.js';
 
 /**
  * A WebSocket upgrade relayed to the agent as a byte tunnel: the request line and headers (without
@@ -36,7 +37,7 @@ export function openTunnel(
     closeOne();
   });
   upstream.on('error', (err: NodeJS.ErrnoException) => {
-    if (err.code === 'ECONNREFUSED' || err.code === 'ENOENT') onAgentGone?.();
+    if (mayBeAgentGone(err)) onAgentGone?.();
     // Before the agent said anything the client can still get an HTTP answer; after, only a cut.
     if (!answered) rawError(client, new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent is not answering: ${err.message}`), requestId);
     else client.destroy();

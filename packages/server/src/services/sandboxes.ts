@@ -109,8 +109,9 @@ function specFor(id: string, src: SpecSource, layerPath: (id: string) => string)
 const TEARDOWN_RETRIES_MS = [1000, 5000];
 /** Teardowns at once (each kills a container and removes its mounts, network and files). */
 const TEARDOWN_CONCURRENCY = 8;
-/** Looks, 100 ms apart, for the container of a sandbox whose agent is gone to stop as well. */
-const GONE_CHECKS = 30;
+/** How long a gone agent's container is watched for its exit: every 100 ms for GONE_FAST_MS, then every second. */
+const GONE_WATCH_MS = 30_000;
+const GONE_FAST_MS = 3_000;
 /** How often sweep purges tombstones older than tombstoneSeconds. */
 const PURGE_INTERVAL_MS = 60_000;
 
@@ -510,10 +511,17 @@ export class SandboxService {
     if (this.checkingGone.has(id)) return;
     this.checkingGone.add(id);
     void (async () => {
-      // The container's init exits right after the agent, but not in the same instant: a check made
-      // at once can still find it running. Look again for a few seconds (outside the sandbox's lock)
-      // before deciding the agent was only busy.
-      for (let i = 0; i < GONE_CHECKS && (await this.d.runtime.status(id)) === 'running'; i++) await new Promise((r) => setTimeout(r, 100));
+      // The container's init exits right after the agent, but not in the same instant (its mount
+      // namespace, and with it the sandbox's disk, goes as it exits; slower on a busy host): a check
+      // made at once can still find it running. Look often at first, then now and then, outside the
+      // sandbox's lock, before deciding the agent was only busy (or the connection broke for
+      // another reason). A state that cannot be read now is asked again.
+      const status = () => this.d.runtime.status(id).catch(() => 'running' as const);
+      for (let waited = 0; waited < GONE_WATCH_MS && (await status()) === 'running'; ) {
+        const step = waited < GONE_FAST_MS ? 100 : 1000;
+        await new Promise((r) => setTimeout(r, step));
+        waited += step;
+      }
       await this.d.locks.run(id, async () => {
         const row = await this.d.store.sandboxes.byId(id);
         if (!row || row.status !== 'running') return;

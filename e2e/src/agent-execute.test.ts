@@ -58,7 +58,9 @@ describe('execute: languages and result shape', () => {
     assert.equal(r.success, false);
     assert.equal(r.exit_code, 1);
     assert.equal(r.stdout, 'partial\n');
-    assert.match(r.stderr, /Traceback[\s\S]*File "<string>", line 5[\s\S]*ValueError: boom/);
+    // Python runs in the sandbox's default context: its cells are numbered, like a notebook's.
+    assert.match(r.stderr, /Traceback[\s\S]*File "<cell-\d+>", line 5[\s\S]*ValueError: boom/);
+    assert.match((await exec(sb, 'raise ValueError("boom")', { isolated: true })).stderr, /File "<string>", line 1/, 'a fresh process is python3 -c');
     assert.doesNotMatch(r.stderr, /sbx_run|\.sb\/agent/, 'no agent frames in the traceback');
     assert.equal((await exec(sb, 'import sys; sys.exit(7)')).exit_code, 7);
     const syntax = await exec(sb, 'def (:');
@@ -116,7 +118,7 @@ describe('execute: timeouts, floods, concurrency', () => {
     assert.doesNotMatch(ps.stdout, /while True/);
   });
 
-  test('a timeout also kills a grandchild that left the process group (setsid + double fork)', async () => {
+  test('a timeout also kills a grandchild that left the process group (setsid + double fork), in a fresh process', async () => {
     const code = [
       'import os, time',
       'if os.fork() == 0:',
@@ -127,7 +129,7 @@ describe('execute: timeouts, floods, concurrency', () => {
       '    os._exit(0)',
       'while True: time.sleep(0.1)',
     ].join('\n');
-    const r = await exec(sb, code, { timeout: 2 });
+    const r = await exec(sb, code, { timeout: 2, isolated: true });
     assert.equal(r.timed_out, true);
     const pid = (await run(sb, 'cat', ['/tmp/escapee.pid'])).stdout.trim();
     assert.match(pid, /^\d+$/);
@@ -159,12 +161,12 @@ describe('execute: timeouts, floods, concurrency', () => {
     assert.equal((await exec(sb, 'print("still fine")')).stdout, 'still fine\n');
   });
 
-  test('concurrent executions run in parallel and never mix their output', async () => {
+  test('concurrent isolated executions run in parallel and never mix their output', async () => {
     const n = 8;
     const started = Date.now();
     const results = await Promise.all(
       Array.from({ length: n }, (_, i) =>
-        exec(sb, `import time, sys\nfor k in range(200):\n    print("job${i}", k)\n    sys.stderr.write("err${i}\\n")\n    if k % 50 == 0: time.sleep(0.25)`),
+        exec(sb, `import time, sys\nfor k in range(200):\n    print("job${i}", k)\n    sys.stderr.write("err${i}\\n")\n    if k % 50 == 0: time.sleep(0.25)`, { isolated: true }),
       ),
     );
     assert.ok(Date.now() - started < n * 1000 * 0.9, 'they overlapped');
@@ -254,36 +256,37 @@ describe('execute: env, working directory, languages runtimes', () => {
   });
 });
 
-describe('execute: warm python (forked from a resident interpreter)', () => {
+// `isolated`: a fresh process per run, as before contexts (the default context keeps state).
+describe('execute: warm python (forked from a resident interpreter), isolated runs', () => {
   test('runs are forked from the warm interpreter and behave like a fresh python3 -c', async () => {
-    await exec(sb, 'pass'); // starts the warm interpreter if needed
+    await exec(sb, 'pass', { isolated: true }); // starts the warm interpreter if needed
     const parent = await waitFor('a warm run', async () => {
-      const r = await exec(sb, 'import os\nprint(open(f"/proc/{os.getppid()}/cmdline").read().replace("\\0", " "))');
+      const r = await exec(sb, 'import os\nprint(open(f"/proc/{os.getppid()}/cmdline").read().replace("\\0", " "))', { isolated: true });
       return /sbx_zygote/.test(r.stdout) ? r : undefined;
     });
     assert.match(parent.stdout, /sbx_zygote\.py/);
-    const shape = await exec(sb, 'import sys, os\nprint(__name__, sys.argv, sys.path[0] == "", os.getcwd())', { working_dir: '/tmp' });
+    const shape = await exec(sb, 'import sys, os\nprint(__name__, sys.argv, sys.path[0] == "", os.getcwd())', { isolated: true, working_dir: '/tmp' });
     assert.equal(shape.stdout, "__main__ ['-c'] True /tmp\n");
   });
 
   test('each run gets exactly its own env; start-up env (PYTHONPATH) is honoured', async () => {
-    assert.equal((await exec(sb, 'import os; print(os.environ.get("ONLY_FIRST"))', { env: { ONLY_FIRST: '1' } })).stdout, '1\n');
-    assert.equal((await exec(sb, 'import os; print(os.environ.get("ONLY_FIRST"))')).stdout, 'None\n', 'nothing leaks into the next run');
+    assert.equal((await exec(sb, 'import os; print(os.environ.get("ONLY_FIRST"))', { isolated: true, env: { ONLY_FIRST: '1' } })).stdout, '1\n');
+    assert.equal((await exec(sb, 'import os; print(os.environ.get("ONLY_FIRST"))', { isolated: true })).stdout, 'None\n', 'nothing leaks into the next run');
     await run(sb, 'sh', ['-c', 'mkdir -p /tmp/pp && echo "VALUE = 42" > /tmp/pp/ppmod.py']);
-    assert.equal((await exec(sb, 'import ppmod; print(ppmod.VALUE)', { env: { PYTHONPATH: '/tmp/pp' } })).stdout, '42\n');
-    assert.equal((await exec(sb, 'import os; print(os.environ["HOME"])', { env: { HOME: '/tmp' } })).stdout, '/tmp\n');
+    assert.equal((await exec(sb, 'import ppmod; print(ppmod.VALUE)', { isolated: true, env: { PYTHONPATH: '/tmp/pp' } })).stdout, '42\n');
+    assert.equal((await exec(sb, 'import os; print(os.environ["HOME"])', { isolated: true, env: { HOME: '/tmp' } })).stdout, '/tmp\n');
   });
 
   test('exit behaves: files left open are flushed, atexit runs, threads are joined, exit codes and signals', async () => {
-    const r = await exec(sb, 'import atexit, threading, time\nf = open("/tmp/unflushed.txt", "w")\nf.write("kept")\natexit.register(lambda: print("atexit"))\nthreading.Thread(target=lambda: (time.sleep(0.3), print("thread"))).start()');
+    const r = await exec(sb, 'import atexit, threading, time\nf = open("/tmp/unflushed.txt", "w")\nf.write("kept")\natexit.register(lambda: print("atexit"))\nthreading.Thread(target=lambda: (time.sleep(0.3), print("thread"))).start()', { isolated: true });
     assert.equal(r.stdout, 'thread\natexit\n');
     assert.equal((await run(sb, 'cat', ['/tmp/unflushed.txt'])).stdout, 'kept');
-    assert.equal((await exec(sb, 'import os; os._exit(5)')).exit_code, 5);
-    assert.equal((await exec(sb, 'import os, signal; os.kill(os.getpid(), signal.SIGKILL)')).exit_code, 137);
-    const exit = await exec(sb, 'import sys; sys.exit("bye")');
+    assert.equal((await exec(sb, 'import os; os._exit(5)', { isolated: true })).exit_code, 5);
+    assert.equal((await exec(sb, 'import os, signal; os.kill(os.getpid(), signal.SIGKILL)', { isolated: true })).exit_code, 137);
+    const exit = await exec(sb, 'import sys; sys.exit("bye")', { isolated: true });
     assert.equal(exit.exit_code, 1);
     assert.equal(exit.stderr, 'bye\n');
-    assert.equal((await exec(sb, 'import random; print(random.random())')).stdout === (await exec(sb, 'import random; print(random.random())')).stdout, false, 'fresh randomness per run');
+    assert.equal((await exec(sb, 'import random; print(random.random())', { isolated: true })).stdout === (await exec(sb, 'import random; print(random.random())', { isolated: true })).stdout, false, 'fresh randomness per run');
   });
 });
 

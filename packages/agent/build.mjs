@@ -41,7 +41,7 @@ await build({
   ],
 });
 
-for (const f of ['sbx_run.py', 'sbx_zygote.py']) copyFileSync(join(here, 'py', f), join(out, f));
+for (const f of ['sbx_run.py', 'sbx_zygote.py', 'sbx_kernel.py']) copyFileSync(join(here, 'py', f), join(out, f));
 
 const helperSrc = ['sbx-helper.c', 'watch.c'].map((f) => join(here, 'native', f));
 const helperOut = join(out, 'sbx-helper');

@@ -12,6 +12,7 @@ import { AgentStats } from './metrics/stats.js';
 import { cacheRoutes } from './routes/cache.js';
 import { commandRoutes } from './routes/commands.js';
 import { envRoutes } from './routes/env.js';
+import { contextRoutes } from './routes/contexts.js';
 import { executeRoutes } from './routes/execute.js';
 import { fileRoutes } from './routes/files.js';
 import { healthRoutes } from './routes/health.js';
@@ -54,6 +55,7 @@ export function createAgent(config: AgentConfig): { agent: Agent; server: Server
   const routes = [
     ...healthRoutes(agent),
     ...executeRoutes(agent),
+    ...contextRoutes(agent),
     ...commandRoutes(agent),
     ...fileRoutes(agent),
     ...envRoutes(agent),

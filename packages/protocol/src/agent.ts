@@ -41,6 +41,10 @@ export interface ExecuteResult {
   /** Set when the result came from the opt-in result cache. */
   cached?: boolean;
   execution_id?: string;
+  /** The code context the execution ran in (absent: a fresh process, e.g. `isolated`). */
+  context_id?: string;
+  /** The context's kernel died during or before this execution: earlier state is gone. */
+  kernel_restarted?: boolean;
 }
 
 export interface CommandRequest {

@@ -24,6 +24,7 @@ export const ERROR_CODES = {
   ROUTE_NOT_FOUND: { status: 404, title: 'Route not found' },
   FILE_NOT_FOUND: { status: 404, title: 'File not found' },
   PROCESS_NOT_FOUND: { status: 404, title: 'Process not found' },
+  CONTEXT_NOT_FOUND: { status: 404, title: 'Context not found' },
   METHOD_NOT_ALLOWED: { status: 405 },
   INVALID_STATE: { status: 409 },
   SANDBOX_PAUSED: { status: 409 },
@@ -32,6 +33,8 @@ export const ERROR_CODES = {
   TEMPLATE_IN_USE: { status: 409 },
   TEMPLATE_NOT_READY: { status: 409 },
   ALREADY_EXISTS: { status: 409 },
+  /** A sandbox already holds as many code contexts as it may. */
+  CONTEXT_LIMIT: { status: 409 },
   /** The organization's sandboxes (and builds) already hold a quota (concurrent sandboxes, memory, disk); freeing some lets it pass. */
   ORG_QUOTA_EXCEEDED: { status: 409 },
   SANDBOX_EXPIRED: { status: 410, title: 'Sandbox expired' },

@@ -14,6 +14,7 @@ import { RunningProcess, type RunOutcome } from './runner.js';
 import { plainArgv } from './shell.js';
 import { which } from './which.js';
 import type { PythonZygotes } from './zygote.js';
+import { Contexts, isContextLanguage, type CodeContext } from './contexts.js';
 
 export interface StreamHooks {
   onStdout(chunk: Buffer): void;
@@ -36,6 +37,10 @@ export interface ExecOptions {
   signal?: AbortSignal;
   /** Written to the program's stdin, which is then closed (absent: /dev/null). */
   stdin?: Buffer;
+  /** The code context to run in (absent: the language's default context, when it has contexts). */
+  contextId?: string;
+  /** A fresh process that keeps no state, as before contexts. */
+  isolated?: boolean;
 }
 
 export interface CommandOptions {
@@ -68,14 +73,41 @@ export class Executor {
   private readonly outputs = new OutputDirs(100);
   private readonly tmpDir: string;
   private readonly outputsDir: string;
+  readonly contexts: Contexts;
 
   constructor(private readonly deps: ExecutorDeps) {
+    this.contexts = new Contexts(deps.config.agentDir, deps.config.workspaceDir, () => this.env(undefined));
     this.programs = new ProgramCache(join(deps.config.stateDir, 'cache', 'programs'));
     this.tmpDir = join(deps.config.stateDir, 'tmp');
     this.outputsDir = join(deps.config.stateDir, 'outputs');
   }
 
+  /**
+   * The context an execution runs in, or null for a fresh process: `isolated`, the opt-in result
+   * cache (a cached answer cannot depend on state) and languages without contexts run fresh.
+   */
+  contextFor(o: ExecOptions): CodeContext | null {
+    if (o.contextId !== undefined) {
+      const ctx = this.contexts.get(o.contextId);
+      if (o.isolated) throw new ServiceError('VALIDATION_ERROR', 'isolated and context_id exclude each other', { field: 'isolated' });
+      if (ctx.language !== o.language) {
+        throw new ServiceError('VALIDATION_ERROR', `context ${ctx.id} runs ${ctx.language}, not ${o.language}`, { field: 'language', context_id: ctx.id });
+      }
+      return ctx;
+    }
+    if (o.isolated || o.cache || !isContextLanguage(o.language)) return null;
+    return this.contexts.defaultFor(o.language);
+  }
+
   async execute(o: ExecOptions): Promise<ExecuteResult> {
+    const context = this.contextFor(o);
+    if (context) {
+      const entry = this.newEntry('execute', false, o.language, o.name ?? o.language);
+      const onAbort = () => this.kill(entry.id);
+      if (o.signal?.aborted) onAbort();
+      o.signal?.addEventListener('abort', onAbort, { once: true });
+      return this.runInContext(entry, o, context).finally(() => o.signal?.removeEventListener('abort', onAbort));
+    }
     const env = this.env(o.env);
     const cwd = o.cwd ?? this.deps.config.workspaceDir;
     const cacheKey = o.cache ? ResultCache.key({ language: o.language, code: o.code, env, cwd, stdin: o.stdin?.toString('base64') }) : null;
@@ -98,8 +130,9 @@ export class Executor {
   startExecute(o: ExecOptions, onDone?: (entry: ProcessEntry, result: ExecuteResult | null, err?: unknown) => void): BackgroundStarted {
     const env = this.env(o.env);
     const cwd = o.cwd ?? this.deps.config.workspaceDir;
+    const context = this.contextFor(o);
     const entry = this.newEntry('execute', true, o.language, o.name ?? `${o.language} execution`);
-    void this.runCode(entry, o, env, cwd).then(
+    void (context ? this.runInContext(entry, o, context) : this.runCode(entry, o, env, cwd)).then(
       (result) => onDone?.(entry, result),
       (err: unknown) => {
         this.failEntry(entry, err);
@@ -242,6 +275,56 @@ export class Executor {
     const base = this.finish(entry, outcome, startedMs, t);
     const { rich_outputs, ...inline } = rich;
     const result: ExecuteResult = { ...base, ...inline, language: o.language, execution_id: entry.id };
+    if (o.rich) result.rich_outputs = rich_outputs;
+    return result;
+  }
+
+  /** One cell in a context's kernel; its rich output is collected as a fresh run's is. */
+  private async runInContext(entry: ProcessEntry, o: ExecOptions, context: CodeContext): Promise<ExecuteResult> {
+    const startedMs = performance.now();
+    const t: Timing = { deadline: startedMs + o.timeoutSec * 1000, timeoutSec: o.timeoutSec };
+    const outDir = join(this.outputsDir, entry.id);
+    const env = effectiveEnv(this.deps.config.baseEnv, { ...this.deps.envStore.all(), ...context.env }, o.env);
+    const cwd = o.cwd ?? context.cwd;
+    // A fresh process fails to start in a missing directory (400); a kernel would only say so in stderr.
+    const st = await stat(cwd).catch(() => null);
+    if (!st || !st.isDirectory()) {
+      const err = st
+        ? new ServiceError('NOT_A_DIRECTORY', `working directory is not a directory: ${cwd}`, { path: cwd })
+        : new ServiceError('INVALID_PATH', `working directory does not exist: ${cwd}`, { path: cwd });
+      this.failEntry(entry, err);
+      throw err;
+    }
+    const cell = context.kernel.run({
+      code: o.code,
+      outDir,
+      cwd,
+      env,
+      stdin: o.stdin,
+      deadline: t.deadline,
+      capBytes: this.deps.config.outputCapBytes,
+      onStdout: o.stream?.onStdout,
+      onStderr: o.stream?.onStderr,
+    });
+    entry.proc = cell;
+    entry.pid = cell.pid;
+    if (entry.status === 'killed') cell.kill('killed');
+    const outcome = await cell.done;
+    entry.pid ??= cell.pid;
+    if (outcome.kernelRestarted) {
+      const why =
+        outcome.reason === 'timeout' || outcome.reason === 'killed'
+          ? 'it did not stop when interrupted, so it was killed'
+          : `it exited (${outcome.exitCode > 128 ? `signal ${outcome.exitCode - 128}` : `code ${outcome.exitCode}`})`;
+      outcome.stderr.push(Buffer.from(`${outcome.stderr.text() && !outcome.stderr.text().endsWith('\n') ? '\n' : ''}[sandboxd] the kernel was restarted: ${why}; variables, imports and the working directory of earlier executions are gone\n`));
+    }
+    const rich = await collectRichOutputs(outDir);
+    if (rich.rich_outputs.length > 0 && o.rich) this.outputs.remember(outDir);
+    else if (rich.rich_outputs.length > 0 || rich.result !== undefined) void discard(outDir);
+    const base = this.finish(entry, outcome, startedMs, t);
+    const { rich_outputs, ...inline } = rich;
+    const result: ExecuteResult = { ...base, ...inline, language: o.language, execution_id: entry.id, context_id: context.id };
+    if (outcome.kernelRestarted) result.kernel_restarted = true;
     if (o.rich) result.rich_outputs = rich_outputs;
     return result;
   }

@@ -1,7 +1,7 @@
 import type { CallbackState } from './callback.js';
 import { randomBytes } from 'node:crypto';
 import type { ProcessInfo, ProcessStatus } from '../proto.js';
-import type { RunningProcess } from './runner.js';
+import type { EndReason } from './runner.js';
 
 export interface ProcessEntry {
   id: string;
@@ -14,8 +14,8 @@ export interface ProcessEntry {
   status: ProcessStatus;
   exitCode: number | null;
   pid: number | null;
-  /** Set while the process runs. */
-  proc: RunningProcess | null;
+  /** Set while the process (or the kernel cell) runs. */
+  proc: { readonly pid: number | null; kill(reason: Exclude<EndReason, 'exited'>): void } | null;
   /** Kept for finished background processes only. */
   stdout?: string;
   stderr?: string;

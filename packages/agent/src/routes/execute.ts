@@ -15,7 +15,9 @@ export const MAX_TIMEOUT_S = 86_400;
 
 export function parseExecute(agent: Agent, body: Record<string, unknown>, defaults: { timeoutSec: number; rich: boolean; language?: string }): ExecOptions {
   const code = requiredString(body, 'code', { allowEmpty: true });
-  const languageInput = optionalString(body, 'language') ?? defaults.language;
+  const contextId = optionalString(body, 'context_id');
+  // An execution in a context speaks the context's language unless it names one.
+  const languageInput = optionalString(body, 'language') ?? defaults.language ?? (contextId ? agent.executor.contexts.get(contextId).language : undefined);
   const language = normalizeLanguage(languageInput);
   if (!language) {
     throw new ServiceError('INVALID_LANGUAGE', `unsupported language ${JSON.stringify(languageInput)}; use one of ${LANGUAGE_ALIASES.join(', ')}`, { field: 'language' });
@@ -31,6 +33,8 @@ export function parseExecute(agent: Agent, body: Record<string, unknown>, defaul
     rich: defaults.rich,
     name: optionalString(body, 'name'),
     stdin: stdinInput(body),
+    contextId,
+    isolated: optionalBoolean(body, 'isolated') ?? false,
   };
 }
 

@@ -170,10 +170,10 @@ describe('a kernel that misbehaves', () => {
     assert.equal((await on('print(1 + 1)')).stdout, '2\n');
   });
 
-  test('a background execution in a context is listed and killable; the kill interrupts it and keeps the state', async () => {
+  test('a background execution in a context is listed and killable; the kill interrupts it, ends what it started and keeps the state', async () => {
     const c = await newContext();
-    await agent(sb, 'POST', '/execute', { code: 'kept = "yes"', context_id: c.id });
-    const bg = await agent(sb, 'POST', '/execute/background', { code: 'import time\nwhile True:\n    time.sleep(0.05)', context_id: c.id });
+    await agent(sb, 'POST', '/execute', { code: 'import subprocess\nkept = "yes"\nearlier = subprocess.Popen(["sleep", "1004"])', context_id: c.id });
+    const bg = await agent(sb, 'POST', '/execute/background', { code: 'import time\nsubprocess.Popen(["sleep", "1003"])\nwhile True:\n    time.sleep(0.05)', context_id: c.id });
     assert.equal(bg.status, 200, JSON.stringify(bg.body));
     const id = bg.body.process_id;
     await new Promise((r) => setTimeout(r, 300));
@@ -187,5 +187,17 @@ describe('a kernel that misbehaves', () => {
       await new Promise((r) => setTimeout(r, 100));
     }
     assert.equal((await agent(sb, 'POST', '/execute', { code: 'print(kept)', context_id: c.id })).body.stdout, 'yes\n');
+    const ps = (await run(sb, 'ps', ['-eo', 'args'])).stdout;
+    assert.doesNotMatch(ps, /sleep 1003/, 'what the killed cell started is gone');
+    assert.match(ps, /sleep 1004/, 'what an earlier cell started stays');
+    await agent(sb, 'POST', '/execute', { code: 'earlier.kill()', context_id: c.id });
+  });
+
+  test('background and async executions without a context run in a fresh process: a long one holds no context', async () => {
+    const bg = await agent(sb, 'POST', '/execute/background', { code: 'import time\ntime.sleep(30)' });
+    assert.equal(bg.status, 200);
+    const r = await exec(sb, 'print("not queued")', { timeout: 5 });
+    assert.equal(r.stdout, 'not queued\n');
+    await agent(sb, 'POST', `/execute/kill/${bg.body.process_id}`);
   });
 });

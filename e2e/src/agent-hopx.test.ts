@@ -52,6 +52,17 @@ describe('@hopx-ai/sdk drives a sandbox unmodified', () => {
     assert.equal(r.result, '15');
   });
 
+  test('runCode keeps variables between calls, and getJupyterSessions lists the kernel', async () => {
+    await sandbox.runCode('counter = 41\nimport math');
+    const r = await sandbox.runCode('print(counter + 1, math.floor(2.5))');
+    assert.equal(r.stdout, '42 2\n');
+    assert.equal((await sandbox.runIpython('counter * 2')).result, '82', 'runIpython is the same kernel');
+    const sessions = await sandbox.getJupyterSessions();
+    assert.ok(Array.isArray(sessions) && sessions.length >= 1, JSON.stringify(sessions));
+    assert.equal((sessions[0] as any).language, 'python');
+    assert.match((sessions[0] as any).kernel_id, /^kernel_/);
+  });
+
   test('commands.run: bash -c with args, exit codes as results, working dir', async () => {
     const r = await sandbox.commands.run('echo $HOPX_VAR | tr a-z A-Z');
     assert.equal(r.stdout, 'FROM-CREATE\n');

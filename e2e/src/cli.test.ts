@@ -192,6 +192,23 @@ describe('CLI: exec, run, shell', () => {
     assert.equal(missing.code, 2);
   });
 
+  test('repl keeps state between entries (blocks end at an empty line); run --context uses the same context', async () => {
+    const py = await newSandbox('--template', 'code-interpreter');
+    const r = await sbx(server, ['repl', py], { input: 'x = 41\nx + 1\ndef f():\n    return x * 2\n\nf()\nprint("out", x)\nundefined_name\n' });
+    assert.equal(r.stdout, '42\n82\nout 41\n', describeResult(r));
+    assert.match(r.stderr, /NameError/);
+    assert.equal(r.code, 1, 'the last entry failed');
+    const ctx = /context (ctx_\w+)/.exec(r.stderr)?.[1];
+    assert.ok(ctx, r.stderr);
+    assert.equal((await sbx(server, ['run', py, '-', '--context', ctx], { input: 'print(x)\n' })).stdout, '41\n', "the repl's context");
+    const contexts = await sbx(server, ['run', py, '-', '--isolated'], { input: 'print("x" in dir())\n' });
+    assert.equal(contexts.stdout, 'False\n', describeResult(contexts));
+    const inDefault = await sbx(server, ['run', py, '-'], { input: 'y = 1\n' });
+    assert.equal(inDefault.code, 0, describeResult(inDefault));
+    assert.equal((await sbx(server, ['run', py, '-'], { input: 'print(y)\n' })).stdout, '1\n', 'sbx run uses the default context');
+    await sbx(server, ['rm', py]);
+  });
+
   test('shell: piped input runs in a terminal, exit status passes through', async () => {
     const r = await sbx(server, ['shell', id], { input: 'echo "tty: $(tty | cut -c1-8)"\necho "sum $((40 + 2))"\nexit 3\n' });
     assert.equal(r.code, 3, describeResult(r));

@@ -103,6 +103,27 @@ describe('SDK: runCode', () => {
     assert.ok(chunks.some((c) => c.stream === 'err' && c.data.includes('err line')));
   });
 
+  test('state lives between runCode calls; code contexts: create, run in, list, restart, delete; kernels listed', async () => {
+    await sb.runCode('sdk_state = 20');
+    const r = await sb.runCode('sdk_state * 2 + 2');
+    assert.equal(r.result, '42');
+    assert.match(r.contextId ?? '', /^ctx_/);
+    const c = await sb.createCodeContext({ env: { IN_CTX: 'yes' } });
+    assert.equal(c.language, 'python');
+    const inCtx = await sb.runCode('import os\nprint("sdk_state" in dir(), os.environ["IN_CTX"])', { context: c });
+    assert.equal(inCtx.stdout, 'False yes\n');
+    assert.equal(inCtx.contextId, c.id);
+    const streamed = await sb.runCode('v = 5\nprint(v)\nv + 1', { context: c.id, onStdout: () => {} });
+    assert.deepEqual([streamed.stdout, streamed.result, streamed.contextId], ['5\n', '6', c.id]);
+    assert.ok((await sb.listCodeContexts()).some((x) => x.id === c.id && x.state === 'idle'));
+    assert.ok((await sb.kernels()).some((k) => k.contextId === c.id && k.alive && k.executionState === 'idle'));
+    await sb.restartCodeContext(c);
+    assert.match((await sb.runCode('print(v)', { context: c })).stderr, /NameError/);
+    await sb.deleteCodeContext(c);
+    await assert.rejects(sb.runCode('1', { context: c }), NotFoundError);
+    assert.equal((await sb.runCode('print("sdk_state" in dir())', { isolated: true })).stdout, 'False\n');
+  });
+
   test('abort and client deadlines end a call promptly with AbortError / TimeoutError', async () => {
     const ac = new AbortController();
     setTimeout(() => ac.abort(), 300);
@@ -113,8 +134,11 @@ describe('SDK: runCode', () => {
     await assert.rejects(sb.runCode('import time; time.sleep(30)', { signal: AbortSignal.timeout(300), onStdout: () => {} }), TimeoutError);
     assert.ok(Date.now() - t < 5000);
     await assert.rejects(sb.commands.run('sleep 30', { requestTimeoutMs: 300 }), TimeoutError);
-    // The sandbox is still usable afterwards.
+    // The sandbox is still usable afterwards, and the abandoned code does not hold its context.
     assert.equal((await sb.commands.run('echo ok')).stdout, 'ok\n');
+    t = Date.now();
+    assert.equal((await sb.runCode('print("next")')).stdout, 'next\n');
+    assert.ok(Date.now() - t < 5000, 'the abandoned cell was interrupted');
   });
 });
 

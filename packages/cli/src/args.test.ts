@@ -49,3 +49,15 @@ test('double dash splitting and exit statuses', () => {
   assert.equal(exitStatusFor(256, false), 1);
   assert.equal(exitStatusFor(0, true), 124);
 });
+
+test('repl: a Python entry needs more lines while a block, a bracket or a backslash is open', async () => {
+  const { needsMore } = await import('./commands/repl.js');
+  assert.equal(needsMore(['x = 1']), false);
+  assert.equal(needsMore(['def f():']), true);
+  assert.equal(needsMore(['def f():', '    return 1']), true);
+  assert.equal(needsMore(['def f():', '    return 1', '']), false);
+  assert.equal(needsMore(['print((1,']), true);
+  assert.equal(needsMore(['print("(")']), false, 'brackets in strings do not count');
+  assert.equal(needsMore(['x = 1 + \\']), true);
+  assert.equal(needsMore(['@decorator']), true);
+});

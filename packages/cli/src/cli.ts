@@ -8,6 +8,7 @@ import { watch } from './commands/watch.js';
 import { env } from './commands/env.js';
 import { exec, run } from './commands/exec.js';
 import { create, get, ls, pause, resume, rm, setTimeoutCmd, start, stop } from './commands/sandboxes.js';
+import { repl } from './commands/repl.js';
 import { shell } from './commands/shell.js';
 import { logs, templateBuild, templateGet, templateLs, templateRm } from './commands/templates.js';
 import { reportError, type Io } from './output.js';
@@ -24,6 +25,7 @@ export const COMMANDS: Command[] = [
   setTimeoutCmd,
   exec,
   run,
+  repl,
   shell,
   cp,
   watch,

@@ -1,5 +1,5 @@
 export { Sandbox, DEFAULT_TEMPLATE } from './sandbox.js';
-export type { ConnectOptions, CreateOptions, ListOptions, RunCodeOptions, SandboxOptions } from './sandbox.js';
+export type { ConnectOptions, CreateCodeContextOptions, CreateOptions, ListOptions, RunCodeOptions, SandboxOptions } from './sandbox.js';
 export { Template, isTerminalBuildStatus } from './template.js';
 export type { BuildOptions, BuildResult, BuildStarted, BuildStep, TemplateDefinition, TemplateOptions, WaitBuildOptions } from './template.js';
 export { ApiClient } from './client.js';
@@ -51,6 +51,8 @@ export type {
   TimeoutResult,
   RichOutput,
   ExecutionResult,
+  CodeContext,
+  KernelSession,
   CommandResult,
   BackgroundProcess,
   CallbackDelivery,

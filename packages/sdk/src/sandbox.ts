@@ -14,13 +14,15 @@ import type {
   AgentHealth,
   AgentInfo,
   BackgroundProcess,
+  CodeContext,
   ExecutionResult,
+  KernelSession,
   MetricsSnapshot,
   SandboxInfo,
   SandboxPage,
   TimeoutResult,
 } from './types.js';
-import { stdinFields, toAgentInfo, toBackgroundProcess, toExecutionResult, toHealth, toMetrics, toSandboxInfo, toSandboxPage } from './wire.js';
+import { stdinFields, toAgentInfo, toBackgroundProcess, toCodeContext, toExecutionResult, toHealth, toKernelSession, toMetrics, toSandboxInfo, toSandboxPage } from './wire.js';
 import { streamExecute } from './ws.js';
 
 export const DEFAULT_TEMPLATE = 'code-interpreter';
@@ -69,8 +71,24 @@ export interface RunCodeOptions extends RunOptions {
   language?: string;
   /** Use `/execute/rich` to get `richOutputs` (figures saved as files). */
   rich?: boolean;
-  /** Opt in to the agent's result cache. */
+  /** Opt in to the agent's result cache (runs in a fresh process). */
   cache?: boolean;
+  /**
+   * The code context to run in (its id, or the context itself). Without it Python runs in the
+   * sandbox's default context, where state lives between calls.
+   */
+  context?: string | CodeContext;
+  /** A fresh process that keeps no state (not with `context`). */
+  isolated?: boolean;
+}
+
+export interface CreateCodeContextOptions extends CallOptions {
+  /** `python` (the default; the only language with contexts for now). */
+  language?: string;
+  /** Its kernel's working directory (relative to /workspace). */
+  cwd?: string;
+  /** Variables for this context only, over the sandbox's env. */
+  env?: Record<string, string>;
 }
 
 function clientOf(options: SandboxOptions | undefined): ApiClient {
@@ -213,6 +231,8 @@ export class Sandbox {
         workingDir: options.workingDir,
         env: options.env,
         stdin: options.stdin,
+        contextId: contextIdOf(options.context),
+        isolated: options.isolated,
         onStdout: options.onStdout,
         onStderr: options.onStderr,
         signal: options.signal,
@@ -257,6 +277,38 @@ export class Sandbox {
   private async startExecution(path: string, json: Record<string, unknown>, options: CallOptions, what: string): Promise<BackgroundProcess> {
     const body = await this.agent.http.json({ method: 'POST', path, json, signal: options.signal, timeoutMs: options.requestTimeoutMs ?? 30_000, what });
     return toBackgroundProcess(body);
+  }
+
+  /** A new code context: an interpreter of its own, run in parallel with the others. */
+  async createCodeContext(options: CreateCodeContextOptions = {}): Promise<CodeContext> {
+    const json: Record<string, unknown> = { language: options.language ?? 'python' };
+    if (options.cwd !== undefined) json.cwd = options.cwd;
+    if (options.env !== undefined) json.env = options.env;
+    const body = await this.agent.http.json({ method: 'POST', path: '/contexts', json, signal: options.signal, timeoutMs: options.requestTimeoutMs, what: 'create code context' });
+    return toCodeContext(body);
+  }
+
+  async listCodeContexts(options: CallOptions = {}): Promise<CodeContext[]> {
+    const body = (await this.agentGet('/contexts', options)) as { contexts?: unknown };
+    return Array.isArray(body?.contexts) ? body.contexts.map(toCodeContext) : [];
+  }
+
+  /** Kills the context's kernel: its next run starts with a fresh state. */
+  async restartCodeContext(context: string | CodeContext, options: CallOptions = {}): Promise<CodeContext> {
+    const id = contextIdOf(context)!;
+    const body = await this.agent.http.json({ method: 'POST', path: `/contexts/${enc(id)}/restart`, signal: options.signal, timeoutMs: options.requestTimeoutMs, what: 'restart code context' });
+    return toCodeContext(body);
+  }
+
+  async deleteCodeContext(context: string | CodeContext, options: CallOptions = {}): Promise<void> {
+    const id = contextIdOf(context)!;
+    await this.agent.http.json({ method: 'DELETE', path: `/contexts/${enc(id)}`, signal: options.signal, timeoutMs: options.requestTimeoutMs, what: 'delete code context' });
+  }
+
+  /** The sandbox's kernels, as `GET /jupyter/sessions` lists them. */
+  async kernels(options: CallOptions = {}): Promise<KernelSession[]> {
+    const body = (await this.agentGet('/jupyter/sessions', options)) as { sessions?: unknown };
+    return Array.isArray(body?.sessions) ? body.sessions.map(toKernelSession) : [];
   }
 
   async metrics(options: CallOptions = {}): Promise<MetricsSnapshot> {
@@ -381,6 +433,13 @@ function executeBody(code: string, language: string, o: Omit<RunCodeOptions, 'on
   if (o.workingDir !== undefined) json.working_dir = o.workingDir;
   if (o.env !== undefined) json.env = o.env;
   if (o.cache) json.cache = true;
+  const context = contextIdOf(o.context);
+  if (context !== undefined) json.context_id = context;
+  if (o.isolated !== undefined) json.isolated = o.isolated;
   Object.assign(json, stdinFields(o.stdin));
   return json;
+}
+
+function contextIdOf(context: string | CodeContext | undefined): string | undefined {
+  return typeof context === 'string' || context === undefined ? context : context.id;
 }

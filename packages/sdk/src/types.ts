@@ -74,9 +74,40 @@ export interface ExecutionResult {
   json?: unknown;
   /** Only with `rich: true`. */
   richOutputs?: RichOutput[];
+  /** Text repr of the value of a last-line expression (Python). */
+  result?: string;
+  /** The code context the code ran in (absent: a fresh process). */
+  contextId?: string;
+  /** The context's kernel died during or before this run: earlier state is gone. */
+  kernelRestarted?: boolean;
 }
 
-export type CommandResult = Omit<ExecutionResult, 'language' | 'png' | 'svg' | 'html' | 'json' | 'richOutputs'>;
+/** A code context: a persistent interpreter whose state lives between `runCode` calls. */
+export interface CodeContext {
+  id: string;
+  language: string;
+  cwd: string;
+  envVars: Record<string, string>;
+  /** The language's default context (the one `runCode` uses without `context`). */
+  isDefault: boolean;
+  kernelId: string;
+  /** `dead` until its first run, and after its kernel died. */
+  state: 'starting' | 'idle' | 'busy' | 'dead' | (string & {});
+  createdAt: string;
+}
+
+/** A kernel as `GET /jupyter/sessions` lists it. */
+export interface KernelSession {
+  kernelId: string;
+  contextId: string;
+  language: string;
+  executionState: string;
+  alive: boolean;
+  connections: number;
+  lastActivity: string;
+}
+
+export type CommandResult = Omit<ExecutionResult, 'language' | 'png' | 'svg' | 'html' | 'json' | 'richOutputs' | 'result' | 'contextId' | 'kernelRestarted'>;
 
 export interface BackgroundProcess {
   processId: string;

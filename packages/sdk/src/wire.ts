@@ -5,9 +5,11 @@ import type {
   BuildLogsChunk,
   BuildStatus,
   CacheStats,
+  CodeContext,
   CommandResult,
   ExecutionResult,
   FileEntry,
+  KernelSession,
   MetricsSnapshot,
   ProcessInfo,
   RichOutput,
@@ -91,6 +93,9 @@ export function toExecutionResult(v: unknown): ExecutionResult {
   if (typeof o.svg === 'string') out.svg = o.svg;
   if (typeof o.html === 'string') out.html = o.html;
   if (o.json !== undefined) out.json = o.json;
+  if (typeof o.result === 'string') out.result = o.result;
+  if (typeof o.context_id === 'string') out.contextId = o.context_id;
+  if (o.kernel_restarted === true) out.kernelRestarted = true;
   const rich = richOutputs(o.rich_outputs);
   if (rich) out.richOutputs = rich;
   return out;
@@ -231,4 +236,32 @@ export function stdinFields(stdin: string | Uint8Array | undefined): Record<stri
   if (stdin === undefined) return {};
   if (typeof stdin === 'string') return { stdin };
   return { stdin: Buffer.from(stdin.buffer, stdin.byteOffset, stdin.byteLength).toString('base64'), stdin_encoding: 'base64' };
+}
+
+export function toCodeContext(v: unknown): CodeContext {
+  const o = obj(v);
+  const env = obj(o.env_vars);
+  return {
+    id: str(o.id),
+    language: str(o.language),
+    cwd: str(o.cwd),
+    envVars: Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => typeof e[1] === 'string')),
+    isDefault: o.default === true,
+    kernelId: str(o.kernel_id),
+    state: str(o.state, 'dead'),
+    createdAt: str(o.created_at),
+  };
+}
+
+export function toKernelSession(v: unknown): KernelSession {
+  const o = obj(v);
+  return {
+    kernelId: str(o.kernel_id),
+    contextId: str(o.context_id),
+    language: str(o.language),
+    executionState: str(o.execution_state, 'idle'),
+    alive: o.alive === true,
+    connections: num(o.connections),
+    lastActivity: str(o.last_activity),
+  };
 }

@@ -78,6 +78,8 @@ export interface StreamExecuteOptions {
   workingDir?: string;
   env?: Record<string, string>;
   stdin?: string | Uint8Array;
+  contextId?: string;
+  isolated?: boolean;
   onStdout?: (data: string) => void;
   onStderr?: (data: string) => void;
   signal?: AbortSignal;
@@ -117,6 +119,9 @@ export async function streamExecute(agent: AgentClient, o: StreamExecuteOptions)
           language: o.language,
         };
         if (result?.truncated === true) out.truncated = true;
+        if (typeof result?.result === 'string') out.result = result.result;
+        if (typeof result?.context_id === 'string') out.contextId = result.context_id;
+        if (result?.kernel_restarted === true) out.kernelRestarted = true;
         resolve(out);
       };
       const onAbort = (): void => {
@@ -179,6 +184,8 @@ export async function streamExecute(agent: AgentClient, o: StreamExecuteOptions)
       if (o.timeout !== undefined) frame.timeout = o.timeout;
       if (o.workingDir !== undefined) frame.workdir = o.workingDir;
       if (o.env !== undefined) frame.env = o.env;
+      if (o.contextId !== undefined) frame.context_id = o.contextId;
+      if (o.isolated !== undefined) frame.isolated = o.isolated;
       Object.assign(frame, stdinFields(o.stdin));
       socket.send(JSON.stringify(frame));
     });

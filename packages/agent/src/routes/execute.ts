@@ -13,7 +13,16 @@ export const DEFAULT_BACKGROUND_TIMEOUT_S = 3600;
 export const DEFAULT_ASYNC_TIMEOUT_S = 1800;
 export const MAX_TIMEOUT_S = 86_400;
 
-export function parseExecute(agent: Agent, body: Record<string, unknown>, defaults: { timeoutSec: number; rich: boolean; language?: string }): ExecOptions {
+/**
+ * `freshUnlessContext`: background and async executions run in a fresh process unless they name a
+ * context: one that runs for long (a server, say) would hold the default context, and every later
+ * execution would wait behind it.
+ */
+export function parseExecute(
+  agent: Agent,
+  body: Record<string, unknown>,
+  defaults: { timeoutSec: number; rich: boolean; language?: string; freshUnlessContext?: boolean },
+): ExecOptions {
   const code = requiredString(body, 'code', { allowEmpty: true });
   const contextId = optionalString(body, 'context_id');
   // An execution in a context speaks the context's language unless it names one.
@@ -34,7 +43,7 @@ export function parseExecute(agent: Agent, body: Record<string, unknown>, defaul
     name: optionalString(body, 'name'),
     stdin: stdinInput(body),
     contextId,
-    isolated: optionalBoolean(body, 'isolated') ?? false,
+    isolated: optionalBoolean(body, 'isolated') ?? (defaults.freshUnlessContext === true && contextId === undefined),
   };
 }
 
@@ -50,8 +59,21 @@ function kill(agent: Agent, id: string): KillResult {
 }
 
 export function executeRoutes(agent: Agent): Route[] {
-  const run = (rich: boolean, language?: string) => async (ctx: RouteContext) =>
-    agent.executor.execute(parseExecute(agent, await ctx.body(), { timeoutSec: DEFAULT_TIMEOUT_S, rich, language }));
+  const run = (rich: boolean, language?: string) => async (ctx: RouteContext) => {
+    const opts = parseExecute(agent, await ctx.body(), { timeoutSec: DEFAULT_TIMEOUT_S, rich, language });
+    // A client that gives up (its connection closes before the answer) ends the execution, so that
+    // a context is not kept busy for nobody.
+    const gaveUp = new AbortController();
+    const onClose = () => {
+      if (!ctx.res.writableFinished) gaveUp.abort();
+    };
+    ctx.res.once('close', onClose);
+    try {
+      return await agent.executor.execute({ ...opts, signal: gaveUp.signal });
+    } finally {
+      ctx.res.off('close', onClose);
+    }
+  };
   return [
     { method: 'POST', path: '/execute', handler: run(false) },
     { method: 'POST', path: '/execute/rich', handler: run(true) },
@@ -61,7 +83,7 @@ export function executeRoutes(agent: Agent): Route[] {
       method: 'POST',
       path: '/execute/background',
       handler: async (ctx) =>
-        agent.executor.startExecute(parseExecute(agent, await ctx.body(), { timeoutSec: DEFAULT_BACKGROUND_TIMEOUT_S, rich: true })),
+        agent.executor.startExecute(parseExecute(agent, await ctx.body(), { timeoutSec: DEFAULT_BACKGROUND_TIMEOUT_S, rich: true, freshUnlessContext: true })),
     },
     {
       // Runs in the background like /execute/background, then POSTs the result to callback_url.
@@ -70,7 +92,7 @@ export function executeRoutes(agent: Agent): Route[] {
       handler: async (ctx) => {
         const body = await ctx.body();
         const callback = parseCallback(body);
-        const opts = parseExecute(agent, body, { timeoutSec: DEFAULT_ASYNC_TIMEOUT_S, rich: false });
+        const opts = parseExecute(agent, body, { timeoutSec: DEFAULT_ASYNC_TIMEOUT_S, rich: false, freshUnlessContext: true });
         const state: CallbackState = { url: callback.url, status: 'pending', attempts: 0 };
         const started = agent.executor.startExecute(opts, (entry, result, err) => {
           const payload: Record<string, unknown> = result

@@ -81,6 +81,9 @@ export function streamRoute(agent: Agent): UpgradeRoute {
             out.output('stdout', dec.stdout.end());
             out.output('stderr', dec.stderr.end());
             if (result.timed_out) out.output('stderr', `Execution timed out after ${opts.timeoutSec} seconds\n`);
+            // Said after the cell, not by it: it reaches a stream only here.
+            const restartNote = result.kernel_restarted ? /\[sandboxd\] the kernel was restarted[^\n]*\n$/.exec(result.stderr) : null;
+            if (restartNote) out.output('stderr', restartNote[0]);
             out.send({
               type: 'result',
               exit_code: result.exit_code,
@@ -88,6 +91,9 @@ export function streamRoute(agent: Agent): UpgradeRoute {
               success: result.success,
               timed_out: result.timed_out,
               execution_id: result.execution_id,
+              ...(result.context_id ? { context_id: result.context_id } : {}),
+              ...(result.kernel_restarted ? { kernel_restarted: true } : {}),
+              ...(result.result !== undefined ? { result: result.result } : {}),
               ...(result.truncated ? { truncated: true } : {}),
               ...(result.png ? { png: result.png } : {}),
             });

@@ -88,10 +88,15 @@ export const run: Command = {
   name: 'run',
   summary: 'run code from a file or stdin in a sandbox, streaming its output',
   args: 'ID [FILE|-]',
-  details: 'The language comes from --language, else the file extension (.py .js .sh .go), else python.',
+  details:
+    'The language comes from --language, else the file extension (.py .js .sh .go), else python.\n' +
+    'Python runs in the sandbox\'s default code context, where variables live on between runs;\n' +
+    '--context runs in another one (`sbx repl` prints its id), --isolated in a fresh process.',
   examples: ['sbx run $ID script.py', "echo 'console.log(1+1)' | sbx run $ID - --language javascript"],
   options: {
     language: { type: 'string', short: 'l', value: 'LANG', help: 'python, javascript, bash or go' },
+    context: { type: 'string', short: 'c', value: 'CTX', help: 'run in this code context (default: the language\'s default context)' },
+    isolated: { type: 'boolean', help: 'run in a fresh process that keeps no state' },
     ...runOptions,
   },
   minArgs: 1,
@@ -107,6 +112,8 @@ export const run: Command = {
     const stream = !ctx.json;
     const r = await sb.runCode(code, {
       language,
+      ...(values.context ? { context: values.context as string } : {}),
+      ...(values.isolated ? { isolated: true } : {}),
       ...common(ctx, values),
       ...(stream ? { onStdout: (d: string) => ctx.io.stdout.write(d), onStderr: (d: string) => ctx.io.stderr.write(d) } : {}),
     });

@@ -138,22 +138,6 @@ async function main(): Promise<void> {
     // The distribution's interpreter (as in the sandbox), not a version manager's shim or build.
     const hostPython = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : spawnSync('python3', ['-c', 'import sys; print(sys.executable)']).stdout.toString().trim() || 'python3';
 
-    const py = await sample(N, () => client.json('/execute', { code: 'print(1)' }));
-    const pyCrun = await sample(Math.min(N, 100), () => crunExec(root, sb.id, ['python3', '-c', 'print(1)']));
-    const pyHost = await sample(Math.min(N, 100), () => new Promise<void>((r) => spawn(hostPython, ['-c', 'print(1)'], { stdio: 'ignore' }).on('close', () => r())));
-    lines.push(row('/execute python print(1)', py, pyCrun));
-    lines.push(row('  crun exec python3 -c print(1)', pyCrun));
-    lines.push(row(`  host ${hostPython} -c print(1)`.slice(0, 34), pyHost));
-    lines.push(`${''.padEnd(34)} ratio to host python: ${(summary(py).p50 / summary(pyHost).p50).toFixed(2)}x`);
-
-    const bash = await sample(N, () => client.json('/execute', { code: 'echo hi', language: 'bash' }));
-    const bashCrun = await sample(Math.min(N, 100), () => crunExec(root, sb.id, ['bash', '-c', 'echo hi']));
-    lines.push(row('/execute bash echo hi', bash, bashCrun));
-
-    const cmd = await sample(N, () => client.json('/commands/run', { command: 'true' }));
-    const trueCrun = await sample(Math.min(N, 100), () => crunExec(root, sb.id, ['true']));
-    lines.push(row('/commands/run true', cmd, trueCrun));
-
     // Agent memory (what the host pays for it) after 1000 executions, from the host's view of the
     // agent process: the child of the container's init.
     const agentMemory = async (when: string): Promise<string> => {
@@ -166,6 +150,71 @@ async function main(): Promise<void> {
       // bind-mounted into every sandbox, shared once more than one agent runs.
       return `agent private (dirty) memory ${when}: ${(kib('Private_Dirty') / 1024).toFixed(1)} MiB (target ≤ 15 MiB after 1000 executions; Pss ${(kib('Pss') / 1024).toFixed(1)} MiB with one agent)`;
     };
+    /** The kernel processes (children of the agent running sbx_kernel.py) and their memory. */
+    const kernelMemory = (kernelId: string): string => {
+      const initPid = JSON.parse(execFileSync('crun', ['--root', root, 'state', sb.id], { encoding: 'utf8' })).pid as number;
+      const agentPid = Number(readFileSync(`/proc/${initPid}/task/${initPid}/children`, 'utf8').trim().split(/\s+/)[0]);
+      const kids = readFileSync(`/proc/${agentPid}/task/${agentPid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+      const kernels = kids.filter((p) => /sbx_kernel\.py/.test(readFileSync(`/proc/${p}/cmdline`, 'utf8')));
+      const rollups = kernels.map((p) => readFileSync(`/proc/${p}/smaps_rollup`, 'utf8'));
+      const kib = (rollup: string, field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(rollup)?.[1] ?? 0);
+      // The biggest: numpy and pandas weigh more than the default context's bare kernel.
+      const newest = rollups.sort((a, b) => kib(b, 'Rss') - kib(a, 'Rss'))[0] ?? '';
+      return `idle python kernel with numpy and pandas imported (${kernelId}): ${(kib(newest, 'Private_Dirty') / 1024).toFixed(1)} MiB private (dirty), Rss ${(kib(newest, 'Rss') / 1024).toFixed(1)} MiB`;
+    };
+    // Before anything ran: the agent's memory of an idle sandbox, which holds no kernel yet.
+    lines.push(await agentMemory('idle, before any execution (no kernel)'));
+    const kernelsBefore = (await client.request('GET', '/jupyter/sessions')).body.toString();
+    if (kernelsBefore !== '{"sessions":[]}') throw new Error(`a kernel before the first execution: ${kernelsBefore}`);
+
+    const py = await sample(N, () => client.json('/execute', { code: 'print(1)' }));
+    const pyIsolated = await sample(N, () => client.json('/execute', { code: 'print(1)', isolated: true }));
+    const pyCrun = await sample(Math.min(N, 100), () => crunExec(root, sb.id, ['python3', '-c', 'print(1)']));
+    const pyHost = await sample(Math.min(N, 100), () => new Promise<void>((r) => spawn(hostPython, ['-c', 'print(1)'], { stdio: 'ignore' }).on('close', () => r())));
+    lines.push(row('/execute python print(1), kernel', py, pyCrun));
+    lines.push(row('/execute python print(1), isolated', pyIsolated, pyCrun));
+    lines.push(row('  crun exec python3 -c print(1)', pyCrun));
+    lines.push(row(`  host ${hostPython} -c print(1)`.slice(0, 34), pyHost));
+    lines.push(`${''.padEnd(34)} ratio to host python: kernel ${(summary(py).p50 / summary(pyHost).p50).toFixed(2)}x, isolated ${(summary(pyIsolated).p50 / summary(pyHost).p50).toFixed(2)}x`);
+
+    // x = 1, then x: the pair a stateful client makes.
+    const pair = await sample(N, async () => {
+      await client.json('/execute', { code: 'x = 1' });
+      const r = await client.json('/execute', { code: 'x' });
+      if (r.result !== '1') throw new Error(`x: ${JSON.stringify(r)}`);
+    });
+    lines.push(row('x = 1 then x (two calls)', pair, pyCrun));
+
+    // The first execution in a new context: the kernel starts with it.
+    const first: number[] = [];
+    for (let i = 0; i < Math.min(N, 30); i++) {
+      const ctx = await client.json('/contexts', { language: 'python' });
+      const t0 = performance.now();
+      await client.json('/execute', { code: 'print(1)', context_id: ctx.id });
+      first.push(performance.now() - t0);
+      await client.request('DELETE', `/contexts/${ctx.id}`);
+    }
+    lines.push(row('first execution in a new kernel', first, pyHost));
+
+    const js = await sample(N, () => client.json('/execute', { code: 'console.log(1)', language: 'javascript' }));
+    const jsIsolated = await sample(Math.min(N, 100), () => client.json('/execute', { code: 'console.log(1)', language: 'javascript', isolated: true }));
+    lines.push(row('/execute js console.log(1), kernel', js, jsIsolated));
+    lines.push(row('  the same, isolated (node -e)', jsIsolated));
+
+    // One idle kernel with numpy and pandas imported: what the host pays for it.
+    const pd = await client.json('/contexts', { language: 'python' });
+    await client.json('/execute', { code: 'import numpy, pandas', context_id: pd.id, timeout: 120 });
+    lines.push(kernelMemory(pd.kernel_id));
+    await client.request('DELETE', `/contexts/${pd.id}`);
+
+    const bash = await sample(N, () => client.json('/execute', { code: 'echo hi', language: 'bash' }));
+    const bashCrun = await sample(Math.min(N, 100), () => crunExec(root, sb.id, ['bash', '-c', 'echo hi']));
+    lines.push(row('/execute bash echo hi', bash, bashCrun));
+
+    const cmd = await sample(N, () => client.json('/commands/run', { command: 'true' }));
+    const trueCrun = await sample(Math.min(N, 100), () => crunExec(root, sb.id, ['true']));
+    lines.push(row('/commands/run true', cmd, trueCrun));
+
     for (let i = 3 * N; i < 1000; i++) await client.json('/execute', { code: 'print(1)' });
     lines.push(await agentMemory(`after ${Math.max(1000, 3 * N)} executions`));
 

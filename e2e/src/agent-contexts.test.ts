@@ -201,3 +201,43 @@ describe('a kernel that misbehaves', () => {
     await agent(sb, 'POST', `/execute/kill/${bg.body.process_id}`);
   });
 });
+
+describe('javascript keeps its state too', () => {
+  test('declarations, functions, classes and imports live on; top-level await; the last value is result; a cell runs again', async () => {
+    const c = await newContext({ language: 'javascript' });
+    assert.equal(c.language, 'javascript');
+    const on = (code: string, extra: Record<string, unknown> = {}) => agent(sb, 'POST', '/execute', { code, context_id: c.id, ...extra }).then((r) => r.body);
+    let r = await on('const a = 40\nlet b = 2\nfunction add(x, y) { return x + y }\nclass K { v() { return 7 } }\nimport path from "node:path"');
+    assert.equal(r.exit_code, 0, JSON.stringify(r));
+    assert.equal(r.language, 'javascript');
+    r = await on('console.log(add(a, b), new K().v(), path.basename("/x/y.txt"))');
+    assert.equal(r.stdout, '42 7 y.txt\n', JSON.stringify(r));
+    assert.equal((await on('const a = 1\na')).result, '1', 'a cell that declares a name again runs');
+    assert.equal((await on('const v = await new Promise((res) => setTimeout(() => res(5), 50))\nv * 2')).result, '10');
+    assert.equal((await on('const { x, y: [z] } = { x: 3, y: [4] }\nx + z')).result, '7');
+    assert.equal((await on('({ k: [1, 2] })')).result, '{ k: [ 1, 2 ] }');
+    const err = await on('\nnotDefinedAnywhere()');
+    assert.equal(err.exit_code, 1);
+    assert.match(err.stderr, /ReferenceError: notDefinedAnywhere is not defined/);
+    assert.match(err.stderr, /<cell-\d+>:2/, 'the line of the cell');
+    assert.doesNotMatch(err.stderr, /sbx_kernel/);
+
+    const busy = await on('while (true) {}', { timeout: 1 });
+    assert.equal(busy.timed_out, true);
+    assert.equal(busy.kernel_restarted, undefined, 'a busy loop is interrupted, the kernel kept');
+    const waiting = await on('await new Promise(() => {})', { timeout: 1 });
+    assert.equal(waiting.timed_out, true);
+    assert.equal((await on('a + 1')).result, '2', 'state kept');
+    const exited = await on('process.exit(4)');
+    assert.equal(exited.exit_code, 4);
+    assert.equal(exited.kernel_restarted, true);
+    assert.match((await on('typeof add')).result, /undefined/);
+  });
+
+  test('without a context, javascript runs in its default context (the image node, or the agent runtime)', async () => {
+    await exec(sb, 'globalThis.fromDefault = 21', { language: 'javascript' });
+    const r = await exec(sb, 'fromDefault * 2', { language: 'js' });
+    assert.equal(r.result, '42', JSON.stringify(r));
+    assert.match((await exec(sb, 'process.version', { language: 'javascript' })).result, /^'v18\./);
+  });
+});

@@ -41,6 +41,19 @@ await build({
   ],
 });
 
+// The JavaScript kernel of code contexts: run by the image's node (which may be as old as 18) or the
+// agent's own runtime, so one self-contained CommonJS file too.
+await build({
+  entryPoints: [join(here, 'src/kernel-js/main.ts')],
+  outfile: join(out, 'sbx_kernel_js.cjs'),
+  bundle: true,
+  platform: 'node',
+  target: 'node18',
+  format: 'cjs',
+  legalComments: 'none',
+  logLevel: 'warning',
+});
+
 for (const f of ['sbx_run.py', 'sbx_zygote.py', 'sbx_kernel.py']) copyFileSync(join(here, 'py', f), join(out, f));
 
 const helperSrc = ['sbx-helper.c', 'watch.c'].map((f) => join(here, 'native', f));

@@ -111,6 +111,8 @@ def main():
         if not line:
             return
         msg = json.loads(line)
+        if 'cell' not in msg:
+            continue  # an interrupt that came after its cell ended
         n += 1
         nonce = msg['cell']
         sbx_run._out_dir = msg['out_dir']

@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import { ServiceError } from '../proto.js';
-import { PythonKernel, type KernelState } from './kernel.js';
+import { join } from 'node:path';
+import { Kernel, type KernelCommand, type KernelState } from './kernel.js';
 import { which } from './which.js';
 
 /** The languages whose executions can keep state in a context. */
-export const CONTEXT_LANGUAGES = ['python'] as const;
+export const CONTEXT_LANGUAGES = ['python', 'javascript'] as const;
 export type ContextLanguage = (typeof CONTEXT_LANGUAGES)[number];
 
 /** Contexts one sandbox may hold (each can hold a live interpreter). */
@@ -20,7 +21,7 @@ export interface CodeContext {
   /** The default context of its language (used when an execution names none). */
   isDefault: boolean;
   createdAt: Date;
-  kernel: PythonKernel;
+  kernel: Kernel;
 }
 
 export interface ContextInfo {
@@ -48,9 +49,24 @@ export class Contexts {
   constructor(
     private readonly agentDir: string,
     private readonly workspaceDir: string,
-    /** The sandbox's env now (its PATH says where python3 is). */
+    /** The sandbox's env now (its PATH says where python3 and node are). */
     private readonly env: () => Record<string, string>,
+    /** The agent's own Node, for JavaScript in an image without `node`. */
+    private readonly nodeFallback: string[],
   ) {}
+
+  private commandFor(language: ContextLanguage): KernelCommand {
+    if (language === 'python') {
+      return async () => {
+        const python = (await which('python3', this.env().PATH)) ?? (await which('python', this.env().PATH));
+        return python ? { argv: [python, join(this.agentDir, 'sbx_kernel.py')] } : { missing: 'python3' };
+      };
+    }
+    return async () => {
+      const node = await which('node', this.env().PATH);
+      return { argv: [...(node ? [node] : this.nodeFallback), join(this.agentDir, 'sbx_kernel_js.cjs')] };
+    };
+  }
 
   create(o: { language: ContextLanguage; cwd?: string; env?: Record<string, string> }, isDefault = false): CodeContext {
     if (this.byId.size >= MAX_CONTEXTS) {
@@ -59,7 +75,6 @@ export class Contexts {
       });
     }
     const cwd = o.cwd ?? this.workspaceDir;
-    const python = async () => (await which('python3', this.env().PATH)) ?? (await which('python', this.env().PATH));
     const ctx: CodeContext = {
       id: `ctx_${randomBytes(8).toString('hex')}`,
       language: o.language,
@@ -67,7 +82,7 @@ export class Contexts {
       env: o.env ?? {},
       isDefault,
       createdAt: new Date(),
-      kernel: new PythonKernel(python, this.agentDir, cwd),
+      kernel: new Kernel(this.commandFor(o.language), cwd),
     };
     this.byId.set(ctx.id, ctx);
     return ctx;

@@ -76,7 +76,7 @@ export class Executor {
   readonly contexts: Contexts;
 
   constructor(private readonly deps: ExecutorDeps) {
-    this.contexts = new Contexts(deps.config.agentDir, deps.config.workspaceDir, () => this.env(undefined));
+    this.contexts = new Contexts(deps.config.agentDir, deps.config.workspaceDir, () => this.env(undefined), deps.nodeFallback);
     this.programs = new ProgramCache(join(deps.config.stateDir, 'cache', 'programs'));
     this.tmpDir = join(deps.config.stateDir, 'tmp');
     this.outputsDir = join(deps.config.stateDir, 'outputs');
@@ -90,12 +90,17 @@ export class Executor {
     if (o.contextId !== undefined) {
       const ctx = this.contexts.get(o.contextId);
       if (o.isolated) throw new ServiceError('VALIDATION_ERROR', 'isolated and context_id exclude each other', { field: 'isolated' });
+      if (o.stdin && ctx.language === 'javascript') {
+        throw new ServiceError('VALIDATION_ERROR', 'a JavaScript context gives no stdin to its cells; run without context_id (a fresh process) to read stdin', { field: 'stdin' });
+      }
       if (ctx.language !== o.language) {
         throw new ServiceError('VALIDATION_ERROR', `context ${ctx.id} runs ${ctx.language}, not ${o.language}`, { field: 'language', context_id: ctx.id });
       }
       return ctx;
     }
     if (o.isolated || o.cache || !isContextLanguage(o.language)) return null;
+    // A JavaScript kernel has no stdin to give a cell: input is for a program of its own.
+    if (o.stdin && o.language === 'javascript') return null;
     return this.contexts.defaultFor(o.language);
   }
 
@@ -324,6 +329,7 @@ export class Executor {
     const base = this.finish(entry, outcome, startedMs, t);
     const { rich_outputs, ...inline } = rich;
     const result: ExecuteResult = { ...base, ...inline, language: o.language, execution_id: entry.id, context_id: context.id };
+    if (outcome.result !== undefined) result.result = outcome.result;
     if (outcome.kernelRestarted) result.kernel_restarted = true;
     if (o.rich) result.rich_outputs = rich_outputs;
     return result;

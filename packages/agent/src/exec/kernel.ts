@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
-import { join } from 'node:path';
 import { CappedOutput } from './capture.js';
 import type { EndReason, RunOutcome } from './runner.js';
 
@@ -32,6 +32,8 @@ export interface CellSpec {
 export interface CellOutcome extends RunOutcome {
   /** The kernel died (crash, kill after an interrupt that did not work, OOM): its state is lost. */
   kernelRestarted: boolean;
+  /** The cell's value as text, when the kernel answers it itself (JavaScript; Python writes result.txt). */
+  result?: string;
 }
 
 /**
@@ -67,6 +69,12 @@ export class EndScanner {
   }
 }
 
+interface Answer {
+  exit_code: number;
+  interrupted: boolean;
+  result?: string;
+}
+
 interface Current {
   nonce: string;
   out: EndScanner;
@@ -76,10 +84,10 @@ interface Current {
   spec: CellSpec;
   cell: RunningCell;
   child: ChildProcess;
-  answer?: { exit_code: number; interrupted: boolean };
-  onAnswer: (a: { exit_code: number; interrupted: boolean }) => void;
+  answer?: Answer;
+  onAnswer: (a: Answer) => void;
   markerTimer?: NodeJS.Timeout;
-  finish: (o: { exitCode: number; reason: EndReason; kernelRestarted: boolean }) => void;
+  finish: (o: { exitCode: number; reason: EndReason; kernelRestarted: boolean; result?: string }) => void;
 }
 
 /** A running or queued cell: the registry's handle (pid, kill) and its outcome. */
@@ -119,11 +127,15 @@ export class RunningCell {
   }
 }
 
+/** How to start a kernel: its argv, or null with the message of a missing interpreter. */
+export type KernelCommand = () => Promise<{ argv: string[] } | { missing: string }>;
+
 /**
- * One persistent Python (sbx_kernel.py) of a code context. Cells run one at a time, in arrival
- * order. The process starts on the first cell, and again on the next cell after it died.
+ * One persistent interpreter of a code context (sbx_kernel.py, sbx_kernel_js.cjs). Cells run one
+ * at a time, in arrival order. The process starts on the first cell, and again on the next cell
+ * after it died.
  */
-export class PythonKernel {
+export class Kernel {
   readonly id = `kernel_${randomBytes(8).toString('hex')}`;
   state: KernelState = 'dead';
   lastActivity = new Date();
@@ -141,8 +153,7 @@ export class PythonKernel {
   private startedOnce = false;
 
   constructor(
-    private readonly python: () => Promise<string | null>,
-    private readonly agentDir: string,
+    private readonly command: KernelCommand,
     private readonly startCwd: string,
   ) {}
 
@@ -215,11 +226,11 @@ export class PythonKernel {
         onAnswer: (a) => {
           current.answer = a;
           const endReason: EndReason = cell.reason && (a.interrupted || a.exit_code !== 0) ? cell.reason : 'exited';
-          const done = () => current.finish({ exitCode: a.exit_code, reason: endReason, kernelRestarted: false });
+          const done = () => current.finish({ exitCode: a.exit_code, reason: endReason, kernelRestarted: false, result: a.result });
           if (current.out.ended && current.err.ended) done();
           else current.markerTimer ??= setTimeout(done, MARKER_WAIT_MS);
         },
-        finish: (o) => {
+        finish: (o: { exitCode: number; reason: EndReason; kernelRestarted: boolean; result?: string }) => {
           if (this.current !== current) return;
           this.current = null;
           clearTimeout(timer);
@@ -234,13 +245,21 @@ export class PythonKernel {
             stderr: current.stderr,
             durationMs: performance.now() - startedAt,
             kernelRestarted: o.kernelRestarted || restarted,
+            ...(o.result !== undefined ? { result: o.result } : {}),
           });
         },
       };
       this.current = current;
+      const cellStart = uptimeTicks();
       const interrupt = () => {
         if (escalate || this.current !== current) return;
         signal(child.pid!, 'SIGINT');
+        // Also said on the control socket: a kernel whose cell only waits (a JavaScript promise)
+        // hears it there; a Python kernel reads it after the cell and ignores it.
+        this.ctl?.write(`${JSON.stringify({ interrupt: nonce })}\n`);
+        // What the cell started goes with it, as a fresh process's children do on a timeout or a
+        // kill (those still in the kernel's process group; what earlier cells started stays).
+        for (const pid of groupMembersSince(child.pid!, cellStart)) if (pid !== child.pid) signal(pid, 'SIGKILL');
         escalate = setTimeout(() => {
           // The interrupt did not end it (code that catches KeyboardInterrupt, or blocks it).
           if (this.current === current && this.child === child) this.kill();
@@ -267,12 +286,13 @@ export class PythonKernel {
       await this.ready;
       return null;
     }
-    const python = await this.python();
-    if (!python) return failed(spec, 'python3: command not found\n', 127);
+    const cmd = await this.command();
+    if ('missing' in cmd) return failed(spec, `${cmd.missing}: command not found\n`, 127);
+    const [program, ...args] = cmd.argv as [string, ...string[]];
     this.state = 'starting';
     let child: ChildProcess;
     try {
-      child = spawn(python, [join(this.agentDir, 'sbx_kernel.py')], {
+      child = spawn(program, args, {
         cwd: this.startCwd,
         env: spec.env,
         stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
@@ -280,7 +300,7 @@ export class PythonKernel {
       });
     } catch (err) {
       this.state = 'dead';
-      return failed(spec, `${python}: ${(err as Error).message}\n`, 126);
+      return failed(spec, `${program}: ${(err as Error).message}\n`, 126);
     }
     this.child = child;
     this.startedOnce = false;
@@ -305,7 +325,7 @@ export class PythonKernel {
       for (let nl = this.ctlBuf.indexOf('\n'); nl >= 0; nl = this.ctlBuf.indexOf('\n')) {
         const line = this.ctlBuf.slice(0, nl);
         this.ctlBuf = this.ctlBuf.slice(nl + 1);
-        let m: { ready?: boolean; cell?: string; exit_code?: number; interrupted?: boolean };
+        let m: { ready?: boolean; cell?: string; exit_code?: number; interrupted?: boolean; result?: unknown };
         try {
           m = JSON.parse(line);
         } catch {
@@ -317,7 +337,11 @@ export class PythonKernel {
           if (this.state === 'starting') this.state = 'idle';
           markReady();
         } else if (m.cell && this.current?.nonce === m.cell) {
-          this.current.onAnswer({ exit_code: Number(m.exit_code) || 0, interrupted: m.interrupted === true });
+          this.current.onAnswer({
+            exit_code: Number(m.exit_code) || 0,
+            interrupted: m.interrupted === true,
+            ...(typeof m.result === 'string' ? { result: m.result.slice(0, 1024 * 1024) } : {}),
+          });
         }
       }
     });
@@ -339,7 +363,7 @@ export class PythonKernel {
     child.stdout!.on('data', route('out'));
     child.stderr!.on('data', route('err'));
     child.on('error', (err) => {
-      startErr += `${python}: ${err.message}\n`;
+      startErr += `${program}: ${err.message}\n`;
       failStart(err);
     });
     child.on('exit', (code, sig) => {
@@ -367,7 +391,7 @@ export class PythonKernel {
     try {
       await this.ready;
     } catch (err) {
-      return failed(spec, `${startErr || `the Python kernel did not start: ${(err as Error).message}`}\n`.replace(/\n+$/, '\n'), 1);
+      return failed(spec, `${startErr || `the kernel did not start: ${(err as Error).message}`}\n`.replace(/\n+$/, '\n'), 1);
     }
     return null;
   }
@@ -378,6 +402,38 @@ function failed(spec: CellSpec, stderrText: string, exitCode: number, reason: En
   const stderr = new CappedOutput(spec.capBytes);
   if (stderrText) stderr.push(Buffer.from(stderrText));
   return { exitCode, reason, stdout, stderr, durationMs: 0, kernelRestarted: false };
+}
+
+/** Clock ticks since boot (the unit of /proc/<pid>/stat's start time); 0 if unreadable. */
+function uptimeTicks(): number {
+  try {
+    return Math.floor(parseFloat(readFileSync('/proc/uptime', 'utf8')) * 100);
+  } catch {
+    return 0;
+  }
+}
+
+/** Processes in process group `pgid` started at or after `sinceTicks`. */
+export function groupMembersSince(pgid: number, sinceTicks: number): number[] {
+  const out: number[] = [];
+  let names: string[];
+  try {
+    names = readdirSync('/proc');
+  } catch {
+    return out;
+  }
+  for (const name of names) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      // Fields after the command (which may hold spaces and parentheses): state ppid pgrp ...
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(f[2]) === pgid && Number(f[19]) >= sinceTicks) out.push(Number(name));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
 }
 
 function signal(pid: number, sig: NodeJS.Signals): void {

@@ -1,6 +1,6 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { agent, createSandbox, exec, run, startAgentServer, stopServer, type CreatedSandbox, type TestServer } from './agent-support.js';
+import { agent, api, createSandbox, exec, run, startAgentServer, stopServer, type CreatedSandbox, type TestServer } from './agent-support.js';
 
 // Code contexts: Python executions run in a persistent kernel per context, in real sandboxes,
 // through the gateway.
@@ -239,5 +239,27 @@ describe('javascript keeps its state too', () => {
     const r = await exec(sb, 'fromDefault * 2', { language: 'js' });
     assert.equal(r.result, '42', JSON.stringify(r));
     assert.match((await exec(sb, 'process.version', { language: 'javascript' })).result, /^'v18\./);
+  });
+});
+
+describe('kernels and the sandbox lifecycle', () => {
+  test('pause and resume keep the kernels and their state; stop and start give fresh ones', async () => {
+    const other = await createSandbox(server, { template_name: 'code-interpreter' });
+    try {
+      await exec(other, 'kept = 42');
+      await exec(other, 'const jsKept = 7', { language: 'javascript' });
+      assert.equal((await api(server, 'POST', `/v1/sandboxes/${other.id}/pause`)).status, 200);
+      assert.equal((await api(server, 'POST', `/v1/sandboxes/${other.id}/resume`)).status, 200);
+      assert.equal((await exec(other, 'kept')).result, '42');
+      assert.equal((await exec(other, 'jsKept', { language: 'javascript' })).result, '7');
+      assert.equal((await api(server, 'POST', `/v1/sandboxes/${other.id}/stop`)).status, 200);
+      assert.equal((await api(server, 'POST', `/v1/sandboxes/${other.id}/start`)).status, 200);
+      assert.deepEqual((await agent(other, 'GET', '/jupyter/sessions')).body, { sessions: [] }, 'no kernel after a start');
+      const after = await exec(other, 'print("kept" in dir())');
+      assert.equal(after.stdout, 'False\n');
+      assert.equal(after.kernel_restarted, undefined, 'a new sandbox run is not a lost kernel');
+    } finally {
+      await api(server, 'DELETE', `/v1/sandboxes/${other.id}`);
+    }
   });
 });

@@ -2,7 +2,7 @@ import type { Agent, Route } from '../context.js';
 import { LANGUAGES } from '../proto.js';
 
 export function healthRoutes(agent: Agent): Route[] {
-  const features = ['code_execution', 'file_operations', 'commands', 'environment', 'metrics', 'processes', 'cache', 'rich_outputs', 'streaming', 'contexts', 'python_kernel'];
+  const features = ['code_execution', 'file_operations', 'commands', 'environment', 'metrics', 'processes', 'cache', 'rich_outputs', 'streaming', 'contexts', 'python_kernel', 'javascript_kernel'];
   if (agent.helperPath) features.push('terminal');
   return [
     {

@@ -80,6 +80,30 @@ describe('python keeps its state between executions', () => {
   });
 });
 
+describe('rich output in a kernel', () => {
+  test('display() gives rich forms in the order they come; figures still open come back at the end of the cell, which closes them', async () => {
+    const code = [
+      'import pandas as pd',
+      'display(pd.DataFrame({"a": [1, 2]}))',
+      'class M:',
+      '    def _repr_markdown_(self):',
+      '        return "**m**"',
+      'display(M())',
+      'display(42)',
+      'import matplotlib.pyplot as plt',
+      'plt.plot([1, 2])',
+    ].join('\n');
+    const r = (await agent(sb, 'POST', '/execute/rich', { code, timeout: 120 })).body;
+    assert.equal(r.exit_code, 0, r.stderr);
+    assert.equal(r.stdout, '42\n', 'what has no rich form is printed');
+    assert.deepEqual(r.rich_outputs.map((o: any) => o.mime), ['text/html', 'text/markdown', 'image/png']);
+    assert.match(r.html, /<table/);
+    assert.equal(r.markdown, '**m**');
+    assert.ok(r.png);
+    assert.equal((await exec(sb, 'plt.get_fignums()')).result, '[]', 'the cell closed its figures');
+  });
+});
+
 describe('contexts', () => {
   test('create with cwd and env, list, independent state, restart, delete; bad input is 4xx', async () => {
     await run(sb, 'mkdir', ['-p', '/workspace/proj']);
@@ -261,5 +285,61 @@ describe('kernels and the sandbox lifecycle', () => {
     } finally {
       await api(server, 'DELETE', `/v1/sandboxes/${other.id}`);
     }
+  });
+});
+
+describe('a cell against its own kernel and agent', () => {
+  const kernels = async () => (await run(sb, 'ps', ['-eo', 'args'])).stdout.split('\n').filter((l: string) => /sbx_kernel/.test(l)).length;
+
+  test('a cell waiting behind a long one still times out on time; a deleted context ends its queue and leaves no kernel', async () => {
+    const c = await newContext();
+    const long = agent(sb, 'POST', '/execute', { code: 'import time\ntime.sleep(30)', context_id: c.id, timeout: 60 });
+    await new Promise((r) => setTimeout(r, 300));
+    const started = Date.now();
+    const queued = (await agent(sb, 'POST', '/execute', { code: 'print("never")', context_id: c.id, timeout: 1 })).body;
+    assert.equal(queued.timed_out, true);
+    assert.equal(queued.stdout, '', 'it never ran');
+    assert.ok(Date.now() - started < 5000, `timed out on time (${Date.now() - started} ms)`);
+    const before = await kernels();
+    const waiting = agent(sb, 'POST', '/execute', { code: 'print("never either")', context_id: c.id, timeout: 60 });
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal((await agent(sb, 'DELETE', `/contexts/${c.id}`)).status, 200);
+    const [l, w] = await Promise.all([long, waiting]);
+    assert.equal(l.body.kernel_restarted, true);
+    assert.match(l.body.stderr, /its context was deleted/);
+    assert.doesNotMatch(w.body.stdout, /never either/);
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(await kernels(), before - 1, 'its kernel is gone and no new one started');
+  });
+
+  test('junk and floods on the control socket, forks, bad env values and a missing cwd do not wedge the kernel or the agent', async () => {
+    const c = await newContext();
+    const on = (code: string, extra: Record<string, unknown> = {}) => agent(sb, 'POST', '/execute', { code, context_id: c.id, ...extra }).then((r) => r.body);
+    await on('kept = 1');
+    const junk = await on('import os\nos.write(3, b\'null\\n[1]\\n{"cell": "zzz", "exit_code": 9}\\n{"ready": true}\\n\')\nprint("fine")');
+    assert.deepEqual([junk.stdout, junk.exit_code, junk.kernel_restarted], ['fine\n', 0, undefined], JSON.stringify(junk));
+    const fork = await on('import os, sys\nif os.fork() == 0:\n    print("child", flush=True)\n    sys.exit(0)\nos.wait()\nprint("parent")');
+    assert.equal(fork.stdout, 'child\nparent\n');
+    for (let i = 0; i < 5; i++) assert.equal((await on(`print(kept + ${i})`)).stdout, `${1 + i}\n`, 'the fork did not become a second kernel');
+    const bad = await on('import os\nprint(os.environ.get("GOOD"))', { env: { BAD: '\ud800', GOOD: 'yes' } });
+    assert.equal(bad.stdout, 'yes\n', JSON.stringify(bad));
+    assert.match(bad.stderr, /BAD not set/);
+    const flood = await on('import os\nwhile True:\n    os.write(3, b"x" * 65536)', { timeout: 30 });
+    assert.equal(flood.kernel_restarted, true, JSON.stringify({ ...flood, stdout: flood.stdout.slice(0, 100) }));
+    assert.equal((await on('print("after")')).stdout, 'after\n');
+    assert.equal((await agent(sb, 'GET', '/health')).status, 200);
+    assert.equal((await agent(sb, 'POST', '/contexts', { language: 'python', cwd: '/no/such/dir' })).status, 400);
+  });
+
+  test('javascript: a cell that declares process, or throws something that cannot be shown, breaks only itself', async () => {
+    const c = await newContext({ language: 'javascript' });
+    const on = (code: string) => agent(sb, 'POST', '/execute', { code, context_id: c.id }).then((r) => r.body);
+    await on('const keep = 5');
+    assert.equal((await on('function process(x) { return x }\nprocess(3)')).result, '3');
+    assert.equal((await on('keep')).result, '5', 'the kernel still works');
+    const weird = await on('throw new Proxy(new Error("x"), { get() { throw 0 } })');
+    assert.equal(weird.exit_code, 1);
+    assert.equal((await on('keep + 1')).result, '6');
+    assert.equal((await on('Promise.resolve(1)')).result, 'Promise { 1 }', 'a promise as the last value is shown, not awaited');
   });
 });

@@ -14,6 +14,10 @@ import os
 import sys
 import json
 import signal
+# Imported now, before the cells' directory is first on sys.path: a linecache.py or traceback.py
+# of the user's must not replace the kernel's own.
+import linecache
+import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sbx_run  # noqa: E402
@@ -34,15 +38,17 @@ def _apply_env(env):
     for k in list(_applied_env):
         if k not in env and os.environ.get(k) == _applied_env[k]:
             os.environ.pop(k, None)
-    for k, v in env.items():
-        if _applied_env.get(k) != v:
-            os.environ[k] = v
     _applied_env.clear()
-    _applied_env.update(env)
+    for k, v in env.items():
+        try:
+            if os.environ.get(k) != v:
+                os.environ[k] = v
+            _applied_env[k] = v
+        except Exception as e:  # a value the OS cannot hold (a lone surrogate, say)
+            sys.stderr.write('[sandboxd] %s not set: %s\n' % (k, e))
 
 
 def _print_exception(e, filename):
-    import traceback
     tb = e.__traceback__
     # Drop this kernel's own frames so the traceback starts in the user's code.
     while tb is not None and tb.tb_frame.f_code.co_filename in (_HERE, sbx_run.__file__):
@@ -52,7 +58,6 @@ def _print_exception(e, filename):
 
 def _run_cell(ns, n, code):
     filename = '<cell-%d>' % n
-    import linecache
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     try:
         last = None
@@ -96,6 +101,7 @@ def main():
     if 'MPLBACKEND' not in os.environ:
         os.environ['MPLBACKEND'] = 'Agg'
     sys.meta_path.insert(0, sbx_run._PyplotHook())
+    sbx_run._install_display()
     sys.argv = ['']
     sys.path[0] = ''
     main_mod = type(sys)('__main__')
@@ -106,56 +112,80 @@ def main():
     ctl.sendall(b'{"ready": true}\n')
     n = 0
     last_cwd = [os.getcwd()]
+    kernel_pid = os.getpid()
     while True:
         line = reader.readline()
         if not line:
             return
-        msg = json.loads(line)
-        if 'cell' not in msg:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(msg, dict) or 'cell' not in msg:
             continue  # an interrupt that came after its cell ended
         n += 1
-        nonce = msg['cell']
-        sbx_run._out_dir = msg['out_dir']
-        sbx_run._seq[0] = 0
-        _apply_env(msg.get('env') or {})
+        nonce = str(msg['cell'])
         code, interrupted = 0, False
         try:
-            # The directory asked for, when it differs from the one asked for last: a client that
-            # names the same directory with every call (the official one does) keeps the directory
-            # a cell changed to, as a notebook does.
-            if msg.get('cwd') and msg['cwd'] != last_cwd[0]:
-                os.chdir(msg['cwd'])
-                last_cwd[0] = msg['cwd']
-        except OSError as e:
-            sys.stderr.write('%s\n' % (e,))
-            code = 1
-        stdin = msg.get('stdin')
-        sys.stdin = io.TextIOWrapper(io.BytesIO(base64.b64decode(stdin))) if stdin else devnull
-        if code == 0:
-            _in_cell[0] = True
+            code, interrupted = _one_cell(ns, n, msg, last_cwd, devnull, base64, io)
+        except BaseException:  # a late interrupt, or an exception whose str() raises
+            code, interrupted = 1, True
+        if os.getpid() != kernel_pid:
+            # A child the cell forked came back here: it is not the kernel.
             try:
-                code, interrupted = _run_cell(ns, n, msg['code'])
-            except KeyboardInterrupt:  # between the cell's end and the flag
-                interrupted = True
-            finally:
-                _in_cell[0] = False
-        try:
-            sbx_run._save_open_figures(True)
-        except BaseException:
-            pass
-        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-            try:
-                stream.flush()
+                sys.stdout.flush()
+                sys.stderr.flush()
             except BaseException:
                 pass
-        marker = b'\0sbx-end:' + nonce.encode() + b'\0'
-        for fd in (1, 2):
-            try:
-                os.write(fd, marker)
-            except OSError:
-                pass
-        ctl.sendall(json.dumps({'cell': nonce, 'exit_code': code, 'interrupted': interrupted}).encode() + b'\n')
+            os._exit(code)
+        _end_cell(ctl, nonce, code, interrupted)
 
+
+def _one_cell(ns, n, msg, last_cwd, devnull, base64, io):
+    sbx_run._out_dir = msg.get('out_dir') or ''
+    sbx_run._seq[0] = 0
+    _apply_env(msg.get('env') or {})
+    code, interrupted = 0, False
+    try:
+        # The directory asked for, when it differs from the one asked for last: a client that
+        # names the same directory with every call (the official one does) keeps the directory
+        # a cell changed to, as a notebook does.
+        if msg.get('cwd') and msg['cwd'] != last_cwd[0]:
+            os.chdir(msg['cwd'])
+            last_cwd[0] = msg['cwd']
+    except OSError as e:
+        sys.stderr.write('%s\n' % (e,))
+        code = 1
+    stdin = msg.get('stdin')
+    sys.stdin = io.TextIOWrapper(io.BytesIO(base64.b64decode(stdin))) if stdin else devnull
+    if code == 0:
+        _in_cell[0] = True
+        try:
+            code, interrupted = _run_cell(ns, n, str(msg.get('code', '')))
+        except KeyboardInterrupt:  # between the cell's end and the flag
+            interrupted = True
+        finally:
+            _in_cell[0] = False
+    try:
+        sbx_run._save_open_figures(True)
+    except BaseException:
+        pass
+    return code, interrupted
+
+
+def _end_cell(ctl, nonce, code, interrupted):
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    marker = b'\0sbx-end:' + nonce.encode() + b'\0'
+    for fd in (1, 2):
+        try:
+            os.write(fd, marker)
+        except OSError:
+            pass
+    ctl.sendall(json.dumps({'cell': nonce, 'exit_code': code, 'interrupted': interrupted}).encode() + b'\n')
 
 if __name__ == '__main__':
     main()

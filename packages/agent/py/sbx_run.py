@@ -74,30 +74,45 @@ def _write(kind, ext, text, mode='w'):
         f.write(text)
 
 
+def _save_rich(value):
+    """Writes the rich forms of `value` (a figure, or what its _repr_*_ methods give) as output
+    files, numbered in the order they come; whether there was any."""
+    figure_mod = sys.modules.get('matplotlib.figure')
+    if figure_mod is not None and isinstance(value, figure_mod.Figure):
+        _save_figure(value)
+        return True
+    if isinstance(value, type):
+        return False
+    wrote = False
+    for meth, ext in (('_repr_html_', 'html'), ('_repr_svg_', 'svg'),
+                      ('_repr_markdown_', 'md'), ('_repr_json_', 'json')):
+        fn = getattr(value, meth, None)
+        data = fn() if callable(fn) else None
+        if isinstance(data, tuple):
+            data = data[0]
+        if data is None:
+            continue
+        if ext == 'json':
+            import json
+            data = json.dumps(data)
+        _write('output', ext, data)
+        wrote = True
+        break
+    fn = getattr(value, '_repr_png_', None)
+    data = fn() if callable(fn) else None
+    if isinstance(data, (bytes, bytearray)):
+        _write('output', 'png', data, 'wb')
+        wrote = True
+    return wrote
+
+
 def _capture_value(value):
     """What a notebook would display for the last expression."""
     try:
         figure_mod = sys.modules.get('matplotlib.figure')
         if figure_mod is not None and isinstance(value, figure_mod.Figure):
             return  # saved with the other open figures at exit
-        if not isinstance(value, type):
-            for meth, ext in (('_repr_html_', 'html'), ('_repr_svg_', 'svg'),
-                              ('_repr_markdown_', 'md'), ('_repr_json_', 'json')):
-                fn = getattr(value, meth, None)
-                data = fn() if callable(fn) else None
-                if isinstance(data, tuple):
-                    data = data[0]
-                if data is None:
-                    continue
-                if ext == 'json':
-                    import json
-                    data = json.dumps(data)
-                _write('output', ext, data)
-                break
-            fn = getattr(value, '_repr_png_', None)
-            data = fn() if callable(fn) else None
-            if isinstance(data, (bytes, bytearray)):
-                _write('output', 'png', data, 'wb')
+        _save_rich(value)
         text = repr(value)
         if len(text) > 1048576:
             text = text[:1048576] + '...'
@@ -106,6 +121,25 @@ def _capture_value(value):
             f.write(text)
     except Exception as e:
         sys.stderr.write('[sandboxd] could not capture the result: %r\n' % (e,))
+
+
+def display(*objs, **kwargs):
+    """IPython's display() where IPython is not running: each object's rich form (HTML, SVG,
+    Markdown, JSON, PNG, a figure) becomes an output, in order; an object without one is printed."""
+    for obj in objs:
+        try:
+            shown = _save_rich(obj)
+        except Exception as e:
+            sys.stderr.write('[sandboxd] could not display %s: %r\n' % (type(obj).__name__, e))
+            shown = False
+        if not shown:
+            print(repr(obj))
+
+
+def _install_display():
+    import builtins
+    if not hasattr(builtins, 'display'):
+        builtins.display = display
 
 
 _STATEMENT_STARTS = ('print(', 'import ', 'from ', 'def ', 'class ', 'return', 'pass', 'if ', 'for ', 'while ',
@@ -167,6 +201,7 @@ def run_main(args):
     if 'MPLBACKEND' not in os.environ:
         os.environ['MPLBACKEND'] = 'Agg'
     sys.meta_path.insert(0, _PyplotHook())
+    _install_display()
 
     main = type(sys)('__main__')
     main.__builtins__ = sys.modules['builtins']

@@ -69,7 +69,8 @@ export class Contexts {
   }
 
   create(o: { language: ContextLanguage; cwd?: string; env?: Record<string, string> }, isDefault = false): CodeContext {
-    if (this.byId.size >= MAX_CONTEXTS) {
+    // Default contexts do not count: a sandbox full of its own contexts can still run plain code.
+    if (!isDefault && [...this.byId.values()].filter((c) => !c.isDefault).length >= MAX_CONTEXTS) {
       throw new ServiceError('CONTEXT_LIMIT', `a sandbox holds at most ${MAX_CONTEXTS} contexts; delete one first (DELETE /contexts/{id})`, {
         limit: MAX_CONTEXTS,
       });
@@ -82,7 +83,7 @@ export class Contexts {
       env: o.env ?? {},
       isDefault,
       createdAt: new Date(),
-      kernel: new Kernel(this.commandFor(o.language), cwd),
+      kernel: new Kernel(this.commandFor(o.language)),
     };
     this.byId.set(ctx.id, ctx);
     return ctx;
@@ -112,12 +113,12 @@ export class Contexts {
 
   delete(id: string): void {
     const ctx = this.get(id);
-    ctx.kernel.kill();
+    ctx.kernel.close();
     this.byId.delete(id);
   }
 
   stopAll(): void {
-    for (const c of this.byId.values()) c.kernel.kill();
+    for (const c of this.byId.values()) c.kernel.close();
   }
 }
 

@@ -305,6 +305,7 @@ export class Executor {
       outDir,
       cwd,
       env,
+      startEnv: effectiveEnv(this.deps.config.baseEnv, { ...this.deps.envStore.all(), ...context.env }, undefined),
       stdin: o.stdin,
       deadline: t.deadline,
       capBytes: this.deps.config.outputCapBytes,
@@ -316,13 +317,6 @@ export class Executor {
     if (entry.status === 'killed') cell.kill('killed');
     const outcome = await cell.done;
     entry.pid ??= cell.pid;
-    if (outcome.kernelRestarted) {
-      const why =
-        outcome.reason === 'timeout' || outcome.reason === 'killed'
-          ? 'it did not stop when interrupted, so it was killed'
-          : `it exited (${outcome.exitCode > 128 ? `signal ${outcome.exitCode - 128}` : `code ${outcome.exitCode}`})`;
-      outcome.stderr.push(Buffer.from(`${outcome.stderr.text() && !outcome.stderr.text().endsWith('\n') ? '\n' : ''}[sandboxd] the kernel was restarted: ${why}; variables, imports and the working directory of earlier executions are gone\n`));
-    }
     const rich = await collectRichOutputs(outDir);
     if (rich.rich_outputs.length > 0 && o.rich) this.outputs.remember(outDir);
     else if (rich.rich_outputs.length > 0 || rich.result !== undefined) void discard(outDir);
@@ -330,7 +324,12 @@ export class Executor {
     const { rich_outputs, ...inline } = rich;
     const result: ExecuteResult = { ...base, ...inline, language: o.language, execution_id: entry.id, context_id: context.id };
     if (outcome.result !== undefined) result.result = outcome.result;
-    if (outcome.kernelRestarted) result.kernel_restarted = true;
+    if (outcome.kernelRestarted) {
+      // Said after the cell's own output (and past its cap): the one line that explains the rest.
+      result.kernel_restarted = true;
+      const why = outcome.restartWhy ?? 'it died';
+      result.stderr += `${result.stderr && !result.stderr.endsWith('\n') ? '\n' : ''}[sandboxd] the kernel was restarted: ${why}; variables, imports and the working directory of earlier executions are gone\n`;
+    }
     if (o.rich) result.rich_outputs = rich_outputs;
     return result;
   }

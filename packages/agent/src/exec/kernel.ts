@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
+import { constants } from 'node:os';
 import { CappedOutput } from './capture.js';
 import type { EndReason, RunOutcome } from './runner.js';
 
@@ -11,6 +12,8 @@ export const INTERRUPT_GRACE_MS = 2000;
 const START_TIMEOUT_MS = 30_000;
 /** After the cell's answer, how long its last output may still be on its way (the end markers). */
 const MARKER_WAIT_MS = 1000;
+/** Longest line a kernel may write on its control socket (an answer carries a result of up to 1 MiB). */
+const MAX_CONTROL_LINE = 4 * 1024 * 1024;
 
 export type KernelState = 'starting' | 'idle' | 'busy' | 'dead';
 
@@ -20,7 +23,10 @@ export interface CellSpec {
   outDir: string;
   /** The working directory asked for (the kernel changes to it only when it differs from the last one asked for). */
   cwd: string;
+  /** The cell's env: the context's, with the request's own over it. */
   env: Record<string, string>;
+  /** The env a kernel starts with when this cell starts one: the context's, without the request's. */
+  startEnv: Record<string, string>;
   stdin?: Buffer;
   /** performance.now() by which the cell must have ended (queued time counts). */
   deadline: number;
@@ -30,8 +36,10 @@ export interface CellSpec {
 }
 
 export interface CellOutcome extends RunOutcome {
-  /** The kernel died (crash, kill after an interrupt that did not work, OOM): its state is lost. */
+  /** The kernel died during or before this cell (or was restarted): earlier state is lost. */
   kernelRestarted: boolean;
+  /** Why, in words, when kernelRestarted. */
+  restartWhy?: string;
   /** The cell's value as text, when the kernel answers it itself (JavaScript; Python writes result.txt). */
   result?: string;
 }
@@ -85,22 +93,34 @@ interface Current {
   cell: RunningCell;
   child: ChildProcess;
   answer?: Answer;
-  onAnswer: (a: Answer) => void;
   markerTimer?: NodeJS.Timeout;
-  finish: (o: { exitCode: number; reason: EndReason; kernelRestarted: boolean; result?: string }) => void;
+  onAnswer: (a: Answer) => void;
+  finish: (o: Ended) => void;
+}
+
+interface Ended {
+  exitCode: number;
+  reason: EndReason;
+  kernelRestarted: boolean;
+  restartWhy?: string;
+  result?: string;
 }
 
 /** A running or queued cell: the registry's handle (pid, kill) and its outcome. */
 export class RunningCell {
   readonly done: Promise<CellOutcome>;
   reason: Exclude<EndReason, 'exited'> | null = null;
+  /** Written to its kernel (from then on a kill interrupts it; before, it ends at once). */
   started = false;
   ended = false;
   /** Set by the kernel while the cell runs. */
   interrupt: (() => void) | null = null;
   private resolveDone!: (o: CellOutcome) => void;
 
-  constructor(private readonly pidOf: () => number | null) {
+  constructor(
+    private readonly pidOf: () => number | null,
+    private readonly capBytes: number,
+  ) {
     this.done = new Promise((r) => (this.resolveDone = r));
   }
 
@@ -113,11 +133,15 @@ export class RunningCell {
     return !this.ended;
   }
 
-  /** Interrupts the cell (KeyboardInterrupt); its kernel is killed if that does not end it. */
+  /**
+   * A running cell is interrupted (KeyboardInterrupt; its kernel is killed if that does not end
+   * it); one still waiting for its turn (or for its kernel to start) ends at once, never run.
+   */
   kill(reason: Exclude<EndReason, 'exited'>): void {
     if (this.ended) return;
     this.reason ??= reason;
-    this.interrupt?.();
+    if (this.started) this.interrupt?.();
+    else this.settle(failed(this.capBytes, '', reason === 'timeout' ? 124 : 137, reason));
   }
 
   settle(o: CellOutcome): void {
@@ -127,13 +151,14 @@ export class RunningCell {
   }
 }
 
-/** How to start a kernel: its argv, or null with the message of a missing interpreter. */
+/** How to start a kernel: its argv, or the name of the interpreter that is missing. */
 export type KernelCommand = () => Promise<{ argv: string[] } | { missing: string }>;
 
 /**
  * One persistent interpreter of a code context (sbx_kernel.py, sbx_kernel_js.cjs). Cells run one
  * at a time, in arrival order. The process starts on the first cell, and again on the next cell
- * after it died.
+ * after it died. Everything the kernel process says (its control socket, its output) is the
+ * sandbox's code talking: bounded, checked, and never trusted to answer.
  */
 export class Kernel {
   readonly id = `kernel_${randomBytes(8).toString('hex')}`;
@@ -146,33 +171,36 @@ export class Kernel {
   private ready: Promise<void> | null = null;
   private queue: Promise<unknown> = Promise.resolve();
   private current: Current | null = null;
-  /** The kernel died since the last cell ended: the next cell's result says its state was lost. */
-  private lostState = false;
-  private ctlBuf = '';
-  /** The current process said it was ready (a death before that is a failed start, not lost state). */
-  private startedOnce = false;
+  /** Why the kernel died since the last cell ended (the next cell's result says its state was lost). */
+  private lost: string | null = null;
+  /** Set by a restart or a delete while a cell ran: its result says so instead of "it exited". */
+  private requested: string | null = null;
+  /** Deleted: no cell runs and no process starts any more. */
+  private closed = false;
 
-  constructor(
-    private readonly command: KernelCommand,
-    private readonly startCwd: string,
-  ) {}
+  constructor(private readonly command: KernelCommand) {}
 
   get pid(): number | null {
     return this.child?.pid ?? null;
   }
 
   run(spec: CellSpec): RunningCell {
-    const cell = new RunningCell(() => this.pid);
+    const cell = new RunningCell(() => this.pid, spec.capBytes);
     this.pending++;
-    const mine = this.queue.then(() => this.runNow(cell, spec));
-    this.queue = mine.catch(() => undefined);
-    void mine.then(
-      (o) => cell.settle(o),
-      (err: unknown) => cell.settle(failed(spec, `the kernel could not run the cell: ${err instanceof Error ? err.message : String(err)}\n`, 1)),
-    );
+    // The deadline counts from now: a cell waiting behind another one times out all the same.
+    const timer = setTimeout(() => cell.kill('timeout'), Math.max(1, spec.deadline - performance.now()));
     void cell.done.finally(() => {
+      clearTimeout(timer);
       this.pending--;
       this.lastActivity = new Date();
+    });
+    this.queue = this.queue.then(async () => {
+      if (cell.ended) return;
+      try {
+        cell.settle(await this.runNow(cell, spec));
+      } catch (err) {
+        cell.settle(failed(spec.capBytes, `the kernel could not run the cell: ${err instanceof Error ? err.message : String(err)}\n`, 1));
+      }
     });
     return cell;
   }
@@ -181,17 +209,24 @@ export class Kernel {
    * Kills the kernel and everything it started (a running cell ends with kernelRestarted); the
    * next cell gets a fresh one. Asked for, so the next cell's result does not call it lost.
    */
-  restart(): void {
+  restart(why = 'it was restarted on request'): void {
+    if (this.current) this.requested = why;
     this.kill();
-    this.lostState = false;
+    this.lost = null;
   }
 
-  kill(): void {
+  /** The context is gone: its kernel is killed, and cells still waiting end without running. */
+  close(): void {
+    this.closed = true;
+    this.restart('its context was deleted');
+  }
+
+  private kill(): void {
     const child = this.child;
-    if (!child?.pid) return;
     this.child = null;
     this.ctl = null;
     this.state = 'dead';
+    if (!child?.pid) return;
     try {
       process.kill(-child.pid, 'SIGKILL');
     } catch {
@@ -200,13 +235,18 @@ export class Kernel {
   }
 
   private async runNow(cell: RunningCell, spec: CellSpec): Promise<CellOutcome> {
-    if (cell.reason) return failed(spec, '', cell.reason === 'timeout' ? 124 : 137, cell.reason);
-    if (performance.now() >= spec.deadline) return failed(spec, '', 124, 'timeout');
-    const restarted = this.lostState;
-    this.lostState = false;
+    if (this.closed) return failed(spec.capBytes, 'the context was deleted\n', 1);
     const start = await this.ensureStarted(spec);
     if (start) return start;
-    const child = this.child!;
+    // Killed, timed out or deleted while the kernel started: it never runs.
+    if (cell.ended) return failed(spec.capBytes, '', 137, 'killed');
+    if (this.closed) return failed(spec.capBytes, 'the context was deleted\n', 1);
+    const child = this.child;
+    const ctl = this.ctl;
+    if (!child || !ctl) return failed(spec.capBytes, 'the kernel exited as it started\n', 1);
+    const lostBefore = this.lost;
+    this.lost = null;
+    this.requested = null;
     cell.started = true;
     this.state = 'busy';
     this.lastActivity = new Date();
@@ -230,84 +270,75 @@ export class Kernel {
           if (current.out.ended && current.err.ended) done();
           else current.markerTimer ??= setTimeout(done, MARKER_WAIT_MS);
         },
-        finish: (o: { exitCode: number; reason: EndReason; kernelRestarted: boolean; result?: string }) => {
+        finish: (o) => {
           if (this.current !== current) return;
           this.current = null;
-          clearTimeout(timer);
           clearTimeout(escalate);
           clearTimeout(current.markerTimer);
           cell.interrupt = null;
           if (this.state === 'busy') this.state = 'idle';
+          const restarted = o.kernelRestarted || lostBefore !== null;
           resolve({
             exitCode: o.exitCode,
             reason: o.reason,
             stdout: current.stdout,
             stderr: current.stderr,
             durationMs: performance.now() - startedAt,
-            kernelRestarted: o.kernelRestarted || restarted,
+            kernelRestarted: restarted,
+            ...(restarted ? { restartWhy: o.kernelRestarted ? o.restartWhy : `it died before this execution (${lostBefore})` } : {}),
             ...(o.result !== undefined ? { result: o.result } : {}),
           });
         },
       };
       this.current = current;
-      const cellStart = uptimeTicks();
-      const interrupt = () => {
+      const pidsBefore = lastPid();
+      cell.interrupt = () => {
         if (escalate || this.current !== current) return;
         signal(child.pid!, 'SIGINT');
         // Also said on the control socket: a kernel whose cell only waits (a JavaScript promise)
         // hears it there; a Python kernel reads it after the cell and ignores it.
-        this.ctl?.write(`${JSON.stringify({ interrupt: nonce })}\n`);
+        ctl.write(`${JSON.stringify({ interrupt: nonce })}\n`);
         // What the cell started goes with it, as a fresh process's children do on a timeout or a
         // kill (those still in the kernel's process group; what earlier cells started stays).
-        for (const pid of groupMembersSince(child.pid!, cellStart)) if (pid !== child.pid) signal(pid, 'SIGKILL');
+        for (const pid of groupMembersAfter(child.pid!, pidsBefore)) if (pid !== child.pid) signal(pid, 'SIGKILL');
         escalate = setTimeout(() => {
           // The interrupt did not end it (code that catches KeyboardInterrupt, or blocks it).
           if (this.current === current && this.child === child) this.kill();
         }, INTERRUPT_GRACE_MS);
       };
-      cell.interrupt = interrupt;
-      const timer = setTimeout(() => cell.kill('timeout'), Math.max(1, spec.deadline - performance.now()));
-      if (cell.reason) interrupt();
-      const msg = {
-        cell: nonce,
-        code: spec.code,
-        out_dir: spec.outDir,
-        cwd: spec.cwd,
-        env: spec.env,
-        stdin: spec.stdin ? spec.stdin.toString('base64') : null,
-      };
-      this.ctl!.write(`${JSON.stringify(msg)}\n`);
+      ctl.write(
+        `${JSON.stringify({ cell: nonce, code: spec.code, out_dir: spec.outDir, cwd: spec.cwd, env: spec.env, stdin: spec.stdin ? spec.stdin.toString('base64') : null })}\n`,
+      );
     });
   }
 
   /** Starts the process when there is none; an outcome when that failed (the cell's result). */
   private async ensureStarted(spec: CellSpec): Promise<CellOutcome | null> {
     if (this.child && this.state !== 'dead') {
-      await this.ready;
-      return null;
+      try {
+        await this.ready;
+        return null;
+      } catch (err) {
+        return failed(spec.capBytes, `the kernel did not start: ${(err as Error).message}\n`, 1);
+      }
     }
     const cmd = await this.command();
-    if ('missing' in cmd) return failed(spec, `${cmd.missing}: command not found\n`, 127);
+    if ('missing' in cmd) return failed(spec.capBytes, `${cmd.missing}: command not found\n`, 127);
+    if (this.closed) return failed(spec.capBytes, 'the context was deleted\n', 1);
     const [program, ...args] = cmd.argv as [string, ...string[]];
     this.state = 'starting';
     let child: ChildProcess;
     try {
-      child = spawn(program, args, {
-        cwd: this.startCwd,
-        env: spec.env,
-        stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
-        detached: true,
-      });
+      child = spawn(program, args, { cwd: spec.cwd, env: spec.startEnv, stdio: ['ignore', 'pipe', 'pipe', 'pipe'], detached: true });
     } catch (err) {
       this.state = 'dead';
-      return failed(spec, `${program}: ${(err as Error).message}\n`, 126);
+      return failed(spec.capBytes, `${program}: ${(err as Error).message}\n`, 126);
     }
     this.child = child;
-    this.startedOnce = false;
     const ctl = child.stdio[3] as Socket;
     this.ctl = ctl;
-    this.ctlBuf = '';
     let startErr = '';
+    let readyOnce = false;
     let markReady!: () => void;
     let failStart!: (e: Error) => void;
     this.ready = new Promise<void>((res, rej) => {
@@ -315,42 +346,42 @@ export class Kernel {
       failStart = rej;
     });
     this.ready.catch(() => undefined);
+    const mine = () => this.child === child;
     const startTimer = setTimeout(() => {
       failStart(new Error(`it did not start within ${START_TIMEOUT_MS / 1000} s`));
-      this.kill();
+      if (mine()) this.kill();
     }, START_TIMEOUT_MS);
-    ctl.on('data', (c: Buffer) => {
-      if (this.child !== child) return;
-      this.ctlBuf += c.toString();
-      for (let nl = this.ctlBuf.indexOf('\n'); nl >= 0; nl = this.ctlBuf.indexOf('\n')) {
-        const line = this.ctlBuf.slice(0, nl);
-        this.ctlBuf = this.ctlBuf.slice(nl + 1);
-        let m: { ready?: boolean; cell?: string; exit_code?: number; interrupted?: boolean; result?: unknown };
-        try {
-          m = JSON.parse(line);
-        } catch {
-          continue;
-        }
-        if (m.ready) {
+    let line = '';
+    ctl.setEncoding('utf8');
+    ctl.on('data', (chunk: string) => {
+      if (!mine()) return;
+      let from = 0;
+      for (let nl = chunk.indexOf('\n'); nl >= 0; nl = chunk.indexOf('\n', from)) {
+        const text = line + chunk.slice(from, nl);
+        line = '';
+        from = nl + 1;
+        this.onControl(child, text, () => {
           clearTimeout(startTimer);
-          this.startedOnce = true;
+          readyOnce = true;
           if (this.state === 'starting') this.state = 'idle';
           markReady();
-        } else if (m.cell && this.current?.nonce === m.cell) {
-          this.current.onAnswer({
-            exit_code: Number(m.exit_code) || 0,
-            interrupted: m.interrupted === true,
-            ...(typeof m.result === 'string' ? { result: m.result.slice(0, 1024 * 1024) } : {}),
-          });
-        }
+        });
+      }
+      line += chunk.slice(from);
+      if (line.length > MAX_CONTROL_LINE) {
+        // Not our kernel talking any more (code in the cell writes to its socket): it cannot be
+        // believed, so it goes, and the cell says so.
+        line = '';
+        failStart(new Error('it broke its protocol'));
+        if (mine()) this.kill();
       }
     });
     ctl.on('error', () => undefined);
     const route = (which: 'out' | 'err') => (c: Buffer) => {
       const cur = this.current;
-      if (!cur) {
-        if (this.state === 'starting') startErr = (startErr + c.toString()).slice(-4000);
-        return; // output between cells (a thread or a child left running) belongs to no cell
+      if (!cur || cur.child !== child) {
+        if (this.state === 'starting' && mine()) startErr = (startErr + c.toString()).slice(-4000);
+        return; // output between cells, or of a kernel that was replaced, belongs to no cell
       }
       const scanner = which === 'out' ? cur.out : cur.err;
       const data = scanner.feed(c);
@@ -362,59 +393,100 @@ export class Kernel {
     };
     child.stdout!.on('data', route('out'));
     child.stderr!.on('data', route('err'));
+    // A failed spawn (ENOENT, EACCES, EAGAIN at the pids limit) emits only this, no 'exit'.
     child.on('error', (err) => {
+      clearTimeout(startTimer);
       startErr += `${program}: ${err.message}\n`;
       failStart(err);
+      if (mine()) this.kill();
     });
     child.on('exit', (code, sig) => {
       clearTimeout(startTimer);
       // Still this kernel's process: it died on its own (a crash, os._exit, the OOM killer), not
-      // by kill() or restart(). If no cell was running, the next one says its state was lost.
-      const unexpected = this.child === child;
+      // by kill(), restart() or delete.
+      const unexpected = mine();
       if (unexpected) {
         this.child = null;
         this.ctl = null;
         this.state = 'dead';
       }
       failStart(new Error(startErr.trim() || `it exited (${code ?? sig})`));
+      const why = sig ? `it was killed (${sig})` : `it exited (code ${code})`;
       const cur = this.current;
       if (cur && cur.child === child) {
         const rest = [cur.out.flush(), cur.err.flush()];
         if (rest[0]!.length) cur.stdout.push(rest[0]!);
         if (rest[1]!.length) cur.stderr.push(rest[1]!);
-        const exitCode = code ?? 128 + signalNumber(sig);
-        cur.finish({ exitCode, reason: cur.cell.reason ?? 'exited', kernelRestarted: true });
-      } else if (unexpected && this.startedOnce) {
-        this.lostState = true;
+        if (cur.answer) {
+          // It answered, then died: the answer stands; the next cell learns that the state is gone.
+          cur.finish({ exitCode: cur.answer.exit_code, reason: 'exited', kernelRestarted: false, result: cur.answer.result });
+          this.lost = why;
+          return;
+        }
+        const exitCode = sig ? 128 + (constants.signals[sig] ?? 0) : code || 1;
+        const restartWhy =
+          this.requested ?? (cur.cell.reason ? `it did not stop when interrupted, so it was killed` : why);
+        cur.finish({ exitCode, reason: cur.cell.reason ?? 'exited', kernelRestarted: true, restartWhy });
+      } else if (unexpected && readyOnce) {
+        this.lost = why;
       }
     });
     try {
       await this.ready;
     } catch (err) {
-      return failed(spec, `${startErr || `the kernel did not start: ${(err as Error).message}`}\n`.replace(/\n+$/, '\n'), 1);
+      return failed(spec.capBytes, `${startErr || `the kernel did not start: ${(err as Error).message}`}\n`.replace(/\n+$/, '\n'), 1);
     }
     return null;
   }
+
+  /** One line from a kernel's control socket: ready, or the current cell's answer; anything else is ignored. */
+  private onControl(child: ChildProcess, text: string, ready: () => void): void {
+    let m: unknown;
+    try {
+      m = JSON.parse(text);
+    } catch {
+      return;
+    }
+    if (typeof m !== 'object' || m === null || Array.isArray(m)) return;
+    const msg = m as { ready?: unknown; cell?: unknown; exit_code?: unknown; interrupted?: unknown; result?: unknown };
+    if (msg.ready === true) {
+      ready();
+      return;
+    }
+    const cur = this.current;
+    if (cur && cur.child === child && msg.cell === cur.nonce && !cur.answer) {
+      const code = Number(msg.exit_code);
+      cur.onAnswer({
+        exit_code: Number.isInteger(code) && code >= 0 && code <= 255 ? code : 1,
+        interrupted: msg.interrupted === true,
+        ...(typeof msg.result === 'string' ? { result: msg.result.slice(0, 1024 * 1024) } : {}),
+      });
+    }
+  }
 }
 
-function failed(spec: CellSpec, stderrText: string, exitCode: number, reason: EndReason = 'exited'): CellOutcome {
-  const stdout = new CappedOutput(spec.capBytes);
-  const stderr = new CappedOutput(spec.capBytes);
+/** The result of a cell that did not run (or whose kernel could not run it). */
+function failed(capBytes: number, stderrText: string, exitCode: number, reason: EndReason = 'exited'): CellOutcome {
+  const stdout = new CappedOutput(capBytes);
+  const stderr = new CappedOutput(capBytes);
   if (stderrText) stderr.push(Buffer.from(stderrText));
   return { exitCode, reason, stdout, stderr, durationMs: 0, kernelRestarted: false };
 }
 
-/** Clock ticks since boot (the unit of /proc/<pid>/stat's start time); 0 if unreadable. */
-function uptimeTicks(): number {
+/**
+ * The pid most recently given out in this pid namespace (the last field of /proc/loadavg): what
+ * starts after this has a higher pid (until pids wrap around, which a cell does not live to see).
+ */
+function lastPid(): number {
   try {
-    return Math.floor(parseFloat(readFileSync('/proc/uptime', 'utf8')) * 100);
+    return Number(readFileSync('/proc/loadavg', 'utf8').trim().split(/\s+/)[4]) || Infinity;
   } catch {
-    return 0;
+    return Infinity;
   }
 }
 
-/** Processes in process group `pgid` started at or after `sinceTicks`. */
-export function groupMembersSince(pgid: number, sinceTicks: number): number[] {
+/** Processes in process group `pgid` whose pid is above `after`. */
+export function groupMembersAfter(pgid: number, after: number): number[] {
   const out: number[] = [];
   let names: string[];
   try {
@@ -423,12 +495,12 @@ export function groupMembersSince(pgid: number, sinceTicks: number): number[] {
     return out;
   }
   for (const name of names) {
-    if (!/^\d+$/.test(name)) continue;
+    if (!/^\d+$/.test(name) || Number(name) <= after) continue;
     try {
       const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
       // Fields after the command (which may hold spaces and parentheses): state ppid pgrp ...
       const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (Number(f[2]) === pgid && Number(f[19]) >= sinceTicks) out.push(Number(name));
+      if (Number(f[2]) === pgid) out.push(Number(name));
     } catch {
       // gone meanwhile
     }
@@ -442,9 +514,4 @@ function signal(pid: number, sig: NodeJS.Signals): void {
   } catch {
     // already gone
   }
-}
-
-function signalNumber(sig: NodeJS.Signals | null): number {
-  const n: Record<string, number> = { SIGKILL: 9, SIGSEGV: 11, SIGABRT: 6, SIGTERM: 15, SIGINT: 2, SIGBUS: 7 };
-  return sig ? (n[sig] ?? 0) : 0;
 }

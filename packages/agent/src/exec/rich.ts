@@ -1,5 +1,5 @@
-import { statSync } from 'node:fs';
-import { readdir, readFile, rm, stat } from 'node:fs/promises';
+import { constants, statSync } from 'node:fs';
+import { open, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ExecuteResult, RichOutput } from '../proto.js';
 
@@ -16,6 +16,32 @@ const KINDS: Record<string, { type: string; mime: string }> = {
 
 /** Largest file inlined into the JSON result; bigger ones are only listed in rich_outputs. */
 const MAX_INLINE_BYTES = 8 * 1024 * 1024;
+/** result.txt is cut at 1 MiB by the bootstrap; anything bigger was not written by it. */
+const MAX_RESULT_BYTES = 1024 * 1024 + 16;
+
+/**
+ * A file the sandbox's code could have replaced: read only if it is a regular file (never through a
+ * symlink, never a FIFO or device that would block or never end) of at most `max` bytes. `size`
+ * only: null when it is not such a file, else its size (and its bytes when `read`).
+ */
+async function regularFile(path: string, max: number, read: boolean): Promise<{ size: number; data?: Buffer } | null> {
+  let fh;
+  try {
+    fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch {
+    return null;
+  }
+  try {
+    const st = await fh.stat();
+    if (!st.isFile()) return null;
+    if (!read || st.size > max) return { size: st.size };
+    return { size: st.size, data: await fh.readFile() };
+  } catch {
+    return null;
+  } finally {
+    await fh.close().catch(() => undefined);
+  }
+}
 
 /**
  * Reads what the Python bootstrap left in an execution's output directory (NNN-kind.ext files and
@@ -35,16 +61,19 @@ export async function collectRichOutputs(outDir: string): Promise<RichFields> {
   for (const name of names) {
     const path = join(outDir, name);
     if (name === 'result.txt') {
-      fields.result = await readFile(path, 'utf8');
+      const f = await regularFile(path, MAX_RESULT_BYTES, true);
+      if (f?.data) fields.result = f.data.toString('utf8');
       continue;
     }
     const ext = name.slice(name.lastIndexOf('.') + 1);
     const kind = KINDS[ext];
     if (!kind) continue;
-    fields.rich_outputs.push({ type: kind.type, path, mime: kind.mime });
     const field = ext === 'md' ? 'markdown' : (ext as 'png' | 'svg' | 'html' | 'json');
-    if (fields[field] !== undefined || (await stat(path)).size > MAX_INLINE_BYTES) continue;
-    const data = await readFile(path);
+    const f = await regularFile(path, MAX_INLINE_BYTES, fields[field] === undefined);
+    if (!f) continue;
+    fields.rich_outputs.push({ type: kind.type, path, mime: kind.mime });
+    const data = f.data;
+    if (!data) continue;
     if (field === 'png') fields.png = data.toString('base64');
     else if (field !== 'json') fields[field] = data.toString('utf8');
     else {

@@ -12,11 +12,17 @@ import { parse, type Node } from 'acorn';
  *   to the global names first thing;
  * - `import` statements become dynamic imports (`__sbxImport`, provided by the kernel);
  * - top-level `await` works (the body is an async function);
- * - a last expression statement is returned: the cell's value.
+ * - a last expression statement is returned in a box (`[value]`), so that a promise it ends with is
+ *   the value, not awaited; a cell that is one object literal (`{a: 1}`) is that object;
+ * - `export` in front of a declaration is dropped.
  * Everything keeps its line (only line 1 gets a prefix), so errors point at the user's lines.
- * Null when the cell does not parse: the caller compiles it as it is for the engine's own message.
+ * `var` inside a top-level block or loop stays the cell's own. Null when the cell does not parse:
+ * the caller compiles it as it is for the engine's own message.
  */
-export function prepareCell(code: string): string | null {
+export function prepareCell(source: string): string | null {
+  // A #! line stays a line, but empty.
+  let code = source.startsWith('#!') ? source.replace(/^#![^\n]*/, '') : source;
+  if (/^\s*\{[\s\S]*\}\s*$/.test(code) && isExpression(`(${code})`)) code = `(${code})`;
   const program = parseCell(code);
   if (!program) return null;
   const names = new Set<string>();
@@ -25,13 +31,17 @@ export function prepareCell(code: string): string | null {
   const body = (program as unknown as { body: Node[] }).body;
   let imports = 0;
   body.forEach((stmt, i) => {
-    const s = stmt as any;
+    let s = stmt as any;
+    if (s.type === 'ExportNamedDeclaration' && s.declaration) {
+      edits.push({ start: s.start, end: s.declaration.start, text: '' });
+      s = s.declaration;
+    }
     const text = (n: Node) => code.slice(n.start, n.end);
     if (s.type === 'VariableDeclaration') {
       const parts: string[] = [];
       for (const d of s.declarations) {
         for (const n of boundNames(d.id)) names.add(n);
-        if (d.init) parts.push(`void (${text(d.id)} = ${text(d.init)});`);
+        if (d.init) parts.push(`void (${text(d.id)} = (${text(d.init)}));`);
         else if (s.kind !== 'var') parts.push(`void (${text(d.id)} = undefined);`);
       }
       edits.push({ start: s.start, end: s.end, text: parts.join(' ') });
@@ -52,14 +62,30 @@ export function prepareCell(code: string): string | null {
       }
       edits.push({ start: s.start, end: s.end, text: parts.join(' ') });
     } else if (s.type === 'ExpressionStatement' && i === body.length - 1 && !s.directive) {
-      edits.push({ start: s.start, end: s.end, text: `return (${text(s.expression)});` });
+      edits.push({ start: s.start, end: s.end, text: `return [(${text(s.expression)})];` });
     }
   });
-  let out = code;
-  for (const e of edits.sort((a, b) => b.start - a.start)) out = out.slice(0, e.start) + e.text + out.slice(e.end);
-  const hoisted = names.size ? `var ${[...names].join(', ')}; ` : '';
+  // The function copies go after the directives ('use strict' must stay first to count).
+  const firstStatement = body.find((st) => !(st as any).directive);
   const copies = functions.map((f) => `globalThis[${JSON.stringify(f)}] = ${f}; `).join('');
-  return `${hoisted}(async () => { ${copies}${out}\n})()`;
+  if (copies) edits.push({ start: firstStatement?.start ?? code.length, end: firstStatement?.start ?? code.length, text: copies });
+  let out = code;
+  for (const e of edits.sort((a, b) => b.start - a.start || b.end - a.end)) {
+    // What replaced a statement keeps its line count, so later lines keep their numbers.
+    const lost = (code.slice(e.start, e.end).match(/\n/g) ?? []).length - (e.text.match(/\n/g) ?? []).length;
+    out = out.slice(0, e.start) + e.text + '\n'.repeat(Math.max(0, lost)) + out.slice(e.end);
+  }
+  const hoisted = names.size ? `var ${[...names].join(', ')}; ` : '';
+  return `${hoisted}(async () => { ${out}\n})()`;
+}
+
+function isExpression(code: string): boolean {
+  try {
+    parse(code, { ecmaVersion: 'latest', sourceType: 'script' });
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 function parseCell(code: string): Node | null {

@@ -1,3 +1,4 @@
+import { stat } from 'node:fs/promises';
 import type { Agent, Route } from '../context.js';
 import { validateEnvVars } from '../env/store.js';
 import { CONTEXT_LANGUAGES, contextInfo, isContextLanguage } from '../exec/contexts.js';
@@ -23,10 +24,16 @@ export function contextRoutes(agent: Agent): Route[] {
           throw new ServiceError('INVALID_LANGUAGE', `contexts run ${CONTEXT_LANGUAGES.join(', ')}, not ${JSON.stringify(input)}`, { field: 'language' });
         }
         const dir = workingDir(body);
+        const cwd = dir === undefined ? undefined : resolvePath(dir, agent.config.workspaceDir, 'cwd');
+        if (cwd !== undefined) {
+          const st = await stat(cwd).catch(() => null);
+          if (!st) throw new ServiceError('INVALID_PATH', `working directory does not exist: ${cwd}`, { path: cwd, field: 'cwd' });
+          if (!st.isDirectory()) throw new ServiceError('NOT_A_DIRECTORY', `working directory is not a directory: ${cwd}`, { path: cwd, field: 'cwd' });
+        }
         const env = body.env ?? body.env_vars;
         const created = contexts.create({
           language,
-          cwd: dir === undefined ? undefined : resolvePath(dir, agent.config.workspaceDir, 'cwd'),
+          cwd,
           env: env === undefined || env === null ? undefined : validateEnvVars(env, 'env'),
         });
         return contextInfo(created);

@@ -66,6 +66,21 @@ async function idleCpu(pid: number, seconds: number): Promise<number> {
   return (cpuSeconds(pid) - c0) / ((performance.now() - t0) / 1000);
 }
 
+/** 30 scrapes of /metrics (after 3 to warm up): their times and the size of the last one. */
+async function scrapes(server: { baseUrl: string; apiKey: string }): Promise<{ ms: number[]; bytes: number }> {
+  const ms: number[] = [];
+  let bytes = 0;
+  for (let i = 0; i < 33; i++) {
+    const t0 = performance.now();
+    const r = await fetch(`${server.baseUrl}/metrics`, { headers: { 'x-api-key': server.apiKey } });
+    const text = await r.text();
+    if (r.status !== 200) throw new Error(`/metrics answered ${r.status}: ${text.slice(0, 200)}`);
+    if (i >= 3) ms.push(performance.now() - t0);
+    bytes = Buffer.byteLength(text);
+  }
+  return { ms, bytes };
+}
+
 async function main(): Promise<void> {
   const server = await startServer({
     templates: ['base'],
@@ -83,6 +98,7 @@ async function main(): Promise<void> {
     const pid = server.pid!;
     const empty = await createDeleteSamples(server);
     const idleEmpty = await idleCpu(pid, Math.min(IDLE_SECONDS, 10));
+    const scrapeEmpty = await scrapes(server);
 
     spawnProc('sh', ['-c', 'sync; echo 3 > /proc/sys/vm/drop_caches']);
     const memBefore = memAvailableKiB();
@@ -122,6 +138,7 @@ async function main(): Promise<void> {
     const rssAfter = rssMiB(pid);
 
     const idleFull = await idleCpu(pid, IDLE_SECONDS);
+    const scrapeFull = await scrapes(server);
     const full = await createDeleteSamples(server);
     const delFull: number[] = [];
     for (const id of ids.splice(0, SAMPLES)) delFull.push(await del(server, id));
@@ -146,6 +163,7 @@ async function main(): Promise<void> {
     console.log(row(`delete, ${N} alive`, delFull, empty.del));
     console.log(row(`fill: creates at concurrency ${CONCURRENCY}`, fillMs));
     console.log(`fill: ${N} sandboxes in ${fillSeconds.toFixed(1)} s; delete all: ${drainSeconds.toFixed(1)} s answered, ${teardownSeconds.toFixed(1)} s until the host held none of them (${leftOnHost()} left)`);
+    console.log(row(`GET /metrics, ${N} alive`, scrapeFull.ms, scrapeEmpty.ms) + `   ${(scrapeFull.bytes / 1024).toFixed(1)} KiB (none alive: ${(scrapeEmpty.bytes / 1024).toFixed(1)} KiB; goal ≤ 50 ms, size independent of N)`);
     console.log(`idle daemon CPU: ${(idleFull * 100).toFixed(2)} % of a core with ${N} idle sandboxes (baseline, none alive: ${(idleEmpty * 100).toFixed(2)} %)`);
     console.log(`host memory per idle sandbox: ${perSandboxMiB.toFixed(2)} MiB (MemAvailable drop); daemon RSS ${rssBefore.toFixed(0)} → ${rssAfter.toFixed(0)} MiB`);
     const ratio = summary(full.create).p50 / summary(empty.create).p50;

@@ -140,6 +140,24 @@ export const TemplateList = Type.Object({
 
 export const HealthResult = Type.Object({ status: Type.String(), version: Type.String() });
 
+/** GET /v1/sandboxes/{id}/metrics: one sandbox's resource use now (counters since it last started). */
+export const SandboxMetrics = Type.Object({
+  sandbox_id: Type.String(),
+  status: Type.String(),
+  timestamp: Type.String(),
+  cpu: Type.Object({ usage_seconds: Type.Number({ description: 'CPU time used since the sandbox last started' }), vcpu: Type.Number() }),
+  memory: Type.Object({ used_bytes: Type.Number(), limit_bytes: Type.Number() }),
+  disk: Type.Object({ used_bytes: Type.Number(), total_bytes: Type.Number() }),
+  network: Type.Object({
+    rx_bytes: Type.Number({ description: 'received by the sandbox since it last started' }),
+    tx_bytes: Type.Number({ description: 'sent by the sandbox since it last started' }),
+  }),
+  pids: Type.Number(),
+  oom_kills: Type.Number(),
+  request_id: Type.Optional(Type.String()),
+});
+export type SandboxMetrics = Static<typeof SandboxMetrics>;
+
 export const SandboxEvent = Type.Object({
   id: Type.String(),
   status: Type.String(),
@@ -173,5 +191,5 @@ export type EventsQuery = Static<typeof EventsQuery>;
 export const SANDBOX_EVENT_KINDS = ['created', 'paused', 'resumed', 'stopped', 'started', 'deleted', 'expired', 'oom_killed'] as const;
 export type SandboxEventKind = (typeof SANDBOX_EVENT_KINDS)[number];
 
-export const API_SCOPES = ['sandboxes:read', 'sandboxes:write', 'templates:read', 'templates:write', 'admin'] as const;
+export const API_SCOPES = ['sandboxes:read', 'sandboxes:write', 'templates:read', 'templates:write', 'metrics:read', 'admin'] as const;
 export type ApiScope = (typeof API_SCOPES)[number];

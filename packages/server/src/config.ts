@@ -65,6 +65,12 @@ export interface Config {
   buildStepTimeoutMs: number;
   version: string;
   logLevel: string;
+  /**
+   * Prometheus metrics: `listen` (host:port) serves /metrics there without credentials (keep it
+   * private); `onApi`: /metrics on the API too, for keys with the metrics:read scope (default: only
+   * when there is no address of its own).
+   */
+  metrics: { listen: { host: string; port: number } | null; onApi: boolean };
 }
 
 export class ConfigError extends Error {}
@@ -172,6 +178,18 @@ function bool(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boolean 
   throw new ConfigError(`${name} must be true or false, got "${env[name]}"`);
 }
 
+function metricsFrom(env: NodeJS.ProcessEnv): Config['metrics'] {
+  const raw = env.SANDBOXD_METRICS_LISTEN?.trim();
+  let listen: Config['metrics']['listen'] = null;
+  if (raw) {
+    const m = /^(\[[0-9a-fA-F:.]+\]|[\w.-]+):(\d{1,5})$/.exec(raw);
+    const port = Number(m?.[2]);
+    if (!m || port < 1 || port > 65535) throw new ConfigError(`SANDBOXD_METRICS_LISTEN must be host:port (e.g. 127.0.0.1:9464), got "${raw}"`);
+    listen = { host: m[1]!.replace(/^\[|\]$/g, ''), port };
+  }
+  return { listen, onApi: bool(env, 'SANDBOXD_METRICS_ON_API', listen === null) };
+}
+
 function cidrList(env: NodeJS.ProcessEnv, name: string): string[] {
   const items = (env[name] ?? '').split(',').map((s) => s.trim()).filter(Boolean);
   return items.map((item) => {
@@ -251,5 +269,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
     limits: limitsFrom(env, machine),
     version: '0.1.0',
     logLevel: env.SANDBOXD_LOG_LEVEL || 'info',
+    metrics: metricsFrom(env),
   };
 }

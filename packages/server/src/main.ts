@@ -1,4 +1,5 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { lookup } from 'node:dns/promises';
 import { hostname } from 'node:os';
@@ -26,6 +27,7 @@ import { EventBus } from './services/events.js';
 import { KeyedMutex } from './services/locks.js';
 import { RouteTable } from './services/routes.js';
 import { WarmPool } from './services/warm-pool.js';
+import { Metrics, serveMetrics } from './services/metrics.js';
 import { Gateway } from './gateway/gateway.js';
 import { ConnectionLimits } from './services/connections.js';
 import { buildApp } from './http/app.js';
@@ -164,6 +166,25 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   const events = new EventBus();
   const connections = new ConnectionLimits(config.connections);
   let onAgentGone: (id: string) => void = () => undefined;
+  // The pool is made below; the metrics read it when scraped.
+  const poolRef: { pool?: WarmPool } = {};
+  const metrics = new Metrics({
+    sandboxesByStatus: () => store.sandboxes.countByStatus(),
+    committed: async () => {
+      const u = await store.sandboxes.usageAll();
+      return { memoryMb: u.activeMemoryMb, diskGb: u.diskGb };
+    },
+    pool: () => {
+      const keys = poolRef.pool?.stats() ?? [];
+      return {
+        ready: keys.reduce((n, k) => n + k.ready, 0),
+        booting: keys.reduce((n, k) => n + k.booting, 0),
+        hits: poolRef.pool?.hits ?? 0,
+        misses: poolRef.pool?.misses ?? 0,
+      };
+    },
+    dataDir: config.dataDir,
+  });
   const gateway = new Gateway({
     config: config.gateway,
     routes,
@@ -172,6 +193,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     portUsed: (port) => store.sandboxes.gatewayPortUsed(port),
     connections,
     onAgentGone: (id) => onAgentGone(id),
+    observeAgent: (seconds, ok) => metrics.agentDuration.observe({ outcome: ok ? 'ok' : 'error' }, seconds),
     log,
   });
   await gateway.listenHostMode();
@@ -186,6 +208,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     shrinkAfterMs: config.warmPool.shrinkAfterSeconds * 1000,
     bootConcurrency: config.warmPool.bootConcurrency,
   });
+  poolRef.pool = pool;
   const quotas = new QuotaService(store, config.limits);
   const sandboxes = new SandboxService({
     pool,
@@ -204,6 +227,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     tombstoneSeconds: config.tombstoneSeconds,
     nodeId: hostname(),
     log,
+    metrics,
   });
 
   onAgentGone = (id) => sandboxes.agentGone(id);
@@ -232,6 +256,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     config.buildLimits,
     log,
     quotas,
+    metrics,
   );
   const interrupted = await builds.failInterrupted();
   if (interrupted) log(`${interrupted} template build(s) were interrupted by the restart and marked failed`);
@@ -246,9 +271,11 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     if (removed.length) log(`removed ${removed.length} unreferenced layer(s)`);
   };
   const stopOomWatch = sandboxes.watchOom();
-  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool, connections };
+  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool, connections, metrics };
   const app = await buildApp({ services, logger: config.logLevel === 'debug' });
   await app.listen({ host: config.host, port: config.port });
+  const metricsServer = config.metrics.listen ? await serveMetrics(metrics, config.metrics.listen) : undefined;
+  if (metricsServer) log(`Prometheus metrics on http://${config.metrics.listen!.host.includes(':') ? `[${config.metrics.listen!.host}]` : config.metrics.listen!.host}:${(metricsServer.address() as AddressInfo).port}/metrics (no credentials: keep it private)`);
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : config.port;
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
@@ -279,6 +306,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     };
     void (async () => {
       await step('closing the API', () => app.close());
+      if (metricsServer) await step('closing the metrics address', () => new Promise((r) => metricsServer.close(() => r(undefined))));
       await step('closing sandbox connections', () => gateway.closeAll());
       await step('finishing deletes', () => sandboxes.settle());
       await step('emptying the warm pool', () => pool.close());

@@ -21,6 +21,8 @@ export interface GatewayDeps {
   connections: ConnectionLimits;
   /** No agent listens on a running sandbox's socket: the lifecycle checks whether it stopped. */
   onAgentGone?: (sandboxId: string) => void;
+  /** Each proxied request's round trip to the agent (metrics). */
+  observeAgent?: (seconds: number, ok: boolean) => void;
   log: (msg: string, extra?: Record<string, unknown>) => void;
 }
 
@@ -184,6 +186,7 @@ export class Gateway implements GatewayControl {
               socketPath: entry.socketPath,
               agent: this.agentFor(entry),
               onAgentGone: () => this.d.onAgentGone?.(entry.sandboxId),
+              observe: this.d.observeAgent,
             };
             proxyToAgent(req, res, target, requestId, {
               headersMs: this.d.config.responseHeadersTimeoutMs,

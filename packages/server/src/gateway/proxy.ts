@@ -27,6 +27,8 @@ export interface ProxyTarget {
   agent: Agent;
   /** The agent's socket failed as its exit would make it fail (mayBeAgentGone). */
   onAgentGone?: () => void;
+  /** How long the agent took to answer (its response headers), or to fail. */
+  observe?: (seconds: number, ok: boolean) => void;
 }
 
 /**
@@ -53,6 +55,13 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
 
   let done = false;
   let idle: NodeJS.Timeout | undefined;
+  const startedAt = performance.now();
+  let observed = false;
+  const observe = (ok: boolean) => {
+    if (observed) return;
+    observed = true;
+    target.observe?.((performance.now() - startedAt) / 1000, ok);
+  };
   const upstream = request({ socketPath: target.socketPath, method: req.method, path: req.url, headers, agent: target.agent });
   const finish = () => {
     done = true;
@@ -62,6 +71,7 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
   /** The sandbox misbehaved: a 502 if nothing was sent yet, else the client's connection is cut. */
   const fail = (why: string) => {
     if (done) return;
+    observe(false);
     finish();
     upstream.destroy();
     if (res.headersSent) res.destroy();
@@ -93,6 +103,7 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
       return;
     }
     clearTimeout(headersTimer);
+    observe(true);
     const status = ures.statusCode;
     if (status === undefined || !Number.isInteger(status) || status < 200 || status > 599) {
       fail(`answered with an invalid status ${JSON.stringify(status)}`);

@@ -55,6 +55,20 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     if (refused) throw refused;
   });
   opts.services.connections?.watch(app.server);
+  const metrics = opts.services.metrics;
+  if (metrics) {
+    // Route patterns, not URLs: the series do not grow with sandboxes or ids.
+    app.addHook('onResponse', async (req, reply) => {
+      const route = req.routeOptions.url ?? 'unmatched';
+      const status = String(reply.statusCode);
+      metrics.httpRequests.inc({ route, method: req.method, status });
+      metrics.httpDuration.observe({ route, method: req.method }, reply.elapsedTime / 1000);
+      if (req.errorCode) {
+        metrics.errors.inc({ code: req.errorCode });
+        if (reply.statusCode === 429) metrics.rejected.inc({ code: req.errorCode });
+      }
+    });
+  }
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler((req, reply) => {
     errorHandler(new ServiceError('ROUTE_NOT_FOUND', `no route for ${req.method} ${req.url.split('?')[0]}`), req, reply);

@@ -27,8 +27,16 @@ export function toServiceError(err: unknown): ServiceError {
   return new ServiceError('INTERNAL_ERROR', 'internal error');
 }
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The error code this request was answered with (for the metrics). */
+    errorCode?: string;
+  }
+}
+
 export function errorHandler(err: unknown, req: FastifyRequest, reply: FastifyReply): void {
   const se = toServiceError(err);
+  req.errorCode = se.code;
   if (se.status >= 500) req.log.error({ err }, 'request failed');
   void reply.code(se.status).headers(se.headers).send(se.toBody(String(req.id)));
 }

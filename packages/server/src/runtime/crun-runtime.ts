@@ -792,7 +792,14 @@ export class CrunRuntime implements Runtime {
       const s = await stat(p.image);
       disk = { usedBytes: s.blocks * 512, totalBytes: s.size };
     }
-    return { ...cg, diskUsedBytes: disk.usedBytes, diskTotalBytes: disk.totalBytes };
+    // The host end of its veth: what the host receives the sandbox sent.
+    const counter = (name: string) =>
+      readFile(`/sys/class/net/${this.vethName(id)}/statistics/${name}`, 'utf8').then(
+        (t) => Number(t.trim()) || 0,
+        () => 0,
+      );
+    const [hostRx, hostTx] = await Promise.all([counter('rx_bytes'), counter('tx_bytes')]);
+    return { ...cg, diskUsedBytes: disk.usedBytes, diskTotalBytes: disk.totalBytes, networkRxBytes: hostTx, networkTxBytes: hostRx };
   }
 
   watchOom(onKill: (id: string, kills: number) => void): () => void {

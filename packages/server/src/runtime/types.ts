@@ -39,6 +39,9 @@ export interface SandboxStats {
   pids: number;
   diskUsedBytes: number;
   diskTotalBytes: number;
+  /** Bytes the sandbox received and sent over its network (0 without one). */
+  networkRxBytes: number;
+  networkTxBytes: number;
 }
 
 export interface StepRunOptions {

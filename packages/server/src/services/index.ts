@@ -11,6 +11,7 @@ import type { TokenService } from './tokens.js';
 import type { UploadService } from './uploads.js';
 import type { QuotaService } from './quotas.js';
 import type { WarmPool } from './warm-pool.js';
+import type { Metrics } from './metrics.js';
 
 /** Everything the HTTP layer may call. */
 export interface Services {
@@ -31,4 +32,6 @@ export interface Services {
   connections?: ConnectionLimits;
   /** Removes layers no template or live sandbox references. */
   gcLayers?: () => Promise<void>;
+  /** Prometheus metrics (absent: none kept, e.g. in unit tests). */
+  metrics?: Metrics;
 }

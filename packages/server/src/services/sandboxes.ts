@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
-import { ServiceError, type CreateSandboxBody, type Sandbox, type SandboxEventKind } from '@sandboxd/protocol';
+import { ServiceError, type CreateSandboxBody, type Sandbox, type SandboxEventKind, type SandboxMetrics } from '@sandboxd/protocol';
 import type { Runtime, SandboxSpec } from '../runtime/types.js';
 import type { SandboxRow, Store } from '../store/types.js';
 import type { EventBus } from './events.js';
@@ -13,6 +13,7 @@ import type { QuotaService } from './quotas.js';
 import { checkSize, checkTimeout, timeoutFor } from './limits.js';
 import { agentJson, waitForAgent } from './agent-client.js';
 import { warmKeyOf, WarmPool } from './warm-pool.js';
+import type { Metrics } from './metrics.js';
 import { UndoStack } from '../runtime/undo.js';
 import { DEFAULT_TEMPLATE } from '../images/builtin.js';
 
@@ -43,6 +44,8 @@ export interface SandboxServiceDeps {
   tombstoneSeconds: number;
   nodeId: string;
   log: (msg: string, extra?: Record<string, unknown>) => void;
+  /** Counts creates by template and source, with their latency (absent: none kept). */
+  metrics?: Metrics;
 }
 
 export const AGENT_MALLOC_TUNABLES = 'glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=262144';
@@ -181,6 +184,7 @@ export class SandboxService {
 
   /** `signal`: the client went away; honoured only while the create still waits for a sandbox. */
   async create(orgId: string, body: CreateSandboxBody, opts: { signal?: AbortSignal } = {}): Promise<{ sandbox: Sandbox; token: string; tokenExpiresAt: Date }> {
+    const startedAt = performance.now();
     const templateRef = body.template_id ?? body.template_name;
     if (!templateRef) {
       throw new ServiceError('VALIDATION_ERROR', `either template_id or template_name must be provided (e.g. "${DEFAULT_TEMPLATE}")`);
@@ -228,7 +232,7 @@ export class SandboxService {
     const undo = new UndoStack((msg) => this.d.log(`create: ${msg}`, { id: row.id }));
     undo.push('placeholder row', () => this.d.store.sandboxes.remove(row.id));
     try {
-      const { id, at } = await this.takeSandbox(row, opts.signal);
+      const { id, at, source } = await this.takeSandbox(row, opts.signal);
       undo.push('sandbox', () => this.d.runtime.destroy(id));
       // Its lifetime starts when it is handed to the client, not when the create began to wait.
       const own: SandboxRow = {
@@ -260,6 +264,8 @@ export class SandboxService {
         const { token, expiresAt } = await this.d.tokens.issue(running.id, orgId);
         undo.commit();
         this.event('created', running);
+        this.d.metrics?.creates.inc({ template: running.templateName, source });
+        this.d.metrics?.createDuration.observe({ source }, (performance.now() - startedAt) / 1000);
         return { sandbox: this.render(running), token, tokenExpiresAt: expiresAt };
       });
     } catch (err) {
@@ -276,7 +282,8 @@ export class SandboxService {
    * destroyed and the next one taken, ahead of later creates; the third such failure fails the create.
    * `at`: when it was handed over (creates are handed theirs in arrival order).
    */
-  private async takeSandbox(row: SandboxRow, signal: AbortSignal | undefined): Promise<{ id: string; at: Date }> {
+  private async takeSandbox(row: SandboxRow, signal: AbortSignal | undefined): Promise<{ id: string; at: Date; source: 'warm_pool' | 'cold' }> {
+    let source: 'warm_pool' | 'cold' = 'cold';
     const boot: SpecSource = { ...row, envVars: {} };
     const key = warmKeyOf(specFor('sb', boot, (l) => this.d.layerPath(l)), row.templateId, row.templateName);
     const make = async () => {
@@ -291,12 +298,12 @@ export class SandboxService {
       }
     };
     for (let attempt = 1; ; attempt++) {
-      const id = await this.pool.acquire(key, make, { signal, retry: attempt > 1 });
+      const id = await this.pool.acquire(key, make, { signal, retry: attempt > 1, onServed: (hit) => (source = hit ? 'warm_pool' : 'cold') });
       const at = new Date();
       try {
         const res = await agentJson(this.d.runtime.agentSocket(id), 'PUT', '/env', { env_vars: row.envVars }, 2000);
         if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
-        return { id, at };
+        return { id, at, source };
       } catch (err) {
         const why = err instanceof Error ? err.message : String(err);
         this.d.log('a ready sandbox did not answer; taking the next one', { id, error: why });
@@ -495,6 +502,27 @@ export class SandboxService {
       checkTimeout(await this.d.quotas.limitsFor(orgId), timeoutSeconds);
       return { timeoutSeconds, expiresAt: new Date(Date.now() + timeoutSeconds * 1000).toISOString() };
     });
+  }
+
+  /** One sandbox's resource use now; a stopped one has its disk only. */
+  async metrics(orgId: string, id: string): Promise<SandboxMetrics> {
+    const row = await this.get(orgId, id);
+    const zero = { cpuUsageNs: 0, memoryBytes: 0, memoryLimitBytes: row.memoryMb * 1024 * 1024, oomKills: 0, pids: 0, diskUsedBytes: 0, diskTotalBytes: row.diskGb * 1024 ** 3, networkRxBytes: 0, networkTxBytes: 0 };
+    const st = await this.d.runtime.stats(id).catch((err: unknown) => {
+      this.d.log('reading sandbox stats failed', { id, error: String(err) });
+      return zero;
+    });
+    return {
+      sandbox_id: row.id,
+      status: row.status,
+      timestamp: new Date().toISOString(),
+      cpu: { usage_seconds: Math.round(st.cpuUsageNs / 1e6) / 1e3, vcpu: row.vcpu },
+      memory: { used_bytes: st.memoryBytes, limit_bytes: st.memoryLimitBytes || zero.memoryLimitBytes },
+      disk: { used_bytes: st.diskUsedBytes, total_bytes: st.diskTotalBytes },
+      network: { rx_bytes: st.networkRxBytes, tx_bytes: st.networkTxBytes },
+      pids: st.pids,
+      oom_kills: st.oomKills,
+    };
   }
 
   async refreshToken(orgId: string, id: string) {

@@ -6,6 +6,7 @@ import { ServiceError } from '@sandboxd/protocol';
 import type { BuildRow, Store, TemplateRow } from '../store/types.js';
 import { BUILD_DEFAULTS, normalizeBuildRequest, type BuildRequest, type BuildStep } from './template-requests.js';
 import type { UploadService } from './uploads.js';
+import type { Metrics } from './metrics.js';
 import type { QuotaService } from './quotas.js';
 import { checkSize, type OrgLimits } from './limits.js';
 
@@ -137,6 +138,8 @@ export class TemplateBuildService {
     private limits: BuildLimits,
     private log: (msg: string, extra?: Record<string, unknown>) => void,
     private quotas: QuotaService,
+    /** Counts builds by result, with their duration (absent: none kept). */
+    private metrics?: Metrics,
   ) {
     this.live.setMaxListeners(0);
   }
@@ -317,7 +320,11 @@ export class TemplateBuildService {
   }
 
   private async finish(build: BuildRow, status: 'active' | 'failed', error: string | null): Promise<void> {
-    await this.store.builds.update(build.id, { status, progress: status === 'active' ? 100 : build.progress, errorMessage: error, completedAt: new Date().toISOString() });
+    const completedAt = new Date();
+    await this.store.builds.update(build.id, { status, progress: status === 'active' ? 100 : build.progress, errorMessage: error, completedAt: completedAt.toISOString() });
+    const result = status === 'active' ? 'succeeded' : 'failed';
+    this.metrics?.builds.inc({ result });
+    this.metrics?.buildDuration.observe({ result }, Math.max(0, completedAt.getTime() - Date.parse(build.startedAt ?? build.createdAt)) / 1000);
     this.live.emit(`${build.id}:done`, status);
   }
 

@@ -59,10 +59,14 @@ export interface AcquireOptions {
   signal?: AbortSignal;
   /** A create whose sandbox turned out dead: served before everyone, and not counted as demand again. */
   retry?: boolean;
+  /** Told at once whether a ready sandbox served this create (a hit) or it waits for a boot. */
+  onServed?: (hit: boolean) => void;
 }
 
 interface Waiter {
   seq: number;
+  /** Set when a ready sandbox was handed to it. */
+  served?: boolean;
   resolve: (id: string) => void;
   reject: (err: unknown) => void;
   detach: () => void;
@@ -117,6 +121,9 @@ export class WarmPool {
   private running = 0;
   private refilling = 0;
   private closed = false;
+  /** Creates a ready sandbox served at once, and creates that had to wait for a boot. */
+  hits = 0;
+  misses = 0;
   private tickTimer: NodeJS.Timeout | undefined;
   private refillTimer: NodeJS.Timeout | undefined;
   private destroying: Promise<void> = Promise.resolve();
@@ -185,6 +192,11 @@ export class WarmPool {
       if (opts.retry) s.waiters.unshift(w);
       else s.waiters.push(w);
       this.serve(s);
+      if (!opts.retry) {
+        if (w.served) this.hits++;
+        else this.misses++;
+        opts.onServed?.(w.served === true);
+      }
       this.pump();
       this.refillSoon();
     });
@@ -342,6 +354,7 @@ export class WarmPool {
     while (s.ready.length > 0 && s.waiters.length > 0) {
       const e = s.ready.shift()!;
       const w = s.waiters.shift()!;
+      w.served = true;
       w.detach();
       w.resolve(e.id);
     }

@@ -74,6 +74,8 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     // creating + running + paused hold memory; stopped ones only their disk; deleted ones nothing.
     assert.deepEqual(await s.sandboxes.usage('org_a'), { active: 3, activeVcpu: 6, activeMemoryMb: 600, stopped: 1, diskGb: 1111 });
     assert.deepEqual(await s.sandboxes.usage('org_b'), { active: 1, activeVcpu: 1, activeMemoryMb: 5000, stopped: 0, diskGb: 50 });
+    assert.deepEqual(await s.sandboxes.usageAll(), { active: 4, activeVcpu: 7, activeMemoryMb: 5600, stopped: 1, diskGb: 1161 }, 'the node: every organization');
+    assert.deepEqual(await s.sandboxes.countByStatus(), { creating: 1, running: 2, paused: 1, stopped: 1 }, 'deleted ones are not counted');
 
     // It follows every change of a row: state, resources, removal, purge.
     const row = (id: string) => s.sandboxes.byId(id).then((r) => r!);

@@ -392,6 +392,22 @@ class SqliteSandboxRepo implements SandboxRepo {
       diskGb: Number(r?.disk_gb ?? 0),
     };
   }
+  async usageAll(): Promise<SandboxUsage> {
+    const r = this.db
+      .prepare(`SELECT sum(active) AS active, sum(active_vcpu) AS active_vcpu, sum(active_memory_mb) AS active_memory_mb, sum(stopped) AS stopped, sum(disk_gb) AS disk_gb FROM org_usage`)
+      .get() as Raw | undefined;
+    return {
+      active: Number(r?.active ?? 0),
+      activeVcpu: Number(r?.active_vcpu ?? 0),
+      activeMemoryMb: Number(r?.active_memory_mb ?? 0),
+      stopped: Number(r?.stopped ?? 0),
+      diskGb: Number(r?.disk_gb ?? 0),
+    };
+  }
+  async countByStatus(): Promise<Record<string, number>> {
+    const rows = this.db.prepare(`SELECT status, count(*) AS n FROM sandboxes WHERE status <> 'deleted' GROUP BY status`).all() as Raw[];
+    return Object.fromEntries(rows.map((r) => [String(r.status), Number(r.n)]));
+  }
   async countByTemplate(templateId: string) {
     const r = this.db.prepare(`SELECT count(*) AS n FROM sandboxes WHERE template_id = ? AND status <> 'deleted'`).get(templateId) as Raw;
     return Number(r.n);

@@ -151,6 +151,10 @@ export interface SandboxRepo {
   /** Whether a sandbox that is not deleted (running, paused, stopped) holds this gateway port. */
   gatewayPortUsed(port: number): Promise<boolean>;
   usage(orgId: string): Promise<SandboxUsage>;
+  /** The same over every organization (the node's commitments). */
+  usageAll(): Promise<SandboxUsage>;
+  /** Sandboxes not deleted, by status. */
+  countByStatus(): Promise<Record<string, number>>;
   countByTemplate(templateId: string): Promise<number>;
   remove(id: string): Promise<void>;
 }

@@ -18,6 +18,7 @@ import { templateBuildLogsRoute } from './template-build-logs.js';
 import { uploadLinkRoute } from './template-upload-link.js';
 import { uploadPutRoute } from './template-upload-put.js';
 import { deleteTemplateRoute } from './template-delete.js';
+import { metricsRoutes } from './metrics.js';
 
 export async function registerRoutes(app: FastifyInstance, s: Services): Promise<void> {
   for (const register of [
@@ -39,6 +40,7 @@ export async function registerRoutes(app: FastifyInstance, s: Services): Promise
     uploadLinkRoute,
     uploadPutRoute,
     deleteTemplateRoute,
+    metricsRoutes,
   ]) {
     await register(app, s);
   }

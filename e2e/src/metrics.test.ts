@@ -1,0 +1,139 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { agent, api, createSandbox, freePort, startServer, REPO_ROOT, type TestServer } from './harness.js';
+
+// Issue 14, item 1: Prometheus metrics of the daemon, and each sandbox's figures on their own.
+
+let server: TestServer;
+
+function operator(args: string[]): any {
+  return JSON.parse(execFileSync(process.execPath, [join(REPO_ROOT, 'packages/server/dist/cli.js'), ...args, '--json'], { env: server.env, encoding: 'utf8' }));
+}
+
+async function scrape(baseUrl: string, apiKey?: string): Promise<{ status: number; text: string; type: string | null }> {
+  const r = await fetch(`${baseUrl}/metrics`, { headers: apiKey ? { 'x-api-key': apiKey } : {} });
+  return { status: r.status, text: await r.text(), type: r.headers.get('content-type') };
+}
+
+/** The value of one series (name and exact label set), or undefined. */
+function value(text: string, series: string): number | undefined {
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+
+before(async () => {
+  server = await startServer({ templates: ['base'] });
+});
+after(async () => {
+  await server?.stop();
+});
+
+describe('GET /metrics', () => {
+  test('needs a key with the metrics:read scope (or admin); answers the Prometheus text format', async () => {
+    assert.equal((await scrape(server.baseUrl)).status, 401);
+    const sandboxesOnly = operator(['keys', 'create', '--org', 'default', '--scopes', 'sandboxes:read,sandboxes:write']).api_key as string;
+    assert.equal((await scrape(server.baseUrl, sandboxesOnly)).status, 403);
+    const reader = operator(['keys', 'create', '--org', 'default', '--scopes', 'metrics:read']).api_key as string;
+    const r = await scrape(server.baseUrl, reader);
+    assert.equal(r.status, 200);
+    assert.match(r.type ?? '', /^text\/plain; version=0\.0\.4/);
+    for (const name of ['sandboxd_process_cpu_user_seconds_total', 'sandboxd_nodejs_heap_size_used_bytes', 'sandboxd_node_cpu_cores', 'sandboxd_node_memory_bytes', 'sandboxd_node_disk_bytes']) {
+      assert.match(r.text, new RegExp(`^${name}`, 'm'), name);
+    }
+    assert.ok((value(r.text, 'sandboxd_node_memory_bytes{kind="total"}') ?? 0) > 0);
+    assert.ok((value(r.text, 'sandboxd_node_disk_bytes{kind="total"}') ?? 0) > 0);
+    assert.equal((await scrape(server.baseUrl, server.apiKey)).status, 200, 'an admin key may');
+  });
+
+  test('requests by route pattern, creates by template and source, sandboxes by state, pool, agent round trips, errors and refusals', async () => {
+    const sb = await createSandbox(server, { template_name: 'base', timeout_seconds: 600 });
+    assert.equal((await agent(sb, 'POST', '/commands/run', { command: 'true' })).status, 200);
+    assert.equal((await api(server, 'GET', `/v1/sandboxes/${sb.id}`)).status, 200);
+    assert.equal((await api(server, 'GET', '/v1/sandboxes/sbnosuchsandbox')).status, 404);
+    const r = (await scrape(server.baseUrl, server.apiKey)).text;
+    assert.ok((value(r, 'sandboxd_http_requests_total{route="/v1/sandboxes/:id",method="GET",status="200"}') ?? 0) >= 1, 'a route pattern, not the id');
+    assert.doesNotMatch(r, new RegExp(`route="[^"]*${sb.id}`), 'no sandbox id in any label');
+    assert.ok((value(r, 'sandboxd_http_requests_total{route="/v1/sandboxes",method="POST",status="201"}') ?? value(r, 'sandboxd_http_requests_total{route="/v1/sandboxes",method="POST",status="200"}') ?? 0) >= 1);
+    assert.match(r, /^sandboxd_http_request_duration_seconds_bucket\{le="0\.005",route="\/v1\/sandboxes\/:id",method="GET"\} \d+/m);
+    const creates = r.split('\n').filter((l) => l.startsWith('sandboxd_sandbox_creates_total{template="base"'));
+    assert.equal(creates.reduce((n, l) => n + Number(l.split(' ')[1]), 0), 1, creates.join('\n'));
+    assert.match(creates[0]!, /source="(warm_pool|cold)"/);
+    assert.ok((value(r, 'sandboxd_sandbox_create_duration_seconds_count{source="cold"}') ?? 0) + (value(r, 'sandboxd_sandbox_create_duration_seconds_count{source="warm_pool"}') ?? 0) >= 1);
+    assert.equal(value(r, 'sandboxd_sandboxes{state="running"}'), 1);
+    assert.ok(value(r, 'sandboxd_warm_pool_sandboxes{state="ready"}') !== undefined);
+    assert.equal((value(r, 'sandboxd_warm_pool_acquires_total{result="hit"}') ?? 0) + (value(r, 'sandboxd_warm_pool_acquires_total{result="miss"}') ?? 0), 1);
+    assert.ok((value(r, 'sandboxd_agent_request_duration_seconds_count{outcome="ok"}') ?? 0) >= 1, 'the gateway round trip');
+    assert.ok((value(r, 'sandboxd_errors_total{code="NOT_FOUND"}') ?? 0) >= 1);
+    assert.ok((value(r, 'sandboxd_node_memory_bytes{kind="committed"}') ?? 0) > 0, 'the running sandbox holds its memory limit');
+
+    // The series do not grow with sandboxes: a second one changes values, not the set of series.
+    const series = (t: string) => new Set(t.split('\n').filter((l) => l.startsWith('sandboxd_') && !l.startsWith('sandboxd_http_')).map((l) => l.split(' ')[0]));
+    const before = series((await scrape(server.baseUrl, server.apiKey)).text);
+    const sb2 = await createSandbox(server, { template_name: 'base', timeout_seconds: 600 });
+    await agent(sb2, 'POST', '/commands/run', { command: 'true' });
+    const afterScrape = (await scrape(server.baseUrl, server.apiKey)).text;
+    const grown = [...series(afterScrape)].filter((s) => !before.has(s) && !/source=|result=|outcome=|_bucket|_sum|_count|state=/.test(s));
+    assert.deepEqual(grown, [], 'no new series for a new sandbox');
+    assert.equal(value(afterScrape, 'sandboxd_sandboxes{state="running"}'), 2);
+
+    // Rate limits are counted by their code.
+    const limited = await startServer({ templates: ['base'], env: { SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE: '1' } });
+    try {
+      await createSandbox(limited, { template_name: 'base', timeout_seconds: 600 });
+      assert.equal((await api(limited, 'POST', '/v1/sandboxes', { template_name: 'base' })).status, 429);
+      assert.equal(value((await scrape(limited.baseUrl, limited.apiKey)).text, 'sandboxd_rate_limited_total{code="RATE_LIMIT_EXCEEDED"}'), 1);
+    } finally {
+      await limited.stop();
+    }
+    for (const s of [sb, sb2]) await api(server, 'DELETE', `/v1/sandboxes/${s.id}`);
+  });
+
+  test('SANDBOXD_METRICS_LISTEN serves them on an address of their own, without credentials, and not on the API', async () => {
+    const port = await freePort();
+    const own = await startServer({ templates: ['base'], env: { SANDBOXD_METRICS_LISTEN: `127.0.0.1:${port}` } });
+    try {
+      const r = await scrape(`http://127.0.0.1:${port}`);
+      assert.equal(r.status, 200);
+      assert.match(r.text, /^sandboxd_node_cpu_cores \d+/m);
+      assert.equal((await fetch(`http://127.0.0.1:${port}/v1/sandboxes`)).status, 404, 'nothing else there');
+      assert.equal((await scrape(own.baseUrl, own.apiKey)).status, 404, 'off the public API');
+    } finally {
+      await own.stop();
+    }
+  });
+});
+
+describe('GET /v1/sandboxes/{id}/metrics', () => {
+  test("one sandbox's cpu, memory, disk, network, pids and OOM kills; others' sandboxes are not yours", async () => {
+    const sb = await createSandbox(server, { template_name: 'base', timeout_seconds: 600, internet_access: true });
+    const first = await api(server, 'GET', `/v1/sandboxes/${sb.id}/metrics`);
+    assert.equal(first.status, 200, JSON.stringify(first.body));
+    const m = first.body;
+    assert.equal(m.sandbox_id, sb.id);
+    assert.equal(m.status, 'running');
+    assert.ok(m.memory.used_bytes > 0 && m.memory.limit_bytes >= m.memory.used_bytes, JSON.stringify(m.memory));
+    assert.ok(m.disk.total_bytes > 0 && m.disk.used_bytes > 0, JSON.stringify(m.disk));
+    assert.ok(m.pids >= 2, 'init and the agent');
+    assert.equal(m.oom_kills, 0);
+    // Work and traffic show: CPU time, and bytes sent out of its veth (to a blocked address: they
+    // still leave the sandbox).
+    const busy = await agent(sb, 'POST', '/commands/run', { command: 'bash', args: ['-c', 'for i in $(seq 1 200000); do :; done; for i in $(seq 1 20); do echo hello > /dev/udp/192.0.2.1/9; done; true'] });
+    assert.equal(busy.status, 200, JSON.stringify(busy.body));
+    const later = (await api(server, 'GET', `/v1/sandboxes/${sb.id}/metrics`)).body;
+    assert.ok(later.cpu.usage_seconds > m.cpu.usage_seconds, `${later.cpu.usage_seconds} > ${m.cpu.usage_seconds}`);
+    assert.ok(later.network.tx_bytes >= m.network.tx_bytes + 20 * 6, `tx ${m.network.tx_bytes} → ${later.network.tx_bytes}`);
+
+    assert.equal((await api(server, 'POST', `/v1/sandboxes/${sb.id}/stop`)).status, 200);
+    const stopped = (await api(server, 'GET', `/v1/sandboxes/${sb.id}/metrics`)).body;
+    assert.equal(stopped.status, 'stopped');
+    assert.ok(stopped.disk.total_bytes > 0, 'a stopped sandbox still has its disk');
+
+    operator(['orgs', 'create', 'metrics-other']);
+    const other = { baseUrl: server.baseUrl, apiKey: operator(['keys', 'create', '--org', 'metrics-other']).api_key as string };
+    assert.equal((await api(other, 'GET', `/v1/sandboxes/${sb.id}/metrics`)).status, 403);
+    assert.equal((await api(server, 'GET', '/v1/sandboxes/sbnosuchsandbox/metrics')).status, 404);
+    await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+  });
+});

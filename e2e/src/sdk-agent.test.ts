@@ -359,6 +359,10 @@ describe('SDK: env, metrics, health, cache', () => {
     assert.ok(m.totalRequests > 0);
     assert.ok(m.uptimeSeconds >= 0);
     assert.ok(Object.keys(m.requestsTotal).some((p) => p.startsWith('/execute')), JSON.stringify(m.requestsTotal));
+    const res = await sb.resources();
+    assert.equal(res.sandboxId, sb.id);
+    assert.ok(res.memory.usedBytes > 0 && res.memory.limitBytes >= res.memory.usedBytes, JSON.stringify(res));
+    assert.ok(res.cpu.usageSeconds > 0 && res.disk.totalBytes > 0 && res.pids >= 2, JSON.stringify(res));
     const h = await sb.health();
     assert.equal(h.status, 'healthy');
     assert.ok(h.features.includes('code_execution'));

@@ -47,6 +47,7 @@ export type {
   Resources,
   SandboxInfo,
   SandboxPage,
+  SandboxResources,
   ActionResult,
   TimeoutResult,
   RichOutput,

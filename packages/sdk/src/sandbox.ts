@@ -20,9 +20,10 @@ import type {
   MetricsSnapshot,
   SandboxInfo,
   SandboxPage,
+  SandboxResources,
   TimeoutResult,
 } from './types.js';
-import { stdinFields, toAgentInfo, toBackgroundProcess, toCodeContext, toExecutionResult, toHealth, toKernelSession, toMetrics, toSandboxInfo, toSandboxPage } from './wire.js';
+import { stdinFields, toAgentInfo, toBackgroundProcess, toCodeContext, toExecutionResult, toHealth, toKernelSession, toMetrics, toSandboxInfo, toSandboxPage, toSandboxResources } from './wire.js';
 import { streamExecute } from './ws.js';
 
 export const DEFAULT_TEMPLATE = 'code-interpreter';
@@ -365,6 +366,18 @@ export class Sandbox {
   }
 
   /** Sets the auto-kill timeout, counted from now. */
+  /** The sandbox's cpu, memory, disk and network use now, from the service (not its agent). */
+  async resources(options: CallOptions = {}): Promise<SandboxResources> {
+    const body = await this.client.http.json<Record<string, unknown>>({
+      method: 'GET',
+      path: `/v1/sandboxes/${enc(this.id)}/metrics`,
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs,
+      what: `metrics of ${this.id}`,
+    });
+    return toSandboxResources(body);
+  }
+
   async setTimeout(seconds: number, options: CallOptions = {}): Promise<TimeoutResult> {
     if (!Number.isInteger(seconds) || seconds <= 0) throw new RangeError('timeout must be a positive whole number of seconds');
     const body = await this.client.http.json<Record<string, unknown>>({

@@ -239,3 +239,16 @@ export interface BuildLogsChunk {
   status: BuildState;
   complete: boolean;
 }
+
+/** One sandbox's resource use now (`GET /v1/sandboxes/{id}/metrics`); counters since it last started. */
+export interface SandboxResources {
+  sandboxId: string;
+  status: string;
+  timestamp: string;
+  cpu: { usageSeconds: number; vcpu: number };
+  memory: { usedBytes: number; limitBytes: number };
+  disk: { usedBytes: number; totalBytes: number };
+  network: { rxBytes: number; txBytes: number };
+  pids: number;
+  oomKills: number;
+}

@@ -15,6 +15,7 @@ import type {
   RichOutput,
   SandboxInfo,
   SandboxPage,
+  SandboxResources,
   TemplateInfo,
 } from './types.js';
 
@@ -263,5 +264,24 @@ export function toKernelSession(v: unknown): KernelSession {
     alive: o.alive === true,
     connections: num(o.connections),
     lastActivity: str(o.last_activity),
+  };
+}
+
+export function toSandboxResources(v: unknown): SandboxResources {
+  const o = obj(v);
+  const cpu = obj(o.cpu);
+  const memory = obj(o.memory);
+  const disk = obj(o.disk);
+  const network = obj(o.network);
+  return {
+    sandboxId: str(o.sandbox_id),
+    status: str(o.status),
+    timestamp: str(o.timestamp),
+    cpu: { usageSeconds: num(cpu.usage_seconds), vcpu: num(cpu.vcpu) },
+    memory: { usedBytes: num(memory.used_bytes), limitBytes: num(memory.limit_bytes) },
+    disk: { usedBytes: num(disk.used_bytes), totalBytes: num(disk.total_bytes) },
+    network: { rxBytes: num(network.rx_bytes), txBytes: num(network.tx_bytes) },
+    pids: num(o.pids),
+    oomKills: num(o.oom_kills),
   };
 }

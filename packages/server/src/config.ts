@@ -1,3 +1,4 @@
+import { LOG_LEVELS } from './logging.js';
 import { existsSync, statfsSync } from 'node:fs';
 import { availableParallelism, totalmem } from 'node:os';
 import { join, resolve, dirname } from 'node:path';
@@ -65,6 +66,8 @@ export interface Config {
   buildStepTimeoutMs: number;
   version: string;
   logLevel: string;
+  /** json: one JSON object per line; text: readable lines; auto: text on a terminal, else JSON. */
+  logFormat: 'json' | 'text' | 'auto';
   /**
    * Prometheus metrics: `listen` (host:port) serves /metrics there without credentials (keep it
    * private); `onApi`: /metrics on the API too, for keys with the metrics:read scope (default: only
@@ -178,6 +181,18 @@ function bool(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boolean 
   throw new ConfigError(`${name} must be true or false, got "${env[name]}"`);
 }
 
+function logLevelFrom(env: NodeJS.ProcessEnv): string {
+  const level = (env.SANDBOXD_LOG_LEVEL || 'info').trim().toLowerCase();
+  if (!(LOG_LEVELS as readonly string[]).includes(level)) throw new ConfigError(`SANDBOXD_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got "${env.SANDBOXD_LOG_LEVEL}"`);
+  return level;
+}
+
+function logFormatFrom(env: NodeJS.ProcessEnv): Config['logFormat'] {
+  const f = (env.SANDBOXD_LOG_FORMAT || 'auto').trim().toLowerCase();
+  if (f !== 'json' && f !== 'text' && f !== 'auto') throw new ConfigError(`SANDBOXD_LOG_FORMAT must be json, text or auto, got "${env.SANDBOXD_LOG_FORMAT}"`);
+  return f;
+}
+
 function metricsFrom(env: NodeJS.ProcessEnv): Config['metrics'] {
   const raw = env.SANDBOXD_METRICS_LISTEN?.trim();
   let listen: Config['metrics']['listen'] = null;
@@ -268,7 +283,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
     buildStepTimeoutMs: int(env, 'SANDBOXD_BUILD_STEP_TIMEOUT_SECONDS', 1800, 1) * 1000,
     limits: limitsFrom(env, machine),
     version: '0.1.0',
-    logLevel: env.SANDBOXD_LOG_LEVEL || 'info',
+    logLevel: logLevelFrom(env),
+    logFormat: logFormatFrom(env),
     metrics: metricsFrom(env),
   };
 }

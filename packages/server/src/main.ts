@@ -31,11 +31,17 @@ import { Metrics, serveMetrics } from './services/metrics.js';
 import { Gateway } from './gateway/gateway.js';
 import { ConnectionLimits } from './services/connections.js';
 import { buildApp } from './http/app.js';
+import { createLogger, type Logger } from './logging.js';
 import type { Services } from './services/index.js';
 
+/** The daemon's logger: replaced by one of the configured level and format once the config is read. */
+let logger: Logger = createLogger('info');
+
+/** One event of the daemon's, at info (warn when it says something failed), with its fields. */
 function log(msg: string, extra?: Record<string, unknown>): void {
-  const line = extra ? `${msg} ${JSON.stringify(extra)}` : msg;
-  process.stderr.write(`[sandboxd ${new Date().toISOString()}] ${line}\n`);
+  const fields = extra ?? {};
+  if (/\b(failed|warning|cannot|could not)\b/i.test(msg)) logger.warn(fields, msg);
+  else logger.info(fields, msg);
 }
 
 /** The image side of the data dir (layers, blobs, imported images, builder), as configured. */
@@ -107,6 +113,7 @@ async function bootstrapKey(config: Config, keys: KeyService): Promise<string> {
 
 export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void> {
   const config = loadConfig(env);
+  logger = createLogger(config.logLevel, { format: config.logFormat === 'auto' ? undefined : config.logFormat });
   if (process.getuid?.() !== 0) {
     throw new Error('sandboxd must run as root: it creates containers, mounts, cgroups and network namespaces (try: sudo npm start)');
   }
@@ -194,6 +201,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     connections,
     onAgentGone: (id) => onAgentGone(id),
     observeAgent: (seconds, ok) => metrics.agentDuration.observe({ outcome: ok ? 'ok' : 'error' }, seconds),
+    logRequest: (fields) => logger.info(fields, 'sandbox request'),
     log,
   });
   await gateway.listenHostMode();
@@ -272,7 +280,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   };
   const stopOomWatch = sandboxes.watchOom();
   const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool, connections, metrics };
-  const app = await buildApp({ services, logger: config.logLevel === 'debug' });
+  const app = await buildApp({ services, logger });
   await app.listen({ host: config.host, port: config.port });
   const metricsServer = config.metrics.listen ? await serveMetrics(metrics, config.metrics.listen) : undefined;
   if (metricsServer) log(`Prometheus metrics on http://${config.metrics.listen!.host.includes(':') ? `[${config.metrics.listen!.host}]` : config.metrics.listen!.host}:${(metricsServer.address() as AddressInfo).port}/metrics (no credentials: keep it private)`);

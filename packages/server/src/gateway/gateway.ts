@@ -1,6 +1,7 @@
 import { createServer, Agent, type IncomingMessage, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
+import { safeUrl } from '../logging.js';
 import { ServiceError, type ApiScope } from '@sandboxd/protocol';
 import type { Config } from '../config.js';
 import type { GatewayControl } from '../services/sandboxes.js';
@@ -23,6 +24,8 @@ export interface GatewayDeps {
   onAgentGone?: (sandboxId: string) => void;
   /** Each proxied request's round trip to the agent (metrics). */
   observeAgent?: (seconds: number, ok: boolean) => void;
+  /** Logs each request to a sandbox's URL once it is answered (absent: none). */
+  logRequest?: (fields: Record<string, unknown>) => void;
   log: (msg: string, extra?: Record<string, unknown>) => void;
 }
 
@@ -174,6 +177,21 @@ export class Gateway implements GatewayControl {
   private makeServer(lookup: (req: IncomingMessage) => RouteEntry | undefined): Server {
     const server = createServer((req, res) => {
       const requestId = requestIdOf(req);
+      if (this.d.logRequest) {
+        const startedAt = performance.now();
+        const entry = lookup(req);
+        res.once('close', () =>
+          this.d.logRequest!({
+            request_id: requestId,
+            sandbox_id: entry?.sandboxId ?? null,
+            method: req.method,
+            url: safeUrl(req.url ?? ''),
+            status: res.headersSent ? res.statusCode : 499,
+            ms: Math.round((performance.now() - startedAt) * 100) / 100,
+            ...(entry ? { org: entry.orgId } : {}),
+          }),
+        );
+      }
       const refused = refusalOf(req.socket);
       if (refused) return sendError(res, refused, requestId);
       this.authorize(req, lookup(req), false)

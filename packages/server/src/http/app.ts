@@ -1,9 +1,10 @@
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { randomUUID } from 'node:crypto';
 import { Ajv } from 'ajv';
 import { ServiceError } from '@sandboxd/protocol';
 import { refusalOf } from '../services/connections.js';
 import { errorHandler } from './errors.js';
+import { safeUrl, type Logger } from '../logging.js';
 import type { Services } from '../services/index.js';
 import { registerRoutes } from './routes/index.js';
 import { buildOpenApi, collectRoutes, renderDocsPage } from './openapi.js';
@@ -12,13 +13,16 @@ const JSON_BODY_LIMIT = 10 * 1024 * 1024;
 
 export interface AppOptions {
   services: Services;
-  logger?: boolean | object;
+  /** The daemon's logger: every request is logged at info, once, when answered (absent: none). */
+  logger?: Logger;
 }
 
 /** The lifecycle API: thin routes over the services; one error shape; X-Request-ID everywhere. */
 export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
-    logger: opts.logger ?? false,
+    ...(opts.logger ? { loggerInstance: opts.logger as FastifyBaseLogger } : { logger: false }),
+    // One line per request, written below when it is answered (not Fastify's two).
+    disableRequestLogging: true,
     bodyLimit: JSON_BODY_LIMIT,
     genReqId: (req) => {
       const incoming = req.headers['x-request-id'];
@@ -55,6 +59,29 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     if (refused) throw refused;
   });
   opts.services.connections?.watch(app.server);
+  if (opts.logger) {
+    // When the connection's answer ends (also for streams that take the socket over, which never
+    // reach onResponse).
+    app.addHook('onRequest', async (req, reply) => {
+      const startedAt = performance.now();
+      reply.raw.once('close', () => {
+        const params = req.params as Record<string, unknown> | undefined;
+        req.log.info(
+          {
+            method: req.method,
+            route: req.routeOptions.url ?? null,
+            url: safeUrl(req.url),
+            status: reply.raw.headersSent ? reply.raw.statusCode : 499,
+            ms: Math.round((performance.now() - startedAt) * 100) / 100,
+            ...(req.principal ? { org: req.principal.orgId } : {}),
+            ...(typeof params?.id === 'string' && params.id.startsWith('sb') ? { sandbox_id: params.id } : {}),
+            ...(req.errorCode ? { error_code: req.errorCode } : {}),
+          },
+          'request',
+        );
+      });
+    });
+  }
   const metrics = opts.services.metrics;
   if (metrics) {
     // Route patterns, not URLs: the series do not grow with sandboxes or ids.

@@ -38,7 +38,8 @@ export class Metrics {
 
   constructor(sources?: MetricsSources) {
     const registers = [this.registry];
-    collectDefaultMetrics({ register: this.registry, prefix: 'sandboxd_' });
+    // The event-loop delay is sampled every 100 ms, not every 10 ms: an idle daemon stays idle.
+    collectDefaultMetrics({ register: this.registry, prefix: 'sandboxd_', eventLoopMonitoringPrecision: 100 });
     this.httpRequests = new Counter({ name: 'sandboxd_http_requests_total', help: 'API requests by route pattern, method and status', labelNames: ['route', 'method', 'status'], registers });
     this.httpDuration = new Histogram({
       name: 'sandboxd_http_request_duration_seconds',

@@ -60,20 +60,10 @@ def _run_cell(ns, n, code):
     filename = '<cell-%d>' % n
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     try:
-        last = None
-        if sbx_run._may_end_with_expression(code):
-            import _ast
-            tree = compile(code, filename, 'exec', _ast.PyCF_ONLY_AST, dont_inherit=True)
-            if tree.body and isinstance(tree.body[-1], _ast.Expr):
-                last = _ast.Expression(tree.body.pop().value)
-            exec(compile(tree, filename, 'exec', dont_inherit=True), ns)
-        else:
-            exec(compile(code, filename, 'exec', dont_inherit=True), ns)
-        if last is not None:
-            value = eval(compile(last, filename, 'eval', dont_inherit=True), ns)
-            if value is not None:
-                ns['_'] = value
-                sbx_run._capture_value(value)
+        value = sbx_run.exec_source(code, filename, ns)
+        if value is not None:
+            ns['_'] = value
+            sbx_run._capture_value(value)
         return 0, False
     except SystemExit as e:
         return sbx_run._exit_code(e), False

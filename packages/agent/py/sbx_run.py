@@ -186,6 +186,23 @@ def _exit_code(e):
     return 1
 
 
+def exec_source(source, filename, ns):
+    """Runs `source` in the namespace `ns` as `python3 -c` would, and returns the value of a
+    last-line expression (None when there is none). Exceptions are the caller's."""
+    if not _may_end_with_expression(source):
+        exec(compile(source, filename, 'exec', dont_inherit=True), ns)
+        return None
+    import _ast
+    tree = compile(source, filename, 'exec', _ast.PyCF_ONLY_AST, dont_inherit=True)
+    last = None
+    if tree.body and isinstance(tree.body[-1], _ast.Expr):
+        last = _ast.Expression(tree.body.pop().value)
+    exec(compile(tree, filename, 'exec', dont_inherit=True), ns)
+    if last is None:
+        return None
+    return eval(compile(last, filename, 'eval', dont_inherit=True), ns)
+
+
 def run_main(args):
     global _out_dir
     _out_dir = args[0]
@@ -209,19 +226,9 @@ def run_main(args):
     ns = main.__dict__
     code = 0
     try:
-        last = None
-        if _may_end_with_expression(source):
-            import _ast
-            tree = compile(source, filename, 'exec', _ast.PyCF_ONLY_AST, dont_inherit=True)
-            if tree.body and isinstance(tree.body[-1], _ast.Expr):
-                last = _ast.Expression(tree.body.pop().value)
-            exec(compile(tree, filename, 'exec', dont_inherit=True), ns)
-        else:
-            exec(compile(source, filename, 'exec', dont_inherit=True), ns)
-        if last is not None:
-            value = eval(compile(last, filename, 'eval', dont_inherit=True), ns)
-            if value is not None:
-                _capture_value(value)
+        value = exec_source(source, filename, ns)
+        if value is not None:
+            _capture_value(value)
     except SystemExit as e:
         code = _exit_code(e)
     except BaseException as e:

@@ -383,26 +383,14 @@ class SqliteSandboxRepo implements SandboxRepo {
   }
   async usage(orgId: string): Promise<SandboxUsage> {
     // org_usage is kept by triggers (see migrations.ts): one row, whatever the organization holds.
-    const r = this.db.prepare(`SELECT active, active_vcpu, active_memory_mb, stopped, disk_gb FROM org_usage WHERE org_id = ?`).get(orgId) as Raw | undefined;
-    return {
-      active: Number(r?.active ?? 0),
-      activeVcpu: Number(r?.active_vcpu ?? 0),
-      activeMemoryMb: Number(r?.active_memory_mb ?? 0),
-      stopped: Number(r?.stopped ?? 0),
-      diskGb: Number(r?.disk_gb ?? 0),
-    };
+    return usageFrom(this.db.prepare(`SELECT active, active_vcpu, active_memory_mb, stopped, disk_gb FROM org_usage WHERE org_id = ?`).get(orgId) as Raw | undefined);
   }
   async usageAll(): Promise<SandboxUsage> {
-    const r = this.db
-      .prepare(`SELECT sum(active) AS active, sum(active_vcpu) AS active_vcpu, sum(active_memory_mb) AS active_memory_mb, sum(stopped) AS stopped, sum(disk_gb) AS disk_gb FROM org_usage`)
-      .get() as Raw | undefined;
-    return {
-      active: Number(r?.active ?? 0),
-      activeVcpu: Number(r?.active_vcpu ?? 0),
-      activeMemoryMb: Number(r?.active_memory_mb ?? 0),
-      stopped: Number(r?.stopped ?? 0),
-      diskGb: Number(r?.disk_gb ?? 0),
-    };
+    return usageFrom(
+      this.db
+        .prepare(`SELECT sum(active) AS active, sum(active_vcpu) AS active_vcpu, sum(active_memory_mb) AS active_memory_mb, sum(stopped) AS stopped, sum(disk_gb) AS disk_gb FROM org_usage`)
+        .get() as Raw | undefined,
+    );
   }
   async countByStatus(): Promise<Record<string, number>> {
     const rows = this.db.prepare(`SELECT status, count(*) AS n FROM sandboxes WHERE status <> 'deleted' GROUP BY status`).all() as Raw[];
@@ -415,6 +403,17 @@ class SqliteSandboxRepo implements SandboxRepo {
   async remove(id: string) {
     this.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id);
   }
+}
+
+/** An org_usage row (or the sums of all of them); none: nothing held. */
+function usageFrom(r: Raw | undefined): SandboxUsage {
+  return {
+    active: Number(r?.active ?? 0),
+    activeVcpu: Number(r?.active_vcpu ?? 0),
+    activeMemoryMb: Number(r?.active_memory_mb ?? 0),
+    stopped: Number(r?.stopped ?? 0),
+    diskGb: Number(r?.disk_gb ?? 0),
+  };
 }
 
 function buildFrom(r: Raw): BuildRow {

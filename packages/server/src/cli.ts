@@ -29,7 +29,7 @@ Usage:
   sandboxd images list
   sandboxd help
 
-Scopes: sandboxes:read, sandboxes:write, templates:read, templates:write, admin (default: all).
+Scopes: sandboxes:read, sandboxes:write, templates:read, templates:write, metrics:read, admin (default: all).
 Configuration comes from the environment (SANDBOXD_DATA_DIR, ...; see the README).`;
 
 function table(rows: Array<Record<string, string>>): string {

@@ -209,6 +209,19 @@ describe('CLI: exec, run, shell', () => {
     await sbx(server, ['rm', py]);
   });
 
+  test("stats shows the sandbox's cpu, memory, disk and network; --json the whole record; an unknown id fails", async () => {
+    const r = await sbx(server, ['stats', id]);
+    assert.equal(r.code, 0, describeResult(r));
+    for (const k of ['status:', 'cpu:', 'memory:', 'disk:', 'network:', 'processes:', 'oom kills:']) assert.match(r.stdout, new RegExp(`^${k}`, 'm'), k);
+    assert.match(r.stdout, /^memory:\s+[\d.]+ (KiB|MiB) of [\d.]+ (MiB|GiB) \(/m);
+    const j = await sbx(server, ['stats', id, '--json']);
+    const rec = JSON.parse(j.stdout);
+    assert.equal(rec.sandboxId, id);
+    assert.ok(rec.memory.usedBytes > 0 && rec.pids >= 2, j.stdout);
+    const missing = await sbx(server, ['stats', 'sbnosuchsandbox']);
+    assert.notEqual(missing.code, 0);
+  });
+
   test('shell: piped input runs in a terminal, exit status passes through', async () => {
     const r = await sbx(server, ['shell', id], { input: 'echo "tty: $(tty | cut -c1-8)"\necho "sum $((40 + 2))"\nexit 3\n' });
     assert.equal(r.code, 3, describeResult(r));

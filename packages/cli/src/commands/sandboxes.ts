@@ -1,7 +1,7 @@
 import { Sandbox, type SandboxInfo } from '@sandboxd/sdk';
 import { parseDuration, parseKeyValues, parsePositiveInt } from '../args.js';
 import type { Command, Context } from '../command.js';
-import { json, keyValues, relativeTime, table } from '../output.js';
+import { bytes, json, keyValues, relativeTime, table } from '../output.js';
 
 function sandboxRows(list: SandboxInfo[]): string {
   return table(
@@ -96,6 +96,37 @@ export const get: Command = {
   async run(ctx, { positionals }) {
     const sb = await Sandbox.connect(positionals[0]!, { client: ctx.client, signal: ctx.signal });
     ctx.out(ctx.json ? json(sb.info) : describeSandbox(sb.info));
+    return 0;
+  },
+};
+
+export const stats: Command = {
+  name: 'stats',
+  summary: "show a sandbox's cpu, memory, disk and network use now",
+  args: 'ID',
+  details: 'CPU time and network bytes count from when the sandbox last started. --json prints the whole record.',
+  examples: ['sbx stats $ID', 'sbx stats $ID --json'],
+  options: {},
+  minArgs: 1,
+  maxArgs: 1,
+  async run(ctx, { positionals }) {
+    const r = await Sandbox.fromId(positionals[0]!, { client: ctx.client }).resources({ signal: ctx.signal });
+    if (ctx.json) {
+      ctx.out(json(r));
+      return 0;
+    }
+    const pct = (a: number, b: number) => (b > 0 ? ` (${((a / b) * 100).toFixed(1)} %)` : '');
+    ctx.out(
+      keyValues([
+        ['status', r.status],
+        ['cpu', `${r.cpu.usageSeconds.toFixed(2)} s of ${r.cpu.vcpu} vCPU`],
+        ['memory', `${bytes(r.memory.usedBytes)} of ${bytes(r.memory.limitBytes)}${pct(r.memory.usedBytes, r.memory.limitBytes)}`],
+        ['disk', `${bytes(r.disk.usedBytes)} of ${bytes(r.disk.totalBytes)}${pct(r.disk.usedBytes, r.disk.totalBytes)}`],
+        ['network', `${bytes(r.network.rxBytes)} in, ${bytes(r.network.txBytes)} out`],
+        ['processes', String(r.pids)],
+        ['oom kills', String(r.oomKills)],
+      ]),
+    );
     return 0;
   },
 };

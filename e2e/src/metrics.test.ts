@@ -69,7 +69,15 @@ describe('GET /metrics', () => {
     assert.ok((value(r, 'sandboxd_node_memory_bytes{kind="committed"}') ?? 0) > 0, 'the running sandbox holds its memory limit');
 
     // The series do not grow with sandboxes: a second one changes values, not the set of series.
-    const series = (t: string) => new Set(t.split('\n').filter((l) => l.startsWith('sandboxd_') && !l.startsWith('sandboxd_http_')).map((l) => l.split(' ')[0]));
+    // The daemon's own process figures (handles by type, say) come and go with what is in flight; the
+    // series that could grow with sandboxes are the service's.
+    const series = (t: string) =>
+      new Set(
+        t
+          .split('\n')
+          .filter((l) => l.startsWith('sandboxd_') && !/^sandboxd_(http_|nodejs_|process_)/.test(l))
+          .map((l) => l.split(' ')[0]),
+      );
     const before = series((await scrape(server.baseUrl, server.apiKey)).text);
     const sb2 = await createSandbox(server, { template_name: 'base', timeout_seconds: 600 });
     await agent(sb2, 'POST', '/commands/run', { command: 'true' });

@@ -9,6 +9,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
+import { waitFor } from './agent-support.js';
 import { agent, api, createSandbox, startServer, TEST_DATA_DIR, type CreatedSandbox, type TestServer } from './harness.js';
 
 const HOSTILE_AGENT = `
@@ -73,6 +74,11 @@ describe('a hostile agent, through the real daemon and gateway', { timeout: 300_
       assert.equal(r.status, 502, `${path}: ${JSON.stringify(r.body)}`);
       assert.equal(r.body.code, 'AGENT_UNAVAILABLE');
       assert.equal(r.body.id, sb.id);
+      // An outage: retry_after, and an incident id the daemon's log line carries; no host paths.
+      assert.equal(r.body.retry_after, 1);
+      assert.match(String(r.body.incident_id), /^inc_[0-9a-f]{16}$/);
+      assert.ok(!JSON.stringify(r.body).includes(server.dataDir), JSON.stringify(r.body));
+      await waitFor('the incident in the log', async () => (readFileSync(server.logFile, 'utf8').includes(String(r.body.incident_id)) ? true : undefined));
       await alive();
     }
     assert.equal((await agent(sb, 'GET', '/still-here')).body.path, '/still-here');

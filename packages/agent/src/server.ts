@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { ServiceError } from './proto.js';
 import type { AgentStats } from './metrics/stats.js';
 import { drainRequest } from './http/drain.js';
-import { logLine } from './log.js';
+import { renderAgentError } from './http/errors.js';
 import { IdleCollector } from './memory.js';
 import type { Route, RouteContext, UpgradeRoute } from './context.js';
 
@@ -84,13 +84,12 @@ export function createAgentServer(stats: AgentStats, routes: Route[], upgrades: 
 
     const fail = (err: unknown) => {
       stats.totalErrors++;
-      const se = err instanceof ServiceError ? err : new ServiceError('INTERNAL_ERROR', err instanceof Error ? err.message : String(err));
-      if (se.status >= 500) logLine(`${method} ${url.pathname}: ${(err as Error)?.stack ?? String(err)}`);
+      const r = renderAgentError(err, requestId, `${method} ${url.pathname}`);
       if (res.headersSent) {
         res.destroy();
         return;
       }
-      send(res, se.status, se.toBody(requestId), se.headers);
+      send(res, r.status, r.body, r.headers);
     };
 
     if (!route) {

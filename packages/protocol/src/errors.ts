@@ -74,6 +74,8 @@ export class ServiceError extends Error {
   readonly status: number;
   readonly extra: Record<string, unknown>;
   readonly headers: Record<string, string>;
+  /** What the operator needs and a client must not see (a tool's output, host paths): logged only. */
+  detail?: string;
 
   constructor(code: ErrorCode, message?: string, extra: Record<string, unknown> = {}, headers: Record<string, string> = {}) {
     const def: { status: number; title?: string } = ERROR_CODES[code];
@@ -83,6 +85,12 @@ export class ServiceError extends Error {
     this.status = def.status;
     this.extra = extra;
     this.headers = headers;
+  }
+
+  /** Sets `detail`; for chaining at the throw. */
+  withDetail(detail: string): this {
+    this.detail = detail;
+    return this;
   }
 
   toBody(requestId?: string): ErrorBody {

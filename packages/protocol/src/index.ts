@@ -3,3 +3,4 @@ export * from './lifecycle.js';
 export * from './agent.js';
 export * from './languages.js';
 export * from './agent-routes.js';
+export * from './render-error.js';

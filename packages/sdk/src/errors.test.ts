@@ -85,6 +85,11 @@ test('falls back to the error text, the nested shape, the header request id, the
   assert.equal(c.message, '<html>Bad Gateway</html>');
   const d = errorFromResponse({ status: 500, body: undefined });
   assert.equal(d.message, 'Request failed with status 500');
+  assert.equal(d.incidentId, undefined);
+  const i = errorFromResponse({ status: 500, body: { error: 'Internal server error', message: 'internal error; incident inc_0123456789abcdef', code: 'INTERNAL_ERROR', incident_id: 'inc_0123456789abcdef', request_id: 'r4' } });
+  assert.ok(i instanceof ServerError);
+  assert.equal(i.incidentId, 'inc_0123456789abcdef');
+  assert.equal(i.toJSON().incident_id, 'inc_0123456789abcdef');
 });
 
 test('the file path is exposed on NotFoundError, the expiry on SandboxExpiredError', () => {

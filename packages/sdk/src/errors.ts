@@ -30,8 +30,16 @@ export class SandboxdError extends Error {
     this.body = options.body;
   }
 
+  /** On a 5xx: the id of the service's log line about this failure (quote it when reporting one). */
+  get incidentId(): string | undefined {
+    const v = (this.body as { incident_id?: unknown } | undefined)?.incident_id;
+    return typeof v === 'string' ? v : undefined;
+  }
+
   toJSON(): Record<string, unknown> {
-    return { name: this.name, code: this.code, status: this.status, message: this.message, request_id: this.requestId };
+    const out: Record<string, unknown> = { name: this.name, code: this.code, status: this.status, message: this.message, request_id: this.requestId };
+    if (this.incidentId) out.incident_id = this.incidentId;
+    return out;
   }
 }
 

@@ -1,9 +1,9 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { Agent, UpgradeRoute } from '../context.js';
-import { ServiceError } from '../proto.js';
 import { DEFAULT_TIMEOUT_S, parseExecute } from '../routes/execute.js';
 import { PacedSender } from './frames.js';
 import { acceptWebSocket, parseFrame } from './upgrade.js';
+import { errorFrame } from '../http/errors.js';
 
 /** Keeps a socket that the client forgot to close from living forever. */
 const IDLE_CLOSE_MS = 10 * 60 * 1000;
@@ -100,8 +100,7 @@ export function streamRoute(agent: Agent): UpgradeRoute {
             complete(result.success);
           } catch (err) {
             if (closed) return;
-            const se = err instanceof ServiceError ? err : new ServiceError('INTERNAL_ERROR', (err as Error).message);
-            out.send({ type: 'error', error: se.message, code: se.code });
+            out.send(errorFrame(err, requestId, 'WebSocket /execute/stream'));
             complete(false);
           }
         }

@@ -7,6 +7,7 @@ import { resolvePath } from '../files/paths.js';
 import { ServiceError } from '../proto.js';
 import { PacedSender } from './frames.js';
 import { acceptWebSocket, parseObjectFrame } from './upgrade.js';
+import { errorFrame } from '../http/errors.js';
 
 /** Directories one watch follows (inotify watches are a per-user kernel resource). */
 export const MAX_WATCHED_DIRS = 8192;
@@ -78,8 +79,7 @@ export function watchRoute(agent: Agent, helperPath: string): UpgradeRoute {
         };
 
         const fail = (err: unknown) => {
-          const se = err instanceof ServiceError ? err : new ServiceError('INTERNAL_ERROR', String((err as Error)?.message ?? err));
-          out.send({ type: 'error', error: se.message, code: se.code, ...se.extra });
+          out.send(errorFrame(err, requestId, 'WebSocket /files/watch'));
         };
 
         const start = async (rawPath: unknown, ack: boolean) => {

@@ -116,6 +116,7 @@ function get(port: number, path: string, token: string, opts: { timeoutMs?: numb
 describe('gateway: everything from a sandbox is hostile input', { timeout: 120_000 }, () => {
   const dir = mkdtempSync(join(tmpdir(), 'sbd-gateway-'));
   const socketPath = join(dir, 'agent.sock');
+  const logged: Record<string, unknown>[] = [];
   const agent = new HostileAgent(socketPath);
   const store = SqliteStore.open(':memory:');
   const tokens = new TokenService(join(dir, 'jwt.pem'), 600);
@@ -148,7 +149,7 @@ describe('gateway: everything from a sandbox is hostile input', { timeout: 120_0
       keys: new KeyService(store),
       portUsed: async () => false,
       connections: new ConnectionLimits({ perClient: 1000, perOrg: 1000, total: 1000 }),
-      log: () => undefined,
+      log: (msg, extra) => logged.push({ msg, ...extra }),
     });
     routes.set({ sandboxId: 'sbhostile', orgId: 'org_a', status: 'running', socketPath, port: null });
     port = (await gateway.open('sbhostile', null))!;
@@ -166,9 +167,13 @@ describe('gateway: everything from a sandbox is hostile input', { timeout: 120_0
   const clean502 = async (path: string) => {
     const r = await get(port, path, token);
     assert.equal(r.status, 502, `${path}: ${r.status} ${r.body}`);
-    const body = JSON.parse(r.body) as { code: string; message: string; id: string };
+    const body = JSON.parse(r.body) as { code: string; message: string; id: string; retry_after: number; incident_id: string };
     assert.equal(body.code, 'AGENT_UNAVAILABLE', path);
     assert.equal(body.id, 'sbhostile');
+    // An outage as renderError makes it: retry_after, an incident the log carries, no host path.
+    assert.equal(body.retry_after, 1);
+    assert.ok(logged.some((l) => l.incident_id === body.incident_id && l.request_id), `${path}: incident ${body.incident_id} not logged`);
+    assert.ok(!r.body.includes(dir), `${path}: ${r.body}`);
     return body.message;
   };
 

@@ -9,7 +9,7 @@ import type { RouteEntry, RouteTable } from '../services/routes.js';
 import { requireScope, type KeyService } from '../services/keys.js';
 import type { TokenService } from '../services/tokens.js';
 import { refusalOf, type ConnectionLimits } from '../services/connections.js';
-import { proxyToAgent, sendError } from './proxy.js';
+import { proxyToAgent, sendError, type OnIncident } from './proxy.js';
 import { openTunnel, rawError } from './tunnel.js';
 
 export interface GatewayDeps {
@@ -56,11 +56,15 @@ export class Gateway implements GatewayControl {
   /** Host mode: one listener for all sandboxes. */
   async listenHostMode(): Promise<void> {
     if (this.d.config.mode !== 'host') return;
-    const server = this.makeServer((req) => {
+    const suffix = `.${this.d.config.domain.toLowerCase()}`;
+    const asked = (req: IncomingMessage) => {
       const host = (req.headers.host ?? '').split(':')[0]!.toLowerCase();
-      const suffix = `.${this.d.config.domain.toLowerCase()}`;
-      return host.endsWith(suffix) ? this.d.routes.get(host.slice(0, -suffix.length)) : undefined;
-    });
+      return host.endsWith(suffix) ? host.slice(0, -suffix.length) : undefined;
+    };
+    const server = this.makeServer((req) => {
+      const id = asked(req);
+      return id === undefined ? undefined : this.d.routes.get(id);
+    }, asked);
     await listen(server, this.d.config.hostModePort, this.d.config.bindHost);
     this.hostServer = server;
   }
@@ -69,7 +73,7 @@ export class Gateway implements GatewayControl {
     if (this.d.config.mode === 'host') return null;
     const existing = this.servers.get(sandboxId);
     if (existing) return (existing.address() as { port: number }).port;
-    const server = this.makeServer(() => this.d.routes.get(sandboxId));
+    const server = this.makeServer(() => this.d.routes.get(sandboxId), () => sandboxId);
     if (port !== null) {
       await listen(server, port, this.d.config.bindHost);
       this.claimed.add(port);
@@ -150,8 +154,12 @@ export class Gateway implements GatewayControl {
    * API key needs the owning organization and `sandboxes:read` (plain GET/HEAD) or
    * `sandboxes:write` (anything else, WebSocket upgrades included: they run code).
    */
-  private async authorize(req: IncomingMessage, entry: RouteEntry | undefined, upgrade: boolean): Promise<RouteEntry> {
-    if (!entry) throw new ServiceError('NOT_FOUND');
+  private async authorize(req: IncomingMessage, entry: RouteEntry | undefined, upgrade: boolean, asked: string | undefined): Promise<RouteEntry> {
+    if (!entry) {
+      // The id comes from the client: echoed only when it looks like one.
+      const id = asked !== undefined && /^[a-z0-9_-]{1,64}$/i.test(asked) ? asked : undefined;
+      throw new ServiceError('NOT_FOUND', id ? `sandbox ${id} not found` : `no sandbox found at host ${JSON.stringify((req.headers.host ?? '').slice(0, 100))}`, id ? { id } : {});
+    }
     const auth = req.headers.authorization;
     const bearer = auth?.toLowerCase().startsWith('bearer ') ? auth.slice(7).trim() : undefined;
     const apiKey = (req.headers['x-api-key'] as string | undefined) ?? (bearer && bearer.split('.').length !== 3 ? bearer : undefined);
@@ -174,7 +182,8 @@ export class Gateway implements GatewayControl {
     return entry;
   }
 
-  private makeServer(lookup: (req: IncomingMessage) => RouteEntry | undefined): Server {
+  /** `asked`: the sandbox id a request names (its port's, or its host's first label), for a 404's message. */
+  private makeServer(lookup: (req: IncomingMessage) => RouteEntry | undefined, asked: (req: IncomingMessage) => string | undefined): Server {
     const server = createServer((req, res) => {
       const requestId = requestIdOf(req);
       if (this.d.logRequest) {
@@ -193,8 +202,8 @@ export class Gateway implements GatewayControl {
         );
       }
       const refused = refusalOf(req.socket);
-      if (refused) return sendError(res, refused, requestId);
-      this.authorize(req, lookup(req), false)
+      if (refused) return sendError(res, refused, requestId, this.incident);
+      this.authorize(req, lookup(req), false, asked(req))
         .then(
           (entry) => {
             const release = this.d.connections.acquireOrg(entry.orgId);
@@ -205,27 +214,28 @@ export class Gateway implements GatewayControl {
               agent: this.agentFor(entry),
               onAgentGone: () => this.d.onAgentGone?.(entry.sandboxId),
               observe: this.d.observeAgent,
+              onIncident: this.incident,
             };
             proxyToAgent(req, res, target, requestId, {
               headersMs: this.d.config.responseHeadersTimeoutMs,
               idleMs: this.d.config.idleTimeoutMs,
             });
           },
-          (err: unknown) => sendError(res, err, requestId),
+          (err: unknown) => sendError(res, err, requestId, this.incident),
         )
-        .catch((err: unknown) => sendError(res, this.unexpected(err), requestId));
+        .catch((err: unknown) => sendError(res, err, requestId, this.incident));
     });
     server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
       const requestId = requestIdOf(req);
       socket.on('error', () => socket.destroy());
       const refused = refusalOf(socket);
-      if (refused) return rawError(socket, refused, requestId);
-      this.authorize(req, lookup(req), true)
+      if (refused) return rawError(socket, refused, requestId, this.incident);
+      this.authorize(req, lookup(req), true, asked(req))
         .then(
           (entry) => this.tunnel(req, socket, head, entry, requestId),
-          (err: unknown) => rawError(socket, err, requestId),
+          (err: unknown) => rawError(socket, err, requestId, this.incident),
         )
-        .catch((err: unknown) => rawError(socket, this.unexpected(err), requestId));
+        .catch((err: unknown) => rawError(socket, err, requestId, this.incident));
     });
     server.on('clientError', (_err, socket) => socket.destroy());
     this.d.connections.watch(server);
@@ -235,12 +245,15 @@ export class Gateway implements GatewayControl {
     return server;
   }
 
-  /** A limit's 429 passes; anything else is a bug of ours: logged, and only this request fails. */
-  private unexpected(err: unknown): ServiceError {
-    if (err instanceof ServiceError) return err;
-    this.d.log('gateway request failed', { error: err instanceof Error ? err.stack : String(err) });
-    return new ServiceError('INTERNAL_ERROR', 'the gateway failed on this request');
-  }
+  /** The incident behind a 5xx answer (renderError), logged with its request. */
+  private readonly incident: OnIncident = ({ id, kind, cause, detail }, requestId) => {
+    this.d.log(kind === 'bug' ? 'gateway request failed: a bug (500)' : 'gateway request failed', {
+      incident_id: id,
+      request_id: requestId,
+      ...(detail ? { detail } : {}),
+      ...(kind === 'bug' ? { error: cause instanceof Error ? cause.stack : String(cause) } : {}),
+    });
+  };
 
   private tunnel(req: IncomingMessage, socket: Socket, head: Buffer, entry: RouteEntry, requestId: string): void {
     const release = this.d.connections.acquireOrg(entry.orgId);
@@ -261,6 +274,8 @@ export class Gateway implements GatewayControl {
         if (tunnelSet.size === 0 && this.tunnels.get(entry.sandboxId) === tunnelSet) this.tunnels.delete(entry.sandboxId);
       },
       () => this.d.onAgentGone?.(entry.sandboxId),
+      this.incident,
+      entry.sandboxId,
     );
     tunnelSet.add(socket);
     tunnelSet.add(upstream);

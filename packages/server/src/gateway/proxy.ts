@@ -1,5 +1,5 @@
 import { request, type Agent, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
-import { ServiceError } from '@sandboxd/protocol';
+import { renderError, ServiceError, type Incident } from '@sandboxd/protocol';
 
 /** Headers that describe one hop, plus our credentials: never forwarded to the agent. */
 export const HOP_HEADERS = new Set([
@@ -29,7 +29,12 @@ export interface ProxyTarget {
   onAgentGone?: () => void;
   /** How long the agent took to answer (its response headers), or to fail. */
   observe?: (seconds: number, ok: boolean) => void;
+  /** Logs an error answer's incident (renderError). */
+  onIncident?: OnIncident;
 }
+
+/** Logs what renderError found behind a 5xx, with the request it answered. */
+export type OnIncident = (incident: Incident, requestId: string) => void;
 
 /**
  * The agent's socket failed in a way its exit causes: nobody listens (it exited, or was killed from
@@ -69,13 +74,13 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
     clearTimeout(idle);
   };
   /** The sandbox misbehaved: a 502 if nothing was sent yet, else the client's connection is cut. */
-  const fail = (why: string) => {
+  const fail = (why: string, detail?: string) => {
     if (done) return;
     observe(false);
     finish();
     upstream.destroy();
     if (res.headersSent) res.destroy();
-    else sendError(res, new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent ${why}`, { id: target.sandboxId }), requestId);
+    else sendError(res, agentUnavailable(target.sandboxId, why, detail), requestId, target.onIncident);
   };
   const headersTimer = setTimeout(() => fail(`sent no response within ${Math.round(timeouts.headersMs / 1000)} s`), timeouts.headersMs);
   const touch = () => {
@@ -90,7 +95,7 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
   upstream.on('error', (err: NodeJS.ErrnoException) => {
     // Not when this side ended it (a client that went away, a timeout): that says nothing of the agent.
     if (!done && mayBeAgentGone(err)) target.onAgentGone?.();
-    fail(`is not answering properly: ${err.message}`);
+    fail(`is not answering properly`, err.message);
   });
   upstream.on('upgrade', (_res, socket) => {
     socket.destroy();
@@ -153,16 +158,19 @@ function relayableHeaders(ures: IncomingMessage): OutgoingHttpHeaders | string {
   return out;
 }
 
-function toServiceError(err: unknown): ServiceError {
-  return err instanceof ServiceError ? err : new ServiceError('INTERNAL_ERROR', err instanceof Error ? err.message : String(err));
+/** 502: the sandbox's agent did not answer as it must; `detail` (a socket error, which names host paths) is logged only. */
+export function agentUnavailable(sandboxId: string, why: string, detail?: string): ServiceError {
+  const se = new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent ${why}`, { id: sandboxId });
+  return detail ? se.withDetail(detail) : se;
 }
 
-/** A JSON error to a client whose response has not started; never throws. */
-export function sendError(res: ServerResponse, err: unknown, requestId: string): void {
-  const se = toServiceError(err);
-  const text = JSON.stringify(se.toBody(requestId));
+/** A JSON error (renderError) to a client whose response has not started; never throws. */
+export function sendError(res: ServerResponse, err: unknown, requestId: string, onIncident?: OnIncident): void {
+  const r = renderError(err, requestId);
+  if (r.incident) onIncident?.(r.incident, requestId);
+  const text = JSON.stringify(r.body);
   try {
-    res.writeHead(se.status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text), 'x-request-id': requestId, ...se.headers });
+    res.writeHead(r.status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text), 'x-request-id': requestId, ...r.headers });
     res.end(text);
   } catch {
     res.destroy();

@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import { connect, type Socket } from 'node:net';
-import { ServiceError } from '@sandboxd/protocol';
-import { mayBeAgentGone } from './proxy.js';
+import { renderError } from '@sandboxd/protocol';
+import { agentUnavailable, mayBeAgentGone, type OnIncident } from './proxy.js';
 
 /**
  * A WebSocket upgrade relayed to the agent as a byte tunnel: the request line and headers (without
@@ -21,6 +21,8 @@ export function openTunnel(
   idleMs: number,
   onClose: () => void,
   onAgentGone?: () => void,
+  onIncident?: OnIncident,
+  sandboxId = '',
 ): { upstream: Socket } {
   const upstream = connect(socketPath);
   let answered = false;
@@ -39,7 +41,7 @@ export function openTunnel(
   upstream.on('error', (err: NodeJS.ErrnoException) => {
     if (mayBeAgentGone(err)) onAgentGone?.();
     // Before the agent said anything the client can still get an HTTP answer; after, only a cut.
-    if (!answered) rawError(client, new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent is not answering: ${err.message}`), requestId);
+    if (!answered) rawError(client, agentUnavailable(sandboxId, 'is not answering', err.message), requestId, onIncident);
     else client.destroy();
   });
   upstream.once('data', () => (answered = true));
@@ -65,16 +67,17 @@ export function openTunnel(
 }
 
 /** An HTTP error written on a raw (upgrade) socket, which is then closed; never throws. */
-export function rawError(socket: Socket, err: unknown, requestId: string): void {
-  const se = err instanceof ServiceError ? err : new ServiceError('INTERNAL_ERROR', err instanceof Error ? err.message : String(err));
-  const text = JSON.stringify(se.toBody(requestId));
+export function rawError(socket: Socket, err: unknown, requestId: string, onIncident?: OnIncident): void {
+  const r = renderError(err, requestId);
+  if (r.incident) onIncident?.(r.incident, requestId);
+  const text = JSON.stringify(r.body);
   if (!socket.writable) {
     socket.destroy();
     return;
   }
   let extra = '';
-  for (const [k, v] of Object.entries(se.headers)) if (k !== 'connection') extra += `${k}: ${v}\r\n`;
+  for (const [k, v] of Object.entries(r.headers)) if (k !== 'connection') extra += `${k}: ${v}\r\n`;
   socket.end(
-    `HTTP/1.1 ${se.status} ${se.code}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nx-request-id: ${requestId}\r\n${extra}connection: close\r\n\r\n${text}`,
+    `HTTP/1.1 ${r.status} ${r.body.code}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nx-request-id: ${requestId}\r\n${extra}connection: close\r\n\r\n${text}`,
   );
 }

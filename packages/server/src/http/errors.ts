@@ -1,8 +1,11 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { ServiceError } from '@sandboxd/protocol';
+import { renderError, ServiceError } from '@sandboxd/protocol';
 
-/** Maps anything thrown in a route to the one error shape of api-decisions.md §1. */
-export function toServiceError(err: unknown): ServiceError {
+/**
+ * Fastify's own errors about the request (validation, body parsing) as the registry's codes;
+ * anything else is returned as it is, for renderError to tell outages from bugs.
+ */
+export function toServiceError(err: unknown): unknown {
   if (err instanceof ServiceError) return err;
   const fe = err as FastifyError & { validationContext?: string };
   if (fe && Array.isArray(fe.validation)) {
@@ -21,10 +24,12 @@ export function toServiceError(err: unknown): ServiceError {
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       return new ServiceError('VALIDATION_ERROR', fe.message);
   }
-  if (fe && typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
+  // Only Fastify's own 4xx are about the request; a 4xx status on anything else (a library's
+  // error object) says nothing about what the client did.
+  if (fe && typeof fe.code === 'string' && fe.code.startsWith('FST_') && typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
     return new ServiceError('VALIDATION_ERROR', fe.message);
   }
-  return new ServiceError('INTERNAL_ERROR', 'internal error');
+  return err;
 }
 
 declare module 'fastify' {
@@ -35,8 +40,13 @@ declare module 'fastify' {
 }
 
 export function errorHandler(err: unknown, req: FastifyRequest, reply: FastifyReply): void {
-  const se = toServiceError(err);
-  req.errorCode = se.code;
-  if (se.status >= 500) req.log.error({ err }, 'request failed');
-  void reply.code(se.status).headers(se.headers).send(se.toBody(String(req.id)));
+  const r = renderError(toServiceError(err), String(req.id));
+  req.errorCode = r.body.code;
+  if (r.incident) {
+    const { id, kind, cause, detail } = r.incident;
+    const line = { err: cause, incident_id: id, code: r.body.code, ...(detail ? { detail } : {}) };
+    if (kind === 'bug') req.log.error(line, 'request failed: a bug (500)');
+    else req.log.warn(line, `request failed: ${r.body.code} (${r.status})`);
+  }
+  void reply.code(r.status).headers(r.headers).send(r.body);
 }

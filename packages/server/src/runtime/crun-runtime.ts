@@ -1,7 +1,7 @@
 import { chmod, chown, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { ServiceError } from '@sandboxd/protocol';
+import { isProgrammingError, ServiceError } from '@sandboxd/protocol';
 import { moveIdRange } from '../images/shift.js';
 import { ID_RANGE, LEGACY_ID_OFFSET } from '../images/types.js';
 import { checkSuidDumpable, ensureAgentRuntime, nodeArgv, NODE_MOUNT, type AgentRuntime } from './agent-runtime.js';
@@ -873,7 +873,12 @@ function checkSpec(spec: SandboxSpec): void {
   }
 }
 
-function asRuntimeError(err: unknown): Error {
-  if (err instanceof ServiceError) return err;
-  return new ServiceError('RUNTIME_ERROR', err instanceof Error ? err.message : String(err));
+/**
+ * What a failed lifecycle verb throws: a ServiceError as it is, a bug of ours as it is (a 500 with an
+ * incident id, not a "try again"), anything else as an outage whose text (host paths, a tool's
+ * output) is for the log only.
+ */
+function asRuntimeError(err: unknown): unknown {
+  if (err instanceof ServiceError || isProgrammingError(err)) return err;
+  return new ServiceError('RUNTIME_ERROR', 'the container runtime failed on this sandbox; try again').withDetail(err instanceof Error ? err.message : String(err));
 }

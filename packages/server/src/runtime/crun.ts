@@ -65,7 +65,7 @@ export class Crun {
       } catch {
         /* no log */
       }
-      throw new ServiceError('RUNTIME_ERROR', `crun run ${id} failed (exit ${code}): ${why}`);
+      throw new ServiceError('RUNTIME_ERROR', `the container of sandbox ${id} did not start; try again`).withDetail(`crun run exited ${code}: ${why}`);
     });
   }
 

@@ -6,6 +6,7 @@ import { chown, mkdir, rm, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
+import { ServiceError } from '@sandboxd/protocol';
 import { CrunRuntime } from './index.js';
 import { moveIdRange } from '../images/shift.js';
 import { CANONICAL_ID_OFFSET, ID_RANGE, LEGACY_ID_OFFSET } from '../images/types.js';
@@ -210,10 +211,14 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
   test('a create that fails at any step leaves nothing behind', async () => {
     for (const step of INJECT_AT) {
       const id = `f-${step}`;
-      await assert.rejects(t.rt.create(testSpec(id, [lower], { internetAccess: true })), new RegExp(`injected failure at ${step}`));
+      // An outage to the client; what failed is in the detail, for the log.
+      await assert.rejects(
+        t.rt.create(testSpec(id, [lower], { internetAccess: true })),
+        (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR' && err.detail === `injected failure at ${step}`,
+      );
       assert.deepEqual(traces(t, id), [], `after a failure at ${step}`);
     }
-    await assert.rejects(t.rt.create(testSpec('f-lower', [`${lower}-does-not-exist`])), /lower layer does not exist/);
+    await assert.rejects(t.rt.create(testSpec('f-lower', [`${lower}-does-not-exist`])), (err: unknown) => err instanceof ServiceError && /^lower layer does not exist/.test(err.detail ?? ''));
     assert.deepEqual(traces(t, 'f-lower'), []);
     // crun itself failing: an image whose /proc is a file cannot get its proc mount.
     const bad = join(t.dataDir, 'bad-layer');
@@ -222,7 +227,16 @@ describe('CrunRuntime lifecycle', { timeout: 300_000 }, () => {
     assert.deepEqual(traces(t, 'f-owner'), []);
     await chown(bad, CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
     await writeFile(join(bad, 'proc'), 'not a directory');
-    await assert.rejects(t.rt.create(testSpec('f-crun', [bad, lower], { internetAccess: true })), /crun run f-crun failed/);
+    await assert.rejects(
+      t.rt.create(testSpec('f-crun', [bad, lower], { internetAccess: true })),
+      (err: unknown) =>
+        err instanceof ServiceError &&
+        err.code === 'RUNTIME_ERROR' &&
+        /container of sandbox f-crun did not start/.test(err.message) &&
+        // crun's own words (with host paths) are for the log, not the message a client gets.
+        /^crun run exited 1: .*proc/.test(err.detail ?? '') &&
+        !err.message.includes(t.dataDir),
+    );
     assert.deepEqual(traces(t, 'f-crun'), []);
     await rm(bad, { recursive: true });
   });

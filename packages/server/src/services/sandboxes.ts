@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
-import { ServiceError, type CreateSandboxBody, type Sandbox, type SandboxEventKind, type SandboxMetrics } from '@sandboxd/protocol';
+import { isProgrammingError, ServiceError, type CreateSandboxBody, type Sandbox, type SandboxEventKind, type SandboxMetrics } from '@sandboxd/protocol';
 import type { Runtime, SandboxSpec } from '../runtime/types.js';
 import type { SandboxRow, Store } from '../store/types.js';
 import type { EventBus } from './events.js';
@@ -259,7 +259,7 @@ export class SandboxService {
           gatewayPort: port,
           updatedAt: new Date().toISOString(),
         });
-        if (!running) throw new Error('sandbox row changed during create');
+        if (!running) throw new ServiceError('INVALID_STATE', `sandbox ${id} was changed by another request while it was being created`, { id });
         this.route(running);
         const { token, expiresAt } = await this.d.tokens.issue(running.id, orgId);
         undo.commit();
@@ -270,9 +270,10 @@ export class SandboxService {
       });
     } catch (err) {
       await undo.run();
-      if (err instanceof ServiceError) throw err;
-      this.d.log('sandbox create failed', { id: row.id, error: err instanceof Error ? err.message : String(err) });
-      throw new ServiceError('RUNTIME_ERROR', `could not create the sandbox: ${err instanceof Error ? err.message : String(err)}`);
+      // A ServiceError says what it is; a bug of ours stays one (500, renderError), and anything
+      // else (a tool that failed, an agent that did not answer) is an outage to retry.
+      if (err instanceof ServiceError || isProgrammingError(err)) throw err;
+      throw new ServiceError('RUNTIME_ERROR', 'could not create the sandbox; try again').withDetail(err instanceof Error ? err.message : String(err));
     }
   }
 
@@ -316,7 +317,7 @@ export class SandboxService {
   /** The row of a sandbox the caller may see: 404 unknown, 403 another organization, 410 expired. */
   async get(orgId: string, id: string, opts: { allowDeleted?: boolean } = {}): Promise<SandboxRow> {
     const row = await this.d.store.sandboxes.byId(id);
-    if (!row || row.status === 'creating') throw new ServiceError('NOT_FOUND', undefined, { id });
+    if (!row || row.status === 'creating') throw new ServiceError('NOT_FOUND', `sandbox ${id} not found`, { id });
     if (row.orgId !== orgId) throw new ServiceError('PERMISSION_DENIED', undefined, { id });
     if (row.status === 'deleted' && !opts.allowDeleted) {
       if (row.deletedReason === 'expired') {
@@ -327,7 +328,7 @@ export class SandboxService {
           status: 'deleted',
         });
       }
-      throw new ServiceError('NOT_FOUND', undefined, { id });
+      throw new ServiceError('NOT_FOUND', `sandbox ${id} not found (it was deleted)`, { id });
     }
     return row;
   }
@@ -378,7 +379,11 @@ export class SandboxService {
       const commit = async () => {
         const patch = await work(row);
         const next = await this.d.store.sandboxes.update(id, row.version, { ...patch, updatedAt: new Date().toISOString() });
-        if (!next) throw new ServiceError('INTERNAL_ERROR', 'sandbox changed concurrently; retry');
+        // Another replica or request changed it between the read and the write: the caller's
+        // view is stale, which a retry with a fresh read resolves.
+        if (!next) {
+          throw new ServiceError('INVALID_STATE', `sandbox ${id} was changed by another request while this one ran; read it again and retry`, { id, current_state: row.status });
+        }
         return next;
       };
       const next = admit ? await admit(row, commit) : await commit();
@@ -444,9 +449,9 @@ export class SandboxService {
       await waitForAgent(this.d.runtime.agentSocket(r.id), this.d.agentReadyTimeoutMs);
     } catch (err) {
       await this.d.runtime.stop(r.id).catch((e: unknown) => this.d.log('stopping a sandbox whose agent failed failed', { id: r.id, error: String(e) }));
-      throw new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent did not become ready, so it was stopped again: ${err instanceof Error ? err.message : String(err)}`, {
-        id: r.id,
-      });
+      throw new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent did not become ready, so it was stopped again`, { id: r.id }).withDetail(
+        err instanceof Error ? err.message : String(err),
+      );
     }
   }
 

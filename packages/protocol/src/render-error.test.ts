@@ -1,0 +1,73 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ServiceError } from './errors.js';
+import { isProgrammingError, renderError } from './render-error.js';
+
+test("a user's mistake is rendered as thrown, with no incident", () => {
+  const r = renderError(new ServiceError('FILE_NOT_FOUND', '/x: no such file', { path: '/x' }, { 'x-extra': '1' }), 'req_1');
+  assert.equal(r.status, 404);
+  assert.deepEqual(r.body, { path: '/x', error: 'File not found', message: '/x: no such file', code: 'FILE_NOT_FOUND', request_id: 'req_1' });
+  assert.deepEqual(r.headers, { 'x-extra': '1' });
+  assert.equal(r.incident, undefined);
+});
+
+test('an outage: its code and public message, retry_after in the body and Retry-After, an incident; the detail stays out', () => {
+  const err = new ServiceError('RUNTIME_ERROR', 'the container runtime failed on this sandbox; try again').withDetail('mount /var/lib/sandboxd/x: busy');
+  const r = renderError(err, 'req_2');
+  assert.equal(r.status, 503);
+  assert.equal(r.body.code, 'RUNTIME_ERROR');
+  assert.equal(r.body.message, 'the container runtime failed on this sandbox; try again');
+  assert.equal(r.body.retry_after, 1);
+  assert.equal(r.headers['retry-after'], '1');
+  assert.match(String(r.body.incident_id), /^inc_[0-9a-f]{16}$/);
+  assert.ok(!JSON.stringify(r.body).includes('/var/lib'), 'the detail is for the log only');
+  assert.equal(r.incident?.id, r.body.incident_id);
+  assert.equal(r.incident?.kind, 'outage');
+  assert.match(r.incident?.detail ?? '', /busy$/);
+  // A thrower's own retry_after (a fraction is rounded up) is kept.
+  const slow = renderError(new ServiceError('AGENT_UNAVAILABLE', 'the agent is not answering', { retry_after: 2.5, id: 'sb_1' }));
+  assert.equal(slow.status, 502);
+  assert.equal(slow.body.retry_after, 3);
+  assert.equal(slow.headers['retry-after'], '3');
+  assert.equal(slow.body.id, 'sb_1');
+});
+
+test('a bug: 500 INTERNAL_ERROR with an incident id and nothing of what was thrown', () => {
+  let thrown: unknown;
+  try {
+    JSON.parse('null').x = 1;
+  } catch (err) {
+    thrown = err;
+  }
+  assert.ok(isProgrammingError(thrown));
+  const r = renderError(thrown, 'req_3');
+  assert.equal(r.status, 500);
+  assert.equal(r.body.code, 'INTERNAL_ERROR');
+  assert.equal(r.body.error, 'Internal server error');
+  assert.equal(r.body.request_id, 'req_3');
+  assert.ok(r.body.message.includes(String(r.body.incident_id)), r.body.message);
+  assert.ok(!/undefined|reading|TypeError/.test(JSON.stringify(r.body)), JSON.stringify(r.body));
+  assert.deepEqual(r.headers, {});
+  assert.equal(r.incident?.kind, 'bug');
+  assert.equal(r.incident?.cause, thrown);
+  // Every incident has its own id.
+  assert.notEqual(renderError(thrown).body.incident_id, r.body.incident_id);
+  // An INTERNAL_ERROR thrown on purpose, a string, a plain Error: bugs too; a ServiceError's text is logged, not sent.
+  const internal = renderError(new ServiceError('INTERNAL_ERROR', 'could not save /secret/path').withDetail('EIO'));
+  assert.equal(internal.status, 500);
+  assert.ok(!internal.body.message.includes('/secret/path'));
+  assert.equal(internal.incident?.detail, 'could not save /secret/path: EIO');
+  assert.equal(renderError('boom').status, 500);
+  assert.equal(renderError(new Error('x')).body.code, 'INTERNAL_ERROR');
+});
+
+test('isProgrammingError: what the language throws for broken code, and failed assertions; not what the world throws', () => {
+  assert.ok(isProgrammingError(new TypeError('x')));
+  assert.ok(isProgrammingError(new RangeError('x')));
+  assert.ok(isProgrammingError(new ReferenceError('x')));
+  assert.throws(() => assert.equal(1, 2), (err: unknown) => isProgrammingError(err));
+  const enoent = Object.assign(new Error('ENOENT: no such file'), { code: 'ENOENT' });
+  assert.equal(isProgrammingError(enoent), false);
+  assert.equal(isProgrammingError(new ServiceError('RUNTIME_ERROR')), false);
+  assert.equal(isProgrammingError('x'), false);
+});

@@ -1,0 +1,79 @@
+import { randomBytes } from 'node:crypto';
+import { ServiceError, type ErrorBody } from './errors.js';
+
+/**
+ * The one error renderer of the three servers (control plane, gateway, agent). What was thrown while
+ * serving a request becomes one of three answers:
+ * - a user's mistake (a ServiceError of status < 500): its code, status and message, as thrown;
+ * - an outage (a ServiceError of status 502 or 503: the runtime, the host or the agent could not do it
+ *   now): its code and public message, `retry_after` in the body and `Retry-After`, and an incident id;
+ * - a bug (anything else, INTERNAL_ERROR included): 500 INTERNAL_ERROR with an incident id and
+ *   nothing of what was thrown.
+ * For the last two the server logs `incident` (id, kind, cause and the thrower's `detail`), so the
+ * id a client reports finds the log line; a ServiceError's `detail` never reaches the body.
+ */
+export interface RenderedError {
+  status: number;
+  headers: Record<string, string>;
+  body: ErrorBody;
+  incident?: Incident;
+}
+
+export interface Incident {
+  id: string;
+  kind: 'bug' | 'outage';
+  /** What was thrown (logged with its stack). */
+  cause: unknown;
+  /** The thrower's text for the operator (a ServiceError's message and detail). */
+  detail?: string;
+}
+
+/** Seconds an outage asks a client to wait when the thrower did not say. */
+export const OUTAGE_RETRY_AFTER_SECONDS = 1;
+
+/** `inc_` and 16 hex digits: unique enough to grep one log for. */
+export function newIncidentId(): string {
+  return `inc_${randomBytes(8).toString('hex')}`;
+}
+
+/**
+ * Errors that mean our code is wrong, not that the world failed: what the language throws for a
+ * broken contract, and failed assertions. A service that wraps what it calls into an outage
+ * (RUNTIME_ERROR: "try again") lets these through, so they are rendered as the bugs they are.
+ */
+export function isProgrammingError(err: unknown): boolean {
+  return (
+    err instanceof TypeError ||
+    err instanceof ReferenceError ||
+    err instanceof RangeError ||
+    err instanceof SyntaxError ||
+    (err instanceof Error && (err as { code?: unknown }).code === 'ERR_ASSERTION')
+  );
+}
+
+export function renderError(err: unknown, requestId?: string): RenderedError {
+  if (err instanceof ServiceError && err.status < 500) {
+    return { status: err.status, headers: { ...err.headers }, body: err.toBody(requestId) };
+  }
+  const id = newIncidentId();
+  if (err instanceof ServiceError && err.code !== 'INTERNAL_ERROR') {
+    const given = err.extra.retry_after;
+    const retryAfter = typeof given === 'number' && Number.isFinite(given) && given > 0 ? Math.ceil(given) : OUTAGE_RETRY_AFTER_SECONDS;
+    const body: ErrorBody = { ...err.toBody(requestId), retry_after: retryAfter, incident_id: id };
+    return {
+      status: err.status,
+      headers: { ...err.headers, 'retry-after': String(retryAfter) },
+      body,
+      incident: { id, kind: 'outage', cause: err, detail: err.detail ? `${err.message}: ${err.detail}` : err.message },
+    };
+  }
+  const body: ErrorBody = {
+    error: 'Internal server error',
+    message: `internal error; the operator can find it in the log as incident ${id}`,
+    code: 'INTERNAL_ERROR',
+    incident_id: id,
+  };
+  if (requestId) body.request_id = requestId;
+  const detail = err instanceof ServiceError ? (err.detail ? `${err.message}: ${err.detail}` : err.message) : undefined;
+  return { status: 500, headers: {}, body, incident: { id, kind: 'bug', cause: err, ...(detail ? { detail } : {}) } };
+}

@@ -11,6 +11,7 @@ import { create, get, ls, pause, resume, rm, setTimeoutCmd, start, stats, stop }
 import { repl } from './commands/repl.js';
 import { shell } from './commands/shell.js';
 import { logs, templateBuild, templateGet, templateLs, templateRm } from './commands/templates.js';
+import { keyCreate, keyLs, keyRevoke, orgCreate, orgLs } from './commands/admin.js';
 import { reportError, type Io } from './output.js';
 
 export const COMMANDS: Command[] = [
@@ -36,10 +37,19 @@ export const COMMANDS: Command[] = [
   templateLs,
   templateGet,
   templateRm,
+  orgLs,
+  orgCreate,
+  keyLs,
+  keyCreate,
+  keyRevoke,
 ];
 
 /** Groups whose first word alone is not a command. */
-const GROUPS: Record<string, string> = { template: 'build, list and delete templates' };
+const GROUPS: Record<string, string> = {
+  template: 'build, list and delete templates',
+  org: 'list and create organizations (admin)',
+  key: 'list, create and revoke API keys (admin)',
+};
 
 export function findCommand(argv: readonly string[]): { command: Command | undefined; group: string | undefined; rest: string[] } {
   const [first, second] = argv;

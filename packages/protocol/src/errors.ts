@@ -21,6 +21,7 @@ export const ERROR_CODES = {
   TEMPLATE_NOT_FOUND: { status: 404, title: 'Template not found' },
   BUILD_NOT_FOUND: { status: 404, title: 'Build not found' },
   KEY_NOT_FOUND: { status: 404, title: 'API key not found' },
+  ORG_NOT_FOUND: { status: 404, title: 'Organization not found' },
   ROUTE_NOT_FOUND: { status: 404, title: 'Route not found' },
   FILE_NOT_FOUND: { status: 404, title: 'File not found' },
   PROCESS_NOT_FOUND: { status: 404, title: 'Process not found' },

@@ -193,3 +193,28 @@ export type SandboxEventKind = (typeof SANDBOX_EVENT_KINDS)[number];
 
 export const API_SCOPES = ['sandboxes:read', 'sandboxes:write', 'templates:read', 'templates:write', 'metrics:read', 'admin'] as const;
 export type ApiScope = (typeof API_SCOPES)[number];
+
+/** Scopes a key gets when none are named: everything about its own organization, not `admin`. */
+export const DEFAULT_KEY_SCOPES: readonly ApiScope[] = API_SCOPES.filter((s) => s !== 'admin');
+
+// The admin API (/v1/admin): organizations and API keys, for keys of the operator's organization
+// (`default`) that hold the `admin` scope.
+const ORG_NAME = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$', description: '1-63 letters, digits, ".", "_" or "-", starting with a letter or digit' });
+export const CreateOrgBody = Type.Object({ name: ORG_NAME });
+export type CreateOrgBody = Static<typeof CreateOrgBody>;
+export const CreateKeyBody = Type.Object({
+  org: Type.String({ minLength: 1, maxLength: 100, description: "the organization's name or id" }),
+  name: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'a label for the key' })),
+  scopes: Type.Optional(
+    Type.Array(Type.Union(API_SCOPES.map((s) => Type.Literal(s))), {
+      minItems: 1,
+      uniqueItems: true,
+      description: `default: ${API_SCOPES.filter((s) => s !== 'admin').join(', ')} (all but admin)`,
+    }),
+  ),
+});
+export type CreateKeyBody = Static<typeof CreateKeyBody>;
+export const KeyIdParams = Type.Object({ id: Type.String({ pattern: '^key_[0-9a-f]{16}$' }) });
+export type KeyIdParams = Static<typeof KeyIdParams>;
+export const AdminKeysQuery = Type.Object({ org: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })) });
+export type AdminKeysQuery = Static<typeof AdminKeysQuery>;

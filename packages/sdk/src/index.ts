@@ -2,6 +2,8 @@ export { Sandbox, DEFAULT_TEMPLATE } from './sandbox.js';
 export type { ConnectOptions, CreateCodeContextOptions, CreateOptions, ListOptions, RunCodeOptions, SandboxOptions } from './sandbox.js';
 export { Template, isTerminalBuildStatus } from './template.js';
 export type { BuildOptions, BuildResult, BuildStarted, BuildStep, TemplateDefinition, TemplateOptions, WaitBuildOptions } from './template.js';
+export { Admin } from './admin.js';
+export type { AdminOptions, ApiKeyInfo, CreatedApiKey, OrgInfo } from './admin.js';
 export { ApiClient } from './client.js';
 export type { CallOptions } from './client.js';
 export { DEFAULT_API_URL, resolveConfig } from './config.js';

@@ -29,7 +29,9 @@ Usage:
   sandboxd images list
   sandboxd help
 
-Scopes: sandboxes:read, sandboxes:write, templates:read, templates:write, metrics:read, admin (default: all).
+Scopes: sandboxes:read, sandboxes:write, templates:read, templates:write, metrics:read, admin
+(default: all but admin). admin stands for every scope of the key's organization; on a key of the
+operator's organization (default) it also opens the admin API (/v1/admin: organizations and keys).
 Configuration comes from the environment (SANDBOXD_DATA_DIR, ...; see the README).`;
 
 function table(rows: Array<Record<string, string>>): string {
@@ -157,7 +159,9 @@ main(process.argv.slice(2)).then(
     if (code >= 0) process.exit(code);
   },
   (err: unknown) => {
-    process.stderr.write(`sandboxd: ${err instanceof Error ? err.message : String(err)}\n`);
+    // The operator's own terminal: the whole story, a tool's output (detail) included.
+    const detail = err instanceof ServiceError && err.detail ? ` (${err.detail})` : '';
+    process.stderr.write(`sandboxd: ${err instanceof Error ? err.message : String(err)}${detail}\n`);
     process.exit(1);
   },
 );

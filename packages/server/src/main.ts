@@ -17,7 +17,7 @@ import { TemplateBuildService } from './services/template-builds.js';
 import { collectGarbage } from './services/gc.js';
 import { ensureBuiltinTemplates } from './images/bootstrap.js';
 import { BUILTIN_TEMPLATES } from './images/builtin.js';
-import { KeyService } from './services/keys.js';
+import { ALL_SCOPES, KeyService } from './services/keys.js';
 import { TokenService } from './services/tokens.js';
 import { TemplateService } from './services/templates.js';
 import { SandboxService } from './services/sandboxes.js';
@@ -106,7 +106,7 @@ async function bootstrapKey(config: Config, keys: KeyService): Promise<string> {
     return secret;
   }
   const org = await keys.ensureOrg('default');
-  const { secret } = await keys.createKey(org.id, { name: 'bootstrap' });
+  const { secret } = await keys.createKey(org.id, { name: 'bootstrap', scopes: [...ALL_SCOPES] });
   writeFileSync(file, `${secret}\n`, { mode: 0o600 });
   return secret;
 }

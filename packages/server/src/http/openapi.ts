@@ -1,6 +1,13 @@
 import type { FastifyInstance, RouteOptions } from 'fastify';
 import { AGENT_ROUTES, ERROR_CODES } from '@sandboxd/protocol';
 
+declare module 'fastify' {
+  interface FastifySchema {
+    /** One line for the OpenAPI operation (Fastify itself ignores it). */
+    summary?: string;
+  }
+}
+
 interface CollectedRoute {
   method: string;
   url: string;
@@ -42,7 +49,8 @@ export function buildOpenApi(routes: CollectedRoute[], version: string): Record<
     const path = r.url.replace(/:([A-Za-z_]+)/g, '{$1}');
     const op: Record<string, unknown> = {
       operationId: `${r.method.toLowerCase()}${path.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ? c.toUpperCase() : ''))}`,
-      tags: [path.startsWith('/v1/templates') ? 'templates' : path.startsWith('/v1') ? 'sandboxes' : 'service'],
+      tags: [path.startsWith('/v1/templates') ? 'templates' : path.startsWith('/v1/admin') ? 'admin' : path.startsWith('/v1') ? 'sandboxes' : 'service'],
+      ...(typeof r.schema?.summary === 'string' ? { summary: r.schema.summary } : {}),
       parameters: parameters(r.url, r.schema),
       responses: {
         '200': { description: 'success', content: { 'application/json': { schema: plain(r.schema?.response && (r.schema.response as Record<string, unknown>)['200']) } } },
@@ -81,7 +89,7 @@ export function buildOpenApi(routes: CollectedRoute[], version: string): Record<
     },
     servers: [{ url: '/' }],
     security: [{ apiKey: [] }, { bearerKey: [] }],
-    tags: [{ name: 'sandboxes' }, { name: 'templates' }, { name: 'service' }, { name: 'agent' }],
+    tags: [{ name: 'sandboxes' }, { name: 'templates' }, { name: 'admin', description: "organizations and API keys: keys of the operator's organization with the admin scope" }, { name: 'service' }, { name: 'agent' }],
     paths,
     components: {
       securitySchemes: {

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { API_SCOPES, ServiceError, type ApiScope } from '@sandboxd/protocol';
+import { API_SCOPES, DEFAULT_KEY_SCOPES, ServiceError, type ApiScope } from '@sandboxd/protocol';
 import type { ApiKeyRow, OrgRow, Store } from '../store/types.js';
 
 export interface Principal {
@@ -17,8 +17,9 @@ export function hashSecret(secret: string): string {
   return createHash('sha256').update(secret).digest('hex');
 }
 
+/** A key's scopes from a comma list; none named: DEFAULT_KEY_SCOPES (all but `admin`). */
 export function parseScopes(input: string[] | string | undefined): ApiScope[] {
-  if (input === undefined) return [...ALL_SCOPES];
+  if (input === undefined) return [...DEFAULT_KEY_SCOPES];
   const list = (Array.isArray(input) ? input : input.split(',')).map((s) => s.trim()).filter(Boolean);
   for (const s of list) {
     if (!(API_SCOPES as readonly string[]).includes(s)) {
@@ -53,7 +54,7 @@ export class KeyService {
       orgId,
       name: opts.name ?? 'default',
       hash: hashSecret(secret),
-      scopes: opts.scopes ?? [...ALL_SCOPES],
+      scopes: opts.scopes ?? [...DEFAULT_KEY_SCOPES],
       createdAt: new Date().toISOString(),
       revokedAt: null,
       lastUsedAt: null,
@@ -68,13 +69,35 @@ export class KeyService {
     if (existing && !existing.revokedAt) return existing;
     if (existing) throw new ServiceError('PERMISSION_DENIED', 'the bootstrap API key was revoked; set another SANDBOXD_BOOTSTRAP_API_KEY');
     const org = await this.ensureOrg(DEFAULT_ORG);
-    return (await this.createKey(org.id, { name: 'bootstrap', secret })).key;
+    return (await this.createKey(org.id, { name: 'bootstrap', secret, scopes: [...ALL_SCOPES] })).key;
   }
 
-  async revoke(id: string): Promise<void> {
+  async revoke(id: string): Promise<ApiKeyRow> {
     const key = await this.store.keys.byId(id);
     if (!key) throw new ServiceError('KEY_NOT_FOUND', `no API key with id ${id}`);
-    await this.store.keys.revoke(id, new Date().toISOString());
+    if (!key.revokedAt) await this.store.keys.revoke(id, new Date().toISOString());
+    return (await this.store.keys.byId(id))!;
+  }
+
+  /** An organization by name or id (404 ORG_NOT_FOUND). */
+  async org(nameOrId: string): Promise<OrgRow> {
+    const org = (await this.store.orgs.byName(nameOrId)) ?? (await this.store.orgs.byId(nameOrId));
+    if (!org) throw new ServiceError('ORG_NOT_FOUND', `organization ${JSON.stringify(nameOrId.slice(0, 100))} not found`);
+    return org;
+  }
+
+  /**
+   * The admin API is the operator's: a key of the operator's organization (`default`, where the
+   * bootstrap key lives) with the `admin` scope. `admin` on another organization's key stands for
+   * every scope within that organization only (keys made before admin left the default scopes have
+   * it), so it never reaches other organizations.
+   */
+  async requireOperator(p: Principal): Promise<void> {
+    const operator = await this.store.orgs.byName(DEFAULT_ORG);
+    if (!p.scopes.has('admin')) throw new ServiceError('PERMISSION_DENIED', 'the admin API needs a key with the "admin" scope');
+    if (!operator || p.orgId !== operator.id) {
+      throw new ServiceError('PERMISSION_DENIED', `the admin API is for keys of the operator's organization (${DEFAULT_ORG}); this key belongs to another`);
+    }
   }
 
   /** Resolves a presented secret to its principal, or throws 401. */

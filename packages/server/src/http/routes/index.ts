@@ -19,6 +19,7 @@ import { uploadLinkRoute } from './template-upload-link.js';
 import { uploadPutRoute } from './template-upload-put.js';
 import { deleteTemplateRoute } from './template-delete.js';
 import { metricsRoutes } from './metrics.js';
+import { adminRoutes } from './admin.js';
 
 export async function registerRoutes(app: FastifyInstance, s: Services): Promise<void> {
   for (const register of [
@@ -41,6 +42,7 @@ export async function registerRoutes(app: FastifyInstance, s: Services): Promise
     uploadPutRoute,
     deleteTemplateRoute,
     metricsRoutes,
+    adminRoutes,
   ]) {
     await register(app, s);
   }

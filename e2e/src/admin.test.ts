@@ -1,0 +1,167 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { Admin, NotFoundError, PermissionDeniedError, Sandbox } from '@sandboxd/sdk';
+import { api, startServer, REPO_ROOT, type TestServer } from './harness.js';
+import { sbx } from './sdk-support.js';
+
+// Issue 14, item 4: organizations and API keys over HTTP for the operator's admin keys, used by the
+// SDK and `sbx`; the host CLI goes on working without the service.
+
+let server: TestServer;
+
+function operator(args: string[]): any {
+  return JSON.parse(execFileSync(process.execPath, [join(REPO_ROOT, 'packages/server/dist/cli.js'), ...args, '--json'], { env: server.env, encoding: 'utf8' }));
+}
+
+const as = (apiKey: string) => ({ baseUrl: server.baseUrl, apiKey });
+
+before(async () => {
+  server = await startServer({ templates: ['base'] });
+});
+after(async () => {
+  await server?.stop();
+});
+
+describe('admin API', { timeout: 180_000 }, () => {
+  test('the operator creates an organization and a key for it; the key works at once, sees its own organization only, and has no admin', async () => {
+    const org = await api(server, 'POST', '/v1/admin/orgs', { name: 'acme' });
+    assert.equal(org.status, 201, JSON.stringify(org.body));
+    assert.equal(org.body.name, 'acme');
+    assert.match(org.body.id, /^org_/);
+    assert.equal((await api(server, 'POST', '/v1/admin/orgs', { name: 'acme' })).body.code, 'ALREADY_EXISTS');
+
+    const created = await api(server, 'POST', '/v1/admin/keys', { org: 'acme', name: 'ci' });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    assert.match(created.body.secret, /^sbd_/);
+    assert.deepEqual(created.body.scopes, ['sandboxes:read', 'sandboxes:write', 'templates:read', 'templates:write', 'metrics:read'], 'all but admin by default');
+    assert.deepEqual([created.body.org, created.body.org_id, created.body.name, created.body.revoked_at], ['acme', org.body.id, 'ci', null]);
+
+    const tenant = as(created.body.secret);
+    const limits = await api(tenant, 'GET', '/v1/account/limits');
+    assert.equal(limits.status, 200);
+    assert.equal(limits.body.organization_id, org.body.id);
+    for (const [method, path, body] of [
+      ['GET', '/v1/admin/orgs', undefined],
+      ['POST', '/v1/admin/keys', { org: 'acme', scopes: ['admin'] }],
+    ] as const) {
+      const r = await api(tenant, method, path, body);
+      assert.equal(r.status, 403, `${method} ${path}: ${JSON.stringify(r.body)}`);
+      assert.equal(r.body.code, 'PERMISSION_DENIED');
+    }
+
+    // The listing never shows a secret or its hash.
+    const list = await api(server, 'GET', '/v1/admin/keys?org=acme');
+    assert.equal(list.status, 200);
+    assert.deepEqual(
+      list.body.data.map((k: any) => k.id),
+      [created.body.id],
+    );
+    const text = JSON.stringify(list.body);
+    assert.ok(!text.includes(created.body.secret) && !/"hash"|secret/.test(text), text);
+    const all = await api(server, 'GET', '/v1/admin/keys');
+    assert.ok(all.body.data.some((k: any) => k.org === 'default' && k.scopes.includes('admin')), 'the bootstrap key is listed');
+  });
+
+  test("admin on another organization's key stops at that organization", async () => {
+    // What every key made without --scopes held before admin left the default.
+    const other = operator(['keys', 'create', '--org', 'other', '--scopes', 'sandboxes:read,sandboxes:write,templates:read,templates:write,metrics:read,admin']);
+    const key = as(other.api_key);
+    assert.equal((await api(key, 'GET', '/v1/sandboxes')).status, 200, 'admin still stands for every scope in its organization');
+    for (const path of ['/v1/admin/orgs', '/v1/admin/keys']) {
+      const r = await api(key, 'GET', path);
+      assert.equal(r.status, 403, JSON.stringify(r.body));
+      assert.match(r.body.message, /operator's organization/);
+    }
+    const revoke = await api(key, 'DELETE', `/v1/admin/keys/${other.id}`);
+    assert.equal(revoke.status, 403);
+    // A key of the operator's organization without admin is refused too.
+    const plain = operator(['keys', 'create', '--org', 'default', '--scopes', 'sandboxes:read']);
+    const r = await api(as(plain.api_key), 'GET', '/v1/admin/orgs');
+    assert.equal(r.status, 403);
+    assert.match(r.body.message, /"admin" scope/);
+  });
+
+  test('revoking a key ends it at once; a key cannot revoke itself; bad input is a 4xx naming what is wrong', async () => {
+    const made = await api(server, 'POST', '/v1/admin/keys', { org: 'acme', scopes: ['sandboxes:read'] });
+    assert.equal((await api(as(made.body.secret), 'GET', '/v1/sandboxes')).status, 200);
+    const revoked = await api(server, 'DELETE', `/v1/admin/keys/${made.body.id}`);
+    assert.equal(revoked.status, 200, JSON.stringify(revoked.body));
+    assert.match(revoked.body.revoked_at, /Z$/);
+    assert.equal((await api(as(made.body.secret), 'GET', '/v1/sandboxes')).status, 401);
+    // Revoking again answers the same key, still revoked at the first time.
+    assert.equal((await api(server, 'DELETE', `/v1/admin/keys/${made.body.id}`)).body.revoked_at, revoked.body.revoked_at);
+
+    const own = (await api(server, 'GET', '/v1/admin/keys?org=default')).body.data.find((k: any) => k.name === 'bootstrap');
+    const self = await api(server, 'DELETE', `/v1/admin/keys/${own.id}`);
+    assert.equal(self.status, 409);
+    assert.equal(self.body.code, 'INVALID_STATE');
+
+    const cases: Array<[string, string, unknown, number, string, RegExp]> = [
+      ['POST', '/v1/admin/orgs', { name: '../etc' }, 400, 'VALIDATION_ERROR', /name/],
+      ['POST', '/v1/admin/orgs', { name: 'x'.repeat(64) }, 400, 'VALIDATION_ERROR', /name/],
+      ['POST', '/v1/admin/orgs', {}, 400, 'VALIDATION_ERROR', /name/],
+      ['POST', '/v1/admin/keys', { org: 'acme', scopes: ['root'] }, 400, 'VALIDATION_ERROR', /scopes/],
+      ['POST', '/v1/admin/keys', { org: 'acme', scopes: [] }, 400, 'VALIDATION_ERROR', /scopes/],
+      ['POST', '/v1/admin/keys', { org: 'nope' }, 404, 'ORG_NOT_FOUND', /nope/],
+      ['GET', '/v1/admin/keys?org=nope', undefined, 404, 'ORG_NOT_FOUND', /nope/],
+      ['DELETE', '/v1/admin/keys/key_0000000000000000', undefined, 404, 'KEY_NOT_FOUND', /key_0000000000000000/],
+      ['DELETE', '/v1/admin/keys/..%2f..%2fetc', undefined, 400, 'VALIDATION_ERROR', /id/],
+    ];
+    for (const [method, path, body, status, code, message] of cases) {
+      const r = await api(server, method, path, body);
+      assert.equal(r.status, status, `${method} ${path} ${JSON.stringify(body)}: ${JSON.stringify(r.body)}`);
+      assert.equal(r.body.code, code, path);
+      assert.match(r.body.message, message, path);
+    }
+    const anonymous = await api(as(''), 'GET', '/v1/admin/orgs');
+    assert.equal(anonymous.status, 401);
+  });
+
+  test('the SDK and sbx drive it; the host CLI sees what they made', async () => {
+    const opts = { baseUrl: server.baseUrl, apiKey: server.apiKey };
+    const org = await Admin.createOrg('globex', opts);
+    assert.equal(org.name, 'globex');
+    assert.ok((await Admin.listOrgs(opts)).some((o) => o.id === org.id));
+    const key = await Admin.createKey({ org: 'globex', scopes: ['sandboxes:read', 'sandboxes:write'], name: 'sdk' }, opts);
+    assert.deepEqual([key.org, key.scopes, key.revokedAt], ['globex', ['sandboxes:read', 'sandboxes:write'], null]);
+    assert.deepEqual((await Sandbox.listPage({ baseUrl: server.baseUrl, apiKey: key.secret })).data, [], 'the new key works, in its own empty organization');
+    await assert.rejects(Admin.listOrgs({ baseUrl: server.baseUrl, apiKey: key.secret }), PermissionDeniedError);
+    await assert.rejects(Admin.createKey({ org: 'initech' }, opts), NotFoundError);
+    assert.match((await Admin.revokeKey(key.id, opts)).revokedAt ?? '', /Z$/);
+    assert.ok(operator(['keys', 'list', '--org', 'globex']).some((k: any) => k.id === key.id && k.revokedAt));
+
+    const created = await sbx(server, ['org', 'create', 'hooli']);
+    assert.equal(created.code, 0, created.stderr);
+    assert.match((await sbx(server, ['org', 'ls'])).stdout, /hooli/);
+    const made = await sbx(server, ['key', 'create', '--org', 'hooli', '--scopes', 'templates:read', '--json']);
+    assert.equal(made.code, 0, made.stderr);
+    const k = JSON.parse(made.stdout) as { id: string; secret: string; scopes: string[] };
+    assert.deepEqual(k.scopes, ['templates:read']);
+    assert.match((await sbx(server, ['key', 'ls', '--org', 'hooli'])).stdout, new RegExp(`${k.id}.*templates:read.*active`));
+    assert.equal((await sbx(server, ['key', 'revoke', k.id])).code, 0);
+    assert.match((await sbx(server, ['key', 'ls', '--org', 'hooli'])).stdout, new RegExp(`${k.id}.*revoked`));
+    const refused = await sbx({ baseUrl: server.baseUrl, apiKey: k.secret }, ['org', 'ls']);
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /401|revoked|invalid/i);
+    assert.equal((await sbx(server, ['key', 'create'])).code, 2, 'a missing --org is a usage error');
+  });
+
+  test('the admin operations are in the OpenAPI document, under their own tag', async () => {
+    const doc = (await api(server, 'GET', '/openapi.json')).body;
+    for (const [path, method] of [
+      ['/v1/admin/orgs', 'get'],
+      ['/v1/admin/orgs', 'post'],
+      ['/v1/admin/keys', 'get'],
+      ['/v1/admin/keys', 'post'],
+      ['/v1/admin/keys/{id}', 'delete'],
+    ]) {
+      const op = doc.paths[path]?.[method];
+      assert.ok(op, `${method} ${path}`);
+      assert.deepEqual(op.tags, ['admin']);
+      assert.ok(op.summary, `${method} ${path} has a summary`);
+    }
+    assert.ok(doc.components.schemas.Error.properties.code.enum.includes('ORG_NOT_FOUND'));
+  });
+});

@@ -1,0 +1,70 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { AdminKeysQuery, CreateKeyBody, CreateOrgBody, KeyIdParams, ServiceError } from '@sandboxd/protocol';
+import type { Services } from '../../services/index.js';
+import type { ApiKeyRow, OrgRow } from '../../store/types.js';
+import { guard, principalOf } from '../auth.js';
+
+const org = (o: OrgRow) => ({ id: o.id, name: o.name, created_at: o.createdAt });
+
+/** A key as the admin API shows it: never its secret or hash. */
+const key = (k: ApiKeyRow, orgName: string | undefined) => ({
+  id: k.id,
+  org_id: k.orgId,
+  org: orgName ?? null,
+  name: k.name,
+  scopes: k.scopes,
+  created_at: k.createdAt,
+  revoked_at: k.revokedAt,
+  last_used_at: k.lastUsedAt,
+});
+
+/**
+ * The admin API: what `sandboxd orgs|keys` does on the host, over HTTP, for the operator's keys
+ * (KeyService.requireOperator). Organizations: list, create. Keys: list, create (the secret is in
+ * that answer only), revoke.
+ */
+export function adminRoutes(app: FastifyInstance, s: Services): void {
+  const admin = async (req: FastifyRequest) => {
+    await guard(s.keys, 'admin')(req);
+    await s.keys.requireOperator(principalOf(req));
+  };
+  const orgNames = async () => new Map((await s.store.orgs.list()).map((o) => [o.id, o.name]));
+
+  app.get('/v1/admin/orgs', { preHandler: admin, schema: { summary: 'list organizations' } }, async (req) => {
+    const list = await s.store.orgs.list();
+    return { object: 'list', data: list.map(org), request_id: req.id };
+  });
+
+  app.post<{ Body: CreateOrgBody }>('/v1/admin/orgs', { preHandler: admin, schema: { summary: 'create an organization', body: CreateOrgBody } }, async (req, reply) => {
+    const created = await s.keys.createOrg(req.body.name);
+    req.log.info({ org: created.name, id: created.id, by_key: principalOf(req).keyId }, 'organization created');
+    return reply.code(201).send({ ...org(created), request_id: req.id });
+  });
+
+  app.get<{ Querystring: AdminKeysQuery }>('/v1/admin/keys', { preHandler: admin, schema: { summary: 'list API keys (without secrets)', querystring: AdminKeysQuery } }, async (req) => {
+    const only = req.query.org ? await s.keys.org(req.query.org) : undefined;
+    const names = await orgNames();
+    const list = await s.store.keys.list(only?.id);
+    return { object: 'list', data: list.map((k) => key(k, names.get(k.orgId))), request_id: req.id };
+  });
+
+  app.post<{ Body: CreateKeyBody }>(
+    '/v1/admin/keys',
+    { preHandler: admin, schema: { summary: 'create an API key (its secret is in this answer only)', body: CreateKeyBody } },
+    async (req, reply) => {
+      const target = await s.keys.org(req.body.org);
+      const { key: created, secret } = await s.keys.createKey(target.id, { name: req.body.name, scopes: req.body.scopes });
+      req.log.info({ key: created.id, org: target.name, scopes: created.scopes, by_key: principalOf(req).keyId }, 'API key created');
+      return reply.code(201).send({ ...key(created, target.name), secret, request_id: req.id });
+    },
+  );
+
+  app.delete<{ Params: KeyIdParams }>('/v1/admin/keys/:id', { preHandler: admin, schema: { summary: 'revoke an API key (at once; tokens it made stop working too)', params: KeyIdParams } }, async (req) => {
+    if (req.params.id === principalOf(req).keyId) {
+      throw new ServiceError('INVALID_STATE', 'a key cannot revoke itself over the API (that would lock this client out); use another admin key, or sandboxd keys revoke on the host', { id: req.params.id });
+    }
+    const revoked = await s.keys.revoke(req.params.id);
+    req.log.info({ key: revoked.id, by_key: principalOf(req).keyId }, 'API key revoked');
+    return { ...key(revoked, (await orgNames()).get(revoked.orgId)), request_id: req.id };
+  });
+}

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ServiceError } from './errors.js';
-import { isProgrammingError, renderError } from './render-error.js';
+import { describeCause, isProgrammingError, renderError } from './render-error.js';
 
 test("a user's mistake is rendered as thrown, with no incident", () => {
   const r = renderError(new ServiceError('FILE_NOT_FOUND', '/x: no such file', { path: '/x' }, { 'x-extra': '1' }), 'req_1');
@@ -70,4 +70,22 @@ test('isProgrammingError: what the language throws for broken code, and failed a
   assert.equal(isProgrammingError(enoent), false);
   assert.equal(isProgrammingError(new ServiceError('RUNTIME_ERROR')), false);
   assert.equal(isProgrammingError('x'), false);
+});
+
+test('rendering never throws: an extra that cannot be serialized, odd headers, odd things thrown', () => {
+  const cyclic: Record<string, unknown> = {};
+  cyclic.self = cyclic;
+  const r = renderError(new ServiceError('VALIDATION_ERROR', 'x', { cyclic }), 'req_4');
+  assert.equal(r.status, 500, 'what cannot be sent is rendered as the bug it is');
+  assert.doesNotThrow(() => JSON.stringify(r.body));
+  const big = renderError(new ServiceError('RUNTIME_ERROR', 'x', { n: 10n }));
+  assert.equal(big.status, 500);
+  const headers = renderError(new ServiceError('RATE_LIMIT_EXCEEDED', 'slow down', {}, { 'retry-after': '3', 'x-bad': 'a\r\nset-cookie: x', 'bad name': 'v' }));
+  assert.deepEqual(headers.headers, { 'retry-after': '3' });
+  const odd = Object.create(null) as object;
+  assert.equal(renderError(odd).status, 500);
+  assert.equal(describeCause(odd), '{}');
+  const hostile = { toJSON: () => { throw new Error('no'); } };
+  assert.equal(describeCause(hostile), '[object Object]');
+  assert.match(describeCause(new TypeError('t')), /^TypeError: t\n/);
 });

@@ -51,9 +51,33 @@ export function isProgrammingError(err: unknown): boolean {
   );
 }
 
+/**
+ * Text for the log about anything thrown: a stack when there is one (what a wrapper's `detail`
+ * keeps of its cause), never itself a throw (a null-prototype object, a throwing toString).
+ */
+export function describeCause(err: unknown): string {
+  try {
+    if (err instanceof Error) return err.stack ?? `${err.name}: ${err.message}`;
+    return typeof err === 'string' ? err : JSON.stringify(err) ?? String(err);
+  } catch {
+    return Object.prototype.toString.call(err);
+  }
+}
+
 export function renderError(err: unknown, requestId?: string): RenderedError {
+  try {
+    const r = render(err, requestId);
+    JSON.stringify(r.body); // an `extra` that cannot be sent (a cycle, a BigInt) must fail here, not in a listener
+    return r;
+  } catch {
+    // What was thrown carries something no body can hold: it is rendered as the bug it is.
+    return bug(err, requestId);
+  }
+}
+
+function render(err: unknown, requestId?: string): RenderedError {
   if (err instanceof ServiceError && err.status < 500) {
-    return { status: err.status, headers: { ...err.headers }, body: err.toBody(requestId) };
+    return { status: err.status, headers: stringHeaders(err.headers), body: err.toBody(requestId) };
   }
   const id = newIncidentId();
   if (err instanceof ServiceError && err.code !== 'INTERNAL_ERROR') {
@@ -62,18 +86,30 @@ export function renderError(err: unknown, requestId?: string): RenderedError {
     const body: ErrorBody = { ...err.toBody(requestId), retry_after: retryAfter, incident_id: id };
     return {
       status: err.status,
-      headers: { ...err.headers, 'retry-after': String(retryAfter) },
+      headers: { ...stringHeaders(err.headers), 'retry-after': String(retryAfter) },
       body,
       incident: { id, kind: 'outage', cause: err, detail: err.detail ? `${err.message}: ${err.detail}` : err.message },
     };
   }
+  return bug(err, requestId, id);
+}
+
+/** 500 INTERNAL_ERROR: the body holds nothing of `err` (and so cannot fail to serialize). */
+function bug(err: unknown, requestId: string | undefined, id = newIncidentId()): RenderedError {
   const body: ErrorBody = {
     error: 'Internal server error',
     message: `internal error; the operator can find it in the log as incident ${id}`,
     code: 'INTERNAL_ERROR',
     incident_id: id,
   };
-  if (requestId) body.request_id = requestId;
+  if (typeof requestId === 'string' && requestId) body.request_id = requestId;
   const detail = err instanceof ServiceError ? (err.detail ? `${err.message}: ${err.detail}` : err.message) : undefined;
   return { status: 500, headers: {}, body, incident: { id, kind: 'bug', cause: err, ...(detail ? { detail } : {}) } };
+}
+
+/** Header values a response can carry: strings without CR/LF (anything else is dropped). */
+function stringHeaders(h: Record<string, unknown>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(h)) if (typeof v === 'string' && !/[\r\n\0]/.test(v) && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(k)) out[k] = v;
+  return out;
 }

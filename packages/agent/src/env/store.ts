@@ -2,7 +2,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { rename, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { logLine } from '../log.js';
-import { ServiceError } from '../proto.js';
+import { describeCause, ServiceError } from '../proto.js';
 
 /**
  * The sandbox's env set (GET/PUT/PATCH /env, DELETE /env/{key}): applied to every later execution
@@ -59,7 +59,7 @@ export class EnvStore {
         await writeFile(tmp, snapshot, { mode: 0o600 });
         await rename(tmp, this.file);
       } catch (err) {
-        throw new ServiceError('INTERNAL_ERROR', `could not save the env set: ${(err as Error).message}`);
+        throw new ServiceError('INTERNAL_ERROR', 'could not save the env set').withDetail(describeCause(err));
       }
     });
     const result = this.writing;

@@ -1,4 +1,4 @@
-import { ServiceError } from '../proto.js';
+import { describeCause, ServiceError } from '../proto.js';
 
 /** Maps a filesystem error to the agent's error codes (never a 5xx for a caller's mistake). */
 export function fsError(err: unknown, path: string): ServiceError {
@@ -31,12 +31,13 @@ export function fsError(err: unknown, path: string): ServiceError {
     case 'EIO':
       // On the pseudo filesystems (/proc/self/mem...) it means the same; on the sandbox's disk it is a real fault.
       if (/^\/(proc|sys|dev)\//.test(path)) return new ServiceError('NOT_A_FILE', `${path} cannot be read or written as a file (EIO)`, { path });
-      return new ServiceError('INTERNAL_ERROR', `${path}: ${e.message}`, { path });
+      return new ServiceError('INTERNAL_ERROR', `I/O error on ${path}`, { path }).withDetail(describeCause(err));
     case 'ENAMETOOLONG':
     case 'ELOOP':
     case 'EINVAL':
       return new ServiceError('INVALID_PATH', `Invalid path ${path} (${e.code})`, { path });
     default:
-      return new ServiceError('INTERNAL_ERROR', `${path}: ${e?.message ?? String(err)}`, { path });
+      // Not an errno the caller can act on, or a bug of ours: a 500 whose incident keeps the cause.
+      return new ServiceError('INTERNAL_ERROR', `a file operation on ${path} failed`, { path }).withDetail(describeCause(err));
   }
 }

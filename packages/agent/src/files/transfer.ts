@@ -6,7 +6,7 @@ import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { drainRequest } from '../http/drain.js';
 import { TransferGc } from '../memory.js';
-import { ServiceError } from '../proto.js';
+import { isProgrammingError, ServiceError } from '../proto.js';
 import { fsError } from './errors.js';
 import { mimeType } from './mime.js';
 import { commitFile, ensureParentDir, notWritable, parseMode, tempNameBeside } from './ops.js';
@@ -136,9 +136,14 @@ export async function receiveUpload(req: IncomingMessage, url: URL, workspaceDir
     parser.on('filesLimit', () => {
       failure ??= new ServiceError('VALIDATION_ERROR', 'only one file per upload request');
     });
-    // busboy's own errors (a truncated or malformed body) are the client's; ours arrive as ServiceErrors.
+    // busboy's own errors (a truncated or malformed body) are the client's; ours arrive as
+    // ServiceErrors or errno errors, and a bug (a TypeError) stays one.
     parser.on('error', (err: Error) =>
-      reject(err instanceof ServiceError || 'errno' in err ? err : new ServiceError('VALIDATION_ERROR', `malformed multipart/form-data body: ${err.message}`)),
+      reject(
+        err instanceof ServiceError || 'errno' in err || isProgrammingError(err)
+          ? err
+          : new ServiceError('VALIDATION_ERROR', `malformed multipart/form-data body: ${err.message}`),
+      ),
     );
     parser.on('close', resolve);
     // The client went away: stop the parser, which fails the file stream, which removes the temp file.

@@ -1,4 +1,4 @@
-import { renderError, type RenderedError } from '../proto.js';
+import { describeCause, renderError, type RenderedError } from '../proto.js';
 import { logLine } from '../log.js';
 
 /**
@@ -9,7 +9,7 @@ export function renderAgentError(err: unknown, requestId: string | undefined, wh
   const r = renderError(err, requestId);
   if (r.incident) {
     const { id, kind, cause, detail } = r.incident;
-    const what = kind === 'bug' ? ((cause as Error)?.stack ?? String(cause)) : (detail ?? String(cause));
+    const what = kind === 'bug' ? describeCause(cause) : (detail ?? describeCause(cause));
     logLine(`${where}: incident ${id} (${kind})${requestId ? ` request ${requestId}` : ''}: ${kind === 'bug' && detail ? `${detail}\n` : ''}${what}`);
   }
   return r;
@@ -19,5 +19,5 @@ export function renderAgentError(err: unknown, requestId: string | undefined, wh
 export function errorFrame(err: unknown, requestId: string | undefined, where: string): { type: 'error'; [field: string]: unknown } {
   const { body } = renderAgentError(err, requestId, where);
   const { error: _title, message, request_id: _rid, ...rest } = body;
-  return { type: 'error', ...rest, error: message };
+  return { ...rest, type: 'error', error: message };
 }

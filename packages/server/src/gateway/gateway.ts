@@ -2,7 +2,7 @@ import { createServer, Agent, type IncomingMessage, type Server } from 'node:htt
 import type { Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { safeUrl } from '../logging.js';
-import { ServiceError, type ApiScope } from '@sandboxd/protocol';
+import { describeCause, ServiceError, type ApiScope } from '@sandboxd/protocol';
 import type { Config } from '../config.js';
 import type { GatewayControl } from '../services/sandboxes.js';
 import type { RouteEntry, RouteTable } from '../services/routes.js';
@@ -251,7 +251,7 @@ export class Gateway implements GatewayControl {
       incident_id: id,
       request_id: requestId,
       ...(detail ? { detail } : {}),
-      ...(kind === 'bug' ? { error: cause instanceof Error ? cause.stack : String(cause) } : {}),
+      ...(kind === 'bug' ? { error: describeCause(cause) } : {}),
     });
   };
 

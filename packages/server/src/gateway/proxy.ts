@@ -123,7 +123,7 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
     try {
       res.writeHead(status, out);
     } catch (err) {
-      fail(`answered with headers that cannot be relayed: ${err instanceof Error ? err.message : String(err)}`);
+      fail('answered with headers that cannot be relayed', err instanceof Error ? err.message : undefined);
       return;
     }
     touch();
@@ -164,10 +164,19 @@ export function agentUnavailable(sandboxId: string, why: string, detail?: string
   return detail ? se.withDetail(detail) : se;
 }
 
+/** Logging an incident must not take the request (or the process, from a listener) down. */
+export function reportIncident(onIncident: OnIncident | undefined, incident: Incident, requestId: string): void {
+  try {
+    onIncident?.(incident, requestId);
+  } catch {
+    // the answer still goes out
+  }
+}
+
 /** A JSON error (renderError) to a client whose response has not started; never throws. */
 export function sendError(res: ServerResponse, err: unknown, requestId: string, onIncident?: OnIncident): void {
   const r = renderError(err, requestId);
-  if (r.incident) onIncident?.(r.incident, requestId);
+  if (r.incident) reportIncident(onIncident, r.incident, requestId);
   const text = JSON.stringify(r.body);
   try {
     res.writeHead(r.status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text), 'x-request-id': requestId, ...r.headers });

@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { renderError } from '@sandboxd/protocol';
-import { agentUnavailable, mayBeAgentGone, type OnIncident } from './proxy.js';
+import { agentUnavailable, mayBeAgentGone, reportIncident, type OnIncident } from './proxy.js';
 
 /**
  * A WebSocket upgrade relayed to the agent as a byte tunnel: the request line and headers (without
@@ -69,7 +69,7 @@ export function openTunnel(
 /** An HTTP error written on a raw (upgrade) socket, which is then closed; never throws. */
 export function rawError(socket: Socket, err: unknown, requestId: string, onIncident?: OnIncident): void {
   const r = renderError(err, requestId);
-  if (r.incident) onIncident?.(r.incident, requestId);
+  if (r.incident) reportIncident(onIncident, r.incident, requestId);
   const text = JSON.stringify(r.body);
   if (!socket.writable) {
     socket.destroy();

@@ -1,7 +1,7 @@
 import { chmod, chown, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { isProgrammingError, ServiceError } from '@sandboxd/protocol';
+import { describeCause, isProgrammingError, ServiceError } from '@sandboxd/protocol';
 import { moveIdRange } from '../images/shift.js';
 import { ID_RANGE, LEGACY_ID_OFFSET } from '../images/types.js';
 import { checkSuidDumpable, ensureAgentRuntime, nodeArgv, NODE_MOUNT, type AgentRuntime } from './agent-runtime.js';
@@ -584,7 +584,7 @@ export class CrunRuntime implements Runtime {
         // image would corrupt it.
         const last = await this.recordedLoop(p);
         if (last && !(await waitLoopReleased(last, p.image, 10_000))) {
-          throw new ServiceError('RUNTIME_ERROR', `sandbox ${id}: its disk is still held by its previous run (${last}); try again`);
+          throw new ServiceError('RUNTIME_ERROR', `sandbox ${id}: its disk is still held by its previous run; try again`).withDetail(`loop device ${last}`);
         }
         await mkdir(p.disk, { recursive: true });
         await mountDiskImage(p.image, p.disk, await this.diskTools());
@@ -860,16 +860,19 @@ async function ensureTraversable(dir: string, log: (m: string) => void): Promise
   }
 }
 
+// Ids, hostnames and resources reach the runtime from the services, which validated what a client
+// sent: one that fails here is a broken contract of ours (a TypeError: a 500 with an incident id,
+// not a 400 that blames the client). Checked all the same: an id becomes a path.
 function checkId(id: string): void {
-  if (!ID_RE.test(id)) throw new ServiceError('VALIDATION_ERROR', `bad sandbox id ${JSON.stringify(id)}`);
+  if (!ID_RE.test(id)) throw new TypeError(`bad sandbox id ${JSON.stringify(id)}`);
 }
 
 function checkSpec(spec: SandboxSpec): void {
   checkId(spec.id);
-  if (!HOSTNAME_RE.test(spec.hostname)) throw new ServiceError('VALIDATION_ERROR', `bad hostname ${JSON.stringify(spec.hostname)}`);
+  if (!HOSTNAME_RE.test(spec.hostname)) throw new TypeError(`bad hostname ${JSON.stringify(spec.hostname)}`);
   const r = spec.resources;
   if (!(r.vcpu > 0 && r.memoryMb >= 16 && r.diskGb > 0 && r.pidsMax >= 8)) {
-    throw new ServiceError('VALIDATION_ERROR', `bad resources ${JSON.stringify(r)}`);
+    throw new TypeError(`bad resources ${JSON.stringify(r)}`);
   }
 }
 
@@ -880,5 +883,5 @@ function checkSpec(spec: SandboxSpec): void {
  */
 function asRuntimeError(err: unknown): unknown {
   if (err instanceof ServiceError || isProgrammingError(err)) return err;
-  return new ServiceError('RUNTIME_ERROR', 'the container runtime failed on this sandbox; try again').withDetail(err instanceof Error ? err.message : String(err));
+  return new ServiceError('RUNTIME_ERROR', 'the container runtime failed on this sandbox; try again').withDetail(describeCause(err));
 }

@@ -45,7 +45,9 @@ export async function readIdRange(sandboxDir: string): Promise<IdRangeFile | und
     return undefined;
   }
   if (typeof j.base !== 'number' || j.size !== ID_RANGE || rangeIndex(j.base) === undefined || (j.movingFrom !== undefined && typeof j.movingFrom !== 'number')) {
-    throw new ServiceError('RUNTIME_ERROR', `${join(sandboxDir, ID_RANGE_FILE)}: not a sandbox id range: ${JSON.stringify(j)}`);
+    throw new ServiceError('RUNTIME_ERROR', "the sandbox's id range record is damaged; the operator must repair it").withDetail(
+      `${join(sandboxDir, ID_RANGE_FILE)}: not a sandbox id range: ${JSON.stringify(j).slice(0, 200)}`,
+    );
   }
   return { base: j.base, size: j.size, ...(j.movingFrom !== undefined ? { movingFrom: j.movingFrom } : {}) };
 }
@@ -172,7 +174,9 @@ export class IdRanges {
     if (k === undefined) throw new Error(`${base} is not the base of a sandbox id range`);
     const current = this.owners.get(k);
     if (current !== undefined && current !== owner) {
-      throw new ServiceError('RUNTIME_ERROR', `id range ${base} of sandbox ${owner} is also held by sandbox ${current}`);
+      throw new ServiceError('RUNTIME_ERROR', `the host id range of sandbox ${owner} is held by another sandbox; the operator must repair it`).withDetail(
+        `id range ${base} of sandbox ${owner} is also held by sandbox ${current}`,
+      );
     }
     if (current === undefined && this.registry && !this.registry.take(k, owner)) {
       throw new RangeHeldElsewhere(base, this.registry.holder(k) ?? 'another data dir');

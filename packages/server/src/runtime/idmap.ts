@@ -26,9 +26,8 @@ export async function ensureIdmapHelper(dataDir: string): Promise<string> {
   try {
     const r = await proc('gcc', ['-O2', '-Wall', '-o', tmp, IDMAP_HELPER_SOURCE]).catch((err: Error) => ({ code: -1, stderr: err.message }));
     if (r.code !== 0) {
-      throw new ServiceError(
-        'RUNTIME_ERROR',
-        `cannot compile ${IDMAP_HELPER_SOURCE} (sandboxes need it; install gcc and libc6-dev): ${r.stderr.trim().split('\n').slice(-4).join(' | ')}`,
+      throw new ServiceError('RUNTIME_ERROR', 'the host cannot compile the helper that sandboxes need; the operator must install gcc and libc6-dev').withDetail(
+        `cannot compile ${IDMAP_HELPER_SOURCE}: ${r.stderr.trim().split('\n').slice(-4).join(' | ')}`,
       );
     }
     await rename(tmp, bin);
@@ -51,7 +50,9 @@ export async function layerIdOffset(layerDir: string): Promise<number> {
   for (const offset of [CANONICAL_ID_OFFSET, LEGACY_ID_OFFSET]) {
     if (st.uid >= offset && st.uid < offset + ID_RANGE && st.gid >= offset && st.gid < offset + ID_RANGE) return offset;
   }
-  throw new ServiceError('RUNTIME_ERROR', `layer ${layerDir} is not in canonical ownership (its root is owned by ${st.uid}:${st.gid})`);
+  throw new ServiceError('RUNTIME_ERROR', "a layer of this sandbox's template is not in canonical ownership; the operator must rebuild or re-import it").withDetail(
+    `layer ${layerDir}: its root is owned by ${st.uid}:${st.gid}`,
+  );
 }
 
 export interface IdmappedOverlay {

@@ -1,3 +1,4 @@
+import { basename } from 'node:path';
 import { spawn, type StdioOptions } from 'node:child_process';
 import { ServiceError } from '@sandboxd/protocol';
 import { spawner } from './spawner.js';
@@ -37,14 +38,18 @@ export function proc(cmd: string, args: string[], opts: ProcOptions = {}): Promi
   });
 }
 
-/** Like proc() but a non-zero exit is a RUNTIME_ERROR carrying the tool's own message. */
+/** Like proc() but a non-zero exit is a RUNTIME_ERROR (toolError). */
 export async function procOk(cmd: string, args: string[], opts: ProcOptions = {}): Promise<string> {
   const r = await proc(cmd, args, opts);
   if (r.code !== 0) throw toolError(cmd, args, r);
   return r.stdout;
 }
 
+/**
+ * A host tool that failed: an outage whose message names the tool only; its command line and output
+ * (host paths, other sandboxes' names) are the operator's, in `detail` (renderError logs it).
+ */
 export function toolError(cmd: string, args: string[], r: ProcResult): ServiceError {
   const why = (r.stderr || r.stdout).trim().split('\n').slice(-6).join(' | ') || (r.signal ?? `exit ${r.code}`);
-  return new ServiceError('RUNTIME_ERROR', `${cmd} ${args.slice(0, 3).join(' ')}: ${why}`);
+  return new ServiceError('RUNTIME_ERROR', `a host tool (${basename(cmd)}) failed; try again`).withDetail(`${cmd} ${args.slice(0, 6).join(' ')}: ${why}`);
 }

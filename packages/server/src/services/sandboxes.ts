@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
-import { isProgrammingError, ServiceError, type CreateSandboxBody, type Sandbox, type SandboxEventKind, type SandboxMetrics } from '@sandboxd/protocol';
+import { describeCause, isProgrammingError, ServiceError, type CreateSandboxBody, type Sandbox, type SandboxEventKind, type SandboxMetrics } from '@sandboxd/protocol';
 import type { Runtime, SandboxSpec } from '../runtime/types.js';
 import type { SandboxRow, Store } from '../store/types.js';
 import type { EventBus } from './events.js';
@@ -273,7 +273,7 @@ export class SandboxService {
       // A ServiceError says what it is; a bug of ours stays one (500, renderError), and anything
       // else (a tool that failed, an agent that did not answer) is an outage to retry.
       if (err instanceof ServiceError || isProgrammingError(err)) throw err;
-      throw new ServiceError('RUNTIME_ERROR', 'could not create the sandbox; try again').withDetail(err instanceof Error ? err.message : String(err));
+      throw new ServiceError('RUNTIME_ERROR', 'could not create the sandbox; try again').withDetail(describeCause(err));
     }
   }
 

@@ -313,7 +313,7 @@ export class TemplateBuildService {
         await this.store.templates.upsert({ ...current, status: 'failed', errorMessage: message, updatedAt: new Date().toISOString() });
       }
       await this.finish(build, 'failed', message);
-      this.log('template build failed', { build: build.id, error: message });
+      this.log('template build failed', { build: build.id, error: message, ...(err instanceof ServiceError && err.detail ? { detail: err.detail } : {}) });
     } finally {
       this.aborts.delete(build.id);
     }

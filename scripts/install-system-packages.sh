@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Debian packages sandboxd and its build need (idempotent; root).
+# Installs the Debian packages sandboxd and its build need (idempotent; root). With a list file as
+# argument, the packages it names instead (scripts/test-packages.txt: what only the tests need).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-mapfile -t pkgs < <(grep -v '^#' "$here/system-packages.txt" | grep -v '^$')
+list="${1:-$here/system-packages.txt}"
+mapfile -t pkgs < <(grep -v '^#' "$list" | grep -v '^$')
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -17,6 +17,8 @@ if (process.getuid?.() !== 0) {
 // must work on a machine where only `npm install && npm start` ran. Quick when all are there.
 const pkgs = run('bash', [join(root, 'scripts/install-system-packages.sh')]);
 if (pkgs !== 0) process.exit(pkgs);
+const testPkgs = run('bash', [join(root, 'scripts/install-system-packages.sh'), join(root, 'scripts/test-packages.txt')]);
+if (testPkgs !== 0) process.exit(testPkgs);
 
 // What a run killed half-way left (containers, mounts, claims) would fail this run's leak check.
 const stale = run(process.execPath, [join(root, 'scripts/leak-check.mjs'), '--clean']);

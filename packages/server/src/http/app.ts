@@ -7,7 +7,8 @@ import { errorHandler } from './errors.js';
 import { safeUrl, type Logger } from '../logging.js';
 import type { Services } from '../services/index.js';
 import { registerRoutes } from './routes/index.js';
-import { buildOpenApi, collectRoutes, renderDocsPage } from './openapi.js';
+import { buildOpenApi, collectRoutes } from './openapi.js';
+import { docsRoutes } from './docs.js';
 
 const JSON_BODY_LIMIT = 10 * 1024 * 1024;
 
@@ -106,6 +107,6 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   let doc: Record<string, unknown> | undefined;
   const openapi = () => (doc ??= buildOpenApi(routes, opts.services.config.version));
   app.get('/openapi.json', async () => openapi());
-  app.get('/docs', async (_req, reply) => reply.type('text/html; charset=utf-8').send(renderDocsPage(openapi())));
+  docsRoutes(app, openapi);
   return app;
 }

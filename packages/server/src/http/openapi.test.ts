@@ -4,8 +4,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Validator } from '@seriousme/openapi-schema-validator';
-import { AGENT_ROUTES } from '@sandboxd/protocol';
+import { AGENT_ROUTES, ERROR_CODES } from '@sandboxd/protocol';
 import { buildApp } from './app.js';
+import { docsRoutes } from './docs.js';
+import { buildOpenApi } from './openapi.js';
 import { loadConfig } from '../config.js';
 import { SqliteStore } from '../store/sqlite.js';
 import { KeyService } from '../services/keys.js';
@@ -84,7 +86,7 @@ test('/openapi.json is a valid OpenAPI 3.1 document with every route of both API
     stack.push(m[2]!);
     if (!m[3]) continue;
     const path = stack.join('').replace(/:([A-Za-z_]+)/g, '{$1}');
-    if (path === '/openapi.json' || path === '/docs' || path.includes('*')) continue;
+    if (path === '/openapi.json' || path === '/docs' || path.startsWith('/docs/') || path.includes('*')) continue;
     for (const method of m[3].split(',').map((x) => x.trim()).filter((x) => x !== 'HEAD')) registered.push(`${method} ${path}`);
   }
   assert.ok(registered.length >= 20, `found ${registered.length} routes`);
@@ -98,13 +100,47 @@ test('/openapi.json is a valid OpenAPI 3.1 document with every route of both API
   assert.ok(create.properties.template_name && create.properties.timeout_seconds);
 });
 
-test('/docs renders a browsable reference', async () => {
+test('/docs is the reference UI bundled at build time: its own hashed assets only, cached for good, gzipped, under a CSP', async () => {
   const { a } = await app();
   const res = await a.inject({ method: 'GET', url: '/docs' });
   assert.equal(res.statusCode, 200);
   assert.match(res.headers['content-type'] as string, /text\/html/);
-  assert.match(res.body, /\/v1\/sandboxes/);
+  const csp = String(res.headers['content-security-policy']);
+  assert.match(csp, /default-src 'none'/);
+  assert.match(csp, /script-src 'self'(;|$)/, 'no inline or remote script');
+  assert.ok(!/https?:\/\//.test(res.body), 'nothing from another origin (no CDN)');
+  assert.ok(!/<script>|<style>/.test(res.body), 'no inline script or style');
+  const assets = [...res.body.matchAll(/(?:src|href)="(\/docs\/assets\/[^"]+)"/g)].map((m) => m[1]!);
+  assert.equal(assets.length, 3, res.body);
+  for (const url of assets) {
+    assert.match(url, /\.[0-9a-f]{16}\.(js|css)$/);
+    const plain = await a.inject({ method: 'GET', url });
+    assert.equal(plain.statusCode, 200, url);
+    assert.match(String(plain.headers['content-type']), url.endsWith('.js') ? /text\/javascript/ : /text\/css/);
+    assert.equal(plain.headers['cache-control'], 'public, max-age=31536000, immutable');
+    assert.equal(plain.headers['content-encoding'], undefined);
+    const gz = await a.inject({ method: 'GET', url, headers: { 'accept-encoding': 'gzip, br' } });
+    assert.equal(gz.headers['content-encoding'], 'gzip');
+    assert.ok(gz.rawPayload.length < plain.rawPayload.length, `${url}: gzip is smaller`);
+    assert.ok(!plain.body.includes('sourceMappingURL'), `${url}: no source map reference`);
+  }
+  const init = assets.find((u) => u.includes('/init.'))!;
+  assert.match((await a.inject({ method: 'GET', url: init })).body, /url: '\/openapi\.json'/);
+  for (const bad of ['/docs/assets/nope.js', '/docs/assets/..%2fmanifest.json', '/docs/assets/manifest.json']) {
+    const r = await a.inject({ method: 'GET', url: bad });
+    assert.equal(r.statusCode, 404, bad);
+    assert.equal(r.json().code, 'ROUTE_NOT_FOUND');
+  }
+});
+
+test('/docs without a build of the UI is the plain HTML reference', async () => {
+  const Fastify = (await import('fastify')).default;
+  const a = Fastify();
+  docsRoutes(a, () => buildOpenApi([], 'test'), join(dir, 'no-docs-ui'));
+  const res = await a.inject({ method: 'GET', url: '/docs' });
+  assert.equal(res.statusCode, 200);
   assert.match(res.body, /\/agent\/execute/);
+  assert.match(String(res.headers['content-security-policy']), /default-src 'none'/);
 });
 
 test('bodyless POST with a JSON content type is accepted; bad JSON is a 400 in the error shape', async () => {
@@ -127,4 +163,27 @@ test('hostile input on unauthenticated routes is a 4xx in the error shape, never
   }
   const noAuth = await a.inject({ method: 'GET', url: '/v1/sandboxes/x%00y' });
   assert.equal(noAuth.statusCode, 401);
+});
+
+test('every operation of both APIs has a group, a summary, a description and its error codes', async () => {
+  const { a } = await app();
+  const doc = (await a.inject({ method: 'GET', url: '/openapi.json' })).json();
+  const groups = new Set((doc.tags as Array<{ name: string; description: string }>).map((t) => t.name));
+  const missing: string[] = [];
+  for (const [path, ops] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
+    for (const [method, op] of Object.entries(ops)) {
+      const where = `${method.toUpperCase()} ${path}`;
+      if (!op.summary || !op.description || op.tags?.length !== 1 || !groups.has(op.tags[0])) missing.push(where);
+      // INTERNAL_ERROR (a bug, with an incident id) everywhere; the codes named by status.
+      assert.match(op.responses['500']?.description ?? '', /INTERNAL_ERROR/, where);
+      for (const [status, r] of Object.entries(op.responses as Record<string, any>)) {
+        if (!/^[45]\d\d$/.test(status)) continue;
+        for (const code of String(r.description).split(', ')) assert.equal(String(ERROR_CODES[code as keyof typeof ERROR_CODES]?.status), status, `${where}: ${code} under ${status}`);
+      }
+    }
+  }
+  assert.deepEqual(missing, [], 'operations without a summary, description or group (http/api-docs.ts)');
+  assert.match(doc.paths['/v1/sandboxes'].post.responses['429'].description, /RATE_LIMIT_EXCEEDED/);
+  assert.equal(doc.paths['/v1/sandboxes/{id}'].get.responses['404'].content['application/json'].example.code, 'NOT_FOUND');
+  assert.deepEqual(doc.paths['/agent/files/read'].get.tags, ['files']);
 });

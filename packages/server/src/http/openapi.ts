@@ -1,12 +1,6 @@
+import { AGENT_OPERATIONS, OPERATIONS, TAGS, type OperationDoc } from './api-docs.js';
 import type { FastifyInstance, RouteOptions } from 'fastify';
-import { AGENT_ROUTES, ERROR_CODES } from '@sandboxd/protocol';
-
-declare module 'fastify' {
-  interface FastifySchema {
-    /** One line for the OpenAPI operation (Fastify itself ignores it). */
-    summary?: string;
-  }
-}
+import { AGENT_ROUTES, ERROR_CODES, type ErrorCode } from '@sandboxd/protocol';
 
 interface CollectedRoute {
   method: string;
@@ -41,19 +35,50 @@ const ERROR_RESPONSE = {
   content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
 };
 
+/**
+ * The error responses of an operation, by status, each naming its codes: the operation's own,
+ * AUTHENTICATION_ERROR where credentials are needed, INTERNAL_ERROR (a bug, with an incident id)
+ * everywhere.
+ */
+function errorResponses(doc: OperationDoc | undefined, authenticated: boolean): Record<string, unknown> {
+  const codes = new Set<ErrorCode>(doc?.errors ?? []);
+  if (authenticated) codes.add('AUTHENTICATION_ERROR');
+  codes.add('INTERNAL_ERROR');
+  const byStatus = new Map<number, ErrorCode[]>();
+  for (const c of codes) byStatus.set(ERROR_CODES[c].status, [...(byStatus.get(ERROR_CODES[c].status) ?? []), c]);
+  const out: Record<string, unknown> = {};
+  for (const [status, list] of [...byStatus].sort((a, b) => a[0] - b[0])) {
+    out[String(status)] = {
+      description: list.join(', '),
+      content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' }, example: exampleError(list[0]!) } },
+    };
+  }
+  return out;
+}
+
+function exampleError(code: ErrorCode): Record<string, unknown> {
+  const def: { status: number; title?: string } = ERROR_CODES[code];
+  const body: Record<string, unknown> = { error: def.title ?? code.toLowerCase().replace(/_/g, ' '), message: def.title ?? code.toLowerCase().replace(/_/g, ' '), code, request_id: '5f0c6a1e-…' };
+  if (def.status >= 500) body.incident_id = 'inc_0123456789abcdef';
+  if (def.status === 429 || def.status === 502 || def.status === 503) body.retry_after = 1;
+  return body;
+}
+
 /** OpenAPI 3.1 for the lifecycle API (from the registered routes) and the agent API (from protocol). */
 export function buildOpenApi(routes: CollectedRoute[], version: string): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const r of routes) {
-    if (r.url === '/openapi.json' || r.url === '/docs' || r.url.includes('*')) continue;
+    if (r.url === '/openapi.json' || r.url === '/docs' || r.url.startsWith('/docs/') || r.url.includes('*')) continue;
     const path = r.url.replace(/:([A-Za-z_]+)/g, '{$1}');
+    const doc = OPERATIONS[`${r.method} ${path}`];
     const op: Record<string, unknown> = {
       operationId: `${r.method.toLowerCase()}${path.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ? c.toUpperCase() : ''))}`,
-      tags: [path.startsWith('/v1/templates') ? 'templates' : path.startsWith('/v1/admin') ? 'admin' : path.startsWith('/v1') ? 'sandboxes' : 'service'],
-      ...(typeof r.schema?.summary === 'string' ? { summary: r.schema.summary } : {}),
+      tags: [doc?.tag ?? 'service'],
+      ...(doc ? { summary: doc.summary, description: doc.description } : {}),
       parameters: parameters(r.url, r.schema),
       responses: {
         '200': { description: 'success', content: { 'application/json': { schema: plain(r.schema?.response && (r.schema.response as Record<string, unknown>)['200']) } } },
+        ...errorResponses(doc, path.startsWith('/v1') && !path.startsWith('/v1/templates/files/upload/')),
         default: ERROR_RESPONSE,
       },
     };
@@ -66,15 +91,16 @@ export function buildOpenApi(routes: CollectedRoute[], version: string): Record<
   }
   for (const a of AGENT_ROUTES) {
     const path = `/agent${a.path}`;
+    const doc = AGENT_OPERATIONS[`${a.method} ${a.path}`];
     const op: Record<string, unknown> = {
       operationId: `agent${a.method[0]}${a.method.slice(1).toLowerCase()}${a.path.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ? c.toUpperCase() : ''))}`,
-      tags: ['agent'],
-      summary: a.summary,
-      description: `Served at the sandbox's public_host as ${a.path}${a.websocket ? ' (WebSocket upgrade)' : ''}.`,
+      tags: [doc?.tag ?? 'system'],
+      summary: doc?.summary ?? a.summary,
+      description: `${doc ? `${doc.description}\n\n` : ''}Served at the sandbox's public_host as \`${a.path}\`${a.websocket ? ' (WebSocket upgrade)' : ''}, with its auth_token.`,
       security: [{ sandboxToken: [] }],
       servers: [{ url: '{public_host}', variables: { public_host: { default: 'http://127.0.0.1:40000' } } }],
       parameters: parameters(a.path, a.query ? { querystring: a.query } : undefined),
-      responses: { '200': { description: 'success' }, default: ERROR_RESPONSE },
+      responses: { '200': { description: 'success' }, ...errorResponses(doc, true), default: ERROR_RESPONSE },
     };
     if (a.body) op.requestBody = { required: true, content: { 'application/json': { schema: plain(a.body) } } };
     if (a.contentType) op.requestBody = { required: true, content: { [a.contentType]: { schema: { type: 'object' } } } };
@@ -89,7 +115,7 @@ export function buildOpenApi(routes: CollectedRoute[], version: string): Record<
     },
     servers: [{ url: '/' }],
     security: [{ apiKey: [] }, { bearerKey: [] }],
-    tags: [{ name: 'sandboxes' }, { name: 'templates' }, { name: 'admin', description: "organizations and API keys: keys of the operator's organization with the admin scope" }, { name: 'service' }, { name: 'agent' }],
+    tags: TAGS,
     paths,
     components: {
       securitySchemes: {

@@ -1,5 +1,6 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { ServiceError } from '@sandboxd/protocol';
 import { existsSync, statSync, writeFileSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -100,5 +101,6 @@ test("the helper's disk tools: one formatted image per size, copied sparse; a lo
   await assert.rejects(mountDiskImage(bad, join(dir, 'bad'), tools), /mount/);
   assert.deepEqual(await loopDevicesFor(bad), []);
   // A copy never overwrites a file.
-  await assert.rejects(createDiskImage(join(dir, 'd.img'), size, tools), /exists/);
+  // (The helper's words are the operator's: in the error's detail, not its message.)
+  await assert.rejects(createDiskImage(join(dir, 'd.img'), size, tools), (err: unknown) => err instanceof ServiceError && /exists/.test(err.detail ?? ''));
 });

@@ -30,18 +30,18 @@ export function adminRoutes(app: FastifyInstance, s: Services): void {
   };
   const orgNames = async () => new Map((await s.store.orgs.list()).map((o) => [o.id, o.name]));
 
-  app.get('/v1/admin/orgs', { preHandler: admin, schema: { summary: 'list organizations' } }, async (req) => {
+  app.get('/v1/admin/orgs', { preHandler: admin }, async (req) => {
     const list = await s.store.orgs.list();
     return { object: 'list', data: list.map(org), request_id: req.id };
   });
 
-  app.post<{ Body: CreateOrgBody }>('/v1/admin/orgs', { preHandler: admin, schema: { summary: 'create an organization', body: CreateOrgBody } }, async (req, reply) => {
+  app.post<{ Body: CreateOrgBody }>('/v1/admin/orgs', { preHandler: admin, schema: { body: CreateOrgBody } }, async (req, reply) => {
     const created = await s.keys.createOrg(req.body.name);
     req.log.info({ org: created.name, id: created.id, by_key: principalOf(req).keyId }, 'organization created');
     return reply.code(201).send({ ...org(created), request_id: req.id });
   });
 
-  app.get<{ Querystring: AdminKeysQuery }>('/v1/admin/keys', { preHandler: admin, schema: { summary: 'list API keys (without secrets)', querystring: AdminKeysQuery } }, async (req) => {
+  app.get<{ Querystring: AdminKeysQuery }>('/v1/admin/keys', { preHandler: admin, schema: { querystring: AdminKeysQuery } }, async (req) => {
     const only = req.query.org ? await s.keys.org(req.query.org) : undefined;
     const names = await orgNames();
     const list = await s.store.keys.list(only?.id);
@@ -50,7 +50,7 @@ export function adminRoutes(app: FastifyInstance, s: Services): void {
 
   app.post<{ Body: CreateKeyBody }>(
     '/v1/admin/keys',
-    { preHandler: admin, schema: { summary: 'create an API key (its secret is in this answer only)', body: CreateKeyBody } },
+    { preHandler: admin, schema: { body: CreateKeyBody } },
     async (req, reply) => {
       const target = await s.keys.org(req.body.org);
       const { key: created, secret } = await s.keys.createKey(target.id, { name: req.body.name, scopes: req.body.scopes });
@@ -59,7 +59,7 @@ export function adminRoutes(app: FastifyInstance, s: Services): void {
     },
   );
 
-  app.delete<{ Params: KeyIdParams }>('/v1/admin/keys/:id', { preHandler: admin, schema: { summary: 'revoke an API key (at once; tokens it made stop working too)', params: KeyIdParams } }, async (req) => {
+  app.delete<{ Params: KeyIdParams }>('/v1/admin/keys/:id', { preHandler: admin, schema: { params: KeyIdParams } }, async (req) => {
     if (req.params.id === principalOf(req).keyId) {
       throw new ServiceError('INVALID_STATE', 'a key cannot revoke itself over the API (that would lock this client out); use another admin key, or sandboxd keys revoke on the host', { id: req.params.id });
     }

@@ -1,0 +1,86 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { REPO_ROOT, startServer, type TestServer } from './harness.js';
+
+// Issue 14, items 6 and 7: the API reference at /docs, in a real browser (Debian's Chromium,
+// headless, driven by playwright-core): it renders every group from the bundled assets under its
+// CSP, with no console error, and "try it out" calls the running service with the signed-in key.
+
+export const SCREENSHOTS = join(REPO_ROOT, 'e2e/dist/screenshots');
+
+/** Debian's Chromium (scripts/test-packages.txt). */
+export async function launchChromium(): Promise<Browser> {
+  const executablePath = execFileSync('sh', ['-c', 'command -v chromium'], { encoding: 'utf8' }).trim();
+  // As root, Chromium's own sandbox cannot start; the pages it opens here are the service's own.
+  return chromium.launch({ executablePath, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu'] });
+}
+
+/** Fails the test on anything the page logs as an error (CSP violations included) or throws. */
+export function watchErrors(page: Page): string[] {
+  const errors: string[] = [];
+  page.on('console', (m) => {
+    if (m.type() === 'error') errors.push(`console: ${m.text()}`);
+  });
+  page.on('pageerror', (e) => errors.push(`page: ${e.message}`));
+  page.on('requestfailed', (r) => errors.push(`request failed: ${r.url()} ${r.failure()?.errorText ?? ''}`));
+  page.on('response', (r) => {
+    if (r.status() >= 400) errors.push(`HTTP ${r.status()}: ${r.url()}`);
+  });
+  return errors;
+}
+
+let server: TestServer;
+let browser: Browser;
+
+before(async () => {
+  server = await startServer({ templates: ['base'] });
+  browser = await launchChromium();
+  mkdirSync(SCREENSHOTS, { recursive: true });
+});
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+describe('/docs in a browser', { timeout: 180_000 }, () => {
+  test('renders every group from its own assets, with no console error; "try it out" calls the service with the signed-in key', async () => {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    // The console signs in by keeping the key in this tab's session storage.
+    await context.addInitScript((key: string) => window.sessionStorage.setItem('sandboxd.apiKey', key), server.apiKey);
+    const page = await context.newPage();
+    const errors = watchErrors(page);
+    const origins = new Set<string>();
+    page.on('request', (r) => origins.add(new URL(r.url()).origin));
+
+    const res = await page.goto(`${server.baseUrl}/docs`, { waitUntil: 'networkidle' });
+    assert.equal(res?.status(), 200);
+    await page.locator('.opblock-tag-section').first().waitFor({ timeout: 30_000 });
+    const groups = await page.locator('.opblock-tag').allInnerTexts();
+    for (const g of ['sandboxes', 'templates', 'builds', 'admin', 'code', 'commands', 'files', 'env', 'processes', 'streams']) {
+      assert.ok(groups.some((t) => t.trim().startsWith(g)), `group ${g} in ${JSON.stringify(groups)}`);
+    }
+    await page.screenshot({ path: join(SCREENSHOTS, 'docs.png'), fullPage: false });
+
+    // One call: GET /v1/account/limits, authorized by the key from session storage.
+    const op = page.locator('#operations-account-getV1AccountLimits');
+    await op.locator('.opblock-summary').click();
+    await op.getByRole('button', { name: 'Try it out' }).click();
+    const answered = page.waitForResponse((r) => r.url() === `${server.baseUrl}/v1/account/limits`);
+    await op.getByRole('button', { name: 'Execute' }).click();
+    const call = await answered;
+    assert.equal(call.status(), 200, 'the key from session storage was sent');
+    assert.equal(call.request().headers()['x-api-key'], server.apiKey);
+    await op.locator('.live-responses-table tbody .response-col_status').first().waitFor();
+    assert.match(await op.locator('.live-responses-table tbody .response-col_status').first().innerText(), /200/);
+    assert.match(await op.locator('.live-responses-table tbody .response-col_description').first().innerText(), /organization_id/);
+    await page.screenshot({ path: join(SCREENSHOTS, 'docs-try-it.png'), fullPage: false });
+
+    assert.deepEqual([...origins], [server.baseUrl], 'the page loads nothing from another origin');
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
+});

@@ -1,0 +1,194 @@
+import type { ErrorCode } from '@sandboxd/protocol';
+
+/**
+ * What the OpenAPI document says of each operation beyond its schemas: the group it is listed in,
+ * a summary, a description, and the error codes it answers with (besides the ones every
+ * authenticated call may give: AUTHENTICATION_ERROR, TOKEN_EXPIRED, and INTERNAL_ERROR). Keyed by
+ * `METHOD path` as the document writes it (agent paths without their /agent prefix); openapi.test
+ * checks that every served operation has an entry.
+ */
+export interface OperationDoc {
+  tag: string;
+  summary: string;
+  description: string;
+  errors: ErrorCode[];
+}
+
+/** The groups, in the order /docs lists them. */
+export const TAGS: Array<{ name: string; description: string }> = [
+  { name: 'sandboxes', description: 'Create sandboxes from templates, list them, change their state, extend their timeout, delete them.' },
+  { name: 'events', description: 'Server-sent events of sandbox state changes.' },
+  { name: 'templates', description: 'The templates sandboxes are made from: list, inspect, delete.' },
+  { name: 'builds', description: 'Build custom templates from steps, upload their files, follow their logs.' },
+  { name: 'account', description: "The caller's organization: its limits and usage." },
+  { name: 'admin', description: "Organizations and API keys: for keys of the operator's organization with the admin scope." },
+  { name: 'service', description: 'Health and Prometheus metrics of the service.' },
+  { name: 'code', description: "Agent API (at a sandbox's public_host): run code, in stateful contexts or fresh processes." },
+  { name: 'commands', description: 'Agent API: run commands, in the foreground or the background.' },
+  { name: 'files', description: "Agent API: read, write, list, move and watch the sandbox's files." },
+  { name: 'env', description: 'Agent API: the environment variables every later execution and command gets.' },
+  { name: 'processes', description: 'Agent API: background executions and every process of the sandbox.' },
+  { name: 'streams', description: 'Agent API: WebSocket endpoints (streamed execution, terminal, file changes).' },
+  { name: 'system', description: "Agent API: the agent's health, identity, the sandbox's resource use and the execution cache." },
+];
+
+const SANDBOX_ID: ErrorCode[] = ['NOT_FOUND', 'PERMISSION_DENIED', 'SANDBOX_EXPIRED'];
+const ACTION: ErrorCode[] = [...SANDBOX_ID, 'INVALID_STATE', 'RUNTIME_ERROR', 'AGENT_UNAVAILABLE'];
+const AGENT: ErrorCode[] = ['SANDBOX_PAUSED', 'SANDBOX_STOPPED', 'AGENT_UNAVAILABLE', 'RATE_LIMIT_EXCEEDED'];
+const RUN: ErrorCode[] = [...AGENT, 'VALIDATION_ERROR', 'INVALID_LANGUAGE', 'PAYLOAD_TOO_LARGE'];
+const FILE: ErrorCode[] = [...AGENT, 'VALIDATION_ERROR', 'INVALID_PATH', 'FILE_NOT_FOUND', 'PERMISSION_DENIED'];
+
+export const OPERATIONS: Record<string, OperationDoc> = {
+  // The lifecycle API.
+  'GET /health': { tag: 'service', summary: 'Service health', description: 'Answers `{status: "ok", version}` while the service runs. No credentials.', errors: [] },
+  'GET /metrics': {
+    tag: 'service',
+    summary: 'Prometheus metrics',
+    description: 'The service in the Prometheus text format: requests, creates, sandboxes by state, the warm pool, builds, errors, node capacity. Needs `metrics:read`, or is served without credentials on `SANDBOXD_METRICS_LISTEN` instead.',
+    errors: ['PERMISSION_DENIED', 'ROUTE_NOT_FOUND'],
+  },
+  'POST /v1/sandboxes': {
+    tag: 'sandboxes',
+    summary: 'Create a sandbox',
+    description: 'Starts a sandbox from a template (`template_name` or `template_id`) and answers once its agent answers, with the `auth_token` for its `public_host`. Served from the warm pool when one is ready.',
+    errors: ['VALIDATION_ERROR', 'TEMPLATE_NOT_FOUND', 'TEMPLATE_NOT_READY', 'PERMISSION_DENIED', 'LIMIT_EXCEEDED', 'ORG_QUOTA_EXCEEDED', 'RATE_LIMIT_EXCEEDED', 'RUNTIME_ERROR'],
+  },
+  'GET /v1/sandboxes': {
+    tag: 'sandboxes',
+    summary: 'List sandboxes',
+    description: "The organization's sandboxes, newest first, a page at a time (`limit`, then `cursor` = the last answer's `next_cursor`); filter by `status`, `template`, `region`.",
+    errors: ['VALIDATION_ERROR', 'PERMISSION_DENIED'],
+  },
+  'GET /v1/sandboxes/{id}': { tag: 'sandboxes', summary: 'Get a sandbox', description: 'One sandbox: state, template, resources, deadlines and its `public_host`.', errors: SANDBOX_ID },
+  'DELETE /v1/sandboxes/{id}': {
+    tag: 'sandboxes',
+    summary: 'Delete a sandbox',
+    description: 'Deletes it for every client at once (no route, no token, `GET` answers 404); its container, disk and network leave the host right after the answer.',
+    errors: [...SANDBOX_ID, 'INVALID_STATE'],
+  },
+  'POST /v1/sandboxes/{id}/pause': { tag: 'sandboxes', summary: 'Pause a sandbox', description: 'Freezes every process (memory kept); its URL answers 409 `SANDBOX_PAUSED` until it is resumed.', errors: ACTION },
+  'POST /v1/sandboxes/{id}/resume': { tag: 'sandboxes', summary: 'Resume a paused sandbox', description: 'Its processes continue where they were frozen.', errors: ACTION },
+  'POST /v1/sandboxes/{id}/stop': { tag: 'sandboxes', summary: 'Stop a sandbox', description: 'Ends every process and keeps the filesystem; `start` boots it again.', errors: ACTION },
+  'POST /v1/sandboxes/{id}/start': { tag: 'sandboxes', summary: 'Start a stopped sandbox', description: 'A fresh boot on the preserved filesystem, with the same id and URL.', errors: [...ACTION, 'ORG_QUOTA_EXCEEDED'] },
+  'PUT /v1/sandboxes/{id}/timeout': {
+    tag: 'sandboxes',
+    summary: 'Set the timeout',
+    description: 'The sandbox is deleted `timeout_seconds` from now (within the organization’s maximum).',
+    errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'LIMIT_EXCEEDED', 'INVALID_STATE'],
+  },
+  'POST /v1/sandboxes/{id}/token/refresh': { tag: 'sandboxes', summary: 'Refresh the sandbox token', description: 'A new `auth_token` for the sandbox’s URL; older ones stay valid until they expire.', errors: [...SANDBOX_ID, 'INVALID_STATE'] },
+  'GET /v1/sandboxes/{id}/metrics': {
+    tag: 'sandboxes',
+    summary: "A sandbox's resource use",
+    description: 'CPU, memory, disk, network received and sent, processes and OOM kills of one sandbox, read when asked.',
+    errors: [...SANDBOX_ID, 'INVALID_STATE'],
+  },
+  'GET /v1/sandboxes/{id}/events': {
+    tag: 'events',
+    summary: "A sandbox's events (SSE)",
+    description: 'Server-sent events of one sandbox: created, paused, resumed, stopped, started, deleted, expired, oom_killed. Browsers open it with `?token=` from `POST /v1/events/token`.',
+    errors: [...SANDBOX_ID],
+  },
+  'GET /v1/events': { tag: 'events', summary: "The organization's events (SSE)", description: 'Server-sent events of every sandbox of the organization.', errors: ['PERMISSION_DENIED'] },
+  'POST /v1/events/token': {
+    tag: 'events',
+    summary: 'An events token',
+    description: 'A 5-minute token for `?token=` on the events streams (optionally for one `sandbox_id`), so that a browser never puts an API key in a URL.',
+    errors: ['VALIDATION_ERROR', ...SANDBOX_ID],
+  },
+  'GET /v1/account/limits': { tag: 'account', summary: 'Limits and usage', description: "Every limit of the caller's organization (null: none) and what it holds against each.", errors: [] },
+  'GET /v1/admin/orgs': { tag: 'admin', summary: 'List organizations', description: 'Every organization.', errors: ['PERMISSION_DENIED'] },
+  'POST /v1/admin/orgs': { tag: 'admin', summary: 'Create an organization', description: 'A new organization, to create keys for.', errors: ['PERMISSION_DENIED', 'VALIDATION_ERROR', 'ALREADY_EXISTS'] },
+  'GET /v1/admin/keys': { tag: 'admin', summary: 'List API keys', description: 'Every key (of one organization with `org`), revoked ones included, never a secret.', errors: ['PERMISSION_DENIED', 'VALIDATION_ERROR', 'ORG_NOT_FOUND'] },
+  'POST /v1/admin/keys': {
+    tag: 'admin',
+    summary: 'Create an API key',
+    description: 'A key of an organization with the scopes given (default: all but `admin`). Its `secret` is in this answer only.',
+    errors: ['PERMISSION_DENIED', 'VALIDATION_ERROR', 'ORG_NOT_FOUND'],
+  },
+  'DELETE /v1/admin/keys/{id}': {
+    tag: 'admin',
+    summary: 'Revoke an API key',
+    description: 'At once: the key and the tokens it made stop working. A key cannot revoke itself.',
+    errors: ['PERMISSION_DENIED', 'VALIDATION_ERROR', 'KEY_NOT_FOUND', 'INVALID_STATE'],
+  },
+  'GET /v1/templates': { tag: 'templates', summary: 'List templates', description: "The built-in templates and the organization's own, filtered by `category` or `language`.", errors: ['PERMISSION_DENIED'] },
+  'GET /v1/templates/{nameOrId}': { tag: 'templates', summary: 'Get a template', description: 'One template by name or id: status, language, resources, layers.', errors: ['TEMPLATE_NOT_FOUND', 'PERMISSION_DENIED'] },
+  'DELETE /v1/templates/{nameOrId}': {
+    tag: 'templates',
+    summary: 'Delete a template',
+    description: "Deletes one of the organization's templates; its layers go once nothing uses them. Built-in templates and templates in use are refused.",
+    errors: ['TEMPLATE_NOT_FOUND', 'PERMISSION_DENIED', 'TEMPLATE_IN_USE'],
+  },
+  'POST /v1/templates/build': {
+    tag: 'builds',
+    summary: 'Build a template',
+    description: 'Starts a build from steps (`from`, `apt`, `run`, `env`, `workdir`, `copy`) in a build sandbox with the same isolation; answers 202 with the build id. Cached by step.',
+    errors: ['VALIDATION_ERROR', 'INVALID_TEMPLATE_DEFINITION', 'PERMISSION_DENIED', 'TEMPLATE_EXISTS', 'LIMIT_EXCEEDED', 'QUOTA_EXCEEDED', 'ORG_QUOTA_EXCEEDED'],
+  },
+  'GET /v1/templates/build/{id}/status': { tag: 'builds', summary: 'Build status', description: 'State, progress, the current step and, once it ended, the result or the error.', errors: ['BUILD_NOT_FOUND', 'PERMISSION_DENIED'] },
+  'GET /v1/templates/build/{id}/logs': {
+    tag: 'builds',
+    summary: 'Build logs',
+    description: 'The build’s log from `offset`, as JSON, or followed live as server-sent events (`Accept: text/event-stream`).',
+    errors: ['BUILD_NOT_FOUND', 'PERMISSION_DENIED', 'VALIDATION_ERROR'],
+  },
+  'POST /v1/templates/files/upload-link': {
+    tag: 'builds',
+    summary: 'A link to upload a build file',
+    description: 'A short-lived signed URL to PUT a file (or a tar of a directory) that `copy` steps name by `file_id`; a file already uploaded by the organization is not sent again.',
+    errors: ['VALIDATION_ERROR', 'INVALID_FILE_METADATA', 'PERMISSION_DENIED'],
+  },
+  'PUT /v1/templates/files/upload/{token}': {
+    tag: 'builds',
+    summary: 'Upload a build file',
+    description: 'The bytes for an upload link (no other credentials: the link is signed). Size and hash must match what the link was made for.',
+    errors: ['VALIDATION_ERROR', 'AUTHENTICATION_ERROR', 'PAYLOAD_TOO_LARGE', 'INVALID_FILE_METADATA'],
+  },
+};
+
+/** The agent API's entries (its paths are listed under /agent in the document). */
+export const AGENT_OPERATIONS: Record<string, OperationDoc> = {
+  'GET /health': { tag: 'system', summary: 'Agent health', description: 'Answers while the agent runs, with its version and the features it has (languages, kernels).', errors: AGENT },
+  'GET /info': { tag: 'system', summary: 'Agent and sandbox identity', description: 'The sandbox id, template, limits and the agent’s version.', errors: AGENT },
+  'POST /execute': {
+    tag: 'code',
+    summary: 'Run code',
+    description: 'Runs code and answers with its stdout, stderr, exit code, result and rich outputs. Python and JavaScript run in a persistent context (variables live on; `context_id`, or the language’s default), unless `isolated`. A failure or timeout of the code is a 200 with `success: false`.',
+    errors: RUN,
+  },
+  'POST /execute/rich': { tag: 'code', summary: 'Run code, with rich outputs', description: 'As `/execute`, listing figures, images, HTML and other rich outputs.', errors: RUN },
+  'POST /execute/background': { tag: 'code', summary: 'Run code in the background', description: 'Starts the code and answers with its `process_id`; follow it in `/execute/processes`.', errors: RUN },
+  'POST /execute/async': {
+    tag: 'code',
+    summary: 'Run code; POST the result to a URL',
+    description: 'Starts the code (202) and POSTs the result to `callback_url` when it ends, signed with HMAC-SHA256 when a secret is given, retried on network errors, 429 and 5xx.',
+    errors: RUN,
+  },
+  'POST /execute/ipython': { tag: 'code', summary: 'Run Python, IPython style', description: 'Python in the default context; the last expression comes back as `result`.', errors: RUN },
+  'GET /execute/processes': { tag: 'processes', summary: 'Background executions', description: 'Running and recently finished background executions, with their output so far and their callbacks.', errors: AGENT },
+  'POST /execute/kill/{process_id}': { tag: 'processes', summary: 'Kill an execution', description: 'Kills a background execution and its process group.', errors: [...AGENT, 'PROCESS_NOT_FOUND'] },
+  'DELETE /execute/kill': { tag: 'processes', summary: 'Kill an execution (query)', description: 'As `POST /execute/kill/{process_id}`, with `process_id` in the query.', errors: [...AGENT, 'PROCESS_NOT_FOUND', 'VALIDATION_ERROR'] },
+  'GET /execute/stream': { tag: 'streams', summary: 'Run code, streamed (WebSocket)', description: 'Send `{code, language, ...}`; receive stdout and stderr frames as they come, then `complete`.', errors: AGENT },
+  'POST /commands/run': { tag: 'commands', summary: 'Run a command', description: 'Runs a shell command (or `command` with `args`, no shell) and answers with its output and exit code.', errors: RUN },
+  'POST /commands/background': { tag: 'commands', summary: 'Run a command in the background', description: 'Starts the command and answers with its `process_id`.', errors: RUN },
+  'GET /files/read': { tag: 'files', summary: 'Read a text file', description: 'A text file’s content as JSON (binary files: use `/files/download`).', errors: [...FILE, 'NOT_A_FILE', 'BINARY_FILE', 'FILE_TOO_LARGE'] },
+  'POST /files/write': { tag: 'files', summary: 'Write a file', description: 'Writes text or base64 content, making parent directories; atomic.', errors: [...FILE, 'NOT_A_FILE', 'DISK_FULL', 'PAYLOAD_TOO_LARGE'] },
+  'GET /files/list': { tag: 'files', summary: 'List a directory', description: 'Names, types, sizes and modes of a directory’s entries.', errors: [...FILE, 'NOT_A_DIRECTORY'] },
+  'POST /files/upload': { tag: 'files', summary: 'Upload a file', description: 'Streams a multipart upload (parts `file` and `path`) to disk; any size within the sandbox’s disk.', errors: [...FILE, 'DISK_FULL', 'UNSUPPORTED_MEDIA_TYPE'] },
+  'GET /files/download': { tag: 'files', summary: 'Download a file', description: 'The file’s bytes, streamed.', errors: [...FILE, 'NOT_A_FILE'] },
+  'GET /files/exists': { tag: 'files', summary: 'Whether a path exists', description: 'Whether it exists, and whether it is a directory.', errors: [...AGENT, 'VALIDATION_ERROR', 'INVALID_PATH'] },
+  'DELETE /files/remove': { tag: 'files', summary: 'Remove a file or directory', description: 'Removes it, recursively for a directory.', errors: FILE },
+  'POST /files/mkdir': { tag: 'files', summary: 'Make a directory', description: 'Makes a directory and its parents.', errors: [...FILE, 'ALREADY_EXISTS', 'NOT_A_DIRECTORY'] },
+  'GET /files/watch': { tag: 'streams', summary: 'Watch files (WebSocket)', description: 'Changes below a directory (created, modified, deleted, renamed), new subdirectories included.', errors: FILE },
+  'GET /env': { tag: 'env', summary: 'Get the environment set', description: 'The variables set with `PUT`/`PATCH /env` (and at create).', errors: AGENT },
+  'PUT /env': { tag: 'env', summary: 'Replace the environment set', description: 'Every later execution and command gets these variables.', errors: [...AGENT, 'VALIDATION_ERROR'] },
+  'PATCH /env': { tag: 'env', summary: 'Merge into the environment set', description: 'Adds or replaces the variables given.', errors: [...AGENT, 'VALIDATION_ERROR'] },
+  'DELETE /env/{key}': { tag: 'env', summary: 'Remove a variable', description: 'Removes one variable from the set.', errors: AGENT },
+  'GET /metrics/snapshot': { tag: 'system', summary: 'Agent metrics', description: 'Request and execution counters, and the sandbox’s CPU, memory and disk.', errors: AGENT },
+  'GET /system': { tag: 'system', summary: 'Resource use', description: 'The sandbox’s CPU, memory and disk use and limits.', errors: AGENT },
+  'GET /processes': { tag: 'processes', summary: 'Every process', description: 'Every process running in the sandbox: pid, name, command line.', errors: AGENT },
+  'GET /cache/stats': { tag: 'system', summary: 'Cache statistics', description: 'Entries, hits and misses of the execution cache.', errors: AGENT },
+  'POST /cache/clear': { tag: 'system', summary: 'Clear the cache', description: 'Empties the execution cache.', errors: AGENT },
+  'GET /terminal': { tag: 'streams', summary: 'Terminal (WebSocket)', description: 'An interactive shell on a pseudo-terminal: send input and resize frames, receive output.', errors: AGENT },
+};

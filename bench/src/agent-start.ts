@@ -4,15 +4,15 @@
 // same rootfs, all in the same run. The second row is the floor of any agent written for Node:
 // what is left above it is the agent's own start.
 // Usage (root, after npm run build): node bench/dist/agent-start.js [N=20]
-import { readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { TEST_DATA_DIR } from '../../e2e/dist/harness.js';
 import { loadConfig } from '../../packages/server/dist/config.js';
-import { CrunRuntime } from '../../packages/server/dist/runtime/index.js';
 import { agentJson, waitForAgent } from '../../packages/server/dist/services/agent-client.js';
 import { baseLayer } from '../../packages/server/dist/testing/fixtures.js';
 import { bareCrunSamples } from './baselines.js';
+import { withBenchRuntime } from './bench-runtime.js';
 import { fmt, row, summary } from './stats.js';
 
 const N = Number(process.argv[2] ?? 20);
@@ -35,41 +35,32 @@ function agentPrivateMiB(initPid: number): number {
 }
 
 async function coldBoots(label: string, agentBundlePath: string, layer: string): Promise<Boots> {
-  const tag = `${process.pid % 10000}${label}`;
-  const dataDir = join(TEST_DATA_DIR, `bench-agent-start-${tag}`);
-  const out: Boots = { steps: new Map(), answer: [], total: [], firstCommand: [], privateMiB: [] };
-  const rt = new CrunRuntime({
-    dataDir,
+  const tag = `as${process.pid % 10000}${label}`;
+  return withBenchRuntime(
+    tag,
+    `10.97.${(process.pid + label.length) % 250}.0/24`,
+    async ({ rt, steps }) => {
+      const out: Boots = { steps, answer: [], total: [], firstCommand: [], privateMiB: [] };
+      for (let i = 0; i < N; i++) {
+        const id = `sb${tag}x${i}`;
+        const t0 = performance.now();
+        await rt.create({ id, lowerDirs: [layer], resources: { vcpu: 1, memoryMb: 512, diskGb: 1, pidsMax: 512 }, internetAccess: false, hostname: id, env: { SANDBOX_ID: id, PATH: '/usr/bin:/bin' } });
+        const a0 = performance.now();
+        await waitForAgent(rt.agentSocket(id), 30_000);
+        out.answer.push(performance.now() - a0);
+        out.total.push(performance.now() - t0);
+        const c0 = performance.now();
+        const r = await agentJson(rt.agentSocket(id), 'POST', '/commands/run', { command: 'true' }, 10_000);
+        if (r.status !== 200) throw new Error(`${label}: /commands/run answered ${r.status}`);
+        out.firstCommand.push(performance.now() - c0);
+        const pid = await rt.initPid(id);
+        if (pid) out.privateMiB.push(agentPrivateMiB(pid));
+        await rt.destroy(id);
+      }
+      return out;
+    },
     agentBundlePath,
-    bridgeName: `sbas${tag}`.slice(0, 15),
-    subnetCidr: `10.97.${(process.pid + label.length) % 250}.0/24`,
-    cgroupParent: `sandboxd-bench-as${tag}`,
-    onTiming: (_id, step, ms) => out.steps.set(step, [...(out.steps.get(step) ?? []), ms]),
-  });
-  await rt.setupHost();
-  try {
-    for (let i = 0; i < N; i++) {
-      const id = `sbas${tag}x${i}`;
-      const t0 = performance.now();
-      await rt.create({ id, lowerDirs: [layer], resources: { vcpu: 1, memoryMb: 512, diskGb: 1, pidsMax: 512 }, internetAccess: false, hostname: id, env: { SANDBOX_ID: id, PATH: '/usr/bin:/bin' } });
-      const a0 = performance.now();
-      await waitForAgent(rt.agentSocket(id), 30_000);
-      out.answer.push(performance.now() - a0);
-      out.total.push(performance.now() - t0);
-      const c0 = performance.now();
-      const r = await agentJson(rt.agentSocket(id), 'POST', '/commands/run', { command: 'true' }, 10_000);
-      if (r.status !== 200) throw new Error(`${label}: /commands/run answered ${r.status}`);
-      out.firstCommand.push(performance.now() - c0);
-      const pid = await rt.initPid(id);
-      if (pid) out.privateMiB.push(agentPrivateMiB(pid));
-      await rt.destroy(id);
-    }
-  } finally {
-    await rt.close().catch(() => undefined);
-    await rt.teardownHost().catch(() => undefined);
-    rmSync(dataDir, { recursive: true, force: true });
-  }
-  return out;
+  );
 }
 
 async function main(): Promise<void> {

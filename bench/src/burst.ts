@@ -5,17 +5,17 @@
 // the spawns of a boot hold the runtime's (the daemon's) one thread.
 // Usage (root, after npm run build): node bench/dist/burst.js [BURST=100] [RATE=2] [STEADY_S=10]
 // The daemon's warm-pool settings (SANDBOXD_WARM_POOL_*, SANDBOXD_BOOT_CONCURRENCY) pass through.
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import childProcess, { execFileSync } from 'node:child_process';
 import { syncBuiltinESMExports } from 'node:module';
 import { agent, api, startServer, TEST_DATA_DIR, type TestServer } from '../../e2e/dist/harness.js';
-import { CrunRuntime } from '../../packages/server/dist/runtime/index.js';
 import { waitForAgent } from '../../packages/server/dist/services/agent-client.js';
 import { loadConfig } from '../../packages/server/dist/config.js';
 import { baseLayer } from '../../packages/server/dist/testing/fixtures.js';
+import { withBenchRuntime } from './bench-runtime.js';
 import { fmt, row, summary } from './stats.js';
 
 const BURST = Number(process.argv[2] ?? 100);
@@ -196,22 +196,10 @@ const spawnTime = { calls: 0, ms: 0 };
  * other contexts (and anything else running on the host).
  */
 async function profileColdBoots(concurrency: number, n: number): Promise<string[]> {
-  const dataDir = join(TEST_DATA_DIR, `bench-burst-${process.pid}`);
-  const cgroupParent = `sandboxd-bench-burst${process.pid}`;
-  const steps = new Map<string, number[]>();
-  const rt = new CrunRuntime({
-    dataDir,
-    agentBundlePath: loadConfig({ SANDBOXD_DATA_DIR: dataDir }).agentBundlePath,
-    bridgeName: `sbbb${process.pid % 100000}`,
-    subnetCidr: `10.99.${process.pid % 250}.0/24`,
-    cgroupParent,
-    onTiming: (_id, step, ms) => steps.set(step, [...(steps.get(step) ?? []), ms]),
-  });
-  await rt.setupHost();
   const layer = (await baseLayer()).path;
-  const out: string[] = [];
-  let seq = 0;
-  try {
+  return withBenchRuntime(`bb${process.pid % 100000}`, `10.99.${process.pid % 250}.0/24`, async ({ rt, steps, cgroupParent }) => {
+    const out: string[] = [];
+    let seq = 0;
     for (const conc of [1, concurrency]) {
       steps.clear();
       const agentMs: number[] = [];
@@ -243,12 +231,8 @@ async function profileColdBoots(concurrency: number, n: number): Promise<string[
       );
       for (const id of ids) await rt.destroy(id);
     }
-  } finally {
-    await rt.close().catch(() => undefined);
-    await rt.teardownHost().catch(() => undefined);
-    rmSync(dataDir, { recursive: true, force: true });
-  }
-  return out;
+    return out;
+  });
 }
 
 async function main(): Promise<void> {

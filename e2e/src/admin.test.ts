@@ -35,7 +35,7 @@ describe('admin API', { timeout: 180_000 }, () => {
     const created = await api(server, 'POST', '/v1/admin/keys', { org: 'acme', name: 'ci' });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     assert.match(created.body.secret, /^sbd_/);
-    assert.deepEqual(created.body.scopes, ['sandboxes:read', 'sandboxes:write', 'templates:read', 'templates:write', 'metrics:read'], 'all but admin by default');
+    assert.deepEqual(created.body.scopes, ['sandboxes:read', 'sandboxes:write', 'templates:read', 'templates:write'], 'its organization only by default: no admin, no node-wide metrics');
     assert.deepEqual([created.body.org, created.body.org_id, created.body.name, created.body.revoked_at], ['acme', org.body.id, 'ci', null]);
 
     const tenant = as(created.body.secret);
@@ -97,6 +97,23 @@ describe('admin API', { timeout: 180_000 }, () => {
     const self = await api(server, 'DELETE', `/v1/admin/keys/${own.id}`);
     assert.equal(self.status, 409);
     assert.equal(self.body.code, 'INVALID_STATE');
+    // Another admin key cannot revoke the bootstrap key either: the daemon starts with it.
+    const second = await api(server, 'POST', '/v1/admin/keys', { org: 'default', scopes: ['admin'], name: 'automation' });
+    assert.equal(second.status, 201);
+    const other = await api(as(second.body.secret), 'DELETE', `/v1/admin/keys/${own.id}`);
+    assert.equal(other.status, 409, JSON.stringify(other.body));
+    assert.match(other.body.message, /bootstrap key/);
+    assert.equal((await api(server, 'GET', '/v1/account/limits')).status, 200, 'the bootstrap key still works');
+    assert.equal((await api(server, 'DELETE', `/v1/admin/keys/${second.body.id}`)).status, 200);
+
+    // A name cannot pass for an id; an id finds its organization.
+    const acme = (await api(server, 'GET', '/v1/admin/orgs')).body.data.find((o: any) => o.name === 'acme');
+    const shadow = await api(server, 'POST', '/v1/admin/orgs', { name: acme.id });
+    assert.equal(shadow.status, 400, JSON.stringify(shadow.body));
+    assert.equal((await api(server, 'POST', '/v1/admin/orgs', { name: 'ORG_x' })).status, 400);
+    const byId = await api(server, 'POST', '/v1/admin/keys', { org: acme.id, scopes: ['sandboxes:read'] });
+    assert.equal(byId.status, 201);
+    assert.equal(byId.body.org, 'acme');
 
     const cases: Array<[string, string, unknown, number, string, RegExp]> = [
       ['POST', '/v1/admin/orgs', { name: '../etc' }, 400, 'VALIDATION_ERROR', /name/],

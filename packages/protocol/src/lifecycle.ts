@@ -194,12 +194,19 @@ export type SandboxEventKind = (typeof SANDBOX_EVENT_KINDS)[number];
 export const API_SCOPES = ['sandboxes:read', 'sandboxes:write', 'templates:read', 'templates:write', 'metrics:read', 'admin'] as const;
 export type ApiScope = (typeof API_SCOPES)[number];
 
-/** Scopes a key gets when none are named: everything about its own organization, not `admin`. */
-export const DEFAULT_KEY_SCOPES: readonly ApiScope[] = API_SCOPES.filter((s) => s !== 'admin');
+/**
+ * Scopes a key gets when none are named: its own organization's sandboxes and templates. Not
+ * `admin`, nor `metrics:read`: /metrics describes the whole node, every organization's templates
+ * and counts.
+ */
+export const DEFAULT_KEY_SCOPES: readonly ApiScope[] = API_SCOPES.filter((s) => s !== 'admin' && s !== 'metrics:read');
 
 // The admin API (/v1/admin): organizations and API keys, for keys of the operator's organization
 // (`default`) that hold the `admin` scope.
-const ORG_NAME = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$', description: '1-63 letters, digits, ".", "_" or "-", starting with a letter or digit' });
+const ORG_NAME = Type.String({
+  pattern: '^(?![oO][rR][gG]_)[A-Za-z0-9][A-Za-z0-9._-]{0,62}$',
+  description: '1-63 letters, digits, ".", "_" or "-", starting with a letter or digit; not starting with "org_" (ids do)',
+});
 export const CreateOrgBody = Type.Object({ name: ORG_NAME });
 export type CreateOrgBody = Static<typeof CreateOrgBody>;
 export const CreateKeyBody = Type.Object({
@@ -209,7 +216,7 @@ export const CreateKeyBody = Type.Object({
     Type.Array(Type.Union(API_SCOPES.map((s) => Type.Literal(s))), {
       minItems: 1,
       uniqueItems: true,
-      description: `default: ${API_SCOPES.filter((s) => s !== 'admin').join(', ')} (all but admin)`,
+      description: 'default: sandboxes:read, sandboxes:write, templates:read, templates:write',
     }),
   ),
 });

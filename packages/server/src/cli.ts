@@ -30,8 +30,9 @@ Usage:
   sandboxd help
 
 Scopes: sandboxes:read, sandboxes:write, templates:read, templates:write, metrics:read, admin
-(default: all but admin). admin stands for every scope of the key's organization; on a key of the
-operator's organization (default) it also opens the admin API (/v1/admin: organizations and keys).
+(default: the sandboxes and templates scopes). metrics:read reads the node-wide /metrics. admin stands
+for every scope; on a key of the operator's organization (default) it also opens the admin API
+(/v1/admin: organizations and keys).
 Configuration comes from the environment (SANDBOXD_DATA_DIR, ...; see the README).`;
 
 function table(rows: Array<Record<string, string>>): string {
@@ -72,7 +73,7 @@ async function admin(args: string[]): Promise<number> {
       out(json, `organization ${org.name} (${org.id})\n${table(rows)}`);
     } else if (group === 'keys' && verb === 'create') {
       if (!values.org) throw new ServiceError('VALIDATION_ERROR', 'keys create needs --org NAME');
-      const org = (await store.orgs.byName(values.org)) ?? (await keys.createOrg(values.org));
+      const org = (await keys.org(values.org).catch(() => undefined)) ?? (await keys.createOrg(values.org));
       const { key, secret } = await keys.createKey(org.id, { name: values.name, scopes: parseScopes(values.scopes) });
       out(
         { id: key.id, organization: org.name, organization_id: org.id, scopes: key.scopes, api_key: secret },

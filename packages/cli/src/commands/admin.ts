@@ -56,7 +56,7 @@ export const keyCreate: Command = {
   args: '--org ORG',
   options: {
     org: { type: 'string', value: 'ORG', help: 'the organization (name or id)' },
-    scopes: { type: 'string', value: 'A,B', help: 'comma-separated scopes (default: all but admin)' },
+    scopes: { type: 'string', value: 'A,B', help: 'comma-separated scopes (default: sandboxes and templates read/write)' },
     name: { type: 'string', value: 'LABEL', help: 'a label for the key' },
   },
   examples: ['sbx key create --org acme --scopes sandboxes:read,sandboxes:write --name ci'],

@@ -103,7 +103,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   'POST /v1/admin/keys': {
     tag: 'admin',
     summary: 'Create an API key',
-    description: 'A key of an organization with the scopes given (default: all but `admin`). Its `secret` is in this answer only.',
+    description: 'A key of an organization with the scopes given (default: the sandboxes and templates scopes; `metrics:read` and `admin` only when named). Its `secret` is in this answer only.',
     errors: ['PERMISSION_DENIED', 'VALIDATION_ERROR', 'ORG_NOT_FOUND'],
   },
   'DELETE /v1/admin/keys/{id}': {

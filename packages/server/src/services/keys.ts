@@ -17,7 +17,7 @@ export function hashSecret(secret: string): string {
   return createHash('sha256').update(secret).digest('hex');
 }
 
-/** A key's scopes from a comma list; none named: DEFAULT_KEY_SCOPES (all but `admin`). */
+/** A key's scopes from a comma list; none named: DEFAULT_KEY_SCOPES (the sandboxes and templates scopes). */
 export function parseScopes(input: string[] | string | undefined): ApiScope[] {
   if (input === undefined) return [...DEFAULT_KEY_SCOPES];
   const list = (Array.isArray(input) ? input : input.split(',')).map((s) => s.trim()).filter(Boolean);
@@ -41,6 +41,8 @@ export class KeyService {
     if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/.test(name)) {
       throw new ServiceError('VALIDATION_ERROR', 'organization name must be 1-63 letters, digits, ".", "_" or "-"');
     }
+    // A name that looks like an id would shadow the organization that has that id.
+    if (/^org_/i.test(name)) throw new ServiceError('VALIDATION_ERROR', 'organization name must not start with "org_" (ids do)');
     if (await this.store.orgs.byName(name)) throw new ServiceError('ALREADY_EXISTS', `organization "${name}" already exists`);
     return this.store.orgs.create(name);
   }
@@ -81,9 +83,18 @@ export class KeyService {
 
   /** An organization by name or id (404 ORG_NOT_FOUND). */
   async org(nameOrId: string): Promise<OrgRow> {
-    const org = (await this.store.orgs.byName(nameOrId)) ?? (await this.store.orgs.byId(nameOrId));
+    // An id is looked up as an id first (names made before "org_" was refused could shadow one).
+    const org = /^org_/.test(nameOrId)
+      ? ((await this.store.orgs.byId(nameOrId)) ?? (await this.store.orgs.byName(nameOrId)))
+      : ((await this.store.orgs.byName(nameOrId)) ?? (await this.store.orgs.byId(nameOrId)));
     if (!org) throw new ServiceError('ORG_NOT_FOUND', `organization ${JSON.stringify(nameOrId.slice(0, 100))} not found`);
     return org;
+  }
+
+  /** The key `sandboxd` started with (the operator's way in): it is revoked on the host only. */
+  async isBootstrapKey(key: ApiKeyRow): Promise<boolean> {
+    const operator = await this.store.orgs.byName(DEFAULT_ORG);
+    return key.name === 'bootstrap' && key.orgId === operator?.id;
   }
 
   /**

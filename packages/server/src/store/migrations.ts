@@ -187,3 +187,18 @@ MIGRATIONS.push(`
 MIGRATIONS.push(`
   CREATE INDEX IF NOT EXISTS sandboxes_deleted_at ON sandboxes (deleted_at) WHERE status = 'deleted';
 `);
+
+/**
+ * The admin API opens to keys of the operator's organization (`default`) with `admin`. Until it
+ * existed, every key made without naming scopes got `admin`, which reached no further than its own
+ * organization; kept, every such key of `default` (a CI key, say) would now manage every tenant's
+ * keys. So `admin` leaves them all but the bootstrap key's; an operator grants it again with a new
+ * key (`sandboxd keys create --org default --scopes ...,admin`). Their other scopes stay.
+ */
+MIGRATIONS.push(`
+  UPDATE api_keys
+    SET scopes = (SELECT json_group_array(value) FROM json_each(api_keys.scopes) WHERE value <> 'admin')
+    WHERE name <> 'bootstrap'
+      AND org_id IN (SELECT id FROM organizations WHERE name = 'default')
+      AND EXISTS (SELECT 1 FROM json_each(api_keys.scopes) WHERE value = 'admin');
+`);

@@ -47,3 +47,33 @@ test('upload rows written before uploads had to be verified are dropped by the m
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+test("keys of the operator's organization lose the admin every key got by default, but the bootstrap key; other organizations' keep theirs", async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'sbd-db-'));
+  try {
+    const file = join(dir, 'sandboxd.db');
+    const strip = MIGRATIONS.findIndex((m) => /json_group_array\(value\)/.test(m) && /'admin'/.test(m));
+    assert.ok(strip > 0);
+    const db = new Database(file);
+    for (let i = 0; i < strip; i++) db.exec(MIGRATIONS[i]!);
+    db.pragma(`user_version = ${strip}`);
+    const org = db.prepare('INSERT INTO organizations (id, name, created_at) VALUES (?, ?, ?)');
+    org.run('org_def', 'default', 'now');
+    org.run('org_acme', 'acme', 'now');
+    const key = db.prepare('INSERT INTO api_keys (id, org_id, name, hash, scopes, created_at) VALUES (?,?,?,?,?,?)');
+    const all = JSON.stringify(['sandboxes:read', 'sandboxes:write', 'templates:read', 'templates:write', 'metrics:read', 'admin']);
+    key.run('key_boot', 'org_def', 'bootstrap', 'h1', all, 'now');
+    key.run('key_ci', 'org_def', 'ci', 'h2', all, 'now');
+    key.run('key_ro', 'org_def', 'ro', 'h3', JSON.stringify(['sandboxes:read']), 'now');
+    key.run('key_acme', 'org_acme', 'default', 'h4', all, 'now');
+    db.close();
+    const store = SqliteStore.open(file);
+    assert.deepEqual((await store.keys.byId('key_boot'))!.scopes, JSON.parse(all));
+    assert.deepEqual((await store.keys.byId('key_ci'))!.scopes, ['sandboxes:read', 'sandboxes:write', 'templates:read', 'templates:write', 'metrics:read']);
+    assert.deepEqual((await store.keys.byId('key_ro'))!.scopes, ['sandboxes:read']);
+    assert.deepEqual((await store.keys.byId('key_acme'))!.scopes, JSON.parse(all), "admin on another organization's key reaches that organization only");
+    store.close();
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});

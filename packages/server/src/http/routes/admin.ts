@@ -63,6 +63,10 @@ export function adminRoutes(app: FastifyInstance, s: Services): void {
     if (req.params.id === principalOf(req).keyId) {
       throw new ServiceError('INVALID_STATE', 'a key cannot revoke itself over the API (that would lock this client out); use another admin key, or sandboxd keys revoke on the host', { id: req.params.id });
     }
+    const target = await s.store.keys.byId(req.params.id);
+    if (target && (await s.keys.isBootstrapKey(target))) {
+      throw new ServiceError('INVALID_STATE', 'the bootstrap key is the operator\'s way in and the daemon starts with it: revoke it on the host (sandboxd keys revoke) after setting SANDBOXD_BOOTSTRAP_API_KEY to another', { id: req.params.id });
+    }
     const revoked = await s.keys.revoke(req.params.id);
     req.log.info({ key: revoked.id, by_key: principalOf(req).keyId }, 'API key revoked');
     return { ...key(revoked, (await orgNames()).get(revoked.orgId)), request_id: req.id };

@@ -9,9 +9,9 @@ import { existsSync, readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import childProcess, { execFileSync } from 'node:child_process';
+import childProcess from 'node:child_process';
 import { syncBuiltinESMExports } from 'node:module';
-import { agent, api, startServer, TEST_DATA_DIR, type TestServer } from '../../e2e/dist/harness.js';
+import { agent, api, crunContainers, startServer, TEST_DATA_DIR, type TestServer } from '../../e2e/dist/harness.js';
 import { waitForAgent } from '../../packages/server/dist/services/agent-client.js';
 import { loadConfig } from '../../packages/server/dist/config.js';
 import { baseLayer } from '../../packages/server/dist/testing/fixtures.js';
@@ -58,8 +58,7 @@ async function createAndRun(server: TestServer): Promise<Sample & { id?: string 
 }
 
 function containers(server: TestServer): string[] {
-  const out = execFileSync('crun', ['--root', join(server.dataDir, 'crun'), 'list', '-q'], { encoding: 'utf8' });
-  return out.split('\n').filter(Boolean);
+  return crunContainers(server.dataDir);
 }
 
 /** Mean memory cgroup usage of these containers (what an idle one costs; the pool budgets 10 MiB). */

@@ -1,37 +1,14 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium, type Browser, type Page } from 'playwright-core';
-import { REPO_ROOT, startServer, type TestServer } from './harness.js';
+import type { Browser } from 'playwright-core';
+import { startServer, type TestServer } from './harness.js';
+import { launchChromium, SCREENSHOTS, watchErrors } from './browser-support.js';
 
 // Issue 14, items 6 and 7: the API reference at /docs, in a real browser (Debian's Chromium,
 // headless, driven by playwright-core): it renders every group from the bundled assets under its
 // CSP, with no console error, and "try it out" calls the running service with the signed-in key.
-
-export const SCREENSHOTS = join(REPO_ROOT, 'e2e/dist/screenshots');
-
-/** Debian's Chromium (scripts/test-packages.txt). */
-export async function launchChromium(): Promise<Browser> {
-  const executablePath = execFileSync('sh', ['-c', 'command -v chromium'], { encoding: 'utf8' }).trim();
-  // As root, Chromium's own sandbox cannot start; the pages it opens here are the service's own.
-  return chromium.launch({ executablePath, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu'] });
-}
-
-/** Fails the test on anything the page logs as an error (CSP violations included) or throws. */
-export function watchErrors(page: Page): string[] {
-  const errors: string[] = [];
-  page.on('console', (m) => {
-    if (m.type() === 'error') errors.push(`console: ${m.text()}`);
-  });
-  page.on('pageerror', (e) => errors.push(`page: ${e.message}`));
-  page.on('requestfailed', (r) => errors.push(`request failed: ${r.url()} ${r.failure()?.errorText ?? ''}`));
-  page.on('response', (r) => {
-    if (r.status() >= 400) errors.push(`HTTP ${r.status()}: ${r.url()}`);
-  });
-  return errors;
-}
 
 let server: TestServer;
 let browser: Browser;

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, rmSync, createWriteStream, readFileSync, writeFileSync } from 'node:fs';
 import { lookup } from 'node:dns/promises';
 import { randomBytes } from 'node:crypto';
@@ -295,5 +295,22 @@ export async function deleteAllSandboxes(server: Pick<TestServer, 'baseUrl' | 'a
     const list = await api(server, 'GET', '/v1/sandboxes?limit=1000');
     if (list.status !== 200 || list.body.data.length === 0) return;
     for (const s of list.body.data) await api(server, 'DELETE', `/v1/sandboxes/${s.id}`);
+  }
+}
+
+/**
+ * The containers crun lists under a daemon's data dir. crun reads every container's state, and one
+ * that is being deleted at that moment makes it fail ("error opening file .../status"): asked again.
+ */
+export function crunContainers(dataDir: string): string[] {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return execFileSync('crun', ['--root', join(dataDir, 'crun'), 'list', '-q'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] })
+        .split('\n')
+        .filter(Boolean);
+    } catch (err) {
+      if (attempt >= 10) throw err;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
+    }
   }
 }

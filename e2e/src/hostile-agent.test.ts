@@ -10,7 +10,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { waitFor } from './agent-support.js';
-import { agent, api, createSandbox, startServer, TEST_DATA_DIR, type CreatedSandbox, type TestServer } from './harness.js';
+import { agent, api, createSandbox, crunContainers, startServer, TEST_DATA_DIR, type CreatedSandbox, type TestServer } from './harness.js';
 
 const HOSTILE_AGENT = `
 const http = require('node:http');
@@ -108,8 +108,7 @@ describe('a hostile agent, through the real daemon and gateway', { timeout: 300_
     assert.ok(Date.now() - t0 < 15_000, `answered after ${Date.now() - t0} ms`);
     assert.ok(rssMib(server.pid!) - before < 100, `daemon grew ${rssMib(server.pid!) - before} MiB`);
     assert.equal((await api(server, 'GET', `/v1/sandboxes/${sb.id}`)).body.status, 'stopped');
-    const containers = execFileSync('crun', ['--root', join(server.dataDir, 'crun'), 'list', '-q'], { encoding: 'utf8' });
-    assert.ok(!containers.includes(sb.id), 'its container was stopped again');
+    assert.ok(!crunContainers(server.dataDir).includes(sb.id), 'its container was stopped again');
     await alive();
   });
 

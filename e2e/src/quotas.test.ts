@@ -4,7 +4,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { api, startServer, REPO_ROOT, type ApiResponse, type TestServer } from './harness.js';
+import { api, crunContainers, REPO_ROOT, startServer, type ApiResponse, type TestServer } from './harness.js';
 import { writeBusyboxImage } from '../../packages/server/dist/testing/oci-fixtures.js';
 
 /**
@@ -100,8 +100,7 @@ async function until<T>(what: string, fn: () => Promise<T | undefined>, timeoutM
 }
 
 function containers(): string[] {
-  const out = execFileSync('crun', ['--root', join(server.dataDir, 'crun'), 'list', '-q'], { encoding: 'utf8' });
-  return out.split('\n').filter(Boolean);
+  return crunContainers(server.dataDir);
 }
 
 async function build(client: Client, body: Record<string, unknown>): Promise<ApiResponse> {

@@ -1,8 +1,6 @@
 import { test, before, after, afterEach, describe } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { join } from 'node:path';
-import { agent, api, startServer, type TestServer } from './harness.js';
+import { agent, api, crunContainers, startServer, type TestServer } from './harness.js';
 
 /**
  * The warm pool through a real daemon: a burst of concurrent creates (each followed by one command)
@@ -37,8 +35,7 @@ after(async () => {
 });
 
 function containers(): string[] {
-  const out = execFileSync('crun', ['--root', join(server.dataDir, 'crun'), 'list', '-q'], { encoding: 'utf8' });
-  return out.split('\n').filter(Boolean);
+  return crunContainers(server.dataDir);
 }
 
 async function until<T>(what: string, fn: () => Promise<T | undefined> | T | undefined, timeoutMs = 60_000, everyMs = 200): Promise<T> {

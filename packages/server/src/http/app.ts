@@ -9,6 +9,7 @@ import type { Services } from '../services/index.js';
 import { registerRoutes } from './routes/index.js';
 import { buildOpenApi, collectRoutes } from './openapi.js';
 import { docsRoutes } from './docs.js';
+import { consoleRoutes } from './console.js';
 
 const JSON_BODY_LIMIT = 10 * 1024 * 1024;
 
@@ -108,5 +109,6 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   const openapi = () => (doc ??= buildOpenApi(routes, opts.services.config.version));
   app.get('/openapi.json', async () => openapi());
   docsRoutes(app, openapi);
+  consoleRoutes(app);
   return app;
 }

@@ -86,7 +86,7 @@ test('/openapi.json is a valid OpenAPI 3.1 document with every route of both API
     stack.push(m[2]!);
     if (!m[3]) continue;
     const path = stack.join('').replace(/:([A-Za-z_]+)/g, '{$1}');
-    if (path === '/openapi.json' || path === '/docs' || path.startsWith('/docs/') || path.includes('*')) continue;
+    if (path === '/openapi.json' || path === '/docs' || path.startsWith('/docs/') || path === '/console' || path.startsWith('/console/') || path.includes('*')) continue;
     for (const method of m[3].split(',').map((x) => x.trim()).filter((x) => x !== 'HEAD')) registered.push(`${method} ${path}`);
   }
   assert.ok(registered.length >= 20, `found ${registered.length} routes`);
@@ -186,4 +186,28 @@ test('every operation of both APIs has a group, a summary, a description and its
   assert.match(doc.paths['/v1/sandboxes'].post.responses['429'].description, /RATE_LIMIT_EXCEEDED/);
   assert.equal(doc.paths['/v1/sandboxes/{id}'].get.responses['404'].content['application/json'].example.code, 'NOT_FOUND');
   assert.deepEqual(doc.paths['/agent/files/read'].get.tags, ['files']);
+});
+
+test('/console is the console bundled at build time: hashed assets, a CSP without inline code, a first load far under 200 KB compressed', async () => {
+  const { a } = await app();
+  const res = await a.inject({ method: 'GET', url: '/console' });
+  assert.equal(res.statusCode, 200);
+  const csp = String(res.headers['content-security-policy']);
+  assert.match(csp, /default-src 'none'/);
+  assert.match(csp, /script-src 'self'(;|$)/);
+  assert.match(csp, /style-src 'self'(;|$)/);
+  assert.ok(!/<script>|<style>|https?:\/\//.test(res.body), res.body);
+  const assets = [...res.body.matchAll(/(?:src|href)="(\/console\/assets\/[^"]+)"/g)].map((m) => m[1]!);
+  assert.equal(assets.length, 2);
+  let transferred = Buffer.byteLength(res.body);
+  for (const url of assets) {
+    const gz = await a.inject({ method: 'GET', url, headers: { 'accept-encoding': 'gzip' } });
+    assert.equal(gz.statusCode, 200, url);
+    assert.equal(gz.headers['content-encoding'], 'gzip');
+    assert.equal(gz.headers['cache-control'], 'public, max-age=31536000, immutable');
+    transferred += gz.rawPayload.length;
+  }
+  assert.ok(transferred < 200 * 1024, `first load ${transferred} bytes`);
+  const miss = await a.inject({ method: 'GET', url: '/console/assets/console.0000000000000000.js' });
+  assert.equal(miss.statusCode, 404);
 });

@@ -1,0 +1,33 @@
+// The browser tests' shared pieces: Debian's Chromium driven by playwright-core, a page's errors,
+// where screenshots go.
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { REPO_ROOT } from './harness.js';
+
+export const SCREENSHOTS = join(REPO_ROOT, 'e2e/dist/screenshots');
+
+/** Debian's Chromium (scripts/test-packages.txt). */
+export async function launchChromium(): Promise<Browser> {
+  const executablePath = execFileSync('sh', ['-c', 'command -v chromium'], { encoding: 'utf8' }).trim();
+  // As root, Chromium's own sandbox cannot start; the pages it opens here are the service's own.
+  return chromium.launch({ executablePath, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu'] });
+}
+
+/** Fails the test on anything the page logs as an error (CSP violations included) or throws. */
+export function watchErrors(page: Page): string[] {
+  const errors: string[] = [];
+  page.on('console', (m) => {
+    if (m.type() === 'error') errors.push(`console: ${m.text()}`);
+  });
+  page.on('pageerror', (e) => errors.push(`page: ${e.message}`));
+  page.on('requestfailed', (r) => {
+    // A request the page itself ended (an event stream closed on reload or sign-out) is no failure.
+    if (r.failure()?.errorText !== 'net::ERR_ABORTED') errors.push(`request failed: ${r.url()} ${r.failure()?.errorText ?? ''}`);
+  });
+  page.on('response', (r) => {
+    if (r.status() >= 400) errors.push(`HTTP ${r.status()}: ${r.url()}`);
+  });
+  return errors;
+}
+

@@ -1,39 +1,25 @@
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Browser } from 'playwright-core';
-import { startServer, type TestServer } from './harness.js';
-import { launchChromium, SCREENSHOTS, watchErrors } from './browser-support.js';
+import { browserEnv, SCREENSHOTS, watchErrors } from './browser-support.js';
 
 // Issue 14, items 6 and 7: the API reference at /docs, in a real browser (Debian's Chromium,
 // headless, driven by playwright-core): it renders every group from the bundled assets under its
 // CSP, with no console error, and "try it out" calls the running service with the signed-in key.
 
-let server: TestServer;
-let browser: Browser;
-
-before(async () => {
-  server = await startServer({ templates: ['base'] });
-  browser = await launchChromium();
-  mkdirSync(SCREENSHOTS, { recursive: true });
-});
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-});
+const env = browserEnv();
 
 describe('/docs in a browser', { timeout: 180_000 }, () => {
   test('renders every group from its own assets, with no console error; "try it out" calls the service with the signed-in key', async () => {
-    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const context = await env.browser.newContext({ viewport: { width: 1280, height: 900 } });
     // The console signs in by keeping the key in this tab's session storage.
-    await context.addInitScript((key: string) => window.sessionStorage.setItem('sandboxd.apiKey', key), server.apiKey);
+    await context.addInitScript((key: string) => window.sessionStorage.setItem('sandboxd.apiKey', key), env.server.apiKey);
     const page = await context.newPage();
     const errors = watchErrors(page);
     const origins = new Set<string>();
     page.on('request', (r) => origins.add(new URL(r.url()).origin));
 
-    const res = await page.goto(`${server.baseUrl}/docs`, { waitUntil: 'networkidle' });
+    const res = await page.goto(`${env.server.baseUrl}/docs`, { waitUntil: 'networkidle' });
     assert.equal(res?.status(), 200);
     await page.locator('.opblock-tag-section').first().waitFor({ timeout: 30_000 });
     const groups = await page.locator('.opblock-tag').allInnerTexts();
@@ -46,18 +32,18 @@ describe('/docs in a browser', { timeout: 180_000 }, () => {
     const op = page.locator('#operations-account-getV1AccountLimits');
     await op.locator('.opblock-summary').click();
     await op.getByRole('button', { name: 'Try it out' }).click();
-    const answered = page.waitForResponse((r) => r.url() === `${server.baseUrl}/v1/account/limits`);
+    const answered = page.waitForResponse((r) => r.url() === `${env.server.baseUrl}/v1/account/limits`);
     await op.getByRole('button', { name: 'Execute' }).click();
     const call = await answered;
     assert.equal(call.status(), 200, 'the key from session storage was sent');
-    assert.equal(call.request().headers()['x-api-key'], server.apiKey);
+    assert.equal(call.request().headers()['x-api-key'], env.server.apiKey);
     await op.locator('.live-responses-table tbody .response-col_status').first().waitFor();
     assert.match(await op.locator('.live-responses-table tbody .response-col_status').first().innerText(), /200/);
     assert.match(await op.locator('.live-responses-table tbody .response-col_description').first().innerText(), /organization_id/);
     // The answer only: the curl line above it shows the key.
     await op.locator('.live-responses-table').screenshot({ path: join(SCREENSHOTS, 'docs-try-it.png') });
 
-    assert.deepEqual([...origins], [server.baseUrl], 'the page loads nothing from another origin');
+    assert.deepEqual([...origins], [env.server.baseUrl], 'the page loads nothing from another origin');
     assert.deepEqual(errors, []);
     await context.close();
   });

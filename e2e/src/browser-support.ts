@@ -3,7 +3,9 @@
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { REPO_ROOT } from './harness.js';
+import { mkdirSync } from 'node:fs';
+import { after, before } from 'node:test';
+import { REPO_ROOT, startServer, type TestServer } from './harness.js';
 
 export const SCREENSHOTS = join(REPO_ROOT, 'e2e/dist/screenshots');
 
@@ -31,3 +33,18 @@ export function watchErrors(page: Page): string[] {
   return errors;
 }
 
+
+/** A daemon (template base) and Chromium for one test file, started before its tests and stopped after. */
+export function browserEnv(): { server: TestServer; browser: Browser } {
+  const env = {} as { server: TestServer; browser: Browser };
+  before(async () => {
+    env.server = await startServer({ templates: ['base'] });
+    env.browser = await launchChromium();
+    mkdirSync(SCREENSHOTS, { recursive: true });
+  });
+  after(async () => {
+    await env.browser?.close();
+    await env.server?.stop();
+  });
+  return env;
+}

@@ -293,6 +293,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
       `sandboxd is listening on ${url}`,
       `  API key:   ${apiKey}`,
       `  try:       curl -s -H 'X-API-Key: ${apiKey}' ${url}/v1/templates`,
+      `  console:   ${url}/console    API reference: ${url}/docs`,
       `  sandboxes: public_host on ${config.gateway.mode === 'port' ? `${config.gateway.publicHostname} ports ${config.gateway.portMin}-${config.gateway.portMax}` : `*.${config.gateway.domain}:${config.gateway.hostModePort}`}`,
       '',
     ].join('\n') + '\n',

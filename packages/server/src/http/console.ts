@@ -35,6 +35,8 @@ export function consoleRoutes(app: FastifyInstance, dir = CONSOLE_DIR): void {
 </body></html>
 `
     : undefined;
+  // The service's root is where a person lands first: the console.
+  app.get('/', async (_req, reply) => reply.redirect('/console', 302));
   app.get('/console', async (_req, reply) => {
     if (!html) return reply.code(404).type('text/plain; charset=utf-8').send('the console is not built: run npm run build\n');
     void reply.header('content-security-policy', CONSOLE_CSP).header('x-content-type-options', 'nosniff').header('referrer-policy', 'no-referrer').header('cache-control', 'no-cache');

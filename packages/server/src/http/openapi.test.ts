@@ -86,7 +86,7 @@ test('/openapi.json is a valid OpenAPI 3.1 document with every route of both API
     stack.push(m[2]!);
     if (!m[3]) continue;
     const path = stack.join('').replace(/:([A-Za-z_]+)/g, '{$1}');
-    if (path === '/openapi.json' || path === '/docs' || path.startsWith('/docs/') || path === '/console' || path.startsWith('/console/') || path.includes('*')) continue;
+    if (path === '/openapi.json' || path === '/docs' || path.startsWith('/docs/') || path === '/' || path === '/console' || path.startsWith('/console/') || path.includes('*')) continue;
     for (const method of m[3].split(',').map((x) => x.trim()).filter((x) => x !== 'HEAD')) registered.push(`${method} ${path}`);
   }
   assert.ok(registered.length >= 20, `found ${registered.length} routes`);
@@ -210,4 +210,6 @@ test('/console is the console bundled at build time: hashed assets, a CSP withou
   assert.ok(transferred < 200 * 1024, `first load ${transferred} bytes`);
   const miss = await a.inject({ method: 'GET', url: '/console/assets/console.0000000000000000.js' });
   assert.equal(miss.statusCode, 404);
+  const root = await a.inject({ method: 'GET', url: '/' });
+  assert.deepEqual([root.statusCode, root.headers.location], [302, '/console'], 'the root leads to the console');
 });

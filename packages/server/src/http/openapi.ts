@@ -68,7 +68,7 @@ function exampleError(code: ErrorCode): Record<string, unknown> {
 export function buildOpenApi(routes: CollectedRoute[], version: string): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const r of routes) {
-    if (r.url === '/openapi.json' || r.url === '/docs' || r.url.startsWith('/docs/') || r.url === '/console' || r.url.startsWith('/console/') || r.url.includes('*')) continue;
+    if (r.url === '/openapi.json' || r.url === '/docs' || r.url.startsWith('/docs/') || r.url === '/' || r.url === '/console' || r.url.startsWith('/console/') || r.url.includes('*')) continue;
     const path = r.url.replace(/:([A-Za-z_]+)/g, '{$1}');
     const doc = OPERATIONS[`${r.method} ${path}`];
     const op: Record<string, unknown> = {

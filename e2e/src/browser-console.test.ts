@@ -89,4 +89,72 @@ describe('/console in a browser', { timeout: 300_000 }, () => {
     assert.deepEqual(errors, []);
     await context.close();
   });
+
+  test("a sandbox's page: live charts, a terminal, files up and down, processes, events, and delete", async () => {
+    const context = await env.browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true });
+    const page = await context.newPage();
+    const errors = watchErrors(page);
+    const sb = await createSandbox(env.server, { template_name: 'base' });
+    await page.goto(`${env.server.baseUrl}/console`);
+    await page.fill('#api-key', env.server.apiKey);
+    await page.click('#sign-in button[type=submit]');
+    await row(page, sb.id).waitFor({ timeout: 30_000 });
+    await row(page, sb.id).getByRole('link', { name: sb.id }).click();
+    await page.locator('#sandbox-state[data-status="running"]').waitFor();
+    assert.equal(new URL(page.url()).hash, `#/sandboxes/${sb.id}`);
+
+    // The terminal: a real shell in the sandbox, typed into.
+    await page.locator('#terminal-status', { hasText: 'connected' }).waitFor({ timeout: 30_000 });
+    await page.locator('#terminal .xterm').click();
+    await page.keyboard.type('echo "sum=$((6*7))"; hostname > /tmp/from-terminal\n');
+    await page.locator('#terminal .xterm-rows', { hasText: 'sum=42' }).waitFor({ timeout: 15_000 });
+    const agent = (path: string) => fetch(`${sb.publicHost}${path}`, { headers: { authorization: `Bearer ${sb.authToken}` } });
+    const written = (await (await agent('/files/read?path=/tmp/from-terminal')).json()) as { content: string };
+    assert.ok(written.content.trim().length > 0, 'the command ran in the sandbox');
+
+    // Upload a file from the page; it is in the sandbox, listed, and downloads back the same.
+    const content = `uploaded from the console ${Date.now()}\n`;
+    const cwd = (await page.locator('#files-path').innerText()).trim();
+    await page.setInputFiles('#files-upload', { name: 'console-upload.txt', mimeType: 'text/plain', buffer: Buffer.from(content) });
+    const listed = page.locator(`#file-rows tr[data-path="${cwd === '/' ? '' : cwd}/console-upload.txt"]`);
+    await listed.waitFor({ timeout: 15_000 });
+    const read = (await (await agent(`/files/read?path=${encodeURIComponent(`${cwd}/console-upload.txt`)}`)).json()) as { content: string };
+    assert.equal(read.content, content);
+    const [download] = await Promise.all([page.waitForEvent('download'), listed.getByRole('button', { name: 'Download console-upload.txt' }).click()]);
+    assert.equal(download.suggestedFilename(), 'console-upload.txt');
+    const { readFile } = await import('node:fs/promises');
+    assert.equal(await readFile((await download.path())!, 'utf8'), content);
+
+    // Processes: the sandbox's own, the shell of the terminal among them.
+    await page.locator('#process-rows tr', { hasText: 'bash' }).first().waitFor({ timeout: 15_000 });
+
+    // The charts take a sample every 2 s.
+    await page.waitForFunction(() => Number(document.querySelector('#chart-memory')?.getAttribute('data-samples')) >= 3, undefined, { timeout: 30_000 });
+    await page.waitForFunction(() => Number(document.querySelector('#chart-cpu')?.getAttribute('data-samples')) >= 2, undefined, { timeout: 30_000 });
+    assert.ok(Number(await page.locator('#chart-memory').getAttribute('data-last')) > 0, 'memory in use is shown');
+    await page.screenshot({ path: join(SCREENSHOTS, 'console-sandbox.png'), fullPage: true });
+
+    // A pause made elsewhere shows as an event; the tools wait for it to run again.
+    assert.equal((await api(env.server, 'POST', `/v1/sandboxes/${sb.id}/pause`)).status, 200);
+    await page.locator('#events li[data-kind="paused"]').waitFor({ timeout: 15_000 });
+    await page.locator('#sandbox-state[data-status="paused"]').waitFor();
+    assert.equal(await page.locator('#terminal').count(), 0);
+    await page.getByRole('button', { name: `Resume ${sb.id}` }).click();
+    await page.locator('#sandbox-state[data-status="running"]').waitFor({ timeout: 30_000 });
+    await page.locator('#terminal-status', { hasText: 'connected' }).waitFor({ timeout: 30_000 });
+
+    // A phone screen.
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.screenshot({ path: join(SCREENSHOTS, 'console-sandbox-phone.png'), fullPage: true });
+    await page.setViewportSize({ width: 1280, height: 900 });
+
+    // Delete from the page: back to the list, and the sandbox is gone.
+    await page.getByRole('button', { name: `Delete ${sb.id}` }).click();
+    await page.locator('#sandbox-rows').waitFor({ state: 'attached' });
+    await page.waitForFunction(() => location.hash === '#/');
+    await row(page, sb.id).waitFor({ state: 'detached' });
+    assert.equal((await api(env.server, 'GET', `/v1/sandboxes/${sb.id}`)).status, 404);
+    assert.deepEqual(errors, []);
+    await context.close();
+  });
 });

@@ -188,8 +188,24 @@ export const EventsQuery = Type.Object({
 });
 export type EventsQuery = Static<typeof EventsQuery>;
 
+/** `GET /v1/sandboxes/{id}/metrics/stream`: one sample of SandboxMetrics every `interval` seconds. */
+export const MetricsStreamQuery = Type.Object({
+  token: Type.Optional(Type.String({ maxLength: 4096, description: 'an events token from POST /v1/events/token (never an API key)' })),
+  interval: Type.Optional(Type.Integer({ minimum: 1, maximum: 60, default: 2, description: 'seconds between samples' })),
+});
+export type MetricsStreamQuery = Static<typeof MetricsStreamQuery>;
+
 export const SANDBOX_EVENT_KINDS = ['created', 'paused', 'resumed', 'stopped', 'started', 'deleted', 'expired', 'oom_killed'] as const;
 export type SandboxEventKind = (typeof SANDBOX_EVENT_KINDS)[number];
+
+/** `GET /v1/account`: who the calling key is. */
+export const AccountInfo = Type.Object({
+  organization: Type.Object({ id: Type.String(), name: Type.String() }),
+  key: Type.Object({ id: Type.String(), name: Type.String(), scopes: Type.Array(Type.String()) }),
+  operator: Type.Boolean({ description: "whether the key may use the admin API (a key of the operator's organization with the admin scope)" }),
+  request_id: Type.Optional(Type.String()),
+});
+export type AccountInfo = Static<typeof AccountInfo>;
 
 export const API_SCOPES = ['sandboxes:read', 'sandboxes:write', 'templates:read', 'templates:write', 'metrics:read', 'admin'] as const;
 export type ApiScope = (typeof API_SCOPES)[number];

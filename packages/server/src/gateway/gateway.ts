@@ -1,4 +1,4 @@
-import { createServer, Agent, type IncomingMessage, type Server } from 'node:http';
+import { createServer, Agent, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { safeUrl } from '../logging.js';
@@ -10,7 +10,7 @@ import { requireScope, type KeyService } from '../services/keys.js';
 import type { TokenService } from '../services/tokens.js';
 import { refusalOf, type ConnectionLimits } from '../services/connections.js';
 import { proxyToAgent, sendError, type OnIncident } from './proxy.js';
-import { openTunnel, rawError } from './tunnel.js';
+import { openTunnel, rawError, subprotocolCredential } from './tunnel.js';
 
 export interface GatewayDeps {
   config: Config['gateway'];
@@ -161,7 +161,9 @@ export class Gateway implements GatewayControl {
       throw new ServiceError('NOT_FOUND', id ? `sandbox ${id} not found` : `no sandbox found at host ${JSON.stringify((req.headers.host ?? '').slice(0, 100))}`, id ? { id } : {});
     }
     const auth = req.headers.authorization;
-    const bearer = auth?.toLowerCase().startsWith('bearer ') ? auth.slice(7).trim() : undefined;
+    // A browser's WebSocket cannot send headers: it offers the credential as a subprotocol instead.
+    const offered = upgrade && !auth && req.headers['x-api-key'] === undefined ? subprotocolCredential(req) : undefined;
+    const bearer = auth?.toLowerCase().startsWith('bearer ') ? auth.slice(7).trim() : offered;
     const apiKey = (req.headers['x-api-key'] as string | undefined) ?? (bearer && bearer.split('.').length !== 3 ? bearer : undefined);
     if (bearer && bearer.split('.').length === 3) {
       await this.d.tokens.verify(bearer, entry.sandboxId);
@@ -186,6 +188,14 @@ export class Gateway implements GatewayControl {
   private makeServer(lookup: (req: IncomingMessage) => RouteEntry | undefined, asked: (req: IncomingMessage) => string | undefined): Server {
     const server = createServer((req, res) => {
       const requestId = requestIdOf(req);
+      if (req.headers.origin !== undefined) {
+        // Browsers (the console, a user's page) may call the agent API from another origin. No
+        // credential is ambient (no cookies; a token or key in a header the page itself sets), so
+        // any origin may: the answer is only ever readable with a credential the page holds.
+        if (req.method === 'OPTIONS' && req.headers['access-control-request-method'] !== undefined) return preflight(req, res, requestId);
+        res.setHeader('access-control-allow-origin', '*');
+        res.setHeader('access-control-expose-headers', EXPOSED_HEADERS);
+      }
       if (this.d.logRequest) {
         const startedAt = performance.now();
         const entry = lookup(req);
@@ -280,6 +290,26 @@ export class Gateway implements GatewayControl {
     tunnelSet.add(socket);
     tunnelSet.add(upstream);
   }
+}
+
+const EXPOSED_HEADERS = 'x-request-id, retry-after, content-disposition, content-length';
+const PREFLIGHT_METHODS = 'GET, HEAD, POST, PUT, PATCH, DELETE';
+/** Request headers a preflight may ask for: names only (RFC 9110 tokens), a bounded list. */
+const HEADER_LIST_RE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+(\s*,\s*[!#$%&'*+.^_`|~0-9A-Za-z-]+){0,31}$/;
+
+/** CORS preflight: answered by the gateway itself (it carries no credential), never by the sandbox. */
+function preflight(req: IncomingMessage, res: ServerResponse, requestId: string): void {
+  const asked = req.headers['access-control-request-headers'];
+  const headers: Record<string, string> = {
+    'access-control-allow-origin': '*',
+    'access-control-allow-methods': PREFLIGHT_METHODS,
+    'access-control-max-age': '600',
+    'x-request-id': requestId,
+    'content-length': '0',
+  };
+  if (typeof asked === 'string' && HEADER_LIST_RE.test(asked.trim())) headers['access-control-allow-headers'] = asked.trim();
+  res.writeHead(204, headers);
+  res.end();
 }
 
 function requestIdOf(req: IncomingMessage): string {

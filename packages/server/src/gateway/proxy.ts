@@ -149,7 +149,8 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
 function relayableHeaders(ures: IncomingMessage): OutgoingHttpHeaders | string {
   const out: OutgoingHttpHeaders = {};
   for (const [k, v] of Object.entries(ures.headers)) {
-    if (v === undefined || RESPONSE_HOP_HEADERS.has(k)) continue;
+    // Which origins may read an answer is the gateway's to say (gateway.ts), not the sandbox's.
+    if (v === undefined || RESPONSE_HOP_HEADERS.has(k) || k.startsWith('access-control-')) continue;
     if (!TOKEN_RE.test(k)) return `answered with an invalid header name ${JSON.stringify(k.slice(0, 64))}`;
     const values = Array.isArray(v) ? v : [v];
     if (values.some((x) => typeof x !== 'string' || !VALUE_RE.test(x))) return `answered with an invalid value of header ${k}`;

@@ -3,6 +3,20 @@ import { connect, type Socket } from 'node:net';
 import { renderError } from '@sandboxd/protocol';
 import { agentUnavailable, mayBeAgentGone, reportIncident, type OnIncident } from './proxy.js';
 
+/** The subprotocol a browser's WebSocket offers its credential in: `sandboxd.auth.<token or API key>`. */
+export const AUTH_SUBPROTOCOL_PREFIX = 'sandboxd.auth.';
+
+/** The credential offered as a WebSocket subprotocol, if any. */
+export function subprotocolCredential(req: IncomingMessage): string | undefined {
+  const offered = req.headers['sec-websocket-protocol'];
+  if (typeof offered !== 'string') return undefined;
+  for (const p of offered.split(',')) {
+    const v = p.trim();
+    if (v.startsWith(AUTH_SUBPROTOCOL_PREFIX) && v.length > AUTH_SUBPROTOCOL_PREFIX.length) return v.slice(AUTH_SUBPROTOCOL_PREFIX.length);
+  }
+  return undefined;
+}
+
 /**
  * A WebSocket upgrade relayed to the agent as a byte tunnel: the request line and headers (without
  * our credentials) go to the agent's socket, and from then on bytes flow both ways unparsed, so
@@ -56,7 +70,17 @@ export function openTunnel(
       const name = req.rawHeaders[i]!;
       const lower = name.toLowerCase();
       if (lower === 'authorization' || lower === 'x-api-key' || lower === 'x-request-id') continue;
-      text += `${name}: ${req.rawHeaders[i + 1]}\r\n`;
+      let value = req.rawHeaders[i + 1]!;
+      if (lower === 'sec-websocket-protocol') {
+        // A credential offered as a subprotocol (gateway.ts) stays here; the others go on.
+        value = value
+          .split(',')
+          .map((p) => p.trim())
+          .filter((p) => p && !p.startsWith(AUTH_SUBPROTOCOL_PREFIX))
+          .join(', ');
+        if (!value) continue;
+      }
+      text += `${name}: ${value}\r\n`;
     }
     text += `X-Request-ID: ${requestId}\r\n\r\n`;
     upstream.write(text);

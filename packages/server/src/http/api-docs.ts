@@ -83,6 +83,13 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     description: 'CPU, memory, disk, network received and sent, processes and OOM kills of one sandbox, read when asked.',
     errors: [...SANDBOX_ID, 'INVALID_STATE'],
   },
+  'GET /v1/sandboxes/{id}/metrics/stream': {
+    tag: 'sandboxes',
+    summary: "A sandbox's resource use, live (SSE)",
+    description:
+      'Server-sent events: a `metrics` event (the same object as `GET /v1/sandboxes/{id}/metrics`) every `interval` seconds (2 by default), read only while the stream is open; an `end` event when the sandbox is gone. Browsers open it with `?token=` from `POST /v1/events/token`.',
+    errors: [...SANDBOX_ID],
+  },
   'GET /v1/sandboxes/{id}/events': {
     tag: 'events',
     summary: "A sandbox's events (SSE)",
@@ -95,6 +102,12 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     summary: 'An events token',
     description: 'A 5-minute token for `?token=` on the events streams (optionally for one `sandbox_id`), so that a browser never puts an API key in a URL.',
     errors: ['VALIDATION_ERROR', ...SANDBOX_ID],
+  },
+  'GET /v1/account': {
+    tag: 'account',
+    summary: 'Who the calling key is',
+    description: "The key's organization, its name and scopes, and whether it may use the admin API. Any valid key may ask.",
+    errors: [],
   },
   'GET /v1/account/limits': { tag: 'account', summary: 'Limits and usage', description: "Every limit of the caller's organization (null: none) and what it holds against each.", errors: [] },
   'GET /v1/admin/orgs': { tag: 'admin', summary: 'List organizations', description: 'Every organization.', errors: ['PERMISSION_DENIED'] },

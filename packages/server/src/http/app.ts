@@ -109,6 +109,6 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   const openapi = () => (doc ??= buildOpenApi(routes, opts.services.config.version));
   app.get('/openapi.json', async () => openapi());
   docsRoutes(app, openapi);
-  consoleRoutes(app);
+  consoleRoutes(app, opts.services.config.gateway);
   return app;
 }

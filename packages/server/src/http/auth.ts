@@ -38,6 +38,13 @@ export function guard(keys: KeyService, scope: ApiScope) {
   };
 }
 
+/** A preHandler that only authenticates the key (401): for what any key may ask of itself. */
+export function authenticated(keys: KeyService) {
+  return async (req: FastifyRequest): Promise<void> => {
+    req.principal = await keys.authenticate(presentedKey(req));
+  };
+}
+
 /**
  * The events endpoints' guard: an API key in a header, or in `?token=` an events token (browsers'
  * EventSource cannot send headers). Whatever else is in `?token=` (an API key, a sandbox token) is

@@ -111,6 +111,17 @@ export class KeyService {
     }
   }
 
+  /** Who a key is: its organization, its name and scopes, and whether it may use the admin API. */
+  async whoami(p: Principal): Promise<{ org: OrgRow; keyName: string; scopes: string[]; operator: boolean }> {
+    const [org, key] = await Promise.all([this.store.orgs.byId(p.orgId), this.store.keys.byId(p.keyId)]);
+    if (!org || !key) throw new ServiceError('AUTHENTICATION_ERROR', 'this key no longer exists');
+    const operator = await this.requireOperator(p).then(
+      () => true,
+      () => false,
+    );
+    return { org, keyName: key.name, scopes: [...p.scopes].sort(), operator };
+  }
+
   /** Resolves a presented secret to its principal, or throws 401. */
   async authenticate(secret: string | undefined): Promise<Principal> {
     if (!secret) throw new ServiceError('AUTHENTICATION_ERROR', 'missing API key: send X-API-Key or Authorization: Bearer');

@@ -1,10 +1,21 @@
 import type { FastifyInstance } from 'fastify';
 import type { Services } from '../../services/index.js';
 import { timeoutFor } from '../../services/limits.js';
-import { guard, principalOf } from '../auth.js';
+import { AccountInfo } from '@sandboxd/protocol';
+import { authenticated, guard, principalOf } from '../auth.js';
 
 /** Every limit of the caller's organization (null: no limit) and what it holds against each. */
 export function accountLimitsRoute(app: FastifyInstance, s: Services): void {
+  // Who the caller is (any valid key): what the console shows, and whether it offers the admin pages.
+  app.get('/v1/account', { schema: { response: { 200: AccountInfo } }, preHandler: authenticated(s.keys) }, async (req) => {
+    const w = await s.keys.whoami(principalOf(req));
+    return {
+      organization: { id: w.org.id, name: w.org.name },
+      key: { id: principalOf(req).keyId, name: w.keyName, scopes: w.scopes },
+      operator: w.operator,
+      request_id: String(req.id),
+    };
+  });
   app.get('/v1/account/limits', { preHandler: guard(s.keys, 'sandboxes:read') }, async (req) => {
     const org = principalOf(req).orgId;
     const limits = await s.quotas.limitsFor(org);

@@ -144,4 +144,84 @@ describe('GET /v1/sandboxes/{id}/metrics', () => {
     assert.equal((await api(server, 'GET', '/v1/sandboxes/sbnosuchsandbox/metrics')).status, 404);
     await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
   });
+
+  test("a sandbox's figures as a live stream: one sample per interval while watched, an end when the sandbox goes", async () => {
+    const sb = await createSandbox(server, { template_name: 'base', timeout_seconds: 600 });
+    const token = (await api(server, 'POST', '/v1/events/token', { sandbox_id: sb.id })).body.token as string;
+    const url = (q: string) => `${server.baseUrl}/v1/sandboxes/${sb.id}/metrics/stream?${q}`;
+    const res = await fetch(url(`interval=1&token=${encodeURIComponent(token)}`));
+    assert.equal(res.status, 200);
+    assert.match(String(res.headers.get('content-type')), /text\/event-stream/);
+    const reader = res.body!.getReader();
+    const events: Array<{ event: string; data: any }> = [];
+    let text = '';
+    const readUntil = async (done: () => boolean, ms: number) => {
+      const deadline = Date.now() + ms;
+      while (!done() && Date.now() < deadline) {
+        const chunk = await Promise.race([reader.read(), new Promise<{ done: true; value: undefined }>((r) => setTimeout(() => r({ done: true, value: undefined }), deadline - Date.now()))]);
+        if (chunk.done) break;
+        text += Buffer.from(chunk.value).toString();
+        for (let end = text.indexOf('\n\n'); end >= 0; end = text.indexOf('\n\n')) {
+          const block = text.slice(0, end);
+          text = text.slice(end + 2);
+          const event = /^event: (.*)$/m.exec(block)?.[1];
+          const data = /^data: (.*)$/m.exec(block)?.[1];
+          if (event && data) events.push({ event, data: JSON.parse(data) });
+        }
+      }
+    };
+    const started = Date.now();
+    await readUntil(() => events.length >= 3, 10_000);
+    assert.equal(events.length, 3, JSON.stringify(events));
+    assert.ok(Date.now() - started >= 1800, 'one sample per interval (1 s), not a burst');
+    for (const e of events) {
+      assert.equal(e.event, 'metrics');
+      assert.equal(e.data.sandbox_id, sb.id);
+      assert.ok(e.data.memory.used_bytes > 0);
+    }
+    assert.ok(Date.parse(events[2]!.data.timestamp) > Date.parse(events[0]!.data.timestamp));
+
+    // Who may open it: the sandbox's token or the org's; not another sandbox's, not an API key in the URL.
+    const other = await createSandbox(server, { template_name: 'base', timeout_seconds: 600 });
+    const otherToken = (await api(server, 'POST', '/v1/events/token', { sandbox_id: other.id })).body.token as string;
+    const denied = await fetch(url(`token=${encodeURIComponent(otherToken)}`));
+    assert.equal(denied.status, 403);
+    await denied.body?.cancel();
+    const keyInUrl = await fetch(url(`token=${encodeURIComponent(server.apiKey)}`));
+    assert.equal(keyInUrl.status, 401);
+    await keyInUrl.body?.cancel();
+    const tooFast = await fetch(url(`interval=0&token=${encodeURIComponent(token)}`));
+    assert.equal(tooFast.status, 400);
+    await tooFast.body?.cancel();
+    const missing = await fetch(`${server.baseUrl}/v1/sandboxes/sbnosuchsandbox/metrics/stream`, { headers: { 'x-api-key': server.apiKey } });
+    assert.equal(missing.status, 404);
+    await missing.body?.cancel();
+
+    // The sandbox goes: the stream says so and ends.
+    assert.equal((await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
+    await readUntil(() => events.some((e) => e.event === 'end'), 10_000);
+    const end = events.find((e) => e.event === 'end');
+    assert.ok(end, JSON.stringify(events.slice(-2)));
+    assert.equal(end.data.id, sb.id);
+    assert.equal((await reader.read()).done, true, 'the stream is closed');
+    await api(server, 'DELETE', `/v1/sandboxes/${other.id}`);
+  });
+});
+
+describe('GET /v1/account', () => {
+  test('says who the key is, and whether it may use the admin API', async () => {
+    const me = await api(server, 'GET', '/v1/account');
+    assert.equal(me.status, 200, JSON.stringify(me.body));
+    assert.equal(me.body.organization.name, 'default');
+    assert.equal(me.body.operator, true);
+    assert.ok(me.body.key.scopes.includes('admin'));
+    operator(['orgs', 'create', 'account-other']);
+    const created = operator(['keys', 'create', '--org', 'account-other', '--scopes', 'templates:read']);
+    const other = await api({ baseUrl: server.baseUrl, apiKey: created.api_key as string }, 'GET', '/v1/account');
+    assert.equal(other.status, 200, 'any valid key may ask, whatever its scopes');
+    assert.equal(other.body.organization.name, 'account-other');
+    assert.deepEqual(other.body.key.scopes, ['templates:read']);
+    assert.equal(other.body.operator, false);
+    assert.equal((await api({ baseUrl: server.baseUrl, apiKey: 'sbd_nope' }, 'GET', '/v1/account')).status, 401);
+  });
 });

@@ -424,3 +424,148 @@ describe('gateway ports', () => {
     }
   });
 });
+
+describe('gateway: browsers (CORS, and credentials offered as a WebSocket subprotocol)', { timeout: 60_000 }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'sbd-gateway-cors-'));
+  const socketPath = join(dir, 'agent.sock');
+  const store = SqliteStore.open(':memory:');
+  const keys = new KeyService(store);
+  const tokens = new TokenService(join(dir, 'jwt.pem'), 600);
+  const routes = new RouteTable();
+  /** What the agent was sent: each request's head, as it arrived. */
+  const heads: string[] = [];
+  const agent = createServer((s) => {
+    s.on('error', () => undefined);
+    let buf = '';
+    s.on('data', (d) => {
+      buf += d.toString('latin1');
+      const end = buf.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      const head = buf.slice(0, end);
+      buf = '';
+      heads.push(head);
+      if (/^upgrade: websocket$/im.test(head)) {
+        const offered = /^sec-websocket-protocol: (.*)$/im.exec(head)?.[1];
+        s.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n${offered ? `sec-websocket-protocol: ${offered.split(',')[0]!.trim()}\r\n` : ''}\r\n`);
+        return;
+      }
+      // A sandbox that would widen who may read its answers.
+      s.write('HTTP/1.1 200 OK\r\naccess-control-allow-origin: https://evil.example\r\naccess-control-allow-credentials: true\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{"ok":true}');
+    });
+  });
+  let gateway: Gateway;
+  let port = 0;
+  let key = '';
+  let readKey = '';
+  let token = '';
+
+  before(async () => {
+    await new Promise<void>((r) => agent.listen(socketPath, () => r()));
+    gateway = new Gateway({
+      config: {
+        mode: 'port', bindHost: '127.0.0.1', publicHostname: '127.0.0.1', portMin: 47300, portMax: 47399, domain: '', hostModePort: 0,
+        idleTimeoutMs: 60_000, responseHeadersTimeoutMs: 60_000,
+      },
+      routes,
+      tokens,
+      keys,
+      portUsed: async () => false,
+      connections: new ConnectionLimits({ perClient: 100, perOrg: 100, total: 100 }),
+      log: () => undefined,
+    });
+    const org = await keys.createOrg('org-cors');
+    key = (await keys.createKey(org.id, { scopes: ['sandboxes:read', 'sandboxes:write'] })).secret;
+    readKey = (await keys.createKey(org.id, { scopes: ['sandboxes:read'] })).secret;
+    routes.set({ sandboxId: 'sbcors', orgId: org.id, status: 'running', socketPath, port: null });
+    port = (await gateway.open('sbcors', null))!;
+    token = (await tokens.issue('sbcors', org.id)).token;
+  });
+
+  after(async () => {
+    await gateway?.closeAll();
+    await new Promise((r) => agent.close(r));
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const send = (method: string, headers: Record<string, string>) =>
+    new Promise<{ status: number; headers: Record<string, unknown>; body: string }>((resolve, reject) => {
+      const req = httpRequest({ host: '127.0.0.1', port, path: '/files/list', method, headers, agent: false }, (res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => (body += c.toString()));
+        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+
+  test('a preflight is answered by the gateway, without credentials, and never reaches the sandbox', async () => {
+    const before = heads.length;
+    const r = await send('OPTIONS', { origin: 'http://127.0.0.1:8080', 'access-control-request-method': 'POST', 'access-control-request-headers': 'x-api-key, content-type' });
+    assert.equal(r.status, 204);
+    assert.equal(r.headers['access-control-allow-origin'], '*');
+    assert.match(String(r.headers['access-control-allow-methods']), /POST/);
+    assert.equal(r.headers['access-control-allow-headers'], 'x-api-key, content-type');
+    assert.equal(heads.length, before);
+    // Asked-for headers that are not a list of names are not echoed.
+    const odd = await send('OPTIONS', { origin: 'http://x', 'access-control-request-method': 'GET', 'access-control-request-headers': 'a b; c' });
+    assert.equal(odd.status, 204);
+    assert.equal(odd.headers['access-control-allow-headers'], undefined);
+  });
+
+  test("answers from another origin are readable with '*'; the sandbox's own access-control headers are dropped", async () => {
+    const ok = await send('GET', { origin: 'http://127.0.0.1:8080', 'x-api-key': key });
+    assert.equal(ok.status, 200);
+    assert.equal(ok.headers['access-control-allow-origin'], '*');
+    assert.equal(ok.headers['access-control-allow-credentials'], undefined);
+    assert.match(String(ok.headers['access-control-expose-headers']), /x-request-id/);
+    // Errors too, so that a page can read what went wrong.
+    const refused = await send('GET', { origin: 'http://127.0.0.1:8080' });
+    assert.equal(refused.status, 401);
+    assert.equal(refused.headers['access-control-allow-origin'], '*');
+    // Without an Origin (not a browser), nothing is added.
+    assert.equal((await send('GET', { 'x-api-key': key })).headers['access-control-allow-origin'], undefined);
+  });
+
+  /** A raw upgrade offering `protocols`; the first line of the answer. */
+  const upgrade = async (protocols: string | undefined, extra = '') => {
+    const s = connect({ port, host: '127.0.0.1' });
+    s.on('error', () => undefined);
+    await new Promise((r) => s.once('connect', r));
+    s.write(
+      `GET /terminal HTTP/1.1\r\nhost: x\r\norigin: http://127.0.0.1:8080\r\n${extra}${protocols ? `sec-websocket-protocol: ${protocols}\r\n` : ''}upgrade: websocket\r\nconnection: upgrade\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n`,
+    );
+    const answer = await new Promise<string>((resolve) => {
+      let got = '';
+      s.on('data', (d) => {
+        got += d.toString();
+        if (got.includes('\r\n\r\n')) resolve(got);
+      });
+      s.on('close', () => resolve(got));
+    });
+    s.destroy();
+    return answer;
+  };
+
+  test('a WebSocket opens with an API key or the sandbox token offered as a subprotocol, which the agent never sees', async () => {
+    for (const credential of [key, token]) {
+      const before = heads.length;
+      const answer = await upgrade(`sandboxd, sandboxd.auth.${credential}`);
+      assert.match(answer, /^HTTP\/1.1 101/, answer);
+      assert.match(answer, /sec-websocket-protocol: sandboxd\r\n/i);
+      const head = heads.slice(before).join('\n');
+      assert.match(head, /^sec-websocket-protocol: sandboxd$/im);
+      assert.ok(!head.includes(credential), 'the credential went on to the sandbox');
+    }
+  });
+
+  test('a bad, missing or under-scoped credential in the subprotocol is refused before the agent', async () => {
+    const before = heads.length;
+    assert.match(await upgrade('sandboxd, sandboxd.auth.sbd_not_a_key'), /^HTTP\/1.1 401/);
+    assert.match(await upgrade('sandboxd, sandboxd.auth.'), /^HTTP\/1.1 401/);
+    assert.match(await upgrade('sandboxd'), /^HTTP\/1.1 401/);
+    assert.match(await upgrade(`sandboxd, sandboxd.auth.${readKey}`), /^HTTP\/1.1 403/, 'a terminal runs code: sandboxes:write');
+    // A header credential wins over one offered as a subprotocol (which is then not looked at).
+    assert.match(await upgrade(`sandboxd, sandboxd.auth.${key}`, 'x-api-key: sbd_wrong\r\n'), /^HTTP\/1.1 401/);
+    assert.equal(heads.length, before);
+  });
+});

@@ -80,7 +80,16 @@ export const AGENT_ROUTES: AgentRouteDoc[] = [
   { method: 'GET', path: '/files/exists', summary: 'whether a path exists', query: PathQuery },
   { method: 'DELETE', path: '/files/remove', summary: 'remove a file or directory (recursive)', query: PathQuery },
   { method: 'POST', path: '/files/mkdir', summary: 'create a directory with its parents', body: MkdirBody },
-  { method: 'GET', path: '/files/watch', summary: 'WebSocket: changes below a directory (created, modified, deleted, renamed)', websocket: true },
+  {
+    method: 'GET',
+    path: '/files/watch',
+    summary: 'WebSocket: changes below a directory (created, modified, deleted, renamed)',
+    websocket: true,
+    query: Type.Object({
+      path: Type.Optional(Type.String({ description: 'start watching this directory at once (or send a watch frame)' })),
+      ack: Type.Optional(Type.String({ description: '1 or true: send {type: "watching"} once the tree is watched' })),
+    }),
+  },
   { method: 'GET', path: '/env', summary: 'the sandbox environment set' },
   { method: 'PUT', path: '/env', summary: 'replace the environment set', body: EnvBody },
   { method: 'PATCH', path: '/env', summary: 'merge into the environment set', body: EnvBody },
@@ -90,5 +99,14 @@ export const AGENT_ROUTES: AgentRouteDoc[] = [
   { method: 'GET', path: '/processes', summary: 'every process running in the sandbox (pid, name, command)' },
   { method: 'GET', path: '/cache/stats', summary: 'execution/compile cache statistics' },
   { method: 'POST', path: '/cache/clear', summary: 'empty the cache' },
-  { method: 'GET', path: '/terminal', summary: 'WebSocket: interactive PTY', websocket: true },
+  {
+    method: 'GET',
+    path: '/terminal',
+    summary: 'WebSocket: interactive PTY',
+    websocket: true,
+    query: Type.Object({
+      cols: Type.Optional(Type.Integer({ minimum: 1, maximum: 9999, default: 80 })),
+      rows: Type.Optional(Type.Integer({ minimum: 1, maximum: 9999, default: 24 })),
+    }),
+  },
 ];

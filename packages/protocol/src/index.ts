@@ -4,3 +4,4 @@ export * from './agent.js';
 export * from './languages.js';
 export * from './agent-routes.js';
 export * from './render-error.js';
+export * from './agent-responses.js';

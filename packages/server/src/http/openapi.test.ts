@@ -3,11 +3,13 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createHash } from 'node:crypto';
 import { Validator } from '@seriousme/openapi-schema-validator';
-import { AGENT_ROUTES, ERROR_CODES } from '@sandboxd/protocol';
+import { AGENT_ROUTES, ERROR_CODES, Sandbox } from '@sandboxd/protocol';
 import { buildApp } from './app.js';
 import { docsRoutes } from './docs.js';
 import { buildOpenApi } from './openapi.js';
+import { AGENT_RESPONSES, RESPONSES } from './api-responses.js';
 import { loadConfig } from '../config.js';
 import { SqliteStore } from '../store/sqlite.js';
 import { KeyService } from '../services/keys.js';
@@ -23,6 +25,7 @@ import { TemplateBuildService } from '../services/template-builds.js';
 import { QuotaService } from '../services/quotas.js';
 import { FsBlobStore } from '../images/blob-store.js';
 import type { Runtime } from '../runtime/types.js';
+import { describes, documentedSuccess, examplesOf, sseEvents, validator } from '../testing/openapi-check.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbd-openapi-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -34,7 +37,8 @@ async function app() {
   const keys = new KeyService(store);
   const templates = new TemplateService(store);
   const tokens = new TokenService(join(dir, 'jwt.pem'), 60);
-  const unreachable = new Proxy({}, { get: () => () => Promise.reject(new Error('runtime not used in this test')) }) as Runtime;
+  // No container is reached (a sandbox's socket path is only recorded).
+  const unreachable = new Proxy({}, { get: (_t, name) => (name === 'agentSocket' ? (id: string) => join(dir, `${id}.sock`) : () => Promise.reject(new Error('runtime not used in this test'))) }) as Runtime;
   const createLimiter = new SlidingWindowLimiter(10, 60_000, 'creates');
   const quotas = new QuotaService(store, config.limits);
   const sandboxes = new SandboxService({
@@ -59,7 +63,7 @@ async function app() {
   const a = await buildApp({ services: { config, store, keys, tokens, sandboxes, templates, events: new EventBus(), createLimiter, quotas, builds, uploads } });
   const org = await keys.ensureOrg('default');
   const { secret } = await keys.createKey(org.id);
-  return { a, secret };
+  return { a, secret, store, keys, org };
 }
 
 test('/openapi.json is a valid OpenAPI 3.1 document with every route of both APIs', async () => {
@@ -212,4 +216,162 @@ test('/console is the console bundled at build time: hashed assets, a CSP withou
   assert.equal(miss.statusCode, 404);
   const root = await a.inject({ method: 'GET', url: '/' });
   assert.deepEqual([root.statusCode, root.headers.location], [302, '/console'], 'the root leads to the console');
+});
+
+test('every operation of both APIs answers with a described success: a real schema, examples that validate, and an example of its JSON request body', async () => {
+  const { a } = await app();
+  const doc = (await a.inject({ method: 'GET', url: '/openapi.json' })).json();
+  // Closed: an example shows no field its schema does not list.
+  const check = validator({ closed: true });
+  const problems: string[] = [];
+  let operations = 0;
+  for (const [path, ops] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
+    for (const [method, op] of Object.entries(ops)) {
+      operations++;
+      const where = `${method.toUpperCase()} ${path}`;
+      const successes = Object.entries(op.responses as Record<string, any>).filter(([status]) => /^(101|2\d\d)$/.test(status));
+      if (successes.length === 0) problems.push(`${where}: no success response`);
+      for (const [status, r] of successes) {
+        const at = `${where} ${status}`;
+        if (!r.description || r.description === 'success') problems.push(`${at}: no description beyond "success"`);
+        if (status === '101') {
+          // A WebSocket upgrade: no body, but the messages each side sends once it is open.
+          for (const side of ['client', 'server'] as const) {
+            const m = r['x-websocket']?.[side];
+            if (!m || !describes(m.schema, 'application/json')) problems.push(`${at}: no schema of the ${side}'s messages`);
+            else if (examplesOf(m).length === 0) problems.push(`${at}: no example of the ${side}'s messages`);
+            else for (const ex of examplesOf(m)) check(m.schema, ex, `${at} ${side} message example`);
+          }
+          continue;
+        }
+        const media = Object.entries((r.content ?? {}) as Record<string, any>);
+        if (media.length === 0) problems.push(`${at}: no body described`);
+        for (const [type, m] of media) {
+          if (!describes(m.schema, type)) {
+            problems.push(`${at} ${type}: no schema that describes the body (${JSON.stringify(m.schema)})`);
+            continue;
+          }
+          const examples = examplesOf(m);
+          if (examples.length === 0) problems.push(`${at} ${type}: no example`);
+          for (const ex of examples) check(m.schema, ex, `${at} ${type} example`);
+          if (type === 'text/event-stream') {
+            const events = (m['x-events'] ?? {}) as Record<string, unknown>;
+            if (Object.keys(events).length === 0) problems.push(`${at}: no schema of the events' data (x-events)`);
+            for (const ex of examples) {
+              const sent = sseEvents(String(ex));
+              assert.ok(sent.length > 0, `${at}: the example holds events`);
+              for (const e of sent) {
+                assert.ok(events[e.event], `${at}: event "${e.event}" of the example is not described`);
+                check(events[e.event], JSON.parse(e.data), `${at} event ${e.event} example`);
+              }
+            }
+          }
+        }
+      }
+      for (const [type, m] of Object.entries((op.requestBody?.content ?? {}) as Record<string, any>)) {
+        const at = `${where} request ${type}`;
+        if (!describes(m.schema, type)) problems.push(`${at}: no schema that describes the body`);
+        else if (type === 'application/json') {
+          if (examplesOf(m).length === 0) problems.push(`${at}: no example`);
+          for (const ex of examplesOf(m)) check(m.schema, ex, `${at} example`);
+        }
+      }
+    }
+  }
+  assert.deepEqual(problems, [], 'operations without a described success or example (http/api-responses.ts)');
+  assert.ok(operations >= 60, `${operations} operations`);
+
+  // What the document says of a few, exactly.
+  const responses = (p: string, m: string) => doc.paths[p][m].responses;
+  assert.deepEqual(Object.keys(responses('/v1/sandboxes', 'post')).filter((s) => /^[12]/.test(s)), ['201']);
+  assert.deepEqual(Object.keys(responses('/v1/templates/build', 'post')).filter((s) => /^[12]/.test(s)), ['202']);
+  assert.deepEqual(Object.keys(responses('/agent/execute/async', 'post')).filter((s) => /^[12]/.test(s)), ['202']);
+  assert.deepEqual(Object.keys(responses('/agent/terminal', 'get')).filter((s) => /^[12]/.test(s)), ['101']);
+  assert.deepEqual(Object.keys(responses('/v1/templates/build/{id}/logs', 'get')['200'].content).sort(), ['application/json', 'text/event-stream']);
+  assert.ok(responses('/agent/files/download', 'get')['200'].content['*/*'], 'a download is bytes of any type');
+  assert.ok(responses('/metrics', 'get')['200'].content['text/plain'], 'Prometheus text');
+  assert.deepEqual(Object.keys(doc.paths['/v1/templates/files/upload/{token}'].put.requestBody.content), ['application/octet-stream']);
+  assert.equal(doc.paths['/v1/sandboxes/{id}/pause'].post.requestBody, undefined, 'a bodyless POST documents no body');
+  assert.equal(doc.paths['/v1/events/token'].post.requestBody.required, false, 'the events token body is optional');
+  // Every entry of api-responses.ts is an operation served; a route that declares its response
+  // schema (what Fastify serializes with) declares the one api-responses.ts names.
+  for (const [prefix, entries] of [['', RESPONSES], ['/agent', AGENT_RESPONSES]] as const) {
+    for (const [k, d] of Object.entries(entries)) {
+      const [method, path] = k.split(' ') as [string, string];
+      const op = doc.paths[`${prefix}${path}`]?.[method.toLowerCase()];
+      assert.ok(op, `api-responses.ts: ${k} is no operation`);
+      const declared = d.content?.['application/json']?.schema;
+      if (declared) assert.deepEqual(op.responses[String(d.status)].content['application/json'].schema, JSON.parse(JSON.stringify(declared)), `${k}: the route declares another schema`);
+    }
+  }
+});
+
+test('the checks of the document fail on what they are there to catch', () => {
+  const check = validator();
+  assert.throws(() => check(JSON.parse(JSON.stringify(Sandbox)), { id: 'sbq7k2m9x4v8t1w6z3r5np' }, 'a partial sandbox'), /must have required property/);
+  assert.equal(describes({}, 'application/json'), false);
+  assert.equal(describes({ type: 'object' }, 'application/json'), false);
+  assert.equal(describes({ type: 'string', format: 'binary' }, '*/*'), true);
+  assert.throws(() => sseEvents('event: x\n\n'), /event and data/);
+});
+
+test('what the routes really answer validates against the document', async () => {
+  const { a, store, keys, org } = await app();
+  const doc = (await a.inject({ method: 'GET', url: '/openapi.json' })).json();
+  // Every field of a real answer must be documented, and every required one sent.
+  const check = validator({ closed: true });
+  const admin = (await keys.createKey(org.id, { name: 'admin', scopes: ['admin', 'sandboxes:read', 'sandboxes:write', 'templates:read', 'templates:write'] })).secret;
+  const call = async (method: string, url: string, documented: string, payload?: unknown, headers: Record<string, string> = {}) => {
+    const res = await a.inject({ method: method as 'GET', url, headers: { 'x-api-key': admin, ...headers }, ...(payload === undefined ? {} : { payload: payload as object }) });
+    assert.ok(res.statusCode < 300, `${method} ${url}: ${res.statusCode} ${res.body}`);
+    const answer = documentedSuccess(doc, method, documented, res.statusCode);
+    const type = String(res.headers['content-type']).split(';')[0]!;
+    assert.ok(answer.content[type], `${method} ${url}: ${type} is not documented`);
+    check(answer.content[type].schema, type === 'application/json' ? res.json() : res.body, `${method} ${url} answer`);
+    return res;
+  };
+
+  await call('GET', '/health', '/health');
+  await call('GET', '/v1/account', '/v1/account');
+  await call('GET', '/v1/account/limits', '/v1/account/limits');
+  await call('POST', '/v1/events/token', '/v1/events/token');
+
+  await call('GET', '/v1/admin/orgs', '/v1/admin/orgs');
+  await call('POST', '/v1/admin/orgs', '/v1/admin/orgs', { name: 'acme' });
+  await call('GET', '/v1/admin/keys', '/v1/admin/keys');
+  const created = (await call('POST', '/v1/admin/keys', '/v1/admin/keys', { org: 'acme', name: 'ci' })).json();
+  await call('DELETE', `/v1/admin/keys/${created.id}`, '/v1/admin/keys/{id}');
+
+  const now = new Date().toISOString();
+  await store.templates.upsert({
+    id: 'tpl_af851e734adfae9a94c3', orgId: null, name: 'code-interpreter', displayName: 'Code Interpreter', description: 'Python', category: 'data-science', language: 'python',
+    vcpu: 2, memoryMb: 2048, diskGb: 10, status: 'active', isPublic: true, buildId: null, features: ['code_execution'], tags: ['python'], layers: ['a'.repeat(64)],
+    env: {}, workdir: '/workspace', errorMessage: null, createdAt: now, updatedAt: now,
+  });
+  await call('GET', '/v1/templates', '/v1/templates');
+  await call('GET', '/v1/templates/code-interpreter', '/v1/templates/{nameOrId}');
+
+  // A sandbox row as a create leaves it (no container: the routes used here do not reach the runtime).
+  await store.sandboxes.insert({
+    id: 'sbq7k2m9x4v8t1w6z3r5np', orgId: org.id, templateId: 'tpl_af851e734adfae9a94c3', templateName: 'code-interpreter', status: 'running', region: 'local', internetAccess: true,
+    timeoutSeconds: null, expiresAt: null, vcpu: 2, memoryMb: 2048, diskGb: 10, layers: ['a'.repeat(64)], templateEnv: {}, envVars: {}, gatewayPort: 40017, nodeId: 'test',
+    version: 0, deletedReason: null, createdAt: now, updatedAt: now, deletedAt: null,
+  });
+  await call('GET', '/v1/sandboxes?limit=1', '/v1/sandboxes');
+  await call('GET', '/v1/sandboxes/sbq7k2m9x4v8t1w6z3r5np', '/v1/sandboxes/{id}');
+  await call('PUT', '/v1/sandboxes/sbq7k2m9x4v8t1w6z3r5np/timeout', '/v1/sandboxes/{id}/timeout', { timeout_seconds: 600 });
+  await call('POST', '/v1/sandboxes/sbq7k2m9x4v8t1w6z3r5np/token/refresh', '/v1/sandboxes/{id}/token/refresh');
+  await call('GET', '/v1/sandboxes/sbq7k2m9x4v8t1w6z3r5np/metrics', '/v1/sandboxes/{id}/metrics');
+  await call('POST', '/v1/events/token', '/v1/events/token', { sandbox_id: 'sbq7k2m9x4v8t1w6z3r5np' });
+
+  const bytes = Buffer.from('print("hello")\n');
+  const sha = createHash('sha256').update(bytes).digest('hex');
+  const link = (await call('POST', '/v1/templates/files/upload-link', '/v1/templates/files/upload-link', { files: [{ path: 'app/main.py', size: bytes.length, hash: `sha256:${sha}` }] })).json();
+  await call('POST', '/v1/templates/files/upload-link', '/v1/templates/files/upload-link', { files_hash: 'a3f1c9e07b5d2846', content_length: 10 });
+  const token = new URL(link.upload_urls[0].upload_url).pathname.split('/').pop()!;
+  await call('PUT', `/v1/templates/files/upload/${token}`, '/v1/templates/files/upload/{token}', bytes, { 'content-type': 'application/octet-stream' });
+
+  const build = (await call('POST', '/v1/templates/build', '/v1/templates/build', { alias: 'py-app', steps: [{ type: 'from', image: 'python:3.11' }, { type: 'copy', file_id: `f_${sha}`, dest: '/workspace/' }] })).json();
+  await call('GET', `/v1/templates/build/${build.build_id}/status`, '/v1/templates/build/{id}/status');
+  await call('GET', `/v1/templates/build/${build.build_id}/logs?offset=0`, '/v1/templates/build/{id}/logs');
 });

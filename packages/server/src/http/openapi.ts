@@ -1,4 +1,5 @@
 import { AGENT_OPERATIONS, OPERATIONS, TAGS, type OperationDoc } from './api-docs.js';
+import { AGENT_RESPONSES, RESPONSES, type Payload, type SuccessDoc } from './api-responses.js';
 import type { FastifyInstance, RouteOptions } from 'fastify';
 import { AGENT_ROUTES, ERROR_CODES, type ErrorCode } from '@sandboxd/protocol';
 
@@ -64,6 +65,51 @@ function exampleError(code: ErrorCode): Record<string, unknown> {
   return body;
 }
 
+function mediaType(p: Payload, declared?: unknown): Record<string, unknown> {
+  const out: Record<string, unknown> = { schema: plain(declared ?? p.schema) };
+  if (p.example !== undefined) out.example = p.example;
+  if (p.examples) out.examples = p.examples;
+  if (p.events) out['x-events'] = plain(p.events);
+  return out;
+}
+
+const content = (c: Record<string, Payload>, declaredJson?: unknown) =>
+  Object.fromEntries(Object.entries(c).map(([type, p]) => [type, mediaType(p, type === 'application/json' ? declaredJson : undefined)]));
+
+/**
+ * The success responses of an operation (api-responses.ts). `declared`: the route's own response
+ * schema for that status, which is what Fastify serializes with, so it is the one shown.
+ */
+function successResponses(doc: SuccessDoc | undefined, declared: unknown): Record<string, unknown> {
+  if (!doc) return { '200': { description: 'success', ...(declared ? { content: { 'application/json': { schema: plain(declared) } } } : {}) } };
+  const out: Record<string, unknown> = {};
+  if (doc.status === 101) {
+    out['101'] = {
+      description: `${doc.description} Every message is a JSON text frame: their schemas and examples are in x-websocket (client: what the client sends; server: what it receives).`,
+      headers: {
+        Upgrade: { description: 'websocket', schema: { type: 'string', const: 'websocket' } },
+        'Sec-WebSocket-Accept': { description: 'the handshake answer (RFC 6455)', schema: { type: 'string' } },
+      },
+      // OpenAPI has no words for what a WebSocket carries once open: the messages each side sends.
+      'x-websocket': { client: mediaType(doc.frames!.client), server: mediaType(doc.frames!.server) },
+    };
+  } else {
+    out[String(doc.status)] = { description: doc.description, content: content(doc.content ?? {}, declared) };
+  }
+  for (const m of doc.more ?? []) out[String(m.status)] = { description: m.description, content: content(m.content) };
+  return out;
+}
+
+/** The request body: the route's schema (it validates requests) or the document's, with the examples. */
+function requestBody(declared: unknown, doc: SuccessDoc | undefined, fallbackType?: string): Record<string, unknown> | undefined {
+  if (doc?.request) return { required: doc.request.required ?? true, content: content(doc.request.content, declared) };
+  if (declared) return { required: true, content: { 'application/json': { schema: plain(declared) } } };
+  if (fallbackType) return { required: true, content: { [fallbackType]: { schema: { type: 'object' } } } };
+  return undefined;
+}
+
+const declaredResponse = (schema: RouteOptions['schema'], doc: SuccessDoc | undefined) => (schema?.response as Record<string, unknown> | undefined)?.[String(doc?.status ?? 200)];
+
 /** OpenAPI 3.1 for the lifecycle API (from the registered routes) and the agent API (from protocol). */
 export function buildOpenApi(routes: CollectedRoute[], version: string): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
@@ -71,13 +117,14 @@ export function buildOpenApi(routes: CollectedRoute[], version: string): Record<
     if (r.url === '/openapi.json' || r.url === '/docs' || r.url.startsWith('/docs/') || r.url === '/' || r.url === '/console' || r.url.startsWith('/console/') || r.url.includes('*')) continue;
     const path = r.url.replace(/:([A-Za-z_]+)/g, '{$1}');
     const doc = OPERATIONS[`${r.method} ${path}`];
+    const success = RESPONSES[`${r.method} ${path}`];
     const op: Record<string, unknown> = {
       operationId: `${r.method.toLowerCase()}${path.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ? c.toUpperCase() : ''))}`,
       tags: [doc?.tag ?? 'service'],
       ...(doc ? { summary: doc.summary, description: doc.description } : {}),
       parameters: parameters(r.url, r.schema),
       responses: {
-        '200': { description: 'success', content: { 'application/json': { schema: plain(r.schema?.response && (r.schema.response as Record<string, unknown>)['200']) } } },
+        ...successResponses(success, declaredResponse(r.schema, success)),
         ...errorResponses(doc, path.startsWith('/v1') && !path.startsWith('/v1/templates/files/upload/')),
         default: ERROR_RESPONSE,
       },
@@ -85,13 +132,15 @@ export function buildOpenApi(routes: CollectedRoute[], version: string): Record<
     if (r.url === '/health' || r.url.startsWith('/v1/templates/files/upload/')) op.security = [];
     // The events streams also open with ?token=<events token> (browsers' EventSource sends no headers).
     if ((plain(r.schema?.querystring) as { properties?: Record<string, unknown> }).properties?.token) op.security = [{ apiKey: [] }, { bearerKey: [] }, { eventsToken: [] }];
-    if (r.schema?.body) op.requestBody = { required: true, content: { 'application/json': { schema: plain(r.schema.body) } } };
-    else if (['POST', 'PUT', 'PATCH'].includes(r.method)) op.requestBody = { required: false, content: { 'application/json': { schema: { type: 'object' } } } };
+    // Bodyless POSTs (pause, token refresh, ...) take none: an empty JSON body is accepted too.
+    const body = requestBody(r.schema?.body, success);
+    if (body) op.requestBody = body;
     (paths[path] ??= {})[r.method.toLowerCase()] = op;
   }
   for (const a of AGENT_ROUTES) {
     const path = `/agent${a.path}`;
     const doc = AGENT_OPERATIONS[`${a.method} ${a.path}`];
+    const success = AGENT_RESPONSES[`${a.method} ${a.path}`];
     const op: Record<string, unknown> = {
       operationId: `agent${a.method[0]}${a.method.slice(1).toLowerCase()}${a.path.replace(/[{}]/g, '').replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ? c.toUpperCase() : ''))}`,
       tags: [doc?.tag ?? 'system'],
@@ -100,10 +149,10 @@ export function buildOpenApi(routes: CollectedRoute[], version: string): Record<
       security: [{ sandboxToken: [] }],
       servers: [{ url: '{public_host}', variables: { public_host: { default: 'http://127.0.0.1:40000' } } }],
       parameters: parameters(a.path, a.query ? { querystring: a.query } : undefined),
-      responses: { '200': { description: 'success' }, ...errorResponses(doc, true), default: ERROR_RESPONSE },
+      responses: { ...successResponses(success, undefined), ...errorResponses(doc, true), default: ERROR_RESPONSE },
     };
-    if (a.body) op.requestBody = { required: true, content: { 'application/json': { schema: plain(a.body) } } };
-    if (a.contentType) op.requestBody = { required: true, content: { [a.contentType]: { schema: { type: 'object' } } } };
+    const body = requestBody(a.body, success, a.contentType);
+    if (body) op.requestBody = body;
     (paths[path] ??= {})[a.method.toLowerCase()] = op;
   }
   return {

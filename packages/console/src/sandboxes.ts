@@ -37,7 +37,7 @@ export const sandboxesPage: Page = async (ctx) => {
   ctx.main.append(
     form,
     h('div', { class: 'toolbar' }, filter, count, live),
-    h('div', { class: 'table-wrap' }, h('table', {}, h('thead', {}, h('tr', {}, ...['Sandbox', 'Template', 'State', 'Created', 'Expires', ''].map((t) => h('th', {}, t)))), body)),
+    h('div', { class: 'table-wrap' }, h('table', { class: 'fixed sandboxes' }, h('thead', {}, h('tr', {}, ...['Sandbox', 'Template', 'State', 'Created', 'Expires', ''].map((t) => h('th', {}, t)))), body)),
   );
 
   const matches = (r: SandboxRow) => {

@@ -49,7 +49,7 @@ try {
   await page.fill('#api-key', server.apiKey);
   const s0 = performance.now();
   await page.click('#sign-in button[type=submit]');
-  await page.waitForFunction((n) => document.querySelectorAll('#sandbox-rows tr').length >= n, N, { timeout: 120_000, polling: 50 });
+  await page.waitForFunction((n) => document.querySelectorAll('#sandbox-rows > [data-id]').length >= n, N, { timeout: 120_000, polling: 50 });
   const firstRender = performance.now() - s0;
   await page.locator('#live.on').waitFor({ timeout: 30_000 });
 

@@ -11,7 +11,7 @@ import { browserEnv, SCREENSHOTS, watchErrors } from './browser-support.js';
 
 const env = browserEnv();
 
-const row = (page: Page, id: string) => page.locator(`tr[data-id="${id}"]`);
+const row = (page: Page, id: string) => page.locator(`#sandbox-rows [data-id="${id}"]`);
 
 describe('/console in a browser', { timeout: 300_000 }, () => {
   test('sign in, watch sandboxes live, create, pause, filter and delete; the key stays out of every URL', async () => {
@@ -52,16 +52,16 @@ describe('/console in a browser', { timeout: 300_000 }, () => {
 
     // Pause from the page; a pause made through the API shows too.
     await row(page, made).getByRole('button', { name: `Pause ${made}` }).click();
-    await page.locator(`tr[data-id="${made}"][data-status="paused"]`).waitFor();
+    await page.locator(`#sandbox-rows [data-id="${made}"][data-status="paused"]`).waitFor();
     assert.equal((await api(env.server, 'GET', `/v1/sandboxes/${made}`)).body.status, 'paused');
     assert.equal((await api(env.server, 'POST', `/v1/sandboxes/${other.id}/pause`)).status, 200);
-    await page.locator(`tr[data-id="${other.id}"][data-status="paused"]`).waitFor();
+    await page.locator(`#sandbox-rows [data-id="${other.id}"][data-status="paused"]`).waitFor();
     await row(page, made).getByRole('button', { name: `Resume ${made}` }).click();
-    await page.locator(`tr[data-id="${made}"][data-status="running"]`).waitFor();
+    await page.locator(`#sandbox-rows [data-id="${made}"][data-status="running"]`).waitFor();
 
     // Filter.
     await page.fill('#filter', made.slice(-6));
-    assert.deepEqual(await page.locator('#sandbox-rows tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-id'))), [made]);
+    assert.deepEqual(await page.locator('#sandbox-rows > [data-id]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-id'))), [made]);
     await page.fill('#filter', '');
     await page.screenshot({ path: join(SCREENSHOTS, 'console-sandboxes.png') });
 

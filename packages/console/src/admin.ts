@@ -143,8 +143,8 @@ function keysPanel(ctx: PageContext) {
         create.disabled = false;
         name.value = '';
         ctx.notice.say(`Created the key ${k.name}.`);
-        if (org !== target) return;
-        body.prepend(row(k));
+        // The secret is shown whatever is on show now (it names its organization): it exists nowhere else.
+        if (org === target) body.prepend(row(k));
         secretSlot.replaceChildren(secretBox(ctx.notice, k, forget));
       },
       (err: unknown) => {

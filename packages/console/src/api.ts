@@ -10,6 +10,9 @@ export interface SandboxRow {
   created_at: string;
   expires_at: string | null;
   public_host?: string;
+  on_timeout?: 'delete' | 'pause';
+  idle_timeout_seconds?: number | null;
+  auto_resume?: boolean;
   resources?: { vcpu?: number; memory_mb?: number; disk_gb?: number };
 }
 
@@ -65,18 +68,49 @@ export function agentBase(publicHost: string): string {
   return u.origin;
 }
 
-/** A call to a sandbox's agent API; `body` is JSON, or sent as it is when a Blob. */
-export async function agentCall<T>(publicHost: string, method: string, path: string, body?: unknown): Promise<T> {
-  return answer<T>(await agentFetch(publicHost, method, path, body));
-}
+/**
+ * A sandbox's agent API, called with a token of that sandbox (POST .../token/refresh), so that the
+ * organization's API key never goes to a sandbox's gateway; a key that may not mint one
+ * (sandboxes:read only) is sent itself, for what it may read. Redirects are not followed: an
+ * answer comes from the sandbox, and a redirect would carry the credential elsewhere.
+ */
+export class AgentClient {
+  private token: { value: string; until: number } | null = null;
+  private keyOnly = false;
 
-export function agentFetch(publicHost: string, method: string, path: string, body?: unknown): Promise<Response> {
-  const raw = body instanceof Blob;
-  return fetch(`${agentBase(publicHost)}${path}`, {
-    method,
-    headers: { 'x-api-key': apiKey(), ...(body === undefined ? {} : { 'content-type': raw ? 'application/octet-stream' : 'application/json' }) },
-    body: body === undefined ? undefined : raw ? body : JSON.stringify(body),
-  });
+  constructor(
+    readonly sandboxId: string,
+    readonly publicHost: string,
+  ) {}
+
+  /** The credential's header, fetching a token when there is none or it is about to expire. */
+  async credential(): Promise<{ header: 'authorization' | 'x-api-key'; value: string; token?: string }> {
+    if (!this.keyOnly && (!this.token || this.token.until - Date.now() < 60_000)) {
+      try {
+        const t = await call<{ auth_token: string; token_expires_at: string }>('POST', `/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/token/refresh`);
+        this.token = { value: t.auth_token, until: Date.parse(t.token_expires_at) };
+      } catch (err) {
+        if (!(err instanceof ApiError && err.status === 403)) throw err;
+        this.keyOnly = true;
+      }
+    }
+    return this.token && !this.keyOnly ? { header: 'authorization', value: `Bearer ${this.token.value}`, token: this.token.value } : { header: 'x-api-key', value: apiKey() };
+  }
+
+  async fetch(method: string, path: string, body?: unknown): Promise<Response> {
+    const raw = body instanceof Blob;
+    const c = await this.credential();
+    return fetch(`${agentBase(this.publicHost)}${path}`, {
+      method,
+      redirect: 'error',
+      headers: { [c.header]: c.value, ...(body === undefined ? {} : { 'content-type': raw ? 'application/octet-stream' : 'application/json' }) },
+      body: body === undefined ? undefined : raw ? body : JSON.stringify(body),
+    });
+  }
+
+  async call<T>(method: string, path: string, body?: unknown): Promise<T> {
+    return answer<T>(await this.fetch(method, path, body));
+  }
 }
 
 /** A short-lived token for EventSource's ?token= (an API key never goes into a URL). */

@@ -1,7 +1,7 @@
 // A sandbox's files through its agent API: browse directories, download a file, upload files into
 // the directory shown.
 
-import { agentCall, agentFetch, ApiError } from './api.js';
+import { ApiError, type AgentClient } from './api.js';
 import { bytes, h, relative, type Notice } from './dom.js';
 
 interface Entry {
@@ -14,7 +14,10 @@ interface Entry {
   permissions?: string;
 }
 
-export function fileBrowser(publicHost: string, notice: Notice): { el: HTMLElement; load: (path?: string) => Promise<void> } {
+/** The largest file the page downloads (it holds the file in memory before saving it). */
+const MAX_DOWNLOAD_BYTES = 512 * 1024 * 1024;
+
+export function fileBrowser(agent: AgentClient, notice: Notice): { el: HTMLElement; load: (path?: string) => Promise<void> } {
   let cwd = '';
   const where = h('span', { class: 'mono', id: 'files-path' });
   const up = h('button', { type: 'button', class: 'small', id: 'files-up' }, 'Up');
@@ -29,12 +32,25 @@ export function fileBrowser(publicHost: string, notice: Notice): { el: HTMLEleme
   );
 
   const download = async (e: Entry) => {
-    const res = await agentFetch(publicHost, 'GET', `/files/download?path=${encodeURIComponent(e.path)}`);
+    const res = await agent.fetch('GET', `/files/download?path=${encodeURIComponent(e.path)}`);
     if (!res.ok) {
       const err = (await res.json().catch(() => ({}))) as { message?: string; code?: string };
       throw new ApiError(res.status, err.code ?? `HTTP_${res.status}`, err.message ?? `HTTP ${res.status}`);
     }
-    const url = URL.createObjectURL(await res.blob());
+    // The bytes are the sandbox's: held in this tab up to a cap (bigger files: the SDK or sbx cp),
+    // and saved as plain bytes whatever type the sandbox claimed.
+    const parts: BlobPart[] = [];
+    let size = 0;
+    const reader = res.body!.getReader();
+    for (let r = await reader.read(); !r.done; r = await reader.read()) {
+      size += r.value.length;
+      if (size > MAX_DOWNLOAD_BYTES) {
+        await reader.cancel();
+        throw new Error(`${e.name} is over ${bytes(MAX_DOWNLOAD_BYTES)}: download it with the SDK or sbx cp`);
+      }
+      parts.push(r.value as Uint8Array<ArrayBuffer>);
+    }
+    const url = URL.createObjectURL(new Blob(parts, { type: 'application/octet-stream' }));
     const a = h('a', { href: url, download: e.name });
     document.body.append(a);
     a.click();
@@ -43,7 +59,7 @@ export function fileBrowser(publicHost: string, notice: Notice): { el: HTMLEleme
   };
 
   const load = async (path?: string) => {
-    const list = await agentCall<{ files: Entry[]; path: string }>(publicHost, 'GET', `/files/list${path ? `?path=${encodeURIComponent(path)}` : ''}`);
+    const list = await agent.call<{ files: Entry[]; path: string }>('GET', `/files/list${path ? `?path=${encodeURIComponent(path)}` : ''}`);
     cwd = list.path;
     where.textContent = cwd;
     up.disabled = cwd === '/';
@@ -75,7 +91,7 @@ export function fileBrowser(publicHost: string, notice: Notice): { el: HTMLEleme
       for (const f of files) {
         notice.say(`Uploading ${f.name} (${bytes(f.size)})…`);
         const dest = `${cwd === '/' ? '' : cwd}/${f.name}`;
-        await agentCall(publicHost, 'POST', `/files/upload?path=${encodeURIComponent(dest)}`, f);
+        await agent.call('POST', `/files/upload?path=${encodeURIComponent(dest)}`, f);
       }
       notice.say(`Uploaded ${files.map((f) => f.name).join(', ')} to ${cwd}.`);
       picker.value = '';

@@ -1,8 +1,8 @@
 // A real terminal emulator (xterm.js, loaded only when a terminal is opened) on the agent's
-// /terminal WebSocket. A browser's WebSocket cannot send headers: the API key is offered as a
-// subprotocol (sandboxd.auth.<key>), which the gateway takes off before the agent sees it.
+// /terminal WebSocket. A browser's WebSocket cannot send headers: the sandbox's token is offered
+// as a subprotocol (sandboxd.auth.<token>), which the gateway takes off before the agent sees it.
 
-import { agentBase, apiKey } from './api.js';
+import { agentBase, apiKey, type AgentClient } from './api.js';
 
 let nonceSet = false;
 /**
@@ -22,7 +22,7 @@ function nonceStyles(): void {
   }) as typeof document.createElement;
 }
 
-export async function openTerminal(container: HTMLElement, publicHost: string, onStatus: (text: string) => void): Promise<() => void> {
+export async function openTerminal(container: HTMLElement, agent: AgentClient, onStatus: (text: string) => void): Promise<() => void> {
   nonceStyles();
   const [{ Terminal }, { FitAddon }] = await Promise.all([import('@xterm/xterm'), import('@xterm/addon-fit')]);
   const term = new Terminal({ cursorBlink: true, fontSize: 13, fontFamily: 'ui-monospace, SFMono-Regular, Menlo, Consolas, monospace', scrollback: 5000 });
@@ -30,11 +30,12 @@ export async function openTerminal(container: HTMLElement, publicHost: string, o
   term.loadAddon(fit);
   term.open(container);
   fit.fit();
-  const url = new URL('/terminal', agentBase(publicHost));
+  const credential = await agent.credential();
+  const url = new URL('/terminal', agentBase(agent.publicHost));
   url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
   url.searchParams.set('cols', String(term.cols));
   url.searchParams.set('rows', String(term.rows));
-  const ws = new WebSocket(url, ['sandboxd', `sandboxd.auth.${apiKey()}`]);
+  const ws = new WebSocket(url, ['sandboxd', `sandboxd.auth.${credential.token ?? apiKey()}`]);
   onStatus('connecting…');
   const send = (frame: object) => {
     if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(frame));

@@ -4,6 +4,9 @@ import { renderError, ServiceError, type Incident } from '@sandboxd/protocol';
 /** Headers that describe one hop, plus our credentials: never forwarded to the agent. */
 export const HOP_HEADERS = new Set([
   'connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'authorization', 'x-api-key', 'te', 'trailer',
+  // The browser's cookies for this host, and a WebSocket's credential offered as a subprotocol
+  // (meaningless without an upgrade): not the sandbox's.
+  'cookie', 'sec-websocket-protocol',
 ]);
 /** Response headers of one hop: not relayed from the agent (Node frames the client's response itself). */
 const RESPONSE_HOP_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer', 'te']);
@@ -150,7 +153,9 @@ function relayableHeaders(ures: IncomingMessage): OutgoingHttpHeaders | string {
   const out: OutgoingHttpHeaders = {};
   for (const [k, v] of Object.entries(ures.headers)) {
     // Which origins may read an answer is the gateway's to say (gateway.ts), not the sandbox's.
-    if (v === undefined || RESPONSE_HOP_HEADERS.has(k) || k.startsWith('access-control-')) continue;
+    // Nor may it set cookies for this host (which the API shares: a flood of them would lock a
+    // browser out of the console).
+    if (v === undefined || RESPONSE_HOP_HEADERS.has(k) || k.startsWith('access-control-') || k === 'set-cookie') continue;
     if (!TOKEN_RE.test(k)) return `answered with an invalid header name ${JSON.stringify(k.slice(0, 64))}`;
     const values = Array.isArray(v) ? v : [v];
     if (values.some((x) => typeof x !== 'string' || !VALUE_RE.test(x))) return `answered with an invalid value of header ${k}`;

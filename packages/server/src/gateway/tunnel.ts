@@ -69,7 +69,9 @@ export function openTunnel(
     for (let i = 0; i < req.rawHeaders.length; i += 2) {
       const name = req.rawHeaders[i]!;
       const lower = name.toLowerCase();
-      if (lower === 'authorization' || lower === 'x-api-key' || lower === 'x-request-id') continue;
+      // Cookies are the browser's for this host (other services on it, a parent domain's
+      // session): none of the sandbox's business.
+      if (lower === 'authorization' || lower === 'x-api-key' || lower === 'x-request-id' || lower === 'cookie') continue;
       let value = req.rawHeaders[i + 1]!;
       if (lower === 'sec-websocket-protocol') {
         // A credential offered as a subprotocol (gateway.ts) stays here; the others go on.
@@ -85,9 +87,41 @@ export function openTunnel(
     text += `X-Request-ID: ${requestId}\r\n\r\n`;
     upstream.write(text);
     if (head.length) upstream.write(head);
-    client.pipe(upstream).pipe(client);
+    client.pipe(upstream);
+    relayAnswerHead(upstream, client);
   });
   return { upstream };
+}
+
+/** The most an agent's answer to an upgrade may put before its first byte of WebSocket data. */
+const MAX_ANSWER_HEAD = 16 * 1024;
+
+/**
+ * The agent's answer head (101 and its headers) goes to the client without the headers the
+ * gateway alone may send (Set-Cookie: a sandbox could flood a browser's cookies for this host,
+ * which the API shares; access-control-*); then bytes flow unparsed.
+ */
+function relayAnswerHead(upstream: Socket, client: Socket): void {
+  let buf = Buffer.alloc(0);
+  const onData = (chunk: Buffer) => {
+    buf = Buffer.concat([buf, chunk]);
+    const end = buf.indexOf('\r\n\r\n');
+    if (end < 0) {
+      if (buf.length > MAX_ANSWER_HEAD) {
+        upstream.destroy();
+        client.destroy();
+      }
+      return;
+    }
+    upstream.off('data', onData);
+    const lines = buf.subarray(0, end).toString('latin1').split('\r\n');
+    const kept = lines.filter((l, i) => i === 0 || !/^(set-cookie|access-control-[^:]*)\s*:/i.test(l));
+    client.write(Buffer.from(`${kept.join('\r\n')}\r\n\r\n`, 'latin1'));
+    const rest = buf.subarray(end + 4);
+    if (rest.length) client.write(rest);
+    upstream.pipe(client);
+  };
+  upstream.on('data', onData);
 }
 
 /** An HTTP error written on a raw (upgrade) socket, which is then closed; never throws. */

@@ -17,7 +17,7 @@ export function consoleCsp(gatewaySources: string[], styleNonce: string): string
     "default-src 'none'",
     "script-src 'self'",
     `style-src 'self' 'nonce-${styleNonce}'`,
-    "img-src 'self' data: blob:",
+    "img-src 'self' data:",
     `connect-src 'self' ${gatewaySources.join(' ')}`.trim(),
     "base-uri 'none'",
     "form-action 'none'",

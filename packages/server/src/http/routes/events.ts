@@ -14,6 +14,12 @@ function stream(req: FastifyRequest, reply: FastifyReply, s: Services, accept: (
   const release = s.connections?.acquireOrg(principalOf(req).orgId);
   reply.hijack();
   const raw = reply.raw;
+  // The client may have left while it was let in: nothing is kept for it then.
+  if (req.raw.destroyed || raw.destroyed || raw.socket?.destroyed) {
+    release?.();
+    raw.destroy();
+    return;
+  }
   raw.writeHead(200, {
     'content-type': 'text/event-stream; charset=utf-8',
     'cache-control': 'no-cache',
@@ -31,7 +37,7 @@ function stream(req: FastifyRequest, reply: FastifyReply, s: Services, accept: (
     if (accept(m)) write(`event: ${m.kind}\ndata: ${JSON.stringify(m.data)}\n\n`);
   });
   const ping = setInterval(() => write(': ping\n\n'), 15_000);
-  req.raw.on('close', () => {
+  raw.once('close', () => {
     clearInterval(ping);
     unsubscribe();
     release?.();

@@ -20,39 +20,118 @@ export function metricsRoutes(app: FastifyInstance, s: Services): void {
     async (req) => ({ ...(await s.sandboxes.metrics(principalOf(req).orgId, req.params.id)), request_id: String(req.id) }),
   );
   // The same figures as a live stream (server-sent events), for the console's charts: sampled only
-  // while someone watches, one `metrics` event per interval; `end` when the sandbox is gone.
+  // while someone watches, once per interval for all who watch a sandbox at that interval, one
+  // `metrics` event each time; `end` when the sandbox is gone or the key that opened it is revoked.
+  const streams = new MetricsStreams(s);
   app.get<{ Params: SandboxIdParams; Querystring: MetricsStreamQuery }>(
     '/v1/sandboxes/:id/metrics/stream',
     { schema: { params: SandboxIdParams, querystring: MetricsStreamQuery }, preHandler: eventsGuard(s.keys, s.tokens) },
     async (req, reply) => {
-      const org = principalOf(req).orgId;
+      const p = principalOf(req);
       requireEventsScope(req, req.params.id);
-      await s.sandboxes.get(org, req.params.id);
-      const release = s.connections?.acquireOrg(org);
+      await s.sandboxes.get(p.orgId, req.params.id);
+      streams.admit(req.params.id);
+      const release = s.connections?.acquireOrg(p.orgId);
       reply.hijack();
       const raw = reply.raw;
+      // The client may have left while it was let in: nothing is kept for it then.
+      if (req.raw.destroyed || raw.destroyed || raw.socket?.destroyed) {
+        release?.();
+        raw.destroy();
+        return;
+      }
       raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive', 'x-request-id': String(req.id) });
       raw.write(': connected\n\n');
-      let closed = false;
-      let timer: NodeJS.Timeout | undefined;
-      const sample = async () => {
-        try {
-          const m = await s.sandboxes.metrics(org, req.params.id);
-          // A client that does not read is cut rather than queued for.
-          if (raw.writableLength > 256 * 1024) raw.destroy();
-          else if (!closed) raw.write(`event: metrics\ndata: ${JSON.stringify(m)}\n\n`);
-        } catch (err) {
-          if (!closed) raw.end(`event: end\ndata: ${JSON.stringify({ id: req.params.id, reason: err instanceof ServiceError ? err.code : 'INTERNAL_ERROR' })}\n\n`);
-          closed = true;
-        }
-        if (!closed) timer = setTimeout(() => void sample(), (req.query.interval ?? 2) * 1000);
-      };
-      req.raw.on('close', () => {
-        closed = true;
-        clearTimeout(timer);
+      const leave = streams.watch(req.params.id, p.orgId, req.query.interval ?? 2, {
+        keyId: p.keyId,
+        send: (text) => {
+          // Only the latest sample matters: one a slow reader has not taken yet is not queued behind.
+          if (raw.writableLength === 0) raw.write(text);
+          else if (raw.writableLength > 256 * 1024) raw.destroy();
+        },
+        end: (text) => raw.end(text),
+      });
+      raw.once('close', () => {
+        leave();
         release?.();
       });
-      await sample();
     },
   );
+}
+
+interface Watcher {
+  keyId: string;
+  send: (text: string) => void;
+  end: (text: string) => void;
+}
+
+/** Streams of one sandbox at most (each samples nothing of its own: see MetricsStreams). */
+const MAX_STREAMS_PER_SANDBOX = 10;
+
+/** One sampler per sandbox and interval, for everyone who watches it at that interval. */
+class MetricsStreams {
+  private samplers = new Map<string, { watchers: Set<Watcher>; timer: NodeJS.Timeout | undefined }>();
+  private perSandbox = new Map<string, number>();
+
+  constructor(private s: Services) {}
+
+  /** Throws a 429 when the sandbox has all the streams it may have. */
+  admit(sandboxId: string): void {
+    const n = this.perSandbox.get(sandboxId) ?? 0;
+    if (n >= MAX_STREAMS_PER_SANDBOX) {
+      throw new ServiceError('RATE_LIMIT_EXCEEDED', `sandbox ${sandboxId} has ${n} metrics streams open: the limit is ${MAX_STREAMS_PER_SANDBOX}; close one and retry`, {
+        retry_after: 5,
+        limit: MAX_STREAMS_PER_SANDBOX,
+      }, { 'retry-after': '5' });
+    }
+  }
+
+  watch(sandboxId: string, orgId: string, interval: number, w: Watcher): () => void {
+    const key = `${sandboxId}/${interval}`;
+    let sampler = this.samplers.get(key);
+    if (!sampler) {
+      sampler = { watchers: new Set(), timer: undefined };
+      this.samplers.set(key, sampler);
+      const mine = sampler;
+      const tick = async () => {
+        let text: string;
+        try {
+          text = `event: metrics\ndata: ${JSON.stringify(await this.s.sandboxes.metrics(orgId, sandboxId))}\n\n`;
+        } catch (err) {
+          const end = `event: end\ndata: ${JSON.stringify({ id: sandboxId, reason: err instanceof ServiceError ? err.code : 'INTERNAL_ERROR' })}\n\n`;
+          if (this.samplers.get(key) === mine) this.samplers.delete(key);
+          for (const x of [...mine.watchers]) x.end(end);
+          return;
+        }
+        for (const x of [...mine.watchers]) {
+          // A stream lives only as long as the key that opened it.
+          const live = await this.s.keys.authenticateKeyId(x.keyId, orgId).then(
+            () => true,
+            () => false,
+          );
+          if (!mine.watchers.has(x)) continue;
+          if (live) x.send(text);
+          else x.end(`event: end\ndata: ${JSON.stringify({ id: sandboxId, reason: 'AUTHENTICATION_ERROR' })}\n\n`);
+        }
+        if (mine.watchers.size > 0 && this.samplers.get(key) === mine) mine.timer = setTimeout(() => void tick(), interval * 1000);
+      };
+      mine.timer = setTimeout(() => void tick(), 0);
+    }
+    sampler.watchers.add(w);
+    this.perSandbox.set(sandboxId, (this.perSandbox.get(sandboxId) ?? 0) + 1);
+    const current = sampler;
+    let left = false;
+    return () => {
+      if (left) return;
+      left = true;
+      current.watchers.delete(w);
+      const n = (this.perSandbox.get(sandboxId) ?? 1) - 1;
+      if (n > 0) this.perSandbox.set(sandboxId, n);
+      else this.perSandbox.delete(sandboxId);
+      if (current.watchers.size === 0) {
+        clearTimeout(current.timer);
+        if (this.samplers.get(key) === current) this.samplers.delete(key);
+      }
+    };
+  }
 }

@@ -9,7 +9,7 @@
 import { performance } from 'node:perf_hooks';
 import { api, startServer } from '../../e2e/dist/harness.js';
 import { launchChromium } from '../../e2e/dist/browser-support.js';
-import { row, summary } from './stats.js';
+import { MANY_SANDBOXES_ENV, row, summary } from './stats.js';
 
 const N = Number(process.argv[2] ?? 1000);
 const UPDATES = Number(process.argv[3] ?? 20);
@@ -17,13 +17,7 @@ const CONCURRENCY = 8;
 
 const server = await startServer({
   templates: ['base'],
-  env: {
-    SANDBOXD_MAX_TOTAL_MEMORY_MB: '0',
-    SANDBOXD_MAX_TOTAL_DISK_GB: '0',
-    SANDBOXD_MAX_SANDBOXES: '0',
-    SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE: '1000000',
-    SANDBOXD_GATEWAY_PORTS: '20000-29999',
-  },
+  env: MANY_SANDBOXES_ENV,
 });
 const browser = await launchChromium();
 const ids: string[] = [];

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { spawnSync as spawnProc } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { api, startServer, type TestServer } from '../../e2e/dist/harness.js';
-import { row, summary } from './stats.js';
+import { MANY_SANDBOXES_ENV, row, summary } from './stats.js';
 
 const N = Number(process.argv[2] ?? 1000);
 const CONCURRENCY = Number(process.argv[3] ?? 8);
@@ -84,14 +84,7 @@ async function scrapes(server: { baseUrl: string; apiKey: string }): Promise<{ m
 async function main(): Promise<void> {
   const server = await startServer({
     templates: ['base'],
-    env: {
-      SANDBOXD_MAX_TOTAL_MEMORY_MB: '0',
-      SANDBOXD_MAX_TOTAL_DISK_GB: '0',
-      SANDBOXD_MAX_SANDBOXES: '0',
-      SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE: '1000000',
-      SANDBOXD_GATEWAY_PORTS: '20000-29999',
-      SANDBOXD_SWEEP_INTERVAL_MS: '1000',
-    },
+    env: { ...MANY_SANDBOXES_ENV, SANDBOXD_SWEEP_INTERVAL_MS: '1000' },
   });
   const ids: string[] = [];
   try {

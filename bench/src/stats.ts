@@ -21,3 +21,12 @@ export function row(name: string, ours: number[], baseline?: number[]): string {
   }
   return line;
 }
+
+/** A daemon's settings for holding a thousand sandboxes: no organization limits, no create rate limit, room for ports. */
+export const MANY_SANDBOXES_ENV: Record<string, string> = {
+  SANDBOXD_MAX_TOTAL_MEMORY_MB: '0',
+  SANDBOXD_MAX_TOTAL_DISK_GB: '0',
+  SANDBOXD_MAX_SANDBOXES: '0',
+  SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE: '1000000',
+  SANDBOXD_GATEWAY_PORTS: '20000-29999',
+};

@@ -1,7 +1,7 @@
 // One sandbox: its state and actions, live CPU, memory and disk charts, a terminal, its files,
 // its processes and its events.
 
-import { agentCall, ApiError, call, type SandboxRow } from './api.js';
+import { AgentClient, ApiError, call, type SandboxRow } from './api.js';
 import { LineChart } from './chart.js';
 import { bytes, h, relative } from './dom.js';
 import { fileBrowser } from './files.js';
@@ -24,6 +24,13 @@ interface Proc {
   name: string;
   status: string;
   command: string;
+}
+
+/** What makes it sleep and wake. */
+function sleepText(sb: SandboxRow): string {
+  const parts = [sb.idle_timeout_seconds ? `pauses after ${sb.idle_timeout_seconds} s` : 'stays running'];
+  if (sb.auto_resume) parts.push('wakes on a request');
+  return parts.join(', ');
 }
 
 export const sandboxPage: Page = async (ctx, id) => {
@@ -80,8 +87,10 @@ export const sandboxPage: Page = async (ctx, id) => {
         h('dd', {}, `${r.vcpu ?? '?'} vCPU, ${r.memory_mb ?? '?'} MiB, ${r.disk_gb ?? '?'} GiB`),
         h('dt', {}, 'Created'),
         h('dd', { title: sb.created_at }, relative(sb.created_at)),
-        h('dt', {}, 'Expires'),
+        h('dt', {}, sb.on_timeout === 'pause' ? (sb.status === 'paused' ? 'Kept until' : 'Sleeps') : 'Expires'),
         h('dd', { title: sb.expires_at ?? '' }, relative(sb.expires_at)),
+        h('dt', {}, 'When unused'),
+        h('dd', { id: 'sleep-settings' }, sleepText(sb)),
       ),
       sandboxActions(ctx, sb, refresh, gone),
     );
@@ -98,11 +107,11 @@ export const sandboxPage: Page = async (ctx, id) => {
       tools.append(h('section', { class: 'panel' }, h('p', { class: 'muted' }, `The sandbox is ${sb.status}: its terminal, files and processes are there while it runs.`)));
       return;
     }
-    const host = sb.public_host;
+    const client = new AgentClient(sb.id, sb.public_host);
     const termStatus = h('span', { id: 'terminal-status', class: 'live' }, 'not open');
     const termBox = h('div', { id: 'terminal', class: 'terminal' });
     const procs = h('tbody', { id: 'process-rows' });
-    const files = fileBrowser(host, ctx.notice);
+    const files = fileBrowser(client, ctx.notice);
     tools.append(
       h('section', { class: 'panel' }, h('h2', {}, 'Terminal ', termStatus), termBox),
       h('section', { class: 'panel' }, h('h2', {}, 'Files'), files.el),
@@ -111,14 +120,14 @@ export const sandboxPage: Page = async (ctx, id) => {
     let open = true;
     closeTools.push(() => (open = false));
     void import('./terminal.js')
-      .then((t) => t.openTerminal(termBox, host, (text) => (termStatus.textContent = text)))
+      .then((t) => t.openTerminal(termBox, client, (text) => (termStatus.textContent = text)))
       .then(
         (close) => (open ? closeTools.push(close) : close()),
         (err: unknown) => (termStatus.textContent = `could not open: ${(err as Error).message}`),
       );
     void files.load().catch((err: unknown) => ctx.notice.say(`Files: ${(err as Error).message}`, 'error'));
     const loadProcs = async () => {
-      const p = await agentCall<{ processes: Proc[] }>(host, 'GET', '/processes');
+      const p = await client.call<{ processes: Proc[] }>('GET', '/processes');
       procs.replaceChildren(...p.processes.sort((a, b) => a.pid - b.pid).map((x) => h('tr', {}, h('td', {}, String(x.pid)), h('td', {}, String(x.ppid)), h('td', {}, x.name), h('td', {}, x.status), h('td', { class: 'mono wrap' }, x.command))));
     };
     void loadProcs().catch(() => undefined);

@@ -29,6 +29,17 @@ export const CreateSandboxBody = Type.Object(
     timeout_seconds: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 31_536_000 }), Type.Null()])),
     internet_access: Type.Optional(Type.Boolean()),
     env_vars: Type.Optional(EnvVars),
+    on_timeout: Type.Optional(
+      Type.Union([Type.Literal('delete'), Type.Literal('pause')], {
+        description: 'what the deadline does: delete the sandbox (default), or pause it (then it is kept paused for the retention time, and deleted after)',
+      }),
+    ),
+    idle_timeout_seconds: Type.Optional(
+      Type.Union([Type.Integer({ minimum: 1, maximum: 31_536_000 }), Type.Null()], {
+        description: 'pause the sandbox after this long with no lifecycle call about it and no request to its public_host (none in flight, no WebSocket open)',
+      }),
+    ),
+    auto_resume: Type.Optional(Type.Boolean({ description: 'a request to its public_host while it is paused resumes it, and is then served' })),
   },
   { additionalProperties: true },
 );
@@ -47,6 +58,9 @@ export const Sandbox = Type.Object({
   internet_access: Type.Boolean(),
   timeout_seconds: Type.Union([Type.Integer(), Type.Null()]),
   expires_at: Type.Union([Type.String(), Type.Null()]),
+  on_timeout: Type.Optional(Type.Union([Type.Literal('delete'), Type.Literal('pause')])),
+  idle_timeout_seconds: Type.Optional(Type.Union([Type.Integer(), Type.Null()])),
+  auto_resume: Type.Optional(Type.Boolean()),
   created_at: Type.String(),
   updated_at: Type.String(),
   resources: Resources,

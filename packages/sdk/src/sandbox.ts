@@ -54,6 +54,12 @@ export interface CreateOptions extends SandboxOptions, CallOptions {
   /** Default true. */
   internetAccess?: boolean;
   envVars?: Record<string, string>;
+  /** What the timeout does: `delete` (default) or `pause` (kept paused for the service's retention time, then deleted). */
+  onTimeout?: 'delete' | 'pause';
+  /** Pause after this long with no call to the sandbox and no request to it (default: never). */
+  idleTimeoutSeconds?: number;
+  /** A request to the sandbox while it is paused resumes it first (default false). */
+  autoResume?: boolean;
 }
 
 export interface ListOptions extends SandboxOptions {
@@ -147,6 +153,9 @@ export class Sandbox {
     if (options.timeoutSeconds !== undefined) json.timeout_seconds = options.timeoutSeconds;
     if (options.internetAccess !== undefined) json.internet_access = options.internetAccess;
     if (options.envVars !== undefined) json.env_vars = options.envVars;
+    if (options.onTimeout !== undefined) json.on_timeout = options.onTimeout;
+    if (options.idleTimeoutSeconds !== undefined) json.idle_timeout_seconds = options.idleTimeoutSeconds;
+    if (options.autoResume !== undefined) json.auto_resume = options.autoResume;
     const body = await client.http.json<Record<string, unknown>>({
       method: 'POST',
       path: '/v1/sandboxes',

@@ -24,8 +24,14 @@ export interface SandboxInfo {
   internetAccess: boolean;
   /** Auto-kill timeout; null = none. */
   timeoutSeconds: number | null;
-  /** When the sandbox will be deleted by its timeout (ISO 8601); null = never. */
+  /** When the sandbox's timeout acts (ISO 8601); null = never. A sandbox paused by its timeout: when it is deleted. */
   expiresAt: string | null;
+  /** What the timeout does: `delete` or `pause`. */
+  onTimeout: 'delete' | 'pause';
+  /** Paused after this long unused; null = never. */
+  idleTimeoutSeconds: number | null;
+  /** A request while paused resumes it. */
+  autoResume: boolean;
   createdAt: string;
   updatedAt: string;
   resources: Resources;

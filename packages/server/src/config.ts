@@ -48,6 +48,8 @@ export interface Config {
   warmPool: { minPerKey: number; maxMemoryMb: number; reserve: number; horizonSeconds: number; shrinkAfterSeconds: number; bootConcurrency: number };
   sweepIntervalMs: number;
   tombstoneSeconds: number;
+  /** How long a sandbox that slept on its deadline (on_timeout "pause") stays paused before it is deleted. */
+  pausedRetentionSeconds: number;
   agentReadyTimeoutMs: number;
   /** Built-in templates to build and serve (default: all). */
   builtinTemplates: string[] | undefined;
@@ -264,6 +266,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
     warmPool: warmPoolFrom(env, machine),
     sweepIntervalMs: int(env, 'SANDBOXD_SWEEP_INTERVAL_MS', 1000, 50),
     tombstoneSeconds: int(env, 'SANDBOXD_TOMBSTONE_SECONDS', 24 * 3600, 0),
+    pausedRetentionSeconds: int(env, 'SANDBOXD_PAUSED_RETENTION_SECONDS', 7 * 86_400, 1),
     agentReadyTimeoutMs: int(env, 'SANDBOXD_AGENT_READY_TIMEOUT_MS', 15000, 100),
     builtinTemplates: templates && templates.length ? templates : undefined,
     agentBundlePath: resolve(env.SANDBOXD_AGENT_BUNDLE || join(REPO_ROOT, 'packages/agent/bundle/agent.cjs')),

@@ -200,6 +200,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     portUsed: (port) => store.sandboxes.gatewayPortUsed(port),
     connections,
     onAgentGone: (id) => onAgentGone(id),
+    wake: (id): Promise<void> => sandboxes.wake(id),
+    touch: (id): void => sandboxes.touch(id),
     observeAgent: (seconds, ok) => metrics.agentDuration.observe({ outcome: ok ? 'ok' : 'error' }, seconds),
     logRequest: (fields) => logger.info(fields, 'sandbox request'),
     log,
@@ -218,7 +220,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   });
   poolRef.pool = pool;
   const quotas = new QuotaService(store, config.limits);
-  const sandboxes = new SandboxService({
+  const sandboxes: SandboxService = new SandboxService({
     pool,
     store,
     runtime,
@@ -233,6 +235,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     quotas,
     agentReadyTimeoutMs: config.agentReadyTimeoutMs,
     tombstoneSeconds: config.tombstoneSeconds,
+    pausedRetentionSeconds: config.pausedRetentionSeconds,
     nodeId: hostname(),
     log,
     metrics,

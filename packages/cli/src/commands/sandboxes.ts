@@ -1,5 +1,5 @@
 import { Sandbox, type SandboxInfo } from '@sandboxd/sdk';
-import { parseDuration, parseKeyValues, parsePositiveInt } from '../args.js';
+import { parseDuration, parseKeyValues, parsePositiveInt, UsageError } from '../args.js';
 import type { Command, Context } from '../command.js';
 import { bytes, json, keyValues, relativeTime, table } from '../output.js';
 
@@ -21,7 +21,15 @@ export function describeSandbox(s: SandboxInfo): string {
     ['region', s.region || '-'],
     ['created', `${s.createdAt} (${relativeTime(s.createdAt)})`],
     ['expires', s.expiresAt ? `${s.expiresAt} (${relativeTime(s.expiresAt)})` : 'never'],
+    ['on timeout', s.onTimeout === 'pause' ? 'pause' : 'delete'],
+    ['idle timeout', s.idleTimeoutSeconds ? `${s.idleTimeoutSeconds}s, then pause` : 'none'],
+    ['auto resume', s.autoResume ? 'yes' : 'no'],
   ]);
+}
+
+function onTimeoutOf(v: string | undefined): 'delete' | 'pause' | undefined {
+  if (v === undefined || v === 'delete' || v === 'pause') return v;
+  throw new UsageError(`--on-timeout must be delete or pause, not ${JSON.stringify(v)}`);
 }
 
 const quiet = { type: 'boolean', short: 'q', help: 'print only the sandbox id(s)' } as const;
@@ -36,6 +44,9 @@ export const create: Command = {
     template: { type: 'string', short: 't', value: 'NAME', help: 'template name (default code-interpreter)' },
     timeout: { type: 'string', value: 'DURATION', help: 'delete the sandbox after this long (300, 90s, 15m, 2h; default never)' },
     'no-internet': { type: 'boolean', help: 'no network access from inside the sandbox' },
+    'on-timeout': { type: 'string', value: 'delete|pause', help: 'what the timeout does (default delete; pause keeps it paused for the retention time)' },
+    'idle-timeout': { type: 'string', value: 'DURATION', help: 'pause the sandbox after this long unused (default never)' },
+    'auto-resume': { type: 'boolean', help: 'a request to the paused sandbox resumes it' },
     env: { type: 'string', short: 'e', multiple: true, value: 'K=V', help: 'environment variable (repeatable)' },
     region: { type: 'string', value: 'REGION', help: 'preferred region' },
     quiet,
@@ -49,6 +60,9 @@ export const create: Command = {
       template: values.template as string | undefined,
       timeoutSeconds: values.timeout ? parseDuration(values.timeout as string) : undefined,
       internetAccess: values['no-internet'] ? false : undefined,
+      onTimeout: onTimeoutOf(values['on-timeout'] as string | undefined),
+      idleTimeoutSeconds: values['idle-timeout'] ? parseDuration(values['idle-timeout'] as string, '--idle-timeout') : undefined,
+      autoResume: values['auto-resume'] ? true : undefined,
       envVars: Object.keys(envVars).length ? envVars : undefined,
       region: values.region as string | undefined,
       signal: ctx.signal,

@@ -446,13 +446,17 @@ describe('gateway: browsers (CORS, and credentials offered as a WebSocket subpro
       heads.push(head);
       if (/^upgrade: websocket$/im.test(head)) {
         const offered = /^sec-websocket-protocol: (.*)$/im.exec(head)?.[1];
-        s.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n${offered ? `sec-websocket-protocol: ${offered.split(',')[0]!.trim()}\r\n` : ''}\r\n`);
+        // With headers only the gateway may send: a cookie for the host, a wider CORS.
+        s.write(
+          `HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\nSet-Cookie: bomb=1; Max-Age=99999\r\naccess-control-allow-origin: https://evil.example\r\n${offered ? `sec-websocket-protocol: ${offered.split(',')[0]!.trim()}\r\n` : ''}\r\nframe-after-head`,
+        );
         return;
       }
       // A sandbox that would widen who may read its answers.
-      s.write('HTTP/1.1 200 OK\r\naccess-control-allow-origin: https://evil.example\r\naccess-control-allow-credentials: true\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{"ok":true}');
+      s.write('HTTP/1.1 200 OK\r\naccess-control-allow-origin: https://evil.example\r\naccess-control-allow-credentials: true\r\nset-cookie: bomb=1\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{"ok":true}');
     });
   });
+  const limits = new ConnectionLimits({ perClient: 1000, perOrg: 1000, total: 1000 });
   let gateway: Gateway;
   let port = 0;
   let key = '';
@@ -470,7 +474,7 @@ describe('gateway: browsers (CORS, and credentials offered as a WebSocket subpro
       tokens,
       keys,
       portUsed: async () => false,
-      connections: new ConnectionLimits({ perClient: 100, perOrg: 100, total: 100 }),
+      connections: limits,
       log: () => undefined,
     });
     const org = await keys.createOrg('org-cors');
@@ -517,11 +521,17 @@ describe('gateway: browsers (CORS, and credentials offered as a WebSocket subpro
     assert.equal(ok.status, 200);
     assert.equal(ok.headers['access-control-allow-origin'], '*');
     assert.equal(ok.headers['access-control-allow-credentials'], undefined);
+    assert.equal(ok.headers['set-cookie'], undefined, 'a sandbox sets no cookie for this host');
     assert.match(String(ok.headers['access-control-expose-headers']), /x-request-id/);
     // Errors too, so that a page can read what went wrong.
     const refused = await send('GET', { origin: 'http://127.0.0.1:8080' });
     assert.equal(refused.status, 401);
     assert.equal(refused.headers['access-control-allow-origin'], '*');
+    // A plain request's cookies and subprotocol header do not reach the sandbox either.
+    const before = heads.length;
+    await send('GET', { 'x-api-key': key, cookie: 'corp_sso=SECRET123', 'sec-websocket-protocol': `sandboxd.auth.${key}` });
+    const head = heads.slice(before).join('\n');
+    assert.ok(!head.includes('SECRET123') && !head.includes(key), head);
     // Without an Origin (not a browser), nothing is added.
     assert.equal((await send('GET', { 'x-api-key': key })).headers['access-control-allow-origin'], undefined);
   });
@@ -549,13 +559,41 @@ describe('gateway: browsers (CORS, and credentials offered as a WebSocket subpro
   test('a WebSocket opens with an API key or the sandbox token offered as a subprotocol, which the agent never sees', async () => {
     for (const credential of [key, token]) {
       const before = heads.length;
-      const answer = await upgrade(`sandboxd, sandboxd.auth.${credential}`);
+      const answer = await upgrade(`sandboxd, sandboxd.auth.${credential}`, 'cookie: corp_sso=SECRET123\r\n');
       assert.match(answer, /^HTTP\/1.1 101/, answer);
       assert.match(answer, /sec-websocket-protocol: sandboxd\r\n/i);
+      assert.ok(!/set-cookie|access-control/i.test(answer), `headers only the gateway may send were relayed: ${answer}`);
+      assert.ok(answer.endsWith('\r\n\r\nframe-after-head') || answer.endsWith('\r\n\r\n'), answer);
       const head = heads.slice(before).join('\n');
       assert.match(head, /^sec-websocket-protocol: sandboxd$/im);
       assert.ok(!head.includes(credential), 'the credential went on to the sandbox');
+      assert.ok(!head.includes('SECRET123'), "the browser's cookies went on to the sandbox");
     }
+  });
+
+  test('clients that leave while they are let in hold nothing: no organization slot, no request in flight', async () => {
+    // Checking the key takes 50 ms here; each client leaves after 10.
+    const authenticate = keys.authenticate.bind(keys);
+    keys.authenticate = async (secret) => {
+      await new Promise((r) => setTimeout(r, 50));
+      return authenticate(secret);
+    };
+    const leavers = Array.from({ length: 60 }, (_, i) =>
+      (async () => {
+        const s = connect({ port, host: '127.0.0.1' });
+        s.on('error', () => undefined);
+        await new Promise((r) => s.once('connect', r));
+        const upgrade = i % 2 === 0 ? 'upgrade: websocket\r\nconnection: upgrade\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n' : '';
+        s.write(`GET /files/list HTTP/1.1\r\nhost: x\r\nx-api-key: ${key}\r\n${upgrade}\r\n`);
+        await new Promise((r) => setTimeout(r, 10));
+        s.destroy();
+      })(),
+    );
+    await Promise.all(leavers);
+    await new Promise((r) => setTimeout(r, 500));
+    keys.authenticate = authenticate;
+    assert.deepEqual(limits.usage().orgs, {});
+    assert.equal(gateway.busy('sbcors'), false);
   });
 
   test('a bad, missing or under-scoped credential in the subprotocol is refused before the agent', async () => {

@@ -22,6 +22,10 @@ export interface GatewayDeps {
   connections: ConnectionLimits;
   /** No agent listens on a running sandbox's socket: the lifecycle checks whether it stopped. */
   onAgentGone?: (sandboxId: string) => void;
+  /** A paused sandbox with auto_resume got a request: resolves once it runs again. */
+  wake?: (sandboxId: string) => Promise<void>;
+  /** A request to the sandbox began or ended (its idle clock). */
+  touch?: (sandboxId: string) => void;
   /** Each proxied request's round trip to the agent (metrics). */
   observeAgent?: (seconds: number, ok: boolean) => void;
   /** Logs each request to a sandbox's URL once it is answered (absent: none). */
@@ -44,6 +48,30 @@ export class Gateway implements GatewayControl {
   private nextPort: number | undefined;
   /** Upgraded (WebSocket) connections per sandbox: the HTTP server no longer tracks them. */
   private tunnels = new Map<string, Set<Socket>>();
+  /** Proxied requests in flight per sandbox (an execution may run for long: the sandbox is in use). */
+  private inflight = new Map<string, number>();
+
+  /** A request is in flight to the sandbox, or a WebSocket to it is open. */
+  busy(sandboxId: string): boolean {
+    return (this.inflight.get(sandboxId) ?? 0) > 0 || (this.tunnels.get(sandboxId)?.size ?? 0) > 0;
+  }
+
+  /**
+   * A request to the sandbox is in flight from the moment it is let through (authorize, in the same
+   * step as its state check: an idle pause never freezes a sandbox under a request it let in)
+   * until `end`; both are uses.
+   */
+  private begin(sandboxId: string): void {
+    this.d.touch?.(sandboxId);
+    this.inflight.set(sandboxId, (this.inflight.get(sandboxId) ?? 0) + 1);
+  }
+
+  private end(sandboxId: string): void {
+    const n = (this.inflight.get(sandboxId) ?? 1) - 1;
+    if (n > 0) this.inflight.set(sandboxId, n);
+    else this.inflight.delete(sandboxId);
+    this.d.touch?.(sandboxId);
+  }
 
   constructor(private d: GatewayDeps) {}
 
@@ -175,12 +203,20 @@ export class Gateway implements GatewayControl {
     } else {
       throw new ServiceError('AUTHENTICATION_ERROR', 'missing credentials: send Authorization: Bearer <auth_token>');
     }
+    if (entry.status === 'paused' && entry.autoResume && this.d.wake) {
+      // It sleeps until someone uses it: this request wakes it, then is served.
+      await this.d.wake(entry.sandboxId);
+      const now = this.d.routes.get(entry.sandboxId);
+      if (!now) throw new ServiceError('NOT_FOUND', `sandbox ${entry.sandboxId} not found`, { id: entry.sandboxId });
+      entry = now;
+    }
     if (entry.status === 'paused') {
       throw new ServiceError('SANDBOX_PAUSED', `sandbox ${entry.sandboxId} is paused; resume it first`, { id: entry.sandboxId });
     }
     if (entry.status === 'stopped') {
       throw new ServiceError('SANDBOX_STOPPED', `sandbox ${entry.sandboxId} is stopped; start it first`, { id: entry.sandboxId });
     }
+    this.begin(entry.sandboxId);
     return entry;
   }
 
@@ -188,14 +224,6 @@ export class Gateway implements GatewayControl {
   private makeServer(lookup: (req: IncomingMessage) => RouteEntry | undefined, asked: (req: IncomingMessage) => string | undefined): Server {
     const server = createServer((req, res) => {
       const requestId = requestIdOf(req);
-      if (req.headers.origin !== undefined) {
-        // Browsers (the console, a user's page) may call the agent API from another origin. No
-        // credential is ambient (no cookies; a token or key in a header the page itself sets), so
-        // any origin may: the answer is only ever readable with a credential the page holds.
-        if (req.method === 'OPTIONS' && req.headers['access-control-request-method'] !== undefined) return preflight(req, res, requestId);
-        res.setHeader('access-control-allow-origin', '*');
-        res.setHeader('access-control-expose-headers', EXPOSED_HEADERS);
-      }
       if (this.d.logRequest) {
         const startedAt = performance.now();
         const entry = lookup(req);
@@ -213,11 +241,32 @@ export class Gateway implements GatewayControl {
       }
       const refused = refusalOf(req.socket);
       if (refused) return sendError(res, refused, requestId, this.incident);
+      if (req.headers.origin !== undefined) {
+        // Browsers (the console, a user's page) may call the agent API from another origin. No
+        // credential is ambient (no cookies reach the sandbox; a token or key in a header the page
+        // itself sets), so any origin may: an answer is readable only with a credential the page holds.
+        if (req.method === 'OPTIONS' && req.headers['access-control-request-method'] !== undefined) return preflight(req, res, requestId);
+        res.setHeader('access-control-allow-origin', '*');
+        res.setHeader('access-control-expose-headers', EXPOSED_HEADERS);
+      }
       this.authorize(req, lookup(req), false, asked(req))
         .then(
           (entry) => {
-            const release = this.d.connections.acquireOrg(entry.orgId);
+            // The client may have gone while it was authorized: then nothing is held for it.
+            if (res.destroyed || req.socket.destroyed) {
+              this.end(entry.sandboxId);
+              res.destroy();
+              return;
+            }
+            let release: () => void;
+            try {
+              release = this.d.connections.acquireOrg(entry.orgId);
+            } catch (err) {
+              this.end(entry.sandboxId);
+              throw err;
+            }
             res.once('close', release);
+            res.once('close', () => this.end(entry.sandboxId));
             const target = {
               sandboxId: entry.sandboxId,
               socketPath: entry.socketPath,
@@ -242,7 +291,18 @@ export class Gateway implements GatewayControl {
       if (refused) return rawError(socket, refused, requestId, this.incident);
       this.authorize(req, lookup(req), true, asked(req))
         .then(
-          (entry) => this.tunnel(req, socket, head, entry, requestId),
+          (entry) => {
+            if (socket.destroyed) {
+              this.end(entry.sandboxId);
+              return;
+            }
+            try {
+              this.tunnel(req, socket, head, entry, requestId);
+            } catch (err) {
+              this.end(entry.sandboxId);
+              throw err;
+            }
+          },
           (err: unknown) => rawError(socket, err, requestId, this.incident),
         )
         .catch((err: unknown) => rawError(socket, err, requestId, this.incident));
@@ -267,6 +327,8 @@ export class Gateway implements GatewayControl {
 
   private tunnel(req: IncomingMessage, socket: Socket, head: Buffer, entry: RouteEntry, requestId: string): void {
     const release = this.d.connections.acquireOrg(entry.orgId);
+    // An open WebSocket (a terminal, a stream) is a use of the sandbox for as long as it is open.
+    this.d.touch?.(entry.sandboxId);
     let set = this.tunnels.get(entry.sandboxId);
     if (!set) this.tunnels.set(entry.sandboxId, (set = new Set()));
     const tunnelSet = set;
@@ -279,6 +341,7 @@ export class Gateway implements GatewayControl {
       this.d.config.idleTimeoutMs,
       () => {
         release();
+        this.d.touch?.(entry.sandboxId);
         tunnelSet.delete(socket);
         tunnelSet.delete(upstream);
         if (tunnelSet.size === 0 && this.tunnels.get(entry.sandboxId) === tunnelSet) this.tunnels.delete(entry.sandboxId);
@@ -289,6 +352,8 @@ export class Gateway implements GatewayControl {
     );
     tunnelSet.add(socket);
     tunnelSet.add(upstream);
+    // From here the open tunnel is what keeps the sandbox in use.
+    this.end(entry.sandboxId);
   }
 }
 

@@ -50,7 +50,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   'POST /v1/sandboxes': {
     tag: 'sandboxes',
     summary: 'Create a sandbox',
-    description: 'Starts a sandbox from a template (`template_name` or `template_id`) and answers once its agent answers, with the `auth_token` for its `public_host`. Served from the warm pool when one is ready.',
+    description: 'Starts a sandbox from a template (`template_name` or `template_id`) and answers once its agent answers, with the `auth_token` for its `public_host`. Served from the warm pool when one is ready. A sandbox can sleep: `idle_timeout_seconds` pauses it when unused, `on_timeout: "pause"` makes its deadline pause it (kept for the retention time, then deleted), `auto_resume` wakes it on a request to its `public_host`.',
     errors: ['VALIDATION_ERROR', 'TEMPLATE_NOT_FOUND', 'TEMPLATE_NOT_READY', 'PERMISSION_DENIED', 'LIMIT_EXCEEDED', 'ORG_QUOTA_EXCEEDED', 'RATE_LIMIT_EXCEEDED', 'RUNTIME_ERROR'],
   },
   'GET /v1/sandboxes': {
@@ -66,7 +66,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     description: 'Deletes it for every client at once (no route, no token, `GET` answers 404); its container, disk and network leave the host right after the answer.',
     errors: [...SANDBOX_ID, 'INVALID_STATE'],
   },
-  'POST /v1/sandboxes/{id}/pause': { tag: 'sandboxes', summary: 'Pause a sandbox', description: 'Freezes every process (memory kept); its URL answers 409 `SANDBOX_PAUSED` until it is resumed.', errors: ACTION },
+  'POST /v1/sandboxes/{id}/pause': { tag: 'sandboxes', summary: 'Pause a sandbox', description: 'Freezes every process (memory kept); its URL answers 409 `SANDBOX_PAUSED` until it is resumed (or, with `auto_resume`, wakes it). The `paused` event says `reason: "api"`.', errors: ACTION },
   'POST /v1/sandboxes/{id}/resume': { tag: 'sandboxes', summary: 'Resume a paused sandbox', description: 'Its processes continue where they were frozen.', errors: ACTION },
   'POST /v1/sandboxes/{id}/stop': { tag: 'sandboxes', summary: 'Stop a sandbox', description: 'Ends every process and keeps the filesystem; `start` boots it again.', errors: ACTION },
   'POST /v1/sandboxes/{id}/start': { tag: 'sandboxes', summary: 'Start a stopped sandbox', description: 'A fresh boot on the preserved filesystem, with the same id and URL.', errors: [...ACTION, 'ORG_QUOTA_EXCEEDED'] },

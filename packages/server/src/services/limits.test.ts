@@ -91,7 +91,7 @@ function row(id: string, over: Partial<SandboxRow>): SandboxRow {
   return {
     id, orgId: 'org_a', templateId: 't', templateName: 'base', status: 'running', region: 'local', internetAccess: true,
     timeoutSeconds: null, expiresAt: null, vcpu: 1, memoryMb: 512, diskGb: 2, layers: [], templateEnv: {}, envVars: {},
-    gatewayPort: null, nodeId: 'n', version: 0, deletedReason: null, createdAt: now, updatedAt: now, deletedAt: null, ...over,
+    gatewayPort: null, nodeId: 'n', version: 0, deletedReason: null, createdAt: now, updatedAt: now, deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null, ...over,
   };
 }
 

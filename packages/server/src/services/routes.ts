@@ -5,6 +5,10 @@ export interface RouteEntry {
   status: 'running' | 'paused' | 'stopped' | 'creating';
   socketPath: string;
   port: number | null;
+  /** A request to it while paused resumes it (auto_resume). */
+  autoResume?: boolean;
+  /** It has an idle timeout: requests to it count as its use. */
+  tracksIdle?: boolean;
 }
 
 /** The lookup the gateway uses (in memory today; a shared table when the gateway is replicated). */

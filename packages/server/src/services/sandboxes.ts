@@ -23,6 +23,8 @@ export interface GatewayControl {
   open(sandboxId: string, port: number | null): Promise<number | null>;
   close(sandboxId: string): Promise<void>;
   publicHost(sandboxId: string, port: number | null): string;
+  /** Whether a request to the sandbox is in flight or a WebSocket to it is open (absent: never). */
+  busy?(sandboxId: string): boolean;
 }
 
 export interface SandboxServiceDeps {
@@ -42,6 +44,8 @@ export interface SandboxServiceDeps {
   pool?: WarmPool;
   agentReadyTimeoutMs: number;
   tombstoneSeconds: number;
+  /** How long a sandbox paused by its deadline (on_timeout "pause") is kept before it is deleted. */
+  pausedRetentionSeconds?: number;
   nodeId: string;
   log: (msg: string, extra?: Record<string, unknown>) => void;
   /** Counts creates by template and source, with their latency (absent: none kept). */
@@ -126,6 +130,14 @@ export class SandboxService {
   private teardownSlots = new Slots(TEARDOWN_CONCURRENCY);
   /** When sweep last purged old tombstones (ms since the epoch). */
   private lastPurge = 0;
+  /**
+   * The latest use of each sandbox with an idle timeout (ms since the epoch): a call through the
+   * gateway or to its lifecycle. Kept here, not written per call; the stored idle check time is
+   * moved only when it comes due (sweep).
+   */
+  private activity = new Map<string, number>();
+  /** Wake-ups under way (auto_resume): concurrent requests to a sleeping sandbox share one. */
+  private waking = new Map<string, Promise<void>>();
 
   private readonly pool: WarmPool;
 
@@ -150,6 +162,9 @@ export class SandboxService {
       internet_access: row.internetAccess,
       timeout_seconds: row.timeoutSeconds,
       expires_at: row.expiresAt,
+      on_timeout: row.onTimeout,
+      idle_timeout_seconds: row.idleTimeoutSeconds,
+      auto_resume: row.autoResume,
       created_at: row.createdAt,
       updated_at: row.updatedAt,
       resources: { vcpu: row.vcpu, memory_mb: row.memoryMb, disk_gb: row.diskGb, disk_mb: row.diskGb * 1024 },
@@ -179,7 +194,42 @@ export class SandboxService {
       status: row.status,
       socketPath: this.d.runtime.agentSocket(row.id),
       port: row.gatewayPort,
+      autoResume: row.autoResume,
+      tracksIdle: row.idleTimeoutSeconds !== null,
     });
+  }
+
+  /** A use of the sandbox (a lifecycle call about it, or a request through its gateway): it is not idle. */
+  touch(id: string): void {
+    if (this.d.routes.get(id)?.tracksIdle) this.activity.set(id, Date.now());
+  }
+
+  /**
+   * auto_resume: a request reached a paused sandbox that wakes on traffic. Resumes it once for all
+   * the requests that arrive meanwhile; resolves when it runs (or when it no longer sleeps).
+   */
+  wake(id: string): Promise<void> {
+    let w = this.waking.get(id);
+    if (!w) {
+      w = (async () => {
+        // A pause under way (the gateway already sees it paused) finishes first.
+        await this.d.locks.run(id, async () => undefined);
+        const row = await this.d.store.sandboxes.byId(id);
+        if (!row || row.status !== 'paused' || !row.autoResume) return;
+        await this.resume(row.orgId, id, 'traffic').catch((err: unknown) => {
+          // Another request resumed it first: that is what was wanted.
+          if (!(err instanceof ServiceError && err.code === 'INVALID_STATE')) throw err;
+        });
+      })().finally(() => this.waking.delete(id));
+      this.waking.set(id, w);
+    }
+    return w;
+  }
+
+  /** A paused sandbox that sleeps on its deadline is kept this long, then deleted. */
+  private retentionDeadline(row: SandboxRow, from: number): string | null {
+    if (row.onTimeout !== 'pause') return row.expiresAt;
+    return new Date(from + (this.d.pausedRetentionSeconds ?? 7 * 86_400) * 1000).toISOString();
   }
 
   /** `signal`: the client went away; honoured only while the create still waits for a sandbox. */
@@ -222,6 +272,10 @@ export class SandboxService {
       createdAt: now.toISOString(),
       updatedAt: now.toISOString(),
       deletedAt: null,
+      onTimeout: body.on_timeout ?? 'delete',
+      idleTimeoutSeconds: body.idle_timeout_seconds ?? null,
+      autoResume: body.auto_resume ?? false,
+      idleCheckAt: body.idle_timeout_seconds ? new Date(now.getTime() + body.idle_timeout_seconds * 1000).toISOString() : null,
     };
     // The row exists before anything is booted, so a crash half-way is found and cleaned at restart;
     // inserted as the quota admits it, it counts for every create after this one while this one
@@ -239,6 +293,7 @@ export class SandboxService {
         ...row,
         id,
         expiresAt: timeoutSeconds ? new Date(at.getTime() + timeoutSeconds * 1000).toISOString() : null,
+        idleCheckAt: row.idleTimeoutSeconds ? new Date(at.getTime() + row.idleTimeoutSeconds * 1000).toISOString() : null,
         createdAt: at.toISOString(),
         updatedAt: at.toISOString(),
       };
@@ -261,6 +316,7 @@ export class SandboxService {
         });
         if (!running) throw new ServiceError('INVALID_STATE', `sandbox ${id} was changed by another request while it was being created`, { id });
         this.route(running);
+        if (running.idleTimeoutSeconds) this.activity.set(id, Date.now());
         const { token, expiresAt } = await this.d.tokens.issue(running.id, orgId);
         undo.commit();
         this.event('created', running);
@@ -320,6 +376,14 @@ export class SandboxService {
     if (!row || row.status === 'creating') throw new ServiceError('NOT_FOUND', `sandbox ${id} not found`, { id });
     if (row.orgId !== orgId) throw new ServiceError('PERMISSION_DENIED', undefined, { id });
     if (row.status === 'deleted' && !opts.allowDeleted) {
+      if (row.deletedReason === 'retention') {
+        throw new ServiceError('SANDBOX_EXPIRED', `sandbox ${id} slept past its deadline, was kept paused until ${row.expiresAt}, and was then deleted`, {
+          id,
+          sandbox_id: id,
+          expires_at: row.expiresAt,
+          status: 'deleted',
+        });
+      }
       if (row.deletedReason === 'expired') {
         throw new ServiceError('SANDBOX_EXPIRED', `sandbox ${id} expired at ${row.expiresAt} and was deleted`, {
           id,
@@ -392,21 +456,47 @@ export class SandboxService {
     });
   }
 
-  async pause(orgId: string, id: string): Promise<SandboxRow> {
+  /**
+   * `reason`: who paused it: `api`, `idle` (no use for idle_timeout_seconds) or `timeout` (its
+   * deadline, with on_timeout "pause"). A sandbox that sleeps on its deadline is then kept for the
+   * retention time (its expires_at says until when).
+   */
+  async pause(orgId: string, id: string, reason: 'api' | 'idle' | 'timeout' = 'api'): Promise<SandboxRow> {
     const row = await this.transition(orgId, id, 'pause', ['running'], async (r) => {
-      await this.d.runtime.pause(r.id);
-      return { status: 'paused' };
+      // New requests see it paused from here (they wait for the pause, or wake it after); one
+      // already let in keeps an idle sandbox awake.
+      this.d.routes.setStatus(r.id, 'paused');
+      if (reason === 'idle' && this.d.gateway.busy?.(r.id)) {
+        this.d.routes.setStatus(r.id, 'running');
+        this.activity.set(r.id, Date.now());
+        throw new ServiceError('INVALID_STATE', `sandbox ${r.id} is in use`, { id: r.id, current_state: 'running' });
+      }
+      try {
+        await this.d.runtime.pause(r.id);
+      } catch (err) {
+        this.d.routes.setStatus(r.id, 'running');
+        throw err;
+      }
+      return { status: 'paused', expiresAt: this.retentionDeadline(r, Date.now()) };
     });
-    this.event('paused', row);
+    this.activity.delete(id);
+    this.event('paused', row, reason);
     return row;
   }
 
-  async resume(orgId: string, id: string): Promise<SandboxRow> {
+  /** `reason`: `api`, or `traffic` (auto_resume). Its deadline and idle clock start again. */
+  async resume(orgId: string, id: string, reason: 'api' | 'traffic' = 'api'): Promise<SandboxRow> {
     const row = await this.transition(orgId, id, 'resume', ['paused'], async (r) => {
       await this.d.runtime.resume(r.id);
-      return { status: 'running' };
+      const now = Date.now();
+      return {
+        status: 'running',
+        ...(r.onTimeout === 'pause' ? { expiresAt: r.timeoutSeconds ? new Date(now + r.timeoutSeconds * 1000).toISOString() : null } : {}),
+        ...(r.idleTimeoutSeconds ? { idleCheckAt: new Date(now + r.idleTimeoutSeconds * 1000).toISOString() } : {}),
+      };
     });
-    this.event('resumed', row);
+    if (row.idleTimeoutSeconds) this.activity.set(id, Date.now());
+    this.event('resumed', row, reason);
     return row;
   }
 
@@ -430,7 +520,7 @@ export class SandboxService {
       ['stopped'],
       async (r) => {
         await this.bootAgain(r);
-        return { status: 'running' };
+        return { status: 'running', ...(r.idleTimeoutSeconds ? { idleCheckAt: new Date(Date.now() + r.idleTimeoutSeconds * 1000).toISOString() } : {}) };
       },
       (r, commit) => this.d.quotas.admit(r.orgId, { sandboxes: 1, memoryMb: r.memoryMb, diskGb: 0 }, commit),
     );
@@ -458,6 +548,7 @@ export class SandboxService {
   async delete(orgId: string, id: string, reason = 'deleted'): Promise<SandboxRow> {
     const row = await this.transition(orgId, id, 'delete', ['running', 'paused', 'stopped'], async (r) => {
       this.d.routes.delete(r.id);
+      this.activity.delete(r.id);
       this.d.tokens.forget(r.id);
       await this.d.gateway.close(r.id);
       return { status: 'deleted', deletedReason: reason, deletedAt: new Date().toISOString() };
@@ -597,17 +688,29 @@ export class SandboxService {
     });
   }
 
-  /** Deletes every sandbox whose deadline passed; purges old tombstones. */
+  /**
+   * Every sandbox whose deadline passed is deleted, or, with on_timeout "pause", paused (and once
+   * paused past its retention, deleted); every running one unused for its idle timeout is paused.
+   * Purges old tombstones.
+   */
   async sweep(): Promise<number> {
     const now = new Date();
     const due = await this.d.store.sandboxes.expired(now.toISOString());
+    const quiet = (err: unknown) => err instanceof ServiceError && (err.code === 'NOT_FOUND' || err.code === 'INVALID_STATE');
     for (const row of due) {
       try {
-        await this.delete(row.orgId, row.id, 'expired');
+        if (row.onTimeout === 'pause' && row.status === 'running') await this.pause(row.orgId, row.id, 'timeout');
+        else if (row.onTimeout === 'pause' && row.status === 'paused') await this.delete(row.orgId, row.id, 'retention');
+        else await this.delete(row.orgId, row.id, 'expired');
       } catch (err) {
-        if (!(err instanceof ServiceError && (err.code === 'NOT_FOUND' || err.code === 'INVALID_STATE'))) {
-          this.d.log('expiring a sandbox failed', { id: row.id, error: String(err) });
-        }
+        if (!quiet(err)) this.d.log('expiring a sandbox failed', { id: row.id, error: String(err) });
+      }
+    }
+    for (const row of await this.d.store.sandboxes.idleDue(now.toISOString())) {
+      try {
+        await this.idleCheck(row, now.getTime());
+      } catch (err) {
+        if (!quiet(err)) this.d.log('pausing an idle sandbox failed', { id: row.id, error: String(err) });
       }
     }
     // Tombstones are kept for a day by default: purging them once a minute is plenty.
@@ -616,6 +719,24 @@ export class SandboxService {
       await this.d.store.sandboxes.purgeDeleted(new Date(now.getTime() - this.d.tombstoneSeconds * 1000).toISOString());
     }
     return due.length;
+  }
+
+  /**
+   * An idle check came due: paused if nothing used it for its idle timeout (nothing in flight, no
+   * WebSocket open, no call since), or else looked at again when that much time has passed since
+   * its last use.
+   */
+  private async idleCheck(row: SandboxRow, now: number): Promise<void> {
+    const idleMs = (row.idleTimeoutSeconds ?? 0) * 1000;
+    if (this.d.gateway.busy?.(row.id)) this.activity.set(row.id, now);
+    // Unknown here (the daemon started since): counted from now, so a restart never pauses early.
+    if (!this.activity.has(row.id)) this.activity.set(row.id, now);
+    const last = this.activity.get(row.id)!;
+    if (idleMs > 0 && now - last < idleMs) {
+      await this.d.store.sandboxes.update(row.id, row.version, { idleCheckAt: new Date(last + idleMs).toISOString() });
+      return;
+    }
+    await this.pause(row.orgId, row.id, 'idle');
   }
 
   /**

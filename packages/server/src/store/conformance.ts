@@ -27,12 +27,16 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     createdAt: new Date().toISOString(),
     updatedAt: new Date().toISOString(),
     deletedAt: null,
+    onTimeout: 'delete',
+    idleTimeoutSeconds: null,
+    autoResume: false,
+    idleCheckAt: null,
     ...over,
   });
 
   test(`${name}: sandboxes round-trip every field`, async () => {
     const s = await open();
-    const row = sandbox('sb1', { gatewayPort: 40001, timeoutSeconds: 30, expiresAt: '2030-01-01T00:00:00.000Z', internetAccess: false });
+    const row = sandbox('sb1', { gatewayPort: 40001, timeoutSeconds: 30, expiresAt: '2030-01-01T00:00:00.000Z', internetAccess: false, onTimeout: 'pause', idleTimeoutSeconds: 300, autoResume: true, idleCheckAt: '2030-01-01T00:05:00.000Z' });
     await s.sandboxes.insert(row);
     assert.deepEqual(await s.sandboxes.byId('sb1'), row);
     s.close();
@@ -119,6 +123,13 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     await s.sandboxes.insert(sandbox('later', { expiresAt: '2999-01-01T00:00:00.000Z', gatewayPort: 40011 }));
     await s.sandboxes.insert(sandbox('old', { status: 'deleted', deletedAt: '2020-01-01T00:00:00.000Z', gatewayPort: 40012 }));
     assert.deepEqual((await s.sandboxes.expired(new Date().toISOString())).map((r) => r.id), ['due']);
+    // Idle checks: running sandboxes only, by their check time.
+    await s.sandboxes.insert(sandbox('idle-due', { onTimeout: 'pause', idleTimeoutSeconds: 60, autoResume: true, idleCheckAt: '2020-01-01T00:00:00.000Z' }));
+    await s.sandboxes.insert(sandbox('idle-later', { idleTimeoutSeconds: 60, idleCheckAt: '2999-01-01T00:00:00.000Z' }));
+    await s.sandboxes.insert(sandbox('idle-paused', { status: 'paused', idleTimeoutSeconds: 60, idleCheckAt: '2020-01-01T00:00:00.000Z' }));
+    const idle = await s.sandboxes.idleDue(new Date().toISOString());
+    assert.deepEqual(idle.map((r) => r.id), ['idle-due']);
+    assert.deepEqual([idle[0]!.onTimeout, idle[0]!.idleTimeoutSeconds, idle[0]!.autoResume], ['pause', 60, true]);
     for (const [port, used] of [[40010, true], [40011, true], [40012, false], [40013, false]] as const) assert.equal(await s.sandboxes.gatewayPortUsed(port), used, `port ${port}`);
     assert.equal(await s.sandboxes.purgeDeleted(new Date().toISOString()), 1);
     assert.equal(await s.sandboxes.byId('old'), undefined);

@@ -202,3 +202,15 @@ MIGRATIONS.push(`
       AND org_id IN (SELECT id FROM organizations WHERE name = 'default')
       AND EXISTS (SELECT 1 FROM json_each(api_keys.scopes) WHERE value = 'admin');
 `);
+
+/**
+ * Sandboxes that sleep (issue 12): what a deadline does (delete or pause), pause after a time with
+ * no use, wake on traffic; and the index the sweep finds idle ones by.
+ */
+MIGRATIONS.push(`
+  ALTER TABLE sandboxes ADD COLUMN on_timeout TEXT NOT NULL DEFAULT 'delete';
+  ALTER TABLE sandboxes ADD COLUMN idle_timeout_seconds INTEGER;
+  ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE sandboxes ADD COLUMN idle_check_at TEXT;
+  CREATE INDEX IF NOT EXISTS sandboxes_idle_check ON sandboxes (idle_check_at) WHERE status = 'running' AND idle_check_at IS NOT NULL;
+`);

@@ -154,6 +154,10 @@ function sandboxFrom(r: Raw): SandboxRow {
     createdAt: String(r.created_at),
     updatedAt: String(r.updated_at),
     deletedAt: (r.deleted_at as string | null) ?? null,
+    onTimeout: r.on_timeout === 'pause' ? 'pause' : 'delete',
+    idleTimeoutSeconds: r.idle_timeout_seconds === null || r.idle_timeout_seconds === undefined ? null : Number(r.idle_timeout_seconds),
+    autoResume: Number(r.auto_resume) === 1,
+    idleCheckAt: (r.idle_check_at as string | null | undefined) ?? null,
   };
 }
 
@@ -180,6 +184,10 @@ const SANDBOX_COLUMNS: Record<keyof SandboxRow, string> = {
   createdAt: 'created_at',
   updatedAt: 'updated_at',
   deletedAt: 'deleted_at',
+  onTimeout: 'on_timeout',
+  idleTimeoutSeconds: 'idle_timeout_seconds',
+  autoResume: 'auto_resume',
+  idleCheckAt: 'idle_check_at',
 };
 
 function sqlValue(v: unknown): unknown {
@@ -373,6 +381,11 @@ class SqliteSandboxRepo implements SandboxRepo {
       this.db
         .prepare(`SELECT * FROM sandboxes WHERE status IN ('running','paused','stopped') AND expires_at IS NOT NULL AND expires_at <= ?`)
         .all(now) as Raw[]
+    ).map(sandboxFrom);
+  }
+  async idleDue(now: string) {
+    return (
+      this.db.prepare(`SELECT * FROM sandboxes WHERE status = 'running' AND idle_check_at IS NOT NULL AND idle_check_at <= ?`).all(now) as Raw[]
     ).map(sandboxFrom);
   }
   async purgeDeleted(before: string) {

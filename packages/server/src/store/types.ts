@@ -76,6 +76,18 @@ export interface SandboxRow {
   createdAt: string;
   updatedAt: string;
   deletedAt: string | null;
+  /** What its deadline does to a running sandbox: delete it (as ever) or pause it. */
+  onTimeout: 'delete' | 'pause';
+  /** Paused after this long with no call or traffic (null: never). */
+  idleTimeoutSeconds: number | null;
+  /** An agent call to it while paused resumes it. */
+  autoResume: boolean;
+  /**
+   * When a running sandbox with an idle timeout is looked at again (an index serves the sweep).
+   * Not moved on every call: the daemon keeps the latest activity in memory and moves this only
+   * when it comes due, so it may lag behind; after a restart the daemon counts from its start.
+   */
+  idleCheckAt: string | null;
 }
 
 export interface SandboxListFilter {
@@ -146,6 +158,8 @@ export interface SandboxRepo {
   update(id: string, version: number, patch: Partial<Omit<SandboxRow, 'id' | 'version'>>): Promise<SandboxRow | undefined>;
   /** Live rows whose deadline is at or before `now`. */
   expired(now: string): Promise<SandboxRow[]>;
+  /** Running sandboxes whose idle check is due. */
+  idleDue(now: string): Promise<SandboxRow[]>;
   /** Deleted rows older than `before` are removed for good. */
   purgeDeleted(before: string): Promise<number>;
   /** Whether a sandbox that is not deleted (running, paused, stopped) holds this gateway port. */

@@ -7,6 +7,11 @@ export function getSandboxRoute(app: FastifyInstance, s: Services): void {
   app.get<{ Params: SandboxIdParams }>(
     '/v1/sandboxes/:id',
     { schema: { params: SandboxIdParams }, preHandler: guard(s.keys, 'sandboxes:read') },
-    async (req) => ({ ...s.sandboxes.render(await s.sandboxes.get(principalOf(req).orgId, req.params.id)), request_id: req.id }),
+    async (req) => {
+      const row = await s.sandboxes.get(principalOf(req).orgId, req.params.id);
+      // A lifecycle call about a sandbox is a use of it (its idle clock).
+      s.sandboxes.touch(row.id);
+      return { ...s.sandboxes.render(row), request_id: req.id };
+    },
   );
 }

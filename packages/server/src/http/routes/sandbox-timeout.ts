@@ -11,6 +11,7 @@ export function sandboxTimeoutRoute(app: FastifyInstance, s: Services): void {
     { schema: { params: SandboxIdParams, body: SetTimeoutBody }, preHandler: guard(s.keys, 'sandboxes:write') },
     async (req) => {
       const row = await s.sandboxes.setTimeout(principalOf(req).orgId, req.params.id, req.body.timeout_seconds);
+      s.sandboxes.touch(row.id);
       return { id: row.id, timeout_seconds: row.timeoutSeconds, expires_at: row.expiresAt, request_id: req.id };
     },
   );

@@ -14,6 +14,7 @@ class Events {
   readonly seen: Array<{ kind: string; id: string; reason?: string; at: string }> = [];
   private abort = new AbortController();
   async open(): Promise<void> {
+    this.abort = new AbortController();
     const res = await fetch(`${server.baseUrl}/v1/events`, { headers: { 'x-api-key': server.apiKey }, signal: this.abort.signal });
     assert.equal(res.status, 200);
     void (async () => {
@@ -76,6 +77,8 @@ describe('sandboxes that sleep', { timeout: 180_000 }, () => {
     assert.deepEqual([plain.body.on_timeout, plain.body.idle_timeout_seconds, plain.body.auto_resume], ['delete', null, false]);
     const sleepy = await createSandbox(server, { on_timeout: 'pause', idle_timeout_seconds: 3600, auto_resume: true });
     assert.deepEqual([sleepy.body.on_timeout, sleepy.body.idle_timeout_seconds, sleepy.body.auto_resume], ['pause', 3600, true]);
+    events.close();
+    await server.shutdown();
     await server.restart();
     const again = (await api(server, 'GET', `/v1/sandboxes/${sleepy.id}`)).body;
     assert.deepEqual([again.on_timeout, again.idle_timeout_seconds, again.auto_resume, again.status], ['pause', 3600, true, 'running']);

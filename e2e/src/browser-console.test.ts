@@ -44,11 +44,14 @@ describe('/console in a browser', { timeout: 300_000 }, () => {
 
     // One made from the page.
     await page.selectOption('#template', 'base');
+    await page.check('#sleep');
     await page.click('#create');
     await page.locator('.notice', { hasText: 'Created' }).waitFor({ timeout: 60_000 });
     const made = (await page.locator('.notice').innerText()).match(/Created (\S+)\./)![1]!;
     await row(page, made).waitFor();
     assert.equal(await row(page, made).getAttribute('data-status'), 'running');
+    const madeInfo = (await api(env.server, 'GET', `/v1/sandboxes/${made}`)).body;
+    assert.deepEqual([madeInfo.idle_timeout_seconds, madeInfo.auto_resume], [600, true], 'made to sleep when idle');
 
     // Pause from the page; a pause made through the API shows too.
     await row(page, made).getByRole('button', { name: `Pause ${made}` }).click();

@@ -208,6 +208,35 @@ describe('GET /v1/sandboxes/{id}/metrics', () => {
   });
 });
 
+describe('streams end when the key that opened them is revoked', () => {
+  test('the metrics stream at its next sample, the events stream at its next ping (15 s)', { timeout: 60_000 }, async () => {
+    const key = operator(['keys', 'create', '--org', 'default', '--scopes', 'sandboxes:read,sandboxes:write']);
+    const holder = { baseUrl: server.baseUrl, apiKey: key.api_key as string };
+    const sb = await createSandbox(holder, { template_name: 'base', timeout_seconds: 600 });
+    const open = async (path: string) => {
+      const res = await fetch(`${server.baseUrl}${path}`, { headers: { 'x-api-key': holder.apiKey } });
+      assert.equal(res.status, 200, path);
+      let text = '';
+      const done = (async () => {
+        for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) text += Buffer.from(chunk).toString();
+        return text;
+      })();
+      return { done, seen: () => text };
+    };
+    const metrics = await open(`/v1/sandboxes/${sb.id}/metrics/stream?interval=1`);
+    const events = await open('/v1/events');
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.match(metrics.seen(), /event: metrics/);
+    assert.equal((await api(server, 'DELETE', `/v1/admin/keys/${key.id}`)).status, 200);
+    const revokedAt = Date.now();
+    assert.match(await metrics.done, /event: end\ndata: \{[^}]*"reason":"AUTHENTICATION_ERROR"/);
+    assert.ok(Date.now() - revokedAt < 5000, 'the metrics stream ended at its next sample');
+    assert.match(await events.done, /event: end\ndata: \{"reason":"AUTHENTICATION_ERROR"\}/);
+    assert.ok(Date.now() - revokedAt < 20_000, 'the events stream ended at its next ping');
+    await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+  });
+});
+
 describe('GET /v1/account', () => {
   test('says who the key is, and whether it may use the admin API', async () => {
     const me = await api(server, 'GET', '/v1/account');

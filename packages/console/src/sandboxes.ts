@@ -31,10 +31,12 @@ export const sandboxesPage: Page = async (ctx) => {
   const filter = h('input', { type: 'search', id: 'filter', placeholder: 'Filter by id, template or state', 'aria-label': 'Filter' });
   const templates = h('select', { id: 'template', 'aria-label': 'Template' });
   const timeout = h('input', { type: 'number', id: 'timeout', min: '60', step: '60', value: '3600', 'aria-label': 'Timeout (seconds)' });
+  const sleep = h('input', { type: 'checkbox', id: 'sleep' });
+  const sleepLabel = h('label', { class: 'check', title: 'paused after 10 minutes unused; a request to it wakes it' }, sleep, ' Sleep when idle');
   const create = h('button', { type: 'submit', id: 'create' }, 'Create sandbox');
   const live = h('span', { id: 'live', class: 'live' }, 'connecting…');
   const count = h('span', { id: 'count' });
-  const form = h('form', { id: 'create-form', class: 'toolbar' }, templates, timeout, create);
+  const form = h('form', { id: 'create-form', class: 'toolbar' }, templates, timeout, sleepLabel, create);
   ctx.main.append(
     form,
     h('div', { class: 'toolbar' }, filter, count, live),
@@ -119,7 +121,9 @@ export const sandboxesPage: Page = async (ctx) => {
     ev.preventDefault();
     create.disabled = true;
     ctx.notice.say('Creating…');
-    call<SandboxRow>('POST', '/v1/sandboxes', { template_name: templates.value, timeout_seconds: Number(timeout.value) || 3600 }).then(
+    const body: Record<string, unknown> = { template_name: templates.value, timeout_seconds: Number(timeout.value) || 3600 };
+    if (sleep.checked) Object.assign(body, { idle_timeout_seconds: 600, auto_resume: true });
+    call<SandboxRow>('POST', '/v1/sandboxes', body).then(
       (r) => {
         rows.set(r.id, r);
         renderOne(r.id);

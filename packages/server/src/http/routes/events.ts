@@ -36,7 +36,12 @@ function stream(req: FastifyRequest, reply: FastifyReply, s: Services, accept: (
   const unsubscribe = s.events.subscribe((m) => {
     if (accept(m)) write(`event: ${m.kind}\ndata: ${JSON.stringify(m.data)}\n\n`);
   });
-  const ping = setInterval(() => write(': ping\n\n'), 15_000);
+  // A stream lives only as long as the key that opened it: looked at again with each ping.
+  const { keyId, orgId } = principalOf(req);
+  const ping = setInterval(() => {
+    write(': ping\n\n');
+    s.keys.authenticateKeyId(keyId, orgId).catch(() => raw.end(`event: end\ndata: ${JSON.stringify({ reason: 'AUTHENTICATION_ERROR' })}\n\n`));
+  }, 15_000);
   raw.once('close', () => {
     clearInterval(ping);
     unsubscribe();

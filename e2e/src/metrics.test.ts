@@ -208,6 +208,33 @@ describe('GET /v1/sandboxes/{id}/metrics', () => {
   });
 });
 
+describe('GET /v1/sandboxes/{id}/ports', () => {
+  test("what listens inside, on loopback or every address, from the kernel's tables; nothing when stopped; not another organization's", async () => {
+    const sb = await createSandbox(server, { template_name: 'base', timeout_seconds: 600 });
+    assert.deepEqual((await api(server, 'GET', `/v1/sandboxes/${sb.id}/ports`)).body.data.filter((p: { port: number }) => p.port === 3000 || p.port === 8000), []);
+    const listen = await agent(sb, 'POST', '/execute', {
+      language: 'javascript',
+      code: "const net = require('net'); globalThis.inside = net.createServer().listen(3000, '127.0.0.1'); globalThis.open = net.createServer().listen(8000); 'listening'",
+    });
+    assert.equal(listen.status, 200, JSON.stringify(listen.body));
+    let ports: Array<{ port: number; addresses: string[]; loopback_only: boolean }> = [];
+    for (let i = 0; i < 50 && ports.filter((p) => p.port === 3000 || p.port === 8000).length < 2; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      const r = await api(server, 'GET', `/v1/sandboxes/${sb.id}/ports`);
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      ports = r.body.data;
+    }
+    assert.deepEqual(ports.find((p) => p.port === 3000), { port: 3000, addresses: ['127.0.0.1'], loopback_only: true });
+    assert.deepEqual(ports.find((p) => p.port === 8000), { port: 8000, addresses: ['::'], loopback_only: false });
+    operator(['orgs', 'create', 'ports-other']);
+    const other = { baseUrl: server.baseUrl, apiKey: operator(['keys', 'create', '--org', 'ports-other']).api_key as string };
+    assert.equal((await api(other, 'GET', `/v1/sandboxes/${sb.id}/ports`)).status, 403);
+    assert.equal((await api(server, 'POST', `/v1/sandboxes/${sb.id}/stop`)).status, 200);
+    assert.deepEqual((await api(server, 'GET', `/v1/sandboxes/${sb.id}/ports`)).body.data, []);
+    await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+  });
+});
+
 describe('streams end when the key that opened them is revoked', () => {
   test('the metrics stream at its next sample, the events stream at its next ping (15 s)', { timeout: 60_000 }, async () => {
     const key = operator(['keys', 'create', '--org', 'default', '--scopes', 'sandboxes:read,sandboxes:write']);

@@ -7,7 +7,7 @@ import { cp } from './commands/cp.js';
 import { watch } from './commands/watch.js';
 import { env } from './commands/env.js';
 import { exec, run } from './commands/exec.js';
-import { create, get, ls, pause, resume, rm, setTimeoutCmd, start, stats, stop } from './commands/sandboxes.js';
+import { create, get, ls, pause, resume, rm, setTimeoutCmd, ports, start, stats, stop } from './commands/sandboxes.js';
 import { repl } from './commands/repl.js';
 import { shell } from './commands/shell.js';
 import { logs, templateBuild, templateGet, templateLs, templateRm } from './commands/templates.js';
@@ -19,6 +19,7 @@ export const COMMANDS: Command[] = [
   ls,
   get,
   stats,
+  ports,
   pause,
   resume,
   stop,

@@ -185,6 +185,20 @@ export const SandboxMetrics = Type.Object({
 });
 export type SandboxMetrics = Static<typeof SandboxMetrics>;
 
+/** `GET /v1/sandboxes/{id}/ports`: what listens inside the sandbox, from the kernel's tables. */
+export const SandboxPorts = Type.Object({
+  object: Type.Literal('list'),
+  data: Type.Array(
+    Type.Object({
+      port: Type.Integer({ minimum: 1, maximum: 65535 }),
+      addresses: Type.Array(Type.String(), { description: 'where it listens: 0.0.0.0 or :: for every address, 127.0.0.1 or ::1 for loopback only' }),
+      loopback_only: Type.Boolean({ description: 'reachable only from inside the sandbox' }),
+    }),
+  ),
+  request_id: Type.Optional(Type.String()),
+});
+export type SandboxPorts = Static<typeof SandboxPorts>;
+
 export const SandboxEvent = Type.Object({
   id: Type.String(),
   status: Type.String(),

@@ -21,6 +21,7 @@ import type {
   SandboxInfo,
   SandboxPage,
   SandboxResources,
+  ListeningPort,
   TimeoutResult,
 } from './types.js';
 import { stdinFields, toAgentInfo, toBackgroundProcess, toCodeContext, toExecutionResult, toHealth, toKernelSession, toMetrics, toSandboxInfo, toSandboxPage, toSandboxResources } from './wire.js';
@@ -374,7 +375,6 @@ export class Sandbox {
     return { id: this.id, status: typeof body.status === 'string' ? body.status : 'deleted' };
   }
 
-  /** Sets the auto-kill timeout, counted from now. */
   /** The sandbox's cpu, memory, disk and network use now, from the service (not its agent). */
   async resources(options: CallOptions = {}): Promise<SandboxResources> {
     const body = await this.client.http.json<Record<string, unknown>>({
@@ -387,6 +387,24 @@ export class Sandbox {
     return toSandboxResources(body);
   }
 
+  /** The TCP ports something listens on inside the sandbox (any address, loopback included), from the service. */
+  async ports(options: CallOptions = {}): Promise<ListeningPort[]> {
+    const body = await this.client.http.json<Record<string, unknown>>({
+      method: 'GET',
+      path: `/v1/sandboxes/${enc(this.id)}/ports`,
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs,
+      what: `ports of ${this.id}`,
+    });
+    const data = Array.isArray(body.data) ? (body.data as Array<Record<string, unknown>>) : [];
+    return data.map((p) => ({
+      port: Number(p.port),
+      addresses: Array.isArray(p.addresses) ? p.addresses.map(String) : [],
+      loopbackOnly: p.loopback_only === true,
+    }));
+  }
+
+  /** Sets the auto-kill timeout, counted from now. */
   async setTimeout(seconds: number, options: CallOptions = {}): Promise<TimeoutResult> {
     if (!Number.isInteger(seconds) || seconds <= 0) throw new RangeError('timeout must be a positive whole number of seconds');
     const body = await this.client.http.json<Record<string, unknown>>({

@@ -247,6 +247,15 @@ export interface BuildLogsChunk {
 }
 
 /** One sandbox's resource use now (`GET /v1/sandboxes/{id}/metrics`); counters since it last started. */
+/** A port something listens on inside a sandbox. */
+export interface ListeningPort {
+  port: number;
+  /** Where: 0.0.0.0 or :: for every address. */
+  addresses: string[];
+  /** Reachable only from inside the sandbox. */
+  loopbackOnly: boolean;
+}
+
 export interface SandboxResources {
   sandboxId: string;
   status: string;

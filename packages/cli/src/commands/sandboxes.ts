@@ -145,6 +145,24 @@ export const stats: Command = {
   },
 };
 
+export const ports: Command = {
+  name: 'ports',
+  summary: 'show the ports something listens on inside a sandbox',
+  args: 'ID',
+  details: "Read from the kernel's tables of the sandbox's network (loopback included), not asked of the sandbox.",
+  examples: ['sbx ports $ID', 'sbx ports $ID --json'],
+  options: {},
+  minArgs: 1,
+  maxArgs: 1,
+  async run(ctx, { positionals }) {
+    const list = await Sandbox.fromId(positionals[0]!, { client: ctx.client }).ports({ signal: ctx.signal });
+    if (ctx.json) ctx.out(json(list));
+    else if (list.length === 0) ctx.out('nothing listens\n');
+    else ctx.out(table(['PORT', 'ADDRESSES', 'REACHABLE'], list.map((p) => [String(p.port), p.addresses.join(', '), p.loopbackOnly ? 'inside only' : 'sandbox network'])));
+    return 0;
+  },
+};
+
 type Verb = 'pause' | 'resume' | 'stop' | 'start' | 'kill';
 
 /** Applies one action to each id; reports every failure and exits 1 if any failed. */

@@ -83,6 +83,13 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     description: 'CPU, memory, disk, network received and sent, processes and OOM kills of one sandbox, read when asked.',
     errors: [...SANDBOX_ID, 'INVALID_STATE'],
   },
+  'GET /v1/sandboxes/{id}/ports': {
+    tag: 'sandboxes',
+    summary: 'What listens inside a sandbox',
+    description:
+      "The TCP ports something listens on inside the sandbox, on any address (loopback included), read from the kernel's tables of its network namespace rather than asked of the sandbox. Empty when it is stopped.",
+    errors: [...SANDBOX_ID],
+  },
   'GET /v1/sandboxes/{id}/metrics/stream': {
     tag: 'sandboxes',
     summary: "A sandbox's resource use, live (SSE)",

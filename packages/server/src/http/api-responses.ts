@@ -40,6 +40,7 @@ import {
   SandboxEvent,
   SandboxList,
   SandboxMetrics,
+  SandboxPorts,
   SetTimeoutResult,
   SystemResponse,
   Template,
@@ -226,6 +227,18 @@ export const RESPONSES: Record<string, SuccessDoc> = {
     content: json(TokenResult, { id: SBX, auth_token: SANDBOX_TOKEN, token_expires_at: '2025-06-03T09:14:07.000Z', request_id: REQ }),
   },
   'GET /v1/sandboxes/{id}/metrics': { status: 200, description: 'its resource use now', content: json(SandboxMetrics, { ...metrics, request_id: REQ }) },
+  'GET /v1/sandboxes/{id}/ports': {
+    status: 200,
+    description: 'the ports something listens on, with where',
+    content: json(SandboxPorts, {
+      object: 'list',
+      data: [
+        { port: 3000, addresses: ['127.0.0.1'], loopback_only: true },
+        { port: 8000, addresses: ['0.0.0.0', '::'], loopback_only: false },
+      ],
+      request_id: REQ,
+    }),
+  },
   'GET /v1/sandboxes/{id}/metrics/stream': {
     status: 200,
     description: 'a stream of samples, until the client closes it or the sandbox is gone',

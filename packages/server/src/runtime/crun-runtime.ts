@@ -1,3 +1,4 @@
+import { listeningPorts, type ListeningPort } from './listening.js';
 import { chmod, chown, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -831,6 +832,12 @@ export class CrunRuntime implements Runtime {
       }
     }
     return undefined;
+  }
+
+  async listeningPorts(id: string): Promise<ListeningPort[]> {
+    if (!ID_RE.test(id)) throw new TypeError(`bad sandbox id ${JSON.stringify(id)}`);
+    const pid = await this.initPid(id);
+    return pid === undefined ? [] : listeningPorts(pid);
   }
 
   /** Pid (on the host) of the sandbox's init, or undefined when not running. */

@@ -1,3 +1,4 @@
+import type { ListeningPort } from './listening.js';
 /**
  * The boundary between the services and whatever runs sandboxes. Today one in-process
  * implementation (CrunRuntime); later a node client for a remote node. Every call is keyed by
@@ -90,6 +91,8 @@ export interface Runtime {
   list(): Promise<string[]>;
   /** One sandbox's counters, on demand; its cost does not depend on the number of sandboxes. */
   stats(id: string): Promise<SandboxStats>;
+  /** TCP ports something listens on inside the sandbox, from the kernel's tables of its network namespace (empty when it does not run). */
+  listeningPorts(id: string): Promise<ListeningPort[]>;
   /**
    * Calls `onKill` with the number of processes newly killed for lack of memory in a sandbox, as
    * the kills happen (within about a second), without polling every sandbox. Kills from before a

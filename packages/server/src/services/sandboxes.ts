@@ -621,6 +621,16 @@ export class SandboxService {
     };
   }
 
+  /** What listens inside the sandbox, by port (read from the kernel, not asked of the sandbox). */
+  async ports(orgId: string, id: string): Promise<Array<{ port: number; addresses: string[]; loopback_only: boolean }>> {
+    const row = await this.get(orgId, id);
+    if (row.status !== 'running' && row.status !== 'paused') return [];
+    const byPort = new Map<number, string[]>();
+    for (const l of await this.d.runtime.listeningPorts(row.id)) byPort.set(l.port, [...(byPort.get(l.port) ?? []), l.address]);
+    const loopback = (a: string) => a.startsWith('127.') || a === '::1' || a.startsWith('::ffff:7f');
+    return [...byPort].map(([port, addresses]) => ({ port, addresses, loopback_only: addresses.every(loopback) }));
+  }
+
   async refreshToken(orgId: string, id: string) {
     const row = await this.get(orgId, id);
     return this.d.tokens.issue(row.id, row.orgId);

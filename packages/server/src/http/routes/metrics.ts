@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { MetricsStreamQuery, SandboxMetrics, ServiceError } from '@sandboxd/protocol';
+import { MetricsStreamQuery, SandboxMetrics, SandboxPorts, ServiceError } from '@sandboxd/protocol';
 import type { Services } from '../../services/index.js';
 import { eventsGuard, guard, principalOf, requireEventsScope } from '../auth.js';
 import { SandboxIdParams } from './params.js';
@@ -18,6 +18,12 @@ export function metricsRoutes(app: FastifyInstance, s: Services): void {
     '/v1/sandboxes/:id/metrics',
     { schema: { params: SandboxIdParams, response: { 200: SandboxMetrics } }, preHandler: guard(s.keys, 'sandboxes:read') },
     async (req) => ({ ...(await s.sandboxes.metrics(principalOf(req).orgId, req.params.id)), request_id: String(req.id) }),
+  );
+  // What listens inside it: the ports a preview could reach.
+  app.get<{ Params: SandboxIdParams }>(
+    '/v1/sandboxes/:id/ports',
+    { schema: { params: SandboxIdParams, response: { 200: SandboxPorts } }, preHandler: guard(s.keys, 'sandboxes:read') },
+    async (req) => ({ object: 'list' as const, data: await s.sandboxes.ports(principalOf(req).orgId, req.params.id), request_id: String(req.id) }),
   );
   // The same figures as a live stream (server-sent events), for the console's charts: sampled only
   // while someone watches, once per interval for all who watch a sandbox at that interval, one

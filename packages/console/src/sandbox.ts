@@ -111,10 +111,12 @@ export const sandboxPage: Page = async (ctx, id) => {
     const termStatus = h('span', { id: 'terminal-status', class: 'live' }, 'not open');
     const termBox = h('div', { id: 'terminal', class: 'terminal' });
     const procs = h('tbody', { id: 'process-rows' });
+    const ports = h('tbody', { id: 'port-rows' });
     const files = fileBrowser(client, ctx.notice);
     tools.append(
       h('section', { class: 'panel' }, h('h2', {}, 'Terminal ', termStatus), termBox),
       h('section', { class: 'panel' }, h('h2', {}, 'Files'), files.el),
+      h('section', { class: 'panel' }, h('h2', {}, 'Listening ports'), h('div', { class: 'table-wrap' }, h('table', {}, h('thead', {}, h('tr', {}, ...['Port', 'Addresses', 'Reachable'].map((t) => h('th', {}, t)))), ports))),
       h('section', { class: 'panel' }, h('h2', {}, 'Processes'), h('div', { class: 'table-wrap' }, h('table', {}, h('thead', {}, h('tr', {}, ...['PID', 'Parent', 'Name', 'State', 'Command'].map((t) => h('th', {}, t)))), procs))),
     );
     let open = true;
@@ -130,8 +132,19 @@ export const sandboxPage: Page = async (ctx, id) => {
       const p = await client.call<{ processes: Proc[] }>('GET', '/processes');
       procs.replaceChildren(...p.processes.sort((a, b) => a.pid - b.pid).map((x) => h('tr', {}, h('td', {}, String(x.pid)), h('td', {}, String(x.ppid)), h('td', {}, x.name), h('td', {}, x.status), h('td', { class: 'mono wrap' }, x.command))));
     };
-    void loadProcs().catch(() => undefined);
-    const timer = window.setInterval(() => void loadProcs().catch(() => undefined), 5000);
+    // What listens inside, from the service (the kernel's tables), not from the sandbox.
+    const loadPorts = async () => {
+      const p = await call<{ data: Array<{ port: number; addresses: string[]; loopback_only: boolean }> }>('GET', `/v1/sandboxes/${encodeURIComponent(sb.id)}/ports`);
+      ports.replaceChildren(
+        ...(p.data.length ? p.data.map((x) => h('tr', { 'data-port': String(x.port) }, h('td', {}, String(x.port)), h('td', { class: 'mono' }, x.addresses.join(', ')), h('td', {}, x.loopback_only ? 'inside only' : 'sandbox network'))) : [h('tr', {}, h('td', { class: 'muted' }, 'nothing listens'))]),
+      );
+    };
+    const refreshAll = () => {
+      void loadProcs().catch(() => undefined);
+      void loadPorts().catch(() => undefined);
+    };
+    refreshAll();
+    const timer = window.setInterval(refreshAll, 5000);
     closeTools.push(() => window.clearInterval(timer));
   };
   undo.push(() => {

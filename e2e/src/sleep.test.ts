@@ -58,7 +58,7 @@ const statusOf = async (id: string) => (await api(server, 'GET', `/v1/sandboxes/
 const listedStatus = async (id: string) => ((await api(server, 'GET', '/v1/sandboxes?limit=1000')).body.data as Array<{ id: string; status: string }>).find((s) => s.id === id)?.status;
 
 before(async () => {
-  server = await startServer({ templates: ['base'], env: { SANDBOXD_SWEEP_INTERVAL_MS: '200', SANDBOXD_PAUSED_RETENTION_SECONDS: '3' } });
+  server = await startServer({ templates: ['base'], env: { SANDBOXD_SWEEP_INTERVAL_MS: '200', SANDBOXD_PAUSED_RETENTION_SECONDS: '5' } });
   await events.open();
 });
 after(async () => {
@@ -160,8 +160,12 @@ describe('sandboxes that sleep', { timeout: 180_000 }, () => {
     await until('the timeout pause', async () => (await listedStatus(sb.id)) === 'paused');
     const paused = (await api(server, 'GET', `/v1/sandboxes/${sb.id}`)).body;
     const keptFor = (Date.parse(paused.expires_at) - Date.now()) / 1000;
-    assert.ok(keptFor > 1 && keptFor <= 3.5, `kept paused until ${paused.expires_at} (${keptFor} s; retention 3 s)`);
-    await until('the retention delete', async () => (await api(server, 'GET', `/v1/sandboxes/${sb.id}`)).status === 410, 10_000);
+    assert.ok(keptFor > 3 && keptFor <= 5.5, `kept paused until ${paused.expires_at} (${keptFor} s; retention 5 s)`);
+    // A new timeout while it sleeps is for after its wake-up: its retention stays.
+    const set = await api(server, 'PUT', `/v1/sandboxes/${sb.id}/timeout`, { timeout_seconds: 600 });
+    assert.equal(set.status, 200, JSON.stringify(set.body));
+    assert.deepEqual([set.body.timeout_seconds, set.body.expires_at], [600, paused.expires_at]);
+    await until('the retention delete', async () => (await api(server, 'GET', `/v1/sandboxes/${sb.id}`)).status === 410, 15_000);
     const gone = await api(server, 'GET', `/v1/sandboxes/${sb.id}`);
     assert.equal(gone.body.code, 'SANDBOX_EXPIRED');
     assert.match(gone.body.message, /kept paused/);
@@ -170,9 +174,26 @@ describe('sandboxes that sleep', { timeout: 180_000 }, () => {
       { kind: 'deleted', reason: 'retention' },
     ]);
 
-    // Woken before the retention ends (auto_resume), it runs with its timeout again.
-    const again = await createSandbox(server, { timeout_seconds: 2, on_timeout: 'pause', auto_resume: true });
+    // Woken before the retention ends (auto_resume), it runs with its timeout again. A request in
+    // flight when its time is up is cut, not frozen until someone wakes it.
+    const again = await createSandbox(server, { timeout_seconds: 3, on_timeout: 'pause', auto_resume: true });
+    const t0 = Date.now();
+    const cut = await agent(again, 'POST', '/commands/run', { command: 'sleep', args: ['30'] }).then(
+      (r) => `answered ${r.status}`,
+      (err: Error) => `cut: ${err.message}`,
+    );
+    const waited = Date.now() - t0;
+    // Its time is up at 3 s (the sweep looks every 0.2 s); frozen, it would have lasted until the
+    // retention delete (5 s later) cut it.
+    assert.ok(waited < 5500, `the request in flight ended ${waited} ms after it began (${cut}), not when the sandbox woke or went`);
     await until('the timeout pause', async () => (await listedStatus(again.id)) === 'paused');
+    // A key that may only read sandboxes does not wake one.
+    const reader = await api(server, 'POST', '/v1/admin/keys', { org: 'default', name: 'sleep-reader', scopes: ['sandboxes:read'] });
+    assert.equal(reader.status, 201, JSON.stringify(reader.body));
+    const readOnly = await fetch(`${again.publicHost}/health`, { headers: { 'x-api-key': reader.body.secret } });
+    assert.equal(readOnly.status, 409);
+    await readOnly.body?.cancel();
+    assert.equal(await listedStatus(again.id), 'paused');
     assert.equal((await agent(again, 'GET', '/health')).status, 200);
     const woke = (await api(server, 'GET', `/v1/sandboxes/${again.id}`)).body;
     assert.equal(woke.status, 'running');

@@ -50,6 +50,14 @@ export class Gateway implements GatewayControl {
   private tunnels = new Map<string, Set<Socket>>();
   /** Proxied requests in flight per sandbox (an execution may run for long: the sandbox is in use). */
   private inflight = new Map<string, number>();
+  /** Their responses, to cut them (interrupt). */
+  private responses = new Map<string, Set<ServerResponse>>();
+
+  /** Cuts the sandbox's requests in flight and its WebSockets (its deadline paused it); new ones are served. */
+  interrupt(sandboxId: string): void {
+    for (const sock of this.tunnels.get(sandboxId) ?? []) sock.destroy();
+    for (const res of this.responses.get(sandboxId) ?? []) res.destroy();
+  }
 
   /** A request is in flight to the sandbox, or a WebSocket to it is open. */
   busy(sandboxId: string): boolean {
@@ -193,6 +201,8 @@ export class Gateway implements GatewayControl {
     const offered = upgrade && !auth && req.headers['x-api-key'] === undefined ? subprotocolCredential(req) : undefined;
     const bearer = auth?.toLowerCase().startsWith('bearer ') ? auth.slice(7).trim() : offered;
     const apiKey = (req.headers['x-api-key'] as string | undefined) ?? (bearer && bearer.split('.').length !== 3 ? bearer : undefined);
+    // Waking a sandbox is a resume: a sandbox token, or a key that may change sandboxes.
+    let mayWake = true;
     if (bearer && bearer.split('.').length === 3) {
       await this.d.tokens.verify(bearer, entry.sandboxId);
     } else if (apiKey) {
@@ -200,10 +210,15 @@ export class Gateway implements GatewayControl {
       if (p.orgId !== entry.orgId) throw new ServiceError('PERMISSION_DENIED', undefined, { id: entry.sandboxId });
       const scope: ApiScope = !upgrade && (req.method === 'GET' || req.method === 'HEAD') ? 'sandboxes:read' : 'sandboxes:write';
       requireScope(p, scope);
+      mayWake = p.scopes.has('sandboxes:write') || p.scopes.has('admin');
     } else {
       throw new ServiceError('AUTHENTICATION_ERROR', 'missing credentials: send Authorization: Bearer <auth_token>');
     }
-    if (entry.status === 'paused' && entry.autoResume && this.d.wake) {
+    // The credentials took time to check: what is true of the sandbox now.
+    const current = this.d.routes.get(entry.sandboxId);
+    if (!current) throw new ServiceError('NOT_FOUND', `sandbox ${entry.sandboxId} not found`, { id: entry.sandboxId });
+    entry = current;
+    if (entry.status === 'paused' && entry.autoResume && this.d.wake && mayWake) {
       // It sleeps until someone uses it: this request wakes it, then is served.
       await this.d.wake(entry.sandboxId);
       const now = this.d.routes.get(entry.sandboxId);
@@ -266,7 +281,15 @@ export class Gateway implements GatewayControl {
               throw err;
             }
             res.once('close', release);
-            res.once('close', () => this.end(entry.sandboxId));
+            let open = this.responses.get(entry.sandboxId);
+            if (!open) this.responses.set(entry.sandboxId, (open = new Set()));
+            const mine = open;
+            mine.add(res);
+            res.once('close', () => {
+              mine.delete(res);
+              if (mine.size === 0 && this.responses.get(entry.sandboxId) === mine) this.responses.delete(entry.sandboxId);
+              this.end(entry.sandboxId);
+            });
             const target = {
               sandboxId: entry.sandboxId,
               socketPath: entry.socketPath,

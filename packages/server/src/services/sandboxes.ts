@@ -25,6 +25,8 @@ export interface GatewayControl {
   publicHost(sandboxId: string, port: number | null): string;
   /** Whether a request to the sandbox is in flight or a WebSocket to it is open (absent: never). */
   busy?(sandboxId: string): boolean;
+  /** Cuts the requests in flight to the sandbox and its WebSockets; it keeps serving new ones. */
+  interrupt?(sandboxId: string): void;
 }
 
 export interface SandboxServiceDeps {
@@ -316,9 +318,9 @@ export class SandboxService {
         });
         if (!running) throw new ServiceError('INVALID_STATE', `sandbox ${id} was changed by another request while it was being created`, { id });
         this.route(running);
-        if (running.idleTimeoutSeconds) this.activity.set(id, Date.now());
         const { token, expiresAt } = await this.d.tokens.issue(running.id, orgId);
         undo.commit();
+        if (running.idleTimeoutSeconds) this.activity.set(id, Date.now());
         this.event('created', running);
         this.d.metrics?.creates.inc({ template: running.templateName, source });
         this.d.metrics?.createDuration.observe({ source }, (performance.now() - startedAt) / 1000);
@@ -446,6 +448,9 @@ export class SandboxService {
         // Another replica or request changed it between the read and the write: the caller's
         // view is stale, which a retry with a fresh read resolves.
         if (!next) {
+          // The work was done but not recorded: the route follows what the store says.
+          const stored = await this.d.store.sandboxes.byId(id);
+          if (stored) this.route(stored);
           throw new ServiceError('INVALID_STATE', `sandbox ${id} was changed by another request while this one ran; read it again and retry`, { id, current_state: row.status });
         }
         return next;
@@ -471,6 +476,9 @@ export class SandboxService {
         this.activity.set(r.id, Date.now());
         throw new ServiceError('INVALID_STATE', `sandbox ${r.id} is in use`, { id: r.id, current_state: 'running' });
       }
+      // Its time is up: what is in flight is cut (as a delete would), not frozen until someone
+      // wakes it; a client that tries again wakes it (auto_resume) or is told it sleeps.
+      if (reason === 'timeout') this.d.gateway.interrupt?.(r.id);
       try {
         await this.d.runtime.pause(r.id);
       } catch (err) {
@@ -503,6 +511,7 @@ export class SandboxService {
   async stop(orgId: string, id: string): Promise<SandboxRow> {
     const row = await this.transition(orgId, id, 'stop', ['running', 'paused'], async (r) => {
       this.d.routes.setStatus(r.id, 'stopped');
+      this.activity.delete(r.id);
       await this.d.runtime.stop(r.id);
       return { status: 'stopped' };
     });
@@ -520,10 +529,17 @@ export class SandboxService {
       ['stopped'],
       async (r) => {
         await this.bootAgain(r);
-        return { status: 'running', ...(r.idleTimeoutSeconds ? { idleCheckAt: new Date(Date.now() + r.idleTimeoutSeconds * 1000).toISOString() } : {}) };
+        const now = Date.now();
+        return {
+          status: 'running',
+          // A sleeping sandbox's expires_at was its retention: running again, its timeout counts from now.
+          ...(r.onTimeout === 'pause' ? { expiresAt: r.timeoutSeconds ? new Date(now + r.timeoutSeconds * 1000).toISOString() : null } : {}),
+          ...(r.idleTimeoutSeconds ? { idleCheckAt: new Date(now + r.idleTimeoutSeconds * 1000).toISOString() } : {}),
+        };
       },
       (r, commit) => this.d.quotas.admit(r.orgId, { sandboxes: 1, memoryMb: r.memoryMb, diskGb: 0 }, commit),
     );
+    if (row.idleTimeoutSeconds) this.activity.set(id, Date.now());
     this.event('started', row);
     return row;
   }
@@ -594,8 +610,10 @@ export class SandboxService {
 
 
   async setTimeout(orgId: string, id: string, timeoutSeconds: number): Promise<SandboxRow> {
-    return this.transition(orgId, id, 'set the timeout of', ['running', 'paused', 'stopped'], async () => {
+    return this.transition(orgId, id, 'set the timeout of', ['running', 'paused', 'stopped'], async (r) => {
       checkTimeout(await this.d.quotas.limitsFor(orgId), timeoutSeconds);
+      // Asleep with on_timeout "pause": its expires_at is its retention; the timeout counts from its wake-up.
+      if (r.onTimeout === 'pause' && r.status === 'paused') return { timeoutSeconds };
       return { timeoutSeconds, expiresAt: new Date(Date.now() + timeoutSeconds * 1000).toISOString() };
     });
   }
@@ -743,7 +761,11 @@ export class SandboxService {
     if (!this.activity.has(row.id)) this.activity.set(row.id, now);
     const last = this.activity.get(row.id)!;
     if (idleMs > 0 && now - last < idleMs) {
-      await this.d.store.sandboxes.update(row.id, row.version, { idleCheckAt: new Date(last + idleMs).toISOString() });
+      // Under the sandbox's lock, on a fresh read: a pause, stop or delete under way is not undone.
+      await this.d.locks.run(row.id, async () => {
+        const fresh = await this.d.store.sandboxes.byId(row.id);
+        if (fresh?.status === 'running') await this.d.store.sandboxes.update(fresh.id, fresh.version, { idleCheckAt: new Date(last + idleMs).toISOString() });
+      });
       return;
     }
     await this.pause(row.orgId, row.id, 'idle');

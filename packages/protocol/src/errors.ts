@@ -47,6 +47,8 @@ export const ERROR_CODES = {
   QUOTA_EXCEEDED: { status: 429 },
   INTERNAL_ERROR: { status: 500, title: 'Internal server error' },
   AGENT_UNAVAILABLE: { status: 502 },
+  /** A preview URL's port: nothing inside the sandbox accepts connections on it. */
+  PORT_NOT_LISTENING: { status: 502 },
   RUNTIME_ERROR: { status: 503 },
 } as const satisfies Record<string, { status: number; title?: string }>;
 

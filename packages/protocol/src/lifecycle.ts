@@ -192,12 +192,30 @@ export const SandboxPorts = Type.Object({
     Type.Object({
       port: Type.Integer({ minimum: 1, maximum: 65535 }),
       addresses: Type.Array(Type.String(), { description: 'where it listens: 0.0.0.0 or :: for every address, 127.0.0.1 or ::1 for loopback only' }),
-      loopback_only: Type.Boolean({ description: 'reachable only from inside the sandbox' }),
+      loopback_only: Type.Boolean({ description: 'reachable only from inside the sandbox (and through a preview URL)' }),
     }),
   ),
   request_id: Type.Optional(Type.String()),
 });
 export type SandboxPorts = Static<typeof SandboxPorts>;
+
+/** `PUT /v1/sandboxes/{id}/ports/{port}`: open a preview to anyone who has its URL, or close it to them. */
+export const SetPreviewBody = Type.Object(
+  { public: Type.Boolean({ description: 'true: anyone with the URL; false: the sandbox token or a signed link' }) },
+  { additionalProperties: false },
+);
+export type SetPreviewBody = Static<typeof SetPreviewBody>;
+
+/** `GET /v1/sandboxes/{id}/ports/{port}`: the preview URL of a port inside the sandbox. */
+export const SandboxPreview = Type.Object({
+  port: Type.Integer({ minimum: 1, maximum: 65535 }),
+  url: Type.String({ description: 'where the port is served: http://{port}-{id}.{domain} in host mode, a port of the gateway in port mode' }),
+  public: Type.Boolean({ description: 'open to anyone with the URL; otherwise a request takes the X-Sandboxd-Token header (the sandbox auth_token) or the cookie a signed link sets' }),
+  signed_url: Type.Optional(Type.String({ description: 'private ports: a short-lived link that opens the preview in a browser (it sets a session cookie for this port, 24 h)' })),
+  signed_url_expires_at: Type.Optional(Type.String({ format: 'date-time' })),
+  request_id: Type.Optional(Type.String()),
+});
+export type SandboxPreview = Static<typeof SandboxPreview>;
 
 export const SandboxEvent = Type.Object({
   id: Type.String(),

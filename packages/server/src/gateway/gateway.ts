@@ -9,8 +9,9 @@ import type { RouteEntry, RouteTable } from '../services/routes.js';
 import { requireScope, type KeyService } from '../services/keys.js';
 import type { TokenService } from '../services/tokens.js';
 import { refusalOf, type ConnectionLimits } from '../services/connections.js';
-import { proxyToAgent, sendError, type OnIncident } from './proxy.js';
+import { PREVIEW_COOKIE_PREFIX, PREVIEW_TOKEN_HEADER, proxyToAgent, sendError, type OnIncident } from './proxy.js';
 import { openTunnel, rawError, subprotocolCredential } from './tunnel.js';
+import { openPreviewUpgrade, PortTunnelAgent } from './port-tunnel.js';
 
 export interface GatewayDeps {
   config: Config['gateway'];
@@ -52,6 +53,8 @@ export class Gateway implements GatewayControl {
   private inflight = new Map<string, number>();
   /** Their responses, to cut them (interrupt). */
   private responses = new Map<string, Set<ServerResponse>>();
+  /** Previews by sandbox and port inside it. */
+  private previews = new Map<string, Map<number, PreviewState>>();
 
   /** Cuts the sandbox's requests in flight and its WebSockets (its deadline paused it); new ones are served. */
   interrupt(sandboxId: string): void {
@@ -89,18 +92,81 @@ export class Gateway implements GatewayControl {
     return `http://${c.publicHostname.includes(':') ? `[${c.publicHostname}]` : c.publicHostname}:${port}`;
   }
 
+  previewUrl(sandboxId: string, port: number, gatewayPort: number | null): string {
+    const c = this.d.config;
+    if (c.mode === 'host') return `http://${port}-${sandboxId}.${c.domain}${c.hostModePort === 80 ? '' : `:${c.hostModePort}`}`;
+    return this.publicHost(sandboxId, gatewayPort);
+  }
+
+  async openPreview(sandboxId: string, port: number, isPublic: boolean, gatewayPort: number | null): Promise<number | null> {
+    let ports = this.previews.get(sandboxId);
+    if (!ports) this.previews.set(sandboxId, (ports = new Map()));
+    let state = ports.get(port);
+    if (!state) {
+      state = { public: isPublic, server: undefined, agent: undefined };
+      ports.set(port, state);
+    }
+    state.public = isPublic;
+    if (this.d.config.mode === 'host') return null;
+    if (state.server) return (state.server.address() as { port: number }).port;
+    const server = this.makeServer(
+      () => undefined,
+      () => sandboxId,
+      () => ({ sandboxId, port }),
+    );
+    let bound: number;
+    if (gatewayPort !== null) {
+      await listen(server, gatewayPort, this.d.config.bindHost);
+      this.claimed.add(gatewayPort);
+      bound = gatewayPort;
+    } else {
+      bound = await this.listenOnFreePort(server);
+    }
+    // A close of the sandbox may have come while it listened.
+    if (this.previews.get(sandboxId)?.get(port) !== state) {
+      this.claimed.delete(bound);
+      await closeServer(server);
+      throw new ServiceError('NOT_FOUND', `sandbox ${sandboxId} not found`, { id: sandboxId });
+    }
+    state.server = server;
+    return bound;
+  }
+
+  /** The HTTP agent whose connections are tunnels to the sandbox's port (kept while the preview is). */
+  private previewAgent(entry: RouteEntry, port: number): PortTunnelAgent {
+    let ports = this.previews.get(entry.sandboxId);
+    if (!ports) this.previews.set(entry.sandboxId, (ports = new Map()));
+    let state = ports.get(port);
+    // Host mode serves every port's preview (a private one takes the token either way).
+    if (!state) ports.set(port, (state = { public: false, server: undefined, agent: undefined }));
+    state.agent ??= new PortTunnelAgent(() => this.d.routes.get(entry.sandboxId)?.socketPath ?? entry.socketPath, entry.sandboxId, port);
+    return state.agent;
+  }
+
   /** Host mode: one listener for all sandboxes. */
   async listenHostMode(): Promise<void> {
     if (this.d.config.mode !== 'host') return;
     const suffix = `.${this.d.config.domain.toLowerCase()}`;
-    const asked = (req: IncomingMessage) => {
+    const label = (req: IncomingMessage) => {
       const host = (req.headers.host ?? '').split(':')[0]!.toLowerCase();
       return host.endsWith(suffix) ? host.slice(0, -suffix.length) : undefined;
     };
-    const server = this.makeServer((req) => {
-      const id = asked(req);
-      return id === undefined ? undefined : this.d.routes.get(id);
-    }, asked);
+    /** `{port}-{id}.{domain}`: a preview of a port of the sandbox. */
+    const preview = (req: IncomingMessage): PreviewTarget | undefined => {
+      const m = /^(\d{1,5})-([a-z0-9]{1,64})$/.exec(label(req) ?? '');
+      if (!m) return undefined;
+      const port = Number(m[1]);
+      return port >= 1 && port <= 65535 ? { sandboxId: m[2]!, port } : undefined;
+    };
+    const asked = (req: IncomingMessage) => preview(req)?.sandboxId ?? label(req);
+    const server = this.makeServer(
+      (req) => {
+        const id = label(req);
+        return id === undefined ? undefined : this.d.routes.get(id);
+      },
+      asked,
+      preview,
+    );
     await listen(server, this.d.config.hostModePort, this.d.config.bindHost);
     this.hostServer = server;
   }
@@ -149,6 +215,15 @@ export class Gateway implements GatewayControl {
   async close(sandboxId: string): Promise<void> {
     for (const sock of this.tunnels.get(sandboxId) ?? []) sock.destroy();
     this.tunnels.delete(sandboxId);
+    const previews = this.previews.get(sandboxId);
+    this.previews.delete(sandboxId);
+    for (const state of previews?.values() ?? []) {
+      state.agent?.destroy();
+      if (!state.server) continue;
+      const addr = state.server.address();
+      if (addr && typeof addr === 'object') this.claimed.delete(addr.port);
+      await closeServer(state.server);
+    }
     const server = this.servers.get(sandboxId);
     this.servers.delete(sandboxId);
     const agent = this.agents.get(sandboxId);
@@ -165,7 +240,7 @@ export class Gateway implements GatewayControl {
 
   /** Stops listening (daemon shutdown); sandboxes keep running and get their ports back on start. */
   async closeAll(): Promise<void> {
-    await Promise.all([...new Set([...this.servers.keys(), ...this.tunnels.keys()])].map((id) => this.close(id)));
+    await Promise.all([...new Set([...this.servers.keys(), ...this.tunnels.keys(), ...this.previews.keys()])].map((id) => this.close(id)));
     if (this.hostServer) {
       const s = this.hostServer;
       this.hostServer = undefined;
@@ -214,10 +289,66 @@ export class Gateway implements GatewayControl {
     } else {
       throw new ServiceError('AUTHENTICATION_ERROR', 'missing credentials: send Authorization: Bearer <auth_token>');
     }
+    return this.admit(entry.sandboxId, mayWake);
+  }
+
+  /**
+   * A preview's request: a public port lets anyone in; a private one takes the sandbox's token
+   * (X-Sandboxd-Token) or the session cookie a signed link set.
+   */
+  private async authorizePreview(req: IncomingMessage, target: PreviewTarget): Promise<RouteEntry> {
+    const entry = this.d.routes.get(target.sandboxId);
+    if (!entry) throw new ServiceError('NOT_FOUND', `sandbox ${target.sandboxId} not found`, { id: target.sandboxId });
+    const state = this.previews.get(target.sandboxId)?.get(target.port);
+    let mayWake = true;
+    if (!state?.public) {
+      const token = req.headers[PREVIEW_TOKEN_HEADER];
+      const session = cookieValue(req.headers.cookie, previewCookieName(target.sandboxId, target.port));
+      if (typeof token === 'string' && token !== '') {
+        await this.d.tokens.verify(token, target.sandboxId);
+      } else if (session !== undefined) {
+        mayWake = (await this.d.tokens.verifyPreview(session, 'session', target.sandboxId, target.port)).wake;
+      } else {
+        throw new ServiceError(
+          'AUTHENTICATION_ERROR',
+          `port ${target.port} of sandbox ${target.sandboxId} is private: send the sandbox's auth_token in the X-Sandboxd-Token header, or open the signed link (signed_url) that GET /v1/sandboxes/${target.sandboxId}/ports/${target.port} gives`,
+          { id: target.sandboxId },
+        );
+      }
+    }
+    return this.admit(target.sandboxId, mayWake);
+  }
+
+  /**
+   * A signed link (`/_sandboxd/auth?token=...`) opens a private preview in a browser: it sets the
+   * preview's session cookie (HttpOnly, this host only) and sends the browser on to the app.
+   */
+  private async previewLink(req: IncomingMessage, res: ServerResponse, target: PreviewTarget, requestId: string): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://preview');
+    const token = url.searchParams.get('token') ?? '';
+    if (!this.d.routes.get(target.sandboxId)) throw new ServiceError('NOT_FOUND', `sandbox ${target.sandboxId} not found`, { id: target.sandboxId });
+    const link = await this.d.tokens.verifyPreview(token, 'link', target.sandboxId, target.port);
+    const ttl = PREVIEW_SESSION_SECONDS;
+    const session = await this.d.tokens.issuePreview('session', target.sandboxId, target.port, link.wake, ttl);
+    const next = url.searchParams.get('next') ?? '/';
+    // Only a path of this host: never a way to send a browser elsewhere.
+    const location = /^\/(?![/\\])[\x21-\x7e]*$/.test(next) ? next : '/';
+    res.writeHead(302, {
+      location,
+      'set-cookie': `${previewCookieName(target.sandboxId, target.port)}=${session.token}; Path=/; Max-Age=${ttl}; HttpOnly; SameSite=Lax`,
+      'cache-control': 'no-store',
+      'referrer-policy': 'no-referrer',
+      'x-request-id': requestId,
+      'content-length': '0',
+    });
+    res.end();
+  }
+
+  /** Lets a request through to a sandbox whose credentials passed: wakes it if it may, refuses it if it sleeps or is stopped. */
+  private async admit(sandboxId: string, mayWake: boolean): Promise<RouteEntry> {
     // The credentials took time to check: what is true of the sandbox now.
-    const current = this.d.routes.get(entry.sandboxId);
-    if (!current) throw new ServiceError('NOT_FOUND', `sandbox ${entry.sandboxId} not found`, { id: entry.sandboxId });
-    entry = current;
+    let entry = this.d.routes.get(sandboxId);
+    if (!entry) throw new ServiceError('NOT_FOUND', `sandbox ${sandboxId} not found`, { id: sandboxId });
     if (entry.status === 'paused' && entry.autoResume && this.d.wake && mayWake) {
       // It sleeps until someone uses it: this request wakes it, then is served.
       await this.d.wake(entry.sandboxId);
@@ -235,13 +366,21 @@ export class Gateway implements GatewayControl {
     return entry;
   }
 
-  /** `asked`: the sandbox id a request names (its port's, or its host's first label), for a 404's message. */
-  private makeServer(lookup: (req: IncomingMessage) => RouteEntry | undefined, asked: (req: IncomingMessage) => string | undefined): Server {
+  /**
+   * `asked`: the sandbox id a request names (its port's, or its host's first label), for a 404's
+   * message. `preview`: the sandbox port a request is for, when it is to a preview URL.
+   */
+  private makeServer(
+    lookup: (req: IncomingMessage) => RouteEntry | undefined,
+    asked: (req: IncomingMessage) => string | undefined,
+    preview: (req: IncomingMessage) => PreviewTarget | undefined = () => undefined,
+  ): Server {
     const server = createServer((req, res) => {
       const requestId = requestIdOf(req);
+      const pv = preview(req);
       if (this.d.logRequest) {
         const startedAt = performance.now();
-        const entry = lookup(req);
+        const entry = pv ? this.d.routes.get(pv.sandboxId) : lookup(req);
         res.once('close', () =>
           this.d.logRequest!({
             request_id: requestId,
@@ -251,12 +390,18 @@ export class Gateway implements GatewayControl {
             status: res.headersSent ? res.statusCode : 499,
             ms: Math.round((performance.now() - startedAt) * 100) / 100,
             ...(entry ? { org: entry.orgId } : {}),
+            ...(pv ? { preview_port: pv.port } : {}),
           }),
         );
       }
       const refused = refusalOf(req.socket);
       if (refused) return sendError(res, refused, requestId, this.incident);
-      if (req.headers.origin !== undefined) {
+      if (pv && isPreviewLink(req.url)) {
+        this.previewLink(req, res, pv, requestId).catch((err: unknown) => sendError(res, err, requestId, this.incident));
+        return;
+      }
+      // A preview's app answers its own CORS; the agent's API gets the gateway's.
+      if (!pv && req.headers.origin !== undefined) {
         // Browsers (the console, a user's page) may call the agent API from another origin. No
         // credential is ambient (no cookies reach the sandbox; a token or key in a header the page
         // itself sets), so any origin may: an answer is readable only with a credential the page holds.
@@ -264,7 +409,7 @@ export class Gateway implements GatewayControl {
         res.setHeader('access-control-allow-origin', '*');
         res.setHeader('access-control-expose-headers', EXPOSED_HEADERS);
       }
-      this.authorize(req, lookup(req), false, asked(req))
+      (pv ? this.authorizePreview(req, pv) : this.authorize(req, lookup(req), false, asked(req)))
         .then(
           (entry) => {
             // The client may have gone while it was authorized: then nothing is held for it.
@@ -290,14 +435,16 @@ export class Gateway implements GatewayControl {
               if (mine.size === 0 && this.responses.get(entry.sandboxId) === mine) this.responses.delete(entry.sandboxId);
               this.end(entry.sandboxId);
             });
-            const target = {
-              sandboxId: entry.sandboxId,
-              socketPath: entry.socketPath,
-              agent: this.agentFor(entry),
-              onAgentGone: () => this.d.onAgentGone?.(entry.sandboxId),
-              observe: this.d.observeAgent,
-              onIncident: this.incident,
-            };
+            const target = pv
+              ? { sandboxId: entry.sandboxId, socketPath: entry.socketPath, agent: this.previewAgent(entry, pv.port), onIncident: this.incident, headers: 'preview' as const }
+              : {
+                  sandboxId: entry.sandboxId,
+                  socketPath: entry.socketPath,
+                  agent: this.agentFor(entry),
+                  onAgentGone: () => this.d.onAgentGone?.(entry.sandboxId),
+                  observe: this.d.observeAgent,
+                  onIncident: this.incident,
+                };
             proxyToAgent(req, res, target, requestId, {
               headersMs: this.d.config.responseHeadersTimeoutMs,
               idleMs: this.d.config.idleTimeoutMs,
@@ -312,7 +459,8 @@ export class Gateway implements GatewayControl {
       socket.on('error', () => socket.destroy());
       const refused = refusalOf(socket);
       if (refused) return rawError(socket, refused, requestId, this.incident);
-      this.authorize(req, lookup(req), true, asked(req))
+      const pv = preview(req);
+      (pv ? this.authorizePreview(req, pv) : this.authorize(req, lookup(req), true, asked(req)))
         .then(
           (entry) => {
             if (socket.destroyed) {
@@ -320,7 +468,8 @@ export class Gateway implements GatewayControl {
               return;
             }
             try {
-              this.tunnel(req, socket, head, entry, requestId);
+              if (pv) this.previewTunnel(req, socket, head, entry, pv.port, requestId);
+              else this.tunnel(req, socket, head, entry, requestId);
             } catch (err) {
               this.end(entry.sandboxId);
               throw err;
@@ -378,6 +527,80 @@ export class Gateway implements GatewayControl {
     // From here the open tunnel is what keeps the sandbox in use.
     this.end(entry.sandboxId);
   }
+
+  /** An upgrade (a dev server's hot-reload WebSocket, say) to a preview: a byte tunnel to the app's port. */
+  private previewTunnel(req: IncomingMessage, socket: Socket, head: Buffer, entry: RouteEntry, port: number, requestId: string): void {
+    const release = this.d.connections.acquireOrg(entry.orgId);
+    this.d.touch?.(entry.sandboxId);
+    let set = this.tunnels.get(entry.sandboxId);
+    if (!set) this.tunnels.set(entry.sandboxId, (set = new Set()));
+    const tunnelSet = set;
+    tunnelSet.add(socket);
+    openPreviewUpgrade({
+      req,
+      client: socket,
+      head,
+      socketPath: entry.socketPath,
+      sandboxId: entry.sandboxId,
+      port,
+      requestId,
+      idleMs: this.d.config.idleTimeoutMs,
+      onUpstream: (upstream) => tunnelSet.add(upstream),
+      onClose: (upstream) => {
+        release();
+        this.d.touch?.(entry.sandboxId);
+        tunnelSet.delete(socket);
+        if (upstream) tunnelSet.delete(upstream);
+        if (tunnelSet.size === 0 && this.tunnels.get(entry.sandboxId) === tunnelSet) this.tunnels.delete(entry.sandboxId);
+      },
+      onIncident: this.incident,
+    });
+    this.end(entry.sandboxId);
+  }
+}
+
+/** A preview: which sandbox, which port inside it. */
+interface PreviewTarget {
+  sandboxId: string;
+  port: number;
+}
+
+interface PreviewState {
+  public: boolean;
+  /** Port mode: its own listener. */
+  server: Server | undefined;
+  /** Pooled tunnels to the port, made on first use. */
+  agent: PortTunnelAgent | undefined;
+}
+
+/** Where a signed preview link lands (reserved on every preview host). */
+export const PREVIEW_LINK_PATH = '/_sandboxd/auth';
+
+function isPreviewLink(url: string | undefined): boolean {
+  return url !== undefined && url.startsWith(PREVIEW_LINK_PATH) && (url.length === PREVIEW_LINK_PATH.length || url[PREVIEW_LINK_PATH.length] === '?');
+}
+/** How long the browser session a signed link opens lasts. */
+const PREVIEW_SESSION_SECONDS = 24 * 3600;
+
+/** A preview's session cookie: its own name per sandbox and port (in port mode all previews share one host). */
+export function previewCookieName(sandboxId: string, port: number): string {
+  return `${PREVIEW_COOKIE_PREFIX}${sandboxId}_${port}`;
+}
+
+function cookieValue(header: string | undefined, name: string): string | undefined {
+  if (!header) return undefined;
+  for (const part of header.split(';')) {
+    const eq = part.indexOf('=');
+    if (eq > 0 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
+  }
+  return undefined;
+}
+
+function closeServer(server: Server): Promise<void> {
+  return new Promise<void>((resolve) => {
+    server.close(() => resolve());
+    server.closeAllConnections();
+  });
 }
 
 const EXPOSED_HEADERS = 'x-request-id, retry-after, content-disposition, content-length';

@@ -8,6 +8,26 @@ export const HOP_HEADERS = new Set([
   // (meaningless without an upgrade): not the sandbox's.
   'cookie', 'sec-websocket-protocol',
 ]);
+/**
+ * A preview's app has its own cookies, credentials and CORS: only hop headers and the gateway's own
+ * credentials (PREVIEW_TOKEN_HEADER, cookies named PREVIEW_COOKIE_PREFIX...) stay behind.
+ */
+const PREVIEW_HOP_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer']);
+/** The header a preview's private port takes the sandbox's token in. */
+export const PREVIEW_TOKEN_HEADER = 'x-sandboxd-token';
+/** Preview session cookies are named this, then the sandbox id and port. */
+export const PREVIEW_COOKIE_PREFIX = 'sbxp_';
+
+/** A Cookie header without the gateway's preview cookies (undefined when none is left). */
+export function withoutPreviewCookies(cookie: string | undefined): string | undefined {
+  if (cookie === undefined) return undefined;
+  const kept = cookie
+    .split(';')
+    .map((c) => c.trim())
+    .filter((c) => c && !c.startsWith(PREVIEW_COOKIE_PREFIX));
+  return kept.length ? kept.join('; ') : undefined;
+}
+
 /** Response headers of one hop: not relayed from the agent (Node frames the client's response itself). */
 const RESPONSE_HOP_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer', 'te']);
 /** RFC 9110 token: what a header name may be. */
@@ -34,6 +54,11 @@ export interface ProxyTarget {
   observe?: (seconds: number, ok: boolean) => void;
   /** Logs an error answer's incident (renderError). */
   onIncident?: OnIncident;
+  /**
+   * `preview`: a user's app behind a preview URL, which keeps its own cookies, Authorization,
+   * Set-Cookie and CORS headers (not the gateway's preview credentials). Default: the agent.
+   */
+  headers?: 'agent' | 'preview';
 }
 
 /** Logs what renderError found behind a 5xx, with the request it answered. */
@@ -57,7 +82,15 @@ export function mayBeAgentGone(err: NodeJS.ErrnoException): boolean {
  */
 export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: ProxyTarget, requestId: string, timeouts: ProxyTimeouts): void {
   const headers: OutgoingHttpHeaders = {};
-  for (const [k, v] of Object.entries(req.headers)) if (!HOP_HEADERS.has(k) && v !== undefined) headers[k] = v;
+  const preview = target.headers === 'preview';
+  if (preview) {
+    for (const [k, v] of Object.entries(req.headers)) if (!PREVIEW_HOP_HEADERS.has(k) && k !== PREVIEW_TOKEN_HEADER && v !== undefined) headers[k] = v;
+    const cookie = withoutPreviewCookies(req.headers.cookie);
+    if (cookie === undefined) delete headers.cookie;
+    else headers.cookie = cookie;
+  } else {
+    for (const [k, v] of Object.entries(req.headers)) if (!HOP_HEADERS.has(k) && v !== undefined) headers[k] = v;
+  }
   headers['x-request-id'] = requestId;
   if (req.headers['transfer-encoding']) headers['transfer-encoding'] = req.headers['transfer-encoding'];
 
@@ -77,13 +110,13 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
     clearTimeout(idle);
   };
   /** The sandbox misbehaved: a 502 if nothing was sent yet, else the client's connection is cut. */
-  const fail = (why: string, detail?: string) => {
+  const fail = (why: string | ServiceError, detail?: string) => {
     if (done) return;
     observe(false);
     finish();
     upstream.destroy();
     if (res.headersSent) res.destroy();
-    else sendError(res, agentUnavailable(target.sandboxId, why, detail), requestId, target.onIncident);
+    else sendError(res, typeof why === 'string' ? agentUnavailable(target.sandboxId, why, detail) : why, requestId, target.onIncident);
   };
   const headersTimer = setTimeout(() => fail(`sent no response within ${Math.round(timeouts.headersMs / 1000)} s`), timeouts.headersMs);
   const touch = () => {
@@ -96,6 +129,8 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
     if (++informational > MAX_INFORMATIONAL) fail(`sent more than ${MAX_INFORMATIONAL} informational responses`);
   });
   upstream.on('error', (err: NodeJS.ErrnoException) => {
+    // A preview's tunnel could not be opened (nothing listens, the agent refused): said as it is.
+    if (err instanceof ServiceError) return fail(err);
     // Not when this side ended it (a client that went away, a timeout): that says nothing of the agent.
     if (!done && mayBeAgentGone(err)) target.onAgentGone?.();
     fail(`is not answering properly`, err.message);
@@ -117,7 +152,7 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
       fail(`answered with an invalid status ${JSON.stringify(status)}`);
       return;
     }
-    const out = relayableHeaders(ures);
+    const out = relayableHeaders(ures, preview);
     if (typeof out === 'string') {
       fail(out);
       return;
@@ -149,9 +184,19 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
 }
 
 /** The agent's response headers that may go to the client, or why they may not. */
-function relayableHeaders(ures: IncomingMessage): OutgoingHttpHeaders | string {
+function relayableHeaders(ures: IncomingMessage, preview: boolean): OutgoingHttpHeaders | string {
   const out: OutgoingHttpHeaders = {};
-  for (const [k, v] of Object.entries(ures.headers)) {
+  for (const [k, v0] of Object.entries(ures.headers)) {
+    let v = v0;
+    if (preview && v !== undefined && !RESPONSE_HOP_HEADERS.has(k)) {
+      // The app's own cookies and CORS are its business; the gateway's preview cookies are not.
+      if (k === 'set-cookie') v = (v as string[]).filter((c) => !c.trimStart().startsWith(PREVIEW_COOKIE_PREFIX));
+      if (!TOKEN_RE.test(k)) return `answered with an invalid header name ${JSON.stringify(k.slice(0, 64))}`;
+      const values = Array.isArray(v) ? v : [v];
+      if (values.some((x) => typeof x !== 'string' || !VALUE_RE.test(x))) return `answered with an invalid value of header ${k}`;
+      if (values.length) out[k] = v;
+      continue;
+    }
     // Which origins may read an answer is the gateway's to say (gateway.ts), not the sandbox's.
     // Nor may it set cookies for this host (which the API shares: a flood of them would lock a
     // browser out of the console).

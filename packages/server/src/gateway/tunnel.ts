@@ -101,7 +101,7 @@ const MAX_ANSWER_HEAD = 16 * 1024;
  * gateway alone may send (Set-Cookie: a sandbox could flood a browser's cookies for this host,
  * which the API shares; access-control-*); then bytes flow unparsed.
  */
-function relayAnswerHead(upstream: Socket, client: Socket): void {
+export function relayAnswerHead(upstream: Socket, client: Socket, dropped: RegExp = /^(set-cookie|access-control-[^:]*)\s*:/i): void {
   let buf = Buffer.alloc(0);
   const onData = (chunk: Buffer) => {
     buf = Buffer.concat([buf, chunk]);
@@ -115,7 +115,7 @@ function relayAnswerHead(upstream: Socket, client: Socket): void {
     }
     upstream.off('data', onData);
     const lines = buf.subarray(0, end).toString('latin1').split('\r\n');
-    const kept = lines.filter((l, i) => i === 0 || !/^(set-cookie|access-control-[^:]*)\s*:/i.test(l));
+    const kept = lines.filter((l, i) => i === 0 || !dropped.test(l));
     client.write(Buffer.from(`${kept.join('\r\n')}\r\n\r\n`, 'latin1'));
     const rest = buf.subarray(end + 4);
     if (rest.length) client.write(rest);

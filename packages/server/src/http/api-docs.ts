@@ -90,6 +90,19 @@ export const OPERATIONS: Record<string, OperationDoc> = {
       "The TCP ports something listens on inside the sandbox, on any address (loopback included), read from the kernel's tables of its network namespace rather than asked of the sandbox. Empty when it is stopped.",
     errors: [...SANDBOX_ID],
   },
+  'GET /v1/sandboxes/{id}/ports/{port}': {
+    tag: 'sandboxes',
+    summary: "A port's preview URL",
+    description:
+      'The URL where what listens on `port` inside the sandbox (on any address, loopback included) is served: HTTP, WebSocket and server-sent events pass through. Made on first ask and kept across restarts; private unless made public with PUT. A private preview takes the sandbox `auth_token` in the `X-Sandboxd-Token` header, or a browser opens `signed_url` (valid 10 minutes), which sets a session cookie for this port (24 h) and redirects to `/`. The path `/_sandboxd/auth` of a preview is the gateway\'s. When nothing listens on the port, the URL answers 502 `PORT_NOT_LISTENING`.',
+    errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'LIMIT_EXCEEDED'],
+  },
+  'PUT /v1/sandboxes/{id}/ports/{port}': {
+    tag: 'sandboxes',
+    summary: 'Make a preview public or private',
+    description: '`{public: true}`: anyone with the URL reaches the port (and wakes the sandbox if it sleeps with auto_resume); `{public: false}`: only with the sandbox token or a signed link. Applies to the next request.',
+    errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'LIMIT_EXCEEDED'],
+  },
   'GET /v1/sandboxes/{id}/metrics/stream': {
     tag: 'sandboxes',
     summary: "A sandbox's resource use, live (SSE)",

@@ -41,6 +41,7 @@ import {
   SandboxList,
   SandboxMetrics,
   SandboxPorts,
+  SandboxPreview,
   SetTimeoutResult,
   SystemResponse,
   Template,
@@ -238,6 +239,24 @@ export const RESPONSES: Record<string, SuccessDoc> = {
       ],
       request_id: REQ,
     }),
+  },
+  'GET /v1/sandboxes/{id}/ports/{port}': {
+    status: 200,
+    description: 'the preview URL of the port',
+    content: json(SandboxPreview, {
+      port: 3000,
+      url: 'http://127.0.0.1:40007',
+      public: false,
+      signed_url: 'http://127.0.0.1:40007/_sandboxd/auth?token=eyJhbGciOiJFZERTQSIsInR5cCI6InNhbmRib3hkLXByZXZpZXcrand0In0.e30.c2ln',
+      signed_url_expires_at: '2025-06-02T09:24:11.000Z',
+      request_id: REQ,
+    }),
+  },
+  'PUT /v1/sandboxes/{id}/ports/{port}': {
+    status: 200,
+    description: 'the preview, public or private as asked',
+    content: json(SandboxPreview, { port: 3000, url: 'http://127.0.0.1:40007', public: true, request_id: REQ }),
+    request: jsonRequest({ public: true }),
   },
   'GET /v1/sandboxes/{id}/metrics/stream': {
     status: 200,

@@ -27,6 +27,14 @@ export interface GatewayControl {
   busy?(sandboxId: string): boolean;
   /** Cuts the requests in flight to the sandbox and its WebSockets; it keeps serving new ones. */
   interrupt?(sandboxId: string): void;
+  /**
+   * Serves a preview of the sandbox's `port` (private unless `isPublic`); `gatewayPort` is its stored
+   * gateway port in port mode (null → allocate). Returns that port (null in host mode). Idempotent;
+   * a second call changes `isPublic`. `close(sandboxId)` ends its previews too.
+   */
+  openPreview?(sandboxId: string, port: number, isPublic: boolean, gatewayPort: number | null): Promise<number | null>;
+  /** A preview's URL (`gatewayPort` as openPreview returned it). */
+  previewUrl?(sandboxId: string, port: number, gatewayPort: number | null): string;
 }
 
 export interface SandboxServiceDeps {
@@ -53,6 +61,20 @@ export interface SandboxServiceDeps {
   /** Counts creates by template and source, with their latency (absent: none kept). */
   metrics?: Metrics;
 }
+
+/** A preview URL, as `GET /v1/sandboxes/{id}/ports/{port}` gives it. */
+export interface PreviewInfo {
+  port: number;
+  url: string;
+  public: boolean;
+  signed_url?: string;
+  signed_url_expires_at?: string;
+}
+
+/** Each preview of a port takes a gateway port (port mode): a sandbox holds a bounded number. */
+export const MAX_PREVIEWS_PER_SANDBOX = 32;
+/** How long a signed link to a private preview may be opened (it sets a session of its own). */
+const PREVIEW_LINK_SECONDS = 600;
 
 export const AGENT_MALLOC_TUNABLES = 'glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=262144';
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
@@ -836,6 +858,51 @@ export class SandboxService {
         stats.cleaned++;
       }
     }
+    // Preview URLs outlive a restart: each gets its gateway port back (or a new one, if another
+    // program took it meanwhile).
+    for (const p of this.d.gateway.openPreview ? await this.d.store.previews.all() : []) {
+      if (!liveIds.has(p.sandboxId) || !this.d.routes.get(p.sandboxId)) continue;
+      try {
+        const gw = await this.d.gateway
+          .openPreview!(p.sandboxId, p.port, p.public, p.gatewayPort)
+          .catch(() => this.d.gateway.openPreview!(p.sandboxId, p.port, p.public, null));
+        if (gw !== p.gatewayPort) await this.d.store.previews.upsert({ ...p, gatewayPort: gw });
+      } catch (err) {
+        this.d.log('reopening a preview failed', { id: p.sandboxId, port: p.port, error: err instanceof Error ? err.message : String(err) });
+      }
+    }
     return stats;
+  }
+
+  /**
+   * The preview URL of a port of the sandbox, made on first ask (port mode: a gateway port of its
+   * own, kept across restarts) and changed to public or private with `setPublic`. A private one
+   * comes with a signed link that opens it in a browser; `mayWake`: that link's holder may wake it.
+   */
+  async preview(orgId: string, id: string, port: number, opts: { setPublic?: boolean; mayWake: boolean; linkTtlSeconds?: number }): Promise<PreviewInfo> {
+    const gateway = this.d.gateway;
+    if (!gateway.openPreview || !gateway.previewUrl) throw new ServiceError('RUNTIME_ERROR', 'this service does not serve preview URLs');
+    await this.get(orgId, id);
+    return this.d.locks.run(id, async () => {
+      // What is true under the lock: a delete may have come first.
+      const row = await this.get(orgId, id);
+      const existing = await this.d.store.previews.get(row.id, port);
+      if (!existing && (await this.d.store.previews.forSandbox(row.id)).length >= MAX_PREVIEWS_PER_SANDBOX) {
+        throw new ServiceError('LIMIT_EXCEEDED', `a sandbox has at most ${MAX_PREVIEWS_PER_SANDBOX} preview ports`, { id: row.id });
+      }
+      const isPublic = opts.setPublic ?? existing?.public ?? false;
+      const gw = await gateway.openPreview!(row.id, port, isPublic, existing?.gatewayPort ?? null);
+      if (!existing || existing.public !== isPublic || existing.gatewayPort !== gw) {
+        await this.d.store.previews.upsert({ sandboxId: row.id, port, public: isPublic, gatewayPort: gw, createdAt: existing?.createdAt ?? new Date().toISOString() });
+      }
+      const url = gateway.previewUrl!(row.id, port, gw);
+      const info: PreviewInfo = { port, url, public: isPublic };
+      if (!isPublic) {
+        const link = await this.d.tokens.issuePreview('link', row.id, port, opts.mayWake, opts.linkTtlSeconds ?? PREVIEW_LINK_SECONDS);
+        info.signed_url = `${url}/_sandboxd/auth?token=${link.token}`;
+        info.signed_url_expires_at = link.expiresAt.toISOString();
+      }
+      return info;
+    });
   }
 }

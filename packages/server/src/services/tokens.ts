@@ -30,6 +30,18 @@ const EVENTS_AUDIENCE = 'sandboxd-events';
 const EVENTS_USE = 'events';
 const EVENTS_TYP = 'sandboxd-events+jwt';
 const NEW_EVENTS_TOKEN = 'get an events token from POST /v1/events/token';
+/** Preview tokens (a signed link's, and the browser session's cookie that it sets): their own audience, type and uses. */
+const PREVIEW_AUDIENCE = 'sandboxd-preview';
+const PREVIEW_TYP = 'sandboxd-preview+jwt';
+export type PreviewTokenKind = 'link' | 'session';
+
+export interface PreviewClaims {
+  sandboxId: string;
+  port: number;
+  /** Its holder may wake the sandbox (the link was asked for by a key that may resume it). */
+  wake: boolean;
+  expiresAt: number;
+}
 
 /**
  * Sandbox access tokens and events tokens: EdDSA JWTs signed with a key kept 0600 in the data
@@ -177,5 +189,53 @@ export class TokenService {
       if (aud === AUDIENCE) throw new ServiceError('AUTHENTICATION_ERROR', `a sandbox auth_token does not open the events streams: ${NEW_EVENTS_TOKEN}`);
       throw new ServiceError('AUTHENTICATION_ERROR', `invalid events token: ${NEW_EVENTS_TOKEN}`);
     }
+  }
+
+  /** Verified preview tokens, by kind and token (a browser sends its session cookie on every request). */
+  private previewCache = new Map<string, PreviewClaims>();
+
+  /**
+   * A token that opens one port's preview of one sandbox: `link` goes in a signed URL (short-lived,
+   * it is seen in a browser's history), `session` in the cookie that the link sets.
+   */
+  async issuePreview(kind: PreviewTokenKind, sandboxId: string, port: number, wake: boolean, ttlSeconds: number): Promise<{ token: string; expiresAt: Date }> {
+    const nowS = Math.floor(Date.now() / 1000);
+    const exp = nowS + ttlSeconds;
+    const token = await new SignJWT({ use: `preview-${kind}`, port, wake })
+      .setProtectedHeader({ alg: 'EdDSA', typ: PREVIEW_TYP })
+      .setSubject(sandboxId)
+      .setIssuer(ISSUER)
+      .setAudience(PREVIEW_AUDIENCE)
+      .setIssuedAt(nowS)
+      .setJti(Math.random().toString(36).slice(2))
+      .setExpirationTime(exp)
+      .sign(this.privateKey);
+    return { token, expiresAt: new Date(exp * 1000) };
+  }
+
+  /** Verifies a preview token of `kind` for this sandbox's port; throws 401 otherwise. */
+  async verifyPreview(token: string, kind: PreviewTokenKind, sandboxId: string, port: number): Promise<PreviewClaims> {
+    const key = `${kind} ${token}`;
+    let claims = this.previewCache.get(key);
+    if (!claims) {
+      try {
+        const { payload } = await jwtVerify(token, this.publicKey, { algorithms: ['EdDSA'], issuer: ISSUER, audience: PREVIEW_AUDIENCE, typ: PREVIEW_TYP });
+        if (payload.use !== `preview-${kind}` || typeof payload.sub !== 'string' || !Number.isInteger(payload.port)) throw new Error('not a preview token');
+        claims = { sandboxId: payload.sub, port: Number(payload.port), wake: payload.wake === true, expiresAt: Number(payload.exp) };
+      } catch (err) {
+        if (err instanceof joseErrors.JWTExpired) {
+          throw new ServiceError('TOKEN_EXPIRED', `the preview ${kind === 'link' ? 'link' : 'session'} expired: get a new link from GET /v1/sandboxes/{id}/ports/{port}`);
+        }
+        throw new ServiceError('AUTHENTICATION_ERROR', `invalid preview ${kind === 'link' ? 'link' : 'session'}`);
+      }
+      while (this.previewCache.size >= this.cacheMax) this.previewCache.delete(this.previewCache.keys().next().value as string);
+      this.previewCache.set(key, claims);
+    }
+    if (claims.expiresAt * 1000 <= Date.now()) {
+      this.previewCache.delete(key);
+      throw new ServiceError('TOKEN_EXPIRED', 'the preview session expired: get a new link from GET /v1/sandboxes/{id}/ports/{port}');
+    }
+    if (claims.sandboxId !== sandboxId || claims.port !== port) throw new ServiceError('AUTHENTICATION_ERROR', `this preview ${kind} is for another sandbox or port`);
+    return claims;
   }
 }

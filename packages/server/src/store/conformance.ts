@@ -136,6 +136,35 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     s.close();
   });
 
+  test(`${name}: previews round-trip, hold their gateway port, and go with their sandbox however it is deleted`, async () => {
+    const s = await open();
+    const at = '2026-01-01T00:00:00.000Z';
+    await s.sandboxes.insert(sandbox('p1', { gatewayPort: 40020 }));
+    await s.sandboxes.insert(sandbox('p2'));
+    await s.previews.upsert({ sandboxId: 'p1', port: 3000, public: false, gatewayPort: 40021, createdAt: at });
+    await s.previews.upsert({ sandboxId: 'p1', port: 80, public: true, gatewayPort: null, createdAt: at });
+    await s.previews.upsert({ sandboxId: 'p2', port: 8080, public: false, gatewayPort: 40022, createdAt: at });
+    assert.deepEqual(await s.previews.get('p1', 3000), { sandboxId: 'p1', port: 3000, public: false, gatewayPort: 40021, createdAt: at });
+    assert.equal(await s.previews.get('p1', 3001), undefined);
+    await s.previews.upsert({ sandboxId: 'p1', port: 3000, public: true, gatewayPort: 40021, createdAt: '2027-01-01T00:00:00.000Z' });
+    const again = await s.previews.get('p1', 3000);
+    assert.deepEqual([again?.public, again?.createdAt], [true, at], 'an upsert changes the flag, not when it was made');
+    assert.deepEqual((await s.previews.forSandbox('p1')).map((p) => p.port), [80, 3000]);
+    assert.equal(await s.sandboxes.gatewayPortUsed(40021), true, "a preview's gateway port is taken");
+    // A delete by status (the API's, a deadline's, a lost sandbox's) and a removed row both take them.
+    const p1 = (await s.sandboxes.byId('p1'))!;
+    await s.sandboxes.update('p1', p1.version, { status: 'deleted', deletedAt: at });
+    assert.deepEqual(await s.previews.forSandbox('p1'), []);
+    assert.equal(await s.sandboxes.gatewayPortUsed(40021), false);
+    await s.sandboxes.remove('p2');
+    assert.deepEqual(await s.previews.all(), []);
+    await s.sandboxes.insert(sandbox('p3'));
+    await s.previews.upsert({ sandboxId: 'p3', port: 5000, public: false, gatewayPort: null, createdAt: at });
+    await s.previews.remove('p3', 5000);
+    assert.deepEqual(await s.previews.all(), []);
+    s.close();
+  });
+
   test(`${name}: keys by hash, revocation; templates visible per organization`, async () => {
     const s = await open();
     const org = await s.orgs.create('acme');

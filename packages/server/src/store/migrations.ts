@@ -214,3 +214,24 @@ MIGRATIONS.push(`
   ALTER TABLE sandboxes ADD COLUMN idle_check_at TEXT;
   CREATE INDEX IF NOT EXISTS sandboxes_idle_check ON sandboxes (idle_check_at) WHERE status = 'running' AND idle_check_at IS NOT NULL;
 `);
+
+/**
+ * Preview URLs (issue 12): the ports of a sandbox someone asked a URL for, whether each is open to
+ * anyone, and (port mode) the gateway port that serves it, kept so a URL outlives a restart. They
+ * go with their sandbox, whichever way it is deleted.
+ */
+MIGRATIONS.push(`
+  CREATE TABLE previews (
+    sandbox_id TEXT NOT NULL,
+    port INTEGER NOT NULL,
+    public INTEGER NOT NULL DEFAULT 0,
+    gateway_port INTEGER,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (sandbox_id, port)
+  );
+  CREATE INDEX previews_gateway_port ON previews (gateway_port) WHERE gateway_port IS NOT NULL;
+  CREATE TRIGGER previews_go_with_deleted_sandbox AFTER UPDATE OF status ON sandboxes WHEN NEW.status = 'deleted'
+  BEGIN DELETE FROM previews WHERE sandbox_id = NEW.id; END;
+  CREATE TRIGGER previews_go_with_removed_sandbox AFTER DELETE ON sandboxes
+  BEGIN DELETE FROM previews WHERE sandbox_id = OLD.id; END;
+`);

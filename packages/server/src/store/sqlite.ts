@@ -13,6 +13,8 @@ import type {
   LimitOverrides,
   OrgRepo,
   OrgRow,
+  PreviewRepo,
+  PreviewRow,
   SandboxListFilter,
   SandboxRepo,
   SandboxRow,
@@ -392,7 +394,10 @@ class SqliteSandboxRepo implements SandboxRepo {
     return this.db.prepare(`DELETE FROM sandboxes WHERE status = 'deleted' AND deleted_at < ?`).run(before).changes;
   }
   async gatewayPortUsed(port: number) {
-    return this.db.prepare(`SELECT 1 FROM sandboxes WHERE gateway_port = ? AND status <> 'deleted' LIMIT 1`).get(port) !== undefined;
+    return (
+      this.db.prepare(`SELECT 1 FROM sandboxes WHERE gateway_port = ? AND status <> 'deleted' UNION ALL SELECT 1 FROM previews WHERE gateway_port = ? LIMIT 1`).get(port, port) !==
+      undefined
+    );
   }
   async usage(orgId: string): Promise<SandboxUsage> {
     // org_usage is kept by triggers (see migrations.ts): one row, whatever the organization holds.
@@ -528,6 +533,41 @@ class SqliteUploadRepo implements UploadRepo {
   }
 }
 
+function previewFrom(r: Raw): PreviewRow {
+  return {
+    sandboxId: String(r.sandbox_id),
+    port: Number(r.port),
+    public: Number(r.public) === 1,
+    gatewayPort: r.gateway_port === null ? null : Number(r.gateway_port),
+    createdAt: String(r.created_at),
+  };
+}
+
+class SqlitePreviewRepo implements PreviewRepo {
+  constructor(private db: Statements) {}
+  async get(sandboxId: string, port: number) {
+    const r = this.db.prepare('SELECT * FROM previews WHERE sandbox_id = ? AND port = ?').get(sandboxId, port) as Raw | undefined;
+    return r && previewFrom(r);
+  }
+  async upsert(p: PreviewRow) {
+    this.db
+      .prepare(
+        `INSERT INTO previews (sandbox_id, port, public, gateway_port, created_at) VALUES (?,?,?,?,?)
+         ON CONFLICT (sandbox_id, port) DO UPDATE SET public = excluded.public, gateway_port = excluded.gateway_port`,
+      )
+      .run(p.sandboxId, p.port, p.public ? 1 : 0, p.gatewayPort, p.createdAt);
+  }
+  async forSandbox(sandboxId: string) {
+    return (this.db.prepare('SELECT * FROM previews WHERE sandbox_id = ? ORDER BY port').all(sandboxId) as Raw[]).map(previewFrom);
+  }
+  async all() {
+    return (this.db.prepare('SELECT * FROM previews ORDER BY sandbox_id, port').all() as Raw[]).map(previewFrom);
+  }
+  async remove(sandboxId: string, port: number) {
+    this.db.prepare('DELETE FROM previews WHERE sandbox_id = ? AND port = ?').run(sandboxId, port);
+  }
+}
+
 export class SqliteStore implements Store {
   readonly orgs: OrgRepo;
   readonly keys: ApiKeyRepo;
@@ -535,6 +575,7 @@ export class SqliteStore implements Store {
   readonly sandboxes: SandboxRepo;
   readonly builds: BuildRepo;
   readonly uploads: UploadRepo;
+  readonly previews: PreviewRepo;
   readonly kv: Store['kv'];
   constructor(readonly db: Db) {
     const st = new Statements(db);
@@ -544,6 +585,7 @@ export class SqliteStore implements Store {
     this.sandboxes = new SqliteSandboxRepo(st);
     this.builds = new SqliteBuildRepo(st);
     this.uploads = new SqliteUploadRepo(st);
+    this.previews = new SqlitePreviewRepo(st);
     this.kv = {
       get: async (key) => (st.prepare('SELECT value FROM kv WHERE key = ?').get(key) as Raw | undefined)?.value as string | undefined,
       set: async (key, value) => {

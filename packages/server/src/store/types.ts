@@ -162,7 +162,7 @@ export interface SandboxRepo {
   idleDue(now: string): Promise<SandboxRow[]>;
   /** Deleted rows older than `before` are removed for good. */
   purgeDeleted(before: string): Promise<number>;
-  /** Whether a sandbox that is not deleted (running, paused, stopped) holds this gateway port. */
+  /** Whether a sandbox that is not deleted (running, paused, stopped), or a preview of one, holds this gateway port. */
   gatewayPortUsed(port: number): Promise<boolean>;
   usage(orgId: string): Promise<SandboxUsage>;
   /** The same over every organization (the node's commitments). */
@@ -173,6 +173,27 @@ export interface SandboxRepo {
   remove(id: string): Promise<void>;
 }
 
+/** A port of a sandbox that has a preview URL. */
+export interface PreviewRow {
+  sandboxId: string;
+  port: number;
+  /** Open to anyone who has the URL; else it takes the sandbox's token or a signed link's cookie. */
+  public: boolean;
+  /** Port mode: the gateway port that serves it; host mode: null. */
+  gatewayPort: number | null;
+  createdAt: string;
+}
+
+export interface PreviewRepo {
+  get(sandboxId: string, port: number): Promise<PreviewRow | undefined>;
+  /** Inserts, or sets `public` and `gatewayPort` of the existing row. */
+  upsert(row: PreviewRow): Promise<void>;
+  forSandbox(sandboxId: string): Promise<PreviewRow[]>;
+  /** Every preview (they go with their sandbox: all belong to sandboxes not deleted). */
+  all(): Promise<PreviewRow[]>;
+  remove(sandboxId: string, port: number): Promise<void>;
+}
+
 export interface Store {
   orgs: OrgRepo;
   keys: ApiKeyRepo;
@@ -180,6 +201,7 @@ export interface Store {
   sandboxes: SandboxRepo;
   builds: BuildRepo;
   uploads: UploadRepo;
+  previews: PreviewRepo;
   /** Small persistent key/value settings (e.g. counters of the build rate limit). */
   kv: { get(key: string): Promise<string | undefined>; set(key: string, value: string): Promise<void> };
   close(): void;

@@ -1,8 +1,8 @@
 import type { FastifyInstance } from 'fastify';
-import { MetricsStreamQuery, SandboxMetrics, SandboxPorts, ServiceError } from '@sandboxd/protocol';
+import { MetricsStreamQuery, SandboxMetrics, SandboxPorts, SandboxPreview, ServiceError, SetPreviewBody } from '@sandboxd/protocol';
 import type { Services } from '../../services/index.js';
 import { eventsGuard, guard, principalOf, requireEventsScope } from '../auth.js';
-import { SandboxIdParams } from './params.js';
+import { SandboxIdParams, SandboxPortParams } from './params.js';
 
 export function metricsRoutes(app: FastifyInstance, s: Services): void {
   // Prometheus' text format, for a key with the metrics:read scope; off the public API when the
@@ -24,6 +24,28 @@ export function metricsRoutes(app: FastifyInstance, s: Services): void {
     '/v1/sandboxes/:id/ports',
     { schema: { params: SandboxIdParams, response: { 200: SandboxPorts } }, preHandler: guard(s.keys, 'sandboxes:read') },
     async (req) => ({ object: 'list' as const, data: await s.sandboxes.ports(principalOf(req).orgId, req.params.id), request_id: String(req.id) }),
+  );
+  // A port's preview URL: made on first ask, private unless made public. A signed link to a private
+  // one may wake its sandbox when the key that asked for it may (resuming takes sandboxes:write).
+  const mayWake = (scopes: Set<string>) => scopes.has('sandboxes:write') || scopes.has('admin');
+  app.get<{ Params: SandboxPortParams }>(
+    '/v1/sandboxes/:id/ports/:port',
+    { schema: { params: SandboxPortParams, response: { 200: SandboxPreview } }, preHandler: guard(s.keys, 'sandboxes:read') },
+    async (req) => {
+      const p = principalOf(req);
+      return { ...(await s.sandboxes.preview(p.orgId, req.params.id, req.params.port, { mayWake: mayWake(p.scopes) })), request_id: String(req.id) };
+    },
+  );
+  app.put<{ Params: SandboxPortParams; Body: SetPreviewBody }>(
+    '/v1/sandboxes/:id/ports/:port',
+    { schema: { params: SandboxPortParams, body: SetPreviewBody, response: { 200: SandboxPreview } }, preHandler: guard(s.keys, 'sandboxes:write') },
+    async (req) => {
+      const p = principalOf(req);
+      return {
+        ...(await s.sandboxes.preview(p.orgId, req.params.id, req.params.port, { setPublic: req.body.public, mayWake: mayWake(p.scopes) })),
+        request_id: String(req.id),
+      };
+    },
   );
   // The same figures as a live stream (server-sent events), for the console's charts: sampled only
   // while someone watches, once per interval for all who watch a sandbox at that interval, one

@@ -2,7 +2,9 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import WebSocket from 'ws';
+import { Sandbox } from '@sandboxd/sdk';
 import { api, createSandbox, freePort, startServer, type CreatedSandbox, type TestServer } from './harness.js';
+import { clientFor, describeResult, sbx } from './sdk-support.js';
 
 // Issue 12, item 2: preview URLs. A process that listens on a port inside a sandbox (loopback
 // included) is served at a URL the API gives: private by default (the sandbox's token in
@@ -244,6 +246,28 @@ describe('preview URLs in port mode', { timeout: 300_000 }, () => {
 
     await api(server, 'PUT', `/v1/sandboxes/${sb.id}/ports/3000`, { public: false });
     assert.equal((await get(`${preview.url}/open`)).status, 401);
+  });
+
+  test('the SDK and the CLI: getPreviewUrl, previewHeaders, sbx preview', async () => {
+    const sdkSb = await Sandbox.connect(sb.id, { client: clientFor(server) });
+    const p = await sdkSb.getPreviewUrl(3000);
+    assert.deepEqual([p.url, p.public, p.port], [preview.url, false, 3000]);
+    assert.ok(p.signedUrl?.startsWith(`${preview.url}/_sandboxd/auth?token=`) && p.signedUrlExpiresAt);
+    const r = await fetch(`${p.url}/sdk`, { headers: await sdkSb.previewHeaders() });
+    assert.equal(r.status, 200);
+    assert.equal(((await r.json()) as { path: string }).path, '/sdk');
+    await assert.rejects(sdkSb.getPreviewUrl(70000), RangeError);
+
+    const pub = await sbx(server, ['preview', sb.id, '3000', '--public', '--json']);
+    assert.equal(pub.code, 0, describeResult(pub));
+    assert.deepEqual(JSON.parse(pub.stdout), { port: 3000, url: preview.url, public: true });
+    const priv = await sbx(server, ['preview', sb.id, '3000', '--private']);
+    assert.equal(priv.code, 0, describeResult(priv));
+    assert.ok(priv.stdout.startsWith(`${preview.url}\n  private: `), priv.stdout);
+    assert.ok(priv.stdout.includes(`\n  ${preview.url}/_sandboxd/auth?token=`), priv.stdout);
+    assert.equal((await get(`${preview.url}/`)).status, 401, 'private again');
+    const bad = await sbx(server, ['preview', sb.id, '0']);
+    assert.equal(bad.code, 2, describeResult(bad));
   });
 
   test("a deleted sandbox's previews are gone with it", async () => {

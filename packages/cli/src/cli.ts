@@ -7,7 +7,7 @@ import { cp } from './commands/cp.js';
 import { watch } from './commands/watch.js';
 import { env } from './commands/env.js';
 import { exec, run } from './commands/exec.js';
-import { create, get, ls, pause, resume, rm, setTimeoutCmd, ports, start, stats, stop } from './commands/sandboxes.js';
+import { create, get, ls, pause, resume, rm, setTimeoutCmd, ports, preview, start, stats, stop } from './commands/sandboxes.js';
 import { repl } from './commands/repl.js';
 import { shell } from './commands/shell.js';
 import { logs, templateBuild, templateGet, templateLs, templateRm } from './commands/templates.js';
@@ -20,6 +20,7 @@ export const COMMANDS: Command[] = [
   get,
   stats,
   ports,
+  preview,
   pause,
   resume,
   stop,

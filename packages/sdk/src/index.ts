@@ -51,6 +51,7 @@ export type {
   SandboxPage,
   SandboxResources,
   ListeningPort,
+  PreviewUrl,
   ActionResult,
   TimeoutResult,
   RichOutput,

@@ -22,6 +22,7 @@ import type {
   SandboxPage,
   SandboxResources,
   ListeningPort,
+  PreviewUrl,
   TimeoutResult,
 } from './types.js';
 import { stdinFields, toAgentInfo, toBackgroundProcess, toCodeContext, toExecutionResult, toHealth, toKernelSession, toMetrics, toSandboxInfo, toSandboxPage, toSandboxResources } from './wire.js';
@@ -402,6 +403,36 @@ export class Sandbox {
       addresses: Array.isArray(p.addresses) ? p.addresses.map(String) : [],
       loopbackOnly: p.loopback_only === true,
     }));
+  }
+
+  /**
+   * The URL where `port` inside the sandbox is served (made on first ask, kept across restarts).
+   * Private unless `public: true` is asked for (or was before): then a request needs the
+   * sandbox's token in the `X-Sandboxd-Token` header (see `previewHeaders()`), or a browser opens
+   * `signedUrl`. `public: false` makes it private again.
+   */
+  async getPreviewUrl(port: number, options: CallOptions & { public?: boolean } = {}): Promise<PreviewUrl> {
+    if (!Number.isInteger(port) || port < 1 || port > 65535) throw new RangeError('port must be a whole number from 1 to 65535');
+    const body = await this.client.http.json<Record<string, unknown>>({
+      method: options.public === undefined ? 'GET' : 'PUT',
+      path: `/v1/sandboxes/${enc(this.id)}/ports/${port}`,
+      ...(options.public === undefined ? {} : { json: { public: options.public } }),
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs,
+      what: `preview of port ${port} of ${this.id}`,
+    });
+    return {
+      port: Number(body.port),
+      url: String(body.url),
+      public: body.public === true,
+      ...(typeof body.signed_url === 'string' ? { signedUrl: body.signed_url } : {}),
+      ...(typeof body.signed_url_expires_at === 'string' ? { signedUrlExpiresAt: body.signed_url_expires_at } : {}),
+    };
+  }
+
+  /** The header that opens this sandbox's private previews: its token (fetched, or refreshed, when needed). */
+  async previewHeaders(): Promise<Record<string, string>> {
+    return { 'X-Sandboxd-Token': await this.tokens.get() };
   }
 
   /** Sets the auto-kill timeout, counted from now. */

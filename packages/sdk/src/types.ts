@@ -256,6 +256,18 @@ export interface ListeningPort {
   loopbackOnly: boolean;
 }
 
+/** A port's preview URL (`GET /v1/sandboxes/{id}/ports/{port}`). */
+export interface PreviewUrl {
+  port: number;
+  /** Where the port is served (HTTP, WebSocket, server-sent events). */
+  url: string;
+  /** Open to anyone with the URL; otherwise requests need the X-Sandboxd-Token header or the signed link's cookie. */
+  public: boolean;
+  /** Private ports: a short-lived link that opens the preview in a browser (it sets a 24 h session cookie). */
+  signedUrl?: string;
+  signedUrlExpiresAt?: string;
+}
+
 export interface SandboxResources {
   sandboxId: string;
   status: string;

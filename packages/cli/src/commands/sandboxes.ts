@@ -163,6 +163,33 @@ export const ports: Command = {
   },
 };
 
+export const preview: Command = {
+  name: 'preview',
+  summary: 'the URL of a port inside a sandbox (private unless made public)',
+  args: 'ID PORT',
+  details:
+    'A private preview takes the sandbox token in the X-Sandboxd-Token header, or open the signed link (10 minutes) in a browser: it sets a cookie for that port.',
+  examples: ['sbx preview $ID 3000', 'sbx preview $ID 3000 --public', 'sbx preview $ID 3000 --private --json'],
+  options: {
+    public: { type: 'boolean', help: 'open it to anyone who has the URL' },
+    private: { type: 'boolean', help: 'only with the sandbox token or a signed link (the default)' },
+  },
+  minArgs: 2,
+  maxArgs: 2,
+  async run(ctx, { positionals, values }) {
+    if (values.public && values.private) throw new UsageError('--public and --private exclude each other');
+    const port = Number(positionals[1]);
+    if (!/^\d{1,5}$/.test(positionals[1]!) || port < 1 || port > 65535) throw new UsageError(`PORT must be a number from 1 to 65535, got "${positionals[1]}"`);
+    const p = await Sandbox.fromId(positionals[0]!, { client: ctx.client }).getPreviewUrl(port, {
+      signal: ctx.signal,
+      ...(values.public ? { public: true } : values.private ? { public: false } : {}),
+    });
+    if (ctx.json) ctx.out(json(p));
+    else ctx.out(`${p.url}\n${p.public ? '  public: anyone with the URL\n' : `  private: send X-Sandboxd-Token, or open in a browser (until ${p.signedUrlExpiresAt}):\n  ${p.signedUrl}\n`}`);
+    return 0;
+  },
+};
+
 type Verb = 'pause' | 'resume' | 'stop' | 'start' | 'kill';
 
 /** Applies one action to each id; reports every failure and exits 1 if any failed. */

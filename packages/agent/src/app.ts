@@ -18,6 +18,7 @@ import { fileRoutes } from './routes/files.js';
 import { healthRoutes } from './routes/health.js';
 import { metricsRoutes } from './routes/metrics.js';
 import { createAgentServer } from './server.js';
+import { portTunnelRoute } from './ws/port-tunnel.js';
 import { streamRoute } from './ws/stream.js';
 import { terminalRoute } from './ws/terminal.js';
 import { watchRoute } from './ws/watch.js';
@@ -62,7 +63,7 @@ export function createAgent(config: AgentConfig): { agent: Agent; server: Server
     ...metricsRoutes(agent),
     ...cacheRoutes(agent),
   ];
-  const upgrades: UpgradeRoute[] = [streamRoute(agent)];
+  const upgrades: UpgradeRoute[] = [streamRoute(agent), portTunnelRoute(agent)];
   if (helperPath) upgrades.push(terminalRoute(agent, helperPath), watchRoute(agent, helperPath));
   return { agent, server: createAgentServer(stats, routes, upgrades) };
 }

@@ -116,7 +116,7 @@ export const sandboxPage: Page = async (ctx, id) => {
     tools.append(
       h('section', { class: 'panel' }, h('h2', {}, 'Terminal ', termStatus), termBox),
       h('section', { class: 'panel' }, h('h2', {}, 'Files'), files.el),
-      h('section', { class: 'panel' }, h('h2', {}, 'Listening ports'), h('div', { class: 'table-wrap' }, h('table', {}, h('thead', {}, h('tr', {}, ...['Port', 'Addresses', 'Reachable'].map((t) => h('th', {}, t)))), ports))),
+      h('section', { class: 'panel' }, h('h2', {}, 'Listening ports'), h('div', { class: 'table-wrap' }, h('table', {}, h('thead', {}, h('tr', {}, ...['Port', 'Addresses', 'Listens on', 'Preview'].map((t) => h('th', {}, t)))), ports))),
       h('section', { class: 'panel' }, h('h2', {}, 'Processes'), h('div', { class: 'table-wrap' }, h('table', {}, h('thead', {}, h('tr', {}, ...['PID', 'Parent', 'Name', 'State', 'Command'].map((t) => h('th', {}, t)))), procs))),
     );
     let open = true;
@@ -136,8 +136,39 @@ export const sandboxPage: Page = async (ctx, id) => {
     const loadPorts = async () => {
       const p = await call<{ data: Array<{ port: number; addresses: string[]; loopback_only: boolean }> }>('GET', `/v1/sandboxes/${encodeURIComponent(sb.id)}/ports`);
       ports.replaceChildren(
-        ...(p.data.length ? p.data.map((x) => h('tr', { 'data-port': String(x.port) }, h('td', {}, String(x.port)), h('td', { class: 'mono' }, x.addresses.join(', ')), h('td', {}, x.loopback_only ? 'inside only' : 'sandbox network'))) : [h('tr', {}, h('td', { class: 'muted' }, 'nothing listens'))]),
+        ...(p.data.length
+          ? p.data.map((x) =>
+              h(
+                'tr',
+                { 'data-port': String(x.port) },
+                h('td', {}, String(x.port)),
+                h('td', { class: 'mono' }, x.addresses.join(', ')),
+                h('td', {}, x.loopback_only ? 'loopback' : 'network'),
+                h('td', {}, previewButton(x.port)),
+              ),
+            )
+          : [h('tr', {}, h('td', { class: 'muted' }, 'nothing listens'))]),
       );
+    };
+    // Its preview URL in a new tab: a private one through its signed link, which sets the
+    // preview's own cookie there (the console's key never leaves this page).
+    const previewButton = (port: number) => {
+      const b = h('button', { type: 'button', class: 'small', 'data-preview': String(port) }, 'Open');
+      b.addEventListener('click', () => {
+        // Opened now, in the click, or a popup blocker stops it; pointed at the URL once known.
+        const tab = window.open('about:blank', '_blank');
+        if (tab) tab.opener = null;
+        call<{ url: string; signed_url?: string }>('GET', `/v1/sandboxes/${encodeURIComponent(sb.id)}/ports/${port}`).then(
+          (r) => {
+            if (tab) tab.location.href = r.signed_url ?? r.url;
+          },
+          (err: unknown) => {
+            tab?.close();
+            ctx.notice.say(`Preview of port ${port}: ${(err as Error).message}`, 'error');
+          },
+        );
+      });
+      return b;
     };
     const refreshAll = () => {
       void loadProcs().catch(() => undefined);

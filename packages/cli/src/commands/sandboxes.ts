@@ -158,7 +158,7 @@ export const ports: Command = {
     const list = await Sandbox.fromId(positionals[0]!, { client: ctx.client }).ports({ signal: ctx.signal });
     if (ctx.json) ctx.out(json(list));
     else if (list.length === 0) ctx.out('nothing listens\n');
-    else ctx.out(table(['PORT', 'ADDRESSES', 'REACHABLE'], list.map((p) => [String(p.port), p.addresses.join(', '), p.loopbackOnly ? 'inside only' : 'sandbox network'])));
+    else ctx.out(table(['PORT', 'ADDRESSES', 'LISTENS ON'], list.map((p) => [String(p.port), p.addresses.join(', '), p.loopbackOnly ? 'loopback' : 'network'])));
     return 0;
   },
 };

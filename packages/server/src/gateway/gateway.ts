@@ -7,7 +7,7 @@ import type { Config } from '../config.js';
 import type { GatewayControl } from '../services/sandboxes.js';
 import type { RouteEntry, RouteTable } from '../services/routes.js';
 import { requireScope, type KeyService } from '../services/keys.js';
-import type { TokenService } from '../services/tokens.js';
+import type { PreviewClaims, TokenService } from '../services/tokens.js';
 import { refusalOf, type ConnectionLimits } from '../services/connections.js';
 import { PREVIEW_COOKIE_PREFIX, PREVIEW_TOKEN_HEADER, proxyToAgent, sendError, type OnIncident } from './proxy.js';
 import { openTunnel, rawError, subprotocolCredential } from './tunnel.js';
@@ -303,11 +303,13 @@ export class Gateway implements GatewayControl {
     let mayWake = true;
     if (!state?.public) {
       const token = req.headers[PREVIEW_TOKEN_HEADER];
-      const session = cookieValue(req.headers.cookie, previewCookieName(target.sandboxId, target.port));
+      // Every cookie of this name: another preview's page (same host in port mode, a sibling host
+      // in host mode) may set one with a longer path, which the browser sends first.
+      const sessions = cookieValues(req.headers.cookie, previewCookieName(target.sandboxId, target.port));
       if (typeof token === 'string' && token !== '') {
         await this.d.tokens.verify(token, target.sandboxId);
-      } else if (session !== undefined) {
-        mayWake = (await this.d.tokens.verifyPreview(session, 'session', target.sandboxId, target.port)).wake;
+      } else if (sessions.length) {
+        mayWake = (await this.firstValidSession(sessions, target)).wake;
       } else {
         throw new ServiceError(
           'AUTHENTICATION_ERROR',
@@ -317,6 +319,19 @@ export class Gateway implements GatewayControl {
       }
     }
     return this.admit(target.sandboxId, mayWake);
+  }
+
+  /** The first of the session cookies that verifies; else the first one's error. */
+  private async firstValidSession(sessions: string[], target: PreviewTarget): Promise<PreviewClaims> {
+    let first: unknown;
+    for (const s of sessions) {
+      try {
+        return await this.d.tokens.verifyPreview(s, 'session', target.sandboxId, target.port);
+      } catch (err) {
+        first ??= err;
+      }
+    }
+    throw first;
   }
 
   /**
@@ -587,13 +602,19 @@ export function previewCookieName(sandboxId: string, port: number): string {
   return `${PREVIEW_COOKIE_PREFIX}${sandboxId}_${port}`;
 }
 
-function cookieValue(header: string | undefined, name: string): string | undefined {
-  if (!header) return undefined;
+/** How many cookies of one name a request's session is looked for in (each is a signature check). */
+const MAX_SESSION_COOKIES = 8;
+
+/** The values of the cookies named `name`, in the order sent (at most MAX_SESSION_COOKIES). */
+function cookieValues(header: string | undefined, name: string): string[] {
+  const out: string[] = [];
+  if (!header) return out;
   for (const part of header.split(';')) {
     const eq = part.indexOf('=');
-    if (eq > 0 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
+    if (eq > 0 && part.slice(0, eq).trim() === name) out.push(part.slice(eq + 1).trim());
+    if (out.length === MAX_SESSION_COOKIES) break;
   }
-  return undefined;
+  return out;
 }
 
 function closeServer(server: Server): Promise<void> {

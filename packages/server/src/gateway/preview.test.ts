@@ -1,0 +1,125 @@
+// Preview URLs against a fake agent that opens every tunnel (as a hostile one may) and answers
+// each request on it as a keep-alive app: what a tenant can make the gateway hold, and what one
+// tenant's page can do to another's preview.
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
+import { createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { SqliteStore } from '../store/sqlite.js';
+import { ConnectionLimits } from '../services/connections.js';
+import { KeyService } from '../services/keys.js';
+import { RouteTable } from '../services/routes.js';
+import { TokenService } from '../services/tokens.js';
+import type { Config } from '../config.js';
+import { Gateway, previewCookieName } from './gateway.js';
+
+/** Answers 101 to every tunnel, then `200 ok` (keep-alive) to every request on it. */
+class TunnelAgent {
+  readonly server: Server;
+  readonly sockets = new Set<Socket>();
+  constructor(readonly path: string) {
+    this.server = createServer((s) => {
+      this.sockets.add(s);
+      s.on('close', () => this.sockets.delete(s));
+      s.on('error', () => undefined);
+      let buf = '';
+      let tunnel = false;
+      s.on('data', (d) => {
+        buf += d.toString('latin1');
+        for (let end = buf.indexOf('\r\n\r\n'); end >= 0; end = buf.indexOf('\r\n\r\n')) {
+          const head = buf.slice(0, end);
+          buf = buf.slice(end + 4);
+          if (!tunnel) {
+            tunnel = true;
+            s.write('HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: sandboxd-tcp\r\n\r\n');
+            continue;
+          }
+          const close = /\r\nconnection: *close/i.test(head);
+          s.write(`HTTP/1.1 200 OK\r\ncontent-length: 2\r\n${close ? 'connection: close\r\n' : ''}\r\nok`);
+          if (close) s.end();
+        }
+      });
+    });
+  }
+  listen(): Promise<void> {
+    return new Promise((r) => this.server.listen(this.path, () => r()));
+  }
+  close(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    return new Promise((r) => this.server.close(() => r()));
+  }
+}
+
+function get(port: number, host: string, headers: Record<string, string>): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: '127.0.0.1', port, path: '/', headers: { host, ...headers }, agent: false }, (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => resolve({ status: res.statusCode!, body }));
+    });
+    req.setTimeout(10_000, () => req.destroy(new Error('no answer')));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+describe('preview URLs: what a tenant can make the gateway hold, and do to another tenant', { timeout: 60_000 }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'sbd-preview-'));
+  const socketPath = join(dir, 'agent.sock');
+  const agent = new TunnelAgent(socketPath);
+  const store = SqliteStore.open(':memory:');
+  const tokens = new TokenService(join(dir, 'jwt.pem'), 600);
+  const routes = new RouteTable();
+  const gateways: Gateway[] = [];
+  const make = (config: Config['gateway']) => {
+    const g = new Gateway({
+      config,
+      routes,
+      tokens,
+      keys: new KeyService(store),
+      portUsed: async () => false,
+      connections: new ConnectionLimits({ perClient: 1000, perOrg: 1000, total: 1000 }),
+      log: () => undefined,
+    });
+    gateways.push(g);
+    return g;
+  };
+  const base: Config['gateway'] = {
+    mode: 'port',
+    bindHost: '127.0.0.1',
+    publicHostname: '127.0.0.1',
+    portMin: 47200,
+    portMax: 47299,
+    domain: '',
+    hostModePort: 0,
+    idleTimeoutMs: 5000,
+    responseHeadersTimeoutMs: 5000,
+  };
+
+  before(async () => {
+    await agent.listen();
+    routes.set({ sandboxId: 'sbvictim', orgId: 'org_a', status: 'running', socketPath, port: null });
+  });
+  after(async () => {
+    for (const g of gateways) await g.closeAll();
+    await agent.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test("port mode: a cookie of the same name that another preview's page set (same host, another port) does not lock the user out", async () => {
+    const g = make(base);
+    const gw = (await g.openPreview('sbvictim', 3000, false, null))!;
+    const session = (await tokens.issuePreview('session', 'sbvictim', 3000, true, 600)).token;
+    const name = previewCookieName('sbvictim', 3000);
+    assert.equal((await get(gw, `127.0.0.1:${gw}`, { cookie: `${name}=${session}` })).status, 200);
+    // A page on 127.0.0.1:{another gateway port} runs document.cookie = 'sbxp_sbvictim_3000=x; path=/app':
+    // the browser sends it first (its path is longer), then the user's own.
+    const r = await get(gw, `127.0.0.1:${gw}`, { cookie: `${name}=tossed; ${name}=${session}` });
+    assert.equal(r.status, 200, r.body);
+    assert.equal((await get(gw, `127.0.0.1:${gw}`, { cookie: `${name}=tossed` })).status, 401);
+    await g.close('sbvictim');
+  });
+});

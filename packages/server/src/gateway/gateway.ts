@@ -134,12 +134,13 @@ export class Gateway implements GatewayControl {
 
   /** The HTTP agent whose connections are tunnels to the sandbox's port (kept while the preview is). */
   private previewAgent(entry: RouteEntry, port: number): PortTunnelAgent {
-    let ports = this.previews.get(entry.sandboxId);
-    if (!ports) this.previews.set(entry.sandboxId, (ports = new Map()));
-    let state = ports.get(port);
-    // Host mode serves every port's preview (a private one takes the token either way).
-    if (!state) ports.set(port, (state = { public: false, server: undefined, agent: undefined }));
-    state.agent ??= new PortTunnelAgent(() => this.d.routes.get(entry.sandboxId)?.socketPath ?? entry.socketPath, entry.sandboxId, port);
+    const socketPath = () => this.d.routes.get(entry.sandboxId)?.socketPath ?? entry.socketPath;
+    const state = this.previews.get(entry.sandboxId)?.get(port);
+    // Host mode serves every port's preview (a private one takes the token either way), but pools
+    // tunnels only for the ports someone opened a preview of (at most MAX_PREVIEWS_PER_SANDBOX):
+    // kept-alive tunnels to each of 65 535 ports would be the daemon's descriptors.
+    if (!state) return new PortTunnelAgent(socketPath, entry.sandboxId, port, { keepAlive: false });
+    state.agent ??= new PortTunnelAgent(socketPath, entry.sandboxId, port);
     return state.agent;
   }
 

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
-import { createServer, type Server, type Socket } from 'node:net';
+import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -66,6 +66,16 @@ function get(port: number, host: string, headers: Record<string, string>): Promi
   });
 }
 
+function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
 describe('preview URLs: what a tenant can make the gateway hold, and do to another tenant', { timeout: 60_000 }, () => {
   const dir = mkdtempSync(join(tmpdir(), 'sbd-preview-'));
   const socketPath = join(dir, 'agent.sock');
@@ -120,6 +130,25 @@ describe('preview URLs: what a tenant can make the gateway hold, and do to anoth
     const r = await get(gw, `127.0.0.1:${gw}`, { cookie: `${name}=tossed; ${name}=${session}` });
     assert.equal(r.status, 200, r.body);
     assert.equal((await get(gw, `127.0.0.1:${gw}`, { cookie: `${name}=tossed` })).status, 401);
+    await g.close('sbvictim');
+  });
+
+  test('host mode: ports nobody opened a preview of keep no pooled tunnels (a token holder could hold one per port, 65 535 of them)', async () => {
+    const hostModePort = await freePort();
+    const g = make({ ...base, mode: 'host', domain: 'sandboxes.test', hostModePort });
+    await g.listenHostMode();
+    const token = (await tokens.issue('sbvictim', 'org_a')).token;
+    const before = agent.sockets.size;
+    for (let p = 20_000; p < 20_050; p++) {
+      const r = await get(hostModePort, `${p}-sbvictim.sandboxes.test`, { 'x-sandboxd-token': token });
+      assert.equal(r.status, 200, r.body);
+    }
+    // Give the connections a moment to close.
+    await new Promise((r) => setTimeout(r, 200));
+    assert.ok(agent.sockets.size - before <= 8, `${agent.sockets.size - before} tunnels held open for 50 ports`);
+    // An opened preview's port pools its tunnels, as before.
+    await g.openPreview('sbvictim', 8000, false, null);
+    for (let i = 0; i < 3; i++) assert.equal((await get(hostModePort, `8000-sbvictim.sandboxes.test`, { 'x-sandboxd-token': token })).status, 200);
     await g.close('sbvictim');
   });
 });

@@ -606,16 +606,19 @@ export function previewCookieName(sandboxId: string, port: number): string {
 /** How many cookies of one name a request's session is looked for in (each is a signature check). */
 const MAX_SESSION_COOKIES = 8;
 
-/** The values of the cookies named `name`, in the order sent (at most MAX_SESSION_COOKIES). */
+/**
+ * The values of the cookies named `name` to try: the last one sent first (the link's own, Path=/,
+ * comes after any of a longer path another page set, and replaced any of the same path), then the
+ * others in the order sent; at most MAX_SESSION_COOKIES.
+ */
 function cookieValues(header: string | undefined, name: string): string[] {
-  const out: string[] = [];
-  if (!header) return out;
+  const all: string[] = [];
+  if (!header) return all;
   for (const part of header.split(';')) {
     const eq = part.indexOf('=');
-    if (eq > 0 && part.slice(0, eq).trim() === name) out.push(part.slice(eq + 1).trim());
-    if (out.length === MAX_SESSION_COOKIES) break;
+    if (eq > 0 && part.slice(0, eq).trim() === name) all.push(part.slice(eq + 1).trim());
   }
-  return out;
+  return all.length ? [all[all.length - 1]!, ...all.slice(0, -1)].slice(0, MAX_SESSION_COOKIES) : all;
 }
 
 function closeServer(server: Server): Promise<void> {

@@ -129,6 +129,9 @@ describe('preview URLs: what a tenant can make the gateway hold, and do to anoth
     // the browser sends it first (its path is longer), then the user's own.
     const r = await get(gw, `127.0.0.1:${gw}`, { cookie: `${name}=tossed; ${name}=${session}` });
     assert.equal(r.status, 200, r.body);
+    // One per path segment (/a, /a/b, ...): the user's own (Path=/) still comes last.
+    const many = Array.from({ length: 20 }, (_, i) => `${name}=tossed${i}`).join('; ');
+    assert.equal((await get(gw, `127.0.0.1:${gw}`, { cookie: `${many}; ${name}=${session}` })).status, 200);
     assert.equal((await get(gw, `127.0.0.1:${gw}`, { cookie: `${name}=tossed` })).status, 401);
     await g.close('sbvictim');
   });

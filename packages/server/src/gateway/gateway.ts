@@ -310,6 +310,13 @@ export class Gateway implements GatewayControl {
       if (typeof token === 'string' && token !== '') {
         await this.d.tokens.verify(token, target.sandboxId);
       } else if (sessions.length) {
+        // The cookie is ambient, and every preview (other organizations' too) is the same site: a
+        // page of another preview could use it (a WebSocket, which no CORS guards; a form post).
+        if (!this.mayUseSession(req, target.sandboxId)) {
+          throw new ServiceError('PERMISSION_DENIED', `a page of another origin may not use the session of port ${target.port} of sandbox ${target.sandboxId}`, {
+            id: target.sandboxId,
+          });
+        }
         mayWake = (await this.firstValidSession(sessions, target)).wake;
       } else {
         throw new ServiceError(
@@ -320,6 +327,31 @@ export class Gateway implements GatewayControl {
       }
     }
     return this.admit(target.sandboxId, mayWake);
+  }
+
+  /** A request may use a preview's session cookie: no Origin, its own, or another preview's of the same sandbox. */
+  private mayUseSession(req: IncomingMessage, sandboxId: string): boolean {
+    const origin = req.headers.origin;
+    if (origin === undefined) return true;
+    let u: URL;
+    try {
+      u = new URL(origin);
+    } catch {
+      return false;
+    }
+    if (u.host === (req.headers.host ?? '').toLowerCase()) return true;
+    const c = this.d.config;
+    if (c.mode === 'host') {
+      const m = /^(\d{1,5})-([a-z0-9]{1,64})\.(.+)$/.exec(u.hostname);
+      return m !== null && m[2] === sandboxId && m[3] === c.domain.toLowerCase();
+    }
+    const host = c.publicHostname.includes(':') ? `[${c.publicHostname.toLowerCase()}]` : c.publicHostname.toLowerCase();
+    if (u.hostname !== host) return false;
+    for (const state of this.previews.get(sandboxId)?.values() ?? []) {
+      const addr = state.server?.address();
+      if (addr && typeof addr === 'object' && String(addr.port) === u.port) return true;
+    }
+    return false;
   }
 
   /** The first of the session cookies that verifies; else the first one's error. */

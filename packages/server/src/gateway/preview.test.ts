@@ -136,6 +136,26 @@ describe('preview URLs: what a tenant can make the gateway hold, and do to anoth
     await g.close('sbvictim');
   });
 
+  test("port mode: a page of another organization's preview (same site) cannot use the session cookie; the same sandbox's previews can", async () => {
+    const g = make(base);
+    const gw = (await g.openPreview('sbvictim', 3000, false, null))!;
+    const sibling = (await g.openPreview('sbvictim', 5173, true, null))!;
+    routes.set({ sandboxId: 'sbother', orgId: 'org_b', status: 'running', socketPath, port: null });
+    const evil = (await g.openPreview('sbother', 8080, true, null))!;
+    const session = (await tokens.issuePreview('session', 'sbvictim', 3000, true, 600)).token;
+    const cookie = `${previewCookieName('sbvictim', 3000)}=${session}`;
+    const at = (origin?: string) => get(gw, `127.0.0.1:${gw}`, origin ? { cookie, origin } : { cookie });
+    assert.equal((await at()).status, 200);
+    assert.equal((await at(`http://127.0.0.1:${gw}`)).status, 200, 'its own page');
+    assert.equal((await at(`http://127.0.0.1:${sibling}`)).status, 200, "the same sandbox's frontend");
+    const r = await at(`http://127.0.0.1:${evil}`);
+    assert.equal(r.status, 403, r.body);
+    assert.equal((await at('null')).status, 403);
+    await g.close('sbvictim');
+    await g.close('sbother');
+    routes.delete('sbother');
+  });
+
   test('host mode: ports nobody opened a preview of keep no pooled tunnels (a token holder could hold one per port, 65 535 of them)', async () => {
     const hostModePort = await freePort();
     const g = make({ ...base, mode: 'host', domain: 'sandboxes.test', hostModePort });

@@ -148,6 +148,7 @@ export const KNOWN_ERROR_CODES: Readonly<Record<string, number>> = {
   QUOTA_EXCEEDED: 429,
   INTERNAL_ERROR: 500,
   AGENT_UNAVAILABLE: 502,
+  PORT_NOT_LISTENING: 502,
   RUNTIME_ERROR: 503,
 };
 

@@ -121,7 +121,8 @@ describe('preview URLs in port mode', { timeout: 300_000 }, () => {
   let preview: { url: string; port: number; public: boolean; signed_url: string };
 
   before(async () => {
-    server = await startServer({ templates: ['base', 'code-interpreter'] });
+    // Three preview ports for the organization: the tests below open 3000, 3001 and 3999.
+    server = await startServer({ templates: ['base', 'code-interpreter'], env: { SANDBOXD_MAX_PREVIEWS_PER_ORG: '3' } });
     sb = await createSandbox(server, { template_name: 'code-interpreter', timeout_seconds: 600 });
     await startApp(sb, 3000);
   });
@@ -221,6 +222,12 @@ describe('preview URLs in port mode', { timeout: 300_000 }, () => {
     assert.equal(JSON.parse(res.text).code, 'PORT_NOT_LISTENING');
     assert.match(JSON.parse(res.text).message, /nothing is listening on port 3999/);
     assert.ok(Date.now() - started < 2000, `${Date.now() - started} ms`);
+    // The organization's fourth preview port is over its cap (each takes a gateway port); its three still answer.
+    const fourth = await api(server, 'GET', `/v1/sandboxes/${sb.id}/ports/4000`);
+    assert.equal(fourth.status, 409, JSON.stringify(fourth.body));
+    assert.equal(fourth.body.code, 'ORG_QUOTA_EXCEEDED');
+    assert.match(fourth.body.message, /SANDBOXD_MAX_PREVIEWS_PER_ORG/);
+    assert.equal((await api(server, 'GET', `/v1/sandboxes/${sb.id}/ports/3999`)).status, 200);
     for (const bad of ['0', '65536', 'abc', '-1', '3.5']) assert.equal((await api(server, 'GET', `/v1/sandboxes/${sb.id}/ports/${bad}`)).status, 400, bad);
     assert.equal((await api(server, 'PUT', `/v1/sandboxes/${sb.id}/ports/3000`, { public: 'yes' })).status, 400);
     assert.equal((await api(server, 'PUT', `/v1/sandboxes/${sb.id}/ports/3000`, { public: true, extra: 1 })).status, 400);

@@ -33,6 +33,8 @@ export interface Config {
     /** How long the gateway waits for an agent's response headers (executions may run up to a day). */
     responseHeadersTimeoutMs: number;
   };
+  /** Preview ports one organization may hold (each takes a gateway port in port mode). */
+  maxPreviewsPerOrg: number;
   /** Caps on open connections (services/connections.ts). */
   connections: { perClient: number; perOrg: number; total: number };
   tokenTtlSeconds: number;
@@ -254,6 +256,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
       // The agent's longest execution (a day) plus time to report it.
       responseHeadersTimeoutMs: (86_400 + 300) * 1000,
     },
+    maxPreviewsPerOrg: int(env, 'SANDBOXD_MAX_PREVIEWS_PER_ORG', 256, 0),
     connections: {
       perClient: int(env, 'SANDBOXD_MAX_CONNECTIONS_PER_CLIENT', 1000, 1),
       perOrg: int(env, 'SANDBOXD_MAX_CONNECTIONS_PER_ORG', 2000, 1),

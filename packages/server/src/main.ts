@@ -236,6 +236,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     agentReadyTimeoutMs: config.agentReadyTimeoutMs,
     tombstoneSeconds: config.tombstoneSeconds,
     pausedRetentionSeconds: config.pausedRetentionSeconds,
+    maxPreviewsPerOrg: config.maxPreviewsPerOrg,
     nodeId: hostname(),
     log,
     metrics,

@@ -56,6 +56,8 @@ export interface SandboxServiceDeps {
   tombstoneSeconds: number;
   /** How long a sandbox paused by its deadline (on_timeout "pause") is kept before it is deleted. */
   pausedRetentionSeconds?: number;
+  /** Preview ports one organization may hold (absent: no cap beyond the per-sandbox one). */
+  maxPreviewsPerOrg?: number;
   nodeId: string;
   log: (msg: string, extra?: Record<string, unknown>) => void;
   /** Counts creates by template and source, with their latency (absent: none kept). */
@@ -889,6 +891,18 @@ export class SandboxService {
       const existing = await this.d.store.previews.get(row.id, port);
       if (!existing && (await this.d.store.previews.forSandbox(row.id)).length >= MAX_PREVIEWS_PER_SANDBOX) {
         throw new ServiceError('LIMIT_EXCEEDED', `a sandbox has at most ${MAX_PREVIEWS_PER_SANDBOX} preview ports`, { id: row.id });
+      }
+      // Each takes a gateway port (port mode): no organization may take the range from the others.
+      const orgMax = this.d.maxPreviewsPerOrg;
+      if (!existing && orgMax !== undefined) {
+        const used = await this.d.store.previews.countForOrg(row.orgId);
+        if (used >= orgMax) {
+          throw new ServiceError(
+            'ORG_QUOTA_EXCEEDED',
+            `the organization's sandboxes hold ${used} preview ports: the limit is ${orgMax} (SANDBOXD_MAX_PREVIEWS_PER_ORG); they go with their sandboxes`,
+            { id: row.id, limit: 'previews', max: orgMax, used },
+          );
+        }
       }
       const isPublic = opts.setPublic ?? existing?.public ?? false;
       const gw = await gateway.openPreview!(row.id, port, isPublic, existing?.gatewayPort ?? null);

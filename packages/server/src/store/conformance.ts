@@ -150,6 +150,8 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     const again = await s.previews.get('p1', 3000);
     assert.deepEqual([again?.public, again?.createdAt], [true, at], 'an upsert changes the flag, not when it was made');
     assert.deepEqual((await s.previews.forSandbox('p1')).map((p) => p.port), [80, 3000]);
+    assert.equal(await s.previews.countForOrg('org_a'), 3, "every preview of the organization's sandboxes");
+    assert.equal(await s.previews.countForOrg('org_b'), 0);
     assert.equal(await s.sandboxes.gatewayPortUsed(40021), true, "a preview's gateway port is taken");
     // A delete by status (the API's, a deadline's, a lost sandbox's) and a removed row both take them.
     const p1 = (await s.sandboxes.byId('p1'))!;

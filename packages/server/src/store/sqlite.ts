@@ -563,6 +563,10 @@ class SqlitePreviewRepo implements PreviewRepo {
   async all() {
     return (this.db.prepare('SELECT * FROM previews ORDER BY sandbox_id, port').all() as Raw[]).map(previewFrom);
   }
+  async countForOrg(orgId: string) {
+    const r = this.db.prepare('SELECT COUNT(*) AS n FROM previews p JOIN sandboxes s ON s.id = p.sandbox_id WHERE s.org_id = ?').get(orgId) as Raw;
+    return Number(r.n);
+  }
   async remove(sandboxId: string, port: number) {
     this.db.prepare('DELETE FROM previews WHERE sandbox_id = ? AND port = ?').run(sandboxId, port);
   }

@@ -189,6 +189,8 @@ export interface PreviewRepo {
   /** Inserts, or sets `public` and `gatewayPort` of the existing row. */
   upsert(row: PreviewRow): Promise<void>;
   forSandbox(sandboxId: string): Promise<PreviewRow[]>;
+  /** How many previews the organization's sandboxes hold. */
+  countForOrg(orgId: string): Promise<number>;
   /** Every preview (they go with their sandbox: all belong to sandboxes not deleted). */
   all(): Promise<PreviewRow[]>;
   remove(sandboxId: string, port: number): Promise<void>;

@@ -50,6 +50,7 @@ export type {
   SandboxInfo,
   SandboxPage,
   SandboxResources,
+  NetworkPolicy,
   ListeningPort,
   PreviewUrl,
   ActionResult,

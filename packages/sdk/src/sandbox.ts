@@ -18,6 +18,7 @@ import type {
   ExecutionResult,
   KernelSession,
   MetricsSnapshot,
+  NetworkPolicy,
   SandboxInfo,
   SandboxPage,
   SandboxResources,
@@ -25,7 +26,7 @@ import type {
   PreviewUrl,
   TimeoutResult,
 } from './types.js';
-import { stdinFields, toAgentInfo, toBackgroundProcess, toCodeContext, toExecutionResult, toHealth, toKernelSession, toMetrics, toSandboxInfo, toSandboxPage, toSandboxResources } from './wire.js';
+import { stdinFields, toAgentInfo, toBackgroundProcess, toCodeContext, toExecutionResult, toHealth, toKernelSession, toMetrics, toNetworkPolicy, toSandboxInfo, toSandboxPage, toSandboxResources } from './wire.js';
 import { streamExecute } from './ws.js';
 
 export const DEFAULT_TEMPLATE = 'code-interpreter';
@@ -55,6 +56,14 @@ export interface CreateOptions extends SandboxOptions, CallOptions {
   timeoutSeconds?: number;
   /** Default true. */
   internetAccess?: boolean;
+  /**
+   * Egress rules: when given, only these may be reached (IPv4 addresses, CIDRs, domains,
+   * `*.domain`; at most 1000). A domain is matched on the TLS SNI (port 443) and the HTTP Host
+   * header (port 80), so it opens HTTP and HTTPS to that name only.
+   */
+  allowOut?: string[];
+  /** Never reached, even when allowed (same entries as `allowOut`). */
+  denyOut?: string[];
   envVars?: Record<string, string>;
   /** What the timeout does: `delete` (default) or `pause` (kept paused for the service's retention time, then deleted). */
   onTimeout?: 'delete' | 'pause';
@@ -154,6 +163,8 @@ export class Sandbox {
     if (options.region !== undefined) json.region = options.region;
     if (options.timeoutSeconds !== undefined) json.timeout_seconds = options.timeoutSeconds;
     if (options.internetAccess !== undefined) json.internet_access = options.internetAccess;
+    if (options.allowOut !== undefined) json.allow_out = options.allowOut;
+    if (options.denyOut !== undefined) json.deny_out = options.denyOut;
     if (options.envVars !== undefined) json.env_vars = options.envVars;
     if (options.onTimeout !== undefined) json.on_timeout = options.onTimeout;
     if (options.idleTimeoutSeconds !== undefined) json.idle_timeout_seconds = options.idleTimeoutSeconds;
@@ -435,6 +446,42 @@ export class Sandbox {
     return { 'X-Sandboxd-Token': await this.tokens.get() };
   }
 
+  /** The sandbox's egress rules: whether it has internet access, and its allow and deny lists. */
+  async getNetwork(options: CallOptions = {}): Promise<NetworkPolicy> {
+    const body = await this.client.http.json<Record<string, unknown>>({
+      method: 'GET',
+      path: `/v1/sandboxes/${enc(this.id)}/network`,
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs,
+      what: `network of ${this.id}`,
+    });
+    return this.keepNetwork(toNetworkPolicy(body));
+  }
+
+  /**
+   * Replaces the sandbox's egress rules as a whole: what `policy` leaves out takes its default
+   * (internet access on, both lists empty), so pass every list you mean to keep. Deny wins over
+   * allow; a non-empty allow list refuses everything else. A refused connection is reset at once.
+   * Applies to new connections within a second. The built-in protections (the host, private
+   * ranges, metadata addresses, other sandboxes) stay whatever the rules say. A sandbox created
+   * without internet access cannot get it now (InvalidStateError); a bad entry is a ValidationError.
+   */
+  async setNetwork(policy: Partial<NetworkPolicy>, options: CallOptions = {}): Promise<NetworkPolicy> {
+    const json: Record<string, unknown> = {};
+    if (policy.internetAccess !== undefined) json.internet_access = policy.internetAccess;
+    if (policy.allowOut !== undefined) json.allow_out = policy.allowOut;
+    if (policy.denyOut !== undefined) json.deny_out = policy.denyOut;
+    const body = await this.client.http.json<Record<string, unknown>>({
+      method: 'PUT',
+      path: `/v1/sandboxes/${enc(this.id)}/network`,
+      json,
+      signal: options.signal,
+      timeoutMs: options.requestTimeoutMs,
+      what: `set network of ${this.id}`,
+    });
+    return this.keepNetwork(toNetworkPolicy(body));
+  }
+
   /** Sets the auto-kill timeout, counted from now. */
   async setTimeout(seconds: number, options: CallOptions = {}): Promise<TimeoutResult> {
     if (!Number.isInteger(seconds) || seconds <= 0) throw new RangeError('timeout must be a positive whole number of seconds');
@@ -491,6 +538,11 @@ export class Sandbox {
     const status = typeof body.status === 'string' ? body.status : this.info.status;
     this.info = { ...this.info, status };
     return { id: this.id, status };
+  }
+
+  private keepNetwork(network: NetworkPolicy): NetworkPolicy {
+    this.info = { ...this.info, internetAccess: network.internetAccess, network };
+    return network;
   }
 
   private agentGet(path: string, options: CallOptions): Promise<unknown> {

@@ -32,9 +32,25 @@ export interface SandboxInfo {
   idleTimeoutSeconds: number | null;
   /** A request while paused resumes it. */
   autoResume: boolean;
+  /** Where it may connect to (its egress rules). */
+  network: NetworkPolicy;
   createdAt: string;
   updatedAt: string;
   resources: Resources;
+}
+
+/**
+ * A sandbox's egress rules. Entries are IPv4 addresses (`1.2.3.4`), IPv4 CIDRs (`10.0.0.0/8`),
+ * domains (`example.com`) or wildcard domains (`*.example.com`), as the service normalized them
+ * (domains lowercased, CIDRs with their host bits cleared).
+ */
+export interface NetworkPolicy {
+  /** False: no connection leaves the sandbox. Set at creation; a sandbox made without it cannot get it later. */
+  internetAccess: boolean;
+  /** When not empty, only these may be reached; everything else is refused. */
+  allowOut: string[];
+  /** Never reached, even when also allowed. */
+  denyOut: string[];
 }
 
 export interface SandboxPage {
@@ -246,7 +262,6 @@ export interface BuildLogsChunk {
   complete: boolean;
 }
 
-/** One sandbox's resource use now (`GET /v1/sandboxes/{id}/metrics`); counters since it last started. */
 /** A port something listens on inside a sandbox. */
 export interface ListeningPort {
   port: number;
@@ -268,6 +283,7 @@ export interface PreviewUrl {
   signedUrlExpiresAt?: string;
 }
 
+/** One sandbox's resource use now (`GET /v1/sandboxes/{id}/metrics`); counters since it last started. */
 export interface SandboxResources {
   sandboxId: string;
   status: string;
@@ -278,4 +294,6 @@ export interface SandboxResources {
   network: { rxBytes: number; txBytes: number };
   pids: number;
   oomKills: number;
+  /** Connections its egress rules refused since the daemon started (not since the sandbox did). */
+  egressDenied: number;
 }

@@ -11,6 +11,7 @@ import type {
   FileEntry,
   KernelSession,
   MetricsSnapshot,
+  NetworkPolicy,
   ProcessInfo,
   RichOutput,
   SandboxInfo,
@@ -54,10 +55,17 @@ export function toSandboxInfo(v: unknown): SandboxInfo {
     onTimeout: o.on_timeout === 'pause' ? 'pause' : 'delete',
     idleTimeoutSeconds: nullableNum(o.idle_timeout_seconds),
     autoResume: o.auto_resume === true,
+    // A service without egress rules sends no `network`: internet access is then all there is.
+    network: toNetworkPolicy(o.network ?? { internet_access: o.internet_access }),
     createdAt: str(o.created_at),
     updatedAt: str(o.updated_at),
     resources,
   };
+}
+
+export function toNetworkPolicy(v: unknown): NetworkPolicy {
+  const o = obj(v);
+  return { internetAccess: o.internet_access !== false, allowOut: strArr(o.allow_out), denyOut: strArr(o.deny_out) };
 }
 
 export function toSandboxPage(v: unknown): SandboxPage {
@@ -286,5 +294,6 @@ export function toSandboxResources(v: unknown): SandboxResources {
     network: { rxBytes: num(network.rx_bytes), txBytes: num(network.tx_bytes) },
     pids: num(o.pids),
     oomKills: num(o.oom_kills),
+    egressDenied: num(o.egress_denied),
   };
 }

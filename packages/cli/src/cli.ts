@@ -6,6 +6,7 @@ import { completionScript } from './completion.js';
 import { cp } from './commands/cp.js';
 import { watch } from './commands/watch.js';
 import { env } from './commands/env.js';
+import { network } from './commands/network.js';
 import { exec, run } from './commands/exec.js';
 import { create, get, ls, pause, resume, rm, setTimeoutCmd, ports, preview, start, stats, stop } from './commands/sandboxes.js';
 import { repl } from './commands/repl.js';
@@ -21,6 +22,7 @@ export const COMMANDS: Command[] = [
   stats,
   ports,
   preview,
+  network,
   pause,
   resume,
   stop,

@@ -1,4 +1,4 @@
-import { Sandbox, type SandboxInfo } from '@sandboxd/sdk';
+import { Sandbox, type NetworkPolicy, type SandboxInfo } from '@sandboxd/sdk';
 import { parseDuration, parseKeyValues, parsePositiveInt, UsageError } from '../args.js';
 import type { Command, Context } from '../command.js';
 import { bytes, json, keyValues, relativeTime, table } from '../output.js';
@@ -17,6 +17,7 @@ export function describeSandbox(s: SandboxInfo): string {
     ['template', s.templateName + (s.templateId && s.templateId !== s.templateName ? ` (${s.templateId})` : '')],
     ['resources', `${s.resources.vcpu} vCPU, ${s.resources.memoryMb} MB memory, ${s.resources.diskGb} GB disk`],
     ['internet', s.internetAccess ? 'yes' : 'no'],
+    ...egressLines(s.network),
     ['public host', s.publicHost || '-'],
     ['region', s.region || '-'],
     ['created', `${s.createdAt} (${relativeTime(s.createdAt)})`],
@@ -25,6 +26,14 @@ export function describeSandbox(s: SandboxInfo): string {
     ['idle timeout', s.idleTimeoutSeconds ? `${s.idleTimeoutSeconds}s, then pause` : 'none'],
     ['auto resume', s.autoResume ? 'yes' : 'no'],
   ]);
+}
+
+/** The allow and deny lists, when there are any. */
+function egressLines(p: NetworkPolicy): Array<[string, string]> {
+  const lines: Array<[string, string]> = [];
+  if (p.allowOut.length) lines.push(['allow out', p.allowOut.join(', ')]);
+  if (p.denyOut.length) lines.push(['deny out', p.denyOut.join(', ')]);
+  return lines;
 }
 
 function onTimeoutOf(v: string | undefined): 'delete' | 'pause' | undefined {
@@ -39,11 +48,13 @@ export const create: Command = {
   summary: 'create a sandbox',
   args: '',
   details: 'Creates a sandbox from a template and prints it; it is running when this returns.',
-  examples: ['sbx create --template code-interpreter --timeout 30m --env DEBUG=1', 'ID=$(sbx create -q)'],
+  examples: ['sbx create --template code-interpreter --timeout 30m --env DEBUG=1', 'sbx create --allow-out pypi.org --allow-out files.pythonhosted.org', 'ID=$(sbx create -q)'],
   options: {
     template: { type: 'string', short: 't', value: 'NAME', help: 'template name (default code-interpreter)' },
     timeout: { type: 'string', value: 'DURATION', help: 'delete the sandbox after this long (300, 90s, 15m, 2h; default never)' },
     'no-internet': { type: 'boolean', help: 'no network access from inside the sandbox' },
+    'allow-out': { type: 'string', multiple: true, value: 'ENTRY', help: 'reach only these: IPv4 address, CIDR, domain or *.domain (repeatable)' },
+    'deny-out': { type: 'string', multiple: true, value: 'ENTRY', help: 'never reach this, even when allowed (repeatable)' },
     'on-timeout': { type: 'string', value: 'delete|pause', help: 'what the timeout does (default delete; pause keeps it paused for the retention time)' },
     'idle-timeout': { type: 'string', value: 'DURATION', help: 'pause the sandbox after this long unused (default never)' },
     'auto-resume': { type: 'boolean', help: 'a request to the paused sandbox resumes it' },
@@ -60,6 +71,8 @@ export const create: Command = {
       template: values.template as string | undefined,
       timeoutSeconds: values.timeout ? parseDuration(values.timeout as string) : undefined,
       internetAccess: values['no-internet'] ? false : undefined,
+      allowOut: values['allow-out'] as string[] | undefined,
+      denyOut: values['deny-out'] as string[] | undefined,
       onTimeout: onTimeoutOf(values['on-timeout'] as string | undefined),
       idleTimeoutSeconds: values['idle-timeout'] ? parseDuration(values['idle-timeout'] as string, '--idle-timeout') : undefined,
       autoResume: values['auto-resume'] ? true : undefined,
@@ -118,7 +131,8 @@ export const stats: Command = {
   name: 'stats',
   summary: "show a sandbox's cpu, memory, disk and network use now",
   args: 'ID',
-  details: 'CPU time and network bytes count from when the sandbox last started. --json prints the whole record.',
+  details:
+    'CPU time and network bytes count from when the sandbox last started; egress denied (connections its egress rules refused) from when the daemon did. --json prints the whole record.',
   examples: ['sbx stats $ID', 'sbx stats $ID --json'],
   options: {},
   minArgs: 1,
@@ -139,6 +153,7 @@ export const stats: Command = {
         ['network', `${bytes(r.network.rxBytes)} in, ${bytes(r.network.txBytes)} out`],
         ['processes', String(r.pids)],
         ['oom kills', String(r.oomKills)],
+        ['egress denied', String(r.egressDenied)],
       ]),
     );
     return 0;

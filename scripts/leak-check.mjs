@@ -91,8 +91,10 @@ function findLeftovers(spare = []) {
   for (const n of networkNamespaces()) {
     if (!n.startsWith(SERVICE.netnsPrefix) && !spare.some((d) => n.startsWith(d.netnsPrefix))) add('network namespaces left', n, () => sh('ip', ['netns', 'delete', n]));
   }
+  // A daemon's own veths: its sandboxes' (on its bridge) and its egress proxy's (peer in its netns).
+  const ownedBy = (v, d) => v.master === d.bridge || !!v.peerNetns?.startsWith(d.netnsPrefix);
   for (const v of veths()) {
-    if (v.master !== SERVICE.bridge && !spare.some((d) => v.master === d.bridge)) add('veths left', v.line, () => sh('ip', ['link', 'delete', v.name]));
+    if (!ownedBy(v, SERVICE) && !spare.some((d) => ownedBy(v, d))) add('veths left', v.line, () => sh('ip', ['link', 'delete', v.name]));
   }
   for (const ctl of ['memory', 'pids', 'cpu', 'freezer']) {
     const root = `/sys/fs/cgroup/${ctl}`;

@@ -21,6 +21,32 @@ export const EnvVars = Type.Record(Type.String({ pattern: '^[^=\\u0000]+$' }), T
   additionalProperties: false,
 });
 
+const EgressEntries = (what: string) =>
+  Type.Array(Type.String({ minLength: 1, maxLength: 300 }), {
+    maxItems: 1000,
+    description: `${what}: IPv4 addresses (1.2.3.4), IPv4 CIDRs (10.0.0.0/8), domains (example.com) or wildcard domains (*.example.com, any name below it)`,
+  });
+
+/** A sandbox's egress policy, as create, `PUT /network` and every sandbox object carry it. */
+export const NetworkPolicy = Type.Object({
+  internet_access: Type.Boolean({ description: 'false: nothing leaves the sandbox, not even DNS' }),
+  allow_out: EgressEntries('when not empty, the only destinations allowed (domains: HTTP on port 80 and HTTPS on 443, judged by the Host header and the TLS SNI)'),
+  deny_out: EgressEntries('refused, whatever allow_out says'),
+});
+export type NetworkPolicy = Static<typeof NetworkPolicy>;
+
+export const SetNetworkBody = Type.Object(
+  {
+    internet_access: Type.Optional(Type.Boolean({ description: 'default true' })),
+    allow_out: Type.Optional(EgressEntries('default none: everything not denied is allowed')),
+    deny_out: Type.Optional(EgressEntries('default none')),
+  },
+  { additionalProperties: false },
+);
+export type SetNetworkBody = Static<typeof SetNetworkBody>;
+
+export const NetworkPolicyResult = Type.Object({ ...NetworkPolicy.properties, request_id: Type.Optional(Type.String()) });
+
 export const CreateSandboxBody = Type.Object(
   {
     template_id: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
@@ -40,6 +66,8 @@ export const CreateSandboxBody = Type.Object(
       }),
     ),
     auto_resume: Type.Optional(Type.Boolean({ description: 'a request to its public_host while it is paused resumes it, and is then served' })),
+    allow_out: Type.Optional(EgressEntries('with internet access: when not empty, the only destinations allowed')),
+    deny_out: Type.Optional(EgressEntries('with internet access: refused, whatever allow_out says')),
   },
   { additionalProperties: true },
 );
@@ -61,6 +89,7 @@ export const Sandbox = Type.Object({
   on_timeout: Type.Optional(Type.Union([Type.Literal('delete'), Type.Literal('pause')])),
   idle_timeout_seconds: Type.Optional(Type.Union([Type.Integer(), Type.Null()])),
   auto_resume: Type.Optional(Type.Boolean()),
+  network: Type.Optional(NetworkPolicy),
   created_at: Type.String(),
   updated_at: Type.String(),
   resources: Resources,
@@ -181,6 +210,7 @@ export const SandboxMetrics = Type.Object({
   }),
   pids: Type.Number(),
   oom_kills: Type.Number(),
+  egress_denied: Type.Optional(Type.Number({ description: 'connections (and datagrams) its egress policy refused since the daemon started' })),
   request_id: Type.Optional(Type.String()),
 });
 export type SandboxMetrics = Static<typeof SandboxMetrics>;

@@ -103,6 +103,19 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     description: '`{public: true}`: anyone with the URL reaches the port (and wakes the sandbox if it sleeps with auto_resume); `{public: false}`: only with the sandbox token or a signed link. Applies to the next request.',
     errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'LIMIT_EXCEEDED'],
   },
+  'GET /v1/sandboxes/{id}/network': {
+    tag: 'sandboxes',
+    summary: "A sandbox's egress policy",
+    description: '`internet_access`, `allow_out` and `deny_out` as they apply now. Refused connections are counted in `egress_denied` of `GET /v1/sandboxes/{id}/metrics`.',
+    errors: [...SANDBOX_ID],
+  },
+  'PUT /v1/sandboxes/{id}/network': {
+    tag: 'sandboxes',
+    summary: "Replace a sandbox's egress policy",
+    description:
+      'Replaces the whole policy (omitted fields take their defaults: `internet_access` true, no lists); new connections follow it within a second, without a restart, and it is kept across stop/start and daemon restarts. An entry is an IPv4 address, an IPv4 CIDR, a domain or a `*.` wildcard domain (any name below it). Deny wins over allow; with an allow list, everything else is refused. Domain entries are judged on the name a connection carries (TLS SNI on port 443, the Host header of every HTTP request on port 80), and that name must resolve to the address connected to; a domain entry opens HTTP and HTTPS to that name, other ports need an address entry. The built-in protections (host, private ranges, metadata, other sandboxes) stay on under every policy. A refused connection is reset at once. A sandbox created with `internet_access: false` has no network: giving it one answers 409.',
+    errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'INVALID_STATE'],
+  },
   'GET /v1/sandboxes/{id}/metrics/stream': {
     tag: 'sandboxes',
     summary: "A sandbox's resource use, live (SSE)",

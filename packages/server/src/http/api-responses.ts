@@ -42,6 +42,7 @@ import {
   SandboxMetrics,
   SandboxPorts,
   SandboxPreview,
+  NetworkPolicyResult,
   SetTimeoutResult,
   SystemResponse,
   Template,
@@ -171,6 +172,7 @@ const metrics = {
   network: { rx_bytes: 1_284_311, tx_bytes: 90_112 },
   pids: 7,
   oom_kills: 0,
+  egress_denied: 0,
 };
 const key = { id: KEY, org_id: ORG, org: 'acme', name: 'ci', scopes: ['sandboxes:read', 'sandboxes:write'], created_at: AT, revoked_at: null, last_used_at: null };
 const buildStatus = {
@@ -257,6 +259,17 @@ export const RESPONSES: Record<string, SuccessDoc> = {
     description: 'the preview, public or private as asked',
     content: json(SandboxPreview, { port: 3000, url: 'http://127.0.0.1:40007', public: true, request_id: REQ }),
     request: jsonRequest({ public: true }),
+  },
+  'GET /v1/sandboxes/{id}/network': {
+    status: 200,
+    description: 'the egress policy that applies now',
+    content: json(NetworkPolicyResult, { internet_access: true, allow_out: ['pypi.org', '*.pythonhosted.org', '140.82.112.0/20'], deny_out: [], request_id: REQ }),
+  },
+  'PUT /v1/sandboxes/{id}/network': {
+    status: 200,
+    description: 'the policy as it now applies (entries normalized: lowercase names, CIDRs with their host bits cleared)',
+    content: json(NetworkPolicyResult, { internet_access: true, allow_out: ['pypi.org', '*.pythonhosted.org', '140.82.112.0/20'], deny_out: ['203.0.113.7'], request_id: REQ }),
+    request: jsonRequest({ allow_out: ['pypi.org', '*.pythonhosted.org', '140.82.112.0/20'], deny_out: ['203.0.113.7'] }),
   },
   'GET /v1/sandboxes/{id}/metrics/stream': {
     status: 200,

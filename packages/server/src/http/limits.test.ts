@@ -96,7 +96,7 @@ async function setup() {
   await store.templates.upsert(template('big-disk', { diskGb: 11 }));
   const sandbox = (id: string, over: Partial<SandboxRow>) =>
     store.sandboxes.insert({
-      id, orgId: org.id, templateId: 'tpl_small', templateName: 'small', status: 'running', region: 'local', internetAccess: true,
+      id, orgId: org.id, templateId: 'tpl_small', templateName: 'small', status: 'running', region: 'local', internetAccess: true, egress: null,
       timeoutSeconds: null, expiresAt: null, vcpu: 1, memoryMb: 512, diskGb: 2, layers: ['l'], templateEnv: {}, envVars: {},
       gatewayPort: null, nodeId: 'test', version: 0, deletedReason: null, createdAt: now, updatedAt: now, deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null, ...over,
     });

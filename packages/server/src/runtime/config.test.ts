@@ -194,6 +194,8 @@ describe('network plumbing', () => {
     const text = nftRuleset({
       table: 'sandboxd', bridge: 'sbbr0', subnet: parseSubnet('10.88.0.0/16'), resolvers: ['10.255.255.53'], hostAddresses: ['192.0.2.2'], egressAllow: ['203.0.113.80/32'],
       egressAllowEndpoints: [{ address: '198.18.0.9', port: 80 }, { address: '198.18.0.10', port: 8443 }],
+      proxyVeth: 'sbpxtest',
+      proxyMark: 0x5bd00001,
     });
     const lines = text.split('\n').map((l) => l.trim());
     assert.equal(lines[0], 'table inet sandboxd {}');
@@ -213,11 +215,11 @@ describe('network plumbing', () => {
     assert.match(text, /set allowsvc4 \{ type ipv4_addr \. inet_service; elements = \{ 198\.18\.0\.9 \. 80, 198\.18\.0\.10 \. 8443 \} \}/);
     assert.ok(idx('iifname "sbbr0" meta nfproto != ipv4 drop') < dnsAccept, 'IPv6 dropped before any accept');
     assert.ok(lines.indexOf('oifname "sbbr0" drop') > lines.indexOf('oifname "sbbr0" ct state established,related accept'));
-    assert.match(text, /ip saddr 10\.88\.0\.0\/16 oifname != "sbbr0" masquerade/);
+    assert.match(text, /ip saddr 10\.88\.0\.0\/16 oifname != \{ "sbbr0", "sbpxtest" \} masquerade/);
     assert.match(text, /set allow4 \{ type ipv4_addr; flags interval; auto-merge; elements = \{ 203\.0\.113\.80\/32 \} \}/);
     assert.match(text, /iifname "sbbr0" oifname "sbbr0" drop/);
-    assert.match(text, /chain input \{[^}]*iifname "sbbr0" ip daddr @dns4 meta l4proto \{ tcp, udp \} th dport 53 accept\s+iifname "sbbr0" drop\s+\}/s, 'input: established, DNS to a resolver on the host, nothing else (IPv6 included)');
-    const none = nftRuleset({ table: 't', bridge: 'b', subnet: parseSubnet('10.1.0.0/24'), resolvers: [], hostAddresses: [] });
+    assert.match(text, /chain input \{[^}]*iifname "sbbr0" ip saddr vmap @policy4\s+iifname "sbbr0" ip daddr @dns4 meta l4proto \{ tcp, udp \} th dport 53 accept\s+iifname "sbbr0" drop\s+\}/s, 'input: established, the sandbox\'s policy, DNS to a resolver on the host, nothing else (IPv6 included)');
+    const none = nftRuleset({ table: 't', bridge: 'b', subnet: parseSubnet('10.1.0.0/24'), resolvers: [], hostAddresses: [], proxyVeth: 'px', proxyMark: 1 });
     assert.match(none, /set dns4 \{ type ipv4_addr; \}/, 'empty sets are valid syntax');
     assert.match(none, /set allow4 \{ type ipv4_addr; flags interval; auto-merge; \}/);
     assert.match(none, /set allowsvc4 \{ type ipv4_addr \. inet_service; \}/);

@@ -1,5 +1,6 @@
 import { listeningPorts, type ListeningPort } from './listening.js';
-import { chmod, chown, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { describeCause, isProgrammingError, ServiceError } from '@sandboxd/protocol';
@@ -47,10 +48,12 @@ import {
 import { DEFAULT_ID_REGISTRY_DIR, HostIdRegistry, IdRanges, RangeHeldElsewhere, readIdRange, writeIdRange, type IdRangeFile } from './id-ranges.js';
 import { ensureIdmapHelper } from './idmap.js';
 import { hasOwnFilesystem } from './mounts.js';
-import { deleteNetns, Ipam, NetnsHolder, normalizeCidr, parseSubnet, vethName, waitVethGone, type Subnet } from './net.js';
+import { hasDomainRules, isRestricted, policyObjects, policyRemoval, policyTransaction, type EgressPolicy } from './egress-policy.js';
+import { EgressProxy } from './egress-proxy.js';
+import { deleteNetns, intToIp, Ipam, NetnsHolder, normalizeCidr, parseSubnet, vethName, waitVethGone, type Subnet } from './net.js';
 import { buildConfig } from './oci.js';
 import { OomWatch } from './oom-watch.js';
-import type { ProcResult } from './proc.js';
+import { proc, procOk, type ProcResult } from './proc.js';
 import { runStep, cleanupStaleSteps, type StepContext } from './step-runner.js';
 import type { Runtime, RuntimeStatus, SandboxSpec, SandboxStats, StepRunOptions } from './types.js';
 import { UndoStack } from './undo.js';
@@ -76,6 +79,8 @@ export interface CrunRuntimeOptions {
   egressAllow?: string[];
   /** Single TCP services sandboxes may reach in a blocked range (the host's apt mirror). */
   egressAllowEndpoints?: EgressEndpoint[];
+  /** How the egress proxy resolves a name a connection carries (default: the host's resolvers). */
+  egressResolve?: (name: string) => Promise<string[]>;
 }
 
 export const INIT_PATH = '/usr/bin/catatonit';
@@ -161,6 +166,15 @@ export class CrunRuntime implements Runtime {
   private readonly locks = new Map<string, Promise<unknown>>();
   private readonly pool: DiskPool;
   private readonly oom: OomWatch;
+  private readonly proxy: EgressProxy;
+  /** The host end of the egress proxy's veth. */
+  readonly proxyVeth: string;
+  /** Sandboxes with an egress policy other than the default, by id and by address. */
+  private readonly policies = new Map<string, { ip: string; policy: EgressPolicy }>();
+  private readonly policyByIp = new Map<string, EgressPolicy>();
+  /** Addresses whose nftables counter of refusals exists; refusals the proxy made, by address. */
+  private readonly counters = new Set<string>();
+  private readonly proxyDenied = new Map<string, number>();
 
   constructor(opts: CrunRuntimeOptions) {
     this.opts = opts;
@@ -180,6 +194,21 @@ export class CrunRuntime implements Runtime {
     this.netnsPrefix = `${this.cgroupParent.replace(/[^A-Za-z0-9-]/g, '_')}_`;
     this.pool = new DiskPool(join(this.dataDir, 'disk-pool'), opts.diskPoolSize ?? 2, this.log, undefined, undefined, () => this.diskTools());
     this.oom = new OomWatch({ layout: () => this.layout(), parent: `/${this.cgroupParent}`, isMember: (n) => ID_RE.test(n), log: this.log });
+    this.proxyVeth = `sbpx${createHash('sha256').update(this.bridge).digest('hex').slice(0, 11)}`;
+    this.proxy = new EgressProxy({
+      bridge: this.bridge,
+      subnetCidr: `${intToIp(this.subnet.base)}/${this.subnet.prefix}`,
+      // '_' never occurs in a sandbox id: list() never takes it for one.
+      netns: `${this.netnsPrefix}_egress`,
+      veth: this.proxyVeth,
+      policyOf: (ip) => {
+        const p = this.policyByIp.get(ip);
+        return p && hasDomainRules(p) ? p : undefined;
+      },
+      onDenied: (ip) => this.proxyDenied.set(ip, (this.proxyDenied.get(ip) ?? 0) + 1),
+      resolve: opts.egressResolve,
+      log: this.log,
+    });
   }
 
   // ---- names and paths -------------------------------------------------------------------------
@@ -283,12 +312,27 @@ export class CrunRuntime implements Runtime {
   }
 
   private async readIp(id: string): Promise<string | undefined> {
+    return (await this.readNet(id)).ip;
+  }
+
+  /** The sandbox's address and egress policy (net.json), as far as they are readable. */
+  private async readNet(id: string): Promise<{ ip?: string; egress?: EgressPolicy }> {
     try {
-      const j = JSON.parse(await readFile(this.paths(id).net, 'utf8')) as { ip?: string };
-      return typeof j.ip === 'string' ? j.ip : undefined;
+      const j = JSON.parse(await readFile(this.paths(id).net, 'utf8')) as { ip?: unknown; egress?: unknown };
+      const ip = typeof j.ip === 'string' ? j.ip : undefined;
+      const e = j.egress as Partial<EgressPolicy> | undefined;
+      const strings = (v: unknown) => Array.isArray(v) && v.every((x) => typeof x === 'string');
+      const egress = e && typeof e.internet === 'boolean' && strings(e.allow) && strings(e.deny) ? { internet: e.internet, allow: e.allow!, deny: e.deny! } : undefined;
+      return { ip, egress };
     } catch {
-      return undefined;
+      return {};
     }
+  }
+
+  private async writeNet(id: string, net: { ip: string; egress?: EgressPolicy }): Promise<void> {
+    const p = this.paths(id).net;
+    await writeFile(`${p}.tmp`, JSON.stringify(net));
+    await rename(`${p}.tmp`, p);
   }
 
   private async sandboxDirIds(): Promise<string[]> {
@@ -339,6 +383,17 @@ export class CrunRuntime implements Runtime {
     await checkSuidDumpable();
     await enableIpForwarding();
     await ensureBridge(this.bridge, this.subnet);
+    // The policies sandboxes keep on disk go into the same transaction as the table: a restart
+    // never leaves a sandbox without its rules.
+    this.policies.clear();
+    this.policyByIp.clear();
+    this.counters.clear();
+    for (const id of await this.sandboxDirIds()) {
+      const net = await this.readNet(id);
+      if (net.ip && isRestricted(net.egress)) this.remember(id, net.ip, net.egress);
+    }
+    const policies = [...this.policies.values()];
+    if (policies.some((e) => hasDomainRules(e.policy))) await this.proxy.ensure();
     await applyNftables({
       table: this.nftTable,
       bridge: this.bridge,
@@ -347,7 +402,11 @@ export class CrunRuntime implements Runtime {
       hostAddresses: hostIpv4Addresses(),
       egressAllow: (this.opts.egressAllow ?? []).map(normalizeCidr),
       egressAllowEndpoints: this.opts.egressAllowEndpoints ?? [],
+      proxyVeth: this.proxyVeth,
+      proxyMark: this.proxy.mark,
+      policies,
     });
+    for (const e of policies) this.counters.add(e.ip);
     await mkdir(this.dataDir, { recursive: true, mode: DIR_MODE });
     await ensureTraversable(this.dataDir, this.log);
     for (const d of ['sandboxes', 'crun', 'crun-steps', 'steps']) await mkdir(join(this.dataDir, d), { recursive: true, mode: DIR_MODE });
@@ -363,6 +422,7 @@ export class CrunRuntime implements Runtime {
   async teardownHost(): Promise<void> {
     if ((await this.list()).length > 0) throw new ServiceError('INVALID_STATE', 'sandboxes still exist');
     await this.pool.drain();
+    await this.proxy.close();
     await deleteNftTable(this.nftTable);
     await deleteBridge(this.bridge);
     await removeCgroup(await this.layout(), `/${this.cgroupParent}`);
@@ -371,6 +431,61 @@ export class CrunRuntime implements Runtime {
   /** Daemon shutdown: releases node-local spares (pooled disks); sandboxes keep running. */
   async close(): Promise<void> {
     await this.pool.drain();
+    // Sandboxes with domain rules have their inspected connections refused until the next start.
+    await this.proxy.close();
+  }
+
+  // ---- egress policy ---------------------------------------------------------------------------
+
+  private remember(id: string, ip: string, policy: EgressPolicy | undefined): void {
+    const old = this.policies.get(id);
+    if (old) this.policyByIp.delete(old.ip);
+    if (isRestricted(policy)) {
+      this.policies.set(id, { ip, policy });
+      this.policyByIp.set(ip, policy);
+    } else {
+      this.policies.delete(id);
+    }
+  }
+
+  /** Sets (or, for the default, removes) a sandbox's rules: one nft transaction. */
+  private async applyPolicy(id: string, ip: string, policy: EgressPolicy | undefined): Promise<void> {
+    if (!isRestricted(policy) && !this.policies.has(id)) return;
+    if (isRestricted(policy) && hasDomainRules(policy)) await this.proxy.ensure();
+    await procOk('nft', ['-f', '-'], { input: policyTransaction(this.nftTable, ip, policy, this.proxyVeth) });
+    if (isRestricted(policy)) this.counters.add(ip);
+    this.remember(id, ip, policy);
+  }
+
+  /**
+   * Changes a running, paused or stopped sandbox's egress policy. New connections follow it at once
+   * (one nft transaction; the proxy asks for the policy on every connection and request). Kept on
+   * the sandbox's disk, so a restart of the daemon or a start of the sandbox applies it again.
+   */
+  setEgress(id: string, policy: EgressPolicy): Promise<void> {
+    checkId(id);
+    return this.withLock(id, async () => {
+      if (!existsSync(this.paths(id).dir)) throw new ServiceError('NOT_FOUND', `sandbox ${id} does not exist`);
+      const net = await this.readNet(id);
+      if (!net.ip) throw new ServiceError('INVALID_STATE', `sandbox ${id} was created without internet access: it has no network to set rules on`);
+      await this.writeNet(id, { ip: net.ip, egress: isRestricted(policy) ? policy : undefined });
+      await this.applyPolicy(id, net.ip, policy);
+    });
+  }
+
+  /** The sandbox's policy as the runtime holds it (undefined: the default). */
+  egressOf(id: string): EgressPolicy | undefined {
+    return this.policies.get(id)?.policy;
+  }
+
+  private async deniedCount(ip: string): Promise<number> {
+    let n = this.proxyDenied.get(ip) ?? 0;
+    if (this.counters.has(ip)) {
+      const r = await proc('nft', ['-j', 'list', 'counter', 'inet', this.nftTable, policyObjects(ip).counter]);
+      const m = /"packets":\s*(\d+)/.exec(r.stdout);
+      if (m) n += Number(m[1]);
+    }
+    return n;
   }
 
   // ---- lifecycle -------------------------------------------------------------------------------
@@ -609,7 +724,7 @@ export class CrunRuntime implements Runtime {
   }
 
   /** With internet access: the sandbox's address and its network namespace, held by a process. */
-  private async bootNetwork({ spec, p, undo, fresh, range, hook }: BootContext): Promise<NetnsHolder | undefined> {
+  private async bootNetwork({ spec, undo, fresh, range, hook }: BootContext): Promise<NetnsHolder | undefined> {
     const id = spec.id;
     if (!spec.internetAccess) return undefined;
     await hook('network');
@@ -619,10 +734,11 @@ export class CrunRuntime implements Runtime {
       ip = ipam.allocate();
       const allocated = ip;
       undo.push('address', () => ipam.release(allocated));
-      await writeFile(p.net, JSON.stringify({ ip }));
     } else {
       ipam.claim(ip);
     }
+    const policy = spec.egress ?? (await this.readNet(id)).egress;
+    await this.writeNet(id, { ip, egress: isRestricted(policy) ? policy : undefined });
     const netnsName = this.netnsName(id);
     // The holder's user namespace must own the netns, so one left from a crash is replaced.
     await deleteNetns(netnsName);
@@ -633,6 +749,12 @@ export class CrunRuntime implements Runtime {
       await deleteNetns(netnsName);
       await waitVethGone(this.vethName(id));
     });
+    // Before anything runs inside: the container starts after this.
+    if (isRestricted(policy)) {
+      const addr = ip;
+      undo.push('egress policy', () => this.removePolicy(id, addr));
+      await this.applyPolicy(id, ip, policy);
+    }
     return holder;
   }
 
@@ -700,6 +822,7 @@ export class CrunRuntime implements Runtime {
     await this.killContainer(id);
     await deleteNetns(this.netnsName(id));
     const ip = await this.readIp(id);
+    if (ip) await this.removePolicy(id, ip);
     await this.removeSandboxDir(id);
     // Last: the kernel tears the veth down while the directory goes.
     await waitVethGone(this.vethName(id));
@@ -707,6 +830,16 @@ export class CrunRuntime implements Runtime {
     // Always: the range is also registered host-wide, and this process may not have loaded the
     // ranges yet (a destroy right after a restart); loading them now prunes this sandbox's entry.
     (await this.idRanges()).release(id);
+  }
+
+  /** Removes a sandbox's rules and its counter of refusals (destroy, a failed boot). */
+  private async removePolicy(id: string, ip: string): Promise<void> {
+    if (this.policies.get(id)?.ip === ip || this.counters.has(ip)) {
+      await procOk('nft', ['-f', '-'], { input: policyRemoval(this.nftTable, ip, this.proxyVeth) });
+    }
+    this.counters.delete(ip);
+    this.proxyDenied.delete(ip);
+    if (this.policies.get(id)?.ip === ip) this.remember(id, ip, undefined);
   }
 
   /** crun delete, and if crun lost track (crash, corrupt state), the cgroup and state by hand. */
@@ -799,8 +932,9 @@ export class CrunRuntime implements Runtime {
         (t) => Number(t.trim()) || 0,
         () => 0,
       );
-    const [hostRx, hostTx] = await Promise.all([counter('rx_bytes'), counter('tx_bytes')]);
-    return { ...cg, diskUsedBytes: disk.usedBytes, diskTotalBytes: disk.totalBytes, networkRxBytes: hostTx, networkTxBytes: hostRx };
+    const ip = this.policies.get(id)?.ip ?? (await this.readIp(id));
+    const [hostRx, hostTx, egressDenied] = await Promise.all([counter('rx_bytes'), counter('tx_bytes'), ip ? this.deniedCount(ip) : 0]);
+    return { ...cg, diskUsedBytes: disk.usedBytes, diskTotalBytes: disk.totalBytes, networkRxBytes: hostTx, networkTxBytes: hostRx, egressDenied };
   }
 
   watchOom(onKill: (id: string, kills: number) => void): () => void {

@@ -4,6 +4,7 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
 import { readMounts } from './mounts.js';
 import { cidrContains, gatewayIp, intToIp, type Subnet } from './net.js';
+import { INSPECTED_PORTS, policyTransaction, type EgressPolicy } from './egress-policy.js';
 import { procOk } from './proc.js';
 
 /**
@@ -138,6 +139,11 @@ export interface NftInput {
   egressAllow?: string[];
   /** Narrower exceptions: one TCP port of one address (the host's own package mirror, say). */
   egressAllowEndpoints?: EgressEndpoint[];
+  /** The egress proxy's veth (host end) and the mark that routes a connection to it (egress-proxy.ts). */
+  proxyVeth: string;
+  proxyMark: number;
+  /** Sandboxes with an egress policy other than the default, set in the same transaction. */
+  policies?: { ip: string; policy: EgressPolicy }[];
 }
 
 /** One TCP service a sandbox may reach even in a blocked range. */
@@ -168,11 +174,20 @@ export function nftRuleset(n: NftInput): string {
     `  set allowsvc4 { type ipv4_addr . inet_service;${(n.egressAllowEndpoints ?? []).length ? ` elements = { ${n.egressAllowEndpoints!.map((e) => `${e.address} . ${e.port}`).join(', ')} }` : ''} }`,
     set('host4', false, n.hostAddresses),
     set('dns4', false, n.resolvers),
+    // A sandbox with an egress policy: its address jumps to its own chain (egress-policy.ts).
+    '  map policy4 { type ipv4_addr : verdict; }',
+    // A sandbox with domain rules: its connections to the inspected ports go to the egress proxy.
+    '  set inspect4 { type ipv4_addr; }',
+    '  chain prerouting {',
+    '    type filter hook prerouting priority mangle; policy accept;',
+    `    iifname ${br} ip saddr @inspect4 tcp dport { ${INSPECTED_PORTS.join(', ')} } meta mark set ${n.proxyMark}`,
+    '  }',
     '  chain forward {',
     '    type filter hook forward priority filter; policy accept;',
     `    iifname ${br} oifname ${br} drop`,
     `    iifname ${br} meta nfproto != ipv4 drop`,
     `    iifname ${br} ip saddr != ${cidr} drop`,
+    `    iifname ${br} ip saddr vmap @policy4`,
     `    iifname ${br} ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept`,
     // DNS over HTTPS on 443 cannot be told from other HTTPS; plain DNS, DoT and DoQ can.
     `    iifname ${br} meta l4proto { tcp, udp } th dport { ${DNS_PORTS.join(', ')} } drop`,
@@ -186,16 +201,18 @@ export function nftRuleset(n: NftInput): string {
     '  chain input {',
     '    type filter hook input priority filter; policy accept;',
     `    iifname ${br} ct state established,related accept`,
+    `    iifname ${br} ip saddr vmap @policy4`,
     `    iifname ${br} ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept`,
     `    iifname ${br} drop`,
     '  }',
     '  chain postrouting {',
     '    type nat hook postrouting priority srcnat; policy accept;',
-    `    ip saddr ${cidr} oifname != ${br} masquerade`,
+    // Not towards the egress proxy: it must see the sandbox's own address.
+    `    ip saddr ${cidr} oifname != { ${br}, ${JSON.stringify(n.proxyVeth)} } masquerade`,
     '  }',
     '}',
     '',
-  ].join('\n');
+  ].join('\n') + (n.policies ?? []).map((e) => policyTransaction(n.table, e.ip, e.policy, n.proxyVeth)).join('');
 }
 
 /** The blocked range holding `ip`, unless an egress exception covers it; undefined when reachable. */

@@ -1,3 +1,4 @@
+import type { EgressPolicy } from './egress-policy.js';
 import type { ListeningPort } from './listening.js';
 /**
  * The boundary between the services and whatever runs sandboxes. Today one in-process
@@ -25,6 +26,11 @@ export interface SandboxSpec {
   resources: SandboxResources;
   /** false: loopback only. true: veth + NAT; host, private ranges and other sandboxes blocked. */
   internetAccess: boolean;
+  /**
+   * With internet access: the egress policy (egress-policy.ts). Undefined: the one the sandbox
+   * kept from before (start), or the default.
+   */
+  egress?: EgressPolicy;
   hostname: string;
   /** Environment of the agent process (and so the base of every execution). */
   env: Record<string, string>;
@@ -43,6 +49,8 @@ export interface SandboxStats {
   /** Bytes the sandbox received and sent over its network (0 without one). */
   networkRxBytes: number;
   networkTxBytes: number;
+  /** Connections (and datagrams) its egress policy refused since the daemon started. */
+  egressDenied: number;
 }
 
 export interface StepRunOptions {
@@ -102,6 +110,11 @@ export interface Runtime {
   watchOom(onKill: (id: string, kills: number) => void): () => void;
   /** Daemon shutdown: releases what the runtime keeps ready (spares); sandboxes keep running. */
   close(): Promise<void>;
+  /**
+   * Sets the egress policy of a sandbox that has a network (INVALID_STATE without one); new
+   * connections follow it within a second; kept across restarts and stop/start.
+   */
+  setEgress(id: string, policy: EgressPolicy): Promise<void>;
   /** Runs one build step to completion in a throwaway container with sandbox isolation. */
   runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }>;
 }

@@ -89,7 +89,7 @@ test('quotas: the first limit the demand would pass is a 409 with the limit, the
 function row(id: string, over: Partial<SandboxRow>): SandboxRow {
   const now = new Date().toISOString();
   return {
-    id, orgId: 'org_a', templateId: 't', templateName: 'base', status: 'running', region: 'local', internetAccess: true,
+    id, orgId: 'org_a', templateId: 't', templateName: 'base', status: 'running', region: 'local', internetAccess: true, egress: null,
     timeoutSeconds: null, expiresAt: null, vcpu: 1, memoryMb: 512, diskGb: 2, layers: [], templateEnv: {}, envVars: {},
     gatewayPort: null, nodeId: 'n', version: 0, deletedReason: null, createdAt: now, updatedAt: now, deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null, ...over,
   };

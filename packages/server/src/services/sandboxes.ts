@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
-import { describeCause, isProgrammingError, ServiceError, type CreateSandboxBody, type Sandbox, type SandboxEventKind, type SandboxMetrics } from '@sandboxd/protocol';
+import { describeCause, isProgrammingError, ServiceError, type CreateSandboxBody, type NetworkPolicy, type Sandbox, type SandboxEventKind, type SandboxMetrics, type SetNetworkBody } from '@sandboxd/protocol';
+import { DEFAULT_EGRESS, isRestricted, normalizeEntries } from '../runtime/egress-policy.js';
 import type { Runtime, SandboxSpec } from '../runtime/types.js';
 import type { SandboxRow, Store } from '../store/types.js';
 import type { EventBus } from './events.js';
@@ -110,7 +111,13 @@ function splitLoaderEnv(env: Record<string, string>): { plain: Record<string, st
   return { plain, loader };
 }
 
-type SpecSource = Pick<SandboxRow, 'layers' | 'vcpu' | 'memoryMb' | 'diskGb' | 'internetAccess' | 'templateEnv' | 'envVars'>;
+type SpecSource = Pick<SandboxRow, 'layers' | 'vcpu' | 'memoryMb' | 'diskGb' | 'internetAccess' | 'templateEnv' | 'envVars' | 'egress'>;
+
+/** The policy a create or `PUT /network` asks for, validated; null when it is the default. */
+export function egressFrom(body: { internet_access?: boolean; allow_out?: string[]; deny_out?: string[] }): SandboxRow['egress'] {
+  const policy = { internet: body.internet_access ?? true, allow: normalizeEntries(body.allow_out, 'allow_out'), deny: normalizeEntries(body.deny_out, 'deny_out') };
+  return isRestricted(policy) ? policy : null;
+}
 
 function specFor(id: string, src: SpecSource, layerPath: (id: string) => string): SandboxSpec {
   const templateEnv = splitLoaderEnv(src.templateEnv);
@@ -119,6 +126,7 @@ function specFor(id: string, src: SpecSource, layerPath: (id: string) => string)
     lowerDirs: src.layers.map(layerPath),
     resources: { vcpu: src.vcpu, memoryMb: src.memoryMb, diskGb: src.diskGb, pidsMax: pidsFor(src.vcpu) },
     internetAccess: src.internetAccess,
+    egress: src.egress ?? DEFAULT_EGRESS,
     hostname: `sandbox-${id.slice(2, 10)}`,
     env: {
       PATH: DEFAULT_PATH,
@@ -185,7 +193,8 @@ export class SandboxService {
       template_name: row.templateName,
       template_id: row.templateId,
       region: row.region,
-      internet_access: row.internetAccess,
+      internet_access: row.internetAccess && (row.egress?.internet ?? true),
+      network: this.network(row),
       timeout_seconds: row.timeoutSeconds,
       expires_at: row.expiresAt,
       on_timeout: row.onTimeout,
@@ -195,6 +204,29 @@ export class SandboxService {
       updated_at: row.updatedAt,
       resources: { vcpu: row.vcpu, memory_mb: row.memoryMb, disk_gb: row.diskGb, disk_mb: row.diskGb * 1024 },
     };
+  }
+
+  network(row: SandboxRow): NetworkPolicy {
+    return { internet_access: row.internetAccess && (row.egress?.internet ?? true), allow_out: row.egress?.allow ?? [], deny_out: row.egress?.deny ?? [] };
+  }
+
+  /**
+   * Replaces a sandbox's egress policy (running, paused or stopped). The runtime applies it first:
+   * what the store says is never looser than what the sandbox gets.
+   */
+  async setNetwork(orgId: string, id: string, body: SetNetworkBody): Promise<NetworkPolicy> {
+    const egress = egressFrom(body);
+    const next = await this.transition(orgId, id, 'set the network of', ['running', 'paused', 'stopped'], async (r) => {
+      if (!r.internetAccess) {
+        if (!egress || egress.internet) {
+          throw new ServiceError('INVALID_STATE', `sandbox ${id} was created with internet_access false: it has no network, so none can be given to it now; create a sandbox with internet access (and allow_out/deny_out) instead`, { id });
+        }
+        return {};
+      }
+      await this.d.runtime.setEgress(id, egress ?? DEFAULT_EGRESS);
+      return { egress };
+    });
+    return this.network(next);
   }
 
   spec(row: SandboxRow): SandboxSpec {
@@ -272,6 +304,10 @@ export class SandboxService {
     const limits = await this.d.quotas.limitsFor(orgId);
     checkSize(limits, template, `template "${template.name}"`);
     const timeoutSeconds = timeoutFor(limits, body.timeout_seconds);
+    const egress = egressFrom(body);
+    if (body.internet_access === false && (body.allow_out?.length || body.deny_out?.length)) {
+      throw new ServiceError('VALIDATION_ERROR', 'allow_out and deny_out need internet_access: a sandbox created without it has no network at all');
+    }
     this.d.createLimiter.take(orgId);
 
     const now = new Date();
@@ -283,6 +319,7 @@ export class SandboxService {
       status: 'creating',
       region: body.region || 'local',
       internetAccess: body.internet_access ?? true,
+      egress: body.internet_access === false ? null : egress,
       timeoutSeconds,
       expiresAt: timeoutSeconds ? new Date(now.getTime() + timeoutSeconds * 1000).toISOString() : null,
       vcpu: template.vcpu,
@@ -367,7 +404,8 @@ export class SandboxService {
    */
   private async takeSandbox(row: SandboxRow, signal: AbortSignal | undefined): Promise<{ id: string; at: Date; source: 'warm_pool' | 'cold' }> {
     let source: 'warm_pool' | 'cold' = 'cold';
-    const boot: SpecSource = { ...row, envVars: {} };
+    // Booted (or taken from the pool) open, given the create's policy before it is handed out.
+    const boot: SpecSource = { ...row, envVars: {}, egress: null };
     const key = warmKeyOf(specFor('sb', boot, (l) => this.d.layerPath(l)), row.templateId, row.templateName);
     const make = async () => {
       const id = newSandboxId();
@@ -386,6 +424,7 @@ export class SandboxService {
       try {
         const res = await agentJson(this.d.runtime.agentSocket(id), 'PUT', '/env', { env_vars: row.envVars }, 2000);
         if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
+        if (row.egress) await this.d.runtime.setEgress(id, row.egress);
         return { id, at, source };
       } catch (err) {
         const why = err instanceof Error ? err.message : String(err);
@@ -645,7 +684,7 @@ export class SandboxService {
   /** One sandbox's resource use now; a stopped one has its disk only. */
   async metrics(orgId: string, id: string): Promise<SandboxMetrics> {
     const row = await this.get(orgId, id);
-    const zero = { cpuUsageNs: 0, memoryBytes: 0, memoryLimitBytes: row.memoryMb * 1024 * 1024, oomKills: 0, pids: 0, diskUsedBytes: 0, diskTotalBytes: row.diskGb * 1024 ** 3, networkRxBytes: 0, networkTxBytes: 0 };
+    const zero = { cpuUsageNs: 0, memoryBytes: 0, memoryLimitBytes: row.memoryMb * 1024 * 1024, oomKills: 0, pids: 0, diskUsedBytes: 0, diskTotalBytes: row.diskGb * 1024 ** 3, networkRxBytes: 0, networkTxBytes: 0, egressDenied: 0 };
     const st = await this.d.runtime.stats(id).catch((err: unknown) => {
       this.d.log('reading sandbox stats failed', { id, error: String(err) });
       return zero;
@@ -660,6 +699,7 @@ export class SandboxService {
       network: { rx_bytes: st.networkRxBytes, tx_bytes: st.networkTxBytes },
       pids: st.pids,
       oom_kills: st.oomKills,
+      egress_denied: st.egressDenied ?? 0,
     };
   }
 

@@ -16,7 +16,7 @@ export interface WarmKey {
 const hash = (v: unknown) => createHash('sha256').update(JSON.stringify(v)).digest('hex').slice(0, 24);
 
 export function warmKeyOf(spec: SandboxSpec, templateId: string, label = templateId): WarmKey {
-  const { env, id: _id, hostname: _hostname, internetAccess, ...rest } = spec;
+  const { env, id: _id, hostname: _hostname, internetAccess, egress: _egress, ...rest } = spec;
   const generation = hash({ ...rest, env: Object.fromEntries(Object.entries(env).filter(([k]) => k !== 'SANDBOX_ID').sort()) });
   return { key: hash({ generation, internetAccess }), generation, templateId, label: `${label} (${internetAccess ? 'internet' : 'no network'})` };
 }

@@ -12,6 +12,7 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     status: 'running',
     region: 'local',
     internetAccess: true,
+    egress: null,
     timeoutSeconds: null,
     expiresAt: null,
     vcpu: 1,
@@ -36,7 +37,7 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
 
   test(`${name}: sandboxes round-trip every field`, async () => {
     const s = await open();
-    const row = sandbox('sb1', { gatewayPort: 40001, timeoutSeconds: 30, expiresAt: '2030-01-01T00:00:00.000Z', internetAccess: false, onTimeout: 'pause', idleTimeoutSeconds: 300, autoResume: true, idleCheckAt: '2030-01-01T00:05:00.000Z' });
+    const row = sandbox('sb1', { gatewayPort: 40001, timeoutSeconds: 30, expiresAt: '2030-01-01T00:00:00.000Z', internetAccess: false, onTimeout: 'pause', idleTimeoutSeconds: 300, autoResume: true, idleCheckAt: '2030-01-01T00:05:00.000Z', egress: { internet: true, allow: ['example.com', '10.0.0.0/8'], deny: ['*.bad.example'] } });
     await s.sandboxes.insert(row);
     assert.deepEqual(await s.sandboxes.byId('sb1'), row);
     s.close();

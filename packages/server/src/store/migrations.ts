@@ -235,3 +235,8 @@ MIGRATIONS.push(`
   CREATE TRIGGER previews_go_with_removed_sandbox AFTER DELETE ON sandboxes
   BEGIN DELETE FROM previews WHERE sandbox_id = OLD.id; END;
 `);
+
+/** Egress policies (issue 12): a sandbox's allow and deny lists, JSON; NULL is the default (no rules). */
+MIGRATIONS.push(`
+  ALTER TABLE sandboxes ADD COLUMN egress TEXT;
+`);

@@ -59,6 +59,11 @@ export interface SandboxRow {
   status: SandboxRowStatus;
   region: string;
   internetAccess: boolean;
+  /**
+   * Egress policy (runtime/egress-policy.ts) when not the default. `internetAccess` says whether
+   * the sandbox has a network at all (fixed at create); this says what it may reach through it.
+   */
+  egress: { internet: boolean; allow: string[]; deny: string[] } | null;
   timeoutSeconds: number | null;
   expiresAt: string | null;
   vcpu: number;

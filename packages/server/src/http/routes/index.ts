@@ -19,6 +19,7 @@ import { uploadLinkRoute } from './template-upload-link.js';
 import { uploadPutRoute } from './template-upload-put.js';
 import { deleteTemplateRoute } from './template-delete.js';
 import { metricsRoutes } from './metrics.js';
+import { sandboxNetworkRoutes } from './sandbox-network.js';
 import { adminRoutes } from './admin.js';
 
 export async function registerRoutes(app: FastifyInstance, s: Services): Promise<void> {
@@ -42,6 +43,7 @@ export async function registerRoutes(app: FastifyInstance, s: Services): Promise
     uploadPutRoute,
     deleteTemplateRoute,
     metricsRoutes,
+    sandboxNetworkRoutes,
     adminRoutes,
   ]) {
     await register(app, s);

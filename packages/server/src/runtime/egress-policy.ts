@@ -1,0 +1,202 @@
+import { domainToASCII } from 'node:url';
+import { ServiceError } from '@sandboxd/protocol';
+import { cidrContains, normalizeCidr } from './net.js';
+
+/**
+ * A sandbox's egress policy, on top of the protections every sandbox with a network has (host,
+ * private and special ranges, other sandboxes, DNS only through the host's resolver): those stay
+ * on under every policy, and no entry here opens them.
+ *
+ * - `internet: false`: nothing leaves the sandbox, not even DNS.
+ * - `deny`: refused, whatever `allow` says.
+ * - `allow`: when not empty, the only destinations allowed.
+ *
+ * An entry is an IPv4 address, an IPv4 CIDR, a domain, or a `*.` wildcard domain (any name below
+ * it, not the name itself). Addresses and CIDRs are enforced in nftables for every protocol;
+ * domains are judged on the name a connection carries (TLS SNI on 443, HTTP Host on 80) by the
+ * runtime's egress proxy.
+ */
+export interface EgressPolicy {
+  internet: boolean;
+  allow: string[];
+  deny: string[];
+}
+
+export const DEFAULT_EGRESS: EgressPolicy = { internet: true, allow: [], deny: [] };
+
+/** Entries per list. A hundred is a long list; this bounds the work a policy can cost. */
+export const MAX_EGRESS_ENTRIES = 1000;
+
+/** The TCP ports whose connections the egress proxy reads a name from. */
+export const INSPECTED_PORTS: readonly number[] = [80, 443];
+
+export interface ParsedEntries {
+  cidrs: string[];
+  /** Exact names, lowercase ASCII, no trailing dot. */
+  names: string[];
+  /** Suffixes of `*.` entries, with their leading dot (`.example.com`). */
+  suffixes: string[];
+}
+
+const IPV4_RE = /^\d{1,3}(?:\.\d{1,3}){3}(?:\/\d{1,2})?$/;
+const LABEL_RE = /^(?!-)[a-z0-9_-]{1,63}(?<!-)$/;
+
+/**
+ * One entry as the API stores and shows it: `1.2.3.4`, `10.0.0.0/8` (host bits cleared),
+ * `example.com`, `*.example.com` (lowercase ASCII, no trailing dot). Throws a 400 naming the entry.
+ */
+export function normalizeEntry(raw: string, field: string): string {
+  const bad = (why: string) => new ServiceError('VALIDATION_ERROR', `${field}: ${JSON.stringify(raw.slice(0, 100))} ${why}`, { field, entry: raw.slice(0, 300) });
+  const text = raw.trim();
+  if (!text) throw bad('is empty');
+  if (text.length > 300) throw bad('is too long');
+  if (text.includes(':')) throw bad('is not allowed: sandboxes have no IPv6 (every IPv6 packet is dropped), and a port cannot be given; use an IPv4 address, an IPv4 CIDR or a domain');
+  if (IPV4_RE.test(text)) {
+    try {
+      const cidr = normalizeCidr(text);
+      return text.includes('/') ? cidr : cidr.slice(0, -3);
+    } catch {
+      throw bad('is not an IPv4 address or CIDR');
+    }
+  }
+  const wildcard = text.startsWith('*.');
+  const body = wildcard ? text.slice(2) : text;
+  if (body.includes('*')) throw bad('is not a domain: a wildcard is allowed only as a leading "*." ');
+  const ascii = domainToASCII(body.replace(/\.$/, '').toLowerCase());
+  if (!ascii || ascii.length > 253) throw bad('is not a domain, an IPv4 address or a CIDR');
+  const labels = ascii.split('.');
+  if (!labels.every((l) => LABEL_RE.test(l))) throw bad('is not a domain, an IPv4 address or a CIDR');
+  if (/^\d+$/.test(labels[labels.length - 1]!)) throw bad('is not a domain, an IPv4 address or a CIDR');
+  return wildcard ? `*.${ascii}` : ascii;
+}
+
+/** Normalized, deduplicated, in the caller's order; throws a 400 on the first bad entry. */
+export function normalizeEntries(list: readonly string[] | undefined, field: string): string[] {
+  if (!list) return [];
+  if (list.length > MAX_EGRESS_ENTRIES) throw new ServiceError('VALIDATION_ERROR', `${field}: at most ${MAX_EGRESS_ENTRIES} entries`, { field });
+  return [...new Set(list.map((e) => normalizeEntry(e, field)))];
+}
+
+export function parseEntries(list: readonly string[]): ParsedEntries {
+  const out: ParsedEntries = { cidrs: [], names: [], suffixes: [] };
+  for (const e of list) {
+    if (IPV4_RE.test(e)) out.cidrs.push(normalizeCidr(e));
+    else if (e.startsWith('*.')) out.suffixes.push(e.slice(1));
+    else out.names.push(e);
+  }
+  return out;
+}
+
+/** The default policy costs nothing: no rules, no proxy. */
+export function isRestricted(p: EgressPolicy | undefined): p is EgressPolicy {
+  return !!p && (!p.internet || p.allow.length > 0 || p.deny.length > 0);
+}
+
+export function hasDomainRules(p: EgressPolicy): boolean {
+  const a = parseEntries(p.allow);
+  const d = parseEntries(p.deny);
+  return p.internet && a.names.length + a.suffixes.length + d.names.length + d.suffixes.length > 0;
+}
+
+/** A hostname as a connection names it (SNI, Host) in the form the entries use, or undefined. */
+export function canonicalName(name: string | undefined): string | undefined {
+  if (!name) return undefined;
+  const ascii = domainToASCII(name.replace(/\.$/, '').toLowerCase());
+  return ascii && ascii.length <= 253 ? ascii : undefined;
+}
+
+function nameMatches(e: ParsedEntries, name: string): boolean {
+  return e.names.includes(name) || e.suffixes.some((s) => name.endsWith(s));
+}
+
+export type EgressVerdict =
+  | { allow: true; byName: boolean }
+  | { allow: false; reason: string };
+
+/**
+ * The decision for one connection the proxy sees: to `address`, naming `name` (SNI or Host, if
+ * any). `byName`: allowed only because of its name, so the name must also resolve to the address.
+ */
+export function decide(p: EgressPolicy, address: string, name: string | undefined): EgressVerdict {
+  if (!p.internet) return { allow: false, reason: 'internet access is off' };
+  const allow = parseEntries(p.allow);
+  const deny = parseEntries(p.deny);
+  if (deny.cidrs.some((c) => cidrContains(c, address))) return { allow: false, reason: `${address} is denied` };
+  if (name && nameMatches(deny, name)) return { allow: false, reason: `${name} is denied` };
+  if (allow.cidrs.some((c) => cidrContains(c, address))) return { allow: true, byName: false };
+  if (name && nameMatches(allow, name)) return { allow: true, byName: true };
+  if (p.allow.length > 0) return { allow: false, reason: name ? `${name} is not in the allow list` : `${address} is not in the allow list, and the connection names no host` };
+  return { allow: true, byName: false };
+}
+
+/** nftables names of one sandbox's objects: from its address, which is unique while it lives. */
+export function policyObjects(ip: string): { chain: string; allowSet: string; denySet: string; counter: string } {
+  const base = `p_${ip.replace(/\./g, '_')}`;
+  return { chain: base, allowSet: `${base}_a`, denySet: `${base}_d`, counter: `${base}_n` };
+}
+
+/**
+ * The rules of one sandbox's chain, jumped to (from forward and input) for every packet it sends.
+ * A rule that returns lets the table's common rules decide (which still drop blocked ranges); a
+ * refusal is counted and answered at once: a TCP reset, or an ICMP "administratively prohibited".
+ */
+export function policyRules(ip: string, p: EgressPolicy, proxyVeth: string): string[] {
+  const o = policyObjects(ip);
+  const refuse = [`meta l4proto tcp counter name "${o.counter}" reject with tcp reset`, `counter name "${o.counter}" reject with icmpx type admin-prohibited`];
+  if (!p.internet) return refuse;
+  const allow = parseEntries(p.allow);
+  const deny = parseEntries(p.deny);
+  const domains = hasDomainRules(p);
+  const rules: string[] = ['ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 return'];
+  if (deny.cidrs.length) rules.push(...refuse.map((r) => `ip daddr @${o.denySet} ${r}`));
+  // QUIC carries its name encrypted: with domain rules, HTTPS goes over TCP, where the proxy reads it.
+  if (domains) {
+    rules.push(`udp dport 443 ${refuse[1]}`);
+    // Fail closed: an inspected connection that is not on its way to the proxy (it is not running) is refused.
+    rules.push(`tcp dport { ${INSPECTED_PORTS.join(', ')} } oifname != "${proxyVeth}" ${refuse[0]}`);
+  }
+  if (allow.cidrs.length) rules.push(`ip daddr @${o.allowSet} return`);
+  if (domains) rules.push(`oifname "${proxyVeth}" return`);
+  if (p.allow.length) rules.push(...refuse);
+  return rules;
+}
+
+/** One nft transaction that sets a sandbox's policy (idempotent), or removes it when `p` is the default. */
+export function policyTransaction(table: string, ip: string, p: EgressPolicy | undefined, proxyVeth: string): string {
+  const o = policyObjects(ip);
+  const t = `inet ${table}`;
+  const setDef = '{ type ipv4_addr; flags interval; auto-merge; }';
+  const lines: string[] = [];
+  if (!isRestricted(p)) {
+    lines.push(
+      `add chain ${t} ${o.chain}`,
+      `add element ${t} policy4 { ${ip} : jump ${o.chain} }`,
+      `delete element ${t} policy4 { ${ip} }`,
+      `add element ${t} inspect4 { ${ip} }`,
+      `delete element ${t} inspect4 { ${ip} }`,
+      `flush chain ${t} ${o.chain}`,
+      `delete chain ${t} ${o.chain}`,
+    );
+    for (const s of [o.allowSet, o.denySet]) lines.push(`add set ${t} ${s} ${setDef}`, `delete set ${t} ${s}`);
+    return lines.join('\n') + '\n';
+  }
+  const allow = parseEntries(p.allow).cidrs;
+  const deny = parseEntries(p.deny).cidrs;
+  lines.push(`add chain ${t} ${o.chain}`, `flush chain ${t} ${o.chain}`);
+  for (const [s, elems] of [[o.allowSet, allow], [o.denySet, deny]] as const) {
+    lines.push(`add set ${t} ${s} ${setDef}`, `flush set ${t} ${s}`);
+    if (elems.length) lines.push(`add element ${t} ${s} { ${elems.join(', ')} }`);
+  }
+  // Kept when the policy goes back to the default: the sandbox's count of refusals lives on.
+  lines.push(`add counter ${t} ${o.counter}`);
+  for (const r of policyRules(ip, p, proxyVeth)) lines.push(`add rule ${t} ${o.chain} ${r}`);
+  lines.push(`add element ${t} policy4 { ${ip} : jump ${o.chain} }`, `add element ${t} inspect4 { ${ip} }`);
+  if (!hasDomainRules(p)) lines.push(`delete element ${t} inspect4 { ${ip} }`);
+  return lines.join('\n') + '\n';
+}
+
+/** Removes everything of a sandbox's policy, its counter too (destroy). */
+export function policyRemoval(table: string, ip: string, proxyVeth: string): string {
+  const o = policyObjects(ip);
+  return policyTransaction(table, ip, undefined, proxyVeth) + `add counter inet ${table} ${o.counter}\ndelete counter inet ${table} ${o.counter}\n`;
+}

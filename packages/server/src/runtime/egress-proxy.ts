@@ -1,0 +1,442 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { Resolver } from 'node:dns/promises';
+import { existsSync } from 'node:fs';
+import { readFile, writeFile } from 'node:fs/promises';
+import { Agent, createServer as createHttpServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
+import { connect, type Server, type Socket } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { canonicalName, decide, INSPECTED_PORTS, type EgressPolicy } from './egress-policy.js';
+import { proc, procOk } from './proc.js';
+
+/**
+ * Where domain rules are decided. A sandbox with domain rules has its TCP connections to the
+ * inspected ports (80, 443) marked by nftables and routed (policy routing, from its bridge only)
+ * into a network namespace of the runtime's own, where every address is local: a listener there
+ * on 0.0.0.0 accepts a connection to any address, and sees that address as its local one. The
+ * daemon holds those listeners (made in the namespace, passed over IPC), reads the name the
+ * connection carries (TLS SNI, HTTP Host of every request), decides with the sandbox's policy, and
+ * connects to the address the sandbox asked for from the host, or resets the connection.
+ *
+ * A name is trusted only for the address it resolves to (through the host's resolver, the one the
+ * sandbox uses): a connection to some address that claims an allowed name is refused.
+ *
+ * Without the proxy (daemon down) those connections are refused, not let through: the sandbox's
+ * chain refuses inspected ports that are not routed to the proxy.
+ */
+export interface EgressProxyOptions {
+  /** The sandboxes' bridge: only packets from it are routed to the proxy. */
+  bridge: string;
+  subnetCidr: string;
+  /** Named netns of the proxy; host end of its veth (the sandbox chains name it). */
+  netns: string;
+  veth: string;
+  policyOf: (ip: string) => EgressPolicy | undefined;
+  onDenied: (ip: string, why: string) => void;
+  /** IPv4 addresses of a name; default: the host's resolvers (A records). */
+  resolve?: (name: string) => Promise<string[]>;
+  log: (msg: string) => void;
+}
+
+/** Address of the proxy's end of the veth (a link-local /32, seen by nothing else). */
+const NS_ADDR = '169.254.0.2';
+const HOST_ADDR = '169.254.0.1';
+const RULE_PREF = 5000;
+/** How long a connection may take to send its first bytes (ClientHello, request head). */
+const FIRST_BYTES_MS = 10_000;
+const MAX_HELLO = 64 * 1024;
+
+/** The fwmark and routing table of a bridge's proxy: from its name, so that two runtimes differ. */
+export function proxyRouting(bridge: string): { mark: number; table: number } {
+  const h = createHash('sha256').update(bridge).digest().readUInt32BE(0);
+  return { mark: 0x5bd00000 + (h % 0xffff), table: 100_000 + (h % 100_000) };
+}
+
+export class EgressProxy {
+  private ready?: Promise<void>;
+  private servers: Server[] = [];
+  private readonly sockets = new Set<Socket>();
+  private readonly names = new Map<string, { ips: Set<string>; until: number; fetched: number }>();
+  private readonly resolver = new Resolver({ timeout: 3000, tries: 2 });
+  private readonly routing: { mark: number; table: number };
+
+  constructor(private readonly o: EgressProxyOptions) {
+    this.routing = proxyRouting(o.bridge);
+  }
+
+  get mark(): number {
+    return this.routing.mark;
+  }
+
+  /** Sets the proxy up once (again after close); concurrent callers share the work. */
+  ensure(): Promise<void> {
+    this.ready ??= this.setup().catch((err: unknown) => {
+      this.ready = undefined;
+      throw err;
+    });
+    return this.ready;
+  }
+
+  get active(): boolean {
+    return this.servers.length > 0;
+  }
+
+  /** Stops listening, ends proxied connections, removes the netns, veth, rule and routes. */
+  async close(): Promise<void> {
+    const was = this.ready;
+    this.ready = undefined;
+    await was?.catch(() => undefined);
+    for (const s of this.servers.splice(0)) s.close();
+    for (const s of this.sockets) s.destroy();
+    this.sockets.clear();
+    await this.removeHostSide();
+  }
+
+  private async removeHostSide(): Promise<void> {
+    const { mark, table } = this.routing;
+    for (let i = 0; i < 10; i++) {
+      const r = await proc('ip', ['rule', 'del', 'pref', String(RULE_PREF), 'iif', this.o.bridge, 'fwmark', String(mark), 'lookup', String(table)]);
+      if (r.code !== 0) break;
+    }
+    await proc('ip', ['route', 'flush', 'table', String(table)]);
+    if (existsSync(`/run/netns/${this.o.netns}`)) await procOk('ip', ['netns', 'del', this.o.netns]);
+    if (existsSync(`/sys/class/net/${this.o.veth}`)) await proc('ip', ['link', 'del', this.o.veth]);
+  }
+
+  private async setup(): Promise<void> {
+    await this.removeHostSide();
+    const { mark, table } = this.routing;
+    const ns = this.o.netns;
+    await procOk('ip', ['-batch', '-'], {
+      input: [`netns add ${ns}`, `link add ${this.o.veth} type veth peer name eth0 netns ${ns}`, `link set ${this.o.veth} up`].join('\n') + '\n',
+    });
+    try {
+      // Replies come back from addresses the host routes elsewhere: no reverse-path check on this link.
+      await writeFile(`/proc/sys/net/ipv4/conf/${this.o.veth}/rp_filter`, '0');
+      const hostMac = (await readFile(`/sys/class/net/${this.o.veth}/address`, 'utf8')).trim();
+      const nsMac = /link\/ether ([0-9a-f:]{17})/.exec(await procOk('ip', ['-n', ns, '-o', 'link', 'show', 'dev', 'eth0']))?.[1];
+      if (!nsMac) throw new Error('the egress proxy namespace has no eth0 address');
+      // In the namespace, every address is local (the listeners see the sandbox's destination),
+      // except the sandboxes' subnet, which is the way back. Static neighbours: no ARP on the link.
+      await procOk('ip', ['-n', ns, '-batch', '-'], {
+        input:
+          [
+            'link set lo up',
+            'link set eth0 up',
+            `addr add ${NS_ADDR}/32 dev eth0`,
+            `neigh replace ${HOST_ADDR} lladdr ${hostMac} dev eth0 nud permanent`,
+            `route add ${this.o.subnetCidr} via ${HOST_ADDR} dev eth0 onlink table local`,
+            'route add local 0.0.0.0/0 dev lo table local',
+          ].join('\n') + '\n',
+      });
+      await procOk('ip', ['-batch', '-'], {
+        input:
+          [
+            `neigh replace ${NS_ADDR} lladdr ${nsMac} dev ${this.o.veth} nud permanent`,
+            `route replace default via ${NS_ADDR} dev ${this.o.veth} onlink table ${table}`,
+            `rule add pref ${RULE_PREF} iif ${this.o.bridge} fwmark ${mark} lookup ${table}`,
+          ].join('\n') + '\n',
+      });
+      this.servers = await this.listen();
+    } catch (err) {
+      await this.removeHostSide();
+      throw err;
+    }
+  }
+
+  /** The listeners, made inside the namespace by a short-lived child and passed to this process. */
+  private async listen(): Promise<Server[]> {
+    const env = { ...process.env };
+    delete env.NODE_OPTIONS;
+    const script = fileURLToPath(new URL('./egress-listener.js', import.meta.url));
+    const child: ChildProcess = spawn('ip', ['netns', 'exec', this.o.netns, process.execPath, script, JSON.stringify(INSPECTED_PORTS)], {
+      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+      env,
+    });
+    let stderr = '';
+    child.stderr?.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+    const servers: Server[] = [];
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error('the egress listener did not start in 10 s')), 10_000);
+        child.on('message', (msg: { port?: number }, handle: unknown) => {
+          const server = handle as Server | undefined;
+          if (!server || typeof msg.port !== 'number') return;
+          const port = msg.port;
+          server.on('connection', (s: Socket) => this.accept(s, port));
+          server.on('error', (err) => this.o.log(`egress proxy: listener ${port}: ${err.message}`));
+          servers.push(server);
+          if (servers.length === INSPECTED_PORTS.length) {
+            clearTimeout(timer);
+            resolve();
+          }
+        });
+        child.on('exit', (code) => {
+          if (servers.length < INSPECTED_PORTS.length) {
+            clearTimeout(timer);
+            reject(new Error(`the egress listener exited (${code}): ${stderr.trim()}`));
+          }
+        });
+      });
+    } catch (err) {
+      for (const s of servers) s.close();
+      child.kill('SIGKILL');
+      throw err;
+    }
+    return servers;
+  }
+
+  private track(s: Socket): void {
+    this.sockets.add(s);
+    s.once('close', () => this.sockets.delete(s));
+    s.on('error', () => undefined);
+  }
+
+  private accept(s: Socket, port: number): void {
+    this.track(s);
+    const from = s.remoteAddress ?? '';
+    const policy = this.o.policyOf(from);
+    if (!policy) {
+      // Not (any more) a sandbox with domain rules: nothing to decide with.
+      s.resetAndDestroy();
+      return;
+    }
+    if (port === 443) void this.acceptTls(s, from, policy);
+    else this.acceptHttp(s, from);
+  }
+
+  private deny(s: Socket, from: string, why: string): void {
+    this.o.onDenied(from, why);
+    if (!s.destroyed) s.resetAndDestroy();
+  }
+
+  /** Whether a connection that carries `name` may go to `address`; the reason when not. */
+  private async judge(policy: EgressPolicy, address: string, name: string | undefined): Promise<string | undefined> {
+    const v = decide(policy, address, name);
+    if (!v.allow) return v.reason;
+    if (v.byName && name && !(await this.resolvesTo(name, address))) return `${name} does not resolve to ${address}`;
+    return undefined;
+  }
+
+  private async acceptTls(s: Socket, from: string, policy: EgressPolicy): Promise<void> {
+    const address = s.localAddress ?? '';
+    const port = s.localPort ?? 443;
+    let first: Buffer;
+    try {
+      first = await readFirst(s, (b) => clientHelloState(b) !== 'partial', MAX_HELLO);
+    } catch {
+      s.destroy();
+      return;
+    }
+    const name = sniOf(first);
+    const why = await this.judge(policy, address, name);
+    if (why) return this.deny(s, from, why);
+    const up = connect({ host: address, port });
+    this.track(up);
+    up.setNoDelay(true);
+    s.setNoDelay(true);
+    up.write(first);
+    s.pipe(up).pipe(s);
+    up.on('error', () => s.resetAndDestroy());
+    s.on('error', () => up.destroy());
+    s.on('close', () => up.destroy());
+    up.on('close', () => s.destroy());
+  }
+
+  /** HTTP: every request on the connection is judged by its own Host (keep-alive may change it). */
+  private acceptHttp(s: Socket, from: string): void {
+    const address = s.localAddress ?? '';
+    const port = s.localPort ?? 80;
+    // One upstream connection per sandbox connection: requests are never mixed between sandboxes.
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const server = createHttpServer({ requestTimeout: 0, headersTimeout: FIRST_BYTES_MS, keepAliveTimeout: 60_000 });
+    s.once('close', () => agent.destroy());
+    const check = async (req: IncomingMessage): Promise<string | undefined> => {
+      const policy = this.o.policyOf(from);
+      if (!policy) return 'the sandbox has no egress policy any more';
+      return this.judge(policy, address, hostOf(req));
+    };
+    server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+      void check(req).then((why) => {
+        if (why) return this.deny(s, from, why);
+        res.sendDate = false;
+        const up = httpRequest({ host: address, port, method: req.method, path: req.url, headers: req.rawHeaders, agent, setHost: false }, (r) => {
+          res.writeHead(r.statusCode ?? 502, r.statusMessage, r.rawHeaders);
+          r.pipe(res);
+          r.on('error', () => s.destroy());
+        });
+        up.on('error', () => s.resetAndDestroy());
+        req.pipe(up);
+      });
+    });
+    server.on('upgrade', (req: IncomingMessage, client: Socket, head: Buffer) => {
+      void check(req).then((why) => {
+        if (why) return this.deny(s, from, why);
+        const up = connect({ host: address, port });
+        this.track(up);
+        const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
+        for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+        up.write(lines.join('\r\n') + '\r\n\r\n');
+        if (head.length) up.write(head);
+        client.pipe(up).pipe(client);
+        up.on('error', () => client.destroy());
+        up.on('close', () => client.destroy());
+        client.on('close', () => up.destroy());
+      });
+    });
+    // CONNECT would tunnel anywhere: a sandbox's own request to port 80 never needs it.
+    server.on('connect', () => this.deny(s, from, 'CONNECT is not allowed through the egress policy'));
+    server.on('clientError', () => s.destroy());
+    server.emit('connection', s);
+  }
+
+  /** Whether `name` resolves to `address` (A records, cached for their TTL, asked again on a miss). */
+  private async resolvesTo(name: string, address: string): Promise<boolean> {
+    const now = Date.now();
+    let entry = this.names.get(name);
+    if (entry && entry.until > now && entry.ips.has(address)) return true;
+    if (entry && now - entry.fetched < 1000 && entry.until > now) return false;
+    let ips: string[] = [];
+    let ttl = 30;
+    try {
+      if (this.o.resolve) {
+        ips = await this.o.resolve(name);
+      } else {
+        const answers = await this.resolver.resolve4(name, { ttl: true });
+        ips = answers.map((a) => a.address);
+        ttl = Math.min(...answers.map((a) => a.ttl), 300);
+      }
+    } catch {
+      ips = [];
+    }
+    if (this.names.size > 10_000) this.names.clear();
+    // Answers seen within their lifetime are kept together: a name whose answers rotate still
+    // matches the one the sandbox got a moment ago.
+    const keep = entry && entry.until > now ? entry.ips : new Set<string>();
+    for (const ip of ips) keep.add(ip);
+    entry = { ips: keep, until: now + Math.max(5, ttl) * 1000, fetched: now };
+    this.names.set(name, entry);
+    return keep.has(address);
+  }
+}
+
+/**
+ * Collects a connection's first bytes until `done` says enough (or `max` bytes arrived, or the
+ * peer ended), pausing the socket afterwards. Rejects after FIRST_BYTES_MS or on an error.
+ */
+function readFirst(s: Socket, done: (b: Buffer) => boolean, max: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    let buf = Buffer.alloc(0);
+    const finish = (err?: Error) => {
+      clearTimeout(timer);
+      s.off('data', onData);
+      s.off('end', onEnd);
+      s.off('error', onError);
+      s.pause();
+      if (err) reject(err);
+      else resolve(buf);
+    };
+    const onData = (c: Buffer) => {
+      buf = Buffer.concat([buf, c]);
+      if (buf.length >= max || done(buf)) finish();
+    };
+    const onEnd = () => finish();
+    const onError = (e: Error) => finish(e);
+    const timer = setTimeout(() => finish(buf.length ? undefined : new Error('no data')), FIRST_BYTES_MS);
+    s.on('data', onData);
+    s.once('end', onEnd);
+    s.once('error', onError);
+  });
+}
+
+/**
+ * Whether `b` holds a whole TLS ClientHello ('complete'), could still become one ('partial'), or
+ * is not one ('other'). The handshake message may span several records.
+ */
+export function clientHelloState(b: Buffer): 'complete' | 'partial' | 'other' {
+  const hs = handshakeBytes(b);
+  if (hs === undefined) return 'other';
+  if (hs.length < 4) return 'partial';
+  if (hs[0] !== 1) return 'other';
+  const len = hs.readUIntBE(1, 3);
+  if (len > MAX_HELLO) return 'other';
+  return hs.length >= 4 + len ? 'complete' : 'partial';
+}
+
+/** The handshake layer's bytes from the leading TLS handshake records, or undefined if not TLS. */
+function handshakeBytes(b: Buffer): Buffer | undefined {
+  const parts: Buffer[] = [];
+  let off = 0;
+  while (off < b.length) {
+    if (b[off] !== 22) return parts.length ? Buffer.concat(parts) : undefined;
+    if (off + 5 > b.length) break;
+    if (b[off + 1] !== 3) return undefined;
+    const len = b.readUInt16BE(off + 3);
+    if (len === 0 || len > 16_384 + 2048) return undefined;
+    parts.push(b.subarray(off + 5, Math.min(b.length, off + 5 + len)));
+    if (off + 5 + len > b.length) break;
+    off += 5 + len;
+  }
+  return Buffer.concat(parts);
+}
+
+/** The host_name of a ClientHello's server_name extension, canonical; undefined if none or malformed. */
+export function sniOf(b: Buffer): string | undefined {
+  if (clientHelloState(b) !== 'complete') return undefined;
+  const hs = handshakeBytes(b)!;
+  const body = hs.subarray(4, 4 + hs.readUIntBE(1, 3));
+  let off = 2 + 32; // version, random
+  const skip = (lenBytes: number): boolean => {
+    if (off + lenBytes > body.length) return false;
+    const n = body.readUIntBE(off, lenBytes);
+    off += lenBytes + n;
+    return off <= body.length;
+  };
+  if (!skip(1) || !skip(2) || !skip(1)) return undefined; // session id, cipher suites, compression
+  if (off + 2 > body.length) return undefined;
+  const end = Math.min(body.length, off + 2 + body.readUInt16BE(off));
+  off += 2;
+  while (off + 4 <= end) {
+    const type = body.readUInt16BE(off);
+    const len = body.readUInt16BE(off + 2);
+    const ext = body.subarray(off + 4, Math.min(end, off + 4 + len));
+    off += 4 + len;
+    if (type !== 0) continue;
+    if (ext.length < 2) return undefined;
+    let p = 2;
+    const listEnd = Math.min(ext.length, 2 + ext.readUInt16BE(0));
+    while (p + 3 <= listEnd) {
+      const kind = ext[p]!;
+      const n = ext.readUInt16BE(p + 1);
+      if (p + 3 + n > listEnd) return undefined;
+      const name = ext.subarray(p + 3, p + 3 + n).toString('latin1');
+      if (kind === 0) return /^[A-Za-z0-9.-]{1,253}$/.test(name) ? canonicalName(name) : undefined;
+      p += 3 + n;
+    }
+    return undefined;
+  }
+  return undefined;
+}
+
+/**
+ * The host a request names: its absolute-form target's, else its Host header's (port removed).
+ * Undefined when it names none, or two different ones.
+ */
+export function hostOf(req: Pick<IncomingMessage, 'url' | 'headers'>): string | undefined {
+  const strip = (h: string): string | undefined => {
+    const m = /^([A-Za-z0-9.-]{1,253})(?::\d{1,5})?$/.exec(h.trim());
+    return m ? canonicalName(m[1]) : undefined;
+  };
+  const header = typeof req.headers.host === 'string' ? strip(req.headers.host) : undefined;
+  let target: string | undefined;
+  if (req.url && /^[a-z][a-z0-9+.-]*:\/\//i.test(req.url)) {
+    try {
+      target = strip(new URL(req.url).host);
+    } catch {
+      return undefined;
+    }
+    if (!target) return undefined;
+  }
+  if (target && header && target !== header) return undefined;
+  return target ?? header;
+}

@@ -294,6 +294,6 @@ export interface SandboxResources {
   network: { rxBytes: number; txBytes: number };
   pids: number;
   oomKills: number;
-  /** Connections its egress rules refused since the daemon started (not since the sandbox did). */
+  /** Connections (and datagrams) its egress rules refused since the daemon started (not since the sandbox did). */
   egressDenied: number;
 }

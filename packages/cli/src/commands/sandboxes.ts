@@ -132,7 +132,7 @@ export const stats: Command = {
   summary: "show a sandbox's cpu, memory, disk and network use now",
   args: 'ID',
   details:
-    'CPU time and network bytes count from when the sandbox last started; egress denied (connections its egress rules refused) from when the daemon did. --json prints the whole record.',
+    'CPU time and network bytes count from when the sandbox last started; egress denied (connections and datagrams its egress rules refused) from when the daemon did. --json prints the whole record.',
   examples: ['sbx stats $ID', 'sbx stats $ID --json'],
   options: {},
   minArgs: 1,

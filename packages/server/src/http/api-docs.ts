@@ -114,7 +114,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     summary: "Replace a sandbox's egress policy",
     description:
       'Replaces the whole policy (omitted fields take their defaults: `internet_access` true, no lists); new connections follow it within a second, without a restart, and it is kept across stop/start and daemon restarts. An entry is an IPv4 address, an IPv4 CIDR, a domain or a `*.` wildcard domain (any name below it). Deny wins over allow; with an allow list, everything else is refused. Domain entries are judged on the name a connection carries (TLS SNI on port 443, the Host header of every HTTP request on port 80), and that name must resolve to the address connected to; a domain entry opens HTTP and HTTPS to that name, other ports need an address entry. The built-in protections (host, private ranges, metadata, other sandboxes) stay on under every policy. A refused connection is reset at once. A sandbox created with `internet_access: false` has no network: giving it one answers 409.',
-    errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'INVALID_STATE'],
+    errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'INVALID_STATE', 'RUNTIME_ERROR'],
   },
   'GET /v1/sandboxes/{id}/metrics/stream': {
     tag: 'sandboxes',

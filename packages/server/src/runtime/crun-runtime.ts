@@ -455,6 +455,7 @@ export class CrunRuntime implements Runtime {
     await procOk('nft', ['-f', '-'], { input: policyTransaction(this.nftTable, ip, policy, this.proxyVeth) });
     if (isRestricted(policy)) this.counters.add(ip);
     this.remember(id, ip, policy);
+    this.proxy.revoke(ip);
   }
 
   /**
@@ -840,6 +841,7 @@ export class CrunRuntime implements Runtime {
     this.counters.delete(ip);
     this.proxyDenied.delete(ip);
     if (this.policies.get(id)?.ip === ip) this.remember(id, ip, undefined);
+    this.proxy.revoke(ip);
   }
 
   /** crun delete, and if crun lost track (crash, corrupt state), the cgroup and state by hand. */

@@ -30,6 +30,28 @@ async function clientHello(servername: string): Promise<Buffer> {
   });
 }
 
+/** A ClientHello without server_name (Node sends none for an IP address). */
+async function clientHelloNoSni(): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const server = createServer((s) => {
+      let buf = Buffer.alloc(0);
+      s.on('data', (c) => {
+        buf = Buffer.concat([buf, c]);
+        if (clientHelloState(buf) === 'complete') {
+          s.destroy();
+          server.close();
+          resolve(buf);
+        }
+      });
+    });
+    server.listen(0, '127.0.0.1', () => {
+      const c = tlsConnect({ host: '127.0.0.1', port: (server.address() as { port: number }).port, rejectUnauthorized: false });
+      c.on('error', () => undefined);
+      setTimeout(() => reject(new Error('no hello')), 5000).unref();
+    });
+  });
+}
+
 describe('egress entries', () => {
   test('normalized: addresses, CIDRs with host bits cleared, lowercase names without a trailing dot, wildcards, IDN as punycode', () => {
     assert.equal(normalizeEntry('1.2.3.4', 'f'), '1.2.3.4');
@@ -61,7 +83,12 @@ describe('egress decisions', () => {
     assert.equal(decide(p(['example.com']), '1.1.1.1', 'a.example.com').allow, false);
     assert.equal(decide(p(['example.com']), '1.1.1.1', undefined).allow, false, 'no name, not allowed by address');
     assert.deepEqual(decide(p(['1.1.1.0/24']), '1.1.1.1', 'anything.example'), { allow: true, byName: false });
-    assert.deepEqual(decide(p([], ['evil.example']), '1.1.1.1', 'good.example'), { allow: true, byName: false });
+    // With names denied, a name is trusted only for where it resolves, and no name is refused.
+    assert.deepEqual(decide(p([], ['evil.example']), '1.1.1.1', 'good.example'), { allow: true, byName: true });
+    assert.equal(decide(p([], ['evil.example']), '1.1.1.1', undefined).allow, false);
+    assert.deepEqual(decide(p(['1.1.1.0/24'], ['evil.example']), '1.1.1.1', undefined), { allow: true, byName: false });
+    assert.deepEqual(decide(p([], ['9.9.9.9']), '1.1.1.1', undefined), { allow: true, byName: false });
+    assert.equal(decide(p(['1.1.1.0/24']), '1.1.1.1', null).allow, false, 'an unreadable name is refused');
   });
 
   test('the nft text: the default removes; internet off refuses everything; domain rules refuse QUIC and inspected ports off the proxy', () => {
@@ -80,7 +107,8 @@ describe('egress decisions', () => {
 });
 
 describe('names a connection carries', () => {
-  test("a real ClientHello's SNI, whole or split at every byte; not yet complete is 'partial'", async () => {
+  test("a real ClientHello's SNI, whole or split at every byte; not yet complete is 'partial'; none is undefined", async () => {
+    assert.equal(sniOf(await clientHelloNoSni()), undefined);
     const hello = await clientHello('Sub.Example.COM');
     assert.equal(sniOf(hello), 'sub.example.com');
     for (let i = 1; i < hello.length; i += 7) assert.notEqual(clientHelloState(hello.subarray(0, i)), 'complete', `cut at ${i}`);
@@ -94,27 +122,31 @@ describe('names a connection carries', () => {
   test('hostile bytes give no name and no throw', async () => {
     const hello = await clientHello('a.example');
     assert.equal(clientHelloState(Buffer.from('GET / HTTP/1.1\r\n')), 'other');
-    assert.equal(sniOf(Buffer.from([22, 3, 1, 0, 0])), undefined);
+    assert.equal(sniOf(Buffer.from([22, 3, 1, 0, 0])), null);
     for (let i = 0; i < 2000; i++) {
       const b = Buffer.from(hello);
       for (let k = 0; k < 4; k++) b[Math.floor(Math.random() * b.length)] = Math.floor(Math.random() * 256);
       const name = sniOf(b);
-      assert.ok(name === undefined || /^[a-z0-9.-]+$/.test(name), String(name));
+      assert.ok(name === undefined || name === null || /^[a-z0-9._-]+$/.test(name), String(name));
     }
     // A name with a NUL or a space in it is no name.
     const evil = Buffer.from(hello);
     const at = evil.indexOf('a.example');
     evil[at + 1] = 0;
-    assert.equal(sniOf(evil), undefined);
+    assert.equal(sniOf(evil), null, 'unreadable, not absent');
+    assert.equal(sniOf(hello.subarray(0, hello.length - 1)), null, 'an incomplete hello is unreadable');
   });
 
   test('HTTP: Host without its port, the absolute-form target when there is one, nothing when they disagree', () => {
     assert.equal(hostOf({ url: '/', headers: { host: 'A.Example:8080' } }), 'a.example');
     assert.equal(hostOf({ url: 'http://b.example/x', headers: { host: 'b.example' } }), 'b.example');
-    assert.equal(hostOf({ url: 'http://b.example/x', headers: { host: 'a.example' } }), undefined);
+    assert.equal(hostOf({ url: 'http://b.example/x', headers: { host: 'a.example' } }), null, 'two hosts: unreadable');
     assert.equal(hostOf({ url: 'http://b.example/x', headers: {} }), 'b.example');
     assert.equal(hostOf({ url: '/', headers: {} }), undefined);
-    assert.equal(hostOf({ url: '/', headers: { host: 'a.example, b.example' } }), undefined);
-    assert.equal(hostOf({ url: '/', headers: { host: '[::1]:80' } }), undefined);
+    assert.equal(hostOf({ url: '/', headers: { host: 'a.example, b.example' } }), null);
+    assert.equal(hostOf({ url: '/', headers: { host: '[::1]:80' } }), null);
+    assert.equal(hostOf({ url: '/', headers: { host: 'b.example..' } }), 'b.example', 'every trailing dot goes');
+    assert.equal(hostOf({ url: '/', headers: { host: 'a..example' } }), null);
+    assert.equal(hostOf({ url: 'ftp://x', headers: {} }), 'x');
   });
 });

@@ -98,11 +98,14 @@ export function hasDomainRules(p: EgressPolicy): boolean {
   return p.internet && a.names.length + a.suffixes.length + d.names.length + d.suffixes.length > 0;
 }
 
-/** A hostname as a connection names it (SNI, Host) in the form the entries use, or undefined. */
-export function canonicalName(name: string | undefined): string | undefined {
-  if (!name) return undefined;
-  const ascii = domainToASCII(name.replace(/\.$/, '').toLowerCase());
-  return ascii && ascii.length <= 253 ? ascii : undefined;
+/**
+ * A hostname as a connection names it (SNI, Host) in the form the entries use; undefined when it
+ * names none, null when what it names is no hostname (empty labels, odd characters): unreadable.
+ */
+export function canonicalName(name: string | undefined): string | undefined | null {
+  if (name === undefined || name === '') return undefined;
+  const ascii = domainToASCII(name.replace(/\.+$/, '').toLowerCase());
+  return ascii && ascii.length <= 253 && /^[a-z0-9_-]+(\.[a-z0-9_-]+)*$/.test(ascii) ? ascii : null;
 }
 
 function nameMatches(e: ParsedEntries, name: string): boolean {
@@ -114,11 +117,16 @@ export type EgressVerdict =
   | { allow: false; reason: string };
 
 /**
- * The decision for one connection the proxy sees: to `address`, naming `name` (SNI or Host, if
- * any). `byName`: allowed only because of its name, so the name must also resolve to the address.
+ * The decision for one connection the proxy sees: to `address`, naming `name` (SNI or Host; null:
+ * it names something that cannot be read as a hostname). `byName`: the decision trusts the name,
+ * so the name must also resolve to the address (else anyone could claim any name).
+ *
+ * A name the connection does not carry cannot be denied: with deny entries of names, a connection
+ * that names no host is refused too (unless an allow entry covers its address).
  */
-export function decide(p: EgressPolicy, address: string, name: string | undefined): EgressVerdict {
+export function decide(p: EgressPolicy, address: string, name: string | undefined | null): EgressVerdict {
   if (!p.internet) return { allow: false, reason: 'internet access is off' };
+  if (name === null) return { allow: false, reason: 'the host the connection names cannot be read' };
   const allow = parseEntries(p.allow);
   const deny = parseEntries(p.deny);
   if (deny.cidrs.some((c) => cidrContains(c, address))) return { allow: false, reason: `${address} is denied` };
@@ -126,6 +134,9 @@ export function decide(p: EgressPolicy, address: string, name: string | undefine
   if (allow.cidrs.some((c) => cidrContains(c, address))) return { allow: true, byName: false };
   if (name && nameMatches(allow, name)) return { allow: true, byName: true };
   if (p.allow.length > 0) return { allow: false, reason: name ? `${name} is not in the allow list` : `${address} is not in the allow list, and the connection names no host` };
+  if (deny.names.length + deny.suffixes.length > 0) {
+    return name ? { allow: true, byName: true } : { allow: false, reason: 'the connection names no host, and this policy denies hosts by name' };
+  }
   return { allow: true, byName: false };
 }
 

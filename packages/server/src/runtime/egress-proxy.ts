@@ -44,7 +44,25 @@ const HOST_ADDR = '169.254.0.1';
 const RULE_PREF = 5000;
 /** How long a connection may take to send its first bytes (ClientHello, request head). */
 const FIRST_BYTES_MS = 10_000;
-const MAX_HELLO = 64 * 1024;
+/** OpenSSL takes ClientHellos of up to 131,396 bytes; a longer one is refused, not read past. */
+const MAX_HELLO = 132 * 1024;
+/** Proxied connections at once, per sandbox and in all: past them, new ones are refused. */
+const MAX_CONNECTIONS_PER_SANDBOX = 256;
+const MAX_CONNECTIONS = 4096;
+/** A proxied connection with no traffic either way for this long is closed. */
+const IDLE_MS = 10 * 60_000;
+const MAX_LOOKUPS_PER_SANDBOX = 16;
+const MAX_NAMES = 10_000;
+
+interface Proxied {
+  s: Socket;
+  up?: Socket;
+  /** The sandbox's destination. */
+  address: string;
+  port: number;
+  /** The last name it carried (SNI, or the Host of its latest request). */
+  name?: string;
+}
 
 /** The fwmark and routing table of a bridge's proxy: from its name, so that two runtimes differ. */
 export function proxyRouting(bridge: string): { mark: number; table: number } {
@@ -56,6 +74,9 @@ export class EgressProxy {
   private ready?: Promise<void>;
   private servers: Server[] = [];
   private readonly sockets = new Set<Socket>();
+  private readonly conns = new Map<string, Set<Proxied>>();
+  private total = 0;
+  private readonly lookups = new Map<string, number>();
   private readonly names = new Map<string, { ips: Set<string>; until: number; fetched: number }>();
   private readonly resolver = new Resolver({ timeout: 3000, tries: 2 });
   private readonly routing: { mark: number; table: number };
@@ -192,17 +213,48 @@ export class EgressProxy {
     s.on('error', () => undefined);
   }
 
+  /**
+   * Checks a sandbox's proxied connections against its policy again (it just changed): those it
+   * now refuses are cut, as nftables cuts connections to addresses it now refuses.
+   */
+  revoke(ip: string): void {
+    const set = this.conns.get(ip);
+    if (!set) return;
+    const policy = this.o.policyOf(ip);
+    for (const c of set) {
+      if (!policy || !decide(policy, c.address, c.name).allow) {
+        c.s.destroy();
+        c.up?.destroy();
+      }
+    }
+  }
+
   private accept(s: Socket, port: number): void {
     this.track(s);
     const from = s.remoteAddress ?? '';
-    const policy = this.o.policyOf(from);
-    if (!policy) {
+    if (!this.o.policyOf(from)) {
       // Not (any more) a sandbox with domain rules: nothing to decide with.
       s.resetAndDestroy();
       return;
     }
-    if (port === 443) void this.acceptTls(s, from, policy);
-    else this.acceptHttp(s, from);
+    let set = this.conns.get(from);
+    if (!set) this.conns.set(from, (set = new Set()));
+    if (set.size >= MAX_CONNECTIONS_PER_SANDBOX || this.total >= MAX_CONNECTIONS) return this.deny(s, from, 'too many connections through the egress proxy');
+    const c: Proxied = { s, address: s.localAddress ?? '', port: s.localPort ?? port };
+    set.add(c);
+    this.total++;
+    s.once('close', () => {
+      c.up?.destroy();
+      set.delete(c);
+      this.total--;
+      if (set.size === 0 && this.conns.get(from) === set) this.conns.delete(from);
+    });
+    s.setTimeout(IDLE_MS, () => s.destroy());
+    const handled = port === 443 ? this.acceptTls(c, from) : this.acceptHttp(c, from);
+    handled.catch((err: unknown) => {
+      this.o.log(`egress proxy: connection from ${from}: ${String(err)}`);
+      s.destroy();
+    });
   }
 
   private deny(s: Socket, from: string, why: string): void {
@@ -210,79 +262,101 @@ export class EgressProxy {
     if (!s.destroyed) s.resetAndDestroy();
   }
 
-  /** Whether a connection that carries `name` may go to `address`; the reason when not. */
-  private async judge(policy: EgressPolicy, address: string, name: string | undefined): Promise<string | undefined> {
+  /** Whether a connection that carries `name` may go to `address` now; the reason when not. */
+  private async judge(from: string, address: string, name: string | undefined | null): Promise<string | undefined> {
+    const policy = this.o.policyOf(from);
+    if (!policy) return 'the sandbox has no domain rules any more';
     const v = decide(policy, address, name);
     if (!v.allow) return v.reason;
-    if (v.byName && name && !(await this.resolvesTo(name, address))) return `${name} does not resolve to ${address}`;
+    if (v.byName && name) {
+      const lookups = this.lookups.get(from) ?? 0;
+      if (lookups >= MAX_LOOKUPS_PER_SANDBOX) return 'too many name lookups in flight';
+      this.lookups.set(from, lookups + 1);
+      try {
+        if (!(await this.resolvesTo(name, address))) return `${name} does not resolve to ${address}`;
+      } finally {
+        const n = (this.lookups.get(from) ?? 1) - 1;
+        if (n > 0) this.lookups.set(from, n);
+        else this.lookups.delete(from);
+      }
+      // The policy may have changed while the name was looked up.
+      const now = this.o.policyOf(from);
+      if (!now || !decide(now, address, name).allow) return 'the policy changed';
+    }
     return undefined;
   }
 
-  private async acceptTls(s: Socket, from: string, policy: EgressPolicy): Promise<void> {
-    const address = s.localAddress ?? '';
-    const port = s.localPort ?? 443;
-    let first: Buffer;
-    try {
-      first = await readFirst(s, (b) => clientHelloState(b) !== 'partial', MAX_HELLO);
-    } catch {
-      s.destroy();
-      return;
-    }
-    const name = sniOf(first);
-    const why = await this.judge(policy, address, name);
+  private async acceptTls(c: Proxied, from: string): Promise<void> {
+    const { s, address, port } = c;
+    const { buf: first } = await readFirst(s, (b) => clientHelloState(b) !== 'partial', MAX_HELLO + 16_384);
+    if (first.length === 0) return void s.destroy();
+    const state = clientHelloState(first);
+    // TLS whose hello cannot be read whole (slow, oversized, malformed) names something unreadable.
+    const name = first[0] === 22 ? (state === 'complete' ? sniOf(first) : null) : undefined;
+    c.name = name ?? undefined;
+    const why = await this.judge(from, address, name);
     if (why) return this.deny(s, from, why);
     const up = connect({ host: address, port });
+    c.up = up;
     this.track(up);
     up.setNoDelay(true);
     s.setNoDelay(true);
     up.write(first);
     s.pipe(up).pipe(s);
     up.on('error', () => s.resetAndDestroy());
-    s.on('error', () => up.destroy());
-    s.on('close', () => up.destroy());
     up.on('close', () => s.destroy());
   }
 
   /** HTTP: every request on the connection is judged by its own Host (keep-alive may change it). */
-  private acceptHttp(s: Socket, from: string): void {
-    const address = s.localAddress ?? '';
-    const port = s.localPort ?? 80;
+  private async acceptHttp(c: Proxied, from: string): Promise<void> {
+    const { s, address, port } = c;
     // One upstream connection per sandbox connection: requests are never mixed between sandboxes.
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });
-    const server = createHttpServer({ requestTimeout: 0, headersTimeout: FIRST_BYTES_MS, keepAliveTimeout: 60_000 });
-    s.once('close', () => agent.destroy());
-    const check = async (req: IncomingMessage): Promise<string | undefined> => {
-      const policy = this.o.policyOf(from);
-      if (!policy) return 'the sandbox has no egress policy any more';
-      return this.judge(policy, address, hostOf(req));
+    // Never listening, this server enforces no timeout of its own: a head must come within
+    // FIRST_BYTES_MS of the connection or of the previous answer.
+    const server = createHttpServer({ requestTimeout: 0, headersTimeout: 0, keepAliveTimeout: 0 });
+    let headTimer: NodeJS.Timeout | undefined;
+    const armHead = () => {
+      clearTimeout(headTimer);
+      headTimer = setTimeout(() => s.destroy(), FIRST_BYTES_MS);
     };
+    armHead();
+    s.once('close', () => {
+      clearTimeout(headTimer);
+      agent.destroy();
+    });
+    const nameOf = (req: IncomingMessage): string | undefined | null => ((req.headersDistinct.host?.length ?? 0) > 1 ? null : hostOf(req));
     server.on('request', (req: IncomingMessage, res: ServerResponse) => {
-      void check(req).then((why) => {
-        if (why) return this.deny(s, from, why);
-        res.sendDate = false;
-        const up = httpRequest({ host: address, port, method: req.method, path: req.url, headers: req.rawHeaders, agent, setHost: false }, (r) => {
-          res.writeHead(r.statusCode ?? 502, r.statusMessage, r.rawHeaders);
-          r.pipe(res);
-          r.on('error', () => s.destroy());
-        });
-        up.on('error', () => s.resetAndDestroy());
-        req.pipe(up);
-      });
+      clearTimeout(headTimer);
+      const name = nameOf(req);
+      c.name = name ?? undefined;
+      void this.judge(from, address, name)
+        .then((why) => {
+          if (why) return this.deny(s, from, why);
+          res.sendDate = false;
+          res.once('finish', armHead);
+          const up = httpRequest({ host: address, port, method: req.method, path: req.url, headers: req.rawHeaders, agent, setHost: false }, (r) => {
+            try {
+              res.writeHead(r.statusCode ?? 502, r.statusMessage, r.rawHeaders);
+            } catch {
+              // An answer Node would not write (a bad status or reason): the sandbox gets a reset.
+              r.destroy();
+              s.resetAndDestroy();
+              return;
+            }
+            r.pipe(res);
+            r.on('error', () => s.destroy());
+          });
+          up.on('error', () => s.resetAndDestroy());
+          req.pipe(up);
+        })
+        .catch(() => s.destroy());
     });
     server.on('upgrade', (req: IncomingMessage, client: Socket, head: Buffer) => {
-      void check(req).then((why) => {
-        if (why) return this.deny(s, from, why);
-        const up = connect({ host: address, port });
-        this.track(up);
-        const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
-        for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
-        up.write(lines.join('\r\n') + '\r\n\r\n');
-        if (head.length) up.write(head);
-        client.pipe(up).pipe(client);
-        up.on('error', () => client.destroy());
-        up.on('close', () => client.destroy());
-        client.on('close', () => up.destroy());
-      });
+      clearTimeout(headTimer);
+      const name = nameOf(req);
+      c.name = name ?? undefined;
+      void this.upgrade(c, from, req, client, head, name).catch(() => client.destroy());
     });
     // CONNECT would tunnel anywhere: a sandbox's own request to port 80 never needs it.
     server.on('connect', () => this.deny(s, from, 'CONNECT is not allowed through the egress policy'));
@@ -290,11 +364,47 @@ export class EgressProxy {
     server.emit('connection', s);
   }
 
+  /**
+   * A WebSocket upgrade: the checked head goes upstream, and the connection becomes a tunnel only
+   * if the server switches protocols. A server that ignores the Upgrade would otherwise go on
+   * reading HTTP requests no one checks.
+   */
+  private async upgrade(c: Proxied, from: string, req: IncomingMessage, client: Socket, head: Buffer, name: string | undefined | null): Promise<void> {
+    if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket') return this.deny(client, from, 'only WebSocket upgrades pass the egress policy');
+    const why = await this.judge(from, c.address, name);
+    if (why) return this.deny(client, from, why);
+    const up = connect({ host: c.address, port: c.port });
+    c.up = up;
+    this.track(up);
+    const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
+    for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+    up.write(lines.join('\r\n') + '\r\n\r\n');
+    const { buf } = await readFirst(up, (b) => b.includes('\r\n\r\n'), 64 * 1024);
+    const status = /^HTTP\/1\.[01] (\d{3}) /.exec(buf.toString('latin1', 0, Math.min(buf.length, 64)))?.[1];
+    if (status !== '101' || !buf.includes('\r\n\r\n')) {
+      up.destroy();
+      if (buf.length && /^HTTP\/1\.[01] \d{3} /.test(buf.toString('latin1', 0, 16))) client.end(buf);
+      else client.destroy();
+      return;
+    }
+    client.write(buf);
+    if (head.length) up.write(head);
+    client.pipe(up).pipe(client);
+    up.on('error', () => client.destroy());
+    up.on('close', () => client.destroy());
+    client.on('close', () => up.destroy());
+  }
+
   /** Whether `name` resolves to `address` (A records, cached for their TTL, asked again on a miss). */
   private async resolvesTo(name: string, address: string): Promise<boolean> {
     const now = Date.now();
     let entry = this.names.get(name);
-    if (entry && entry.until > now && entry.ips.has(address)) return true;
+    if (entry && entry.until > now && entry.ips.has(address)) {
+      // Least recently used goes first: a hit moves the name to the end.
+      this.names.delete(name);
+      this.names.set(name, entry);
+      return true;
+    }
     if (entry && now - entry.fetched < 1000 && entry.until > now) return false;
     let ips: string[] = [];
     let ttl = 30;
@@ -309,43 +419,42 @@ export class EgressProxy {
     } catch {
       ips = [];
     }
-    if (this.names.size > 10_000) this.names.clear();
     // Answers seen within their lifetime are kept together: a name whose answers rotate still
     // matches the one the sandbox got a moment ago.
     const keep = entry && entry.until > now ? entry.ips : new Set<string>();
     for (const ip of ips) keep.add(ip);
     entry = { ips: keep, until: now + Math.max(5, ttl) * 1000, fetched: now };
+    this.names.delete(name);
     this.names.set(name, entry);
+    while (this.names.size > MAX_NAMES) this.names.delete(this.names.keys().next().value as string);
     return keep.has(address);
   }
 }
 
 /**
- * Collects a connection's first bytes until `done` says enough (or `max` bytes arrived, or the
- * peer ended), pausing the socket afterwards. Rejects after FIRST_BYTES_MS or on an error.
+ * Collects a connection's first bytes until `done` says enough (or `max` bytes arrived, the peer
+ * ended, or FIRST_BYTES_MS passed: `timedOut`), pausing the socket afterwards.
  */
-function readFirst(s: Socket, done: (b: Buffer) => boolean, max: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
+function readFirst(s: Socket, done: (b: Buffer) => boolean, max: number): Promise<{ buf: Buffer; timedOut: boolean }> {
+  return new Promise((resolve) => {
     let buf = Buffer.alloc(0);
-    const finish = (err?: Error) => {
+    const finish = (timedOut: boolean) => {
       clearTimeout(timer);
       s.off('data', onData);
       s.off('end', onEnd);
-      s.off('error', onError);
+      s.off('error', onEnd);
       s.pause();
-      if (err) reject(err);
-      else resolve(buf);
+      resolve({ buf, timedOut });
     };
     const onData = (c: Buffer) => {
       buf = Buffer.concat([buf, c]);
-      if (buf.length >= max || done(buf)) finish();
+      if (buf.length >= max || done(buf)) finish(false);
     };
-    const onEnd = () => finish();
-    const onError = (e: Error) => finish(e);
-    const timer = setTimeout(() => finish(buf.length ? undefined : new Error('no data')), FIRST_BYTES_MS);
+    const onEnd = () => finish(false);
+    const timer = setTimeout(() => finish(true), FIRST_BYTES_MS);
     s.on('data', onData);
     s.once('end', onEnd);
-    s.once('error', onError);
+    s.once('error', onEnd);
   });
 }
 
@@ -353,13 +462,13 @@ function readFirst(s: Socket, done: (b: Buffer) => boolean, max: number): Promis
  * Whether `b` holds a whole TLS ClientHello ('complete'), could still become one ('partial'), or
  * is not one ('other'). The handshake message may span several records.
  */
-export function clientHelloState(b: Buffer): 'complete' | 'partial' | 'other' {
+export function clientHelloState(b: Buffer): 'complete' | 'partial' | 'oversize' | 'other' {
   const hs = handshakeBytes(b);
   if (hs === undefined) return 'other';
   if (hs.length < 4) return 'partial';
   if (hs[0] !== 1) return 'other';
   const len = hs.readUIntBE(1, 3);
-  if (len > MAX_HELLO) return 'other';
+  if (len > MAX_HELLO) return 'oversize';
   return hs.length >= 4 + len ? 'complete' : 'partial';
 }
 
@@ -380,9 +489,12 @@ function handshakeBytes(b: Buffer): Buffer | undefined {
   return Buffer.concat(parts);
 }
 
-/** The host_name of a ClientHello's server_name extension, canonical; undefined if none or malformed. */
-export function sniOf(b: Buffer): string | undefined {
-  if (clientHelloState(b) !== 'complete') return undefined;
+/**
+ * The host_name of a ClientHello's server_name extension, canonical; undefined when it has none,
+ * null when the hello or the name cannot be read.
+ */
+export function sniOf(b: Buffer): string | undefined | null {
+  if (clientHelloState(b) !== 'complete') return null;
   const hs = handshakeBytes(b)!;
   const body = hs.subarray(4, 4 + hs.readUIntBE(1, 3));
   let off = 2 + 32; // version, random
@@ -392,51 +504,66 @@ export function sniOf(b: Buffer): string | undefined {
     off += lenBytes + n;
     return off <= body.length;
   };
-  if (!skip(1) || !skip(2) || !skip(1)) return undefined; // session id, cipher suites, compression
-  if (off + 2 > body.length) return undefined;
-  const end = Math.min(body.length, off + 2 + body.readUInt16BE(off));
+  if (!skip(1) || !skip(2) || !skip(1)) return null; // session id, cipher suites, compression
+  if (off === body.length) return undefined; // no extensions at all
+  if (off + 2 > body.length) return null;
+  const end = off + 2 + body.readUInt16BE(off);
+  if (end > body.length) return null;
   off += 2;
+  let found: string | undefined | null;
   while (off + 4 <= end) {
     const type = body.readUInt16BE(off);
     const len = body.readUInt16BE(off + 2);
-    const ext = body.subarray(off + 4, Math.min(end, off + 4 + len));
+    if (off + 4 + len > end) return null;
+    const ext = body.subarray(off + 4, off + 4 + len);
     off += 4 + len;
     if (type !== 0) continue;
-    if (ext.length < 2) return undefined;
+    // One server_name extension, holding one host_name (RFC 6066): anything else is unreadable.
+    if (found !== undefined || ext.length < 2 || 2 + ext.readUInt16BE(0) !== ext.length) return null;
+    found = null;
     let p = 2;
-    const listEnd = Math.min(ext.length, 2 + ext.readUInt16BE(0));
-    while (p + 3 <= listEnd) {
+    while (p < ext.length) {
+      if (p + 3 > ext.length) return null;
       const kind = ext[p]!;
       const n = ext.readUInt16BE(p + 1);
-      if (p + 3 + n > listEnd) return undefined;
-      const name = ext.subarray(p + 3, p + 3 + n).toString('latin1');
-      if (kind === 0) return /^[A-Za-z0-9.-]{1,253}$/.test(name) ? canonicalName(name) : undefined;
+      if (p + 3 + n > ext.length) return null;
+      if (kind === 0) {
+        if (found !== null) return null;
+        const name = ext.subarray(p + 3, p + 3 + n).toString('latin1');
+        found = /^[A-Za-z0-9._-]{1,253}$/.test(name) ? canonicalName(name) ?? null : null;
+        if (found === null) return null;
+      }
       p += 3 + n;
     }
-    return undefined;
+    if (found === null) return null;
   }
-  return undefined;
+  if (off !== end) return null;
+  return found;
 }
 
 /**
  * The host a request names: its absolute-form target's, else its Host header's (port removed).
- * Undefined when it names none, or two different ones.
+ * Undefined when it names none; null when what it names cannot be read, or it names two hosts.
  */
-export function hostOf(req: Pick<IncomingMessage, 'url' | 'headers'>): string | undefined {
-  const strip = (h: string): string | undefined => {
-    const m = /^([A-Za-z0-9.-]{1,253})(?::\d{1,5})?$/.exec(h.trim());
-    return m ? canonicalName(m[1]) : undefined;
+export function hostOf(req: Pick<IncomingMessage, 'url' | 'headers'>): string | undefined | null {
+  const strip = (h: string): string | null => {
+    const m = /^([A-Za-z0-9._-]{1,253})(?::\d{1,5})?$/.exec(h.trim());
+    return m ? (canonicalName(m[1]) ?? null) : null;
   };
-  const header = typeof req.headers.host === 'string' ? strip(req.headers.host) : undefined;
+  const header = typeof req.headers.host === 'string' && req.headers.host !== '' ? strip(req.headers.host) : undefined;
+  if (header === null) return null;
   let target: string | undefined;
-  if (req.url && /^[a-z][a-z0-9+.-]*:\/\//i.test(req.url)) {
+  if (req.url && !req.url.startsWith('/') && req.url !== '*') {
+    let host: string;
     try {
-      target = strip(new URL(req.url).host);
+      host = new URL(req.url).host;
     } catch {
-      return undefined;
+      return null;
     }
-    if (!target) return undefined;
+    const t = strip(host);
+    if (t === null) return null;
+    target = t;
   }
-  if (target && header && target !== header) return undefined;
+  if (target && header && target !== header) return null;
   return target ?? header;
 }

@@ -1,6 +1,6 @@
-// Red-team tests of the egress proxy (egress-proxy.ts): ways a sandbox gets around its domain
-// rules, or stops the daemon, through the proxy. Each test shows one finding: it asserts what
-// happens today (the hole) so that it fails once the hole is closed; flip the assertion then.
+// Red-team tests of the egress proxy (egress-proxy.ts): ways a sandbox could get around its domain
+// rules, or stop the daemon, through the proxy. Each test is one finding of a red-team pass, and
+// asserts that it stays closed (each control shows the probe reaches what it probes).
 // Same setup as egress-rules.test.ts: web servers in a netns of the test's own, behind host routes.
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -161,7 +161,7 @@ describe('egress proxy red team', { timeout: 300_000 }, () => {
     }
   });
 
-  test('CRASH: an upstream answering "HTTP/1.1 099" throws out of the proxy\'s response handler (uncaught: the daemon dies)', async () => {
+  test('an upstream answering "HTTP/1.1 099" (which Node will not write back) is a reset, not an uncaught exception in the daemon', async () => {
     await t.rt.setEgress(id, policy({ deny: ['b.test'] }));
     const saved = process.listeners('uncaughtException');
     process.removeAllListeners('uncaughtException');
@@ -174,64 +174,76 @@ describe('egress proxy red team', { timeout: 300_000 }, () => {
       process.removeAllListeners('uncaughtException');
       for (const l of saved) process.on('uncaughtException', l);
     }
-    assert.equal(caught.length, 1, 'one uncaught exception in the daemon');
-    assert.match(String((caught[0] as NodeJS.ErrnoException).code), /ERR_HTTP_INVALID_STATUS_CODE/);
+    assert.deepEqual(caught, [], 'no uncaught exception in the daemon');
+    // The proxy still serves.
+    assert.match(await bash(`curl -sS -m 3 -H 'Host: a.test' http://${WEB1}/`), /web:a\.test:/);
   });
 
-  test('BYPASS (allow list): after a request with Upgrade, the connection is a raw tunnel: later requests name any host', async () => {
+  test('allow list: an Upgrade the server ignores does not turn the connection into an unchecked tunnel', async () => {
     await t.rt.setEgress(id, policy({ allow: ['a.test'] }));
     const direct = await bash(`exec 3<>/dev/tcp/${WEB1}/80; printf 'GET / HTTP/1.1\\r\\nHost: b.test\\r\\n\\r\\n' >&3; timeout 2 cat <&3`);
     assert.doesNotMatch(direct, /web:b\.test/, 'control: b.test alone is refused');
     const out = await bash(
       `exec 3<>/dev/tcp/${WEB1}/80; printf 'GET / HTTP/1.1\\r\\nHost: a.test\\r\\nConnection: Upgrade\\r\\nUpgrade: foo\\r\\n\\r\\nGET /second HTTP/1.1\\r\\nHost: b.test\\r\\n\\r\\n' >&3; timeout 2 cat <&3`,
     );
-    assert.match(out, /web:b\.test:\/second/, out);
+    assert.doesNotMatch(out, /web:b\.test/, out);
+    // A WebSocket upgrade the server answers with 200, not 101: its answer comes back, then the end.
+    const ws = await bash(
+      `exec 3<>/dev/tcp/${WEB1}/80; printf 'GET / HTTP/1.1\\r\\nHost: a.test\\r\\nConnection: Upgrade\\r\\nUpgrade: websocket\\r\\n\\r\\nGET /second HTTP/1.1\\r\\nHost: b.test\\r\\n\\r\\n' >&3; timeout 2 cat <&3`,
+    );
+    assert.match(ws, /web:a\.test:\//, 'the upgrade request itself was answered');
+    assert.doesNotMatch(ws, /web:b\.test/, ws);
   });
 
-  test('BYPASS (deny list): absolute-form target naming a denied host, with another Host, counts as "no name"', async () => {
+  test('deny list: an absolute-form target naming a denied host, with another Host, is refused', async () => {
     await t.rt.setEgress(id, policy({ deny: ['b.test'] }));
     const control = await bash(`exec 3<>/dev/tcp/${WEB1}/80; printf 'GET http://b.test/x HTTP/1.1\\r\\nHost: b.test\\r\\n\\r\\n' >&3; timeout 2 cat <&3`);
     assert.doesNotMatch(control, /web:/, 'control: refused');
     const out = await bash(`exec 3<>/dev/tcp/${WEB1}/80; printf 'GET http://b.test/x HTTP/1.1\\r\\nHost: a.test\\r\\n\\r\\n' >&3; timeout 2 cat <&3`);
     // RFC 9112 3.2.2: an origin server takes the target's host and ignores Host.
-    assert.match(out, /web:a\.test:http:\/\/b\.test\/x/, out);
+    assert.doesNotMatch(out, /web:/, out);
+    // No Host at all (HTTP/1.0) names nothing: refused while names are denied.
+    assert.doesNotMatch(await bash(`exec 3<>/dev/tcp/${WEB1}/80; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; timeout 2 cat <&3`), /web:/);
   });
 
-  test('SMUGGLE (allow list): two Host headers: the proxy judges the first, the upstream gets both', async () => {
+  test('allow list: a request with two Host headers is refused', async () => {
     await t.rt.setEgress(id, policy({ allow: ['a.test'] }));
     const out = await bash(`exec 3<>/dev/tcp/${WEB1}/80; printf 'GET / HTTP/1.1\\r\\nHost: a.test\\r\\nHost: b.test\\r\\n\\r\\n' >&3; timeout 2 cat <&3`);
-    assert.match(out, /web:a\.test,b\.test:/, out);
+    assert.doesNotMatch(out, /web:/, out);
   });
 
-  test('BYPASS (deny list): a ClientHello sent slowly (10 s) is judged as having no name', async () => {
+  test('deny list: a ClientHello sent slowly (past 10 s) is refused, not judged as naming nothing', async () => {
     await t.rt.setEgress(id, policy({ deny: ['b.test'] }));
     await putFile('/tmp/hello-b', await captureHello('b.test'));
     const control = await bash(`exec 3<>/dev/tcp/${WEB1}/443; cat /tmp/hello-b >&3; timeout 2 head -c 3 <&3 | od -An -tx1`);
     assert.equal(control.trim(), '', 'control: refused');
     const before = (await sniSeen()).length;
     const out = await bash(`exec 3<>/dev/tcp/${WEB1}/443; head -c 20 /tmp/hello-b >&3; sleep 11; tail -c +21 /tmp/hello-b >&3; timeout 3 head -c 3 <&3 | od -An -tx1`);
-    assert.equal(out.trim(), '16 03 03', `a ServerHello came back: ${out}`);
-    assert.deepEqual((await sniSeen()).slice(before), ['b.test']);
+    assert.equal(out.trim(), '', `no ServerHello came back: ${out}`);
+    assert.deepEqual((await sniSeen()).slice(before), []);
   });
 
-  test('BYPASS (deny list): a ClientHello over 64 KiB is judged as having no name', async () => {
+  test('deny list: a ClientHello over 64 KiB is read whole and judged by its name', async () => {
     await t.rt.setEgress(id, policy({ deny: ['b.test'] }));
     const big = inflateHello(await captureHello('b.test'), 6000, 60_000);
     assert.ok(big.length > 70_000);
     await putFile('/tmp/hello-big', big);
     const before = (await sniSeen()).length;
     const out = await bash(`exec 3<>/dev/tcp/${WEB1}/443; cat /tmp/hello-big >&3; timeout 3 head -c 3 <&3 | od -An -tx1`);
-    assert.equal(out.trim(), '16 03 03', `a ServerHello came back: ${out}`);
-    assert.deepEqual((await sniSeen()).slice(before), ['b.test']);
+    assert.equal(out.trim(), '', `no ServerHello came back: ${out}`);
+    assert.deepEqual((await sniSeen()).slice(before), []);
+    // The same size naming an allowed name goes through: the hello was read, not refused for its size.
+    await t.rt.setEgress(id, policy({ deny: ['a.test'] }));
+    assert.equal((await bash(`exec 3<>/dev/tcp/${WEB1}/443; cat /tmp/hello-big >&3; timeout 3 head -c 3 <&3 | od -An -tx1`)).trim(), '16 03 03');
   });
 
-  test('DOS: the per-connection HTTP server never listens, so headersTimeout is never enforced (slowloris)', async () => {
+  test('slowloris: a request head that takes longer than 10 s is cut', async () => {
     await t.rt.setEgress(id, policy({ allow: ['a.test'] }));
     const out = await bash(`exec 3<>/dev/tcp/${WEB1}/80; printf 'GET /late HTTP/1.1\\r\\n' >&3; sleep 14; printf 'Host: a.test\\r\\n\\r\\n' >&3; timeout 2 cat <&3`);
-    assert.match(out, /web:a\.test:\/late/, 'a request head that took 14 s (the limit is 10) was still served');
+    assert.doesNotMatch(out, /web:a\.test:\/late/, 'a request head that took 14 s (the limit is 10) is not served');
   });
 
-  test('DOS: one sandbox makes the daemon hold a descriptor per idle connection, with no limit and no timeout', async () => {
+  test('one sandbox cannot make the daemon hold a descriptor per idle connection: capped, and cut after 10 s', async () => {
     await t.rt.setEgress(id, policy({ allow: ['a.test'] }));
     const fds = () => readdirSync('/proc/self/fd').length;
     const before = fds();
@@ -239,15 +251,16 @@ describe('egress proxy red team', { timeout: 300_000 }, () => {
     await new Promise((r) => setTimeout(r, 12_000));
     const held = fds() - before;
     await job;
-    assert.ok(held >= 2900, `the daemon holds ${held} more descriptors 12 s later (the head limit is 10 s)`);
+    assert.ok(held < 100, `the daemon holds ${held} more descriptors 12 s later (the head limit is 10 s)`);
   });
 
-  test('STALE: a connection judged by name outlives a policy that denies the name', async () => {
+  test('a connection allowed by name is cut when a new policy denies the name', async () => {
     await t.rt.setEgress(id, policy({ allow: ['a.test'] }));
     const job = t.rt.exec(id, ['bash', '-c', `curl -sk -m 10 --resolve a.test:443:${WEB1} https://a.test/slow`]);
     await new Promise((r) => setTimeout(r, 1500));
     await t.rt.setEgress(id, policy({ deny: ['a.test'] }));
     const r = await job;
-    assert.equal(r.stdout.trim(), 'x'.repeat(12), 'the whole slow body arrived after the name was denied');
+    assert.notEqual(r.stdout.trim(), 'x'.repeat(12), 'the slow body stopped when the name was denied');
+    assert.ok(r.stdout.trim().length < 12);
   });
 });

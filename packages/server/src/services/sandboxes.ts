@@ -211,22 +211,33 @@ export class SandboxService {
   }
 
   /**
-   * Replaces a sandbox's egress policy (running, paused or stopped). The runtime applies it first:
-   * what the store says is never looser than what the sandbox gets.
+   * Replaces a sandbox's egress policy (running, paused or stopped). The store first, then the
+   * runtime: a crash in between leaves the new policy recorded, and the next start applies it; a
+   * runtime that fails answers an error to retry (the policy is recorded already).
    */
   async setNetwork(orgId: string, id: string, body: SetNetworkBody): Promise<NetworkPolicy> {
     const egress = egressFrom(body);
-    const next = await this.transition(orgId, id, 'set the network of', ['running', 'paused', 'stopped'], async (r) => {
-      if (!r.internetAccess) {
+    return this.d.locks.run(id, async () => {
+      const row = await this.get(orgId, id);
+      if (row.status !== 'running' && row.status !== 'paused' && row.status !== 'stopped') {
+        throw new ServiceError('INVALID_STATE', `cannot set the network of a sandbox whose current state is ${row.status}`, { id, current_state: row.status });
+      }
+      if (!row.internetAccess) {
         if (!egress || egress.internet) {
           throw new ServiceError('INVALID_STATE', `sandbox ${id} was created with internet_access false: it has no network, so none can be given to it now; create a sandbox with internet access (and allow_out/deny_out) instead`, { id });
         }
-        return {};
+        return this.network(row);
       }
-      await this.d.runtime.setEgress(id, egress ?? DEFAULT_EGRESS);
-      return { egress };
+      const next = await this.d.store.sandboxes.update(id, row.version, { egress, updatedAt: new Date().toISOString() });
+      if (!next) throw new ServiceError('INVALID_STATE', `sandbox ${id} was changed by another request while this one ran; read it again and retry`, { id, current_state: row.status });
+      try {
+        await this.d.runtime.setEgress(id, egress ?? DEFAULT_EGRESS);
+      } catch (err) {
+        if (err instanceof ServiceError || isProgrammingError(err)) throw err;
+        throw new ServiceError('RUNTIME_ERROR', 'the policy is recorded but could not be applied yet; try again').withDetail(describeCause(err));
+      }
+      return this.network(next);
     });
-    return this.network(next);
   }
 
   spec(row: SandboxRow): SandboxSpec {

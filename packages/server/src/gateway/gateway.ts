@@ -109,6 +109,13 @@ export class Gateway implements GatewayControl {
     state.public = isPublic;
     if (this.d.config.mode === 'host') return null;
     if (state.server) return (state.server.address() as { port: number }).port;
+    // Two asks at once would otherwise make two listeners, one of them never closed.
+    const s = state;
+    s.opening ??= this.listenPreview(sandboxId, port, s, gatewayPort).finally(() => (s.opening = undefined));
+    return s.opening;
+  }
+
+  private async listenPreview(sandboxId: string, port: number, state: PreviewState, gatewayPort: number | null): Promise<number> {
     const server = this.makeServer(
       () => undefined,
       () => sandboxId,
@@ -619,6 +626,8 @@ interface PreviewState {
   server: Server | undefined;
   /** Pooled tunnels to the port, made on first use. */
   agent: PortTunnelAgent | undefined;
+  /** Port mode: the listen in progress, which concurrent asks for the same port share. */
+  opening?: Promise<number>;
 }
 
 /** Where a signed preview link lands (reserved on every preview host). */

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
-import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -154,6 +154,23 @@ describe('preview URLs: what a tenant can make the gateway hold, and do to anoth
     await g.close('sbvictim');
     await g.close('sbother');
     routes.delete('sbother');
+  });
+
+  test('port mode: asks for the same port at once share one listener, and the close of the sandbox closes it', async () => {
+    // A range of its own: another file's gateways may listen in the shared one meanwhile.
+    const range = { ...base, portMin: 47340, portMax: 47359 };
+    const g = make(range);
+    const ports = await Promise.all(Array.from({ length: 5 }, () => g.openPreview('sbvictim', 4000, false, null)));
+    assert.equal(new Set(ports).size, 1, `one port: ${ports.join(', ')}`);
+    const listening = async (port: number) =>
+      new Promise<boolean>((resolve) => {
+        const c = connect(port, '127.0.0.1');
+        c.once('connect', () => (c.destroy(), resolve(true)));
+        c.once('error', () => resolve(false));
+      });
+    assert.equal(await listening(ports[0]!), true);
+    await g.close('sbvictim');
+    for (let p = range.portMin; p <= range.portMax; p++) assert.equal(await listening(p), false, `nothing listens on ${p} after the close`);
   });
 
   test('host mode: ports nobody opened a preview of keep no pooled tunnels (a token holder could hold one per port, 65 535 of them)', async () => {

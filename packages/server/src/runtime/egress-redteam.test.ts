@@ -3,7 +3,6 @@
 // asserts that it stays closed (each control shows the probe reaches what it probes).
 // Same setup as egress-rules.test.ts: web servers in a netns of the test's own, behind host routes.
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { get } from 'node:http';
@@ -13,9 +12,10 @@ import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import { after, before, describe, test } from 'node:test';
 import { baseLayer } from '../testing/fixtures.js';
+import { startWebHost, type WebHost } from '../testing/web-host.js';
 import { createTestRuntime, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
 import type { EgressPolicy } from './egress-policy.js';
-import { proc, procOk } from './proc.js';
+import { procOk } from './proc.js';
 
 const tag = String(process.pid % 100000);
 const NS = `sbrtw${tag}`;
@@ -116,7 +116,7 @@ const hostGet = (url: string): Promise<string> =>
 
 describe('egress proxy red team', { timeout: 300_000 }, () => {
   let t: TestRuntime;
-  let server: ChildProcess | undefined;
+  let web: WebHost | undefined;
   let dir: string;
   const id = 'egred';
   const policy = (p: Partial<EgressPolicy>): EgressPolicy => ({ internet: true, allow: [], deny: [], ...p });
@@ -130,18 +130,7 @@ describe('egress proxy red team', { timeout: 300_000 }, () => {
     dir = await mkdtemp(join(tmpdir(), 'sbx-egred-'));
     const ossl = (args: string[]) => procOk('openssl', args, { cwd: dir });
     await ossl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'web.key', '-out', 'web.pem', '-days', '2', '-subj', '/CN=a.test']);
-    await procOk('ip', ['-batch', '-'], {
-      input: [`netns add ${NS}`, `link add ${VETH} type veth peer name eth0 netns ${NS}`, `addr add 169.254.${LINK}.1/30 dev ${VETH}`, `link set ${VETH} up`].join('\n') + '\n',
-    });
-    await procOk('ip', ['-n', NS, '-batch', '-'], {
-      input: ['link set lo up', 'link set eth0 up', `addr add 169.254.${LINK}.2/30 dev eth0`, `addr add ${WEB1}/32 dev lo`, `addr add ${WEB3}/32 dev lo`, `route add default via 169.254.${LINK}.1`].join('\n') + '\n',
-    });
-    for (const a of [WEB1, WEB3]) await procOk('ip', ['route', 'replace', `${a}/32`, 'via', `169.254.${LINK}.2`]);
-    server = spawn('ip', ['netns', 'exec', NS, process.execPath, '-e', SERVER], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, KEY: join(dir, 'web.key'), CERT: join(dir, 'web.pem') } });
-    await new Promise<void>((resolve, reject) => {
-      server!.stdout!.once('data', () => resolve());
-      server!.once('exit', (c) => reject(new Error(`web server exited ${c}`)));
-    });
+    web = await startWebHost({ netns: NS, veth: VETH, link: LINK, addresses: [WEB1, WEB3], script: SERVER, env: { KEY: join(dir, 'web.key'), CERT: join(dir, 'web.pem') } });
     t = await createTestRuntime({ egressResolve: async (name) => NAMES[name] ?? [] });
     await t.rt.create(testSpec(id, [(await baseLayer()).path], { internetAccess: true }));
   });
@@ -153,10 +142,7 @@ describe('egress proxy red team', { timeout: 300_000 }, () => {
         await t.teardown();
       }
     } finally {
-      if (server && server.exitCode === null) server.kill('SIGKILL');
-      for (const a of [WEB1, WEB3]) await proc('ip', ['route', 'del', `${a}/32`]);
-      await proc('ip', ['netns', 'del', NS]);
-      await proc('ip', ['link', 'del', VETH]);
+      await web?.close();
       await rm(dir, { recursive: true, force: true });
     }
   });

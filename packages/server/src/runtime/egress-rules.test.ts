@@ -4,16 +4,16 @@
 // (bridge, nftables, the egress proxy, NAT). Two names share one address, with a certificate from
 // the test's own CA: only the name a connection carries tells them apart.
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { baseLayer } from '../testing/fixtures.js';
+import { startWebHost, type WebHost } from '../testing/web-host.js';
 import { aptReleaseUrl, createTestRuntime, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
 import { CrunRuntime, type CrunRuntimeOptions } from './crun-runtime.js';
 import type { EgressPolicy } from './egress-policy.js';
-import { proc, procOk } from './proc.js';
+import { procOk } from './proc.js';
 
 const tag = String(process.pid % 100000);
 const NS = `sbweb${tag}`;
@@ -36,7 +36,7 @@ net.createServer((s) => { s.on('error', () => {}); s.end('raw\\n'); }).listen(22
 
 describe('egress policy (allow and deny lists, at runtime)', { timeout: 300_000 }, () => {
   let t: TestRuntime;
-  let server: ChildProcess | undefined;
+  let web: WebHost | undefined;
   let dir: string;
   const id = 'egrules';
   const policy = (p: Partial<EgressPolicy>): EgressPolicy => ({ internet: true, allow: [], deny: [], ...p });
@@ -67,19 +67,7 @@ describe('egress policy (allow and deny lists, at runtime)', { timeout: 300_000 
     await writeFile(join(dir, 'san.ext'), 'subjectAltName=DNS:a.test,DNS:b.test,DNS:c.test\n');
     await ossl(['x509', '-req', '-in', 'web.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'web.pem', '-days', '2', '-extfile', 'san.ext']);
 
-    await procOk('ip', ['-batch', '-'], {
-      input: [`netns add ${NS}`, `link add ${VETH} type veth peer name eth0 netns ${NS}`, `addr add 169.254.${LINK}.1/30 dev ${VETH}`, `link set ${VETH} up`].join('\n') + '\n',
-    });
-    await procOk('ip', ['-n', NS, '-batch', '-'], {
-      input: ['link set lo up', 'link set eth0 up', `addr add 169.254.${LINK}.2/30 dev eth0`, `addr add ${WEB1}/32 dev lo`, `addr add ${WEB2}/32 dev lo`, `route add default via 169.254.${LINK}.1`].join('\n') + '\n',
-    });
-    for (const a of [WEB1, WEB2]) await procOk('ip', ['route', 'replace', `${a}/32`, 'via', `169.254.${LINK}.2`]);
-    server = spawn('ip', ['netns', 'exec', NS, process.execPath, '-e', SERVER], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, KEY: join(dir, 'web.key'), CERT: join(dir, 'web.pem') } });
-    await new Promise<void>((resolve, reject) => {
-      server!.stdout!.once('data', () => resolve());
-      server!.once('exit', (c) => reject(new Error(`web server exited ${c}`)));
-    });
-
+    web = await startWebHost({ netns: NS, veth: VETH, link: LINK, addresses: [WEB1, WEB2], script: SERVER, env: { KEY: join(dir, 'web.key'), CERT: join(dir, 'web.pem') } });
     t = await createTestRuntime({ egressResolve: async (name) => NAMES[name] ?? [] });
     await t.rt.create(testSpec(id, [(await baseLayer()).path], { internetAccess: true }));
     await t.rt.exec(id, ['sh', '-c', 'cat > /tmp/ca.pem'], { input: await readFile(join(dir, 'ca.pem'), 'utf8') });
@@ -92,10 +80,7 @@ describe('egress policy (allow and deny lists, at runtime)', { timeout: 300_000 
         await t.teardown();
       }
     } finally {
-      if (server && server.exitCode === null) server.kill('SIGKILL');
-      for (const a of [WEB1, WEB2]) await proc('ip', ['route', 'del', `${a}/32`]);
-      await proc('ip', ['netns', 'del', NS]);
-      await proc('ip', ['link', 'del', VETH]);
+      await web?.close();
       await rm(dir, { recursive: true, force: true });
     }
   });

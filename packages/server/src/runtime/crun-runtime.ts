@@ -806,6 +806,9 @@ export class CrunRuntime implements Runtime {
     await this.withLock(id, async () => {
       if (!(await this.hasTrace(id))) throw new ServiceError('NOT_FOUND', `sandbox ${id} does not exist`);
       await this.killContainer(id);
+      // Its proxied connections end with it (the netns goes without a reset to them).
+      const ip = this.policies.get(id)?.ip;
+      if (ip) this.proxy.cutAll(ip);
       await deleteNetns(this.netnsName(id));
       const p = this.paths(id);
       await unmountDisk(p.dir, p.image, p.disk, await this.recordedLoop(p));

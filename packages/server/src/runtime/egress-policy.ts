@@ -1,6 +1,6 @@
 import { domainToASCII } from 'node:url';
 import { ServiceError } from '@sandboxd/protocol';
-import { cidrContains, normalizeCidr } from './net.js';
+import { ipToInt, normalizeCidr } from './net.js';
 
 /**
  * A sandbox's egress policy, on top of the protections every sandbox with a network has (host,
@@ -93,10 +93,52 @@ export function isRestricted(p: EgressPolicy | undefined): p is EgressPolicy {
 }
 
 export function hasDomainRules(p: EgressPolicy): boolean {
-  const a = parseEntries(p.allow);
-  const d = parseEntries(p.deny);
-  return p.internet && a.names.length + a.suffixes.length + d.names.length + d.suffixes.length > 0;
+  return compile(p).domains;
 }
+
+interface CompiledList {
+  /** Address ranges as integers, inclusive. */
+  ranges: Array<[number, number]>;
+  names: Set<string>;
+  /** `.example.com` of each `*.example.com`. */
+  suffixes: Set<string>;
+}
+
+interface Compiled {
+  allow: CompiledList;
+  deny: CompiledList;
+  domains: boolean;
+}
+
+/**
+ * A policy in the form the proxy asks it: parsed once per policy object (policies are replaced,
+ * never changed), so that a check costs a few lookups whatever the lists' length: a sandbox sets
+ * its own policy, and its connections must not cost the daemon's event loop in proportion to it.
+ */
+const compiledPolicies = new WeakMap<EgressPolicy, Compiled>();
+
+function compile(p: EgressPolicy): Compiled {
+  let c = compiledPolicies.get(p);
+  if (!c) {
+    const one = (list: readonly string[]): CompiledList => {
+      const e = parseEntries(list);
+      const ranges = e.cidrs.map((x): [number, number] => {
+        const [net, bits] = x.split('/');
+        const lo = ipToInt(net!);
+        return [lo, lo + 2 ** (32 - Number(bits)) - 1];
+      });
+      return { ranges, names: new Set(e.names), suffixes: new Set(e.suffixes) };
+    };
+    const allow = one(p.allow);
+    const deny = one(p.deny);
+    const domains = p.internet && allow.names.size + allow.suffixes.size + deny.names.size + deny.suffixes.size > 0;
+    c = { allow, deny, domains };
+    compiledPolicies.set(p, c);
+  }
+  return c;
+}
+
+const inRanges = (ranges: Array<[number, number]>, ip: number) => ranges.some(([lo, hi]) => ip >= lo && ip <= hi);
 
 /**
  * A hostname as a connection names it (SNI, Host) in the form the entries use; undefined when it
@@ -108,8 +150,11 @@ export function canonicalName(name: string | undefined): string | undefined | nu
   return ascii && ascii.length <= 253 && /^[a-z0-9_-]+(\.[a-z0-9_-]+)*$/.test(ascii) ? ascii : null;
 }
 
-function nameMatches(e: ParsedEntries, name: string): boolean {
-  return e.names.includes(name) || e.suffixes.some((s) => name.endsWith(s));
+/** Whether `name` is in the list: itself, or below a wildcard (one lookup per label). */
+function nameMatches(e: CompiledList, name: string): boolean {
+  if (e.names.has(name)) return true;
+  for (let i = name.indexOf('.'); i >= 0; i = name.indexOf('.', i + 1)) if (e.suffixes.has(name.slice(i))) return true;
+  return false;
 }
 
 export type EgressVerdict =
@@ -127,14 +172,19 @@ export type EgressVerdict =
 export function decide(p: EgressPolicy, address: string, name: string | undefined | null): EgressVerdict {
   if (!p.internet) return { allow: false, reason: 'internet access is off' };
   if (name === null) return { allow: false, reason: 'the host the connection names cannot be read' };
-  const allow = parseEntries(p.allow);
-  const deny = parseEntries(p.deny);
-  if (deny.cidrs.some((c) => cidrContains(c, address))) return { allow: false, reason: `${address} is denied` };
+  const { allow, deny } = compile(p);
+  let ip: number;
+  try {
+    ip = ipToInt(address);
+  } catch {
+    return { allow: false, reason: `${address} is not an IPv4 address` };
+  }
+  if (inRanges(deny.ranges, ip)) return { allow: false, reason: `${address} is denied` };
   if (name && nameMatches(deny, name)) return { allow: false, reason: `${name} is denied` };
-  if (allow.cidrs.some((c) => cidrContains(c, address))) return { allow: true, byName: false };
+  if (inRanges(allow.ranges, ip)) return { allow: true, byName: false };
   if (name && nameMatches(allow, name)) return { allow: true, byName: true };
   if (p.allow.length > 0) return { allow: false, reason: name ? `${name} is not in the allow list` : `${address} is not in the allow list, and the connection names no host` };
-  if (deny.names.length + deny.suffixes.length > 0) {
+  if (deny.names.size + deny.suffixes.size > 0) {
     return name ? { allow: true, byName: true } : { allow: false, reason: 'the connection names no host, and this policy denies hosts by name' };
   }
   return { allow: true, byName: false };

@@ -53,15 +53,23 @@ const MAX_CONNECTIONS = 4096;
 const IDLE_MS = 10 * 60_000;
 const MAX_LOOKUPS_PER_SANDBOX = 16;
 const MAX_NAMES = 10_000;
+/** Addresses kept per name (this answer's and the one before). */
+const MAX_ADDRESSES_PER_NAME = 64;
+/** HTTP requests of one connection being judged or answered at once (pipelining); more are refused. */
+const MAX_PIPELINED = 8;
+/** Past MAX_CONNECTIONS, a sandbox still gets this many: one tenant cannot lock the others out. */
+const FAIR_SHARE = 32;
 
 interface Proxied {
   s: Socket;
-  up?: Socket;
+  /** Upstream connections it opened (TLS and upgrades: one; HTTP: the requests in flight). */
+  ups: Set<{ destroy: () => void }>;
+  closed: boolean;
   /** The sandbox's destination. */
   address: string;
   port: number;
-  /** The last name it carried (SNI, or the Host of its latest request). */
-  name?: string;
+  /** The names it carries now: SNI, or the Host of each request being judged or answered. */
+  names: () => Array<string | undefined>;
 }
 
 /** The fwmark and routing table of a bridge's proxy: from its name, so that two runtimes differ. */
@@ -77,7 +85,7 @@ export class EgressProxy {
   private readonly conns = new Map<string, Set<Proxied>>();
   private total = 0;
   private readonly lookups = new Map<string, number>();
-  private readonly names = new Map<string, { ips: Set<string>; until: number; fetched: number }>();
+  private readonly names = new Map<string, { ips: Set<string>; last: string[]; until: number; fetched: number }>();
   private readonly resolver = new Resolver({ timeout: 3000, tries: 2 });
   private readonly routing: { mark: number; table: number };
 
@@ -218,15 +226,30 @@ export class EgressProxy {
    * now refuses are cut, as nftables cuts connections to addresses it now refuses.
    */
   revoke(ip: string): void {
-    const set = this.conns.get(ip);
-    if (!set) return;
     const policy = this.o.policyOf(ip);
-    for (const c of set) {
-      if (!policy || !decide(policy, c.address, c.name).allow) {
-        c.s.destroy();
-        c.up?.destroy();
-      }
+    for (const c of this.conns.get(ip) ?? []) {
+      if (!policy || c.names().some((n) => !decide(policy, c.address, n).allow)) this.cut(c);
     }
+  }
+
+  /** Cuts every proxied connection of a sandbox (it stopped). */
+  cutAll(ip: string): void {
+    for (const c of this.conns.get(ip) ?? []) this.cut(c);
+  }
+
+  private cut(c: Proxied): void {
+    c.s.destroy();
+    for (const u of c.ups) u.destroy();
+  }
+
+  /** Keeps an upstream connection with its sandbox's: closed with it, at once if it already is. */
+  private attach(c: Proxied, up: { destroy: () => void; once: (e: 'close', f: () => void) => unknown }): void {
+    if (c.closed) {
+      up.destroy();
+      return;
+    }
+    c.ups.add(up);
+    up.once('close', () => c.ups.delete(up));
   }
 
   private accept(s: Socket, port: number): void {
@@ -239,18 +262,23 @@ export class EgressProxy {
     }
     let set = this.conns.get(from);
     if (!set) this.conns.set(from, (set = new Set()));
-    if (set.size >= MAX_CONNECTIONS_PER_SANDBOX || this.total >= MAX_CONNECTIONS) return this.deny(s, from, 'too many connections through the egress proxy');
-    const c: Proxied = { s, address: s.localAddress ?? '', port: s.localPort ?? port };
+    if (set.size >= MAX_CONNECTIONS_PER_SANDBOX || (this.total >= MAX_CONNECTIONS && set.size >= FAIR_SHARE) || this.total >= 2 * MAX_CONNECTIONS) {
+      if (set.size === 0) this.conns.delete(from);
+      return this.deny(s, from, 'too many connections through the egress proxy');
+    }
+    let name: string | undefined;
+    const c: Proxied = { s, ups: new Set(), closed: false, address: s.localAddress ?? '', port: s.localPort ?? port, names: () => [name] };
     set.add(c);
     this.total++;
     s.once('close', () => {
-      c.up?.destroy();
+      c.closed = true;
+      for (const u of c.ups) u.destroy();
       set.delete(c);
       this.total--;
       if (set.size === 0 && this.conns.get(from) === set) this.conns.delete(from);
     });
     s.setTimeout(IDLE_MS, () => s.destroy());
-    const handled = port === 443 ? this.acceptTls(c, from) : this.acceptHttp(c, from);
+    const handled = port === 443 ? this.acceptTls(c, from, (n) => (name = n)) : this.acceptHttp(c, from);
     handled.catch((err: unknown) => {
       this.o.log(`egress proxy: connection from ${from}: ${String(err)}`);
       s.destroy();
@@ -286,18 +314,19 @@ export class EgressProxy {
     return undefined;
   }
 
-  private async acceptTls(c: Proxied, from: string): Promise<void> {
+  private async acceptTls(c: Proxied, from: string, named: (n: string | undefined) => void): Promise<void> {
     const { s, address, port } = c;
-    const { buf: first } = await readFirst(s, (b) => clientHelloState(b) !== 'partial', MAX_HELLO + 16_384);
+    const { buf: first } = await readFirst(s, new HelloScanner(), MAX_HELLO + 16_384);
     if (first.length === 0) return void s.destroy();
     const state = clientHelloState(first);
     // TLS whose hello cannot be read whole (slow, oversized, malformed) names something unreadable.
     const name = first[0] === 22 ? (state === 'complete' ? sniOf(first) : null) : undefined;
-    c.name = name ?? undefined;
+    named(name ?? undefined);
     const why = await this.judge(from, address, name);
+    if (c.closed) return;
     if (why) return this.deny(s, from, why);
     const up = connect({ host: address, port });
-    c.up = up;
+    this.attach(c, up);
     this.track(up);
     up.setNoDelay(true);
     s.setNoDelay(true);
@@ -313,7 +342,7 @@ export class EgressProxy {
     // One upstream connection per sandbox connection: requests are never mixed between sandboxes.
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });
     // Never listening, this server enforces no timeout of its own: a head must come within
-    // FIRST_BYTES_MS of the connection or of the previous answer.
+    // FIRST_BYTES_MS of the connection, or of the end of the last request in flight.
     const server = createHttpServer({ requestTimeout: 0, headersTimeout: 0, keepAliveTimeout: 0 });
     let headTimer: NodeJS.Timeout | undefined;
     const armHead = () => {
@@ -321,6 +350,9 @@ export class EgressProxy {
       headTimer = setTimeout(() => s.destroy(), FIRST_BYTES_MS);
     };
     armHead();
+    // The requests being judged or answered, with their names (revoke checks each).
+    const pending = new Map<IncomingMessage, string | undefined>();
+    c.names = () => [...pending.values()];
     s.once('close', () => {
       clearTimeout(headTimer);
       agent.destroy();
@@ -328,13 +360,20 @@ export class EgressProxy {
     const nameOf = (req: IncomingMessage): string | undefined | null => ((req.headersDistinct.host?.length ?? 0) > 1 ? null : hostOf(req));
     server.on('request', (req: IncomingMessage, res: ServerResponse) => {
       clearTimeout(headTimer);
+      // Node's server reads every pipelined request at once: bounded here, or one connection
+      // could queue any number of them (memory, upstream connections) behind a silent server.
+      if (pending.size >= MAX_PIPELINED) return this.deny(s, from, 'too many pipelined requests');
       const name = nameOf(req);
-      c.name = name ?? undefined;
+      pending.set(req, name ?? undefined);
+      res.once('close', () => {
+        pending.delete(req);
+        if (pending.size === 0 && !s.destroyed) armHead();
+      });
       void this.judge(from, address, name)
         .then((why) => {
+          if (c.closed) return;
           if (why) return this.deny(s, from, why);
           res.sendDate = false;
-          res.once('finish', armHead);
           const up = httpRequest({ host: address, port, method: req.method, path: req.url, headers: req.rawHeaders, agent, setHost: false }, (r) => {
             try {
               res.writeHead(r.statusCode ?? 502, r.statusMessage, r.rawHeaders);
@@ -347,6 +386,7 @@ export class EgressProxy {
             r.pipe(res);
             r.on('error', () => s.destroy());
           });
+          this.attach(c, up);
           up.on('error', () => s.resetAndDestroy());
           req.pipe(up);
         })
@@ -355,7 +395,7 @@ export class EgressProxy {
     server.on('upgrade', (req: IncomingMessage, client: Socket, head: Buffer) => {
       clearTimeout(headTimer);
       const name = nameOf(req);
-      c.name = name ?? undefined;
+      pending.set(req, name ?? undefined);
       void this.upgrade(c, from, req, client, head, name).catch(() => client.destroy());
     });
     // CONNECT would tunnel anywhere: a sandbox's own request to port 80 never needs it.
@@ -372,15 +412,17 @@ export class EgressProxy {
   private async upgrade(c: Proxied, from: string, req: IncomingMessage, client: Socket, head: Buffer, name: string | undefined | null): Promise<void> {
     if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket') return this.deny(client, from, 'only WebSocket upgrades pass the egress policy');
     const why = await this.judge(from, c.address, name);
+    if (c.closed) return;
     if (why) return this.deny(client, from, why);
     const up = connect({ host: c.address, port: c.port });
-    c.up = up;
+    this.attach(c, up);
     this.track(up);
     const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
     for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
     up.write(lines.join('\r\n') + '\r\n\r\n');
-    const { buf } = await readFirst(up, (b) => b.includes('\r\n\r\n'), 64 * 1024);
+    const { buf } = await readFirst(up, new HeadScanner(), 64 * 1024);
     const status = /^HTTP\/1\.[01] (\d{3}) /.exec(buf.toString('latin1', 0, Math.min(buf.length, 64)))?.[1];
+    if (c.closed) return;
     if (status !== '101' || !buf.includes('\r\n\r\n')) {
       up.destroy();
       if (buf.length && /^HTTP\/1\.[01] \d{3} /.test(buf.toString('latin1', 0, 16))) client.end(buf);
@@ -392,7 +434,6 @@ export class EgressProxy {
     client.pipe(up).pipe(client);
     up.on('error', () => client.destroy());
     up.on('close', () => client.destroy());
-    client.on('close', () => up.destroy());
   }
 
   /** Whether `name` resolves to `address` (A records, cached for their TTL, asked again on a miss). */
@@ -419,11 +460,12 @@ export class EgressProxy {
     } catch {
       ips = [];
     }
-    // Answers seen within their lifetime are kept together: a name whose answers rotate still
-    // matches the one the sandbox got a moment ago.
-    const keep = entry && entry.until > now ? entry.ips : new Set<string>();
-    for (const ip of ips) keep.add(ip);
-    entry = { ips: keep, until: now + Math.max(5, ttl) * 1000, fetched: now };
+    // This answer and the one before it: a name whose answers rotate still matches the one the
+    // sandbox got a moment ago, and no name holds more than MAX_ADDRESSES_PER_NAME.
+    const last = ips.slice(0, MAX_ADDRESSES_PER_NAME);
+    const prev = entry && entry.until > now ? entry.last : [];
+    const keep = new Set([...last, ...prev].slice(0, MAX_ADDRESSES_PER_NAME));
+    entry = { ips: keep, last, until: now + Math.max(5, ttl) * 1000, fetched: now };
     this.names.delete(name);
     this.names.set(name, entry);
     while (this.names.size > MAX_NAMES) this.names.delete(this.names.keys().next().value as string);
@@ -431,24 +473,69 @@ export class EgressProxy {
   }
 }
 
+/** Decides when readFirst has enough, in time linear in what arrives (a sandbox may send a byte at a time). */
+interface Scanner {
+  /** Takes the next chunk (the ones before are in `all`, joined only when needed); true: enough. */
+  feed(chunk: Buffer, all: () => Buffer, total: number): boolean;
+}
+
+/** Enough once the first TLS handshake message is whole, or it is not one: records are joined only as each completes. */
+class HelloScanner implements Scanner {
+  private need = 5;
+  feed(_chunk: Buffer, all: () => Buffer, total: number): boolean {
+    if (total < this.need) return false;
+    const b = all();
+    if (clientHelloState(b) !== 'partial') return true;
+    // Wait for the end of the record that is not whole yet (or for the next record's header).
+    let off = 0;
+    while (off + 5 <= b.length) {
+      const end = off + 5 + b.readUInt16BE(off + 3);
+      if (end > b.length) {
+        this.need = end;
+        return false;
+      }
+      off = end;
+    }
+    this.need = off + 5;
+    return false;
+  }
+}
+
+/** Enough once an HTTP head has ended (its blank line), looking at each new chunk and the 3 bytes before it. */
+class HeadScanner implements Scanner {
+  private tail = Buffer.alloc(0);
+  feed(chunk: Buffer): boolean {
+    const look = Buffer.concat([this.tail, chunk]);
+    if (look.includes('\r\n\r\n')) return true;
+    this.tail = look.subarray(Math.max(0, look.length - 3));
+    return false;
+  }
+}
+
 /**
- * Collects a connection's first bytes until `done` says enough (or `max` bytes arrived, the peer
- * ended, or FIRST_BYTES_MS passed: `timedOut`), pausing the socket afterwards.
+ * Collects a connection's first bytes until the scanner says enough (or `max` bytes arrived, the
+ * peer ended, or FIRST_BYTES_MS passed: `timedOut`), pausing the socket afterwards.
  */
-function readFirst(s: Socket, done: (b: Buffer) => boolean, max: number): Promise<{ buf: Buffer; timedOut: boolean }> {
+function readFirst(s: Socket, scanner: Scanner, max: number): Promise<{ buf: Buffer; timedOut: boolean }> {
   return new Promise((resolve) => {
-    let buf = Buffer.alloc(0);
+    let chunks: Buffer[] = [];
+    let total = 0;
+    const all = () => {
+      if (chunks.length > 1) chunks = [Buffer.concat(chunks)];
+      return chunks[0] ?? Buffer.alloc(0);
+    };
     const finish = (timedOut: boolean) => {
       clearTimeout(timer);
       s.off('data', onData);
       s.off('end', onEnd);
       s.off('error', onEnd);
       s.pause();
-      resolve({ buf, timedOut });
+      resolve({ buf: all(), timedOut });
     };
     const onData = (c: Buffer) => {
-      buf = Buffer.concat([buf, c]);
-      if (buf.length >= max || done(buf)) finish(false);
+      chunks.push(c);
+      total += c.length;
+      if (total >= max || scanner.feed(c, all, total)) finish(false);
     };
     const onEnd = () => finish(false);
     const timer = setTimeout(() => finish(true), FIRST_BYTES_MS);

@@ -5,15 +5,11 @@
 import assert from 'node:assert/strict';
 import { readdirSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { get } from 'node:http';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { connect as tlsConnect } from 'node:tls';
 import { after, before, describe, test } from 'node:test';
-import { baseLayer } from '../testing/fixtures.js';
-import { startWebHost, type WebHost } from '../testing/web-host.js';
-import { createTestRuntime, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
+import { clientHelloBytes, getText, startEgressLab, type EgressLab } from '../testing/web-host.js';
+import type { TestRuntime } from '../testing/runtime-fixtures.js';
 import type { EgressPolicy } from './egress-policy.js';
 import { procOk } from './proc.js';
 
@@ -56,23 +52,6 @@ https.createServer({ key: fs.readFileSync(process.env.KEY), cert: fs.readFileSyn
 net.createServer((s) => { s.on('error', () => {}); s.once('data', () => s.end('HTTP/1.1 099 X\\r\\nContent-Length: 0\\r\\n\\r\\n')); }).listen(80, '${WEB3}', up);
 `;
 
-/** A real ClientHello (Node's TLS client) naming `servername`. */
-async function captureHello(servername: string): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer((s) => {
-      s.once('data', (d: Buffer) => {
-        resolve(d);
-        s.destroy();
-        srv.close();
-      });
-    });
-    srv.listen(0, '127.0.0.1', () => {
-      const c = tlsConnect({ host: '127.0.0.1', port: (srv.address() as AddressInfo).port, servername, rejectUnauthorized: false });
-      c.on('error', () => undefined);
-    });
-    srv.on('error', reject);
-  });
-}
 
 /** The same hello with `extraSuites` bogus cipher suites and a GREASE extension of `pad` bytes, in records of 16000. */
 function inflateHello(rec: Buffer, extraSuites: number, pad: number): Buffer {
@@ -105,44 +84,28 @@ function inflateHello(rec: Buffer, extraSuites: number, pad: number): Buffer {
   return Buffer.concat(records);
 }
 
-const hostGet = (url: string): Promise<string> =>
-  new Promise((resolve, reject) => {
-    get(url, (res) => {
-      let b = '';
-      res.setEncoding('utf8').on('data', (c: string) => (b += c));
-      res.on('end', () => resolve(b));
-    }).on('error', reject);
-  });
 
 describe('egress proxy red team', { timeout: 300_000 }, () => {
   let t: TestRuntime;
-  let web: WebHost | undefined;
+  let lab: EgressLab | undefined;
   let dir: string;
   const id = 'egred';
   const policy = (p: Partial<EgressPolicy>): EgressPolicy => ({ internet: true, allow: [], deny: [], ...p });
-  const bash = async (script: string) => (await t.rt.exec(id, ['bash', '-c', script])).stdout;
-  const sniSeen = async (): Promise<string[]> => JSON.parse(await hostGet(`http://${WEB1}/sni`)) as string[];
-  const putFile = async (path: string, data: Buffer) => {
-    await t.rt.exec(id, ['sh', '-c', `base64 -d > ${path}`], { input: data.toString('base64') + '\n' });
-  };
+  const bash = (script: string) => lab!.bash(script);
+  const sniSeen = async (): Promise<string[]> => JSON.parse(await getText(`http://${WEB1}/sni`)) as string[];
+  const putFile = (path: string, data: Buffer) => lab!.putFile(path, data);
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'sbx-egred-'));
-    const ossl = (args: string[]) => procOk('openssl', args, { cwd: dir });
-    await ossl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'web.key', '-out', 'web.pem', '-days', '2', '-subj', '/CN=a.test']);
-    web = await startWebHost({ netns: NS, veth: VETH, link: LINK, addresses: [WEB1, WEB3], script: SERVER, env: { KEY: join(dir, 'web.key'), CERT: join(dir, 'web.pem') } });
-    t = await createTestRuntime({ egressResolve: async (name) => NAMES[name] ?? [] });
-    await t.rt.create(testSpec(id, [(await baseLayer()).path], { internetAccess: true }));
+    await procOk('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'web.key', '-out', 'web.pem', '-days', '2', '-subj', '/CN=a.test'], { cwd: dir });
+    lab = await startEgressLab({ netns: NS, veth: VETH, link: LINK, addresses: [WEB1, WEB3], script: SERVER, env: { KEY: join(dir, 'web.key'), CERT: join(dir, 'web.pem') }, id, resolve: async (name) => NAMES[name] ?? [] });
+    t = lab.t;
   });
 
   after(async () => {
     try {
-      if (t) {
-        await t.rt.destroy(id).catch(() => undefined);
-        await t.teardown();
-      }
+      await lab?.close();
     } finally {
-      await web?.close();
       await rm(dir, { recursive: true, force: true });
     }
   });
@@ -200,7 +163,7 @@ describe('egress proxy red team', { timeout: 300_000 }, () => {
 
   test('deny list: a ClientHello sent slowly (past 10 s) is refused, not judged as naming nothing', async () => {
     await t.rt.setEgress(id, policy({ deny: ['b.test'] }));
-    await putFile('/tmp/hello-b', await captureHello('b.test'));
+    await putFile('/tmp/hello-b', await clientHelloBytes('b.test'));
     const control = await bash(`exec 3<>/dev/tcp/${WEB1}/443; cat /tmp/hello-b >&3; timeout 2 head -c 3 <&3 | od -An -tx1`);
     assert.equal(control.trim(), '', 'control: refused');
     const before = (await sniSeen()).length;
@@ -211,7 +174,7 @@ describe('egress proxy red team', { timeout: 300_000 }, () => {
 
   test('deny list: a ClientHello over 64 KiB is read whole and judged by its name', async () => {
     await t.rt.setEgress(id, policy({ deny: ['b.test'] }));
-    const big = inflateHello(await captureHello('b.test'), 6000, 60_000);
+    const big = inflateHello(await clientHelloBytes('b.test'), 6000, 60_000);
     assert.ok(big.length > 70_000);
     await putFile('/tmp/hello-big', big);
     const before = (await sniSeen()).length;

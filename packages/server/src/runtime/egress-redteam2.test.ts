@@ -6,16 +6,12 @@
 import assert from 'node:assert/strict';
 import { readdirSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { get } from 'node:http';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { connect as tlsConnect } from 'node:tls';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
-import { baseLayer } from '../testing/fixtures.js';
-import { startWebHost, type WebHost } from '../testing/web-host.js';
-import { createTestRuntime, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
+import { clientHelloBytes, getText, startEgressLab, type EgressLab } from '../testing/web-host.js';
+import type { TestRuntime } from '../testing/runtime-fixtures.js';
 import type { EgressPolicy } from './egress-policy.js';
 import { procOk } from './proc.js';
 
@@ -51,78 +47,43 @@ t.on('connection', () => tlsConns++);
 t.listen(443, '${WEB1}', up);
 `;
 
-async function captureHello(servername: string): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer((s) => {
-      s.once('data', (d: Buffer) => {
-        resolve(d);
-        s.destroy();
-        srv.close();
-      });
-    });
-    srv.listen(0, '127.0.0.1', () => {
-      const c = tlsConnect({ host: '127.0.0.1', port: (srv.address() as AddressInfo).port, servername, rejectUnauthorized: false });
-      c.on('error', () => undefined);
-    });
-    srv.on('error', reject);
-  });
-}
 
-const hostGet = (url: string): Promise<string> =>
-  new Promise((resolve, reject) => {
-    get(url, { agent: false }, (res) => {
-      let b = '';
-      res.setEncoding('utf8').on('data', (c: string) => (b += c));
-      res.on('end', () => resolve(b));
-    }).on('error', reject);
-  });
 
 describe('egress proxy red team 2', { timeout: 300_000 }, () => {
   let t: TestRuntime;
-  let web: WebHost | undefined;
+  let lab: EgressLab | undefined;
   let dir: string;
   const id = 'egred2';
   const policy = (p: Partial<EgressPolicy>): EgressPolicy => ({ internet: true, allow: [], deny: [], ...p });
-  const bash = async (script: string) => (await t.rt.exec(id, ['bash', '-c', script])).stdout;
-  const log = async (): Promise<string[]> => JSON.parse(await hostGet(`http://${WEB1}/log`)) as string[];
-  const putFile = async (path: string, data: Buffer) => {
-    await t.rt.exec(id, ['sh', '-c', `base64 -d > ${path}`], { input: data.toString('base64') + '\n' });
-  };
+  const bash = (script: string) => lab!.bash(script);
+  const log = async (): Promise<string[]> => JSON.parse(await getText(`http://${WEB1}/log`)) as string[];
+  const putFile = (path: string, data: Buffer) => lab!.putFile(path, data);
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'sbx-egred2-'));
     await procOk('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'web.key', '-out', 'web.pem', '-days', '2', '-subj', '/CN=a.test'], { cwd: dir });
-    web = await startWebHost({ netns: NS, veth: VETH, link: LINK, addresses: [WEB1], script: SERVER, env: { KEY: join(dir, 'web.key'), CERT: join(dir, 'web.pem') } });
-    t = await createTestRuntime({
-      egressResolve: async (name) => {
-        // A name whose authoritative server is slow (the sandbox's owner runs it).
-        if (name === 'slow.test') return sleep(1500).then(() => [WEB1]);
-        return NAMES[name] ?? [];
-      },
-    });
-    await t.rt.create(testSpec(id, [(await baseLayer()).path], { internetAccess: true }));
+    // slow.test: a name whose authoritative server is slow (the sandbox's owner runs it).
+    const resolve = async (name: string) => (name === 'slow.test' ? sleep(1500).then(() => [WEB1]) : (NAMES[name] ?? []));
+    lab = await startEgressLab({ netns: NS, veth: VETH, link: LINK, addresses: [WEB1], script: SERVER, env: { KEY: join(dir, 'web.key'), CERT: join(dir, 'web.pem') }, id, resolve });
+    t = lab.t;
   });
 
   after(async () => {
     try {
-      if (t) {
-        await t.rt.destroy(id).catch(() => undefined);
-        await t.teardown();
-      }
+      await lab?.close();
     } finally {
-      await web?.close();
       await rm(dir, { recursive: true, force: true });
     }
   });
 
   test('pipelined requests do not outlive the sandbox connection: no upstream connection is left behind', async () => {
     await t.rt.setEgress(id, policy({ deny: ['b.test'] }));
-    const open0 = Number(await hostGet(`http://${WEB1}/conns`));
+    const open0 = Number(await getText(`http://${WEB1}/conns`));
     const fds0 = readdirSync('/proc/self/fd').length;
     // Two pipelined requests to a server that never answers, then the connection is closed; 200 times.
     await bash(`for i in $(seq 200); do exec 3<>/dev/tcp/${WEB1}/80; printf 'GET /hang HTTP/1.1\\r\\nHost: a.test\\r\\n\\r\\nGET /hang HTTP/1.1\\r\\nHost: a.test\\r\\n\\r\\n' >&3; exec 3>&-; done`);
     await sleep(1500);
-    const open = Number(await hostGet(`http://${WEB1}/conns`)) - 1 - open0;
+    const open = Number(await getText(`http://${WEB1}/conns`)) - 1 - open0;
     const fds = readdirSync('/proc/self/fd').length - fds0;
     await log();
     assert.ok(open < 20, `the proxy holds ${open} upstream connections (and the daemon ${fds} more descriptors) for 200 sandbox connections that are closed`);
@@ -172,11 +133,11 @@ describe('egress proxy red team 2', { timeout: 300_000 }, () => {
 
   test('no upstream connection is made for a sandbox connection that closed while its name was looked up', async () => {
     await t.rt.setEgress(id, policy({ allow: ['slow.test'] }));
-    await putFile('/tmp/hello-slow', await captureHello('slow.test'));
-    const before = Number(await hostGet(`http://${WEB1}/tls`));
+    await putFile('/tmp/hello-slow', await clientHelloBytes('slow.test'));
+    const before = Number(await getText(`http://${WEB1}/tls`));
     await bash(`for i in $(seq 10); do exec 3<>/dev/tcp/${WEB1}/443; cat /tmp/hello-slow >&3; sleep 0.1; exec 3>&-; done`);
     await sleep(3000);
-    const made = Number(await hostGet(`http://${WEB1}/tls`)) - before;
+    const made = Number(await getText(`http://${WEB1}/tls`)) - before;
     assert.equal(made, 0, `${made} upstream TLS connections were made for sandbox connections already closed (each stays open until the server drops it)`);
   });
 

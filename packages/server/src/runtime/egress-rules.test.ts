@@ -8,9 +8,8 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { baseLayer } from '../testing/fixtures.js';
-import { startWebHost, type WebHost } from '../testing/web-host.js';
-import { aptReleaseUrl, createTestRuntime, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
+import { startEgressLab, type EgressLab } from '../testing/web-host.js';
+import { aptReleaseUrl, type TestRuntime } from '../testing/runtime-fixtures.js';
 import { CrunRuntime, type CrunRuntimeOptions } from './crun-runtime.js';
 import type { EgressPolicy } from './egress-policy.js';
 import { procOk } from './proc.js';
@@ -36,7 +35,7 @@ net.createServer((s) => { s.on('error', () => {}); s.end('raw\\n'); }).listen(22
 
 describe('egress policy (allow and deny lists, at runtime)', { timeout: 300_000 }, () => {
   let t: TestRuntime;
-  let web: WebHost | undefined;
+  let lab: EgressLab | undefined;
   let dir: string;
   const id = 'egrules';
   const policy = (p: Partial<EgressPolicy>): EgressPolicy => ({ internet: true, allow: [], deny: [], ...p });
@@ -66,21 +65,15 @@ describe('egress policy (allow and deny lists, at runtime)', { timeout: 300_000 
     await ossl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'web.key', '-out', 'web.csr', '-subj', '/CN=a.test']);
     await writeFile(join(dir, 'san.ext'), 'subjectAltName=DNS:a.test,DNS:b.test,DNS:c.test\n');
     await ossl(['x509', '-req', '-in', 'web.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'web.pem', '-days', '2', '-extfile', 'san.ext']);
-
-    web = await startWebHost({ netns: NS, veth: VETH, link: LINK, addresses: [WEB1, WEB2], script: SERVER, env: { KEY: join(dir, 'web.key'), CERT: join(dir, 'web.pem') } });
-    t = await createTestRuntime({ egressResolve: async (name) => NAMES[name] ?? [] });
-    await t.rt.create(testSpec(id, [(await baseLayer()).path], { internetAccess: true }));
-    await t.rt.exec(id, ['sh', '-c', 'cat > /tmp/ca.pem'], { input: await readFile(join(dir, 'ca.pem'), 'utf8') });
+    lab = await startEgressLab({ netns: NS, veth: VETH, link: LINK, addresses: [WEB1, WEB2], script: SERVER, env: { KEY: join(dir, 'web.key'), CERT: join(dir, 'web.pem') }, id, resolve: async (name) => NAMES[name] ?? [] });
+    t = lab.t;
+    await lab.putFile('/tmp/ca.pem', await readFile(join(dir, 'ca.pem')));
   });
 
   after(async () => {
     try {
-      if (t) {
-        await t.rt.destroy(id).catch(() => undefined);
-        await t.teardown();
-      }
+      await lab?.close();
     } finally {
-      await web?.close();
       await rm(dir, { recursive: true, force: true });
     }
   });
@@ -168,6 +161,6 @@ describe('egress policy (allow and deny lists, at runtime)', { timeout: 300_000 
     assert.doesNotMatch(table, /chain p_/, 'no sandbox chain left');
     assert.match(table, /map policy4 \{\s+type ipv4_addr : verdict\s+\}/, 'the map is empty');
     await again.close();
-    t = { ...t, rt: again };
+    t = lab!.t = { ...t, rt: again };
   });
 });

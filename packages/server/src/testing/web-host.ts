@@ -1,5 +1,10 @@
 import { spawn } from 'node:child_process';
+import { get } from 'node:http';
+import { createServer, type AddressInfo } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
 import { proc, procOk } from '../runtime/proc.js';
+import { baseLayer } from './fixtures.js';
+import { createTestRuntime, testSpec, type TestRuntime } from './runtime-fixtures.js';
 
 /**
  * Web servers at public-looking addresses, for egress tests: a network namespace behind a veth from
@@ -41,4 +46,78 @@ export async function startWebHost(opts: { netns: string; veth: string; link: nu
     throw err;
   }
   return { close };
+}
+
+/** A real ClientHello (Node's TLS client) naming `servername`: the first bytes it sends. */
+export function clientHelloBytes(servername: string): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer((s) => {
+      s.once('data', (d: Buffer) => {
+        resolve(d);
+        s.destroy();
+        srv.close();
+      });
+    });
+    srv.listen(0, '127.0.0.1', () => {
+      const c = tlsConnect({ host: '127.0.0.1', port: (srv.address() as AddressInfo).port, servername, rejectUnauthorized: false });
+      c.on('error', () => undefined);
+    });
+    srv.on('error', reject);
+  });
+}
+
+/** The body of a GET from the host (a fresh connection each time). */
+export function getText(url: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    get(url, { agent: false }, (res) => {
+      let b = '';
+      res.setEncoding('utf8').on('data', (c: string) => (b += c));
+      res.on('end', () => resolve(b));
+    }).on('error', reject);
+  });
+}
+
+/**
+ * The set-up egress tests share: web servers (startWebHost), a test runtime whose egress proxy
+ * resolves names with `resolve`, and one sandbox with internet access. `t` may be replaced by the
+ * test (a restarted runtime): close() tears down whatever it holds then.
+ */
+export interface EgressLab {
+  t: TestRuntime;
+  id: string;
+  /** bash -c inside the sandbox: its stdout. */
+  bash: (script: string) => Promise<string>;
+  /** Writes a file inside the sandbox. */
+  putFile: (path: string, data: Buffer | string) => Promise<void>;
+  close: () => Promise<void>;
+}
+
+export async function startEgressLab(opts: Parameters<typeof startWebHost>[0] & { id: string; resolve: (name: string) => Promise<string[]> }): Promise<EgressLab> {
+  const web = await startWebHost(opts);
+  let lab: EgressLab | undefined;
+  try {
+    const t = await createTestRuntime({ egressResolve: opts.resolve });
+    lab = {
+      t,
+      id: opts.id,
+      bash: async (script) => (await lab!.t.rt.exec(opts.id, ['bash', '-c', script])).stdout,
+      putFile: async (path, data) => {
+        await lab!.t.rt.exec(opts.id, ['sh', '-c', `base64 -d > ${path}`], { input: Buffer.from(data).toString('base64') + '\n' });
+      },
+      close: async () => {
+        try {
+          await lab!.t.rt.destroy(opts.id).catch(() => undefined);
+          await lab!.t.teardown();
+        } finally {
+          await web.close();
+        }
+      },
+    };
+    await t.rt.create(testSpec(opts.id, [(await baseLayer()).path], { internetAccess: true }));
+    return lab;
+  } catch (err) {
+    if (lab) await lab.close();
+    else await web.close();
+    throw err;
+  }
 }

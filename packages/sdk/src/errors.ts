@@ -49,7 +49,7 @@ export class ValidationError extends SandboxdError {}
 export class AuthenticationError extends SandboxdError {}
 /** 403: the key lacks a scope, or the resource belongs to another organization. */
 export class PermissionDeniedError extends SandboxdError {}
-/** 404: sandbox, template, build, file or process does not exist. */
+/** 404: sandbox, template, build, snapshot, file or process does not exist. */
 export class NotFoundError extends SandboxdError {
   /** The path, for file errors. */
   get path(): string | undefined {
@@ -123,6 +123,7 @@ export const KNOWN_ERROR_CODES: Readonly<Record<string, number>> = {
   NOT_FOUND: 404,
   TEMPLATE_NOT_FOUND: 404,
   BUILD_NOT_FOUND: 404,
+  SNAPSHOT_NOT_FOUND: 404,
   KEY_NOT_FOUND: 404,
   ORG_NOT_FOUND: 404,
   ROUTE_NOT_FOUND: 404,

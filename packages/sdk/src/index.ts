@@ -1,5 +1,7 @@
 export { Sandbox, DEFAULT_TEMPLATE } from './sandbox.js';
-export type { ConnectOptions, CreateCodeContextOptions, CreateOptions, ListOptions, RunCodeOptions, SandboxOptions } from './sandbox.js';
+export type { ConnectOptions, CreateCodeContextOptions, CreateOptions, CreateSnapshotOptions, ForkOptions, ListOptions, RunCodeOptions, SandboxOptions } from './sandbox.js';
+export { Snapshot } from './snapshot.js';
+export type { ListSnapshotsOptions, SnapshotOptions, SnapshotRef } from './snapshot.js';
 export { Template, isTerminalBuildStatus } from './template.js';
 export type { BuildOptions, BuildResult, BuildStarted, BuildStep, TemplateDefinition, TemplateOptions, WaitBuildOptions } from './template.js';
 export { Admin } from './admin.js';
@@ -50,6 +52,8 @@ export type {
   SandboxInfo,
   SandboxPage,
   SandboxResources,
+  SnapshotInfo,
+  SnapshotPage,
   NetworkPolicy,
   ListeningPort,
   PreviewUrl,

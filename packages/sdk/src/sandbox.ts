@@ -7,6 +7,7 @@ import { Env } from './env.js';
 import { Files } from './files.js';
 import { Paginator } from './pagination.js';
 import { Processes } from './processes.js';
+import { copyTimeoutMs, snapshotIdOf, type SnapshotRef } from './snapshot.js';
 import { Terminal, type TerminalOptions } from './terminal.js';
 import { TokenManager, type Token } from './token.js';
 import type {
@@ -22,11 +23,12 @@ import type {
   SandboxInfo,
   SandboxPage,
   SandboxResources,
+  SnapshotInfo,
   ListeningPort,
   PreviewUrl,
   TimeoutResult,
 } from './types.js';
-import { stdinFields, toAgentInfo, toBackgroundProcess, toCodeContext, toExecutionResult, toHealth, toKernelSession, toMetrics, toNetworkPolicy, toSandboxInfo, toSandboxPage, toSandboxResources } from './wire.js';
+import { stdinFields, toAgentInfo, toBackgroundProcess, toCodeContext, toExecutionResult, toHealth, toKernelSession, toMetrics, toNetworkPolicy, toSandboxInfo, toSandboxPage, toSandboxResources, toSnapshotInfo } from './wire.js';
 import { streamExecute } from './ws.js';
 
 export const DEFAULT_TEMPLATE = 'code-interpreter';
@@ -51,6 +53,11 @@ export interface CreateOptions extends SandboxOptions, CallOptions {
   template?: string;
   /** Template id; wins over `template`. */
   templateId?: string;
+  /**
+   * Start from a snapshot (or its id) instead of a template: its filesystem, environment and
+   * template settings. Not with `template` or `templateId`.
+   */
+  snapshot?: SnapshotRef;
   region?: string;
   /** Delete the sandbox this many seconds after creation (default: never). */
   timeoutSeconds?: number;
@@ -71,6 +78,15 @@ export interface CreateOptions extends SandboxOptions, CallOptions {
   idleTimeoutSeconds?: number;
   /** A request to the sandbox while it is paused resumes it first (default false). */
   autoResume?: boolean;
+}
+
+/** The settings a fork may change; those not given are the source's. */
+export type ForkOptions = CallOptions &
+  Pick<CreateOptions, 'timeoutSeconds' | 'internetAccess' | 'allowOut' | 'denyOut' | 'envVars' | 'onTimeout' | 'idleTimeoutSeconds' | 'autoResume'>;
+
+export interface CreateSnapshotOptions extends CallOptions {
+  /** 1 to 128 characters. */
+  name?: string;
 }
 
 export interface ListOptions extends SandboxOptions {
@@ -114,9 +130,9 @@ function clientOf(options: SandboxOptions | undefined): ApiClient {
 }
 
 /**
- * One sandbox. Get one with `Sandbox.create()`, `Sandbox.connect(id)` or `Sandbox.list()`. Lifecycle
- * calls go to the API with the API key; code, commands, files, env and metrics go to the sandbox's
- * agent with a sandbox token that is fetched and refreshed automatically.
+ * One sandbox. Get one with `Sandbox.create()`, `Sandbox.connect(id)`, `Sandbox.list()` or
+ * `sandbox.fork()`. Lifecycle calls go to the API with the API key; code, commands, files, env and
+ * metrics go to the sandbox's agent with a sandbox token that is fetched and refreshed automatically.
  */
 export class Sandbox {
   readonly id: string;
@@ -157,18 +173,13 @@ export class Sandbox {
   /** Creates a sandbox; it is running and its agent answering when this resolves. Not retried on 5xx (that could create two). */
   static async create(options: CreateOptions = {}): Promise<Sandbox> {
     const client = clientOf(options);
-    const json: Record<string, unknown> = {};
-    if (options.templateId) json.template_id = options.templateId;
+    const json = settingsFields(options);
+    if (options.snapshot !== undefined) {
+      if (options.template !== undefined || options.templateId !== undefined) throw new TypeError('create from a snapshot or from a template, not both');
+      json.snapshot_id = snapshotIdOf(options.snapshot);
+    } else if (options.templateId) json.template_id = options.templateId;
     else json.template_name = options.template ?? DEFAULT_TEMPLATE;
     if (options.region !== undefined) json.region = options.region;
-    if (options.timeoutSeconds !== undefined) json.timeout_seconds = options.timeoutSeconds;
-    if (options.internetAccess !== undefined) json.internet_access = options.internetAccess;
-    if (options.allowOut !== undefined) json.allow_out = options.allowOut;
-    if (options.denyOut !== undefined) json.deny_out = options.denyOut;
-    if (options.envVars !== undefined) json.env_vars = options.envVars;
-    if (options.onTimeout !== undefined) json.on_timeout = options.onTimeout;
-    if (options.idleTimeoutSeconds !== undefined) json.idle_timeout_seconds = options.idleTimeoutSeconds;
-    if (options.autoResume !== undefined) json.auto_resume = options.autoResume;
     const body = await client.http.json<Record<string, unknown>>({
       method: 'POST',
       path: '/v1/sandboxes',
@@ -177,8 +188,7 @@ export class Sandbox {
       timeoutMs: options.requestTimeoutMs ?? Math.max(client.config.requestTimeoutMs, 120_000),
       what: 'create sandbox',
     });
-    const token = typeof body.auth_token === 'string' ? { token: body.auth_token, expiresAt: typeof body.token_expires_at === 'string' ? body.token_expires_at : undefined } : undefined;
-    return new Sandbox(client, toSandboxInfo(body), token);
+    return new Sandbox(client, toSandboxInfo(body), tokenOf(body));
   }
 
   /** A handle on an existing sandbox (fetches its state; NotFoundError / SandboxExpiredError if gone). */
@@ -482,6 +492,63 @@ export class Sandbox {
     return this.keepNetwork(toNetworkPolicy(body));
   }
 
+  /**
+   * Saves the sandbox's filesystem, environment and template settings as a snapshot. A running
+   * sandbox is frozen for the copy and resumes by itself. ConflictError (`ORG_QUOTA_EXCEEDED`)
+   * when the organization's snapshots would pass its storage quota. Not retried.
+   */
+  async snapshot(options: CreateSnapshotOptions = {}): Promise<SnapshotInfo> {
+    const body = await this.client.http.json({
+      method: 'POST',
+      path: `/v1/sandboxes/${enc(this.id)}/snapshots`,
+      json: options.name === undefined ? {} : { name: options.name },
+      signal: options.signal,
+      timeoutMs: copyTimeoutMs(this.client, options),
+      what: `snapshot sandbox ${this.id}`,
+    });
+    return toSnapshotInfo(body);
+  }
+
+  /**
+   * New sandboxes, `count` of them (default 1), each running with this sandbox's filesystem as it
+   * is now (a running sandbox is frozen for the copy and resumes by itself). Settings not given in
+   * `options` are this sandbox's. Each is ready to use, with its own token, like `create` makes
+   * them. Not retried (that could make them twice).
+   */
+  async fork(count = 1, options: ForkOptions = {}): Promise<Sandbox[]> {
+    if (!Number.isInteger(count) || count < 1) throw new RangeError('count must be a positive whole number');
+    const body = await this.client.http.json<Record<string, unknown>>({
+      method: 'POST',
+      path: `/v1/sandboxes/${enc(this.id)}/fork`,
+      json: { count, ...settingsFields(options) },
+      signal: options.signal,
+      timeoutMs: copyTimeoutMs(this.client, options),
+      what: `fork sandbox ${this.id}`,
+    });
+    const data = Array.isArray(body.data) ? (body.data as unknown[]) : [];
+    return data.map((item) => new Sandbox(this.client, toSandboxInfo(item), tokenOf(item)));
+  }
+
+  /**
+   * Puts the sandbox's filesystem back as it was in `snapshot`, which must be of this sandbox's
+   * lineage (taken of it, or of a state it descends from; else ValidationError). It keeps its id,
+   * URL and token; its processes restart, so what lived only in memory (code contexts' state,
+   * background processes) is gone. Updates `info`.
+   */
+  async restore(snapshot: SnapshotRef, options: CallOptions = {}): Promise<SandboxInfo> {
+    const id = snapshotIdOf(snapshot);
+    const body = await this.client.http.json({
+      method: 'POST',
+      path: `/v1/sandboxes/${enc(this.id)}/restore`,
+      json: { snapshot_id: id },
+      signal: options.signal,
+      timeoutMs: copyTimeoutMs(this.client, options),
+      what: `restore sandbox ${this.id} to ${id}`,
+    });
+    this.info = toSandboxInfo(body);
+    return this.info;
+  }
+
   /** Sets the auto-kill timeout, counted from now. */
   async setTimeout(seconds: number, options: CallOptions = {}): Promise<TimeoutResult> {
     if (!Number.isInteger(seconds) || seconds <= 0) throw new RangeError('timeout must be a positive whole number of seconds');
@@ -548,6 +615,27 @@ export class Sandbox {
   private agentGet(path: string, options: CallOptions): Promise<unknown> {
     return this.agent.http.json({ method: 'GET', path, signal: options.signal, timeoutMs: options.requestTimeoutMs, what: `GET ${path}` });
   }
+}
+
+/** The settings of a create or fork request, those given only. */
+function settingsFields(o: ForkOptions): Record<string, unknown> {
+  const json: Record<string, unknown> = {};
+  if (o.timeoutSeconds !== undefined) json.timeout_seconds = o.timeoutSeconds;
+  if (o.internetAccess !== undefined) json.internet_access = o.internetAccess;
+  if (o.allowOut !== undefined) json.allow_out = o.allowOut;
+  if (o.denyOut !== undefined) json.deny_out = o.denyOut;
+  if (o.envVars !== undefined) json.env_vars = o.envVars;
+  if (o.onTimeout !== undefined) json.on_timeout = o.onTimeout;
+  if (o.idleTimeoutSeconds !== undefined) json.idle_timeout_seconds = o.idleTimeoutSeconds;
+  if (o.autoResume !== undefined) json.auto_resume = o.autoResume;
+  return json;
+}
+
+/** The agent token a create or fork answer carries. */
+function tokenOf(item: unknown): { token: string; expiresAt: string | undefined } | undefined {
+  const o = (item && typeof item === 'object' ? item : {}) as Record<string, unknown>;
+  if (typeof o.auth_token !== 'string') return undefined;
+  return { token: o.auth_token, expiresAt: typeof o.token_expires_at === 'string' ? o.token_expires_at : undefined };
 }
 
 function executeBody(code: string, language: string, o: Omit<RunCodeOptions, 'onStdout' | 'onStderr'>): Record<string, unknown> {

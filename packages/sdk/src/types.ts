@@ -59,6 +59,34 @@ export interface SandboxPage {
   nextCursor: string | null;
 }
 
+/**
+ * A saved copy of a sandbox's filesystem, environment and template settings: new sandboxes can be
+ * created from it (`Sandbox.create({ snapshot })`), the sandbox restored to it, or it made a template.
+ */
+export interface SnapshotInfo {
+  /** The same as `snapshotId`. */
+  id: string;
+  snapshotId: string;
+  name: string | null;
+  /** The sandbox it was taken of (it may have been deleted since). */
+  sandboxId: string;
+  organizationId: string;
+  templateId: string;
+  templateName: string;
+  /** The snapshot that sandbox was created from or last restored to, if any. */
+  parentSnapshotId: string | null;
+  /** Bytes this snapshot stores itself: what changed since its template or its parent (what counts against the storage quota). */
+  size: number;
+  createdAt: string;
+  resources: Resources;
+}
+
+export interface SnapshotPage {
+  data: SnapshotInfo[];
+  hasMore: boolean;
+  nextCursor: string | null;
+}
+
 export interface ActionResult {
   id: string;
   status: SandboxStatus;

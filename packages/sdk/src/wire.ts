@@ -13,10 +13,13 @@ import type {
   MetricsSnapshot,
   NetworkPolicy,
   ProcessInfo,
+  Resources,
   RichOutput,
   SandboxInfo,
   SandboxPage,
   SandboxResources,
+  SnapshotInfo,
+  SnapshotPage,
   TemplateInfo,
 } from './types.js';
 
@@ -38,9 +41,6 @@ const strArr = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is 
 
 export function toSandboxInfo(v: unknown): SandboxInfo {
   const o = obj(v);
-  const r = obj(o.resources);
-  const resources: SandboxInfo['resources'] = { vcpu: num(r.vcpu), memoryMb: num(r.memory_mb), diskGb: num(r.disk_gb) };
-  if (typeof r.disk_mb === 'number') resources.diskMb = r.disk_mb;
   return {
     id: str(o.id ?? o.sandbox_id),
     status: str(o.status),
@@ -59,8 +59,15 @@ export function toSandboxInfo(v: unknown): SandboxInfo {
     network: toNetworkPolicy(o.network ?? { internet_access: o.internet_access }),
     createdAt: str(o.created_at),
     updatedAt: str(o.updated_at),
-    resources,
+    resources: toResources(o.resources),
   };
+}
+
+function toResources(v: unknown): Resources {
+  const r = obj(v);
+  const out: Resources = { vcpu: num(r.vcpu), memoryMb: num(r.memory_mb), diskGb: num(r.disk_gb) };
+  if (typeof r.disk_mb === 'number') out.diskMb = r.disk_mb;
+  return out;
 }
 
 export function toNetworkPolicy(v: unknown): NetworkPolicy {
@@ -71,6 +78,30 @@ export function toNetworkPolicy(v: unknown): NetworkPolicy {
 export function toSandboxPage(v: unknown): SandboxPage {
   const o = obj(v);
   const data = Array.isArray(o.data) ? o.data.map(toSandboxInfo) : [];
+  return { data, hasMore: o.has_more === true, nextCursor: nullableStr(o.next_cursor) };
+}
+
+export function toSnapshotInfo(v: unknown): SnapshotInfo {
+  const o = obj(v);
+  const id = str(o.snapshot_id ?? o.id);
+  return {
+    id,
+    snapshotId: id,
+    name: nullableStr(o.name),
+    sandboxId: str(o.sandbox_id),
+    organizationId: str(o.organization_id),
+    templateId: str(o.template_id),
+    templateName: str(o.template_name),
+    parentSnapshotId: nullableStr(o.parent_snapshot_id),
+    size: num(o.size),
+    createdAt: str(o.created_at),
+    resources: toResources(o.resources),
+  };
+}
+
+export function toSnapshotPage(v: unknown): SnapshotPage {
+  const o = obj(v);
+  const data = Array.isArray(o.data) ? o.data.map(toSnapshotInfo) : [];
   return { data, hasMore: o.has_more === true, nextCursor: nullableStr(o.next_cursor) };
 }
 

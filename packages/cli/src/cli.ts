@@ -11,6 +11,7 @@ import { exec, run } from './commands/exec.js';
 import { create, get, ls, pause, resume, rm, setTimeoutCmd, ports, preview, start, stats, stop } from './commands/sandboxes.js';
 import { repl } from './commands/repl.js';
 import { shell } from './commands/shell.js';
+import { fork, restore, snapshotCreate, snapshotGet, snapshotLs, snapshotPromote, snapshotRm } from './commands/snapshots.js';
 import { logs, templateBuild, templateGet, templateLs, templateRm } from './commands/templates.js';
 import { keyCreate, keyLs, keyRevoke, orgCreate, orgLs } from './commands/admin.js';
 import { reportError, type Io } from './output.js';
@@ -29,6 +30,8 @@ export const COMMANDS: Command[] = [
   start,
   rm,
   setTimeoutCmd,
+  fork,
+  restore,
   exec,
   run,
   repl,
@@ -41,6 +44,11 @@ export const COMMANDS: Command[] = [
   templateLs,
   templateGet,
   templateRm,
+  snapshotCreate,
+  snapshotLs,
+  snapshotGet,
+  snapshotRm,
+  snapshotPromote,
   orgLs,
   orgCreate,
   keyLs,
@@ -51,18 +59,29 @@ export const COMMANDS: Command[] = [
 /** Groups whose first word alone is not a command. */
 const GROUPS: Record<string, string> = {
   template: 'build, list and delete templates',
+  snapshot: 'take, list, show, delete and promote snapshots (`sbx snapshot ID` takes one)',
   org: 'list and create organizations (admin)',
   key: 'list, create and revoke API keys (admin)',
 };
 
+/** Groups whose first word followed by an argument is one of their commands: `sbx snapshot ID` is `sbx snapshot create ID`. */
+const GROUP_DEFAULTS: Record<string, string> = { snapshot: 'create' };
+
+const ALIASES: Record<string, string> = { list: 'ls', delete: 'rm', kill: 'rm', show: 'get', inspect: 'get' };
+
 export function findCommand(argv: readonly string[]): { command: Command | undefined; group: string | undefined; rest: string[] } {
   const [first, second] = argv;
   if (first && GROUPS[first]) {
-    const command = COMMANDS.find((c) => c.name === `${first} ${second}`) ?? (second === 'list' ? COMMANDS.find((c) => c.name === `${first} ls`) : undefined);
-    return { command, group: first, rest: command ? argv.slice(2) : argv.slice(1) };
+    const sub = second === undefined ? undefined : (ALIASES[second] ?? second);
+    const command = COMMANDS.find((c) => c.name === `${first} ${sub}`);
+    if (command) return { command, group: first, rest: argv.slice(2) };
+    const fallback = GROUP_DEFAULTS[first];
+    if (fallback && second !== undefined && !second.startsWith('-') && second !== 'help') {
+      return { command: COMMANDS.find((c) => c.name === `${first} ${fallback}`), group: first, rest: argv.slice(1) };
+    }
+    return { command: undefined, group: first, rest: argv.slice(1) };
   }
-  const aliases: Record<string, string> = { list: 'ls', delete: 'rm', kill: 'rm', show: 'get', inspect: 'get' };
-  const name = first ? (aliases[first] ?? first) : undefined;
+  const name = first ? (ALIASES[first] ?? first) : undefined;
   return { command: COMMANDS.find((c) => c.name === name), group: undefined, rest: argv.slice(1) };
 }
 
@@ -133,7 +152,7 @@ export function mainHelp(group?: string): string {
     [
       group ? `Usage: sbx ${group} COMMAND [options]` : 'Usage: sbx COMMAND [options]',
       '',
-      group ? `${GROUPS[group]![0]!.toUpperCase()}${GROUPS[group]!.slice(1)}.` : 'sbx talks to a sandboxd server: sandboxes, code, files and templates.',
+      group ? `${GROUPS[group]![0]!.toUpperCase()}${GROUPS[group]!.slice(1)}.` : 'sbx talks to a sandboxd server: sandboxes, code, files, snapshots and templates.',
       '',
       'Commands:',
       ...lines,

@@ -82,8 +82,12 @@ export function hintFor(err: unknown, ctx: { baseUrl: string; hasApiKey: boolean
   if (err instanceof NotFoundError) {
     if (err.code === 'NOT_FOUND') return 'List sandboxes with `sbx ls`.';
     if (err.code === 'TEMPLATE_NOT_FOUND') return 'List templates with `sbx template ls`.';
+    if (err.code === 'SNAPSHOT_NOT_FOUND') return 'List snapshots with `sbx snapshot ls`.';
   }
   if (err instanceof RateLimitError && err.retryAfter !== undefined) return `Try again in ${err.retryAfter} s.`;
+  if (err instanceof SandboxdError && err.code === 'ORG_QUOTA_EXCEEDED' && (err.body as { limit?: unknown } | undefined)?.limit === 'max_snapshot_storage_mb') {
+    return "The organization's snapshots fill its storage quota: delete some (`sbx snapshot ls`, `sbx snapshot rm`), or ask the operator to raise the limit.";
+  }
   if (err instanceof SandboxdError && err.code === 'ORG_QUOTA_EXCEEDED') {
     return "The organization's sandboxes hold its quota: stop or delete some (`sbx ls`), or ask the operator to raise the limit.";
   }

@@ -1,6 +1,6 @@
-import { Sandbox, type NetworkPolicy, type SandboxInfo } from '@sandboxd/sdk';
+import { Sandbox, type ForkOptions, type NetworkPolicy, type SandboxInfo } from '@sandboxd/sdk';
 import { parseDuration, parseKeyValues, parsePositiveInt, UsageError } from '../args.js';
-import type { Command, Context } from '../command.js';
+import type { Command, Context, Parsed } from '../command.js';
 import { bytes, json, keyValues, relativeTime, table } from '../output.js';
 
 function sandboxRows(list: SandboxInfo[]): string {
@@ -41,16 +41,39 @@ function onTimeoutOf(v: string | undefined): 'delete' | 'pause' | undefined {
   throw new UsageError(`--on-timeout must be delete or pause, not ${JSON.stringify(v)}`);
 }
 
+/** The settings `create` and `fork` share, from their options; those not given are left out. */
+export function settingsOf(values: Parsed['values']): Omit<ForkOptions, 'signal' | 'requestTimeoutMs'> {
+  const envVars = parseKeyValues(values.env as string[] | undefined);
+  return {
+    timeoutSeconds: values.timeout ? parseDuration(values.timeout as string) : undefined,
+    internetAccess: values['no-internet'] ? false : undefined,
+    allowOut: values['allow-out'] as string[] | undefined,
+    denyOut: values['deny-out'] as string[] | undefined,
+    onTimeout: onTimeoutOf(values['on-timeout'] as string | undefined),
+    idleTimeoutSeconds: values['idle-timeout'] ? parseDuration(values['idle-timeout'] as string, '--idle-timeout') : undefined,
+    autoResume: values['auto-resume'] ? true : undefined,
+    envVars: Object.keys(envVars).length ? envVars : undefined,
+  };
+}
+
 const quiet = { type: 'boolean', short: 'q', help: 'print only the sandbox id(s)' } as const;
 
 export const create: Command = {
   name: 'create',
   summary: 'create a sandbox',
   args: '',
-  details: 'Creates a sandbox from a template and prints it; it is running when this returns.',
-  examples: ['sbx create --template code-interpreter --timeout 30m --env DEBUG=1', 'sbx create --allow-out pypi.org --allow-out files.pythonhosted.org', 'ID=$(sbx create -q)'],
+  details:
+    'Creates a sandbox from a template, or from a snapshot with its files, environment and template settings,\n' +
+    'and prints it; it is running when this returns.',
+  examples: [
+    'sbx create --template code-interpreter --timeout 30m --env DEBUG=1',
+    'sbx create --allow-out pypi.org --allow-out files.pythonhosted.org',
+    'sbx create --snapshot $SNAPSHOT_ID --timeout 1h',
+    'ID=$(sbx create -q)',
+  ],
   options: {
     template: { type: 'string', short: 't', value: 'NAME', help: 'template name (default code-interpreter)' },
+    snapshot: { type: 'string', value: 'SNAPSHOT_ID', help: 'start from this snapshot instead of a template' },
     timeout: { type: 'string', value: 'DURATION', help: 'delete the sandbox after this long (300, 90s, 15m, 2h; default never)' },
     'no-internet': { type: 'boolean', help: 'no network access from inside the sandbox' },
     'allow-out': { type: 'string', multiple: true, value: 'ENTRY', help: 'reach only these: IPv4 address, CIDR, domain or *.domain (repeatable)' },
@@ -65,18 +88,12 @@ export const create: Command = {
   minArgs: 0,
   maxArgs: 0,
   async run(ctx, { values }) {
-    const envVars = parseKeyValues(values.env as string[] | undefined);
+    if (values.template !== undefined && values.snapshot !== undefined) throw new UsageError('--template and --snapshot exclude each other', 'create');
     const sb = await Sandbox.create({
       client: ctx.client,
       template: values.template as string | undefined,
-      timeoutSeconds: values.timeout ? parseDuration(values.timeout as string) : undefined,
-      internetAccess: values['no-internet'] ? false : undefined,
-      allowOut: values['allow-out'] as string[] | undefined,
-      denyOut: values['deny-out'] as string[] | undefined,
-      onTimeout: onTimeoutOf(values['on-timeout'] as string | undefined),
-      idleTimeoutSeconds: values['idle-timeout'] ? parseDuration(values['idle-timeout'] as string, '--idle-timeout') : undefined,
-      autoResume: values['auto-resume'] ? true : undefined,
-      envVars: Object.keys(envVars).length ? envVars : undefined,
+      snapshot: values.snapshot as string | undefined,
+      ...settingsOf(values),
       region: values.region as string | undefined,
       signal: ctx.signal,
     });

@@ -20,6 +20,7 @@ export const ERROR_CODES = {
   NOT_FOUND: { status: 404, title: 'Sandbox not found' },
   TEMPLATE_NOT_FOUND: { status: 404, title: 'Template not found' },
   BUILD_NOT_FOUND: { status: 404, title: 'Build not found' },
+  SNAPSHOT_NOT_FOUND: { status: 404, title: 'Snapshot not found' },
   KEY_NOT_FOUND: { status: 404, title: 'API key not found' },
   ORG_NOT_FOUND: { status: 404, title: 'Organization not found' },
   ROUTE_NOT_FOUND: { status: 404, title: 'Route not found' },

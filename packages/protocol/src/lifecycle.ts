@@ -51,6 +51,9 @@ export const CreateSandboxBody = Type.Object(
   {
     template_id: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
     template_name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+    snapshot_id: Type.Optional(
+      Type.String({ minLength: 1, maxLength: 200, description: 'create from a snapshot instead of a template: its filesystem, environment and template settings' }),
+    ),
     region: Type.Optional(Type.String({ maxLength: 64 })),
     timeout_seconds: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 31_536_000 }), Type.Null()])),
     internet_access: Type.Optional(Type.Boolean()),
@@ -505,5 +508,79 @@ export const UploadResult = Type.Object({
   file_id: Type.String(),
   size: Type.Integer(),
   sha256: Type.String(),
+  request_id: Type.Optional(Type.String()),
+});
+
+/** Snapshots of a sandbox's filesystem (issue 13). */
+export const Snapshot = Type.Object({
+  object: Type.Literal('snapshot'),
+  snapshot_id: Type.String(),
+  id: Type.String({ description: 'the same as snapshot_id' }),
+  name: Type.Union([Type.String(), Type.Null()]),
+  sandbox_id: Type.String({ description: 'the sandbox it was taken of (it may have been deleted since)' }),
+  organization_id: Type.String(),
+  template_id: Type.String(),
+  template_name: Type.String(),
+  parent_snapshot_id: Type.Union([Type.String(), Type.Null()], { description: 'the snapshot the sandbox was created from or restored to, if any' }),
+  size: Type.Integer({ description: 'bytes this snapshot stores itself: what changed since its template or its parent' }),
+  created_at: Type.String(),
+  resources: Resources,
+  request_id: Type.Optional(Type.String()),
+});
+export type Snapshot = Static<typeof Snapshot>;
+
+export const CreateSnapshotBody = Type.Object(
+  { name: Type.Optional(Type.String({ minLength: 1, maxLength: 128, pattern: '^[^\\u0000-\\u001f]*$' })) },
+  { additionalProperties: false },
+);
+export type CreateSnapshotBody = Static<typeof CreateSnapshotBody>;
+
+export const ListSnapshotsQuery = Type.Object({
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000 })),
+  cursor: Type.Optional(Type.String({ maxLength: 200 })),
+  sandbox_id: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+});
+export type ListSnapshotsQuery = Static<typeof ListSnapshotsQuery>;
+
+export const SnapshotList = Type.Object({
+  object: Type.Literal('list'),
+  data: Type.Array(Snapshot),
+  has_more: Type.Boolean(),
+  next_cursor: Type.Union([Type.String(), Type.Null()]),
+  url: Type.String(),
+  request_id: Type.Optional(Type.String()),
+});
+
+export const PromoteSnapshotBody = Type.Object(
+  { alias: Type.String({ minLength: 1, maxLength: 63, pattern: '^[a-z0-9][a-z0-9._-]*$', description: 'the new template\'s name' }) },
+  { additionalProperties: false },
+);
+export type PromoteSnapshotBody = Static<typeof PromoteSnapshotBody>;
+
+export const RestoreBody = Type.Object({ snapshot_id: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: false });
+export type RestoreBody = Static<typeof RestoreBody>;
+
+export const MAX_FORKS = 20;
+
+export const ForkBody = Type.Object(
+  {
+    count: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_FORKS, description: 'how many sandboxes to make (default 1)' })),
+    timeout_seconds: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 31_536_000 }), Type.Null()], { description: "default: the source's" })),
+    internet_access: Type.Optional(Type.Boolean({ description: "default: the source's" })),
+    allow_out: Type.Optional(EgressEntries("default: the source's")),
+    deny_out: Type.Optional(EgressEntries("default: the source's")),
+    env_vars: Type.Optional(EnvVars),
+    on_timeout: Type.Optional(Type.Union([Type.Literal('delete'), Type.Literal('pause')])),
+    idle_timeout_seconds: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 31_536_000 }), Type.Null()])),
+    auto_resume: Type.Optional(Type.Boolean()),
+  },
+  { additionalProperties: false },
+);
+export type ForkBody = Static<typeof ForkBody>;
+
+export const ForkResult = Type.Object({
+  object: Type.Literal('list'),
+  data: Type.Array(Sandbox),
+  source_id: Type.String(),
   request_id: Type.Optional(Type.String()),
 });

@@ -51,6 +51,7 @@ export async function describeLimits(store: Store, defaults: OrgLimits, org: Org
     max_sandboxes: used.sandboxes,
     max_total_memory_mb: used.memoryMb,
     max_total_disk_gb: used.diskGb,
+    max_snapshot_storage_mb: Math.ceil((await store.snapshots.storageUsed(org.id)) / (1024 * 1024)),
   };
   const usage = { sandboxes: used.sandboxes, stopped_sandboxes: used.stoppedSandboxes, memory_mb: used.memoryMb, disk_gb: used.diskGb, running_builds: used.builds };
   const json = { organization: org.name, organization_id: org.id, limits, overrides, usage };

@@ -15,6 +15,7 @@ test('default limits come from the host: cores, half its memory and disk per san
     max_total_disk_gb: 1000,
     default_timeout_seconds: 3600,
     max_timeout_seconds: 86400,
+    max_snapshot_storage_mb: 256000,
   });
 });
 

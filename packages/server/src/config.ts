@@ -126,6 +126,7 @@ function limitsFrom(env: NodeJS.ProcessEnv, host: HostFacts): OrgLimits {
     max_total_disk_gb: Math.max(10, host.diskGb),
     default_timeout_seconds: 3600,
     max_timeout_seconds: 86_400,
+    max_snapshot_storage_mb: Math.max(10_240, Math.floor((host.diskGb * 1024) / 4)),
   };
   const out = { ...defaults };
   for (const name of Object.keys(defaults) as LimitName[]) {

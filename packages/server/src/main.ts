@@ -21,6 +21,8 @@ import { ALL_SCOPES, KeyService } from './services/keys.js';
 import { TokenService } from './services/tokens.js';
 import { TemplateService } from './services/templates.js';
 import { SandboxService } from './services/sandboxes.js';
+import { SnapshotService } from './services/snapshots.js';
+import { FsLayerStore } from './images/layer-store.js';
 import { QuotaService } from './services/quotas.js';
 import { SlidingWindowLimiter } from './services/rate-limit.js';
 import { EventBus } from './services/events.js';
@@ -220,17 +222,34 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   });
   poolRef.pool = pool;
   const quotas = new QuotaService(store, config.limits);
+  // Snapshot and fork layers: always this data dir's own, so always collected when unused.
+  const snapshotLayers = new FsLayerStore(join(config.dataDir, 'snapshot-layers'), { log });
+  await snapshotLayers.cleanupStale();
+  const locks = new KeyedMutex();
+  const snapshots = new SnapshotService({
+    store,
+    runtime,
+    locks,
+    quotas,
+    templates,
+    layers: snapshotLayers,
+    sandbox: (orgId, id) => sandboxes.get(orgId, id),
+    settle: () => sandboxes.settle(),
+    pool,
+    log,
+  });
   const sandboxes: SandboxService = new SandboxService({
     pool,
     store,
     runtime,
     tokens,
     templates,
-    layerPath: (id) => layers.path(id),
+    layerPath: (id) => (snapshots.owns(id) ? snapshots.path(id) : layers.path(id)),
     gateway,
     routes,
     events,
-    locks: new KeyedMutex(),
+    locks,
+    snapshots,
     createLimiter,
     quotas,
     agentReadyTimeoutMs: config.agentReadyTimeoutMs,
@@ -249,6 +268,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   // What reconcile and the sweep deleted is off the host before the service answers.
   await sandboxes.settle();
   if (expired) log(`deleted ${expired} sandbox(es) whose deadline passed while the service was down`);
+  // Layers a crash left unreferenced (a snapshot taken but not recorded, a fork cut short).
+  await snapshots.collectSoon();
   let sweeping = false;
   const sweepTimer = setInterval(() => {
     if (sweeping) return;
@@ -281,9 +302,10 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     await sandboxes.settle();
     const removed = await collectGarbage(store, images);
     if (removed.length) log(`removed ${removed.length} unreferenced layer(s)`);
+    await snapshots.collectSoon();
   };
   const stopOomWatch = sandboxes.watchOom();
-  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool, connections, metrics };
+  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool, connections, metrics, snapshots };
   const app = await buildApp({ services, logger });
   await app.listen({ host: config.host, port: config.port });
   const metricsServer = config.metrics.listen ? await serveMetrics(metrics, config.metrics.listen) : undefined;

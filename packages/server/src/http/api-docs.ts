@@ -17,6 +17,7 @@ export interface OperationDoc {
 /** The groups, in the order /docs lists them. */
 export const TAGS: Array<{ name: string; description: string }> = [
   { name: 'sandboxes', description: 'Create sandboxes from templates, list them, change their state, extend their timeout, delete them.' },
+  { name: 'snapshots', description: "Save a sandbox's files, create sandboxes from them, fork a sandbox, roll it back, turn a snapshot into a template." },
   { name: 'events', description: 'Server-sent events of sandbox state changes.' },
   { name: 'templates', description: 'The templates sandboxes are made from: list, inspect, delete.' },
   { name: 'builds', description: 'Build custom templates from steps, upload their files, follow their logs.' },
@@ -115,6 +116,46 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     description:
       'Replaces the whole policy (omitted fields take their defaults: `internet_access` true, no lists); new connections follow it within a second, without a restart, and it is kept across stop/start and daemon restarts. An entry is an IPv4 address, an IPv4 CIDR, a domain or a `*.` wildcard domain (any name below it). Deny wins over allow; with an allow list, everything else is refused. Domain entries are judged on the name a connection carries (TLS SNI on port 443, the Host header of every HTTP request on port 80), and that name must resolve to the address connected to; a domain entry opens HTTP and HTTPS to that name, other ports need an address entry. The built-in protections (host, private ranges, metadata, other sandboxes) stay on under every policy. A refused connection is reset at once. A sandbox created with `internet_access: false` has no network: giving it one answers 409.',
     errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'INVALID_STATE', 'RUNTIME_ERROR'],
+  },
+  'POST /v1/sandboxes/{id}/snapshots': {
+    tag: 'snapshots',
+    summary: "Snapshot a sandbox's files",
+    description:
+      "Saves the sandbox's filesystem (what it changed over its template, or over the snapshot it came from), its environment (create-time `env_vars` and the agent's `/env` set) and its template's settings. A running sandbox is frozen for the copy, so what is saved is one moment of it, and resumes by itself; a paused or stopped one is copied as it is. Processes are not saved: a sandbox made from it starts them fresh. The snapshot belongs to the organization, outlives the sandbox, and counts against `max_snapshot_storage_mb` with its `size`.",
+    errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'INVALID_STATE', 'ORG_QUOTA_EXCEEDED', 'LIMIT_EXCEEDED', 'RUNTIME_ERROR'],
+  },
+  'GET /v1/snapshots': {
+    tag: 'snapshots',
+    summary: "The organization's snapshots",
+    description: 'Newest first, a page at a time (`limit`, `cursor` from `next_cursor`); `sandbox_id` keeps those of one sandbox.',
+    errors: ['VALIDATION_ERROR'],
+  },
+  'GET /v1/snapshots/{id}': { tag: 'snapshots', summary: 'One snapshot', description: 'The snapshot, with the size it stores itself.', errors: ['SNAPSHOT_NOT_FOUND', 'PERMISSION_DENIED'] },
+  'DELETE /v1/snapshots/{id}': {
+    tag: 'snapshots',
+    summary: 'Delete a snapshot',
+    description: 'Its storage is freed once nothing else uses it: sandboxes made from it, snapshots taken of those, and templates promoted from it keep what they mount.',
+    errors: ['SNAPSHOT_NOT_FOUND', 'PERMISSION_DENIED'],
+  },
+  'POST /v1/snapshots/{id}/template': {
+    tag: 'snapshots',
+    summary: 'Promote a snapshot to a template',
+    description: "A template of the organization named `alias`: its sandboxes start with the snapshot's files, settings and env set, from the warm pool like any template's. It keeps what it mounts when the snapshot is deleted.",
+    errors: ['SNAPSHOT_NOT_FOUND', 'PERMISSION_DENIED', 'VALIDATION_ERROR', 'TEMPLATE_EXISTS'],
+  },
+  'POST /v1/sandboxes/{id}/fork': {
+    tag: 'snapshots',
+    summary: 'Fork a sandbox',
+    description:
+      "`count` (1-20) new running sandboxes with the source's files as they are now (one copy, the source frozen for it), each with its own id, token, disk, network and deadline: the ones given, or the source's. All or none: when one cannot be made, those already made are deleted and the error is answered.",
+    errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'INVALID_STATE', 'ORG_QUOTA_EXCEEDED', 'LIMIT_EXCEEDED', 'RATE_LIMIT_EXCEEDED', 'RUNTIME_ERROR', 'AGENT_UNAVAILABLE'],
+  },
+  'POST /v1/sandboxes/{id}/restore': {
+    tag: 'snapshots',
+    summary: 'Roll a sandbox back to a snapshot',
+    description:
+      "Puts the sandbox's files back to a snapshot of its own lineage (taken of it, or of a sandbox it was forked or made from): everything written since is gone, its processes start again. It keeps its id, URL, token, network and deadline. A paused sandbox runs after it; a stopped one stays stopped and shows the snapshot's files when started.",
+    errors: [...ACTION, 'SNAPSHOT_NOT_FOUND', 'VALIDATION_ERROR'],
   },
   'GET /v1/sandboxes/{id}/metrics/stream': {
     tag: 'sandboxes',

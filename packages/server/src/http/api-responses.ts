@@ -18,6 +18,7 @@ import {
   CommandResponse,
   CreatedApiKey,
   DeletedResult,
+  ForkResult,
   EnvResponse,
   EventsTokenResult,
   ExecuteResponse,
@@ -44,6 +45,8 @@ import {
   SandboxPreview,
   NetworkPolicyResult,
   SetTimeoutResult,
+  Snapshot,
+  SnapshotList,
   SystemResponse,
   Template,
   TemplateBuildBody,
@@ -162,6 +165,22 @@ const template = {
   created_at: '2025-06-01T08:00:02.118Z',
   updated_at: '2025-06-01T08:00:02.118Z',
 };
+const SNAP = 'snap_4c9e1f7a2b6d8e03a5f1c7b9';
+const snapshot = {
+  object: 'snapshot',
+  snapshot_id: SNAP,
+  id: SNAP,
+  name: 'deps installed',
+  sandbox_id: SBX,
+  organization_id: ORG,
+  template_id: TPL,
+  template_name: 'code-interpreter',
+  parent_snapshot_id: null,
+  size: 104_857_600,
+  created_at: LATER,
+  resources: { vcpu: 2, memory_mb: 2048, disk_gb: 10, disk_mb: 10240 },
+};
+
 const metrics = {
   sandbox_id: SBX,
   status: 'running',
@@ -270,6 +289,56 @@ export const RESPONSES: Record<string, SuccessDoc> = {
     description: 'the policy as it now applies (entries normalized: lowercase names, CIDRs with their host bits cleared)',
     content: json(NetworkPolicyResult, { internet_access: true, allow_out: ['pypi.org', '*.pythonhosted.org', '140.82.112.0/20'], deny_out: ['203.0.113.7'], request_id: REQ }),
     request: jsonRequest({ allow_out: ['pypi.org', '*.pythonhosted.org', '140.82.112.0/20'], deny_out: ['203.0.113.7'] }),
+  },
+  'POST /v1/sandboxes/{id}/snapshots': {
+    status: 201,
+    description: 'the snapshot, taken; a running sandbox runs again',
+    content: json(Snapshot, { ...snapshot, request_id: REQ }),
+    request: jsonRequest({ name: 'deps installed' }, undefined, false),
+  },
+  'GET /v1/snapshots': {
+    status: 200,
+    description: 'a page of snapshots, newest first',
+    content: json(SnapshotList, { object: 'list', data: [snapshot], has_more: false, next_cursor: null, url: '/v1/snapshots', request_id: REQ }),
+  },
+  'GET /v1/snapshots/{id}': { status: 200, description: 'the snapshot', content: json(Snapshot, { ...snapshot, request_id: REQ }) },
+  'DELETE /v1/snapshots/{id}': { status: 200, description: 'deleted', content: json(DeletedResult, { id: SNAP, status: 'deleted', request_id: REQ }) },
+  'POST /v1/snapshots/{id}/template': {
+    status: 201,
+    description: 'the new template, active',
+    content: json(Template, {
+      ...template,
+      id: BUILD,
+      name: 'my-env',
+      display_name: 'my-env',
+      description: `From snapshot ${SNAP} (deps installed) of a code-interpreter sandbox`,
+      category: 'custom',
+      is_public: false,
+      build_id: null,
+      tags: ['custom', 'snapshot'],
+      request_id: REQ,
+    }),
+    request: jsonRequest({ alias: 'my-env' }),
+  },
+  'POST /v1/sandboxes/{id}/fork': {
+    status: 201,
+    description: 'the new sandboxes, running, each with its own token',
+    content: json(ForkResult, {
+      object: 'list',
+      data: [
+        { ...sandbox, id: 'sbf0rk1a2b3c4d5e6f7g8h', auth_token: SANDBOX_TOKEN, token_expires_at: '2025-06-03T09:14:09.000Z' },
+        { ...sandbox, id: 'sbf0rk2b3c4d5e6f7g8h9i', auth_token: SANDBOX_TOKEN, token_expires_at: '2025-06-03T09:14:09.000Z' },
+      ],
+      source_id: SBX,
+      request_id: REQ,
+    }),
+    request: jsonRequest({ count: 2, timeout_seconds: 600 }, undefined, false),
+  },
+  'POST /v1/sandboxes/{id}/restore': {
+    status: 200,
+    description: 'the sandbox, with the snapshot\'s files, running again (or stopped, if it was)',
+    content: json(Sandbox, { ...sandbox, request_id: REQ }),
+    request: jsonRequest({ snapshot_id: SNAP }),
   },
   'GET /v1/sandboxes/{id}/metrics/stream': {
     status: 200,

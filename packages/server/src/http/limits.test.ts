@@ -98,7 +98,7 @@ async function setup() {
     store.sandboxes.insert({
       id, orgId: org.id, templateId: 'tpl_small', templateName: 'small', status: 'running', region: 'local', internetAccess: true, egress: null,
       timeoutSeconds: null, expiresAt: null, vcpu: 1, memoryMb: 512, diskGb: 2, layers: ['l'], templateEnv: {}, envVars: {},
-      gatewayPort: null, nodeId: 'test', version: 0, deletedReason: null, createdAt: now, updatedAt: now, deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null, ...over,
+      gatewayPort: null, nodeId: 'test', version: 0, deletedReason: null, createdAt: now, updatedAt: now, deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null, snapshotId: null, lineage: [], ...over,
     });
   const call = async (method: 'GET' | 'POST' | 'PUT', url: string, payload?: unknown) => {
     const res = await app.inject({ method, url, headers: { 'x-api-key': secret }, ...(payload === undefined ? {} : { payload: payload as object }) });

@@ -370,7 +370,7 @@ test('what the routes really answer validates against the document', async () =>
   await store.sandboxes.insert({
     id: 'sbq7k2m9x4v8t1w6z3r5np', orgId: org.id, templateId: 'tpl_af851e734adfae9a94c3', templateName: 'code-interpreter', status: 'running', region: 'local', internetAccess: true, egress: null,
     timeoutSeconds: null, expiresAt: null, vcpu: 2, memoryMb: 2048, diskGb: 10, layers: ['a'.repeat(64)], templateEnv: {}, envVars: {}, gatewayPort: 40017, nodeId: 'test',
-    version: 0, deletedReason: null, createdAt: now, updatedAt: now, deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null,
+    version: 0, deletedReason: null, createdAt: now, updatedAt: now, deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null, snapshotId: null, lineage: [],
   });
   await call('GET', '/v1/sandboxes?limit=1', '/v1/sandboxes');
   await call('GET', '/v1/sandboxes/sbq7k2m9x4v8t1w6z3r5np', '/v1/sandboxes/{id}');

@@ -43,6 +43,15 @@ export function moveIdRange(dir: string, from: number, to: number, count: number
   return rewriteOwnership(dir, (id) => (id >= from && id < from + count ? id - from + to : id));
 }
 
+/**
+ * Moves ids in `from`..`from + count - 1` to `to`..`to + count - 1` under `dir`, and every other id
+ * to `to + count - 2` (nobody inside): a sandbox's files becoming a layer (a snapshot), where no id
+ * outside the range may survive (the range is all a sandbox's processes can write as).
+ */
+export function mapIdRange(dir: string, from: number, to: number, count: number): ShiftResult {
+  return rewriteOwnership(dir, (id) => (id >= from && id < from + count ? id - from + to : to + count - 2));
+}
+
 /** Sets uid and gid of every entry under `dir` (dir included) to `map(old)`, as described above. */
 function rewriteOwnership(dir: string, map: (id: number, path: string) => number): ShiftResult {
   const root = lstatSync(dir);

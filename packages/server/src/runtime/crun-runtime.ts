@@ -4,8 +4,8 @@ import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { describeCause, isProgrammingError, ServiceError } from '@sandboxd/protocol';
-import { moveIdRange } from '../images/shift.js';
-import { ID_RANGE, LEGACY_ID_OFFSET } from '../images/types.js';
+import { mapIdRange, moveIdRange } from '../images/shift.js';
+import { CANONICAL_ID_OFFSET, ID_RANGE, LEGACY_ID_OFFSET } from '../images/types.js';
 import { checkSuidDumpable, ensureAgentRuntime, nodeArgv, NODE_MOUNT, type AgentRuntime } from './agent-runtime.js';
 import { AGENT_LISTEN_FD, runWithAgentSocket } from './agent-socket.js';
 import {
@@ -22,8 +22,10 @@ import {
 import { Crun } from './crun.js';
 import {
   checkLowerDirs,
+  createDiskImage,
   detachMounts,
   diskUsage,
+  loopBacks,
   loopDeviceAt,
   mountDiskImage,
   mountOverlay,
@@ -115,6 +117,8 @@ interface SandboxPaths {
   log: string;
   /** The loop device the disk was last mounted on (see detachHostMounts). */
   loop: string;
+  /** Where a snapshot mounts the sandbox's disk for a moment (exportLayer). */
+  snapMount: string;
 }
 
 /** What the steps of one create/start share. */
@@ -229,6 +233,7 @@ export class CrunRuntime implements Runtime {
       net: join(dir, 'net.json'),
       log: join(dir, 'crun.log'),
       loop: join(dir, 'disk.loop'),
+      snapMount: join(dir, 'snap'),
     };
   }
 
@@ -873,6 +878,100 @@ export class CrunRuntime implements Runtime {
       existsSync(`/run/netns/${this.netnsName(id)}`) ||
       (await cgroupExists(await this.layout(), this.cgroupPath(id)))
     );
+  }
+
+  // ---- snapshots -------------------------------------------------------------------------------
+
+  /**
+   * Copies the sandbox's own files (its upper: what it changed over its layers, overlay whiteouts
+   * and opaque directories included) into `dest`, an empty directory, in canonical ownership: a
+   * layer other sandboxes can mount. A running sandbox is frozen for the copy, so what is saved is
+   * one moment of it, and thawed right after (also when the copy fails); a paused or stopped one
+   * is copied as it is.
+   *
+   * A running sandbox's disk is mounted in its own namespace only (detachHostMounts): its loop
+   * device is mounted once more for the copy, which the kernel serves from the same superblock (so
+   * the copy sees exactly what the sandbox wrote). A stopped one's image is mounted as a start
+   * would. Everything in the upper is the tenant's: `cp -a` copies symlinks as symlinks, never
+   * through them, and the copy's ids are rewritten in `dest`, which the sandbox cannot reach.
+   */
+  exportLayer(id: string, dest: string): Promise<{ bytes: number; entries: number; frozenMs: number }> {
+    checkId(id);
+    return this.withLock(id, async () => {
+      const p = this.paths(id);
+      if (!existsSync(p.dir)) throw new ServiceError('NOT_FOUND', `sandbox ${id} does not exist`);
+      const range = await readIdRange(p.dir);
+      if (!range || range.movingFrom !== undefined) throw new ServiceError('INVALID_STATE', `sandbox ${id} must be started once before it can be saved`);
+      const layout = await this.layout();
+      const rel = this.cgroupPath(id);
+      const st = await this.crun.state(id);
+      const live = st?.status === 'running' || st?.status === 'paused';
+      let thaw = false;
+      let mounted = false;
+      let frozenAt = 0;
+      let frozenMs = 0;
+      try {
+        if (live && (await isFrozen(layout, rel)) === false) {
+          frozenAt = performance.now();
+          if ((await setFrozen(layout, rel, true)) === undefined) throw new Error('the sandbox has no freezer');
+          thaw = true;
+        }
+        let src = p.disk;
+        if (!(await hasOwnFilesystem(p.disk))) {
+          await mkdir(p.snapMount, { recursive: true, mode: 0o700 });
+          if (await hasOwnFilesystem(p.snapMount)) await unmount(p.snapMount);
+          const loop = await this.recordedLoop(p);
+          if (live) {
+            if (!loop || !(await loopBacks(loop, p.image))) throw new Error(`the disk's loop device is not known (${loop ?? 'none recorded'})`);
+            await procOk('mount', ['-t', 'ext4', '-o', 'noatime,nosuid,nodev,noexec', loop, p.snapMount]);
+          } else {
+            if (loop && !(await waitLoopReleased(loop, p.image, 10_000))) {
+              throw new ServiceError('RUNTIME_ERROR', `sandbox ${id}: its disk is still held by its previous run; try again`).withDetail(`loop device ${loop}`);
+            }
+            await mountDiskImage(p.image, p.snapMount, await this.diskTools());
+          }
+          mounted = true;
+          src = p.snapMount;
+        }
+        await procOk('cp', ['-a', '--', `${join(src, 'upper')}/.`, dest]);
+      } finally {
+        if (mounted) await unmount(p.snapMount).catch((err: unknown) => this.log(`sandbox ${id}: cannot unmount ${p.snapMount}: ${String(err)}`));
+        if (thaw) {
+          await setFrozen(layout, rel, false);
+          frozenMs = performance.now() - frozenAt;
+        }
+      }
+      const shifted = mapIdRange(dest, range.base, CANONICAL_ID_OFFSET, ID_RANGE);
+      return { ...shifted, frozenMs };
+    });
+  }
+
+  /**
+   * Gives a stopped sandbox a new, empty disk (its upper) of `diskGb`, keeping its directory, id
+   * range and address: its next start() shows its layers alone (a rollback to a snapshot: the
+   * caller starts it on the snapshot's layers). The old disk is freed once its last run let go.
+   */
+  resetDisk(id: string, diskGb: number): Promise<void> {
+    checkId(id);
+    return this.withLock(id, async () => {
+      const p = this.paths(id);
+      if (!existsSync(p.dir)) throw new ServiceError('NOT_FOUND', `sandbox ${id} does not exist`);
+      const st = await this.crun.state(id);
+      if (st && (st.status === 'running' || st.status === 'paused')) throw new ServiceError('INVALID_STATE', `sandbox ${id} must be stopped to reset its disk`);
+      const range = await readIdRange(p.dir);
+      if (!range) throw new ServiceError('INVALID_STATE', `sandbox ${id} has no id range`);
+      if (await hasOwnFilesystem(p.rootfs)) await unmount(p.rootfs);
+      if (await hasOwnFilesystem(p.disk)) await unmountDisk(p.dir, p.image, p.disk);
+      const fresh = `${p.image}.new`;
+      await rm(fresh, { force: true });
+      await createDiskImage(fresh, Math.round(diskGb * 1024 ** 3), await this.diskTools());
+      // The old image goes with the rename; a loop device its last run still holds keeps it until
+      // it lets go (a start waits for that: disk.loop).
+      await rename(fresh, p.image);
+      await mkdir(p.disk, { recursive: true });
+      await mountDiskImage(p.image, p.disk, await this.diskTools());
+      await prepareUpper(p.dir, range.base, { fresh: true });
+    });
   }
 
   // ---- queries ---------------------------------------------------------------------------------

@@ -115,6 +115,14 @@ export interface Runtime {
    * connections follow it within a second; kept across restarts and stop/start.
    */
   setEgress(id: string, policy: EgressPolicy): Promise<void>;
+  /**
+   * Copies the sandbox's own files (what it changed over its layers) into `dest`, an empty host
+   * directory, as a layer in canonical ownership. A running sandbox is frozen for the copy and
+   * thawed after; a paused or stopped one is copied as it is.
+   */
+  exportLayer(id: string, dest: string): Promise<{ bytes: number; entries: number; frozenMs: number }>;
+  /** Gives a stopped sandbox a new empty disk of `diskGb` (its id, id range and address stay). */
+  resetDisk(id: string, diskGb: number): Promise<void>;
   /** Runs one build step to completion in a throwaway container with sandbox isolation. */
   runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }>;
 }

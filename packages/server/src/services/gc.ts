@@ -5,7 +5,7 @@ import type { Store } from '../store/types.js';
 
 /**
  * Removes layers that nothing references: no template of any organization, no live sandbox (a
- * stopped one still mounts its layers on start), no imported or pulled image, no built-in recipe.
+ * stopped one still mounts its layers on start), no snapshot, no imported or pulled image, no built-in recipe.
  * Skipped while a build runs, since its fresh layers are not referenced until it finishes.
  */
 export async function collectGarbage(store: Store, images: Pick<ImageServices, 'layers' | 'images'>): Promise<string[]> {
@@ -13,6 +13,8 @@ export async function collectGarbage(store: Store, images: Pick<ImageServices, '
   const keep = new Set<string>(BUILTIN_TEMPLATES.map((t) => rootfsKey(t.recipe)));
   for (const id of await images.images.referencedLayers()) keep.add(id);
   for (const s of await store.sandboxes.live()) for (const l of s.layers) keep.add(l);
+  // A snapshot mounts its template's layers below its own, whatever became of the template.
+  for (const l of await store.snapshots.referencedLayers()) keep.add(l);
   const orgs = await store.orgs.list();
   const seen = new Set<string>();
   for (const orgId of ['', ...orgs.map((o) => o.id)]) {

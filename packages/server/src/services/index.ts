@@ -12,6 +12,7 @@ import type { UploadService } from './uploads.js';
 import type { QuotaService } from './quotas.js';
 import type { WarmPool } from './warm-pool.js';
 import type { Metrics } from './metrics.js';
+import type { SnapshotService } from './snapshots.js';
 
 /** Everything the HTTP layer may call. */
 export interface Services {
@@ -34,4 +35,6 @@ export interface Services {
   gcLayers?: () => Promise<void>;
   /** Prometheus metrics (absent: none kept, e.g. in unit tests). */
   metrics?: Metrics;
+  /** Snapshots of sandboxes (absent: the snapshot routes answer 503). */
+  snapshots?: SnapshotService;
 }

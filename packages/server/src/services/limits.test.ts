@@ -15,6 +15,7 @@ const LIMITS: OrgLimits = {
   max_total_disk_gb: 10,
   default_timeout_seconds: 300,
   max_timeout_seconds: 3600,
+  max_snapshot_storage_mb: null,
 };
 
 function refused(fn: () => unknown, code: string, limit: string): ServiceError {
@@ -91,7 +92,7 @@ function row(id: string, over: Partial<SandboxRow>): SandboxRow {
   return {
     id, orgId: 'org_a', templateId: 't', templateName: 'base', status: 'running', region: 'local', internetAccess: true, egress: null,
     timeoutSeconds: null, expiresAt: null, vcpu: 1, memoryMb: 512, diskGb: 2, layers: [], templateEnv: {}, envVars: {},
-    gatewayPort: null, nodeId: 'n', version: 0, deletedReason: null, createdAt: now, updatedAt: now, deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null, ...over,
+    gatewayPort: null, nodeId: 'n', version: 0, deletedReason: null, createdAt: now, updatedAt: now, deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null, snapshotId: null, lineage: [], ...over,
   };
 }
 

@@ -11,6 +11,7 @@ import type { LimitOverrides } from '../store/types.js';
  *   max_total_memory_mb (held by active sandboxes and running builds), max_total_disk_gb (held by
  *   every sandbox not deleted, stopped ones too, and running builds).
  * - Timeouts: default_timeout_seconds (a create without timeout_seconds), max_timeout_seconds.
+ * - Snapshots: max_snapshot_storage_mb (what the organization's snapshots store themselves).
  */
 export const LIMIT_NAMES = [
   'max_vcpu',
@@ -21,6 +22,7 @@ export const LIMIT_NAMES = [
   'max_total_disk_gb',
   'default_timeout_seconds',
   'max_timeout_seconds',
+  'max_snapshot_storage_mb',
 ] as const;
 export type LimitName = (typeof LIMIT_NAMES)[number];
 
@@ -37,6 +39,7 @@ export const LIMIT_MINIMUMS: Readonly<Record<LimitName, number>> = {
   max_total_disk_gb: 1,
   default_timeout_seconds: 1,
   max_timeout_seconds: 1,
+  max_snapshot_storage_mb: 1,
 };
 
 export function isLimitName(name: string): name is LimitName {

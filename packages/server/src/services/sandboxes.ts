@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
-import { describeCause, isProgrammingError, ServiceError, type CreateSandboxBody, type NetworkPolicy, type Sandbox, type SandboxEventKind, type SandboxMetrics, type SetNetworkBody } from '@sandboxd/protocol';
+import { describeCause, isProgrammingError, ServiceError, type CreateSandboxBody, type ForkBody, type NetworkPolicy, type Sandbox, type SandboxEventKind, type SandboxMetrics, type SetNetworkBody } from '@sandboxd/protocol';
 import { DEFAULT_EGRESS, isRestricted, normalizeEntries } from '../runtime/egress-policy.js';
 import type { Runtime, SandboxSpec } from '../runtime/types.js';
 import type { SandboxRow, Store } from '../store/types.js';
@@ -11,6 +11,7 @@ import type { SlidingWindowLimiter } from './rate-limit.js';
 import type { TemplateService } from './templates.js';
 import type { TokenService } from './tokens.js';
 import type { QuotaService } from './quotas.js';
+import type { SnapshotService } from './snapshots.js';
 import { checkSize, checkTimeout, timeoutFor } from './limits.js';
 import { agentJson, waitForAgent } from './agent-client.js';
 import { warmKeyOf, WarmPool } from './warm-pool.js';
@@ -63,6 +64,27 @@ export interface SandboxServiceDeps {
   log: (msg: string, extra?: Record<string, unknown>) => void;
   /** Counts creates by template and source, with their latency (absent: none kept). */
   metrics?: Metrics;
+  /** Snapshots (absent: creates from a snapshot, forks and restores are refused). */
+  snapshots?: SnapshotService;
+}
+
+/** What a create starts from: a template, a snapshot, or a fork's source. */
+interface CreateSource {
+  templateId: string;
+  templateName: string;
+  vcpu: number;
+  memoryMb: number;
+  diskGb: number;
+  layers: string[];
+  templateEnv: Record<string, string>;
+  /** The env set the sandbox starts with (below the create's env_vars). */
+  envVars: Record<string, string>;
+  snapshotId: string | null;
+  lineage: string[];
+  /** The warm pool's name for what it boots: the template id, `snap:<id>`, `fork:<layer>`. */
+  poolId: string;
+  /** A fork's: the source's egress policy, when the fork names none. */
+  egress?: SandboxRow['egress'];
 }
 
 /** A preview URL, as `GET /v1/sandboxes/{id}/ports/{port}` gives it. */
@@ -303,19 +325,71 @@ export class SandboxService {
 
   /** `signal`: the client went away; honoured only while the create still waits for a sandbox. */
   async create(orgId: string, body: CreateSandboxBody, opts: { signal?: AbortSignal } = {}): Promise<{ sandbox: Sandbox; token: string; tokenExpiresAt: Date }> {
-    const startedAt = performance.now();
+    if (body.snapshot_id !== undefined) {
+      if (body.template_id !== undefined || body.template_name !== undefined) {
+        throw new ServiceError('VALIDATION_ERROR', 'give either snapshot_id or a template (template_id or template_name), not both: a snapshot brings its template');
+      }
+      if (!this.d.snapshots) throw new ServiceError('RUNTIME_ERROR', 'this service keeps no snapshots');
+      const snap = await this.d.snapshots.get(orgId, body.snapshot_id);
+      return this.createFrom(
+        orgId,
+        {
+          templateId: snap.templateId,
+          templateName: snap.templateName,
+          vcpu: snap.vcpu,
+          memoryMb: snap.memoryMb,
+          diskGb: snap.diskGb,
+          layers: snap.layers,
+          templateEnv: snap.templateEnv,
+          envVars: snap.envVars,
+          snapshotId: snap.id,
+          lineage: [snap.sandboxId],
+          poolId: `snap:${snap.id}`,
+        },
+        body,
+        opts,
+      );
+    }
     const templateRef = body.template_id ?? body.template_name;
     if (!templateRef) {
-      throw new ServiceError('VALIDATION_ERROR', `either template_id or template_name must be provided (e.g. "${DEFAULT_TEMPLATE}")`);
+      throw new ServiceError('VALIDATION_ERROR', `either template_id or template_name must be provided (e.g. "${DEFAULT_TEMPLATE}"), or snapshot_id`);
     }
     const template = await this.d.templates.resolve(templateRef, orgId);
     if (template.status !== 'active') {
       throw new ServiceError('TEMPLATE_NOT_READY', `template "${template.name}" is ${template.status}, not active`, { template: template.name });
     }
+    return this.createFrom(
+      orgId,
+      {
+        templateId: template.id,
+        templateName: template.name,
+        vcpu: template.vcpu,
+        memoryMb: template.memoryMb,
+        diskGb: template.diskGb,
+        layers: template.layers,
+        templateEnv: { ...template.env, ...(template.workdir ? { SANDBOXD_AGENT_WORKSPACE: template.workdir } : {}) },
+        envVars: {},
+        snapshotId: null,
+        lineage: [],
+        poolId: template.id,
+      },
+      body,
+      opts,
+    );
+  }
+
+  private async createFrom(
+    orgId: string,
+    src: CreateSource,
+    body: CreateSandboxBody,
+    opts: { signal?: AbortSignal },
+  ): Promise<{ sandbox: Sandbox; token: string; tokenExpiresAt: Date }> {
+    const startedAt = performance.now();
     const limits = await this.d.quotas.limitsFor(orgId);
-    checkSize(limits, template, `template "${template.name}"`);
+    checkSize(limits, src, src.snapshotId ? `snapshot ${src.snapshotId}` : `template "${src.templateName}"`);
     const timeoutSeconds = timeoutFor(limits, body.timeout_seconds);
-    const egress = egressFrom(body);
+    const named = body.allow_out !== undefined || body.deny_out !== undefined || body.internet_access !== undefined;
+    const egress = src.egress !== undefined && !named ? src.egress : egressFrom(body);
     if (body.internet_access === false && (body.allow_out?.length || body.deny_out?.length)) {
       throw new ServiceError('VALIDATION_ERROR', 'allow_out and deny_out need internet_access: a sandbox created without it has no network at all');
     }
@@ -325,20 +399,20 @@ export class SandboxService {
     const row: SandboxRow = {
       id: newSandboxId(),
       orgId,
-      templateId: template.id,
-      templateName: template.name,
+      templateId: src.templateId,
+      templateName: src.templateName,
       status: 'creating',
       region: body.region || 'local',
       internetAccess: body.internet_access ?? true,
       egress: body.internet_access === false ? null : egress,
       timeoutSeconds,
       expiresAt: timeoutSeconds ? new Date(now.getTime() + timeoutSeconds * 1000).toISOString() : null,
-      vcpu: template.vcpu,
-      memoryMb: template.memoryMb,
-      diskGb: template.diskGb,
-      layers: template.layers,
-      templateEnv: { ...template.env, ...(template.workdir ? { SANDBOXD_AGENT_WORKSPACE: template.workdir } : {}) },
-      envVars: body.env_vars ?? {},
+      vcpu: src.vcpu,
+      memoryMb: src.memoryMb,
+      diskGb: src.diskGb,
+      layers: src.layers,
+      templateEnv: src.templateEnv,
+      envVars: { ...src.envVars, ...(body.env_vars ?? {}) },
       gatewayPort: null,
       nodeId: this.d.nodeId,
       version: 0,
@@ -350,6 +424,8 @@ export class SandboxService {
       idleTimeoutSeconds: body.idle_timeout_seconds ?? null,
       autoResume: body.auto_resume ?? false,
       idleCheckAt: body.idle_timeout_seconds ? new Date(now.getTime() + body.idle_timeout_seconds * 1000).toISOString() : null,
+      snapshotId: src.snapshotId,
+      lineage: src.lineage,
     };
     // The row exists before anything is booted, so a crash half-way is found and cleaned at restart;
     // inserted as the quota admits it, it counts for every create after this one while this one
@@ -360,7 +436,7 @@ export class SandboxService {
     const undo = new UndoStack((msg) => this.d.log(`create: ${msg}`, { id: row.id }));
     undo.push('placeholder row', () => this.d.store.sandboxes.remove(row.id));
     try {
-      const { id, at, source } = await this.takeSandbox(row, opts.signal);
+      const { id, at, source } = await this.takeSandbox(row, src.poolId, opts.signal);
       undo.push('sandbox', () => this.d.runtime.destroy(id));
       // Its lifetime starts when it is handed to the client, not when the create began to wait.
       const own: SandboxRow = {
@@ -394,7 +470,7 @@ export class SandboxService {
         undo.commit();
         if (running.idleTimeoutSeconds) this.activity.set(id, Date.now());
         this.event('created', running);
-        this.d.metrics?.creates.inc({ template: running.templateName, source });
+        this.d.metrics?.creates.inc({ template: running.templateName, source: src.snapshotId ? 'snapshot' : src.poolId.startsWith('fork:') ? 'fork' : source });
         this.d.metrics?.createDuration.observe({ source }, (performance.now() - startedAt) / 1000);
         return { sandbox: this.render(running), token, tokenExpiresAt: expiresAt };
       });
@@ -408,16 +484,125 @@ export class SandboxService {
   }
 
   /**
+   * `POST /v1/sandboxes/{id}/fork`: `count` new running sandboxes with the source's files as they
+   * are now (one copy, frozen for it if it runs), each with its own id, token, disk, network and
+   * deadline: the caller's, or the source's. All or none: a fork that fails half-way deletes the
+   * sandboxes it made.
+   */
+  async fork(orgId: string, id: string, body: ForkBody, opts: { signal?: AbortSignal } = {}): Promise<Array<{ sandbox: Sandbox; token: string; tokenExpiresAt: Date }>> {
+    const snapshots = this.need();
+    const count = body.count ?? 1;
+    await this.get(orgId, id);
+    const { src, captured } = await this.d.locks.run(id, async () => {
+      const r = await this.get(orgId, id);
+      if (r.status !== 'running' && r.status !== 'paused' && r.status !== 'stopped') {
+        throw new ServiceError('INVALID_STATE', `cannot fork a sandbox whose current state is ${r.status}`, { id, current_state: r.status });
+      }
+      return { src: r, captured: await snapshots.capture(r, 'fork') };
+    });
+    const source: CreateSource = {
+      templateId: src.templateId,
+      templateName: src.templateName,
+      vcpu: src.vcpu,
+      memoryMb: src.memoryMb,
+      diskGb: src.diskGb,
+      layers: [captured.layerId, ...src.layers],
+      templateEnv: src.templateEnv,
+      envVars: captured.envVars,
+      snapshotId: null,
+      lineage: [src.id, ...src.lineage].slice(0, 100),
+      poolId: `fork:${captured.layerId}`,
+      egress: src.internetAccess ? src.egress : undefined,
+    };
+    const createBody: CreateSandboxBody = {
+      region: src.region,
+      timeout_seconds: body.timeout_seconds !== undefined ? body.timeout_seconds : src.timeoutSeconds,
+      internet_access: body.internet_access ?? (body.allow_out !== undefined || body.deny_out !== undefined ? undefined : src.internetAccess),
+      allow_out: body.allow_out,
+      deny_out: body.deny_out,
+      env_vars: body.env_vars,
+      on_timeout: body.on_timeout ?? src.onTimeout,
+      idle_timeout_seconds: body.idle_timeout_seconds !== undefined ? body.idle_timeout_seconds : src.idleTimeoutSeconds,
+      auto_resume: body.auto_resume ?? src.autoResume,
+    };
+    // Without internet_access named, the fork gets the source's network and policy (both, or none).
+    if (body.internet_access === undefined && body.allow_out === undefined && body.deny_out === undefined) {
+      createBody.internet_access = src.internetAccess;
+    } else {
+      source.egress = undefined;
+    }
+    const results = await Promise.allSettled(Array.from({ length: count }, () => this.createFrom(orgId, source, createBody, opts)));
+    // The pool keeps nothing for a key no create will ask for again.
+    await this.pool.dropTemplate(source.poolId);
+    const made = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) {
+      for (const m of made) {
+        await this.delete(orgId, m.sandbox.id, 'fork_failed').catch((err: unknown) => this.d.log('removing a fork of a failed fork failed', { id: m.sandbox.id, error: String(err) }));
+      }
+      captured.release();
+      void snapshots.collectSoon();
+      throw failed.reason;
+    }
+    captured.release();
+    this.d.log('sandbox forked', { id, forks: made.map((m) => m.sandbox.id), bytes: captured.sizeBytes, frozen_ms: Math.round(captured.frozenMs) });
+    return made;
+  }
+
+  /**
+   * `POST /v1/sandboxes/{id}/restore`: the sandbox's files become those of a snapshot of its own
+   * lineage (taken of it, or of a sandbox it was forked or made from); its processes start again
+   * on them. It keeps its id, URL, token, network and deadline; a stopped sandbox stays stopped
+   * (its next start shows the snapshot's files), a paused one runs.
+   */
+  async restore(orgId: string, id: string, snapshotId: string): Promise<SandboxRow> {
+    const snapshots = this.need();
+    const snap = await snapshots.get(orgId, snapshotId);
+    return this.transition(orgId, id, 'restore', ['running', 'paused', 'stopped'], async (r) => {
+      if (snap.sandboxId !== r.id && !r.lineage.includes(snap.sandboxId)) {
+        throw new ServiceError(
+          'VALIDATION_ERROR',
+          `snapshot ${snap.id} is not of this sandbox's lineage: it was taken of sandbox ${snap.sandboxId}, which this sandbox does not descend from; create a sandbox from it instead`,
+          { id: r.id, snapshot_id: snap.id },
+        );
+      }
+      if (snap.diskGb > r.diskGb) throw new ServiceError('VALIDATION_ERROR', `snapshot ${snap.id} was taken of a sandbox with a larger disk (${snap.diskGb} GB) than this one's (${r.diskGb} GB)`);
+      const live = r.status !== 'stopped';
+      if (r.status === 'paused') await this.d.runtime.resume(r.id);
+      await this.d.runtime.stop(r.id);
+      await this.d.runtime.resetDisk(r.id, r.diskGb);
+      const patch = { layers: snap.layers, templateEnv: snap.templateEnv, envVars: snap.envVars, snapshotId: snap.id };
+      if (live) {
+        try {
+          await this.bootAgain({ ...r, ...patch });
+        } catch (err) {
+          // Its files are the snapshot's already: the row says so, and that it is stopped.
+          const stopped = await this.d.store.sandboxes.update(r.id, r.version, { ...patch, status: 'stopped', updatedAt: new Date().toISOString() });
+          if (stopped) this.route(stopped);
+          throw err;
+        }
+      }
+      this.d.log('sandbox restored', { id: r.id, snapshot: snap.id });
+      return { ...patch, status: live ? 'running' : 'stopped' };
+    });
+  }
+
+  private need(): SnapshotService {
+    if (!this.d.snapshots) throw new ServiceError('RUNTIME_ERROR', 'this service keeps no snapshots');
+    return this.d.snapshots;
+  }
+
+  /**
    * The sandbox for a create: the first one ready for its key (the pool's, or one booted now), with
    * the create's env_vars applied, which also proves its agent answers. One that does not answer is
    * destroyed and the next one taken, ahead of later creates; the third such failure fails the create.
    * `at`: when it was handed over (creates are handed theirs in arrival order).
    */
-  private async takeSandbox(row: SandboxRow, signal: AbortSignal | undefined): Promise<{ id: string; at: Date; source: 'warm_pool' | 'cold' }> {
+  private async takeSandbox(row: SandboxRow, poolId: string, signal: AbortSignal | undefined): Promise<{ id: string; at: Date; source: 'warm_pool' | 'cold' }> {
     let source: 'warm_pool' | 'cold' = 'cold';
     // Booted (or taken from the pool) open, given the create's policy before it is handed out.
     const boot: SpecSource = { ...row, envVars: {}, egress: null };
-    const key = warmKeyOf(specFor('sb', boot, (l) => this.d.layerPath(l)), row.templateId, row.templateName);
+    const key = warmKeyOf(specFor('sb', boot, (l) => this.d.layerPath(l)), poolId, row.templateName);
     const make = async () => {
       const id = newSandboxId();
       try {
@@ -643,7 +828,7 @@ export class SandboxService {
       await this.d.gateway.close(r.id);
       return { status: 'deleted', deletedReason: reason, deletedAt: new Date().toISOString() };
     });
-    this.tearDown(row.id);
+    this.tearDown(row.id, row.layers.some((l) => this.d.snapshots?.owns(l)));
     this.event(reason === 'expired' ? 'expired' : 'deleted', row, reason);
     return row;
   }
@@ -655,10 +840,14 @@ export class SandboxService {
    * short by a crash is finished by the next start's reconcile (the runtime still lists the
    * sandbox, and no live row claims it). Shutdown waits for the running ones (settle).
    */
-  private tearDown(id: string): void {
+  private tearDown(id: string, usedSnapshotLayers = false): void {
     if (this.teardowns.has(id)) return;
     // A bounded number at once: a sweep after a long outage can delete a thousand together.
-    const done = this.teardownSlots.run(() => this.destroyRetrying(id)).finally(() => this.teardowns.delete(id));
+    const done = this.teardownSlots.run(() => this.destroyRetrying(id)).finally(() => {
+      this.teardowns.delete(id);
+      // It may have been the last user of a snapshot's or a fork's layer.
+      if (usedSnapshotLayers) void this.d.snapshots?.collectSoon();
+    });
     this.teardowns.set(id, done);
   }
 

@@ -32,6 +32,8 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     idleTimeoutSeconds: null,
     autoResume: false,
     idleCheckAt: null,
+    snapshotId: null,
+    lineage: [],
     ...over,
   });
 

@@ -240,3 +240,32 @@ MIGRATIONS.push(`
 MIGRATIONS.push(`
   ALTER TABLE sandboxes ADD COLUMN egress TEXT;
 `);
+
+/**
+ * Snapshots (issue 13): a sandbox's saved filesystem, its own layer on the layers it was taken on,
+ * and the settings sandboxes made from it get; and on each sandbox, the snapshot it came from.
+ */
+MIGRATIONS.push(`
+  CREATE TABLE snapshots (
+    id TEXT PRIMARY KEY,
+    org_id TEXT NOT NULL,
+    name TEXT,
+    sandbox_id TEXT NOT NULL,
+    parent_id TEXT,
+    template_id TEXT NOT NULL,
+    template_name TEXT NOT NULL,
+    layers TEXT NOT NULL,
+    vcpu INTEGER NOT NULL,
+    memory_mb INTEGER NOT NULL,
+    disk_gb INTEGER NOT NULL,
+    template_env TEXT NOT NULL,
+    env_vars TEXT NOT NULL,
+    internet_access INTEGER NOT NULL,
+    egress TEXT,
+    size_bytes INTEGER NOT NULL,
+    created_at TEXT NOT NULL
+  );
+  CREATE INDEX snapshots_org ON snapshots (org_id, created_at DESC, id DESC);
+  ALTER TABLE sandboxes ADD COLUMN snapshot_id TEXT;
+  ALTER TABLE sandboxes ADD COLUMN lineage TEXT NOT NULL DEFAULT '[]';
+`);

@@ -19,6 +19,8 @@ import type {
   SandboxRepo,
   SandboxRow,
   SandboxUsage,
+  SnapshotRepo,
+  SnapshotRow,
   Store,
   TemplateRepo,
   TemplateRow,
@@ -161,6 +163,8 @@ function sandboxFrom(r: Raw): SandboxRow {
     idleTimeoutSeconds: r.idle_timeout_seconds === null || r.idle_timeout_seconds === undefined ? null : Number(r.idle_timeout_seconds),
     autoResume: Number(r.auto_resume) === 1,
     idleCheckAt: (r.idle_check_at as string | null | undefined) ?? null,
+    snapshotId: (r.snapshot_id as string | null | undefined) ?? null,
+    lineage: r.lineage === null || r.lineage === undefined ? [] : json<string[]>(r.lineage),
   };
 }
 
@@ -192,6 +196,8 @@ const SANDBOX_COLUMNS: Record<keyof SandboxRow, string> = {
   idleTimeoutSeconds: 'idle_timeout_seconds',
   autoResume: 'auto_resume',
   idleCheckAt: 'idle_check_at',
+  snapshotId: 'snapshot_id',
+  lineage: 'lineage',
 };
 
 function sqlValue(v: unknown): unknown {
@@ -574,6 +580,87 @@ class SqlitePreviewRepo implements PreviewRepo {
   }
 }
 
+function snapshotFrom(r: Raw): SnapshotRow {
+  return {
+    id: String(r.id),
+    orgId: String(r.org_id),
+    name: (r.name as string | null) ?? null,
+    sandboxId: String(r.sandbox_id),
+    parentId: (r.parent_id as string | null) ?? null,
+    templateId: String(r.template_id),
+    templateName: String(r.template_name),
+    layers: json<string[]>(r.layers),
+    vcpu: Number(r.vcpu),
+    memoryMb: Number(r.memory_mb),
+    diskGb: Number(r.disk_gb),
+    templateEnv: json<Record<string, string>>(r.template_env),
+    envVars: json<Record<string, string>>(r.env_vars),
+    internetAccess: Number(r.internet_access) === 1,
+    egress: r.egress === null || r.egress === undefined ? null : json<SnapshotRow['egress']>(r.egress),
+    sizeBytes: Number(r.size_bytes),
+    createdAt: String(r.created_at),
+  };
+}
+
+class SqliteSnapshotRepo implements SnapshotRepo {
+  constructor(private db: Statements) {}
+  async insert(r: SnapshotRow) {
+    this.db
+      .prepare(
+        `INSERT INTO snapshots (id, org_id, name, sandbox_id, parent_id, template_id, template_name, layers, vcpu, memory_mb, disk_gb, template_env, env_vars, internet_access, egress, size_bytes, created_at)
+         VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+      )
+      .run(
+        r.id,
+        r.orgId,
+        r.name,
+        r.sandboxId,
+        r.parentId,
+        r.templateId,
+        r.templateName,
+        JSON.stringify(r.layers),
+        r.vcpu,
+        r.memoryMb,
+        r.diskGb,
+        JSON.stringify(r.templateEnv),
+        JSON.stringify(r.envVars),
+        r.internetAccess ? 1 : 0,
+        r.egress === null ? null : JSON.stringify(r.egress),
+        r.sizeBytes,
+        r.createdAt,
+      );
+  }
+  async byId(id: string) {
+    const r = this.db.prepare('SELECT * FROM snapshots WHERE id = ?').get(id) as Raw | undefined;
+    return r && snapshotFrom(r);
+  }
+  async list(f: { orgId: string; sandboxId?: string; after?: { createdAt: string; id: string }; limit: number }) {
+    const where = ['org_id = ?'];
+    const args: unknown[] = [f.orgId];
+    if (f.sandboxId) {
+      where.push('sandbox_id = ?');
+      args.push(f.sandboxId);
+    }
+    if (f.after) {
+      where.push('(created_at < ? OR (created_at = ? AND id < ?))');
+      args.push(f.after.createdAt, f.after.createdAt, f.after.id);
+    }
+    return (this.db.prepare(`SELECT * FROM snapshots WHERE ${where.join(' AND ')} ORDER BY created_at DESC, id DESC LIMIT ?`).all(...args, f.limit) as Raw[]).map(snapshotFrom);
+  }
+  async remove(id: string) {
+    return this.db.prepare('DELETE FROM snapshots WHERE id = ?').run(id).changes > 0;
+  }
+  async storageUsed(orgId: string) {
+    const r = this.db.prepare('SELECT COALESCE(SUM(size_bytes), 0) AS n FROM snapshots WHERE org_id = ?').get(orgId) as Raw;
+    return Number(r.n);
+  }
+  async referencedLayers() {
+    const out = new Set<string>();
+    for (const r of this.db.prepare('SELECT layers FROM snapshots').all() as Raw[]) for (const l of json<string[]>(r.layers)) out.add(l);
+    return out;
+  }
+}
+
 export class SqliteStore implements Store {
   readonly orgs: OrgRepo;
   readonly keys: ApiKeyRepo;
@@ -582,6 +669,7 @@ export class SqliteStore implements Store {
   readonly builds: BuildRepo;
   readonly uploads: UploadRepo;
   readonly previews: PreviewRepo;
+  readonly snapshots: SnapshotRepo;
   readonly kv: Store['kv'];
   constructor(readonly db: Db) {
     const st = new Statements(db);
@@ -592,6 +680,7 @@ export class SqliteStore implements Store {
     this.builds = new SqliteBuildRepo(st);
     this.uploads = new SqliteUploadRepo(st);
     this.previews = new SqlitePreviewRepo(st);
+    this.snapshots = new SqliteSnapshotRepo(st);
     this.kv = {
       get: async (key) => (st.prepare('SELECT value FROM kv WHERE key = ?').get(key) as Raw | undefined)?.value as string | undefined,
       set: async (key, value) => {

@@ -21,6 +21,7 @@ import { deleteTemplateRoute } from './template-delete.js';
 import { metricsRoutes } from './metrics.js';
 import { sandboxNetworkRoutes } from './sandbox-network.js';
 import { adminRoutes } from './admin.js';
+import { snapshotRoutes } from './snapshots.js';
 
 export async function registerRoutes(app: FastifyInstance, s: Services): Promise<void> {
   for (const register of [
@@ -44,6 +45,7 @@ export async function registerRoutes(app: FastifyInstance, s: Services): Promise
     deleteTemplateRoute,
     metricsRoutes,
     sandboxNetworkRoutes,
+    snapshotRoutes,
     adminRoutes,
   ]) {
     await register(app, s);

@@ -36,6 +36,7 @@ test('SANDBOXD_<LIMIT> sets each limit; 0 means no limit', () => {
       SANDBOXD_MAX_TOTAL_DISK_GB: '0',
       SANDBOXD_DEFAULT_TIMEOUT_SECONDS: '300',
       SANDBOXD_MAX_TIMEOUT_SECONDS: '3600',
+      SANDBOXD_MAX_SNAPSHOT_STORAGE_MB: '2048',
     },
     BIG,
   ).limits;
@@ -48,6 +49,7 @@ test('SANDBOXD_<LIMIT> sets each limit; 0 means no limit', () => {
     max_total_disk_gb: null,
     default_timeout_seconds: 300,
     max_timeout_seconds: 3600,
+    max_snapshot_storage_mb: 2048,
   });
   const never = loadConfig({ SANDBOXD_DEFAULT_TIMEOUT_SECONDS: '0', SANDBOXD_MAX_TIMEOUT_SECONDS: '0' }, BIG).limits;
   assert.deepEqual([never.default_timeout_seconds, never.max_timeout_seconds], [null, null]);

@@ -301,8 +301,10 @@ describe('account limits and the operator CLI', () => {
     const l = await limits(server);
     assert.deepEqual(Object.keys(l).sort(), [
       'committed_disk_gb', 'committed_memory_mb', 'concurrent_sandboxes', 'organization_id', 'per_sandbox', 'rate_limits', 'request_id',
-      'sandbox_timeout_seconds', 'template_builds',
+      'sandbox_timeout_seconds', 'snapshot_storage_mb', 'template_builds',
     ]);
+    assert.equal(l.snapshot_storage_mb.used, 0);
+    assert.ok(l.snapshot_storage_mb.limit >= 10_240, 'a quarter of the data disk, at least 10 GB');
     assert.equal(l.concurrent_sandboxes.limit, 3);
     assert.equal(l.per_sandbox.vcpu, Math.max(2, availableParallelism()), 'the host cores (at least 2)');
     assert.ok(l.per_sandbox.memory_mb >= 2048 && l.committed_memory_mb.limit >= l.per_sandbox.memory_mb);

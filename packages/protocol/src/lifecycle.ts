@@ -376,6 +376,7 @@ export const AccountLimitsResult = Type.Object({
   }),
   committed_memory_mb: Usage,
   committed_disk_gb: Usage,
+  snapshot_storage_mb: Type.Optional(Type.Object({ used: Type.Integer({ description: "what the organization's snapshots store (their size, rounded up)" }), limit: nullable(Type.Integer(), 'null: no limit') })),
   per_sandbox: Type.Object({ vcpu: nullable(Type.Integer()), memory_mb: nullable(Type.Integer()), disk_gb: nullable(Type.Integer()) }),
   sandbox_timeout_seconds: Type.Object({
     default: nullable(Type.Integer(), 'what a create without timeout_seconds gets (null: none)'),

@@ -17,6 +17,7 @@ Usage:
   sandboxd orgs limits NAME [--max-vcpu N] [--max-memory-mb N] [--max-disk-gb N]
                     [--max-sandboxes N] [--max-total-memory-mb N] [--max-total-disk-gb N]
                     [--default-timeout-seconds N] [--max-timeout-seconds N]
+                    [--max-snapshot-storage-mb N]
                                                     show (no flags) or set an organization's limits:
                                                     N, 0 or unlimited (no limit), default (the
                                                     configured value); applies at once

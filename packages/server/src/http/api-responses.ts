@@ -380,6 +380,7 @@ export const RESPONSES: Record<string, SuccessDoc> = {
       concurrent_sandboxes: { used: 3, limit: 20, stopped: 1 },
       committed_memory_mb: { used: 6144, limit: 65536 },
       committed_disk_gb: { used: 40, limit: 500 },
+      snapshot_storage_mb: { used: 310, limit: 10240 },
       per_sandbox: { vcpu: 8, memory_mb: 16384, disk_gb: 50 },
       sandbox_timeout_seconds: { default: null, max: 86400 },
       template_builds: { per_hour: { used: 1, limit: 10 }, per_day: { used: 4, limit: 50 }, running: 0 },

@@ -4,7 +4,7 @@ import { chmodSync, chownSync, linkSync, lstatSync, mkdirSync, mkdtempSync, rmSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { moveIdRange, shiftOwnership } from './shift.js';
+import { mapIdRange, moveIdRange, shiftOwnership } from './shift.js';
 
 let dir: string;
 let outside: string;
@@ -90,3 +90,30 @@ test('moveIdRange moves only the ids inside the range, keeping special bits', ()
   assert.equal(st('home/user').gid, 1_000_065_536 + 65535);
   assert.deepEqual([st('mine').uid, st('mine').gid], [0, 5]);
 });
+
+test('mapIdRange moves a sandbox range to another and every id outside it to nobody of the target, without following links', () => {
+  const t = join(dir, 'range');
+  mkdirSync(join(t, 'd'), { recursive: true });
+  const base = 1_000_065_536;
+  chownSync(t, base, base);
+  writeFileSync(join(t, 'd', 'user'), 'u');
+  chownSync(join(t, 'd', 'user'), base + 1234, base + 4321);
+  chmodSync(join(t, 'd', 'user'), 0o4750);
+  writeFileSync(join(t, 'host-root'), 'r');
+  chownSync(join(t, 'host-root'), 0, 0);
+  symlinkSync(outside, join(t, 'out'));
+  lchownSyncSafe(join(t, 'out'), base + 5, base + 5);
+  const res = mapIdRange(t, base, 900_000_000, 65536);
+  const st = (p: string) => lstatSync(join(t, p));
+  assert.deepEqual([st('.').uid, st('.').gid], [900_000_000, 900_000_000]);
+  assert.deepEqual([st('d/user').uid, st('d/user').gid], [900_001_234, 900_004_321]);
+  assert.equal(st('d/user').mode & 0o7777, 0o4750, 'the setuid bit chown cleared is put back');
+  assert.deepEqual([st('host-root').uid, st('host-root').gid], [900_065_534, 900_065_534], 'outside the range: nobody, never host root');
+  assert.deepEqual([st('out').uid, st('out').gid], [900_000_005, 900_000_005]);
+  assert.deepEqual([lstatSync(outside).uid, lstatSync(outside).gid], [7, 7], 'the link is not followed');
+  assert.equal(res.entries, 5);
+});
+
+function lchownSyncSafe(p: string, uid: number, gid: number): void {
+  execFileSync('chown', ['-h', `${uid}:${gid}`, p]);
+}

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { SandboxRow, Store } from './types.js';
+import type { SandboxRow, SnapshotRow, Store } from './types.js';
 
 /** One suite every Store implementation must pass (SQLite today; PostgreSQL later). */
 export function storeConformance(name: string, open: () => Promise<Store>): void {
@@ -206,6 +206,51 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     await s.builds.update('b1', { status: 'active' });
     assert.deepEqual(await s.builds.running('o'), [], 'a finished build no longer runs');
     assert.deepEqual((await s.builds.byId('b1'))?.request, { x: 1 });
+    s.close();
+  });
+
+  test(`${name}: snapshots round-trip every field, list newest first per organization and sandbox, count their storage, name their layers`, async () => {
+    const s = await open();
+    const snap = (id: string, over: Partial<SnapshotRow> = {}): SnapshotRow => ({
+      id,
+      orgId: 'org_a',
+      name: null,
+      sandboxId: 'sb1',
+      parentId: null,
+      templateId: 'tpl_1',
+      templateName: 'base',
+      layers: [`own-${id}`, 'l1'],
+      vcpu: 1,
+      memoryMb: 512,
+      diskGb: 2,
+      templateEnv: { A: '1' },
+      envVars: { B: '2' },
+      internetAccess: true,
+      egress: null,
+      sizeBytes: 1000,
+      createdAt: '2030-01-01T00:00:01.000Z',
+      ...over,
+    });
+    const full = snap('snap1', { name: 'named', parentId: 'snap0', egress: { internet: true, allow: ['example.com'], deny: [] }, internetAccess: false, sizeBytes: 5 * 1024 ** 3 });
+    await s.snapshots.insert(full);
+    assert.deepEqual(await s.snapshots.byId('snap1'), full);
+    await s.snapshots.insert(snap('snap2', { sandboxId: 'sb2', createdAt: '2030-01-01T00:00:02.000Z' }));
+    await s.snapshots.insert(snap('snap3', { sandboxId: 'sb2', createdAt: '2030-01-01T00:00:02.000Z' }));
+    await s.snapshots.insert(snap('snapx', { orgId: 'org_b', layers: ['theirs'] }));
+    assert.deepEqual((await s.snapshots.list({ orgId: 'org_a', limit: 10 })).map((r) => r.id), ['snap3', 'snap2', 'snap1']);
+    assert.deepEqual((await s.snapshots.list({ orgId: 'org_a', sandboxId: 'sb2', limit: 10 })).map((r) => r.id), ['snap3', 'snap2']);
+    assert.deepEqual((await s.snapshots.list({ orgId: 'org_a', limit: 10, after: { createdAt: '2030-01-01T00:00:02.000Z', id: 'snap3' } })).map((r) => r.id), ['snap2', 'snap1']);
+    assert.equal(await s.snapshots.storageUsed('org_a'), 5 * 1024 ** 3 + 2000);
+    assert.equal(await s.snapshots.storageUsed('org_none'), 0);
+    assert.deepEqual([...(await s.snapshots.referencedLayers())].sort(), ['l1', 'own-snap1', 'own-snap2', 'own-snap3', 'theirs'].sort());
+    assert.equal(await s.snapshots.remove('snap1'), true);
+    assert.equal(await s.snapshots.remove('snap1'), false);
+    assert.equal(await s.snapshots.byId('snap1'), undefined);
+    // A sandbox keeps the snapshot it came from and its lineage.
+    await s.sandboxes.insert(sandbox('sbfrom', { snapshotId: 'snap2', lineage: ['sb2', 'sb0'] }));
+    const got = await s.sandboxes.byId('sbfrom');
+    assert.equal(got?.snapshotId, 'snap2');
+    assert.deepEqual(got?.lineage, ['sb2', 'sb0']);
     s.close();
   });
 }

@@ -6,6 +6,8 @@ export interface ShiftResult {
   entries: number;
   /** Sum of the sizes of regular files (each inode once). */
   bytes: number;
+  /** Bytes the filesystem allocated to every entry (each inode once): what the tree costs on disk. */
+  allocated: number;
 }
 
 const S_IFMT = 0o170000;
@@ -56,7 +58,7 @@ export function mapIdRange(dir: string, from: number, to: number, count: number)
 function rewriteOwnership(dir: string, map: (id: number, path: string) => number): ShiftResult {
   const root = lstatSync(dir);
   const seen = new Set<number>();
-  const result: ShiftResult = { entries: 0, bytes: 0 };
+  const result: ShiftResult = { entries: 0, bytes: 0, allocated: 0 };
   const stack: string[] = [];
 
   const visit = (path: string, isRoot: boolean): void => {
@@ -73,6 +75,7 @@ function rewriteOwnership(dir: string, map: (id: number, path: string) => number
       if (type !== S_IFLNK && (st.mode & 0o6000) !== 0) chmodSync(path, st.mode & 0o7777);
     }
     result.entries++;
+    result.allocated += st.blocks * 512;
     if (type === S_IFREG) result.bytes += st.size;
     if (type === S_IFDIR && st.dev === root.dev) stack.push(path);
   };

@@ -57,7 +57,7 @@ import { buildConfig } from './oci.js';
 import { OomWatch } from './oom-watch.js';
 import { proc, procOk, type ProcResult } from './proc.js';
 import { runStep, cleanupStaleSteps, type StepContext } from './step-runner.js';
-import type { Runtime, RuntimeStatus, SandboxSpec, SandboxStats, StepRunOptions } from './types.js';
+import { ExportTooLarge, type Runtime, type RuntimeStatus, type SandboxSpec, type SandboxStats, type StepRunOptions } from './types.js';
 import { UndoStack } from './undo.js';
 
 export interface CrunRuntimeOptions {
@@ -895,7 +895,7 @@ export class CrunRuntime implements Runtime {
    * would. Everything in the upper is the tenant's: `cp -a` copies symlinks as symlinks, never
    * through them, and the copy's ids are rewritten in `dest`, which the sandbox cannot reach.
    */
-  exportLayer(id: string, dest: string): Promise<{ bytes: number; entries: number; frozenMs: number }> {
+  exportLayer(id: string, dest: string, opts: { maxBytes?: number } = {}): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }> {
     checkId(id);
     return this.withLock(id, async () => {
       const p = this.paths(id);
@@ -913,8 +913,9 @@ export class CrunRuntime implements Runtime {
       try {
         if (live && (await isFrozen(layout, rel)) === false) {
           frozenAt = performance.now();
-          if ((await setFrozen(layout, rel, true)) === undefined) throw new Error('the sandbox has no freezer');
+          // Thawed in any case from here: a freeze that times out may have left it half-frozen.
           thaw = true;
+          if ((await setFrozen(layout, rel, true)) === undefined) throw new Error('the sandbox has no freezer');
         }
         let src = p.disk;
         if (!(await hasOwnFilesystem(p.disk))) {
@@ -933,11 +934,20 @@ export class CrunRuntime implements Runtime {
           mounted = true;
           src = p.snapMount;
         }
+        // Refused before copying when the disk already holds more than may be stored: the copy would
+        // fill the host's disk for nothing (what the disk holds bounds what the copy takes).
+        if (opts.maxBytes !== undefined) {
+          const used = (await diskUsage(src)).usedBytes;
+          if (used > opts.maxBytes) throw new ExportTooLarge(used);
+        }
         await procOk('cp', ['-a', '--', `${join(src, 'upper')}/.`, dest]);
       } finally {
         if (mounted) await unmount(p.snapMount).catch((err: unknown) => this.log(`sandbox ${id}: cannot unmount ${p.snapMount}: ${String(err)}`));
         if (thaw) {
-          await setFrozen(layout, rel, false);
+          await setFrozen(layout, rel, false).catch(async (err: unknown) => {
+            this.log(`sandbox ${id}: thawing after a snapshot failed (${String(err)}); trying crun`);
+            await this.crun.simple('resume', id);
+          });
           frozenMs = performance.now() - frozenAt;
         }
       }

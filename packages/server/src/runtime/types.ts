@@ -118,11 +118,19 @@ export interface Runtime {
   /**
    * Copies the sandbox's own files (what it changed over its layers) into `dest`, an empty host
    * directory, as a layer in canonical ownership. A running sandbox is frozen for the copy and
-   * thawed after; a paused or stopped one is copied as it is.
+   * thawed after; a paused or stopped one is copied as it is. `maxBytes`: refused (ExportTooLarge)
+   * without copying when the sandbox's disk holds more.
    */
-  exportLayer(id: string, dest: string): Promise<{ bytes: number; entries: number; frozenMs: number }>;
+  exportLayer(id: string, dest: string, opts?: { maxBytes?: number }): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }>;
   /** Gives a stopped sandbox a new empty disk of `diskGb` (its id, id range and address stay). */
   resetDisk(id: string, diskGb: number): Promise<void>;
   /** Runs one build step to completion in a throwaway container with sandbox isolation. */
   runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }>;
+}
+
+/** exportLayer's refusal: the sandbox's disk holds more than `maxBytes` (its `used` bytes). */
+export class ExportTooLarge extends Error {
+  constructor(readonly used: number) {
+    super(`the sandbox's disk holds ${used} bytes`);
+  }
 }

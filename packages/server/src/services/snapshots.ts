@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { ServiceError, type Snapshot } from '@sandboxd/protocol';
 import { BUILTIN_TEMPLATES } from '../images/builtin.js';
 import { sha256Hex, type FsLayerStore } from '../images/layer-store.js';
-import type { Runtime } from '../runtime/types.js';
+import { ExportTooLarge, type Runtime } from '../runtime/types.js';
 import type { SandboxRow, SnapshotRow, Store, TemplateRow } from '../store/types.js';
 import type { KeyedMutex } from './locks.js';
 import type { QuotaService } from './quotas.js';
@@ -125,7 +125,7 @@ export class SnapshotService {
    * copy). The caller holds the sandbox's lock, and calls release() once a row references the
    * layer, or removes it (discard) when none will.
    */
-  async capture(row: SandboxRow, kind: 'snapshot' | 'fork'): Promise<CapturedLayer> {
+  async capture(row: SandboxRow, kind: 'snapshot' | 'fork', maxBytes?: number): Promise<CapturedLayer> {
     if (row.layers.length + 1 > MAX_SNAPSHOT_DEPTH_LAYERS) {
       throw new ServiceError(
         'LIMIT_EXCEEDED',
@@ -137,18 +137,18 @@ export class SnapshotService {
     this.making.add(layerId);
     const release = () => this.making.delete(layerId);
     try {
-      let out = { bytes: 0, entries: 0, frozenMs: 0 };
+      let out = { bytes: 0, allocated: 0, entries: 0, frozenMs: 0 };
       let envVars = row.envVars;
       await this.d.layers.ensureLayer(
         layerId,
         async (tree) => {
-          out = await this.d.runtime.exportLayer(row.id, tree);
+          out = await this.d.runtime.exportLayer(row.id, tree, { maxBytes });
           envVars = readEnvSet(tree) ?? row.envVars;
-          return { kind, sizeBytes: out.bytes, entries: out.entries, extra: { sandboxId: row.id, orgId: row.orgId } };
+          return { kind, sizeBytes: out.allocated, entries: out.entries, extra: { sandboxId: row.id, orgId: row.orgId, bytes: out.bytes } };
         },
         (line) => this.d.log(line),
       );
-      return { layerId, sizeBytes: out.bytes, entries: out.entries, frozenMs: out.frozenMs, envVars, release };
+      return { layerId, sizeBytes: out.allocated, entries: out.entries, frozenMs: out.frozenMs, envVars, release };
     } catch (err) {
       release();
       throw err;
@@ -167,11 +167,18 @@ export class SnapshotService {
     await this.d.sandbox(orgId, sandboxId);
     await this.checkStorage(orgId, 0);
     return this.d.locks.run(sandboxId, async () => {
+      const room = await this.room(orgId);
       const row = await this.d.sandbox(orgId, sandboxId);
       if (row.status !== 'running' && row.status !== 'paused' && row.status !== 'stopped') {
         throw new ServiceError('INVALID_STATE', `cannot snapshot a sandbox whose current state is ${row.status}`, { id: row.id, current_state: row.status });
       }
-      const c = await this.capture(row, 'snapshot');
+      let c: CapturedLayer;
+      try {
+        c = await this.capture(row, 'snapshot', room);
+      } catch (err) {
+        if (err instanceof ExportTooLarge) await this.checkStorage(orgId, err.used);
+        throw err;
+      }
       try {
         const snap: SnapshotRow = {
           id: newSnapshotId(),
@@ -205,6 +212,13 @@ export class SnapshotService {
         throw err;
       }
     });
+  }
+
+  /** Bytes the organization's snapshots may still store (undefined: no limit). */
+  private async room(orgId: string): Promise<number | undefined> {
+    const max = (await this.d.quotas.limitsFor(orgId)).max_snapshot_storage_mb;
+    if (max === null) return undefined;
+    return Math.max(0, max * MIB - (await this.d.store.snapshots.storageUsed(orgId)));
   }
 
   /** ORG_QUOTA_EXCEEDED when `adding` bytes would take the organization's snapshots past max_snapshot_storage_mb. */

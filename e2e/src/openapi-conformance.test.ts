@@ -102,6 +102,25 @@ describe('the lifecycle API answers as documented', () => {
   });
 });
 
+describe('snapshots answer as documented', () => {
+  test('snapshot, list, get, create from it, fork, restore, promote and delete with the documented examples', async () => {
+    const src = await createSandbox(server, { template_name: 'base', timeout_seconds: 600 });
+    const snap = conforms('POST', '/v1/sandboxes/{id}/snapshots', await api(server, 'POST', `/v1/sandboxes/${src.id}/snapshots`, requestExamples('POST', '/v1/sandboxes/{id}/snapshots')[0]));
+    conforms('GET', '/v1/snapshots', await api(server, 'GET', '/v1/snapshots?limit=1'));
+    conforms('GET', '/v1/snapshots/{id}', await api(server, 'GET', `/v1/snapshots/${snap.snapshot_id}`));
+    const made = conforms('POST', '/v1/sandboxes', await api(server, 'POST', '/v1/sandboxes', { snapshot_id: snap.snapshot_id, timeout_seconds: 600 }));
+    const forks = conforms('POST', '/v1/sandboxes/{id}/fork', await api(server, 'POST', `/v1/sandboxes/${src.id}/fork`, requestExamples('POST', '/v1/sandboxes/{id}/fork')[0]));
+    assert.equal(forks.data.length, 2);
+    conforms('POST', '/v1/sandboxes/{id}/restore', await api(server, 'POST', `/v1/sandboxes/${made.id}/restore`, { ...requestExamples('POST', '/v1/sandboxes/{id}/restore')[0], snapshot_id: snap.snapshot_id }));
+    const alias = requestExamples('POST', '/v1/snapshots/{id}/template')[0]!;
+    const tpl = conforms('POST', '/v1/snapshots/{id}/template', await api(server, 'POST', `/v1/snapshots/${snap.snapshot_id}/template`, alias));
+    conforms('GET', '/v1/account/limits', await api(server, 'GET', '/v1/account/limits'));
+    for (const s of [made.id, src.id, ...forks.data.map((f: any) => f.id)]) await api(server, 'DELETE', `/v1/sandboxes/${s}`);
+    await api(server, 'DELETE', `/v1/templates/${tpl.id}`);
+    conforms('DELETE', '/v1/snapshots/{id}', await api(server, 'DELETE', `/v1/snapshots/${snap.snapshot_id}`));
+  });
+});
+
 describe('the agent API answers as documented', () => {
   const at = (p: string) => `/agent${p}`;
   const call = async (method: string, path: string, url = path, body?: unknown) => conforms(method, at(path), await agent(sb, method, url, body));

@@ -1,7 +1,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { agent, api, createSandbox, startServer, REPO_ROOT, type CreatedSandbox, type TestServer } from './harness.js';
 
@@ -296,6 +296,8 @@ describe('snapshots', () => {
     await inFlight;
     await server.restart();
     assert.deepEqual(snapshotLayers().tmp, [], 'no half-made layer');
+    const mounts = readFileSync('/proc/self/mountinfo', 'utf8');
+    assert.ok(!mounts.includes(join(server.dataDir, 'sandboxes', s.id, 'snap')), 'the copy\'s mount of the disk is gone');
     const after = await api(server, 'GET', `/v1/sandboxes/${s.id}`);
     assert.equal(after.body.status, 'running');
     assert.equal((await sh(s, 'echo thawed')).stdout, 'thawed\n', 'the sandbox frozen by the cut copy runs again');

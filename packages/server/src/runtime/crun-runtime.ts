@@ -396,6 +396,9 @@ export class CrunRuntime implements Runtime {
     for (const id of await this.sandboxDirIds()) {
       const net = await this.readNet(id);
       if (net.ip && isRestricted(net.egress)) this.remember(id, net.ip, net.egress);
+      // A snapshot's copy that a crash cut short left the disk mounted for it.
+      const snap = this.paths(id).snapMount;
+      if (existsSync(snap) && (await hasOwnFilesystem(snap))) await unmount(snap).catch((err: unknown) => this.log(`sandbox ${id}: cannot unmount ${snap}: ${String(err)}`));
     }
     const policies = [...this.policies.values()];
     if (policies.some((e) => hasDomainRules(e.policy))) await this.proxy.ensure();

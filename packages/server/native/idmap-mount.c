@@ -32,6 +32,10 @@
  *   idmap-mount sparse-copy SRC DST
  *     makes DST (new, 0600) a copy of SRC with SRC's holes kept as holes (SEEK_DATA/SEEK_HOLE and
  *     copy_file_range): a formatted empty disk image is a few MiB of data in a sparse file.
+ *   idmap-mount dev-mount DEVICE TARGET
+ *     mounts the ext4 filesystem already on block device DEVICE (a running sandbox's disk, which its
+ *     container holds) once more at TARGET, noatime, nosuid, nodev, noexec: the kernel serves it from
+ *     the same superblock. For a snapshot's copy.
  *   idmap-mount detach MOUNTPOINT...
  *     detaches each mount from this mount namespace (umount2 MNT_DETACH, never following a final
  *     symlink); a container that holds it keeps it. Fails at the first that is not a mount point.
@@ -253,6 +257,11 @@ int main(int argc, char **argv) {
   if (argc == 4 && strcmp(argv[1], "loop-mount") == 0) {
     if (argv[2][0] != '/' || argv[3][0] != '/') usage("IMAGE and TARGET must be absolute");
     return loop_mount(argv[2], argv[3]);
+  }
+  if (argc == 4 && strcmp(argv[1], "dev-mount") == 0) {
+    if (strncmp(argv[2], "/dev/loop", 9) != 0 || argv[3][0] != '/') usage("DEVICE must be /dev/loopN and TARGET absolute");
+    if (mount(argv[2], argv[3], "ext4", MS_NOATIME | MS_NOSUID | MS_NODEV | MS_NOEXEC, "") != 0) die("mount", argv[3]);
+    return 0;
   }
   if (argc == 4 && strcmp(argv[1], "sparse-copy") == 0) {
     if (argv[2][0] != '/' || argv[3][0] != '/') usage("SRC and DST must be absolute");

@@ -907,19 +907,14 @@ export class CrunRuntime implements Runtime {
       if (!range || range.movingFrom !== undefined) throw new ServiceError('INVALID_STATE', `sandbox ${id} must be started once before it can be saved`);
       const layout = await this.layout();
       const rel = this.cgroupPath(id);
-      const st = await this.crun.state(id);
-      const live = st?.status === 'running' || st?.status === 'paused';
+      // Whether it runs, from its cgroup (a few reads; asking crun is a process spawn).
+      const frozen = await isFrozen(layout, rel);
+      const live = frozen !== undefined;
       let thaw = false;
       let mounted = false;
       let frozenAt = 0;
       let frozenMs = 0;
       try {
-        if (live && (await isFrozen(layout, rel)) === false) {
-          frozenAt = performance.now();
-          // Thawed in any case from here: a freeze that times out may have left it half-frozen.
-          thaw = true;
-          if ((await setFrozen(layout, rel, true)) === undefined) throw new Error('the sandbox has no freezer');
-        }
         let src = p.disk;
         if (!(await hasOwnFilesystem(p.disk))) {
           await mkdir(p.snapMount, { recursive: true, mode: 0o700 });
@@ -927,7 +922,7 @@ export class CrunRuntime implements Runtime {
           const loop = await this.recordedLoop(p);
           if (live) {
             if (!loop || !(await loopBacks(loop, p.image))) throw new Error(`the disk's loop device is not known (${loop ?? 'none recorded'})`);
-            await procOk('mount', ['-t', 'ext4', '-o', 'noatime,nosuid,nodev,noexec', loop, p.snapMount]);
+            await procOk(await this.idmapHelper(), ['dev-mount', loop, p.snapMount]);
           } else {
             if (loop && !(await waitLoopReleased(loop, p.image, 10_000))) {
               throw new ServiceError('RUNTIME_ERROR', `sandbox ${id}: its disk is still held by its previous run; try again`).withDetail(`loop device ${loop}`);
@@ -943,9 +938,15 @@ export class CrunRuntime implements Runtime {
           const used = (await diskUsage(src)).usedBytes;
           if (used > opts.maxBytes) throw new ExportTooLarge(used);
         }
+        // Frozen for the copy alone (the mount needs no freeze).
+        if (frozen === false) {
+          frozenAt = performance.now();
+          // Thawed in any case from here: a freeze that times out may have left it half-frozen.
+          thaw = true;
+          if ((await setFrozen(layout, rel, true)) === undefined) throw new Error('the sandbox has no freezer');
+        }
         await procOk('cp', ['-a', '--', `${join(src, 'upper')}/.`, dest]);
       } finally {
-        if (mounted) await unmount(p.snapMount).catch((err: unknown) => this.log(`sandbox ${id}: cannot unmount ${p.snapMount}: ${String(err)}`));
         if (thaw) {
           await setFrozen(layout, rel, false).catch(async (err: unknown) => {
             this.log(`sandbox ${id}: thawing after a snapshot failed (${String(err)}); trying crun`);
@@ -953,6 +954,8 @@ export class CrunRuntime implements Runtime {
           });
           frozenMs = performance.now() - frozenAt;
         }
+        // Behind the answer, before the next operation on the sandbox (a stop would take it too).
+        if (mounted) void this.withLock(id, () => unmount(p.snapMount).catch((err: unknown) => this.log(`sandbox ${id}: cannot unmount ${p.snapMount}: ${String(err)}`)));
       }
       const shifted = mapIdRange(dest, range.base, CANONICAL_ID_OFFSET, ID_RANGE);
       return { ...shifted, frozenMs };

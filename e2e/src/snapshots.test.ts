@@ -284,6 +284,61 @@ describe('snapshots', () => {
     assert.equal((await api(org, 'DELETE', `/v1/sandboxes/${q.id}`)).status, 200);
   });
 
+  test('a tree of many names is saved off the event loop: other organizations\' calls and deadlines go on meanwhile', async () => {
+    const s = await createSandbox(server, { template_name: 'base', timeout_seconds: 900 });
+    // 400,000 names for 8 inodes: hard links cost no inode and almost no space (ext4 takes 65,000 a file).
+    const made = await sh(s, "mkdir /workspace/links && cd /workspace/links && perl -e 'for $f (1..8) { open(F, \">f$f\") or die; close F; link(\"f$f\", \"l${f}_$_\") or die for 1..50000 }' && echo made");
+    assert.equal(made.stdout, 'made\n', made.stderr);
+    const theirs = await createSandbox(other, { template_name: 'base', timeout_seconds: 3 });
+    const taking = api(server, 'POST', `/v1/sandboxes/${s.id}/snapshots`, {});
+    let slowest = 0;
+    let done = false;
+    void taking.finally(() => (done = true));
+    const t0 = Date.now();
+    while (!done && Date.now() - t0 < 120_000) {
+      const a = performance.now();
+      assert.equal((await api(other, 'GET', `/v1/sandboxes/${theirs.id}`).catch(() => ({ status: 0 }))).status === 0, false);
+      slowest = Math.max(slowest, performance.now() - a);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const r = await taking;
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    assert.ok(Date.now() - t0 > 1000, 'the snapshot took long enough to tell');
+    assert.ok(slowest < 1500, `another organization's call waited ${Math.round(slowest)} ms during the snapshot`);
+    // Its 3 s deadline passed while the snapshot ran, or soon after: the sweep did not wait for it.
+    await waitUntil('the other organization\'s sandbox expired', async () => (await api(other, 'GET', `/v1/sandboxes/${theirs.id}`)).status === 410, 20_000);
+    const made2 = await api(server, 'POST', '/v1/sandboxes', { snapshot_id: r.body.snapshot_id });
+    assert.equal((await sh(asSandbox(made2.body), 'ls /workspace/links | wc -l; stat -c %h /workspace/links/f3')).stdout, '400008\n50001\n', 'the links are links in the copy too');
+    for (const id of [s.id, made2.body.id]) await api(server, 'DELETE', `/v1/sandboxes/${id}`);
+    await api(server, 'DELETE', `/v1/snapshots/${r.body.snapshot_id}`);
+  });
+
+  test('forks and templates made from snapshots count against the storage quota for as long as they hold their copy', async () => {
+    const name = 'snap-forks';
+    operator(['orgs', 'create', name]);
+    const org = { baseUrl: server.baseUrl, apiKey: operator(['keys', 'create', '--org', name]).api_key };
+    execFileSync(process.execPath, [join(REPO_ROOT, 'packages/server/dist/cli.js'), 'orgs', 'limits', name, '--max-snapshot-storage-mb', '3'], { env: server.env });
+    const s = await createSandbox(org, { template_name: 'base' });
+    await sh(s, 'head -c 2000000 /dev/urandom > /workspace/blob');
+    const used = async () => (await api(org, 'GET', '/v1/account/limits')).body.snapshot_storage_mb.used as number;
+    const fork = await api(org, 'POST', `/v1/sandboxes/${s.id}/fork`, {});
+    assert.equal(fork.status, 201, JSON.stringify(fork.body));
+    assert.ok((await used()) >= 2, 'the fork\'s copy counts');
+    const second = await api(org, 'POST', `/v1/sandboxes/${s.id}/fork`, {});
+    assert.equal(second.status, 409, 'a second copy does not fit');
+    assert.equal(second.body.limit, 'max_snapshot_storage_mb');
+    // A snapshot of the fork adds little, and a template promoted from it keeps counting after the snapshot goes.
+    const snap = await api(org, 'POST', `/v1/sandboxes/${fork.body.data[0].id}/snapshots`, {});
+    assert.equal(snap.status, 201, JSON.stringify(snap.body));
+    const tpl = await api(org, 'POST', `/v1/snapshots/${snap.body.snapshot_id}/template`, { alias: 'kept-by-template' });
+    assert.equal(tpl.status, 201);
+    assert.equal((await api(org, 'DELETE', `/v1/snapshots/${snap.body.snapshot_id}`)).status, 200);
+    for (const id of [s.id, fork.body.data[0].id]) assert.equal((await api(org, 'DELETE', `/v1/sandboxes/${id}`)).status, 200);
+    assert.ok((await used()) >= 2, 'the template holds the copy');
+    assert.equal((await api(org, 'DELETE', '/v1/templates/kept-by-template')).status, 200);
+    await waitUntil('nothing holds the copy any more', async () => (await used()) === 0);
+  });
+
   test('snapshots survive the sandbox and a restart of the daemon; a crash in the middle of one leaves its sandbox running and nothing half-made', async () => {
     const s = await createSandbox(server, { template_name: 'base', timeout_seconds: 900 });
     await sh(s, 'echo kept > /workspace/kept && head -c 400000000 /dev/zero > /workspace/big');

@@ -2,6 +2,9 @@ import { ServiceError } from '@sandboxd/protocol';
 import type { LimitOverrides, OrgRow, Store } from './store/types.js';
 import { LIMIT_MINIMUMS, LIMIT_NAMES, resolveLimits, timeoutFor, type LimitName, type OrgLimits } from './services/limits.js';
 import { QuotaService } from './services/quotas.js';
+import { snapshotStorageUsed } from './services/snapshots.js';
+import { FsLayerStore } from './images/layer-store.js';
+import { join } from 'node:path';
 
 /** `--max-vcpu` ... for every limit: parseArgs options of `sandboxd orgs limits`. */
 export const LIMIT_OPTIONS = Object.fromEntries(LIMIT_NAMES.map((n) => [n.replaceAll('_', '-'), { type: 'string' as const }]));
@@ -42,7 +45,7 @@ function effective(l: OrgLimits): OrgLimits {
 }
 
 /** One organization's limits, where each comes from, and what the organization holds now. */
-export async function describeLimits(store: Store, defaults: OrgLimits, org: OrgRow) {
+export async function describeLimits(store: Store, defaults: OrgLimits, org: OrgRow, dataDir?: string) {
   const quotas = new QuotaService(store, defaults);
   const overrides = await store.orgs.limits(org.id);
   const limits = effective(resolveLimits(defaults, overrides));
@@ -51,7 +54,7 @@ export async function describeLimits(store: Store, defaults: OrgLimits, org: Org
     max_sandboxes: used.sandboxes,
     max_total_memory_mb: used.memoryMb,
     max_total_disk_gb: used.diskGb,
-    max_snapshot_storage_mb: Math.ceil((await store.snapshots.storageUsed(org.id)) / (1024 * 1024)),
+    max_snapshot_storage_mb: Math.ceil((dataDir ? await snapshotStorageUsed(store, new FsLayerStore(join(dataDir, 'snapshot-layers')), org.id) : await store.snapshots.storageUsed(org.id)) / (1024 * 1024)),
   };
   const usage = { sandboxes: used.sandboxes, stopped_sandboxes: used.stoppedSandboxes, memory_mb: used.memoryMb, disk_gb: used.diskGb, running_builds: used.builds };
   const json = { organization: org.name, organization_id: org.id, limits, overrides, usage };

@@ -61,7 +61,7 @@ async function admin(args: string[]): Promise<number> {
       out(org, `created organization ${org.name} (${org.id})`);
     } else if (group === 'orgs' && verb === 'list') {
       const orgs = await store.orgs.list();
-      const described = await Promise.all(orgs.map(async (o) => ({ ...o, ...(await describeLimits(store, config.limits, o)).json })));
+      const described = await Promise.all(orgs.map(async (o) => ({ ...o, ...(await describeLimits(store, config.limits, o, config.dataDir)).json })));
       const rows = await Promise.all(orgs.map((o) => listRow(store, config.limits, o)));
       out(described, `${table(rows)}\n* set for this organization; other values are the configured defaults`);
     } else if (group === 'orgs' && verb === 'limits' && positionals[0]) {
@@ -70,7 +70,7 @@ async function admin(args: string[]): Promise<number> {
       const current = await store.orgs.limits(org.id);
       const next = applyLimitFlags(current, values);
       if (JSON.stringify(next) !== JSON.stringify(current)) await store.orgs.setLimits(org.id, next);
-      const { json, rows } = await describeLimits(store, config.limits, org);
+      const { json, rows } = await describeLimits(store, config.limits, org, config.dataDir);
       out(json, `organization ${org.name} (${org.id})\n${table(rows)}`);
     } else if (group === 'keys' && verb === 'create') {
       if (!values.org) throw new ServiceError('VALIDATION_ERROR', 'keys create needs --org NAME');

@@ -1,5 +1,6 @@
 import { chmodSync, lchownSync, lstatSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
 
 export interface ShiftResult {
   /** Entries whose ownership was changed (the root included). */
@@ -50,18 +51,54 @@ export function moveIdRange(dir: string, from: number, to: number, count: number
  * to `to + count - 2` (nobody inside): a sandbox's files becoming a layer (a snapshot), where no id
  * outside the range may survive (the range is all a sandbox's processes can write as).
  */
-export function mapIdRange(dir: string, from: number, to: number, count: number): ShiftResult {
-  return rewriteOwnership(dir, (id) => (id >= from && id < from + count ? id - from + to : to + count - 2));
+export function mapIdRange(dir: string, from: number, to: number, count: number, opts: { maxEntries?: number } = {}): ShiftResult {
+  return rewriteOwnership(dir, (id) => (id >= from && id < from + count ? id - from + to : to + count - 2), opts.maxEntries);
+}
+
+/** Thrown when a tree has more entries than its walk may visit. */
+export class TooManyEntries extends Error {
+  constructor(readonly max: number) {
+    super(`more than ${max} entries`);
+  }
+}
+
+/**
+ * mapIdRange in a worker thread: a tenant's tree may hold millions of entries (hard links cost no
+ * inode), and the walk is synchronous; on the daemon's own thread it would stall every request of
+ * every organization. Rejects with TooManyEntries past `maxEntries`, and ends the walk when
+ * `timeoutMs` passes.
+ */
+export function mapIdRangeOffThread(dir: string, from: number, to: number, count: number, opts: { maxEntries: number; timeoutMs: number }): Promise<ShiftResult> {
+  return new Promise((resolve, reject) => {
+    const worker = new Worker(new URL('./shift-worker.js', import.meta.url), { workerData: { dir, from, to, count, maxEntries: opts.maxEntries } });
+    let settled = false;
+    const done = (fn: () => void) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      fn();
+      void worker.terminate();
+    };
+    const timer = setTimeout(() => done(() => reject(new Error(`rewriting the owners of ${dir} took longer than ${opts.timeoutMs} ms`))), opts.timeoutMs);
+    worker.once('message', (m: { ok: true; result: ShiftResult } | { ok: false; error: string; tooMany?: number }) =>
+      done(() => (m.ok ? resolve(m.result) : reject(m.tooMany !== undefined ? new TooManyEntries(m.tooMany) : new Error(m.error)))),
+    );
+    worker.once('error', (err) => done(() => reject(err)));
+    worker.once('exit', (code) => done(() => reject(new Error(`the ownership worker exited with ${code}`))));
+  });
 }
 
 /** Sets uid and gid of every entry under `dir` (dir included) to `map(old)`, as described above. */
-function rewriteOwnership(dir: string, map: (id: number, path: string) => number): ShiftResult {
+function rewriteOwnership(dir: string, map: (id: number, path: string) => number, maxEntries = Infinity): ShiftResult {
   const root = lstatSync(dir);
   const seen = new Set<number>();
   const result: ShiftResult = { entries: 0, bytes: 0, allocated: 0 };
   const stack: string[] = [];
+  // Every name counts against maxEntries, a second link to an inode too (links cost no inode).
+  let names = 0;
 
   const visit = (path: string, isRoot: boolean): void => {
+    if (++names > maxEntries) throw new TooManyEntries(maxEntries);
     const st = isRoot ? root : lstatSync(path);
     const type = st.mode & S_IFMT;
     if (st.nlink > 1 && type !== S_IFDIR) {

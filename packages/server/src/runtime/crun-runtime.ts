@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { describeCause, isProgrammingError, ServiceError } from '@sandboxd/protocol';
-import { mapIdRange, moveIdRange } from '../images/shift.js';
+import { mapIdRangeOffThread, moveIdRange, TooManyEntries } from '../images/shift.js';
 import { CANONICAL_ID_OFFSET, ID_RANGE, LEGACY_ID_OFFSET } from '../images/types.js';
 import { checkSuidDumpable, ensureAgentRuntime, nodeArgv, NODE_MOUNT, type AgentRuntime } from './agent-runtime.js';
 import { AGENT_LISTEN_FD, runWithAgentSocket } from './agent-socket.js';
@@ -55,7 +55,7 @@ import { EgressProxy } from './egress-proxy.js';
 import { deleteNetns, intToIp, Ipam, NetnsHolder, normalizeCidr, parseSubnet, vethName, waitVethGone, type Subnet } from './net.js';
 import { buildConfig } from './oci.js';
 import { OomWatch } from './oom-watch.js';
-import { proc, procOk, type ProcResult } from './proc.js';
+import { proc, procOk, toolError, type ProcResult } from './proc.js';
 import { runStep, cleanupStaleSteps, type StepContext } from './step-runner.js';
 import { ExportTooLarge, type Runtime, type RuntimeStatus, type SandboxSpec, type SandboxStats, type StepRunOptions } from './types.js';
 import { UndoStack } from './undo.js';
@@ -86,6 +86,10 @@ export interface CrunRuntimeOptions {
 }
 
 export const INIT_PATH = '/usr/bin/catatonit';
+/** A snapshot's copy (the sandbox frozen) and its ownership pass each end after this long. */
+export const SNAPSHOT_COPY_TIMEOUT_MS = 600_000;
+/** Names a snapshot may hold (every hard link counts): past it the snapshot is refused. */
+export const SNAPSHOT_MAX_ENTRIES = 2_000_000;
 const ID_RE = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const HOSTNAME_RE = /^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/;
 /** A directory in the sandbox's own disk for the agent's state (kept across stop/start). */
@@ -398,7 +402,12 @@ export class CrunRuntime implements Runtime {
       if (net.ip && isRestricted(net.egress)) this.remember(id, net.ip, net.egress);
       // A snapshot's copy that a crash cut short left the disk mounted for it.
       const snap = this.paths(id).snapMount;
-      if (existsSync(snap) && (await hasOwnFilesystem(snap))) await unmount(snap).catch((err: unknown) => this.log(`sandbox ${id}: cannot unmount ${snap}: ${String(err)}`));
+      if (existsSync(snap) && (await hasOwnFilesystem(snap))) {
+        await unmount(snap).catch(async (err: unknown) => {
+          this.log(`sandbox ${id}: ${snap} is busy (${String(err)}); detaching it`);
+          await procOk('umount', ['-l', snap]).catch((e: unknown) => this.log(`sandbox ${id}: cannot detach ${snap}: ${String(e)}`));
+        });
+      }
     }
     const policies = [...this.policies.values()];
     if (policies.some((e) => hasDomainRules(e.policy))) await this.proxy.ensure();
@@ -945,7 +954,12 @@ export class CrunRuntime implements Runtime {
           thaw = true;
           if ((await setFrozen(layout, rel, true)) === undefined) throw new Error('the sandbox has no freezer');
         }
-        await procOk('cp', ['-a', '--', `${join(src, 'upper')}/.`, dest]);
+        // Bounded in time (the sandbox is frozen meanwhile), and gone with the daemon: a copy left
+        // running after a crash would keep the disk's second mount busy.
+        const seconds = String(Math.ceil(SNAPSHOT_COPY_TIMEOUT_MS / 1000));
+        const r = await proc('setpriv', ['--pdeathsig', 'KILL', '--', 'timeout', '-s', 'KILL', seconds, 'setpriv', '--pdeathsig', 'KILL', '--', 'cp', '-a', '--', `${join(src, 'upper')}/.`, dest]);
+        if (r.code === 137 || r.signal === 'SIGKILL') throw new ServiceError('LIMIT_EXCEEDED', `copying the sandbox's files took longer than ${seconds} s`, { limit: 'snapshot_copy_seconds', max: Number(seconds) });
+        if (r.code !== 0) throw toolError('cp', ['-a'], r);
       } finally {
         if (thaw) {
           await setFrozen(layout, rel, false).catch(async (err: unknown) => {
@@ -957,7 +971,16 @@ export class CrunRuntime implements Runtime {
         // Behind the answer, before the next operation on the sandbox (a stop would take it too).
         if (mounted) void this.withLock(id, () => unmount(p.snapMount).catch((err: unknown) => this.log(`sandbox ${id}: cannot unmount ${p.snapMount}: ${String(err)}`)));
       }
-      const shifted = mapIdRange(dest, range.base, CANONICAL_ID_OFFSET, ID_RANGE);
+      // Off the event loop, bounded: a tenant's tree may hold millions of names.
+      let shifted;
+      try {
+        shifted = await mapIdRangeOffThread(dest, range.base, CANONICAL_ID_OFFSET, ID_RANGE, { maxEntries: SNAPSHOT_MAX_ENTRIES, timeoutMs: SNAPSHOT_COPY_TIMEOUT_MS });
+      } catch (err) {
+        if (err instanceof TooManyEntries) {
+          throw new ServiceError('LIMIT_EXCEEDED', `the sandbox holds more than ${err.max} file names (hard links count): too many to save`, { limit: 'snapshot_entries', max: err.max });
+        }
+        throw err;
+      }
       return { ...shifted, frozenMs };
     });
   }

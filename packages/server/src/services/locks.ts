@@ -2,6 +2,11 @@
 export class KeyedMutex {
   private tails = new Map<string, Promise<void>>();
 
+  /** Whether work holds (or waits for) `key` now. */
+  busy(key: string): boolean {
+    return this.tails.has(key);
+  }
+
   async run<T>(key: string, fn: () => Promise<T>): Promise<T> {
     const prev = this.tails.get(key) ?? Promise.resolve();
     let release!: () => void;

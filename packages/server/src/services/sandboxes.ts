@@ -11,7 +11,8 @@ import type { SlidingWindowLimiter } from './rate-limit.js';
 import type { TemplateService } from './templates.js';
 import type { TokenService } from './tokens.js';
 import type { QuotaService } from './quotas.js';
-import type { SnapshotService } from './snapshots.js';
+import type { CapturedLayer, SnapshotService } from './snapshots.js';
+import { ExportTooLarge } from '../runtime/types.js';
 import { checkSize, checkTimeout, timeoutFor } from './limits.js';
 import { agentJson, waitForAgent } from './agent-client.js';
 import { warmKeyOf, WarmPool } from './warm-pool.js';
@@ -330,25 +331,30 @@ export class SandboxService {
         throw new ServiceError('VALIDATION_ERROR', 'give either snapshot_id or a template (template_id or template_name), not both: a snapshot brings its template');
       }
       if (!this.d.snapshots) throw new ServiceError('RUNTIME_ERROR', 'this service keeps no snapshots');
-      const snap = await this.d.snapshots.get(orgId, body.snapshot_id);
-      return this.createFrom(
-        orgId,
-        {
-          templateId: snap.templateId,
-          templateName: snap.templateName,
-          vcpu: snap.vcpu,
-          memoryMb: snap.memoryMb,
-          diskGb: snap.diskGb,
-          layers: snap.layers,
-          templateEnv: snap.templateEnv,
-          envVars: snap.envVars,
-          snapshotId: snap.id,
-          lineage: [snap.sandboxId],
-          poolId: `snap:${snap.id}`,
-        },
-        body,
-        opts,
-      );
+      const found = await this.d.snapshots.get(orgId, body.snapshot_id);
+      const snapshots = this.d.snapshots;
+      return snapshots.pinned(found.layers, async () => {
+        // Read again with its layers pinned: a delete that came first is a 404, one that comes later keeps them.
+        const snap = await snapshots.get(orgId, found.id);
+        return this.createFrom(
+          orgId,
+          {
+            templateId: snap.templateId,
+            templateName: snap.templateName,
+            vcpu: snap.vcpu,
+            memoryMb: snap.memoryMb,
+            diskGb: snap.diskGb,
+            layers: snap.layers,
+            templateEnv: snap.templateEnv,
+            envVars: snap.envVars,
+            snapshotId: snap.id,
+            lineage: [snap.sandboxId],
+            poolId: `snap:${snap.id}`,
+          },
+          body,
+          opts,
+        );
+      });
     }
     const templateRef = body.template_id ?? body.template_name;
     if (!templateRef) {
@@ -493,12 +499,27 @@ export class SandboxService {
     const snapshots = this.need();
     const count = body.count ?? 1;
     await this.get(orgId, id);
+    await snapshots.checkStorage(orgId, 0);
     const { src, captured } = await this.d.locks.run(id, async () => {
       const r = await this.get(orgId, id);
       if (r.status !== 'running' && r.status !== 'paused' && r.status !== 'stopped') {
         throw new ServiceError('INVALID_STATE', `cannot fork a sandbox whose current state is ${r.status}`, { id, current_state: r.status });
       }
-      return { src: r, captured: await snapshots.capture(r, 'fork') };
+      // The copy counts against the organization's snapshot storage for as long as a fork mounts it.
+      let c: CapturedLayer;
+      try {
+        c = await snapshots.capture(r, 'fork', await snapshots.room(orgId));
+      } catch (err) {
+        if (err instanceof ExportTooLarge) await snapshots.checkStorage(orgId, err.used);
+        throw err;
+      }
+      try {
+        await snapshots.checkStorage(orgId, c.sizeBytes);
+      } catch (err) {
+        await snapshots.discard(c);
+        throw err;
+      }
+      return { src: r, captured: c };
     });
     const source: CreateSource = {
       templateId: src.templateId,
@@ -557,7 +578,13 @@ export class SandboxService {
    */
   async restore(orgId: string, id: string, snapshotId: string): Promise<SandboxRow> {
     const snapshots = this.need();
-    const snap = await snapshots.get(orgId, snapshotId);
+    const found = await snapshots.get(orgId, snapshotId);
+    return snapshots.pinned(found.layers, () => this.restorePinned(orgId, id, snapshotId));
+  }
+
+  private async restorePinned(orgId: string, id: string, snapshotId: string): Promise<SandboxRow> {
+    // Read again with its layers pinned: a delete that came first is a 404, one that comes later keeps them.
+    const snap = await this.need().get(orgId, snapshotId);
     return this.transition(orgId, id, 'restore', ['running', 'paused', 'stopped'], async (r) => {
       if (snap.sandboxId !== r.id && !r.lineage.includes(snap.sandboxId)) {
         throw new ServiceError(
@@ -990,6 +1017,9 @@ export class SandboxService {
     const due = await this.d.store.sandboxes.expired(now.toISOString());
     const quiet = (err: unknown) => err instanceof ServiceError && (err.code === 'NOT_FOUND' || err.code === 'INVALID_STATE');
     for (const row of due) {
+      // A long operation on it (a snapshot's copy) must not hold up every other sandbox's deadline:
+      // it stays due, and the next sweep takes it.
+      if (this.d.locks.busy(row.id)) continue;
       try {
         if (row.onTimeout === 'pause' && row.status === 'running') await this.pause(row.orgId, row.id, 'timeout');
         else if (row.onTimeout === 'pause' && row.status === 'paused') await this.delete(row.orgId, row.id, 'retention');
@@ -999,6 +1029,7 @@ export class SandboxService {
       }
     }
     for (const row of await this.d.store.sandboxes.idleDue(now.toISOString())) {
+      if (this.d.locks.busy(row.id)) continue;
       try {
         await this.idleCheck(row, now.getTime());
       } catch (err) {

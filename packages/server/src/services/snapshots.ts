@@ -46,6 +46,31 @@ export const MAX_SNAPSHOT_DEPTH_LAYERS = 64;
 const ENV_FILE = ['.sb', 'state', 'env.json'];
 const ENV_FILE_MAX = 1024 * 1024;
 
+/**
+ * Bytes of the snapshot layer store an organization holds: every layer of this store that one of
+ * its snapshots, templates (promoted from a snapshot) or sandboxes (made from a snapshot, or forks)
+ * mounts, each counted once, for as long as anything mounts it. What `max_snapshot_storage_mb`
+ * limits: a layer kept by a fork or a template after its snapshot is deleted still counts.
+ */
+export async function snapshotStorageUsed(store: Store, layers: FsLayerStore, orgId: string, sizes = new Map<string, number>()): Promise<number> {
+  const ids = new Set<string>();
+  for (const s of await store.snapshots.list({ orgId, limit: Number.MAX_SAFE_INTEGER })) for (const l of s.layers) ids.add(l);
+  for (const t of await store.templates.list(orgId)) if (t.orgId === orgId) for (const l of t.layers) ids.add(l);
+  for (const r of await store.sandboxes.live()) if (r.orgId === orgId) for (const l of r.layers) ids.add(l);
+  let total = 0;
+  for (const id of ids) {
+    let size = sizes.get(id);
+    if (size === undefined) {
+      const meta = await layers.meta(id);
+      if (!meta) continue; // a layer of another store (a template's)
+      size = meta.sizeBytes;
+      sizes.set(id, size);
+    }
+    total += size;
+  }
+  return total;
+}
+
 function newSnapshotId(): string {
   return `snap_${randomBytes(12).toString('hex')}`;
 }
@@ -60,7 +85,11 @@ function newSnapshotId(): string {
 export class SnapshotService {
   /** Layers made and not yet referenced by a row (a snapshot being recorded, forks being created). */
   private readonly making = new Set<string>();
+  /** Layers an operation is about to make a row reference (a create, restore or promote from a snapshot), by count. */
+  private readonly pins = new Map<string, number>();
   private collecting?: Promise<void>;
+  /** Sizes of this store's layers (they never change), read from their meta.json once. */
+  private readonly sizes = new Map<string, number>();
   private collectAgain = false;
 
   constructor(private readonly d: SnapshotServiceDeps) {}
@@ -155,6 +184,24 @@ export class SnapshotService {
     }
   }
 
+  /**
+   * Keeps `layers` from being collected while `fn` runs: a create, restore or promote that read a
+   * snapshot must not find its layers gone (a delete of the snapshot at the same moment) before its
+   * own row references them.
+   */
+  async pinned<T>(layers: string[], fn: () => Promise<T>): Promise<T> {
+    for (const l of layers) this.pins.set(l, (this.pins.get(l) ?? 0) + 1);
+    try {
+      return await fn();
+    } finally {
+      for (const l of layers) {
+        const n = (this.pins.get(l) ?? 1) - 1;
+        if (n <= 0) this.pins.delete(l);
+        else this.pins.set(l, n);
+      }
+    }
+  }
+
   /** Removes a captured layer no row will reference. */
   async discard(c: CapturedLayer): Promise<void> {
     c.release();
@@ -214,23 +261,28 @@ export class SnapshotService {
     });
   }
 
-  /** Bytes the organization's snapshots may still store (undefined: no limit). */
-  private async room(orgId: string): Promise<number | undefined> {
-    const max = (await this.d.quotas.limitsFor(orgId)).max_snapshot_storage_mb;
-    if (max === null) return undefined;
-    return Math.max(0, max * MIB - (await this.d.store.snapshots.storageUsed(orgId)));
+  /** snapshotStorageUsed of the organization. */
+  storageUsed(orgId: string): Promise<number> {
+    return snapshotStorageUsed(this.d.store, this.d.layers, orgId, this.sizes);
   }
 
-  /** ORG_QUOTA_EXCEEDED when `adding` bytes would take the organization's snapshots past max_snapshot_storage_mb. */
-  private async checkStorage(orgId: string, adding: number): Promise<void> {
+  /** Bytes the organization may still store in snapshot and fork layers (undefined: no limit). */
+  async room(orgId: string): Promise<number | undefined> {
+    const max = (await this.d.quotas.limitsFor(orgId)).max_snapshot_storage_mb;
+    if (max === null) return undefined;
+    return Math.max(0, max * MIB - (await this.storageUsed(orgId)));
+  }
+
+  /** ORG_QUOTA_EXCEEDED when `adding` bytes would take the organization past max_snapshot_storage_mb. */
+  async checkStorage(orgId: string, adding: number): Promise<void> {
     const max = (await this.d.quotas.limitsFor(orgId)).max_snapshot_storage_mb;
     if (max === null) return;
-    const used = await this.d.store.snapshots.storageUsed(orgId);
+    const used = await this.storageUsed(orgId);
     if (used + adding > max * MIB || (adding === 0 && used >= max * MIB)) {
       const usedMb = Math.ceil(used / MIB);
       throw new ServiceError(
         'ORG_QUOTA_EXCEEDED',
-        `organization quota reached: its snapshots store ${usedMb} MB${adding ? ` and this one needs ${Math.ceil(adding / MIB)} MB more` : ''}, of ${max} MB (max_snapshot_storage_mb); delete a snapshot, or ask the operator to raise the limit`,
+        `organization quota reached: its snapshots (and the forks and templates made from them) store ${usedMb} MB${adding ? ` and this needs ${Math.ceil(adding / MIB)} MB more` : ''}, of ${max} MB (max_snapshot_storage_mb); delete a snapshot, fork or template made from one, or ask the operator to raise the limit`,
         { limit: 'max_snapshot_storage_mb', max, used: usedMb, requested: Math.ceil(adding / MIB) },
       );
     }
@@ -249,6 +301,12 @@ export class SnapshotService {
    * sandboxes start with the snapshot's files, settings and env set (as template env).
    */
   async promote(orgId: string, id: string, alias: string, builtinNames: ReadonlySet<string>): Promise<TemplateRow> {
+    const first = await this.get(orgId, id);
+    return this.pinned(first.layers, async () => this.promotePinned(orgId, id, alias, builtinNames));
+  }
+
+  private async promotePinned(orgId: string, id: string, alias: string, builtinNames: ReadonlySet<string>): Promise<TemplateRow> {
+    // Read again with its layers pinned: a delete that came first is a 404, one that comes later keeps them.
     const snap = await this.get(orgId, id);
     if (builtinNames.has(alias)) throw new ServiceError('TEMPLATE_EXISTS', `alias "${alias}" is a built-in template; choose another alias`, { alias });
     const existing = await this.d.store.templates.byName(alias, orgId);
@@ -321,9 +379,10 @@ export class SnapshotService {
     }
     // Read after the rows: a layer made meanwhile is either in `making` or referenced by then.
     for (const l of this.making) keep.add(l);
+    for (const l of this.pins.keys()) keep.add(l);
     const removed: string[] = [];
     for (const id of await this.d.layers.list()) {
-      if (keep.has(id) || this.making.has(id)) continue;
+      if (keep.has(id) || this.making.has(id) || this.pins.has(id)) continue;
       await this.d.layers.remove(id);
       removed.push(id);
     }

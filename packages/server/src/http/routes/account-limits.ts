@@ -25,7 +25,7 @@ export function accountLimitsRoute(app: FastifyInstance, s: Services): void {
       concurrent_sandboxes: { used: used.sandboxes, limit: limits.max_sandboxes, stopped: used.stoppedSandboxes },
       committed_memory_mb: { used: used.memoryMb, limit: limits.max_total_memory_mb },
       committed_disk_gb: { used: used.diskGb, limit: limits.max_total_disk_gb },
-      snapshot_storage_mb: { used: Math.ceil((await s.store.snapshots.storageUsed(org)) / (1024 * 1024)), limit: limits.max_snapshot_storage_mb },
+      snapshot_storage_mb: { used: Math.ceil((s.snapshots ? await s.snapshots.storageUsed(org) : 0) / (1024 * 1024)), limit: limits.max_snapshot_storage_mb },
       per_sandbox: { vcpu: limits.max_vcpu, memory_mb: limits.max_memory_mb, disk_gb: limits.max_disk_gb },
       sandbox_timeout_seconds: { default: timeoutFor(limits, undefined), max: limits.max_timeout_seconds },
       template_builds: s.builds ? await s.builds.usage(org) : null,

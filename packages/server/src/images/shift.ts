@@ -62,29 +62,49 @@ export class TooManyEntries extends Error {
   }
 }
 
+/** One worker kept between walks (starting one costs ~35 ms, more than a small walk). */
+const idleWorkers: Worker[] = [];
+let nextWalk = 1;
+
 /**
  * mapIdRange in a worker thread: a tenant's tree may hold millions of entries (hard links cost no
  * inode), and the walk is synchronous; on the daemon's own thread it would stall every request of
- * every organization. Rejects with TooManyEntries past `maxEntries`, and ends the walk when
- * `timeoutMs` passes.
+ * every organization. Rejects with TooManyEntries past `maxEntries`, and ends the walk (its worker
+ * terminated) when `timeoutMs` passes. Walks at once run in workers of their own; one idle worker
+ * is kept for the next.
  */
 export function mapIdRangeOffThread(dir: string, from: number, to: number, count: number, opts: { maxEntries: number; timeoutMs: number }): Promise<ShiftResult> {
+  const worker = idleWorkers.pop() ?? new Worker(new URL('./shift-worker.js', import.meta.url));
+  worker.ref();
+  const id = nextWalk++;
   return new Promise((resolve, reject) => {
-    const worker = new Worker(new URL('./shift-worker.js', import.meta.url), { workerData: { dir, from, to, count, maxEntries: opts.maxEntries } });
     let settled = false;
-    const done = (fn: () => void) => {
+    const finish = (keep: boolean, fn: () => void) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
+      worker.off('message', onMessage);
+      worker.off('error', onError);
+      worker.off('exit', onExit);
+      if (keep && idleWorkers.length === 0) {
+        worker.unref();
+        idleWorkers.push(worker);
+      } else {
+        void worker.terminate();
+      }
       fn();
-      void worker.terminate();
     };
-    const timer = setTimeout(() => done(() => reject(new Error(`rewriting the owners of ${dir} took longer than ${opts.timeoutMs} ms`))), opts.timeoutMs);
-    worker.once('message', (m: { ok: true; result: ShiftResult } | { ok: false; error: string; tooMany?: number }) =>
-      done(() => (m.ok ? resolve(m.result) : reject(m.tooMany !== undefined ? new TooManyEntries(m.tooMany) : new Error(m.error)))),
-    );
-    worker.once('error', (err) => done(() => reject(err)));
-    worker.once('exit', (code) => done(() => reject(new Error(`the ownership worker exited with ${code}`))));
+    const onMessage = (m: { id: number; ok: true; result: ShiftResult } | { id: number; ok: false; error: string; tooMany?: number }) => {
+      if (m.id !== id) return;
+      finish(true, () => (m.ok ? resolve(m.result) : reject(m.tooMany !== undefined ? new TooManyEntries(m.tooMany) : new Error(m.error))));
+    };
+    const onError = (err: Error) => finish(false, () => reject(err));
+    const onExit = (code: number) => finish(false, () => reject(new Error(`the ownership worker exited with ${code}`)));
+    const timer = setTimeout(() => finish(false, () => reject(new Error(`rewriting the owners of ${dir} took longer than ${opts.timeoutMs} ms`))), opts.timeoutMs);
+    worker.on('message', onMessage);
+    worker.once('error', onError);
+    worker.once('exit', onExit);
+    worker.postMessage({ id, dir, from, to, count, maxEntries: opts.maxEntries });
   });
 }
 

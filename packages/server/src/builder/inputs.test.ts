@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { lstat, mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { CANONICAL_ID_OFFSET } from '../images/types.js';
+import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
 import { testDataDir } from '../testing/fixtures.js';
 import { cleanupStaleInputs, stageCopyInputs } from './inputs.js';
 

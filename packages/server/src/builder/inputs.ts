@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { chmod, chown, constants, copyFile, mkdir, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { CANONICAL_ID_OFFSET } from '../images/types.js';
+import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
 import type { CopyInput } from '../services/template-builds.js';
 
 export interface StagedInputs {

@@ -7,8 +7,9 @@ import { sha256Hex, type FsLayerStore, type Log } from './layer-store.js';
 import { runTool } from './proc.js';
 import { ALLOWED_BASE_IMAGES, parseImageRef } from './refs.js';
 import { pullImage, type RegistryClient } from './registry.js';
-import { shiftOwnership } from './shift.js';
-import { CANONICAL_ID_OFFSET, type DebianRootfsRecipe, type LayerInfo } from './types.js';
+import { shiftOwnership } from '../runtime/shift.js';
+import { type DebianRootfsRecipe, type LayerInfo } from './types.js';
+import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
 
 /** A base image ready to build on. */
 export interface ResolvedBase {

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { BUILTIN_TEMPLATES } from './builtin.js';
 import { FsLayerStore, rootfsKey } from './layer-store.js';
-import { CANONICAL_ID_OFFSET } from './types.js';
+import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
 import { baseLayer, layerStoreForTests, testDataDir } from '../testing/fixtures.js';
 
 let scratch: string;

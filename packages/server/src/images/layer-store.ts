@@ -5,8 +5,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { readHostAptConfig, sourcesForSuite } from './apt-sources.js';
 import { removeTree, runTool } from './proc.js';
 import { NEUTRAL_HOSTNAME, neutralizeHostFiles } from './host-identity.js';
-import { shiftOwnership } from './shift.js';
-import { CANONICAL_ID_OFFSET, type DebianRootfsRecipe, type LayerInfo, type LayerStore } from './types.js';
+import { shiftOwnership } from '../runtime/shift.js';
+import { type DebianRootfsRecipe, type LayerInfo, type LayerStore } from './types.js';
+import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
 
 /**
  * Bump when the way a rootfs is made changes (post-processing, shifting): old layers stop matching.

@@ -7,7 +7,7 @@ import { FsImageStore } from './image-store.js';
 import { FsLayerStore } from './layer-store.js';
 import { importImageArchive } from './oci-archive.js';
 import { isWhiteout, ociLayerId } from './oci-layer.js';
-import { CANONICAL_ID_OFFSET } from './types.js';
+import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
 import { testDataDir } from '../testing/fixtures.js';
 import { makeSyntheticImage, readXattr, sha256, writeDockerSave, writeOciLayout } from '../testing/oci-fixtures.js';
 

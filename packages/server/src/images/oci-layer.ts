@@ -7,8 +7,8 @@ import { Duplex, type Readable, type Writable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import { sha256Hex } from './layer-store.js';
 import { runTool } from './proc.js';
-import { shiftOwnership } from './shift.js';
-import { CANONICAL_ID_OFFSET, ID_RANGE } from './types.js';
+import { shiftOwnership } from '../runtime/shift.js';
+import { CANONICAL_ID_OFFSET, ID_RANGE } from '../runtime/ids.js';
 
 /** Bump when the conversion of OCI layers to overlay form changes (2: CANONICAL_ID_OFFSET 900000000). */
 export const OCI_LAYER_VERSION = 'oci-layer/2';

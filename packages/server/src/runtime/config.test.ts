@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { ServiceError } from '@sandboxd/protocol';
-import { CANONICAL_ID_OFFSET, ID_RANGE } from '../images/types.js';
+import { CANONICAL_ID_OFFSET, ID_RANGE } from './ids.js';
 import { checkSuidDumpable, hardenLoader, parseLdd } from './agent-runtime.js';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { startEgressLab, type EgressLab } from '../testing/web-host.js';
 import { aptReleaseUrl, type TestRuntime } from '../testing/runtime-fixtures.js';
-import { CrunRuntime, type CrunRuntimeOptions } from './crun-runtime.js';
+import { CrunRuntime } from './crun-runtime.js';
 import type { EgressPolicy } from './egress-policy.js';
 import { procOk } from './proc.js';
 
@@ -147,7 +147,7 @@ describe('egress policy (allow and deny lists, at runtime)', { timeout: 300_000 
 
   test('the policy survives a restart of the runtime (the daemon), and is gone with the sandbox', async () => {
     await t.rt.setEgress(id, policy({ allow: ['c.test', `${WEB1}/32`] }));
-    const opts = (t.rt as unknown as { opts: CrunRuntimeOptions }).opts;
+    const opts = t.rt.options;
     await t.rt.close();
     // While no daemon runs, inspected connections are refused rather than let through.
     assert.equal((await fetchIn(t.rt, 'https://c.test/', `c.test:443:${WEB2}`)).got, 'refused');

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, unlinkSync, writeFile
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
-import { ID_RANGE } from '../images/types.js';
+import { ID_RANGE } from './ids.js';
 
 /**
  * Host ids of sandboxes: each sandbox runs as its own range of ID_RANGE uids and gids, so a process

@@ -4,7 +4,7 @@ import { lstat, mkdir, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ServiceError } from '@sandboxd/protocol';
-import { CANONICAL_ID_OFFSET, ID_RANGE, LEGACY_ID_OFFSET } from '../images/types.js';
+import { CANONICAL_ID_OFFSET, ID_RANGE, LEGACY_ID_OFFSET } from './ids.js';
 import { proc, procOk } from './proc.js';
 
 /** The C source of the helper that mounts overlays on idmapped layers (see the file's comment). */

@@ -5,7 +5,7 @@ import { existsSync, lstatSync, readdirSync, readFileSync, statSync } from 'node
 import { writeFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { CANONICAL_ID_OFFSET, ID_RANGE } from '../images/types.js';
+import { CANONICAL_ID_OFFSET, ID_RANGE } from './ids.js';
 import { baseLayer } from '../testing/fixtures.js';
 import { agentGet, assertNoLeaks, createTestRuntime, hostView, sh, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
 import { SANDBOX_ID_BASE } from './id-ranges.js';

@@ -8,8 +8,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { ServiceError } from '@sandboxd/protocol';
 import { CrunRuntime } from './index.js';
-import { moveIdRange } from '../images/shift.js';
-import { CANONICAL_ID_OFFSET, ID_RANGE, LEGACY_ID_OFFSET } from '../images/types.js';
+import { moveIdRange } from './shift.js';
+import { CANONICAL_ID_OFFSET, ID_RANGE, LEGACY_ID_OFFSET } from './ids.js';
 import { baseLayer } from '../testing/fixtures.js';
 import { agentGet, assertNoLeaks, createTestRuntime, hostView, sh, testSpec, waitFor, type TestRuntime } from '../testing/runtime-fixtures.js';
 

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readlink, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ID_RANGE } from '../images/types.js';
+import { ID_RANGE } from './ids.js';
 import { proc, procOk } from './proc.js';
 
 export interface Subnet {

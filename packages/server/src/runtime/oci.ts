@@ -1,4 +1,4 @@
-import { ID_RANGE } from '../images/types.js';
+import { ID_RANGE } from './ids.js';
 import type { SandboxResources } from './types.js';
 import { seccompProfile, type OciSeccomp } from './seccomp.js';
 

@@ -5,7 +5,7 @@ import { existsSync, lstatSync, readdirSync, statSync } from 'node:fs';
 import { chown, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { CANONICAL_ID_OFFSET, ID_RANGE, LEGACY_ID_OFFSET } from '../images/types.js';
+import { CANONICAL_ID_OFFSET, ID_RANGE, LEGACY_ID_OFFSET } from './ids.js';
 import { baseLayer } from '../testing/fixtures.js';
 import { assertNoLeaks, createTestRuntime, type TestRuntime } from '../testing/runtime-fixtures.js';
 import type { StepRunOptions } from './types.js';

@@ -3,17 +3,18 @@ import { existsSync } from 'node:fs';
 import { chmod, chown, lchown, mkdir, readFile, readdir, rmdir, stat, writeFile } from 'node:fs/promises';
 import { basename, isAbsolute, join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
-import { cgroupDirs, cgroupExists, removeCgroup, type CgroupLayout } from './cgroups.js';
-import type { Crun } from './crun.js';
-import { CANONICAL_ID_OFFSET } from '../images/types.js';
-import { lstatBeneath, rmdirBeneath, unlinkEmptyFileBeneath } from './beneath.js';
-import { checkLowerDirs, createDiskImage, mountDiskImage, mountOverlay, removeTree, unmount, unmountDisk } from './disk.js';
-import { procOk } from './proc.js';
-import { layerIdOffset } from './idmap.js';
-import { deleteNetns, NetnsHolder, vethName, waitVethGone, type Ipam, type Subnet } from './net.js';
-import { buildConfig, HOST_CA_BUNDLE } from './oci.js';
-import type { StepRunOptions } from './types.js';
-import { UndoStack } from './undo.js';
+import { assembleContainer } from '../assemble.js';
+import { lstatBeneath, rmdirBeneath, unlinkEmptyFileBeneath } from '../beneath.js';
+import { cgroupDirs, cgroupExists, removeCgroup, type CgroupLayout } from '../cgroups.js';
+import type { Crun } from '../crun.js';
+import { checkLowerDirs, createDiskImage, mountDiskImage, mountOverlay, removeTree, unmount, unmountDisk } from '../disk.js';
+import { layerIdOffset } from '../idmap.js';
+import { CANONICAL_ID_OFFSET } from '../ids.js';
+import { deleteNetns, vethName, waitVethGone, type Ipam, type Subnet } from '../net.js';
+import { HOST_CA_BUNDLE } from '../oci.js';
+import { procOk } from '../proc.js';
+import type { StepRunOptions } from '../types.js';
+import { UndoStack } from '../undo.js';
 
 export interface StepContext {
   dataDir: string;
@@ -36,7 +37,6 @@ interface StepMeta {
   workDir?: string;
 }
 
-const INIT_PATH = '/usr/bin/catatonit';
 const STEP_DIR_MODE = 0o710;
 
 function stepNames(ctx: StepContext, id: string) {
@@ -115,56 +115,43 @@ export async function runStep(ctx: StepContext, opts: StepRunOptions): Promise<{
     await lchown(n.upper, rootAttrs.uid - rootOffset + CANONICAL_ID_OFFSET, rootAttrs.gid - rootOffset + CANONICAL_ID_OFFSET);
     await chmod(n.upper, rootAttrs.mode & 0o7777);
     const targets = await missingTargets(opts.lowerDirs, n.upper, ['/.sb/init', ...(opts.binds ?? []).map((b) => b.target)]);
-    await mkdir(n.rootfs);
-    // Canonical lowers are mounted directly; only layers still at the legacy offset get idmapped.
-    await mountOverlay(opts.lowerDirs, n.upper, n.work, n.rootfs, {
-      helper: await ctx.idmapHelper(),
-      base: CANONICAL_ID_OFFSET,
-      scratch: n.lowerScratch,
-    });
-    undo.push('overlay mount', () => unmount(n.rootfs));
-
-    let holder: NetnsHolder | undefined;
-    if (opts.internetAccess) {
-      const ipam = await ctx.ipam();
-      const ip = ipam.allocate();
-      undo.push('address', () => ipam.release(ip));
-      await deleteNetns(n.netns);
-      await waitVethGone(vethName(n.netns));
-      holder = await NetnsHolder.start({
-        netnsName: n.netns,
-        veth: vethName(n.netns),
-        bridge: ctx.bridge,
-        ip,
-        subnet: ctx.subnet,
-        idBase: CANONICAL_ID_OFFSET,
-      });
-      const h = holder;
-      undo.push('network namespace', async () => {
-        await h.kill();
-        await deleteNetns(n.netns);
-        await waitVethGone(vethName(n.netns));
-      });
-    }
-
-    const config = buildConfig({
-      args: ['/.sb/init', '--', ...opts.argv],
-      env: opts.env,
-      cwd: opts.cwd || '/',
-      hostname: 'build',
+    const holder = await assembleContainer({
+      undo,
+      configPath: n.config,
       rootfs: n.rootfs,
+      prepareRootfs: async () => {
+        await mkdir(n.rootfs);
+        // Canonical lowers are mounted directly; only layers still at the legacy offset get idmapped.
+        await mountOverlay(opts.lowerDirs, n.upper, n.work, n.rootfs, {
+          helper: await ctx.idmapHelper(),
+          base: CANONICAL_ID_OFFSET,
+          scratch: n.lowerScratch,
+        });
+        undo.push('overlay mount', () => unmount(n.rootfs));
+      },
+      process: async () => ({ argv: opts.argv, env: opts.env, cwd: opts.cwd, binds: opts.binds ?? [] }),
+      hostname: 'build',
       cgroupsPath: n.cgroup,
       resources: opts.resources,
-      netnsPath: holder ? `/run/netns/${n.netns}` : undefined,
-      userNsPath: holder?.userNsPath,
       idBase: CANONICAL_ID_OFFSET,
-      roBinds: [{ source: INIT_PATH, target: '/.sb/init' }, ...(opts.binds ?? [])],
       // Only over a bundle the image has: a bind would make an empty file in the layer, and a
       // read-only bind would break an `apt-get install ca-certificates` in this very step.
-      caBundle: await inLowers(opts.lowerDirs, HOST_CA_BUNDLE),
-      cgroupVersion: (await ctx.layout()).version,
+      caBundle: () => inLowers(opts.lowerDirs, HOST_CA_BUNDLE),
+      cgroupVersion: async () => (await ctx.layout()).version,
+      network: opts.internetAccess
+        ? {
+            netnsName: n.netns,
+            bridge: ctx.bridge,
+            subnet: ctx.subnet,
+            address: async () => {
+              const ipam = await ctx.ipam();
+              const ip = ipam.allocate();
+              undo.push('address', () => ipam.release(ip));
+              return ip;
+            },
+          }
+        : undefined,
     });
-    await writeFile(n.config, JSON.stringify(config), { mode: 0o600 });
 
     undo.push('container', () => ctx.crun.forceDelete(opts.id));
     const result = await runForeground(ctx, opts);

@@ -13,6 +13,37 @@ export default tseslint.config(
       'no-empty': ['error', { allowEmptyCatch: true }],
     },
   },
+  // The server's layers, one way: http and gateway → services → builder → images → runtime; store
+  // beside them. A lower layer never reaches up (runtime is what a node runs: it must not need the
+  // services, the store or the API). Tests may use the fixtures of testing/.
+  ...layerRules({
+    runtime: ['services', 'http', 'gateway', 'store', 'images', 'builder', 'config', 'main', 'auth'],
+    images: ['services', 'http', 'gateway', 'store', 'builder', 'config', 'main', 'auth'],
+    store: ['services', 'http', 'gateway', 'runtime', 'images', 'builder', 'config', 'main', 'auth'],
+    builder: ['services', 'http', 'gateway', 'store', 'config', 'main', 'auth'],
+    services: ['http', 'gateway', 'main'],
+    gateway: ['http', 'main', 'runtime', 'images', 'builder', 'store'],
+    http: ['main', 'runtime', 'images', 'builder'],
+  }),
   // Scripts that run in the browser (the /docs page's initializer).
   { files: ['packages/server/docs-ui/**/*.js'], languageOptions: { globals: { window: 'readonly' } } },
 );
+
+/** One no-restricted-imports rule per folder of packages/server/src: the folders it must not import. */
+function layerRules(layers) {
+  return Object.entries(layers).map(([dir, banned]) => ({
+    files: [`packages/server/src/${dir}/**/*.ts`],
+    ignores: ['**/*.test.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: banned.map((b) => ({
+            group: [`**/${b}/*`, `**/${b}.js`, `../${b}`, `../../${b}`],
+            message: `${dir}/ must not import ${b}: the server's layers point one way (eslint.config.js)`,
+          })),
+        },
+      ],
+    },
+  }));
+}

@@ -10,6 +10,7 @@ import { CrunRuntime } from './runtime/index.js';
 import { ensureSystemPackages } from './runtime/system-packages.js';
 import { blockedRangeOf, type EgressEndpoint } from './runtime/host.js';
 import { readHostAptConfig } from './images/apt-sources.js';
+import { openBuilder } from './builder/index.js';
 import { openImageServices } from './images/index.js';
 import { ensurePythonCompatLayer } from './images/base-images.js';
 import { UploadService } from './services/uploads.js';
@@ -280,11 +281,13 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
       .finally(() => (sweeping = false));
   }, config.sweepIntervalMs);
 
+  const builder = openBuilder({ dataDir: config.dataDir, runtime, layers: images.layers, bases: images.bases, stepTimeoutMs: config.buildStepTimeoutMs });
+  await builder.cleanupStale();
   const uploads = new UploadService(store, images.blobs, join(config.dataDir, 'keys', 'upload-hmac.key'), config.publicUrl);
   const builds = new TemplateBuildService(
     store,
     uploads,
-    images.builder(runtime, { stepTimeoutMs: config.buildStepTimeoutMs }),
+    builder.engine,
     join(config.dataDir, 'build-logs'),
     config.buildLimits,
     log,

@@ -2,8 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { canonicalJson, sha256Hex } from '../images/layer-store.js';
-import type { CopyInput } from '../services/template-builds.js';
-import type { BuildStep } from '../services/template-requests.js';
+import type { CopyInput } from './types.js';
+import type { BuildStep } from './types.js';
 
 /**
  * Bump when the way a step runs changes (scripts, environment, ids): every step then rebuilds.

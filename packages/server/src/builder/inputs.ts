@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { chmod, chown, constants, copyFile, mkdir, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
-import type { CopyInput } from '../services/template-builds.js';
+import type { CopyInput } from './types.js';
 
 export interface StagedInputs {
   /** Host path of each input's copy, in input order. */

@@ -1,5 +1,5 @@
-import type { CopyInput } from '../services/template-builds.js';
-import type { BuildStep } from '../services/template-requests.js';
+import type { CopyInput } from './types.js';
+import type { BuildStep } from './types.js';
 
 /** Where a COPY step's inputs are bind-mounted (read-only) inside the step's container. */
 export const STEP_INPUT_DIR = '/.sb/in';

@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import type { BaseImageResolver } from '../images/base-images.js';
-import { runTool } from '../images/proc.js';
+import { runTool } from '../runtime/proc.js';
 import { sha256Hex, type FsLayerStore, type Log } from '../images/layer-store.js';
 import type { LayerInfo } from '../images/types.js';
 import type { Runtime, SandboxResources } from '../runtime/types.js';
-import type { BuildEngine, BuildEngineHooks, BuildEngineInput, BuildEngineResult, CopyInput } from '../services/template-builds.js';
-import type { BuildStep } from '../services/template-requests.js';
+import type { BuildEngine, BuildEngineHooks, BuildEngineInput, BuildEngineResult, CopyInput } from './types.js';
+import type { BuildStep } from './types.js';
 import { BuildCache, orgRootKey, stepKey } from './cache.js';
 import { stageCopyInputs } from './inputs.js';
 import { STEP_INPUT_DIR, aptArgv, copyArgv, runArgv } from './scripts.js';

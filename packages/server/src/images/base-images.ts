@@ -4,7 +4,7 @@ import { debianSuiteAvailability, readHostAptConfig } from './apt-sources.js';
 import type { FsBlobStore } from './blob-store.js';
 import type { FsImageStore, ImageRecord } from './image-store.js';
 import { sha256Hex, type FsLayerStore, type Log } from './layer-store.js';
-import { runTool } from './proc.js';
+import { runTool } from '../runtime/proc.js';
 import { ALLOWED_BASE_IMAGES, parseImageRef } from './refs.js';
 import { pullImage, type RegistryClient } from './registry.js';
 import { shiftOwnership } from '../runtime/shift.js';

@@ -1,8 +1,4 @@
 import { join } from 'node:path';
-import type { Runtime } from '../runtime/types.js';
-import { BuildCache } from '../builder/cache.js';
-import { cleanupStaleInputs } from '../builder/inputs.js';
-import { TemplateBuilder } from '../builder/template-builder.js';
 import { BaseImageResolver } from './base-images.js';
 import { FsBlobStore } from './blob-store.js';
 import { FsImageStore, type ImageRecord } from './image-store.js';
@@ -27,8 +23,6 @@ export interface ImageServicesOptions {
  *   <layersDir>/            layers (FsLayerStore)
  *   <dataDir>/blobs/        uploads and registry blobs (FsBlobStore)
  *   <dataDir>/images/       imported / pulled image references (FsImageStore)
- *   <dataDir>/build-cache/  step cache key → layer id
- *   <dataDir>/build-inputs/ COPY inputs staged for a running build step
  *   <dataDir>/tmp/          scratch for archive imports
  */
 export function openImageServices(o: ImageServicesOptions) {
@@ -40,19 +34,13 @@ export function openImageServices(o: ImageServicesOptions) {
     ? new RegistryClient({ url: o.registryUrl, username: o.registryUsername, password: o.registryPassword })
     : null;
   const bases = new BaseImageResolver({ layers, images, blobs, registry, registryHint: o.registryHint });
-  const cache = new BuildCache(join(o.dataDir, 'build-cache'));
   const tmpDir = join(o.dataDir, 'tmp');
-  const inputsDir = join(o.dataDir, 'build-inputs');
   return {
     layers,
     blobs,
     images,
     registry,
     bases,
-    cache,
-    /** The BuildEngine for TemplateBuildService. */
-    builder: (runtime: Pick<Runtime, 'runStep'>, opts: { stepTimeoutMs?: number } = {}) =>
-      new TemplateBuilder({ runtime, layers, bases, cache, inputsDir, stepTimeoutMs: opts.stepTimeoutMs }),
     /** `sandboxd images import REF FILE` (REF optional: the archive's own tag). */
     importArchive: (file: string, ref: string | undefined, l: Log = log, signal?: AbortSignal): Promise<ImageRecord> =>
       importImageArchive(file, ref, { layers, images, tmpDir, log: l, signal }),
@@ -61,11 +49,10 @@ export function openImageServices(o: ImageServicesOptions) {
       if (!registry) throw new Error('no image registry is configured');
       return pullImage(ref, { registry, layers, images, blobs, log: l, signal });
     },
-    /** Removes leftovers of builds, imports and uploads that died with a previous process. */
+    /** Removes leftovers of imports and uploads that died with a previous process. */
     cleanupStale: async () => {
       await layers.cleanupStale();
       await blobs.cleanupStale();
-      await cleanupStaleInputs(inputsDir);
     },
   };
 }

@@ -3,7 +3,7 @@ import { chmod, mkdir, open, readFile, readdir, rename, rm, stat, writeFile } fr
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readHostAptConfig, sourcesForSuite } from './apt-sources.js';
-import { removeTree, runTool } from './proc.js';
+import { removeTreeWithMounts, runTool } from '../runtime/proc.js';
 import { NEUTRAL_HOSTNAME, neutralizeHostFiles } from './host-identity.js';
 import { shiftOwnership } from '../runtime/shift.js';
 import { type DebianRootfsRecipe, type LayerInfo, type LayerStore } from './types.js';
@@ -142,7 +142,7 @@ export class FsLayerStore implements LayerStore {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
       throw err;
     }
-    await removeTree(doomed);
+    await removeTreeWithMounts(doomed);
   }
 
   async list(): Promise<string[]> {
@@ -161,7 +161,7 @@ export class FsLayerStore implements LayerStore {
       const pid = n.startsWith(LOCK_PREFIX) ? await this.lockOwner(join(this.root, n)) : Number(m[1]);
       if (pid !== undefined && pidAlive(pid)) continue;
       this.log(`layer store: removing leftover ${n}`);
-      if (n.startsWith(TMP_PREFIX)) await removeTree(join(this.root, n));
+      if (n.startsWith(TMP_PREFIX)) await removeTreeWithMounts(join(this.root, n));
       else await rm(join(this.root, n), { force: true });
     }
   }
@@ -202,7 +202,7 @@ export class FsLayerStore implements LayerStore {
       await rename(tmp, this.dir(id));
       return this.info(id);
     } finally {
-      await removeTree(tmp).catch((err: unknown) => this.log(`layer store: cannot remove ${tmp}: ${String(err)}`));
+      await removeTreeWithMounts(tmp).catch((err: unknown) => this.log(`layer store: cannot remove ${tmp}: ${String(err)}`));
       await unlock();
     }
   }

@@ -12,7 +12,7 @@ import {
   type ImageIndex,
   type ImageManifest,
 } from './oci-image.js';
-import { removeTree, runTool } from './proc.js';
+import { removeTreeWithMounts, runTool } from '../runtime/proc.js';
 import { parseImageRef } from './refs.js';
 
 export interface ImportDeps {
@@ -71,7 +71,7 @@ export async function importImageArchive(file: string, ref: string | undefined, 
     deps.log(`imported ${name}: ${layerIds.length} layers`);
     return record;
   } finally {
-    await removeTree(tmp);
+    await removeTreeWithMounts(tmp);
   }
 }
 

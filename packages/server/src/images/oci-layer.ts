@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { Duplex, type Readable, type Writable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import { sha256Hex } from './layer-store.js';
-import { runTool } from './proc.js';
+import { runTool } from '../runtime/proc.js';
 import { shiftOwnership } from '../runtime/shift.js';
 import { CANONICAL_ID_OFFSET, ID_RANGE } from '../runtime/ids.js';
 

@@ -1,5 +1,5 @@
-import { spawn } from 'node:child_process';
 import { access, constants } from 'node:fs/promises';
+import { runTool } from './proc.js';
 
 /** Host tools the runtime and image builder need, and the Debian package providing each. */
 export const REQUIRED_TOOLS: Array<{ bin: string; pkg: string }> = [
@@ -19,6 +19,8 @@ export const REQUIRED_TOOLS: Array<{ bin: string; pkg: string }> = [
   { bin: 'gcc', pkg: 'libc6-dev' },
 ];
 
+const APT_ENV = { DEBIAN_FRONTEND: 'noninteractive' };
+
 const PATH_DIRS = ['/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin', '/sbin', '/bin'];
 
 async function onPath(bin: string): Promise<boolean> {
@@ -33,19 +35,6 @@ async function onPath(bin: string): Promise<boolean> {
   return false;
 }
 
-function run(cmd: string, args: string[], log: (line: string) => void): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
-    const relay = (buf: Buffer) => {
-      for (const line of buf.toString('utf8').split('\n')) if (line.trim()) log(line.trimEnd());
-    };
-    child.stdout.on('data', relay);
-    child.stderr.on('data', relay);
-    child.on('error', reject);
-    child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`${cmd} ${args.join(' ')} exited with ${code}`))));
-  });
-}
-
 /** Installs missing host tools with apt (as root), or explains what to install. */
 export async function ensureSystemPackages(log: (line: string) => void, tools = REQUIRED_TOOLS): Promise<void> {
   const missing: string[] = [];
@@ -56,6 +45,6 @@ export async function ensureSystemPackages(log: (line: string) => void, tools = 
     throw new Error(`missing system packages: ${pkgs.join(' ')}. Run as root, or install them: apt-get install -y ${pkgs.join(' ')}`);
   }
   log(`installing system packages: ${pkgs.join(' ')}`);
-  await run('apt-get', ['update', '-q'], log);
-  await run('apt-get', ['install', '-y', '-q', '--no-install-recommends', ...pkgs], log);
+  await runTool('apt-get', ['update', '-q'], { onLine: log, env: APT_ENV });
+  await runTool('apt-get', ['install', '-y', '-q', '--no-install-recommends', ...pkgs], { onLine: log, env: APT_ENV });
 }

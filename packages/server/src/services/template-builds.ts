@@ -4,50 +4,14 @@ import { appendFile, mkdir, open, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
 import type { BuildRow, Store, TemplateRow } from '../store/types.js';
-import { BUILD_DEFAULTS, normalizeBuildRequest, type BuildRequest, type BuildStep } from './template-requests.js';
+import { BUILD_DEFAULTS, normalizeBuildRequest, type BuildRequest } from './template-requests.js';
 import type { UploadService } from './uploads.js';
 import type { Metrics } from './metrics.js';
 import type { QuotaService } from './quotas.js';
 import { checkSize, type OrgLimits } from './limits.js';
 
-/** A file a COPY step puts into the image: an uploaded blob, or a tarball to unpack. */
-export interface CopyInput {
-  hostPath: string;
-  kind: 'file' | 'tarball';
-  /** Destination name for a single file (basename of the uploaded path); tarballs unpack under dest. */
-  name: string;
-  /** Content hash, part of the step's cache key. */
-  sha256: string;
-}
-
-export interface BuildEngineInput {
-  buildId: string;
-  /** Cache entries and step layers are per organization. */
-  orgId: string;
-  steps: BuildStep[];
-  resources: { vcpu: number; memoryMb: number; diskGb: number };
-  skipCache: boolean;
-  /** Resolved copy inputs, by step index. */
-  copies: Map<number, CopyInput[]>;
-}
-
-export interface BuildEngineHooks {
-  log(line: string): void;
-  progress(percent: number, currentStep: string): void;
-  signal: AbortSignal;
-}
-
-export interface BuildEngineResult {
-  /** Layer ids, top-most first (base image layers included). */
-  layerIds: string[];
-  env: Record<string, string>;
-  workdir: string | null;
-}
-
-/** Turns normalized steps into cached layers (implemented by builder/). */
-export interface BuildEngine {
-  run(input: BuildEngineInput, hooks: BuildEngineHooks): Promise<BuildEngineResult>;
-}
+export type { BuildEngine, BuildEngineHooks, BuildEngineInput, BuildEngineResult, CopyInput } from '../builder/types.js';
+import type { BuildEngine, CopyInput } from '../builder/types.js';
 
 export interface BuildLimits {
   perHour: number;

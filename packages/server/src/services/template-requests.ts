@@ -5,14 +5,8 @@ import { ALLOWED_BASE_IMAGES } from '../images/refs.js';
 /** The base images a `from` step may name (service-spec.md). */
 export const ALLOWED_IMAGES = ALLOWED_BASE_IMAGES;
 
-/** A build step after normalization of both request shapes. */
-export type BuildStep =
-  | { type: 'from'; image: string }
-  | { type: 'apt'; packages: string[] }
-  | { type: 'run'; command: string }
-  | { type: 'copy'; dest: string; fileIds: string[]; srcPaths: string[]; filesHash: string | null; owner: string | null; permissions: string | null }
-  | { type: 'env'; key: string; value: string }
-  | { type: 'workdir'; path: string };
+export type { BuildStep } from '../builder/types.js';
+import type { BuildStep } from '../builder/types.js';
 
 export interface BuildRequest {
   alias: string;

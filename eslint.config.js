@@ -14,14 +14,16 @@ export default tseslint.config(
     },
   },
   // The server's layers, one way: http and gateway → services → builder → images → runtime; store
-  // beside them. A lower layer never reaches up (runtime is what a node runs: it must not need the
+  // beside them; node/ (a node's API) → runtime. A lower layer never reaches up (runtime is what a node runs: it must not need the
   // services, the store or the API). Tests may use the fixtures of testing/.
   ...layerRules({
-    runtime: ['services', 'http', 'gateway', 'store', 'images', 'builder', 'config', 'main', 'auth'],
-    images: ['services', 'http', 'gateway', 'store', 'builder', 'config', 'main', 'auth'],
-    store: ['services', 'http', 'gateway', 'runtime', 'images', 'builder', 'config', 'main', 'auth'],
-    builder: ['services', 'http', 'gateway', 'store', 'config', 'main', 'auth'],
-    services: ['http', 'gateway', 'main'],
+    runtime: ['services', 'http', 'gateway', 'store', 'images', 'builder', 'config', 'main', 'auth', 'node'],
+    images: ['services', 'http', 'gateway', 'store', 'builder', 'config', 'main', 'auth', 'node'],
+    store: ['services', 'http', 'gateway', 'runtime', 'images', 'builder', 'config', 'main', 'auth', 'node'],
+    builder: ['services', 'http', 'gateway', 'store', 'config', 'main', 'auth', 'node'],
+    services: ['http', 'gateway', 'main', 'node'],
+    // A node's API: the runtime of its machine, nothing of the services.
+    node: ['services', 'http', 'gateway', 'store', 'main', 'auth'],
     gateway: ['http', 'main', 'runtime', 'images', 'builder', 'store'],
     http: ['main', 'runtime', 'images', 'builder'],
   }),

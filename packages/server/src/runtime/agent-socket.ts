@@ -1,3 +1,5 @@
+import { connect, type Socket } from 'node:net';
+import { describeCause, ServiceError } from '@sandboxd/protocol';
 import { rm } from 'node:fs/promises';
 import type { Crun } from './crun.js';
 
@@ -24,4 +26,23 @@ export async function runWithAgentSocket(crun: Crun, id: string, bundleDir: stri
   await rm(socketPath, { force: true });
   await rm(tmp, { force: true });
   await crun.runDetached(id, bundleDir, logFile, { tmp, path: socketPath });
+}
+
+/** A connection to an agent's unix socket, once it is accepted (AGENT_UNAVAILABLE when it is not in time). */
+export function dialUnix(socketPath: string, timeoutMs: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const sock = connect(socketPath);
+    const timer = setTimeout(() => sock.destroy(new Error(`not accepted within ${timeoutMs} ms`)), timeoutMs);
+    sock.once('error', (err) => {
+      clearTimeout(timer);
+      reject(new ServiceError('AGENT_UNAVAILABLE', 'the sandbox agent cannot be reached').withDetail(describeCause(err)));
+    });
+    sock.once('connect', () => {
+      clearTimeout(timer);
+      sock.removeAllListeners('error');
+      // The caller adds its own; an error before it does must not be an uncaught one.
+      sock.on('error', () => undefined);
+      resolve(sock);
+    });
+  });
 }

@@ -1,3 +1,5 @@
+import type { Duplex } from 'node:stream';
+import { dialUnix } from './agent-socket.js';
 import type { ListeningPort } from './listening.js';
 import { RuntimeContext, type CrunRuntimeOptions } from './context.js';
 import type { EgressPolicy } from './egress-policy.js';
@@ -82,6 +84,11 @@ export class CrunRuntime implements Runtime {
   }
   agentSocket(id: string): string {
     return this.ctx.paths(id).socket;
+  }
+
+  dialAgent(id: string, timeoutMs = 10_000): Promise<Duplex> {
+    checkId(id);
+    return dialUnix(this.ctx.paths(id).socket, timeoutMs);
   }
 
   setupHost(): Promise<void> {

@@ -1,3 +1,4 @@
+import type { Duplex } from 'node:stream';
 import type { EgressPolicy } from './egress-policy.js';
 import type { ListeningPort } from './listening.js';
 /**
@@ -81,8 +82,14 @@ export interface Runtime {
    * On any failure everything done so far is undone (undo stack) and the error is thrown.
    */
   create(spec: SandboxSpec): Promise<void>;
-  /** Host path of the agent's unix socket. */
+  /** Host path of the agent's unix socket (on this machine; a remote runtime has none: dialAgent). */
   agentSocket(id: string): string;
+  /**
+   * A connection to the sandbox's agent, wherever it runs: its unix socket here, or relayed by the
+   * node that holds it. Rejects (AGENT_UNAVAILABLE or RUNTIME_ERROR) when it cannot be had within
+   * `timeoutMs`.
+   */
+  dialAgent(id: string, timeoutMs?: number): Promise<Duplex>;
   /** Freezes every process (memory kept). */
   pause(id: string): Promise<void>;
   resume(id: string): Promise<void>;

@@ -1,0 +1,149 @@
+import { connect, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { IncomingMessage } from 'node:http';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { isProgrammingError, ServiceError } from '@sandboxd/protocol';
+import { bearer, type ClusterAuth } from '../runtime/cluster-auth.js';
+import { ID_RE } from '../runtime/sandbox-paths.js';
+import type { EgressPolicy } from '../runtime/egress-policy.js';
+import type { Runtime, SandboxSpec } from '../runtime/types.js';
+
+export interface NodeApiOptions {
+  nodeId: string;
+  runtime: Runtime;
+  auth: ClusterAuth;
+  log?: (msg: string) => void;
+}
+
+/** How long the relay waits for a sandbox's agent socket to accept before answering 502. */
+const AGENT_CONNECT_TIMEOUT_MS = 5000;
+/** The CONNECT target naming a sandbox's agent: `<id>.agent:1` (authority form, as HTTP wants it). */
+const AGENT_TARGET_RE = /^([a-z0-9][a-z0-9-]{0,62})\.agent:1$/;
+
+/**
+ * A node's API: the `Runtime` of this machine, for control to drive across the network. Every call
+ * carries a token control signed for this node (ClusterAuth); every verb keeps the runtime's own
+ * contract (keyed by sandbox id, idempotent), so control may call again after a timeout. Errors go
+ * back as `{code, message, detail}` and are thrown again on the control side as they were here.
+ *
+ * Besides the verbs, the node relays connections to its sandboxes' agents: `CONNECT <id>.agent:1`
+ * with the token, answered `200` and then the agent's bytes both ways (HTTP, upgrades, tunnels).
+ */
+export function nodeApi(o: NodeApiOptions): FastifyInstance {
+  const log = o.log ?? (() => undefined);
+  const rt = o.runtime;
+  const app = Fastify({ bodyLimit: 1024 * 1024 });
+
+  app.addHook('onRequest', async (req) => {
+    await o.auth.verify(bearer(req.headers.authorization), o.nodeId);
+  });
+  app.setErrorHandler((err, _req, reply) => sendError(reply, err, log));
+  app.setNotFoundHandler((req, reply) => sendError(reply, new ServiceError('ROUTE_NOT_FOUND', `no node route ${req.method} ${req.url}`), log));
+
+  const idOf = (req: FastifyRequest): string => {
+    const id = (req.params as { id?: unknown }).id;
+    if (typeof id !== 'string' || !ID_RE.test(id)) throw new ServiceError('VALIDATION_ERROR', 'bad sandbox id');
+    return id;
+  };
+  const specOf = (req: FastifyRequest): SandboxSpec => {
+    const spec = req.body as SandboxSpec | undefined;
+    if (!spec || typeof spec !== 'object' || spec.id !== idOf(req)) throw new ServiceError('VALIDATION_ERROR', 'the body must be the sandbox spec of the id in the path');
+    return spec;
+  };
+  // The verb's own result (void) is awaited in the argument: a 204 once it is done.
+  const done = (reply: FastifyReply, _done?: void) => reply.code(204).send();
+
+  app.get('/node/v1/health', async () => ({ node_id: o.nodeId }));
+  app.put('/node/v1/sandboxes/:id', async (req, reply) => done(reply, await rt.create(specOf(req))));
+  app.post('/node/v1/sandboxes/:id/start', async (req, reply) => done(reply, await rt.start(specOf(req))));
+  app.post('/node/v1/sandboxes/:id/pause', async (req, reply) => done(reply, await rt.pause(idOf(req))));
+  app.post('/node/v1/sandboxes/:id/resume', async (req, reply) => done(reply, await rt.resume(idOf(req))));
+  app.post('/node/v1/sandboxes/:id/stop', async (req, reply) => done(reply, await rt.stop(idOf(req))));
+  app.delete('/node/v1/sandboxes/:id', async (req, reply) => done(reply, await rt.destroy(idOf(req))));
+  app.get('/node/v1/sandboxes/:id/status', async (req) => ({ status: await rt.status(idOf(req)) }));
+  app.get('/node/v1/sandboxes/:id/stats', async (req) => rt.stats(idOf(req)));
+  app.get('/node/v1/sandboxes/:id/ports', async (req) => ({ ports: await rt.listeningPorts(idOf(req)) }));
+  app.put('/node/v1/sandboxes/:id/egress', async (req, reply) => {
+    const p = req.body as Partial<EgressPolicy> | undefined;
+    const strings = (v: unknown) => Array.isArray(v) && v.length <= 1000 && v.every((x) => typeof x === 'string');
+    if (!p || typeof p.internet !== 'boolean' || !strings(p.allow) || !strings(p.deny)) throw new ServiceError('VALIDATION_ERROR', 'the body must be an egress policy');
+    return done(reply, await rt.setEgress(idOf(req), { internet: p.internet, allow: p.allow!, deny: p.deny! }));
+  });
+  app.post('/node/v1/sandboxes/:id/reset-disk', async (req, reply) => {
+    const diskGb = (req.body as { disk_gb?: unknown } | undefined)?.disk_gb;
+    if (typeof diskGb !== 'number' || !(diskGb > 0)) throw new ServiceError('VALIDATION_ERROR', 'disk_gb must be a positive number');
+    return done(reply, await rt.resetDisk(idOf(req), diskGb));
+  });
+  app.get('/node/v1/sandboxes', async () => ({ ids: await rt.list() }));
+  app.post('/node/v1/statuses', async (req) => {
+    const ids = (req.body as { ids?: unknown } | undefined)?.ids;
+    if (!Array.isArray(ids) || ids.length > 100_000 || !ids.every((i) => typeof i === 'string' && ID_RE.test(i))) throw new ServiceError('VALIDATION_ERROR', 'ids must be a list of sandbox ids');
+    return { statuses: Object.fromEntries(await rt.statuses(ids as string[])) };
+  });
+  // OOM kills as they happen, one server-sent event each, for as long as control listens.
+  app.get('/node/v1/oom-events', (req, reply) => {
+    reply.hijack();
+    const res = reply.raw;
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store' });
+    res.write(': oom events\n\n');
+    const stop = rt.watchOom((id, kills) => res.write(`data: ${JSON.stringify({ id, kills })}\n\n`));
+    const ping = setInterval(() => res.write(': ping\n\n'), 15_000);
+    req.raw.on('close', () => {
+      clearInterval(ping);
+      stop();
+    });
+  });
+
+  app.server.on('connect', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    void relayToAgent(o, req, socket, head).catch((err: unknown) => {
+      log(`agent relay: ${String(err)}`);
+      socket.destroy();
+    });
+  });
+  return app;
+}
+
+async function relayToAgent(o: NodeApiOptions, req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
+  client.on('error', () => undefined);
+  const refuse = (status: number, text: string) => {
+    client.end(`HTTP/1.1 ${status} ${text}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n`);
+  };
+  try {
+    await o.auth.verify(bearer(req.headers['proxy-authorization'] ?? req.headers.authorization), o.nodeId);
+  } catch {
+    return refuse(401, 'Unauthorized');
+  }
+  const m = AGENT_TARGET_RE.exec(req.url ?? '');
+  if (!m) return refuse(400, 'Bad Request');
+  const upstream: Socket = connect(o.runtime.agentSocket(m[1]!));
+  const timer = setTimeout(() => upstream.destroy(new Error('the agent did not accept in time')), AGENT_CONNECT_TIMEOUT_MS);
+  upstream.once('error', () => {
+    clearTimeout(timer);
+    if (!client.destroyed) refuse(502, 'Bad Gateway');
+  });
+  upstream.once('connect', () => {
+    clearTimeout(timer);
+    upstream.removeAllListeners('error');
+    upstream.on('error', () => client.destroy());
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+    client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+    if (head.length > 0) upstream.write(head);
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+}
+
+function sendError(reply: FastifyReply, err: unknown, log: (msg: string) => void): FastifyReply {
+  if (err instanceof ServiceError) {
+    return reply.code(err.status).send({ code: err.code, message: err.message, detail: err.detail, extra: err.extra });
+  }
+  const fe = err as { statusCode?: number; message?: string; validation?: unknown };
+  if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
+    return reply.code(400).send({ code: 'VALIDATION_ERROR', message: fe.message ?? 'bad request' });
+  }
+  log(`node api: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+  // A bug of ours stays a bug on the other side (a 500, not a "try again").
+  if (isProgrammingError(err)) return reply.code(500).send({ code: 'INTERNAL_ERROR', message: 'internal error on the node', detail: String(err), programming: true });
+  return reply.code(503).send({ code: 'RUNTIME_ERROR', message: 'the node failed on this sandbox; try again', detail: err instanceof Error ? err.message : String(err) });
+}

@@ -1,0 +1,224 @@
+import { request } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { describeCause, isErrorCode, ServiceError } from '@sandboxd/protocol';
+import type { ClusterAuth } from './cluster-auth.js';
+import type { EgressPolicy } from './egress-policy.js';
+import type { ListeningPort } from './listening.js';
+import { checkId, checkSpec } from './sandbox-paths.js';
+import type { Runtime, RuntimeStatus, SandboxSpec, SandboxStats, StepRunOptions } from './types.js';
+
+export interface RemoteRuntimeOptions {
+  nodeId: string;
+  /** The node's API, e.g. `http://10.0.0.7:7070`. */
+  url: string;
+  auth: ClusterAuth;
+  log?: (msg: string) => void;
+  /** Per call; a create or start boots a container (default 120 s, others 30 s). */
+  bootTimeoutMs?: number;
+  callTimeoutMs?: number;
+}
+
+/**
+ * The `Runtime` of another machine, driven through its node API (node/node-api.ts). Every verb is
+ * the same call as in process, keyed by sandbox id and idempotent, so a call that timed out may
+ * be made again. A node that cannot be reached is an outage of that node (RUNTIME_ERROR, 503);
+ * the node's own errors come back as they were thrown there.
+ */
+export class RemoteRuntime implements Runtime {
+  readonly nodeId: string;
+  private readonly base: URL;
+  private readonly log: (msg: string) => void;
+
+  constructor(private readonly o: RemoteRuntimeOptions) {
+    this.nodeId = o.nodeId;
+    this.base = new URL(o.url);
+    if (this.base.protocol !== 'http:') throw new Error(`node url must be http: (${o.url})`);
+    this.log = o.log ?? (() => undefined);
+  }
+
+  private async call<T>(method: string, path: string, body?: unknown, timeoutMs = this.o.callTimeoutMs ?? 30_000): Promise<T> {
+    const headers: Record<string, string> = { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}` };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    let res: Response;
+    try {
+      res = await fetch(new URL(path, this.base), { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
+    } catch (err) {
+      throw new ServiceError('RUNTIME_ERROR', `node ${this.nodeId} cannot be reached; try again`).withDetail(`${method} ${path}: ${describeCause(err)}`);
+    }
+    const text = await res.text().catch(() => '');
+    if (res.ok) return (text ? JSON.parse(text) : undefined) as T;
+    let e: { code?: unknown; message?: unknown; detail?: unknown; extra?: unknown; programming?: unknown } = {};
+    try {
+      e = JSON.parse(text) as typeof e;
+    } catch {
+      /* not the node's shape */
+    }
+    if (e.programming === true) throw new Error(`node ${this.nodeId}: ${String(e.detail ?? e.message)}`);
+    const code = isErrorCode(e.code) ? e.code : 'RUNTIME_ERROR';
+    const extra = e.extra && typeof e.extra === 'object' ? (e.extra as Record<string, unknown>) : {};
+    const err = new ServiceError(code, typeof e.message === 'string' ? e.message : `node ${this.nodeId} answered ${res.status}`, extra);
+    if (typeof e.detail === 'string') err.withDetail(`node ${this.nodeId}: ${e.detail}`);
+    throw err;
+  }
+
+  private sandbox(id: string, verb = ''): string {
+    checkId(id);
+    return `/node/v1/sandboxes/${id}${verb}`;
+  }
+
+  /** The node prepares its own host; here: whether it answers, with our token. */
+  async setupHost(): Promise<void> {
+    const h = await this.call<{ node_id: string }>('GET', '/node/v1/health');
+    if (h.node_id !== this.nodeId) throw new Error(`the node at ${this.o.url} is ${h.node_id}, not ${this.nodeId}`);
+  }
+
+  async create(spec: SandboxSpec): Promise<void> {
+    checkSpec(spec);
+    await this.call('PUT', this.sandbox(spec.id), spec, this.o.bootTimeoutMs ?? 120_000);
+  }
+
+  async start(spec: SandboxSpec): Promise<void> {
+    checkSpec(spec);
+    await this.call('POST', this.sandbox(spec.id, '/start'), spec, this.o.bootTimeoutMs ?? 120_000);
+  }
+
+  async pause(id: string): Promise<void> {
+    await this.call('POST', this.sandbox(id, '/pause'));
+  }
+
+  async resume(id: string): Promise<void> {
+    await this.call('POST', this.sandbox(id, '/resume'));
+  }
+
+  async stop(id: string): Promise<void> {
+    await this.call('POST', this.sandbox(id, '/stop'));
+  }
+
+  async destroy(id: string): Promise<void> {
+    await this.call('DELETE', this.sandbox(id));
+  }
+
+  async status(id: string): Promise<RuntimeStatus> {
+    return (await this.call<{ status: RuntimeStatus }>('GET', this.sandbox(id, '/status'))).status;
+  }
+
+  async statuses(ids: string[]): Promise<Map<string, RuntimeStatus>> {
+    for (const id of ids) checkId(id);
+    const r = await this.call<{ statuses: Record<string, RuntimeStatus> }>('POST', '/node/v1/statuses', { ids });
+    return new Map(ids.map((id) => [id, r.statuses[id] ?? 'missing']));
+  }
+
+  async list(): Promise<string[]> {
+    return (await this.call<{ ids: string[] }>('GET', '/node/v1/sandboxes')).ids;
+  }
+
+  stats(id: string): Promise<SandboxStats> {
+    return this.call<SandboxStats>('GET', this.sandbox(id, '/stats'));
+  }
+
+  async listeningPorts(id: string): Promise<ListeningPort[]> {
+    return (await this.call<{ ports: ListeningPort[] }>('GET', this.sandbox(id, '/ports'))).ports;
+  }
+
+  async setEgress(id: string, policy: EgressPolicy): Promise<void> {
+    await this.call('PUT', this.sandbox(id, '/egress'), policy);
+  }
+
+  async resetDisk(id: string, diskGb: number): Promise<void> {
+    await this.call('POST', this.sandbox(id, '/reset-disk'), { disk_gb: diskGb });
+  }
+
+  /** Snapshots copy into a directory of this machine: they need layers moved between machines (issue 10, item 3). */
+  exportLayer(): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }> {
+    return Promise.reject(new ServiceError('INVALID_STATE', 'snapshots are not available on a remote node yet'));
+  }
+
+  /** Build steps write a layer into this machine's store: builds run where the layers are (issue 10, item 3). */
+  runStep(_opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }> {
+    return Promise.reject(new ServiceError('INVALID_STATE', 'template builds are not available on a remote node yet'));
+  }
+
+  /** Agent sockets are files of the node's machine: reach an agent with dialAgent(). */
+  agentSocket(id: string): string {
+    throw new ServiceError('RUNTIME_ERROR', `sandbox ${id} runs on node ${this.nodeId}: its agent is reached through the node`);
+  }
+
+  /**
+   * A connection to the sandbox's agent, relayed by its node (`CONNECT <id>.agent:1`): after it
+   * resolves, the stream speaks the agent's protocol as its unix socket does.
+   */
+  async dialAgent(id: string, timeoutMs = 10_000): Promise<Duplex> {
+    checkId(id);
+    const token = await this.o.auth.tokenFor(this.nodeId);
+    return new Promise((resolve, reject) => {
+      const req = request({
+        host: this.base.hostname,
+        port: this.base.port || 80,
+        method: 'CONNECT',
+        path: `${id}.agent:1`,
+        headers: { 'proxy-authorization': `Bearer ${token}`, host: `${id}.agent:1` },
+        timeout: timeoutMs,
+      });
+      req.once('connect', (res, socket, head) => {
+        if (res.statusCode !== 200) {
+          socket.destroy();
+          const code = res.statusCode === 502 ? 'AGENT_UNAVAILABLE' : 'RUNTIME_ERROR';
+          reject(new ServiceError(code, `node ${this.nodeId} could not reach the agent of sandbox ${id}`).withDetail(`CONNECT answered ${res.statusCode}`));
+          return;
+        }
+        if (head.length > 0) socket.unshift(head);
+        socket.setTimeout(0);
+        socket.on('error', () => undefined);
+        resolve(socket);
+      });
+      req.once('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+      req.once('error', (err) => reject(new ServiceError('RUNTIME_ERROR', `node ${this.nodeId} cannot be reached; try again`).withDetail(describeCause(err))));
+      req.end();
+    });
+  }
+
+  /** OOM kills the node reports, over one event stream kept open (reopened after a failure). */
+  watchOom(onKill: (id: string, kills: number) => void): () => void {
+    const ac = new AbortController();
+    const loop = async () => {
+      for (let delay = 500; !ac.signal.aborted; delay = Math.min(delay * 2, 10_000)) {
+        try {
+          const res = await fetch(new URL('/node/v1/oom-events', this.base), {
+            headers: { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}` },
+            signal: ac.signal,
+          });
+          if (!res.ok || !res.body) throw new Error(`answered ${res.status}`);
+          delay = 500;
+          let buf = '';
+          for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+            buf += Buffer.from(chunk).toString('utf8');
+            let i: number;
+            while ((i = buf.indexOf('\n\n')) >= 0) {
+              const event = buf.slice(0, i);
+              buf = buf.slice(i + 2);
+              const data = /^data: (.*)$/m.exec(event)?.[1];
+              if (!data) continue;
+              try {
+                const e = JSON.parse(data) as { id?: unknown; kills?: unknown };
+                if (typeof e.id === 'string' && typeof e.kills === 'number') onKill(e.id, e.kills);
+              } catch {
+                /* not an event of ours */
+              }
+            }
+            if (buf.length > 64 * 1024) buf = '';
+          }
+        } catch (err) {
+          if (ac.signal.aborted) return;
+          this.log(`node ${this.nodeId}: oom events: ${describeCause(err)}; again in ${delay} ms`);
+        }
+        await new Promise((r) => setTimeout(r, delay));
+      }
+    };
+    void loop();
+    return () => ac.abort();
+  }
+
+  async close(): Promise<void> {
+    /* nothing held: the node keeps its own spares */
+  }
+}

@@ -1,4 +1,25 @@
-import { request } from 'node:http';
+import { request, type RequestOptions } from 'node:http';
+import type { Duplex } from 'node:stream';
+
+/**
+ * Where an agent is: the path of its unix socket on this machine, or a way to open a connection to
+ * it wherever it runs (Runtime.dialAgent: relayed by the node that holds it).
+ */
+export type AgentTarget = string | ((timeoutMs: number) => Promise<Duplex>);
+
+/** The connection options of one request to `target`. */
+export function agentConnection(target: AgentTarget, timeoutMs: number): Pick<RequestOptions, 'socketPath' | 'createConnection'> {
+  if (typeof target === 'string') return { socketPath: target };
+  return {
+    createConnection: (_opts, callback) => {
+      target(timeoutMs).then(
+        (sock) => callback(null, sock),
+        (err: Error) => callback(err, undefined as unknown as Duplex),
+      );
+      return undefined as unknown as Duplex;
+    },
+  };
+}
 
 /**
  * The most the daemon reads of one answer of an agent to its own calls (health, env): they are a
@@ -8,12 +29,12 @@ import { request } from 'node:http';
 export const AGENT_ANSWER_MAX_BYTES = 64 * 1024;
 
 /** One GET to the agent over its unix socket; resolves with the status and parsed JSON body. */
-export function agentGet(socketPath: string, path: string, timeoutMs: number): Promise<{ status: number; body: unknown }> {
+export function agentGet(socketPath: AgentTarget, path: string, timeoutMs: number): Promise<{ status: number; body: unknown }> {
   return agentJson(socketPath, 'GET', path, undefined, timeoutMs);
 }
 
 /** Waits until the agent answers /health, retrying while the socket is not there yet. */
-export async function waitForAgent(socketPath: string, timeoutMs: number): Promise<void> {
+export async function waitForAgent(socketPath: AgentTarget, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   for (let delay = 1; Date.now() < deadline; delay = Math.min(delay * 2, 20)) {
@@ -35,7 +56,7 @@ export async function waitForAgent(socketPath: string, timeoutMs: number): Promi
  * either, the request is destroyed and the promise rejects. Never throws synchronously.
  */
 export function agentJson(
-  socketPath: string,
+  socketPath: AgentTarget,
   method: string,
   path: string,
   body: unknown,
@@ -47,7 +68,7 @@ export function agentJson(
     const text = body === undefined ? undefined : JSON.stringify(body);
     const headers: Record<string, string | number> = { host: 'agent' };
     if (text !== undefined) Object.assign(headers, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
-    const req = request({ socketPath, path, method, headers });
+    const req = request({ ...agentConnection(socketPath, timeoutMs), path, method, headers });
     const fail = (err: Error) => {
       if (settled) return;
       settled = true;

@@ -14,7 +14,7 @@ import type { QuotaService } from './quotas.js';
 import type { CapturedLayer, SnapshotService } from './snapshots.js';
 import { ExportTooLarge } from '../runtime/types.js';
 import { checkSize, checkTimeout, timeoutFor } from './limits.js';
-import { agentJson, waitForAgent } from './agent-client.js';
+import { agentJson, waitForAgent, type AgentTarget } from './agent-client.js';
 import { warmKeyOf, WarmPool } from './warm-pool.js';
 import type { Metrics } from './metrics.js';
 import { UndoStack } from '../runtime/undo.js';
@@ -265,6 +265,11 @@ export class SandboxService {
 
   spec(row: SandboxRow): SandboxSpec {
     return specFor(row.id, row, (l) => this.d.layerPath(l));
+  }
+
+  /** How the daemon's own calls reach a sandbox's agent, wherever the runtime runs it. */
+  private agent(id: string): AgentTarget {
+    return (timeoutMs) => this.d.runtime.dialAgent(id, timeoutMs);
   }
 
   private event(kind: SandboxEventKind, row: SandboxRow, reason?: string): void {
@@ -634,7 +639,7 @@ export class SandboxService {
       const id = newSandboxId();
       try {
         await this.d.runtime.create(specFor(id, boot, (l) => this.d.layerPath(l)));
-        await waitForAgent(this.d.runtime.agentSocket(id), this.d.agentReadyTimeoutMs);
+        await waitForAgent(this.agent(id), this.d.agentReadyTimeoutMs);
         return id;
       } catch (err) {
         await this.d.runtime.destroy(id).catch(() => undefined);
@@ -645,7 +650,7 @@ export class SandboxService {
       const id = await this.pool.acquire(key, make, { signal, retry: attempt > 1, onServed: (hit) => (source = hit ? 'warm_pool' : 'cold') });
       const at = new Date();
       try {
-        const res = await agentJson(this.d.runtime.agentSocket(id), 'PUT', '/env', { env_vars: row.envVars }, 2000);
+        const res = await agentJson(this.agent(id), 'PUT', '/env', { env_vars: row.envVars }, 2000);
         if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
         if (row.egress) await this.d.runtime.setEgress(id, row.egress);
         return { id, at, source };
@@ -838,7 +843,7 @@ export class SandboxService {
   private async bootAgain(r: SandboxRow): Promise<void> {
     await this.d.runtime.start(this.spec(r));
     try {
-      await waitForAgent(this.d.runtime.agentSocket(r.id), this.d.agentReadyTimeoutMs);
+      await waitForAgent(this.agent(r.id), this.d.agentReadyTimeoutMs);
     } catch (err) {
       await this.d.runtime.stop(r.id).catch((e: unknown) => this.d.log('stopping a sandbox whose agent failed failed', { id: r.id, error: String(e) }));
       throw new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent did not become ready, so it was stopped again`, { id: r.id }).withDetail(

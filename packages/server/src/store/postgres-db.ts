@@ -27,23 +27,6 @@ export function storeError(err: unknown): unknown {
 }
 
 /**
- * The URL with no secret in it (no password, no query parameter but a socket directory), to name
- * the database in messages and logs. A URL with credentials and an empty host (a unix socket) is
- * not a WHATWG URL: it is read as if it had one.
- */
-export function describeUrl(url: string): string {
-  let u: URL;
-  try {
-    u = new URL(url.replace(/@\//, '@localhost/'));
-  } catch {
-    return '(a URL that does not parse)';
-  }
-  const socket = u.searchParams.get('host');
-  const host = u.host || (socket ? '' : 'localhost');
-  return `${u.protocol}//${u.username ? `${u.username}@` : ''}${host}${u.pathname}${socket ? `?host=${socket}` : ''}`;
-}
-
-/**
  * The pool behind the repositories. A query takes a connection, runs, gives it back; a connection
  * whose server went away is dropped (not given back), so queries after the server returns open new
  * ones and succeed without a restart of the daemon.

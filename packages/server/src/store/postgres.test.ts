@@ -134,8 +134,9 @@ test('bad URLs fail with an error that names the database and never the password
   const good = new URL(server.url);
   const withPassword = (password: string, database = 'postgres') => `postgresql://postgres:${password}@${good.host}/${database}`;
   const cases: [string, RegExp, boolean][] = [
-    ['mysql://root:hunter2@localhost/db', /needs a postgres:\/\/ or postgresql:\/\/ URL .*got mysql:\/\/root@localhost\/db$/, false],
-    ['hunter2', /needs a postgres:\/\/ or postgresql:\/\/ URL .*got \(a URL that does not parse\)$/, false],
+    ['mysql://root:hunter2@localhost/db', /needs a postgres:\/\/ or postgresql:\/\/ URL .*got a mysql:\/\/ URL, not a PostgreSQL one$/, false],
+    ['root:hunter2', /needs a postgres:\/\/ or postgresql:\/\/ URL .*got something that is not a URL$/, false],
+    ['postgresql://root:hunter2@[::1/db', /needs a postgres:\/\/ or postgresql:\/\/ URL .*got a postgresql:\/\/ URL that does not parse$/, false],
     [withPassword('hunter2'), new RegExp(`cannot open the PostgreSQL store at postgresql://postgres@${good.host}/postgres: password authentication failed`), false],
     [withPassword(server.password, 'nosuchdb'), new RegExp(`cannot open the PostgreSQL store at postgresql://postgres@${good.host}/nosuchdb: database "nosuchdb" does not exist`), false],
     ['postgresql://postgres:hunter2@127.0.0.1:1/postgres', /the PostgreSQL store at postgresql:\/\/postgres@127\.0\.0\.1:1\/postgres is unavailable: .*ECONNREFUSED/, true],

@@ -1,7 +1,8 @@
 import pg from 'pg';
 import { randomUUID } from 'node:crypto';
 import { StoreUnavailableError } from './errors.js';
-import { describeUrl, isUnavailable, migrate, Params, PgDb, type Raw } from './postgres-db.js';
+import { isUnavailable, migrate, Params, PgDb, type Raw } from './postgres-db.js';
+import { describeUrl, isPostgresUrl } from './postgres-url.js';
 import type {
   ApiKeyRepo,
   ApiKeyRow,
@@ -648,7 +649,7 @@ export class PostgresStore implements Store {
    */
   static async open(url: string, opts: PostgresStoreOptions = {}): Promise<PostgresStore> {
     const where = describeUrl(url);
-    if (!/^postgres(ql)?:\/\//.test(url)) throw new Error(`a PostgreSQL store needs a postgres:// or postgresql:// URL (postgresql://user:password@host:5432/database), got ${where}`);
+    if (!isPostgresUrl(url)) throw new Error(`a PostgreSQL store needs a postgres:// or postgresql:// URL (postgresql://user:password@host:5432/database), got ${where}`);
     const pool = new pg.Pool({
       connectionString: url,
       application_name: 'sandboxd',

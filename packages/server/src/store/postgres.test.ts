@@ -6,6 +6,7 @@ import { storeConformance } from './conformance.js';
 import { StoreUnavailableError } from './errors.js';
 import { PG_MIGRATIONS } from './pg-migrations.js';
 import { PostgresStore } from './postgres.js';
+import { PgDb } from './postgres-db.js';
 import { SqliteStore } from './sqlite.js';
 import type { SandboxRow, Store } from './types.js';
 import { startPostgres, type TestPostgres } from '../testing/postgres.js';
@@ -108,6 +109,29 @@ test('a restart of the server: calls while it is down fail soon as StoreUnavaila
   await store.orgs.create('after');
   await store.ping();
   assert.deepEqual((await store.orgs.list()).map((o) => o.name).sort(), ['after', 'before']);
+});
+
+test('a query under way when the server shuts down fails as unavailable (57P01), and the pool then connects anew', async () => {
+  const url = await server.createDatabase();
+  const pool = new pg.Pool({ connectionString: url, max: 2 });
+  pool.on('error', () => undefined);
+  const db = new PgDb(pool);
+  try {
+    const backend = Number((await db.row('SELECT pg_backend_pid() AS pid'))!.pid);
+    const sleeping = db.query('SELECT pg_sleep(30)');
+    sleeping.catch(() => undefined);
+    await server.restart(async () => {
+      await assert.rejects(sleeping, (err: unknown) => {
+        assert.ok(err instanceof StoreUnavailableError, `got ${String(err)}`);
+        assert.match(err.message, /terminating connection due to administrator command|Connection terminated/);
+        return true;
+      });
+    });
+    const again = Number((await db.row('SELECT pg_backend_pid() AS pid'))!.pid);
+    assert.notEqual(again, backend, 'a new connection');
+  } finally {
+    await pool.end();
+  }
 });
 
 test('a server that accepts connections and never answers: open fails within its connect timeout, as unavailable', async () => {

@@ -1,11 +1,9 @@
 #!/usr/bin/env node
-import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ServiceError } from '@sandboxd/protocol';
 import { loadConfig } from './config.js';
-import { SqliteStore } from './store/sqlite.js';
 import { KeyService, parseScopes } from './services/keys.js';
-import { openImages, serve } from './main.js';
+import { openImages, openStore, serve } from './main.js';
 import { LIMIT_OPTIONS, applyLimitFlags, describeLimits, listRow } from './cli-limits.js';
 
 const USAGE = `sandboxd: self-hosted sandbox execution service
@@ -52,7 +50,7 @@ async function admin(args: string[]): Promise<number> {
     options: { org: { type: 'string' }, scopes: { type: 'string' }, name: { type: 'string' }, json: { type: 'boolean' }, ...LIMIT_OPTIONS },
   });
   const config = loadConfig();
-  const store = SqliteStore.open(join(config.dataDir, 'sandboxd.db'));
+  const store = await openStore(config);
   const keys = new KeyService(store);
   const out = (v: unknown, human: string) => process.stdout.write(`${values.json ? JSON.stringify(v, null, 2) : human}\n`);
   try {

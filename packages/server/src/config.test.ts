@@ -103,3 +103,22 @@ test('bad warm pool settings are refused at start, naming the variable and why',
     assert.throws(() => loadConfig(env, BIG), (err: unknown) => err instanceof ConfigError && re.test(err.message), JSON.stringify(env));
   }
 });
+
+test('SANDBOXD_DATABASE_URL: unset (or empty) keeps SQLite in the data dir; a PostgreSQL URL is taken as it is; anything else is refused without echoing it', () => {
+  assert.equal(loadConfig({}, BIG).databaseUrl, undefined);
+  assert.equal(loadConfig({ SANDBOXD_DATABASE_URL: ' ' }, BIG).databaseUrl, undefined);
+  for (const url of ['postgresql://sbd:s3cret@db.internal:5432/sandboxd?sslmode=require', 'postgres://sbd:s3cret@/sandboxd?host=/run/postgresql']) {
+    assert.equal(loadConfig({ SANDBOXD_DATABASE_URL: url }, BIG).databaseUrl, url);
+  }
+  for (const [url, re] of [
+    ['mysql://root:s3cret@db/sandboxd', /SANDBOXD_DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL .*, got a mysql:\/\/ URL, not a PostgreSQL one$/],
+    ['s3cret', /SANDBOXD_DATABASE_URL must be .*, got something that is not a URL$/],
+    ['postgresql://root:s3cret@[db/sandboxd', /SANDBOXD_DATABASE_URL must be .*, got a postgresql:\/\/ URL that does not parse$/],
+  ] as const) {
+    assert.throws(
+      () => loadConfig({ SANDBOXD_DATABASE_URL: url }, BIG),
+      (err: unknown) => err instanceof ConfigError && re.test(err.message) && !err.message.includes('s3cret'),
+      url,
+    );
+  }
+});

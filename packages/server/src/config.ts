@@ -6,12 +6,18 @@ import { fileURLToPath } from 'node:url';
 import { LIMIT_MINIMUMS, type LimitName, type OrgLimits } from './services/limits.js';
 import { normalizeCidr } from './runtime/net.js';
 import { budgetSandboxes, READY_SANDBOX_COST_MB } from './services/pool-sizing.js';
+import { describeUrl, isPostgresUrl } from './store/postgres-url.js';
 
 /** Every setting of the daemon. Only this file reads process.env. */
 export interface Config {
   host: string;
   port: number;
   dataDir: string;
+  /**
+   * PostgreSQL to keep the state in (postgresql://user:password@host:5432/database), shared by
+   * every replica; unset: SQLite in the data directory. It holds a password: never log it.
+   */
+  databaseUrl: string | undefined;
   /** Where image layers live (shareable between data dirs, e.g. by tests). */
   layersDir: string;
   bootstrapApiKey: string | undefined;
@@ -210,6 +216,15 @@ function metricsFrom(env: NodeJS.ProcessEnv): Config['metrics'] {
   return { listen, onApi: bool(env, 'SANDBOXD_METRICS_ON_API', listen === null) };
 }
 
+function databaseUrlFrom(env: NodeJS.ProcessEnv): string | undefined {
+  const raw = env.SANDBOXD_DATABASE_URL?.trim();
+  if (!raw) return undefined;
+  if (!isPostgresUrl(raw)) {
+    throw new ConfigError(`SANDBOXD_DATABASE_URL must be a postgres:// or postgresql:// URL (postgresql://user:password@host:5432/database), got ${describeUrl(raw)}`);
+  }
+  return raw;
+}
+
 function cidrList(env: NodeJS.ProcessEnv, name: string): string[] {
   const items = (env[name] ?? '').split(',').map((s) => s.trim()).filter(Boolean);
   return items.map((item) => {
@@ -242,6 +257,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
     host,
     port,
     dataDir,
+    databaseUrl: databaseUrlFrom(env),
     layersDir: resolve(env.SANDBOXD_LAYERS_DIR || join(dataDir, 'layers')),
     bootstrapApiKey: env.SANDBOXD_BOOTSTRAP_API_KEY || undefined,
     publicUrl,

@@ -6,6 +6,9 @@ import { hostname } from 'node:os';
 import { loadConfig, type Config } from './config.js';
 import { secureDataDir } from './data-dir.js';
 import { SqliteStore } from './store/sqlite.js';
+import { PostgresStore } from './store/postgres.js';
+import { describeUrl } from './store/postgres-url.js';
+import type { Store } from './store/types.js';
 import { CrunRuntime } from './runtime/index.js';
 import { ensureSystemPackages } from './runtime/system-packages.js';
 import { blockedRangeOf, type EgressEndpoint } from './runtime/host.js';
@@ -96,6 +99,19 @@ async function blockedAptSources(egressAllow: string[]): Promise<Array<EgressEnd
   return out;
 }
 
+/** The store the config names: PostgreSQL at SANDBOXD_DATABASE_URL when set, else SQLite in the data directory. */
+export async function openStore(config: Config, log?: (line: string) => void): Promise<Store> {
+  if (!config.databaseUrl) return SqliteStore.open(join(config.dataDir, 'sandboxd.db'));
+  log?.(`store: PostgreSQL at ${describeUrl(config.databaseUrl)}`);
+  return PostgresStore.open(config.databaseUrl);
+}
+
+/** Closes the store, waiting for a networked one's connections to end. */
+async function closeStore(store: Store): Promise<void> {
+  if (store instanceof PostgresStore) await store.end();
+  else store.close();
+}
+
 /** The admin key of the default organization: pinned by config, else generated once and kept 0600. */
 async function bootstrapKey(config: Config, keys: KeyService): Promise<string> {
   if (config.bootstrapApiKey) {
@@ -154,7 +170,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
   });
   await runtime.setupHost();
 
-  const store = SqliteStore.open(join(config.dataDir, 'sandboxd.db'));
+  const store = await openStore(config, log);
   const images = openImages(config, log);
   await images.cleanupStale();
   const layers = images.layers;
@@ -349,7 +365,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
       await step('finishing deletes', () => sandboxes.settle());
       await step('emptying the warm pool', () => pool.close());
       await step('releasing runtime spares', () => runtime.close());
-      store.close();
+      await step('closing the store', () => closeStore(store));
       log('shut down');
       process.exit(0);
     })();

@@ -1,0 +1,13 @@
+/**
+ * The store could not be reached (a networked store's server is down, restarting, or refusing
+ * connections): nothing about the request was wrong, and the same call may succeed in a moment.
+ * The HTTP layer answers it with 503 and Retry-After; every other store error stays a bug.
+ */
+export class StoreUnavailableError extends Error {
+  override readonly name = 'StoreUnavailableError';
+  readonly code = 'STORE_UNAVAILABLE';
+
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}

@@ -1,0 +1,106 @@
+import pg from 'pg';
+import { StoreUnavailableError } from './errors.js';
+import { PG_MIGRATIONS } from './pg-migrations.js';
+
+export type Raw = Record<string, unknown>;
+
+/**
+ * Errors that say the server cannot be reached now, not that the statement was wrong: connection
+ * exceptions (class 08), the server shutting down or starting (57P01-57P03), no connection slot
+ * left (53300), the socket's own failures, and pg's messages for a connection lost or never made.
+ */
+const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '57P03', '53300']);
+const UNAVAILABLE_ERRNOS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ECONNABORTED', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'EHOSTDOWN', 'ENETUNREACH', 'ENETDOWN', 'ENOTFOUND', 'EAI_AGAIN', 'ENOENT']);
+const UNAVAILABLE_MESSAGES = /^(Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client has encountered a connection error|Client was closed)/;
+
+export function isUnavailable(err: unknown): boolean {
+  if (err instanceof StoreUnavailableError) return true;
+  const e = err as { code?: unknown; message?: unknown } | null;
+  if (typeof e?.code === 'string') return e.code.startsWith('08') || UNAVAILABLE_SQLSTATES.has(e.code) || UNAVAILABLE_ERRNOS.has(e.code);
+  return typeof e?.message === 'string' && UNAVAILABLE_MESSAGES.test(e.message);
+}
+
+/** An unavailable server's error as StoreUnavailableError; any other error as it is. */
+export function storeError(err: unknown): unknown {
+  if (err instanceof StoreUnavailableError || !isUnavailable(err)) return err;
+  return new StoreUnavailableError(`the PostgreSQL store is unavailable: ${(err as Error).message}`, { cause: err });
+}
+
+/**
+ * The pool behind the repositories. A query takes a connection, runs, gives it back; a connection
+ * whose server went away is dropped (not given back), so queries after the server returns open new
+ * ones and succeed without a restart of the daemon.
+ */
+export class PgDb {
+  constructor(private readonly pool: pg.Pool) {}
+
+  async query(sql: string, args: unknown[] = []): Promise<pg.QueryResult<Raw>> {
+    let client: pg.PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (err) {
+      throw storeError(err);
+    }
+    try {
+      const res = await client.query<Raw>(sql, args);
+      client.release();
+      return res;
+    } catch (err) {
+      // A statement's own error (a constraint, say) leaves the connection fine; a lost one goes.
+      client.release(isUnavailable(err) ? (err as Error) : undefined);
+      throw storeError(err);
+    }
+  }
+
+  async rows(sql: string, args: unknown[] = []): Promise<Raw[]> {
+    return (await this.query(sql, args)).rows;
+  }
+
+  async row(sql: string, args: unknown[] = []): Promise<Raw | undefined> {
+    return (await this.query(sql, args)).rows[0];
+  }
+
+  /** The number of rows the statement changed. */
+  async run(sql: string, args: unknown[] = []): Promise<number> {
+    return (await this.query(sql, args)).rowCount ?? 0;
+  }
+}
+
+/** Taken for the migrations' transaction: replicas that start together apply them once. ('sbd-migr') */
+const MIGRATION_LOCK = '8314318008351287154';
+
+/**
+ * Applies the migrations not yet recorded in schema_migrations, all in one transaction under a
+ * transaction-scoped advisory lock: a second replica waits for the first, then finds nothing to do.
+ */
+export async function migrate(pool: pg.Pool): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
+    await client.query('CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())');
+    const current = Number((await client.query<Raw>('SELECT coalesce(max(version), 0) AS v FROM schema_migrations')).rows[0]!.v);
+    if (current > PG_MIGRATIONS.length) {
+      throw new Error(`the database's schema is at version ${current}, newer than this sandboxd knows (${PG_MIGRATIONS.length}): run a newer sandboxd`);
+    }
+    for (let i = current; i < PG_MIGRATIONS.length; i++) {
+      await client.query(PG_MIGRATIONS[i]!);
+      await client.query('INSERT INTO schema_migrations (version) VALUES ($1)', [i + 1]);
+    }
+    await client.query('COMMIT');
+    client.release();
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    client.release(err as Error);
+    throw err;
+  }
+}
+
+/** Builds a statement's `$n` placeholders as its values are added. */
+export class Params {
+  readonly values: unknown[] = [];
+  add(v: unknown): string {
+    this.values.push(v);
+    return `$${this.values.length}`;
+  }
+}

@@ -51,6 +51,8 @@ export const ERROR_CODES = {
   /** A preview URL's port: nothing inside the sandbox accepts connections on it. */
   PORT_NOT_LISTENING: { status: 502 },
   RUNTIME_ERROR: { status: 503 },
+  /** The service's database cannot be reached now (a restart of PostgreSQL): retry shortly. */
+  STORE_UNAVAILABLE: { status: 503 },
 } as const satisfies Record<string, { status: number; title?: string }>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -151,6 +151,7 @@ export const KNOWN_ERROR_CODES: Readonly<Record<string, number>> = {
   AGENT_UNAVAILABLE: 502,
   PORT_NOT_LISTENING: 502,
   RUNTIME_ERROR: 503,
+  STORE_UNAVAILABLE: 503,
 };
 
 /** 409 codes that mean "not in this state" rather than "already exists". */

@@ -81,3 +81,20 @@ test("a user's mistake stays a 4xx of its code and logs no incident; a library's
   assert.ok(!lib.body.includes('something a library said'));
   await a.close();
 });
+
+test('a database that cannot be reached is a 503 STORE_UNAVAILABLE with Retry-After, its cause in the log only', async () => {
+  const { StoreUnavailableError } = await import('../store/errors.js');
+  const a = Fastify();
+  a.setErrorHandler(errorHandler);
+  a.get('/db', async () => {
+    throw new StoreUnavailableError('connect ECONNREFUSED 10.1.2.3:5432 (user sandboxd)');
+  });
+  const res = await a.inject({ method: 'GET', url: '/db' });
+  assert.equal(res.statusCode, 503);
+  assert.equal(res.headers['retry-after'], '2');
+  const body = res.json() as { code: string; message: string; retry_after: number };
+  assert.equal(body.code, 'STORE_UNAVAILABLE');
+  assert.equal(body.retry_after, 2);
+  assert.doesNotMatch(res.body, /10\.1\.2\.3|sandboxd\)/, 'the connection details stay in the log');
+  await a.close();
+});

@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { renderError, ServiceError } from '@sandboxd/protocol';
+import { StoreUnavailableError } from '../store/errors.js';
 
 /**
  * Fastify's own errors about the request (validation, body parsing) as the registry's codes;
@@ -7,6 +8,7 @@ import { renderError, ServiceError } from '@sandboxd/protocol';
  */
 export function toServiceError(err: unknown): unknown {
   if (err instanceof ServiceError) return err;
+  if (err instanceof StoreUnavailableError) return new ServiceError('STORE_UNAVAILABLE', 'the service cannot reach its database now; retry shortly', { retry_after: 2 }).withDetail(err.message);
   const fe = err as FastifyError & { validationContext?: string };
   if (fe && Array.isArray(fe.validation)) {
     // Ajv's message omits which property was not allowed; name it.

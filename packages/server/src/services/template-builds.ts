@@ -246,7 +246,10 @@ export class TemplateBuildService {
         {
           log,
           progress: (percent, currentStep) => {
-            void this.store.builds.update(build.id, { progress: Math.max(0, Math.min(99, Math.round(percent))), currentStep });
+            // Progress is advisory: a store that cannot take it now (a restart of PostgreSQL) must not fail the build.
+            this.store.builds
+              .update(build.id, { progress: Math.max(0, Math.min(99, Math.round(percent))), currentStep })
+              .catch((err: unknown) => this.log('cannot record build progress', { build: build.id, error: String(err) }));
           },
           signal: abort.signal,
         },

@@ -3,13 +3,16 @@ import { parseArgs } from 'node:util';
 import { ServiceError } from '@sandboxd/protocol';
 import { loadConfig } from './config.js';
 import { KeyService, parseScopes } from './services/keys.js';
-import { openImages, openStore, serve } from './main.js';
+import { openImages, openStore, runNode, serve } from './main.js';
 import { LIMIT_OPTIONS, applyLimitFlags, describeLimits, listRow } from './cli-limits.js';
 
 const USAGE = `sandboxd: self-hosted sandbox execution service
 
 Usage:
   sandboxd [serve]                                  start the service (root)
+  sandboxd node                                     run this machine as a node of a cluster: its
+                                                    runtime, served to control (root; needs
+                                                    SANDBOXD_CLUSTER_SECRET, see "Running a cluster")
   sandboxd orgs create NAME                         create an organization
   sandboxd orgs list                                every organization with its limits (* = set for it)
   sandboxd orgs limits NAME [--max-vcpu N] [--max-memory-mb N] [--max-disk-gb N]
@@ -142,6 +145,16 @@ async function main(argv: string[]): Promise<number> {
   const [cmd] = argv;
   if (cmd === undefined || cmd === 'serve') {
     await serve();
+    return -1;
+  }
+  if (cmd === 'node') {
+    const node = await runNode();
+    const stop = (signal: string) => {
+      process.stderr.write(`sandboxd node: ${signal}: shutting down; sandboxes keep running\n`);
+      void node.close().then(() => process.exit(0));
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
     return -1;
   }
   if (cmd === 'help' || cmd === '--help' || cmd === '-h') {

@@ -1,6 +1,6 @@
 import { LOG_LEVELS } from './logging.js';
-import { existsSync, statfsSync } from 'node:fs';
-import { availableParallelism, totalmem } from 'node:os';
+import { existsSync, readFileSync, statfsSync } from 'node:fs';
+import { availableParallelism, hostname, totalmem } from 'node:os';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LIMIT_MINIMUMS, type LimitName, type OrgLimits } from './services/limits.js';
@@ -84,6 +84,19 @@ export interface Config {
    * when there is no address of its own).
    */
   metrics: { listen: { host: string; port: number } | null; onApi: boolean };
+  /** A cluster's node role (`sandboxd node`): who it is, where its API listens, the roles' shared secret. */
+  node: NodeConfig;
+}
+
+export interface NodeConfig {
+  /** [a-z0-9-], ≤ 63: this machine's name in the cluster (default: its host name). */
+  id: string;
+  /** Where the node API listens (control and edge call it; keep it on the cluster's private network). */
+  listen: { host: string; port: number };
+  /** How control reaches it (default: http://<listen host, or the host name for 0.0.0.0>:<port>). */
+  url: string;
+  /** Shared by the roles of one cluster, ≥ 32 bytes (null: not configured; `sandboxd node` refuses to start). */
+  secret: string | null;
 }
 
 export class ConfigError extends Error {}
@@ -216,6 +229,30 @@ function metricsFrom(env: NodeJS.ProcessEnv): Config['metrics'] {
   return { listen, onApi: bool(env, 'SANDBOXD_METRICS_ON_API', listen === null) };
 }
 
+/** SANDBOXD_NODE_*: this machine's part in a cluster. */
+function nodeFrom(env: NodeJS.ProcessEnv): NodeConfig {
+  const id = (env.SANDBOXD_NODE_ID || hostname().split('.')[0] || 'node').toLowerCase().replace(/[^a-z0-9-]/g, '-').replace(/^-+/, '').slice(0, 63) || 'node';
+  if (env.SANDBOXD_NODE_ID && env.SANDBOXD_NODE_ID !== id) throw new ConfigError(`SANDBOXD_NODE_ID must be lowercase letters, digits and dashes (at most 63), got "${env.SANDBOXD_NODE_ID}"`);
+  const raw = (env.SANDBOXD_NODE_LISTEN || '127.0.0.1:7070').trim();
+  const m = /^(\[[0-9a-fA-F:.]+\]|[\w.-]+):(\d{1,5})$/.exec(raw);
+  const port = Number(m?.[2]);
+  if (!m || port < 1 || port > 65535) throw new ConfigError(`SANDBOXD_NODE_LISTEN must be host:port (e.g. 10.0.0.7:7070), got "${raw}"`);
+  const host = m[1]!.replace(/^\[|\]$/g, '');
+  const shown = host === '0.0.0.0' || host === '::' ? hostname() : host.includes(':') ? `[${host}]` : host;
+  const url = (env.SANDBOXD_NODE_URL || `http://${shown}:${port}`).replace(/\/+$/, '');
+  if (!/^http:\/\/[^/]+$/.test(url)) throw new ConfigError(`SANDBOXD_NODE_URL must be http://host:port, got "${url}"`);
+  let secret: string | null = env.SANDBOXD_CLUSTER_SECRET || null;
+  if (!secret && env.SANDBOXD_CLUSTER_SECRET_FILE) {
+    try {
+      secret = readFileSync(env.SANDBOXD_CLUSTER_SECRET_FILE, 'utf8').trim();
+    } catch (err) {
+      throw new ConfigError(`SANDBOXD_CLUSTER_SECRET_FILE cannot be read: ${(err as Error).message}`);
+    }
+  }
+  if (secret !== null && Buffer.byteLength(secret) < 32) throw new ConfigError('the cluster secret (SANDBOXD_CLUSTER_SECRET or its _FILE) must be at least 32 bytes');
+  return { id, listen: { host, port }, url, secret };
+}
+
 function databaseUrlFrom(env: NodeJS.ProcessEnv): string | undefined {
   const raw = env.SANDBOXD_DATABASE_URL?.trim();
   if (!raw) return undefined;
@@ -258,6 +295,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
     port,
     dataDir,
     databaseUrl: databaseUrlFrom(env),
+    node: nodeFrom(env),
     layersDir: resolve(env.SANDBOXD_LAYERS_DIR || join(dataDir, 'layers')),
     bootstrapApiKey: env.SANDBOXD_BOOTSTRAP_API_KEY || undefined,
     publicUrl,

@@ -14,6 +14,8 @@ import { ensureSystemPackages } from './runtime/system-packages.js';
 import { blockedRangeOf, type EgressEndpoint } from './runtime/host.js';
 import { readHostAptConfig } from './images/apt-sources.js';
 import { openBuilder } from './builder/index.js';
+import { nodeApi } from './node/node-api.js';
+import { ClusterAuth } from './runtime/cluster-auth.js';
 import { openImageServices } from './images/index.js';
 import { ensurePythonCompatLayer } from './images/base-images.js';
 import { UploadService } from './services/uploads.js';
@@ -130,22 +132,8 @@ async function bootstrapKey(config: Config, keys: KeyService): Promise<string> {
   return secret;
 }
 
-export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void> {
-  const config = loadConfig(env);
-  logger = createLogger(config.logLevel, { format: config.logFormat === 'auto' ? undefined : config.logFormat });
-  if (process.getuid?.() !== 0) {
-    throw new Error('sandboxd must run as root: it creates containers, mounts, cgroups and network namespaces (try: sudo npm start)');
-  }
-  if (!existsSync(config.agentBundlePath)) {
-    throw new Error(`agent bundle ${config.agentBundlePath} is missing: run "npm run build" first`);
-  }
-  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
-  log(`starting sandboxd ${config.version}; data directory ${config.dataDir}`);
-  log('default limits of every organization (null: none; sandboxd orgs limits overrides them)', config.limits);
-  for (const f of await secureDataDir(config.dataDir, config.layersDir)) {
-    log(`${f.path}: mode ${f.from.toString(8)} → ${f.to.toString(8)} (secrets and tenant data are root's alone)`);
-  }
-
+/** This machine's runtime, its host prepared: system packages, apt sources' reachability, bridge, rules. */
+async function openRuntime(config: Config): Promise<CrunRuntime> {
   await ensureSystemPackages(log);
   const aptExceptions = await blockedAptSources(config.runtime.egressAllow).catch((err: unknown) => {
     log(`checking the apt sources' reachability: ${String(err)}`);
@@ -169,6 +157,58 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void>
     log,
   });
   await runtime.setupHost();
+  return runtime;
+}
+
+/** What every role that runs sandboxes checks first: root, the agent bundle, a private data directory. */
+async function prepareMachine(config: Config): Promise<void> {
+  if (process.getuid?.() !== 0) {
+    throw new Error('sandboxd must run as root: it creates containers, mounts, cgroups and network namespaces (try: sudo npm start)');
+  }
+  if (!existsSync(config.agentBundlePath)) {
+    throw new Error(`agent bundle ${config.agentBundlePath} is missing: run "npm run build" first`);
+  }
+  mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+  for (const f of await secureDataDir(config.dataDir, config.layersDir)) {
+    log(`${f.path}: mode ${f.from.toString(8)} → ${f.to.toString(8)} (secrets and tenant data are root's alone)`);
+  }
+}
+
+/**
+ * `sandboxd node`: a machine of a cluster that hosts sandboxes. It runs this machine's runtime and
+ * serves it to control over the node API (node/node-api.ts), taking only calls control signed for
+ * it with the cluster's secret. Its sandboxes keep running when it stops.
+ */
+export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ close: () => Promise<void> }> {
+  const config = loadConfig(env);
+  logger = createLogger(config.logLevel, { format: config.logFormat === 'auto' ? undefined : config.logFormat });
+  if (!config.node.secret) {
+    throw new Error('sandboxd node needs the cluster secret that control has too: set SANDBOXD_CLUSTER_SECRET or SANDBOXD_CLUSTER_SECRET_FILE (at least 32 bytes)');
+  }
+  await prepareMachine(config);
+  log(`starting sandboxd ${config.version} as node ${config.node.id}; data directory ${config.dataDir}`);
+  const runtime = await openRuntime(config);
+  const app = nodeApi({ nodeId: config.node.id, runtime, auth: new ClusterAuth(config.node.secret), log });
+  await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
+  log(`node ${config.node.id} serves its runtime at ${config.node.url} (listening on ${config.node.listen.host}:${config.node.listen.port})`);
+  let closing: Promise<void> | undefined;
+  const close = () =>
+    (closing ??= (async () => {
+      await app.close().catch((err: unknown) => log('closing the node API failed', { error: String(err) }));
+      await runtime.close().catch((err: unknown) => log('releasing runtime spares failed', { error: String(err) }));
+      log('node shut down; its sandboxes keep running');
+    })());
+  return { close };
+}
+
+export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  const config = loadConfig(env);
+  logger = createLogger(config.logLevel, { format: config.logFormat === 'auto' ? undefined : config.logFormat });
+  await prepareMachine(config);
+  log(`starting sandboxd ${config.version}; data directory ${config.dataDir}`);
+  log('default limits of every organization (null: none; sandboxd orgs limits overrides them)', config.limits);
+
+  const runtime = await openRuntime(config);
 
   const store = await openStore(config, log);
   const images = openImages(config, log);

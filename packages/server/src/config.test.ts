@@ -122,3 +122,32 @@ test('SANDBOXD_DATABASE_URL: unset (or empty) keeps SQLite in the data dir; a Po
     );
   }
 });
+
+test("a cluster node: its id, where its API listens and is reached, and the roles' secret", async () => {
+  const { hostname } = await import('node:os');
+  const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
+  const d = loadConfig({}, BIG).node;
+  assert.equal(d.id, hostname().split('.')[0]!.toLowerCase().replace(/[^a-z0-9-]/g, '-').replace(/^-+/, '').slice(0, 63) || 'node');
+  assert.deepEqual([d.listen, d.url, d.secret], [{ host: '127.0.0.1', port: 7070 }, 'http://127.0.0.1:7070', null]);
+  const secret = 'x'.repeat(32);
+  const n = loadConfig({ SANDBOXD_NODE_ID: 'node-7', SANDBOXD_NODE_LISTEN: '0.0.0.0:7171', SANDBOXD_NODE_URL: 'http://10.0.0.7:7171/', SANDBOXD_CLUSTER_SECRET: secret }, BIG).node;
+  assert.deepEqual(n, { id: 'node-7', listen: { host: '0.0.0.0', port: 7171 }, url: 'http://10.0.0.7:7171', secret });
+  const dir = mkdtempSync('/tmp/sbd-secret-');
+  try {
+    writeFileSync(`${dir}/s`, `${secret}\n`, { mode: 0o600 });
+    assert.equal(loadConfig({ SANDBOXD_CLUSTER_SECRET_FILE: `${dir}/s` }, BIG).node.secret, secret);
+    assert.throws(() => loadConfig({ SANDBOXD_CLUSTER_SECRET_FILE: `${dir}/missing` }, BIG), /SANDBOXD_CLUSTER_SECRET_FILE cannot be read/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  for (const [env, re] of [
+    [{ SANDBOXD_NODE_ID: 'Node_1' }, /SANDBOXD_NODE_ID must be lowercase/],
+    [{ SANDBOXD_NODE_ID: 'a'.repeat(64) }, /SANDBOXD_NODE_ID/],
+    [{ SANDBOXD_NODE_LISTEN: '7070' }, /SANDBOXD_NODE_LISTEN must be host:port/],
+    [{ SANDBOXD_NODE_LISTEN: 'h:70000' }, /SANDBOXD_NODE_LISTEN/],
+    [{ SANDBOXD_NODE_URL: 'https://n:1/x' }, /SANDBOXD_NODE_URL must be http:\/\/host:port/],
+    [{ SANDBOXD_CLUSTER_SECRET: 'short' }, /at least 32 bytes/],
+  ] as Array<[Record<string, string>, RegExp]>) {
+    assert.throws(() => loadConfig(env, BIG), (err: unknown) => err instanceof ConfigError && re.test(err.message), JSON.stringify(env));
+  }
+});

@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { SqliteStore } from '../store/sqlite.js';
 import { ConnectionLimits, REFUSED_PER_CLIENT } from '../services/connections.js';
 import { KeyService } from '../services/keys.js';
-import { RouteTable } from '../services/routes.js';
+import { RouteTable, unixDial } from '../services/routes.js';
 import { TokenService } from '../services/tokens.js';
 import type { Config } from '../config.js';
 import { Gateway } from './gateway.js';
@@ -151,7 +151,7 @@ describe('gateway: everything from a sandbox is hostile input', { timeout: 120_0
       connections: new ConnectionLimits({ perClient: 1000, perOrg: 1000, total: 1000 }),
       log: (msg, extra) => logged.push({ msg, ...extra }),
     });
-    routes.set({ sandboxId: 'sbhostile', orgId: 'org_a', status: 'running', socketPath, port: null });
+    routes.set({ sandboxId: 'sbhostile', orgId: 'org_a', status: 'running', dial: unixDial(socketPath), port: null });
     port = (await gateway.open('sbhostile', null))!;
     token = (await tokens.issue('sbhostile', 'org_a')).token;
   });
@@ -276,7 +276,7 @@ describe('gateway: API key scopes and connection caps', { timeout: 120_000 }, ()
     readKey = (await keys.createKey(a.id, { scopes: ['sandboxes:read'] })).secret;
     writeKey = (await keys.createKey(a.id, { scopes: ['sandboxes:write'] })).secret;
     for (const [id, org] of [['sba', a.id], ['sbb', b.id]] as const) {
-      routes.set({ sandboxId: id, orgId: org, status: 'running', socketPath, port: null });
+      routes.set({ sandboxId: id, orgId: org, status: 'running', dial: unixDial(socketPath), port: null });
       port[id] = (await gateway.open(id, null))!;
       token[id] = (await tokens.issue(id, org)).token;
     }
@@ -480,7 +480,7 @@ describe('gateway: browsers (CORS, and credentials offered as a WebSocket subpro
     const org = await keys.createOrg('org-cors');
     key = (await keys.createKey(org.id, { scopes: ['sandboxes:read', 'sandboxes:write'] })).secret;
     readKey = (await keys.createKey(org.id, { scopes: ['sandboxes:read'] })).secret;
-    routes.set({ sandboxId: 'sbcors', orgId: org.id, status: 'running', socketPath, port: null });
+    routes.set({ sandboxId: 'sbcors', orgId: org.id, status: 'running', dial: unixDial(socketPath), port: null });
     port = (await gateway.open('sbcors', null))!;
     token = (await tokens.issue('sbcors', org.id)).token;
   });

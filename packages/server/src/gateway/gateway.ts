@@ -9,7 +9,7 @@ import type { RouteEntry, RouteTable } from '../services/routes.js';
 import { requireScope, type KeyService } from '../services/keys.js';
 import type { PreviewClaims, TokenService } from '../services/tokens.js';
 import { refusalOf, type ConnectionLimits } from '../services/connections.js';
-import { PREVIEW_COOKIE_PREFIX, PREVIEW_TOKEN_HEADER, proxyToAgent, sendError, type OnIncident } from './proxy.js';
+import { DialAgent, PREVIEW_COOKIE_PREFIX, PREVIEW_TOKEN_HEADER, proxyToAgent, sendError, type OnIncident } from './proxy.js';
 import { openTunnel, rawError, subprotocolCredential } from './tunnel.js';
 import { openPreviewUpgrade, PortTunnelAgent } from './port-tunnel.js';
 
@@ -141,13 +141,13 @@ export class Gateway implements GatewayControl {
 
   /** The HTTP agent whose connections are tunnels to the sandbox's port (kept while the preview is). */
   private previewAgent(entry: RouteEntry, port: number): PortTunnelAgent {
-    const socketPath = () => this.d.routes.get(entry.sandboxId)?.socketPath ?? entry.socketPath;
+    const dial = () => this.d.routes.get(entry.sandboxId)?.dial ?? entry.dial;
     const state = this.previews.get(entry.sandboxId)?.get(port);
     // Host mode serves every port's preview (a private one takes the token either way), but pools
     // tunnels only for the ports someone opened a preview of (at most MAX_PREVIEWS_PER_SANDBOX):
     // kept-alive tunnels to each of 65 535 ports would be the daemon's descriptors.
-    if (!state) return new PortTunnelAgent(socketPath, entry.sandboxId, port, { keepAlive: false });
-    state.agent ??= new PortTunnelAgent(socketPath, entry.sandboxId, port);
+    if (!state) return new PortTunnelAgent(dial, entry.sandboxId, port, { keepAlive: false });
+    state.agent ??= new PortTunnelAgent(dial, entry.sandboxId, port);
     return state.agent;
   }
 
@@ -262,7 +262,8 @@ export class Gateway implements GatewayControl {
   private agentFor(entry: RouteEntry): Agent {
     let agent = this.agents.get(entry.sandboxId);
     if (!agent) {
-      agent = new Agent({ keepAlive: true, maxSockets: 64, maxFreeSockets: 8, keepAliveMsecs: 10_000 });
+      const id = entry.sandboxId;
+      agent = new DialAgent(() => this.d.routes.get(id)?.dial ?? entry.dial);
       this.agents.set(entry.sandboxId, agent);
     }
     return agent;
@@ -491,10 +492,9 @@ export class Gateway implements GatewayControl {
               this.end(entry.sandboxId);
             });
             const target = pv
-              ? { sandboxId: entry.sandboxId, socketPath: entry.socketPath, agent: this.previewAgent(entry, pv.port), onIncident: this.incident, headers: 'preview' as const }
+              ? { sandboxId: entry.sandboxId, agent: this.previewAgent(entry, pv.port), onIncident: this.incident, headers: 'preview' as const }
               : {
                   sandboxId: entry.sandboxId,
-                  socketPath: entry.socketPath,
                   agent: this.agentFor(entry),
                   onAgentGone: () => this.d.onAgentGone?.(entry.sandboxId),
                   observe: this.d.observeAgent,
@@ -559,26 +559,26 @@ export class Gateway implements GatewayControl {
     let set = this.tunnels.get(entry.sandboxId);
     if (!set) this.tunnels.set(entry.sandboxId, (set = new Set()));
     const tunnelSet = set;
-    const { upstream } = openTunnel(
+    tunnelSet.add(socket);
+    openTunnel(
       req,
       socket,
       head,
-      entry.socketPath,
+      entry.dial,
       requestId,
       this.d.config.idleTimeoutMs,
-      () => {
+      (upstream) => {
         release();
         this.d.touch?.(entry.sandboxId);
         tunnelSet.delete(socket);
-        tunnelSet.delete(upstream);
+        if (upstream) tunnelSet.delete(upstream);
         if (tunnelSet.size === 0 && this.tunnels.get(entry.sandboxId) === tunnelSet) this.tunnels.delete(entry.sandboxId);
       },
       () => this.d.onAgentGone?.(entry.sandboxId),
       this.incident,
       entry.sandboxId,
+      (upstream) => tunnelSet.add(upstream),
     );
-    tunnelSet.add(socket);
-    tunnelSet.add(upstream);
     // From here the open tunnel is what keeps the sandbox in use.
     this.end(entry.sandboxId);
   }
@@ -595,7 +595,7 @@ export class Gateway implements GatewayControl {
       req,
       client: socket,
       head,
-      socketPath: entry.socketPath,
+      dial: entry.dial,
       sandboxId: entry.sandboxId,
       port,
       requestId,

@@ -1,6 +1,7 @@
 import { Agent, type AgentOptions, type ClientRequestArgs } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
+import type { AgentDial } from '../services/routes.js';
 import { ServiceError } from '@sandboxd/protocol';
 import type { IncomingMessage } from 'node:http';
 import { agentUnavailable, PREVIEW_COOKIE_PREFIX, PREVIEW_TOKEN_HEADER, withoutPreviewCookies, type OnIncident } from './proxy.js';
@@ -16,9 +17,9 @@ const MAX_ANSWER_HEAD = 16 * 1024;
  * sandbox's, so hostile: only its status line is read (bounded in size and time); its body never
  * reaches a client.
  */
-export function openPortTunnel(socketPath: string, sandboxId: string, port: number, requestId: string, timeoutMs = 10_000): Promise<Socket> {
+export function openPortTunnel(dial: AgentDial, sandboxId: string, port: number, requestId: string, timeoutMs = 10_000): Promise<Socket> {
   return new Promise((resolve, reject) => {
-    const sock = connect(socketPath);
+    let sock: Socket | undefined;
     let buf = Buffer.alloc(0);
     let settled = false;
     const timer = setTimeout(() => fail(agentUnavailable(sandboxId, `did not open a connection to port ${port} within ${Math.round(timeoutMs / 1000)} s`)), timeoutMs);
@@ -26,15 +27,24 @@ export function openPortTunnel(socketPath: string, sandboxId: string, port: numb
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      sock.destroy();
+      sock?.destroy();
       reject(err);
     }
-    sock.on('error', (err) => fail(agentUnavailable(sandboxId, 'is not answering', err.message)));
-    sock.on('close', () => fail(agentUnavailable(sandboxId, `closed the connection to port ${port}`)));
-    sock.on('connect', () => {
-      sock.setNoDelay(true);
-      sock.write(`GET /ports/tunnel?port=${port} HTTP/1.1\r\nHost: agent\r\nConnection: Upgrade\r\nUpgrade: sandboxd-tcp\r\nX-Request-ID: ${requestId}\r\n\r\n`);
-    });
+    dial(timeoutMs).then(
+      (s) => {
+        if (settled) {
+          s.destroy();
+          return;
+        }
+        sock = s;
+        s.on('error', (err) => fail(agentUnavailable(sandboxId, 'is not answering', err.message)));
+        s.on('close', () => fail(agentUnavailable(sandboxId, `closed the connection to port ${port}`)));
+        s.on('data', onData);
+        s.setNoDelay(true);
+        s.write(`GET /ports/tunnel?port=${port} HTTP/1.1\r\nHost: agent\r\nConnection: Upgrade\r\nUpgrade: sandboxd-tcp\r\nX-Request-ID: ${requestId}\r\n\r\n`);
+      },
+      (err: Error) => fail(agentUnavailable(sandboxId, 'is not answering', err.message)),
+    );
     const onData = (chunk: Buffer) => {
       buf = Buffer.concat([buf, chunk]);
       const end = buf.indexOf('\r\n\r\n');
@@ -42,25 +52,24 @@ export function openPortTunnel(socketPath: string, sandboxId: string, port: numb
         if (buf.length > MAX_ANSWER_HEAD) fail(agentUnavailable(sandboxId, 'answered a tunnel request with an endless head'));
         return;
       }
-      sock.off('data', onData);
+      sock!.off('data', onData);
       const status = /^HTTP\/1\.[01] (\d{3})[ \r]/.exec(buf.subarray(0, Math.min(end + 2, 64)).toString('latin1'))?.[1];
       if (status === '101') {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
-        sock.removeAllListeners('close');
-        sock.removeAllListeners('error');
-        sock.pause();
+        sock!.removeAllListeners('close');
+        sock!.removeAllListeners('error');
+        sock!.pause();
         const rest = buf.subarray(end + 4);
-        if (rest.length) sock.unshift(rest);
-        resolve(sock);
+        if (rest.length) sock!.unshift(rest);
+        resolve(sock!);
       } else if (status === '502') {
         fail(new ServiceError('PORT_NOT_LISTENING', `nothing is listening on port ${port} inside sandbox ${sandboxId}`, { id: sandboxId, port }));
       } else {
         fail(agentUnavailable(sandboxId, `answered a tunnel request to port ${port} with ${status ? `status ${status}` : 'no valid status line'}`));
       }
     };
-    sock.on('data', onData);
   });
 }
 
@@ -70,7 +79,7 @@ export function openPortTunnel(socketPath: string, sandboxId: string, port: numb
  */
 export class PortTunnelAgent extends Agent {
   constructor(
-    private socketPath: () => string,
+    private dial: () => AgentDial,
     private sandboxId: string,
     private port: number,
     opts: AgentOptions = { keepAlive: true, maxSockets: 64, maxFreeSockets: 8, keepAliveMsecs: 10_000 },
@@ -80,7 +89,7 @@ export class PortTunnelAgent extends Agent {
 
   override createConnection(_options: ClientRequestArgs, callback?: (err: Error | null, stream: Duplex) => void): undefined {
     if (!callback) throw new Error('PortTunnelAgent connects asynchronously: a callback is required');
-    openPortTunnel(this.socketPath(), this.sandboxId, this.port, 'preview').then(
+    openPortTunnel(this.dial(), this.sandboxId, this.port, 'preview').then(
       (sock) => {
         // The request takes the socket on the next tick (its listeners then); the flow resumes on the one after.
         callback(null, sock);
@@ -96,7 +105,7 @@ export interface PreviewUpgrade {
   req: IncomingMessage;
   client: Socket;
   head: Buffer;
-  socketPath: string;
+  dial: AgentDial;
   sandboxId: string;
   port: number;
   requestId: string;
@@ -129,7 +138,7 @@ export function openPreviewUpgrade(u: PreviewUpgrade): void {
   };
   u.client.on('close', close);
   u.client.setTimeout(u.idleMs, () => u.client.destroy());
-  openPortTunnel(u.socketPath, u.sandboxId, u.port, u.requestId).then(
+  openPortTunnel(u.dial, u.sandboxId, u.port, u.requestId).then(
     (up) => {
       if (closed || u.client.destroyed) {
         up.destroy();

@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { SqliteStore } from '../store/sqlite.js';
 import { ConnectionLimits } from '../services/connections.js';
 import { KeyService } from '../services/keys.js';
-import { RouteTable } from '../services/routes.js';
+import { RouteTable, unixDial } from '../services/routes.js';
 import { TokenService } from '../services/tokens.js';
 import type { Config } from '../config.js';
 import { Gateway, previewCookieName } from './gateway.js';
@@ -111,7 +111,7 @@ describe('preview URLs: what a tenant can make the gateway hold, and do to anoth
 
   before(async () => {
     await agent.listen();
-    routes.set({ sandboxId: 'sbvictim', orgId: 'org_a', status: 'running', socketPath, port: null });
+    routes.set({ sandboxId: 'sbvictim', orgId: 'org_a', status: 'running', dial: unixDial(socketPath), port: null });
   });
   after(async () => {
     for (const g of gateways) await g.closeAll();
@@ -140,7 +140,7 @@ describe('preview URLs: what a tenant can make the gateway hold, and do to anoth
     const g = make(base);
     const gw = (await g.openPreview('sbvictim', 3000, false, null))!;
     const sibling = (await g.openPreview('sbvictim', 5173, true, null))!;
-    routes.set({ sandboxId: 'sbother', orgId: 'org_b', status: 'running', socketPath, port: null });
+    routes.set({ sandboxId: 'sbother', orgId: 'org_b', status: 'running', dial: unixDial(socketPath), port: null });
     const evil = (await g.openPreview('sbother', 8080, true, null))!;
     const session = (await tokens.issuePreview('session', 'sbvictim', 3000, true, 600)).token;
     const cookie = `${previewCookieName('sbvictim', 3000)}=${session}`;

@@ -1,4 +1,6 @@
-import { request, type Agent, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import { Agent, request, type AgentOptions, type ClientRequestArgs, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { AgentDial } from '../services/routes.js';
 import { renderError, ServiceError, type Incident } from '@sandboxd/protocol';
 
 /** Headers that describe one hop, plus our credentials: never forwarded to the agent. */
@@ -46,7 +48,7 @@ export interface ProxyTimeouts {
 
 export interface ProxyTarget {
   sandboxId: string;
-  socketPath: string;
+  /** Keeps the connections to the agent (a DialAgent: they are opened with the sandbox's dialer). */
   agent: Agent;
   /** The agent's socket failed as its exit would make it fail (mayBeAgentGone). */
   onAgentGone?: () => void;
@@ -70,7 +72,33 @@ export type OnIncident = (incident: Incident, requestId: string) => void;
  * hint: the lifecycle checks the container before it calls the sandbox stopped.
  */
 export function mayBeAgentGone(err: NodeJS.ErrnoException): boolean {
-  return err.code === 'ECONNREFUSED' || err.code === 'ENOENT' || err.code === 'ECONNRESET' || err.code === 'EPIPE';
+  // AGENT_UNAVAILABLE: the node that holds the sandbox could not reach its agent (the same refusal, relayed).
+  return err.code === 'ECONNREFUSED' || err.code === 'ENOENT' || err.code === 'ECONNRESET' || err.code === 'EPIPE' || (err instanceof ServiceError && err.code === 'AGENT_UNAVAILABLE');
+}
+
+/** How long the gateway waits for a connection to an agent (its socket, or its node's relay). */
+export const AGENT_DIAL_TIMEOUT_MS = 10_000;
+
+/**
+ * An HTTP agent (connection pool) for one sandbox whose connections are opened with its dialer:
+ * to its unix socket on this machine, or through the node that holds it.
+ */
+export class DialAgent extends Agent {
+  constructor(
+    private readonly dial: () => AgentDial,
+    opts: AgentOptions = { keepAlive: true, maxSockets: 64, maxFreeSockets: 8, keepAliveMsecs: 10_000 },
+  ) {
+    super(opts);
+  }
+
+  override createConnection(_options: ClientRequestArgs, callback?: (err: Error | null, stream: Duplex) => void): undefined {
+    if (!callback) throw new Error('DialAgent connects asynchronously: a callback is required');
+    this.dial()(AGENT_DIAL_TIMEOUT_MS).then(
+      (sock) => callback(null, sock),
+      (err: Error) => callback(err, undefined as unknown as Duplex),
+    );
+    return undefined;
+  }
 }
 
 /**
@@ -103,7 +131,7 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
     observed = true;
     target.observe?.((performance.now() - startedAt) / 1000, ok);
   };
-  const upstream = request({ socketPath: target.socketPath, method: req.method, path: req.url, headers, agent: target.agent });
+  const upstream = request({ method: req.method, path: req.url, headers, agent: target.agent });
   const finish = () => {
     done = true;
     clearTimeout(headersTimer);

@@ -1,7 +1,8 @@
 import type { IncomingMessage } from 'node:http';
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
+import type { AgentDial } from '../services/routes.js';
 import { renderError } from '@sandboxd/protocol';
-import { agentUnavailable, mayBeAgentGone, reportIncident, type OnIncident } from './proxy.js';
+import { AGENT_DIAL_TIMEOUT_MS, agentUnavailable, mayBeAgentGone, reportIncident, type OnIncident } from './proxy.js';
 
 /** The subprotocol a browser's WebSocket offers its credential in: `sandboxd.auth.<token or API key>`. */
 export const AUTH_SUBPROTOCOL_PREFIX = 'sandboxd.auth.';
@@ -24,73 +25,82 @@ export function subprotocolCredential(req: IncomingMessage): string | undefined 
  * when no byte has moved either way for `idleMs` (the agent pings its WebSocket clients every 30 s,
  * so a live client's tunnel never idles out; a dead client's or a silent sandbox's does).
  *
- * `onClose` runs once, when both sockets are gone.
+ * `onClose` runs once, when the client's connection is gone (the agent's goes with it).
  */
 export function openTunnel(
   req: IncomingMessage,
   client: Socket,
   head: Buffer,
-  socketPath: string,
+  dial: AgentDial,
   requestId: string,
   idleMs: number,
-  onClose: () => void,
+  onClose: (upstream: Socket | undefined) => void,
   onAgentGone?: () => void,
   onIncident?: OnIncident,
   sandboxId = '',
-): { upstream: Socket } {
-  const upstream = connect(socketPath);
-  let answered = false;
-  let closed = 0;
-  const closeOne = () => {
-    if (++closed === 2) onClose();
+  onUpstream?: (upstream: Socket) => void,
+): void {
+  let upstream: Socket | undefined;
+  let closed = false;
+  const close = () => {
+    if (closed) return;
+    closed = true;
+    upstream?.destroy();
+    onClose(upstream);
   };
-  client.on('close', () => {
-    upstream.destroy();
-    closeOne();
-  });
-  upstream.on('close', () => {
-    client.destroy();
-    closeOne();
-  });
-  upstream.on('error', (err: NodeJS.ErrnoException) => {
-    if (mayBeAgentGone(err)) onAgentGone?.();
-    // Before the agent said anything the client can still get an HTTP answer; after, only a cut.
-    if (!answered) rawError(client, agentUnavailable(sandboxId, 'is not answering', err.message), requestId, onIncident);
-    else client.destroy();
-  });
-  upstream.once('data', () => (answered = true));
+  client.on('close', close);
   // Both directions pass through the client socket, so its timer sees all traffic.
   client.setTimeout(idleMs, () => {
     client.destroy();
-    upstream.destroy();
+    upstream?.destroy();
   });
-  upstream.on('connect', () => {
-    let text = `${req.method} ${req.url} HTTP/1.1\r\n`;
-    for (let i = 0; i < req.rawHeaders.length; i += 2) {
-      const name = req.rawHeaders[i]!;
-      const lower = name.toLowerCase();
-      // Cookies are the browser's for this host (other services on it, a parent domain's
-      // session): none of the sandbox's business.
-      if (lower === 'authorization' || lower === 'x-api-key' || lower === 'x-request-id' || lower === 'cookie') continue;
-      let value = req.rawHeaders[i + 1]!;
-      if (lower === 'sec-websocket-protocol') {
-        // A credential offered as a subprotocol (gateway.ts) stays here; the others go on.
-        value = value
-          .split(',')
-          .map((p) => p.trim())
-          .filter((p) => p && !p.startsWith(AUTH_SUBPROTOCOL_PREFIX))
-          .join(', ');
-        if (!value) continue;
+  dial(AGENT_DIAL_TIMEOUT_MS).then(
+    (up) => {
+      if (closed || client.destroyed) {
+        up.destroy();
+        return;
       }
-      text += `${name}: ${value}\r\n`;
-    }
-    text += `X-Request-ID: ${requestId}\r\n\r\n`;
-    upstream.write(text);
-    if (head.length) upstream.write(head);
-    client.pipe(upstream);
-    relayAnswerHead(upstream, client);
-  });
-  return { upstream };
+      upstream = up;
+      onUpstream?.(up);
+      let answered = false;
+      up.on('close', () => client.destroy());
+      up.on('error', (err: NodeJS.ErrnoException) => {
+        if (mayBeAgentGone(err)) onAgentGone?.();
+        // Before the agent said anything the client can still get an HTTP answer; after, only a cut.
+        if (!answered) rawError(client, agentUnavailable(sandboxId, 'is not answering', err.message), requestId, onIncident);
+        else client.destroy();
+      });
+      up.once('data', () => (answered = true));
+      let text = `${req.method} ${req.url} HTTP/1.1\r\n`;
+      for (let i = 0; i < req.rawHeaders.length; i += 2) {
+        const name = req.rawHeaders[i]!;
+        const lower = name.toLowerCase();
+        // Cookies are the browser's for this host (other services on it, a parent domain's
+        // session): none of the sandbox's business.
+        if (lower === 'authorization' || lower === 'x-api-key' || lower === 'x-request-id' || lower === 'cookie') continue;
+        let value = req.rawHeaders[i + 1]!;
+        if (lower === 'sec-websocket-protocol') {
+          // A credential offered as a subprotocol (gateway.ts) stays here; the others go on.
+          value = value
+            .split(',')
+            .map((p) => p.trim())
+            .filter((p) => p && !p.startsWith(AUTH_SUBPROTOCOL_PREFIX))
+            .join(', ');
+          if (!value) continue;
+        }
+        text += `${name}: ${value}\r\n`;
+      }
+      text += `X-Request-ID: ${requestId}\r\n\r\n`;
+      up.write(text);
+      if (head.length) up.write(head);
+      client.pipe(up);
+      relayAnswerHead(up, client);
+    },
+    (err: NodeJS.ErrnoException) => {
+      if (mayBeAgentGone(err)) onAgentGone?.();
+      rawError(client, agentUnavailable(sandboxId, 'is not answering', err.message), requestId, onIncident);
+    },
+  );
 }
 
 /** The most an agent's answer to an upgrade may put before its first byte of WebSocket data. */

@@ -1,5 +1,4 @@
 import { connect, type Socket } from 'node:net';
-import { describeCause, ServiceError } from '@sandboxd/protocol';
 import { rm } from 'node:fs/promises';
 import type { Crun } from './crun.js';
 
@@ -28,14 +27,17 @@ export async function runWithAgentSocket(crun: Crun, id: string, bundleDir: stri
   await crun.runDetached(id, bundleDir, logFile, { tmp, path: socketPath });
 }
 
-/** A connection to an agent's unix socket, once it is accepted (AGENT_UNAVAILABLE when it is not in time). */
+/**
+ * A connection to an agent's unix socket, once it is accepted. Rejects with the socket's own error
+ * (ECONNREFUSED, ENOENT: the agent may be gone, see the gateway's mayBeAgentGone), or ETIMEDOUT.
+ */
 export function dialUnix(socketPath: string, timeoutMs: number): Promise<Socket> {
   return new Promise((resolve, reject) => {
     const sock = connect(socketPath);
-    const timer = setTimeout(() => sock.destroy(new Error(`not accepted within ${timeoutMs} ms`)), timeoutMs);
+    const timer = setTimeout(() => sock.destroy(Object.assign(new Error(`the agent's socket did not accept within ${timeoutMs} ms`), { code: 'ETIMEDOUT' })), timeoutMs);
     sock.once('error', (err) => {
       clearTimeout(timer);
-      reject(new ServiceError('AGENT_UNAVAILABLE', 'the sandbox agent cannot be reached').withDetail(describeCause(err)));
+      reject(err);
     });
     sock.once('connect', () => {
       clearTimeout(timer);

@@ -1,4 +1,4 @@
-import type { Duplex } from 'node:stream';
+import type { Socket } from 'node:net';
 import { dialUnix } from './agent-socket.js';
 import type { ListeningPort } from './listening.js';
 import { RuntimeContext, type CrunRuntimeOptions } from './context.js';
@@ -86,7 +86,7 @@ export class CrunRuntime implements Runtime {
     return this.ctx.paths(id).socket;
   }
 
-  dialAgent(id: string, timeoutMs = 10_000): Promise<Duplex> {
+  dialAgent(id: string, timeoutMs = 10_000): Promise<Socket> {
     checkId(id);
     return dialUnix(this.ctx.paths(id).socket, timeoutMs);
   }

@@ -1,5 +1,5 @@
 import { request } from 'node:http';
-import type { Duplex } from 'node:stream';
+import type { Socket } from 'node:net';
 import { describeCause, isErrorCode, ServiceError } from '@sandboxd/protocol';
 import type { ClusterAuth } from './cluster-auth.js';
 import type { EgressPolicy } from './egress-policy.js';
@@ -147,7 +147,7 @@ export class RemoteRuntime implements Runtime {
    * A connection to the sandbox's agent, relayed by its node (`CONNECT <id>.agent:1`): after it
    * resolves, the stream speaks the agent's protocol as its unix socket does.
    */
-  async dialAgent(id: string, timeoutMs = 10_000): Promise<Duplex> {
+  async dialAgent(id: string, timeoutMs = 10_000): Promise<Socket> {
     checkId(id);
     const token = await this.o.auth.tokenFor(this.nodeId);
     return new Promise((resolve, reject) => {
@@ -169,7 +169,8 @@ export class RemoteRuntime implements Runtime {
         if (head.length > 0) socket.unshift(head);
         socket.setTimeout(0);
         socket.on('error', () => undefined);
-        resolve(socket);
+        // The connection CONNECT hands over is the TCP socket to the node.
+        resolve(socket as Socket);
       });
       req.once('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
       req.once('error', (err) => reject(new ServiceError('RUNTIME_ERROR', `node ${this.nodeId} cannot be reached; try again`).withDetail(describeCause(err))));

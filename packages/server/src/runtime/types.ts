@@ -1,4 +1,4 @@
-import type { Duplex } from 'node:stream';
+import type { Socket } from 'node:net';
 import type { EgressPolicy } from './egress-policy.js';
 import type { ListeningPort } from './listening.js';
 /**
@@ -86,10 +86,11 @@ export interface Runtime {
   agentSocket(id: string): string;
   /**
    * A connection to the sandbox's agent, wherever it runs: its unix socket here, or relayed by the
-   * node that holds it. Rejects (AGENT_UNAVAILABLE or RUNTIME_ERROR) when it cannot be had within
-   * `timeoutMs`.
+   * node that holds it. Rejects when it cannot be had within `timeoutMs`: with the socket's error
+   * (ECONNREFUSED, ENOENT) or AGENT_UNAVAILABLE when the agent is not there, RUNTIME_ERROR when its
+   * node cannot be reached.
    */
-  dialAgent(id: string, timeoutMs?: number): Promise<Duplex>;
+  dialAgent(id: string, timeoutMs?: number): Promise<Socket>;
   /** Freezes every process (memory kept). */
   pause(id: string): Promise<void>;
   resume(id: string): Promise<void>;

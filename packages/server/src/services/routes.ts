@@ -1,9 +1,25 @@
+import type { Socket } from 'node:net';
+import { dialUnix } from '../runtime/agent-socket.js';
+
+/**
+ * Opens a connection to a sandbox's agent, wherever it runs (Runtime.dialAgent): its unix socket on
+ * this machine, or relayed by the node that holds it. Rejects with the socket's error, or a
+ * ServiceError, when there is none within `timeoutMs`.
+ */
+export type AgentDial = (timeoutMs: number) => Promise<Socket>;
+
+/** The dialer of an agent socket on this machine (tests, and the runtime's own). */
+export function unixDial(socketPath: string): AgentDial {
+  return (timeoutMs) => dialUnix(socketPath, timeoutMs);
+}
+
 /** What the gateway needs to know about a sandbox to route a request to its agent. */
 export interface RouteEntry {
   sandboxId: string;
   orgId: string;
   status: 'running' | 'paused' | 'stopped' | 'creating';
-  socketPath: string;
+  /** How to reach its agent. */
+  dial: AgentDial;
   port: number | null;
   /** A request to it while paused resumes it (auto_resume). */
   autoResume?: boolean;

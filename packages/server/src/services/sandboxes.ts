@@ -289,7 +289,7 @@ export class SandboxService {
       sandboxId: row.id,
       orgId: row.orgId,
       status: row.status,
-      socketPath: this.d.runtime.agentSocket(row.id),
+      dial: (timeoutMs) => this.d.runtime.dialAgent(row.id, timeoutMs),
       port: row.gatewayPort,
       autoResume: row.autoResume,
       tracksIdle: row.idleTimeoutSeconds !== null,

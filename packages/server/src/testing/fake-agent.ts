@@ -82,7 +82,7 @@ export class FakeAgent {
 
   private answer(method: string, path: string, body: Record<string, unknown>): unknown {
     if (method === 'GET' && path === '/health') {
-      const health: AgentHealth = { status: 'healthy', version: 'fake', uptime_seconds: (Date.now() - this.startedAt) / 1000, features: ['commands', 'environment'], languages: [] };
+      const health: AgentHealth & { active_executions: number } = { status: 'healthy', version: 'fake', uptime_seconds: (Date.now() - this.startedAt) / 1000, features: ['commands', 'environment'], languages: [], active_executions: 0 };
       return health;
     }
     if (path === '/env' && method === 'GET') return this.envBody();

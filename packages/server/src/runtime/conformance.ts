@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { ServiceError } from '@sandboxd/protocol';
-import { CANONICAL_ID_OFFSET } from '../images/types.js';
-import { agentGet, waitForAgent } from '../services/agent-client.js';
+import { CANONICAL_ID_OFFSET } from './ids.js';
 import { ExportTooLarge, type Runtime, type SandboxSpec } from './types.js';
 
 /** What the suite needs of an implementation beyond the interface: bootable specs, and hands inside. */
@@ -31,10 +31,46 @@ export interface RuntimeHarness {
   teardown(): Promise<void>;
 }
 
+/**
+ * What an implementation is known not to do yet, each with its reason: the test still runs, and is
+ * reported as a TODO (not a pass) while it fails.
+ */
+export interface ConformanceGaps {
+  exportLayer?: string;
+}
+
 /** How long an agent may take to answer after create/start resolved ("the agent may still be starting"). */
 const AGENT_READY_MS = 10_000;
 const MB = 1024 ** 2;
 const GB = 1024 ** 3;
+
+/**
+ * GET /health of the sandbox's agent over a connection from dialAgent, as the services reach an
+ * agent (agentSocket(id) is a path on the runtime's own machine only: a remote runtime has none).
+ * Its status code; rejects when no answer comes within `timeoutMs`.
+ */
+async function healthOf(rt: Runtime, id: string, timeoutMs: number): Promise<number> {
+  const sock = await rt.dialAgent(id, timeoutMs);
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      sock.destroy();
+      reject(new Error(`the agent of ${id} did not answer within ${timeoutMs} ms`));
+    }, timeoutMs);
+    const req = request({ createConnection: () => sock, path: '/health', headers: { host: 'agent' } }, (res) => {
+      res.resume();
+      res.on('end', () => {
+        clearTimeout(timer);
+        sock.destroy();
+        resolve(res.statusCode ?? 0);
+      });
+    });
+    req.on('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    req.end();
+  });
+}
 
 /** A disk of `gb` GB, as the image's size or as its filesystem counts it (less its own overhead). */
 function assertDiskOf(totalBytes: number, gb: number): void {
@@ -46,7 +82,7 @@ function assertDiskOf(totalBytes: number, gb: number): void {
  * FakeRuntime: in memory). It holds the behaviour the interface documents and the services rely
  * on: states and their transitions, idempotence, errors by code, and what each verb leaves.
  */
-export function runtimeConformance(name: string, setup: () => Promise<RuntimeHarness>): void {
+export function runtimeConformance(name: string, setup: () => Promise<RuntimeHarness>, gaps: ConformanceGaps = {}): void {
   describe(`${name}: runtime conformance`, { timeout: 180_000 }, () => {
     let h: RuntimeHarness;
     let rt: Runtime;
@@ -76,13 +112,19 @@ export function runtimeConformance(name: string, setup: () => Promise<RuntimeHar
     };
 
     const agentAnswers = async (id: string) => {
-      await waitForAgent(rt.agentSocket(id), AGENT_READY_MS);
-      assert.equal((await agentGet(rt.agentSocket(id), '/health', 5000)).status, 200, `the agent of ${id} answers /health`);
+      const deadline = Date.now() + AGENT_READY_MS;
+      for (;;) {
+        const status = await healthOf(rt, id, 5000).catch((err: unknown) => err);
+        if (status === 200) return;
+        if (Date.now() > deadline) assert.fail(`the agent of ${id} did not answer /health within ${AGENT_READY_MS} ms: ${String(status)}`);
+        await sleep(20);
+      }
     };
+    const noAgent = (id: string, why: string) => assert.rejects(rt.dialAgent(id, 1000), code('AGENT_UNAVAILABLE'), why);
 
     const code = (c: string) => (err: unknown) => err instanceof ServiceError && err.code === c;
 
-    test('create: the sandbox runs, its agent answers on agentSocket(id), list() and statuses() know it', async () => {
+    test('create: the sandbox runs, its agent answers (dialAgent), list() and statuses() know it', async () => {
       const id = 'rc-create';
       await withSandboxes([id], async () => {
         await rt.create(h.spec(id));
@@ -130,7 +172,7 @@ export function runtimeConformance(name: string, setup: () => Promise<RuntimeHar
         assert.equal(await rt.status(id), 'paused');
         await rt.pause(id);
         assert.equal(await rt.status(id), 'paused');
-        await assert.rejects(agentGet(rt.agentSocket(id), '/health', 300), /did not answer/, 'frozen: no answer');
+        await assert.rejects(healthOf(rt, id, 300), /did not answer/, 'frozen: no answer');
         await rt.resume(id);
         assert.equal(await rt.status(id), 'running');
         await rt.resume(id);
@@ -150,7 +192,7 @@ export function runtimeConformance(name: string, setup: () => Promise<RuntimeHar
         await rt.stop(id);
         assert.equal(await rt.status(id), 'stopped');
         assert.ok((await rt.list()).includes(id), 'a stopped sandbox is still listed');
-        await assert.rejects(agentGet(rt.agentSocket(id), '/health', 1000), 'no agent answers while stopped');
+        await noAgent(id, 'no agent while stopped');
         await rt.start(spec);
         assert.equal(await rt.status(id), 'running');
         await agentAnswers(id);
@@ -188,11 +230,12 @@ export function runtimeConformance(name: string, setup: () => Promise<RuntimeHar
       });
     });
 
-    test('an unknown id: status missing, destroy resolves, listeningPorts empty, every other verb NOT_FOUND', async () => {
+    test('an unknown id: status missing, destroy resolves, listeningPorts empty, no agent, every other verb NOT_FOUND (exportLayer: below)', async () => {
       const id = 'rc-nosuch';
       assert.equal(await rt.status(id), 'missing');
       await rt.destroy(id);
       assert.deepEqual(await rt.listeningPorts(id), []);
+      await noAgent(id, 'no agent of an unknown id');
       for (const [verb, call] of [
         ['stop', () => rt.stop(id)],
         ['pause', () => rt.pause(id)],
@@ -203,12 +246,6 @@ export function runtimeConformance(name: string, setup: () => Promise<RuntimeHar
         ['resetDisk', () => rt.resetDisk(id, 1)],
       ] as const) {
         await assert.rejects(async () => call(), code('NOT_FOUND'), verb);
-      }
-      const dest = await mkdtemp(join(tmpdir(), 'sbd-rc-'));
-      try {
-        await assert.rejects(rt.exportLayer(id, dest), code('NOT_FOUND'), 'exportLayer');
-      } finally {
-        await rm(dest, { recursive: true, force: true });
       }
       assert.ok(!(await rt.list()).includes(id));
     });
@@ -223,7 +260,7 @@ export function runtimeConformance(name: string, setup: () => Promise<RuntimeHar
       assert.equal(await rt.status('rc-badspec'), 'missing');
     });
 
-    test('destroy: from any state, idempotent; the id is missing, unlisted, its socket gone', async () => {
+    test('destroy: from any state, idempotent; the id is missing, unlisted, its agent gone', async () => {
       const ids = ['rc-del-run', 'rc-del-paused', 'rc-del-stopped'];
       await withSandboxes(ids, async () => {
         for (const id of ids) await rt.create(h.spec(id));
@@ -237,7 +274,7 @@ export function runtimeConformance(name: string, setup: () => Promise<RuntimeHar
         for (const id of ids) {
           assert.equal(await rt.status(id), 'missing');
           assert.ok(!listed.includes(id), `${id} unlisted`);
-          assert.ok(!existsSync(rt.agentSocket(id)), `${id}'s socket is gone`);
+          await noAgent(id, `${id}'s agent is gone`);
         }
         assert.deepEqual(Object.fromEntries(await rt.statuses(ids)), Object.fromEntries(ids.map((id) => [id, 'missing'])));
       });
@@ -307,7 +344,7 @@ export function runtimeConformance(name: string, setup: () => Promise<RuntimeHar
       });
     });
 
-    test("exportLayer: the sandbox's own files in canonical ownership, running or stopped; maxBytes refuses without copying", async () => {
+    test("exportLayer: the sandbox's own files in canonical ownership, running or stopped; maxBytes refuses without copying; NOT_FOUND for an unknown id", { todo: gaps.exportLayer }, async () => {
       const id = 'rc-export';
       const dests: string[] = [];
       const dest = async () => {
@@ -337,6 +374,7 @@ export function runtimeConformance(name: string, setup: () => Promise<RuntimeHar
           if (process.getuid?.() === 0) assert.deepEqual([statSync(file).uid, statSync(file).gid], [CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET], 'canonical ownership');
           assert.equal(await rt.status(id), 'stopped');
         });
+        await assert.rejects(rt.exportLayer('rc-export-nosuch', await dest()), code('NOT_FOUND'));
       } finally {
         for (const d of dests) await rm(d, { recursive: true, force: true });
       }
@@ -360,7 +398,7 @@ export function runtimeConformance(name: string, setup: () => Promise<RuntimeHar
       });
     });
 
-    test('a create that fails part-way leaves nothing: missing, unlisted, no socket; the id can be created after', async () => {
+    test('a create that fails part-way leaves nothing: missing, unlisted, no agent; the id can be created after', async () => {
       const id = 'rc-fail';
       await withSandboxes([id], async () => {
         const spec = h.spec(id, { internetAccess: true });
@@ -372,7 +410,7 @@ export function runtimeConformance(name: string, setup: () => Promise<RuntimeHar
         }
         assert.equal(await rt.status(id), 'missing');
         assert.ok(!(await rt.list()).includes(id));
-        assert.ok(!existsSync(rt.agentSocket(id)));
+        await noAgent(id, 'no agent of a failed create');
         const missing = h.spec('rc-fail-lower');
         await assert.rejects(rt.create({ ...missing, lowerDirs: [`${missing.lowerDirs[0]}-does-not-exist`, ...missing.lowerDirs] }), code('RUNTIME_ERROR'), 'a layer that does not exist');
         assert.equal(await rt.status('rc-fail-lower'), 'missing');

@@ -1,9 +1,11 @@
 import { existsSync } from 'node:fs';
+import type { Duplex } from 'node:stream';
 import { chown, mkdir, readdir, writeFile } from 'node:fs/promises';
 import { dirname, join, posix } from 'node:path';
 import { describeCause, isProgrammingError, ServiceError } from '@sandboxd/protocol';
-import { CANONICAL_ID_OFFSET } from '../images/types.js';
 import { isRestricted, type EgressPolicy } from '../runtime/egress-policy.js';
+import { dialUnix } from '../runtime/agent-socket.js';
+import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
 import type { ListeningPort } from '../runtime/listening.js';
 import { ExportTooLarge, type Runtime, type RuntimeStatus, type SandboxSpec, type SandboxStats, type StepRunOptions } from '../runtime/types.js';
 import { UndoStack } from '../runtime/undo.js';
@@ -105,6 +107,12 @@ export class FakeRuntime implements Runtime {
 
   agentSocket(id: string): string {
     return join(this.opts.socketDir, `${id}.sock`);
+  }
+
+  /** Its agent's socket, as CrunRuntime's: AGENT_UNAVAILABLE when no agent listens there. */
+  async dialAgent(id: string, timeoutMs = 10_000): Promise<Duplex> {
+    checkId(id);
+    return dialUnix(this.agentSocket(id), timeoutMs);
   }
 
   create(spec: SandboxSpec): Promise<void> {

@@ -1,0 +1,111 @@
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { FastifyInstance } from 'fastify';
+import { buildApp } from '../http/app.js';
+import { loadConfig } from '../config.js';
+import { Gateway } from '../gateway/gateway.js';
+import { BUILTIN_TEMPLATES } from '../images/builtin.js';
+import { ConnectionLimits } from '../services/connections.js';
+import { EventBus } from '../services/events.js';
+import type { Services } from '../services/index.js';
+import { KeyService } from '../services/keys.js';
+import { KeyedMutex } from '../services/locks.js';
+import { QuotaService } from '../services/quotas.js';
+import { SlidingWindowLimiter } from '../services/rate-limit.js';
+import { RouteTable } from '../services/routes.js';
+import { SandboxService } from '../services/sandboxes.js';
+import { TemplateService } from '../services/templates.js';
+import { TokenService } from '../services/tokens.js';
+import { SqliteStore } from '../store/sqlite.js';
+import { FakeRuntime } from './fake-runtime.js';
+
+export interface FakeAppOrg {
+  id: string;
+  /** An API key of the organization with every default scope. */
+  key: string;
+}
+
+export interface FakeApp {
+  app: FastifyInstance;
+  runtime: FakeRuntime;
+  store: SqliteStore;
+  services: Services;
+  /** Two organizations: a sandbox of one is another's 403. */
+  orgs: { a: FakeAppOrg; b: FakeAppOrg };
+  /** One request through `app.inject` with `key` as X-API-Key; the JSON body. */
+  call(key: string, method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, payload?: unknown): Promise<{ status: number; body: any }>;
+  close(): Promise<void>;
+}
+
+/**
+ * The lifecycle API as the daemon wires it (main.ts), minus what needs root: an in-memory SQLite
+ * store, the FakeRuntime (no container: its agents answer on real unix sockets), the real gateway
+ * in host mode (which opens no port per sandbox), and the built-in `base` template on a layer
+ * directory that exists but holds nothing. No warm pool ahead of time, no snapshots, no builds.
+ */
+export async function buildFakeApp(env: NodeJS.ProcessEnv = {}): Promise<FakeApp> {
+  const dir = await mkdtemp(join(tmpdir(), 'sbd-fake-app-'));
+  const config = loadConfig({ SANDBOXD_DATA_DIR: dir, SANDBOXD_GATEWAY_DOMAIN: 'sandbox.test', ...env }, { cpus: 4, memoryMb: 8192, diskGb: 100 });
+  const store = SqliteStore.open(':memory:');
+  const runtime = new FakeRuntime({ socketDir: join(dir, 'sockets') });
+  await runtime.setupHost();
+  const layersDir = join(dir, 'layers');
+  const keys = new KeyService(store);
+  const templates = new TemplateService(store);
+  const base = BUILTIN_TEMPLATES.find((t) => t.name === 'base')!;
+  const layer = { id: 'fake-base-layer', path: join(layersDir, 'fake-base-layer') };
+  await mkdir(layer.path, { recursive: true });
+  await templates.registerBuiltin(base, [layer]);
+  const tokens = new TokenService(join(dir, 'jwt-ed25519.pem'), config.tokenTtlSeconds);
+  const routes = new RouteTable();
+  const events = new EventBus();
+  const connections = new ConnectionLimits(config.connections);
+  const gateway = new Gateway({ config: config.gateway, routes, tokens, keys, portUsed: (port) => store.sandboxes.gatewayPortUsed(port), connections, log: () => undefined });
+  const createLimiter = new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
+  const quotas = new QuotaService(store, config.limits);
+  const sandboxes = new SandboxService({
+    store,
+    runtime,
+    tokens,
+    templates,
+    layerPath: (id) => join(layersDir, id),
+    gateway,
+    routes,
+    events,
+    locks: new KeyedMutex(),
+    createLimiter,
+    quotas,
+    agentReadyTimeoutMs: config.agentReadyTimeoutMs,
+    tombstoneSeconds: config.tombstoneSeconds,
+    pausedRetentionSeconds: config.pausedRetentionSeconds,
+    nodeId: 'fake-node',
+    log: () => undefined,
+  });
+  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, connections };
+  const app = await buildApp({ services });
+  const org = async (name: string): Promise<FakeAppOrg> => {
+    const o = await keys.ensureOrg(name);
+    return { id: o.id, key: (await keys.createKey(o.id)).secret };
+  };
+  const orgs = { a: await org('org-a'), b: await org('org-b') };
+  return {
+    app,
+    runtime,
+    store,
+    services,
+    orgs,
+    call: async (key, method, url, payload) => {
+      const res = await app.inject({ method, url, headers: { 'x-api-key': key }, ...(payload === undefined ? {} : { payload: payload as object }) });
+      return { status: res.statusCode, body: res.body === '' ? undefined : res.json() };
+    },
+    close: async () => {
+      await app.close();
+      await sandboxes.settle();
+      await gateway.closeAll();
+      await runtime.dispose();
+      store.close();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}

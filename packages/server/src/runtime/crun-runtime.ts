@@ -35,6 +35,8 @@ export { AGENT_STATE_DIR } from './sandbox-paths.js';
  * in canonical ownership on disk; each sandbox mounts them through idmapped mounts that show them
  * owned by its range. Its upper lives on its own disk, owned by its range.
  */
+// Every verb is async: a bad argument is a rejected promise, never a synchronous throw that a
+// caller's `.catch()` would miss.
 export class CrunRuntime implements Runtime {
   private readonly ctx: RuntimeContext;
 
@@ -86,26 +88,26 @@ export class CrunRuntime implements Runtime {
     return this.ctx.paths(id).socket;
   }
 
-  dialAgent(id: string, timeoutMs = 10_000): Promise<Socket> {
+  async dialAgent(id: string, timeoutMs = 10_000): Promise<Socket> {
     checkId(id);
     return dialUnix(this.ctx.paths(id).socket, timeoutMs);
   }
 
-  setupHost(): Promise<void> {
+  async setupHost(): Promise<void> {
     return setupHost(this.ctx);
   }
   /** Removes this runtime's bridge, nftables table and cgroup parent (tests, uninstall). */
-  teardownHost(): Promise<void> {
+  async teardownHost(): Promise<void> {
     return teardownHost(this.ctx);
   }
-  close(): Promise<void> {
+  async close(): Promise<void> {
     return closeRuntime(this.ctx);
   }
 
-  create(spec: SandboxSpec): Promise<void> {
+  async create(spec: SandboxSpec): Promise<void> {
     return create(this.ctx, spec);
   }
-  start(spec: SandboxSpec): Promise<void> {
+  async start(spec: SandboxSpec): Promise<void> {
     return start(this.ctx, spec);
   }
   async pause(id: string): Promise<void> {
@@ -114,47 +116,47 @@ export class CrunRuntime implements Runtime {
   async resume(id: string): Promise<void> {
     await setPaused(this.ctx, id, false);
   }
-  stop(id: string): Promise<void> {
+  async stop(id: string): Promise<void> {
     return stop(this.ctx, id);
   }
-  destroy(id: string): Promise<void> {
+  async destroy(id: string): Promise<void> {
     return destroy(this.ctx, id);
   }
-  setEgress(id: string, policy: EgressPolicy): Promise<void> {
+  async setEgress(id: string, policy: EgressPolicy): Promise<void> {
     return setEgress(this.ctx, id, policy);
   }
   /** The sandbox's policy as the runtime holds it (undefined: the default). */
   egressOf(id: string): EgressPolicy | undefined {
     return this.ctx.egress.of(id);
   }
-  exportLayer(id: string, dest: string, opts: { maxBytes?: number } = {}): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }> {
+  async exportLayer(id: string, dest: string, opts: { maxBytes?: number } = {}): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }> {
     return exportLayer(this.ctx, id, dest, opts);
   }
-  resetDisk(id: string, diskGb: number): Promise<void> {
+  async resetDisk(id: string, diskGb: number): Promise<void> {
     return resetDisk(this.ctx, id, diskGb);
   }
-  runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }> {
+  async runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }> {
     if (!ID_RE.test(opts.id)) throw new ServiceError('VALIDATION_ERROR', `bad step id ${opts.id}`);
     return this.ctx.withLock(`step:${opts.id}`, () => runStep(this.ctx.stepContext(), opts));
   }
 
-  status(id: string): Promise<RuntimeStatus> {
+  async status(id: string): Promise<RuntimeStatus> {
     return status(this.ctx, id);
   }
-  statuses(ids: string[]): Promise<Map<string, RuntimeStatus>> {
+  async statuses(ids: string[]): Promise<Map<string, RuntimeStatus>> {
     return statuses(this.ctx, ids);
   }
-  list(): Promise<string[]> {
+  async list(): Promise<string[]> {
     return list(this.ctx);
   }
-  stats(id: string): Promise<SandboxStats> {
+  async stats(id: string): Promise<SandboxStats> {
     return stats(this.ctx, id);
   }
-  listeningPorts(id: string): Promise<ListeningPort[]> {
+  async listeningPorts(id: string): Promise<ListeningPort[]> {
     return listeningPorts(this.ctx, id);
   }
   /** Pid (on the host) of the sandbox's init, or undefined when not running. */
-  initPid(id: string): Promise<number | undefined> {
+  async initPid(id: string): Promise<number | undefined> {
     return initPid(this.ctx, id);
   }
 
@@ -162,15 +164,15 @@ export class CrunRuntime implements Runtime {
     return this.ctx.oom.watch(onKill);
   }
   /** Resolves once watchOom has taken every sandbox's baseline and armed its trigger (tests). */
-  oomWatchReady(): Promise<void> {
+  async oomWatchReady(): Promise<void> {
     return this.ctx.oom.ready();
   }
   /** Resolves once the operations queued on sandbox `id` so far are done (tests). */
-  settled(id: string): Promise<void> {
+  async settled(id: string): Promise<void> {
     return this.ctx.withLock(id, async () => undefined);
   }
   /** Runs a command in a running sandbox (tests, benchmarks, debugging); users go through the agent. */
-  exec(id: string, argv: string[], opts: { env?: Record<string, string>; cwd?: string; input?: string } = {}): Promise<ProcResult> {
+  async exec(id: string, argv: string[], opts: { env?: Record<string, string>; cwd?: string; input?: string } = {}): Promise<ProcResult> {
     checkId(id);
     return this.ctx.crun.exec(id, argv, opts);
   }

@@ -80,6 +80,10 @@ export interface Runtime {
    * Prepares disk, overlay rootfs, network and OCI bundle, and starts the container whose PID 1 is a
    * tiny init running the agent. Resolves once the container runs (the agent may still be starting).
    * On any failure everything done so far is undone (undo stack) and the error is thrown.
+   * Idempotent by id: again on a running or paused sandbox it does nothing (whatever the spec); on
+   * an id that holds anything else (a stopped sandbox included) it takes that for the leftovers of
+   * an interrupted create and removes it first. So create only with a new id; start() boots a
+   * stopped one on its disk.
    */
   create(spec: SandboxSpec): Promise<void>;
   /** Host path of the agent's unix socket (on this machine; a remote runtime has none: dialAgent). */

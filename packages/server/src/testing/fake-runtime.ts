@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import type { Duplex } from 'node:stream';
+import type { Socket } from 'node:net';
 import { chown, mkdir, readdir, writeFile } from 'node:fs/promises';
 import { dirname, join, posix } from 'node:path';
 import { describeCause, isProgrammingError, ServiceError } from '@sandboxd/protocol';
@@ -110,7 +110,7 @@ export class FakeRuntime implements Runtime {
   }
 
   /** Its agent's socket, as CrunRuntime's: AGENT_UNAVAILABLE when no agent listens there. */
-  async dialAgent(id: string, timeoutMs = 10_000): Promise<Duplex> {
+  async dialAgent(id: string, timeoutMs = 10_000): Promise<Socket> {
     checkId(id);
     return dialUnix(this.agentSocket(id), timeoutMs);
   }

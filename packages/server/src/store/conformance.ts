@@ -253,4 +253,47 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     assert.deepEqual(got?.lineage, ['sb2', 'sb0']);
     s.close();
   });
+
+  test(`${name}: sandboxes by node: live, expired and idle ones of one node; counts per node`, async () => {
+    const s = await open();
+    const past = '2020-01-01T00:00:00.000Z';
+    await s.sandboxes.insert(sandbox('a-run', { nodeId: 'node-a', expiresAt: past }));
+    await s.sandboxes.insert(sandbox('a-idle', { nodeId: 'node-a', idleTimeoutSeconds: 60, idleCheckAt: past }));
+    await s.sandboxes.insert(sandbox('a-stopped', { nodeId: 'node-a', status: 'stopped' }));
+    await s.sandboxes.insert(sandbox('a-creating', { nodeId: 'node-a', status: 'creating' }));
+    await s.sandboxes.insert(sandbox('a-gone', { nodeId: 'node-a', status: 'deleted', expiresAt: past, deletedAt: past }));
+    await s.sandboxes.insert(sandbox('b-run', { nodeId: 'node-b', expiresAt: past }));
+    await s.sandboxes.insert(sandbox('b-idle', { nodeId: 'node-b', idleTimeoutSeconds: 60, idleCheckAt: past }));
+    await s.sandboxes.insert(sandbox('c-gone', { nodeId: 'node-c', status: 'deleted', deletedAt: past }));
+    // A single machine's rows carry its host name: the filter takes any string.
+    await s.sandboxes.insert(sandbox('host-run', { nodeId: 'Build.Host.example' }));
+    const ids = (rows: SandboxRow[]) => rows.map((r) => r.id).sort();
+    const now = new Date().toISOString();
+    assert.deepEqual(ids(await s.sandboxes.live('node-a')), ['a-creating', 'a-idle', 'a-run', 'a-stopped']);
+    assert.deepEqual(ids(await s.sandboxes.live('node-b')), ['b-idle', 'b-run']);
+    assert.deepEqual(ids(await s.sandboxes.live('Build.Host.example')), ['host-run']);
+    assert.deepEqual(await s.sandboxes.live('node-c'), []);
+    assert.deepEqual(await s.sandboxes.live(''), [], 'an empty id is a node with no sandboxes, not every node');
+    assert.deepEqual(ids(await s.sandboxes.live()), ['a-creating', 'a-idle', 'a-run', 'a-stopped', 'b-idle', 'b-run', 'host-run']);
+    assert.deepEqual(ids(await s.sandboxes.expired(now, 'node-a')), ['a-run']);
+    assert.deepEqual(ids(await s.sandboxes.expired(now, 'node-b')), ['b-run']);
+    assert.deepEqual(ids(await s.sandboxes.expired(now)), ['a-run', 'b-run']);
+    assert.deepEqual(await s.sandboxes.expired('2019-12-31T23:59:59.999Z', 'node-a'), [], 'the deadline still counts with a node');
+    assert.deepEqual(ids(await s.sandboxes.idleDue(now, 'node-a')), ['a-idle']);
+    assert.deepEqual(ids(await s.sandboxes.idleDue(now, 'node-b')), ['b-idle']);
+    assert.deepEqual(ids(await s.sandboxes.idleDue(now)), ['a-idle', 'b-idle']);
+    assert.deepEqual(await s.sandboxes.countByNode(), { 'node-a': 4, 'node-b': 2, 'Build.Host.example': 1 }, 'deleted ones are not counted; a node with none is absent');
+    // It follows the rows: one moves to deleted, one is removed.
+    const bRun = (await s.sandboxes.byId('b-run'))!;
+    await s.sandboxes.update('b-run', bRun.version, { status: 'deleted', deletedAt: now });
+    await s.sandboxes.remove('b-idle');
+    await s.sandboxes.remove('host-run');
+    assert.deepEqual(await s.sandboxes.countByNode(), { 'node-a': 4 });
+    for (const nodeId of [1, null, {}]) {
+      for (const call of [() => s.sandboxes.live(nodeId as string), () => s.sandboxes.expired(now, nodeId as string), () => s.sandboxes.idleDue(now, nodeId as string)]) {
+        await assert.rejects(call(), TypeError, `a node id of ${String(nodeId)}`);
+      }
+    }
+    s.close();
+  });
 }

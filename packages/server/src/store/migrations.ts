@@ -269,3 +269,8 @@ MIGRATIONS.push(`
   ALTER TABLE sandboxes ADD COLUMN snapshot_id TEXT;
   ALTER TABLE sandboxes ADD COLUMN lineage TEXT NOT NULL DEFAULT '[]';
 `);
+
+/** Sandboxes found by their node (issue 10): each node reconciles its own; placement counts them per node. */
+MIGRATIONS.push(`
+  CREATE INDEX IF NOT EXISTS sandboxes_node_status ON sandboxes (node_id, status);
+`);

@@ -210,3 +210,8 @@ export const PG_MIGRATIONS: string[] = [
     FOR EACH ROW EXECUTE FUNCTION previews_go_with_sandbox();
   `,
 ];
+
+/** Sandboxes found by their node (issue 10), as in migrations.ts. */
+PG_MIGRATIONS.push(`
+  CREATE INDEX IF NOT EXISTS sandboxes_node_status ON sandboxes (node_id, status);
+`);

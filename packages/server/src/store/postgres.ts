@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { StoreUnavailableError } from './errors.js';
 import { isUnavailable, migrate, Params, PgDb, type Raw } from './postgres-db.js';
 import { describeUrl, isPostgresUrl } from './postgres-url.js';
+import { checkNodeFilter } from './types.js';
 import type {
   ApiKeyRepo,
   ApiKeyRow,
@@ -311,8 +312,9 @@ class PgSandboxRepo implements SandboxRepo {
     const rows = await this.db.rows(`SELECT * FROM sandboxes WHERE ${where.join(' AND ')} ORDER BY created_at DESC, id DESC LIMIT ${p.add(f.limit)}`, p.values);
     return rows.map(sandboxFrom);
   }
-  async live() {
-    return (await this.db.rows(`SELECT * FROM sandboxes WHERE status <> 'deleted'`)).map(sandboxFrom);
+  async live(nodeId?: string) {
+    const p = new Params();
+    return (await this.db.rows(`SELECT * FROM sandboxes WHERE status <> 'deleted'${onNode(p, nodeId)}`, p.values)).map(sandboxFrom);
   }
   async update(id: string, version: number, patch: Partial<Omit<SandboxRow, 'id' | 'version'>>) {
     const p = new Params();
@@ -325,13 +327,22 @@ class PgSandboxRepo implements SandboxRepo {
     const r = await this.db.row(`UPDATE sandboxes SET ${sets.join(', ')} WHERE id = ${p.add(id)} AND version = ${p.add(version)} RETURNING *`, p.values);
     return r && sandboxFrom(r);
   }
-  async expired(now: string) {
+  async expired(now: string, nodeId?: string) {
+    const p = new Params();
+    const at = p.add(now);
     return (
-      await this.db.rows(`SELECT * FROM sandboxes WHERE status IN ('running', 'paused', 'stopped') AND expires_at IS NOT NULL AND expires_at <= $1`, [now])
+      await this.db.rows(
+        `SELECT * FROM sandboxes WHERE status IN ('running', 'paused', 'stopped') AND expires_at IS NOT NULL AND expires_at <= ${at}${onNode(p, nodeId)}`,
+        p.values,
+      )
     ).map(sandboxFrom);
   }
-  async idleDue(now: string) {
-    return (await this.db.rows(`SELECT * FROM sandboxes WHERE status = 'running' AND idle_check_at IS NOT NULL AND idle_check_at <= $1`, [now])).map(sandboxFrom);
+  async idleDue(now: string, nodeId?: string) {
+    const p = new Params();
+    const at = p.add(now);
+    return (
+      await this.db.rows(`SELECT * FROM sandboxes WHERE status = 'running' AND idle_check_at IS NOT NULL AND idle_check_at <= ${at}${onNode(p, nodeId)}`, p.values)
+    ).map(sandboxFrom);
   }
   async purgeDeleted(before: string) {
     return this.db.run(`DELETE FROM sandboxes WHERE status = 'deleted' AND deleted_at < $1`, [before]);
@@ -359,6 +370,10 @@ class PgSandboxRepo implements SandboxRepo {
     const rows = await this.db.rows(`SELECT status, count(*) AS n FROM sandboxes WHERE status <> 'deleted' GROUP BY status`);
     return Object.fromEntries(rows.map((r) => [String(r.status), Number(r.n)]));
   }
+  async countByNode(): Promise<Record<string, number>> {
+    const rows = await this.db.rows(`SELECT node_id, count(*) AS n FROM sandboxes WHERE status <> 'deleted' GROUP BY node_id`);
+    return Object.fromEntries(rows.map((r) => [String(r.node_id), Number(r.n)]));
+  }
   async countByTemplate(templateId: string) {
     const r = await this.db.row(`SELECT count(*) AS n FROM sandboxes WHERE template_id = $1 AND status <> 'deleted'`, [templateId]);
     return Number(r?.n ?? 0);
@@ -366,6 +381,12 @@ class PgSandboxRepo implements SandboxRepo {
   async remove(id: string) {
     await this.db.run('DELETE FROM sandboxes WHERE id = $1', [id]);
   }
+}
+
+/** The condition that keeps a sandbox query to one node's rows (none: every node's). */
+function onNode(p: Params, nodeId: string | undefined): string {
+  const node = checkNodeFilter(nodeId);
+  return node === undefined ? '' : ` AND node_id = ${p.add(node)}`;
 }
 
 /** An org_usage row (or the sums of all of them); none: nothing held. */

@@ -3,6 +3,7 @@ import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { MIGRATIONS } from './migrations.js';
+import { checkNodeFilter } from './types.js';
 import type {
   BuildRepo,
   BuildRow,
@@ -373,8 +374,9 @@ class SqliteSandboxRepo implements SandboxRepo {
       .all(...args) as Raw[];
     return rows.map(sandboxFrom);
   }
-  async live() {
-    return (this.db.prepare(`SELECT * FROM sandboxes WHERE status <> 'deleted'`).all() as Raw[]).map(sandboxFrom);
+  async live(nodeId?: string) {
+    const on = onNode(nodeId);
+    return (this.db.prepare(`SELECT * FROM sandboxes WHERE status <> 'deleted'${on.sql}`).all(...on.args) as Raw[]).map(sandboxFrom);
   }
   async update(id: string, version: number, patch: Partial<Omit<SandboxRow, 'id' | 'version'>>) {
     const keys = Object.keys(patch) as (keyof typeof patch)[];
@@ -386,16 +388,18 @@ class SqliteSandboxRepo implements SandboxRepo {
     if (res.changes === 0) return undefined;
     return this.byId(id);
   }
-  async expired(now: string) {
+  async expired(now: string, nodeId?: string) {
+    const on = onNode(nodeId);
     return (
       this.db
-        .prepare(`SELECT * FROM sandboxes WHERE status IN ('running','paused','stopped') AND expires_at IS NOT NULL AND expires_at <= ?`)
-        .all(now) as Raw[]
+        .prepare(`SELECT * FROM sandboxes WHERE status IN ('running','paused','stopped') AND expires_at IS NOT NULL AND expires_at <= ?${on.sql}`)
+        .all(now, ...on.args) as Raw[]
     ).map(sandboxFrom);
   }
-  async idleDue(now: string) {
+  async idleDue(now: string, nodeId?: string) {
+    const on = onNode(nodeId);
     return (
-      this.db.prepare(`SELECT * FROM sandboxes WHERE status = 'running' AND idle_check_at IS NOT NULL AND idle_check_at <= ?`).all(now) as Raw[]
+      this.db.prepare(`SELECT * FROM sandboxes WHERE status = 'running' AND idle_check_at IS NOT NULL AND idle_check_at <= ?${on.sql}`).all(now, ...on.args) as Raw[]
     ).map(sandboxFrom);
   }
   async purgeDeleted(before: string) {
@@ -422,6 +426,10 @@ class SqliteSandboxRepo implements SandboxRepo {
     const rows = this.db.prepare(`SELECT status, count(*) AS n FROM sandboxes WHERE status <> 'deleted' GROUP BY status`).all() as Raw[];
     return Object.fromEntries(rows.map((r) => [String(r.status), Number(r.n)]));
   }
+  async countByNode(): Promise<Record<string, number>> {
+    const rows = this.db.prepare(`SELECT node_id, count(*) AS n FROM sandboxes WHERE status <> 'deleted' GROUP BY node_id`).all() as Raw[];
+    return Object.fromEntries(rows.map((r) => [String(r.node_id), Number(r.n)]));
+  }
   async countByTemplate(templateId: string) {
     const r = this.db.prepare(`SELECT count(*) AS n FROM sandboxes WHERE template_id = ? AND status <> 'deleted'`).get(templateId) as Raw;
     return Number(r.n);
@@ -429,6 +437,12 @@ class SqliteSandboxRepo implements SandboxRepo {
   async remove(id: string) {
     this.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id);
   }
+}
+
+/** The condition that keeps a sandbox query to one node's rows (none: every node's). */
+function onNode(nodeId: string | undefined): { sql: string; args: string[] } {
+  const node = checkNodeFilter(nodeId);
+  return node === undefined ? { sql: '', args: [] } : { sql: ' AND node_id = ?', args: [node] };
 }
 
 /** An org_usage row (or the sums of all of them); none: nothing held. */

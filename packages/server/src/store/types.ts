@@ -161,14 +161,14 @@ export interface SandboxRepo {
   insert(row: SandboxRow): Promise<void>;
   byId(id: string): Promise<SandboxRow | undefined>;
   list(filter: SandboxListFilter): Promise<SandboxRow[]>;
-  /** Every row not deleted (all orgs), for reconciliation and the gateway. */
-  live(): Promise<SandboxRow[]>;
+  /** Every row not deleted (all orgs), for reconciliation and the gateway; with `nodeId`, that node's only. */
+  live(nodeId?: string): Promise<SandboxRow[]>;
   /** Compare-and-set on version: returns the new row, or undefined if the version moved. */
   update(id: string, version: number, patch: Partial<Omit<SandboxRow, 'id' | 'version'>>): Promise<SandboxRow | undefined>;
-  /** Live rows whose deadline is at or before `now`. */
-  expired(now: string): Promise<SandboxRow[]>;
-  /** Running sandboxes whose idle check is due. */
-  idleDue(now: string): Promise<SandboxRow[]>;
+  /** Live rows whose deadline is at or before `now` (with `nodeId`, that node's only). */
+  expired(now: string, nodeId?: string): Promise<SandboxRow[]>;
+  /** Running sandboxes whose idle check is due (with `nodeId`, that node's only). */
+  idleDue(now: string, nodeId?: string): Promise<SandboxRow[]>;
   /** Deleted rows older than `before` are removed for good. */
   purgeDeleted(before: string): Promise<number>;
   /** Whether a sandbox that is not deleted (running, paused, stopped), or a preview of one, holds this gateway port. */
@@ -178,6 +178,8 @@ export interface SandboxRepo {
   usageAll(): Promise<SandboxUsage>;
   /** Sandboxes not deleted, by status. */
   countByStatus(): Promise<Record<string, number>>;
+  /** Sandboxes not deleted, by the node that holds them (nodes with none are absent). */
+  countByNode(): Promise<Record<string, number>>;
   countByTemplate(templateId: string): Promise<number>;
   remove(id: string): Promise<void>;
 }
@@ -305,4 +307,10 @@ export interface UploadRepo {
   byFileId(orgId: string, fileId: string): Promise<UploadRow | undefined>;
   /** The latest upload of `path` by the organization. */
   byPath(orgId: string, path: string): Promise<UploadRow | undefined>;
+}
+
+/** A sandbox query's node id: any string (rows of a single machine carry its host name), or none; else a TypeError. */
+export function checkNodeFilter(nodeId: unknown): string | undefined {
+  if (nodeId !== undefined && typeof nodeId !== 'string') throw new TypeError(`a node id to filter by is a string, not ${typeof nodeId}`);
+  return nodeId;
 }

@@ -269,3 +269,36 @@ MIGRATIONS.push(`
   ALTER TABLE sandboxes ADD COLUMN snapshot_id TEXT;
   ALTER TABLE sandboxes ADD COLUMN lineage TEXT NOT NULL DEFAULT '[]';
 `);
+
+/** Sandboxes found by their node (issue 10): each node reconciles its own; placement counts them per node. */
+MIGRATIONS.push(`
+  CREATE INDEX IF NOT EXISTS sandboxes_node_status ON sandboxes (node_id, status);
+`);
+
+/**
+ * The cluster's nodes (issue 10): each registers, heartbeats with a lease and reports what it has
+ * and holds. Counts are columns (placement compares them); the warm counts are JSON.
+ */
+MIGRATIONS.push(`
+  CREATE TABLE nodes (
+    id TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('active', 'cordoned', 'draining')),
+    capacity_vcpu INTEGER NOT NULL,
+    capacity_memory_mb INTEGER NOT NULL,
+    capacity_disk_gb INTEGER NOT NULL,
+    capacity_max_sandboxes INTEGER NOT NULL,
+    usage_sandboxes INTEGER NOT NULL DEFAULT 0,
+    usage_vcpu INTEGER NOT NULL DEFAULT 0,
+    usage_memory_mb INTEGER NOT NULL DEFAULT 0,
+    usage_disk_gb INTEGER NOT NULL DEFAULT 0,
+    warm TEXT NOT NULL DEFAULT '{}',
+    layers_digest TEXT,
+    version INTEGER NOT NULL,
+    heartbeat_at TEXT NOT NULL,
+    lease_expires_at TEXT NOT NULL,
+    registered_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+  );
+  CREATE INDEX nodes_lease ON nodes (lease_expires_at);
+`);

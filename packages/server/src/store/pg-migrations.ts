@@ -210,3 +210,33 @@ export const PG_MIGRATIONS: string[] = [
     FOR EACH ROW EXECUTE FUNCTION previews_go_with_sandbox();
   `,
 ];
+
+/** Sandboxes found by their node (issue 10), as in migrations.ts. */
+PG_MIGRATIONS.push(`
+  CREATE INDEX IF NOT EXISTS sandboxes_node_status ON sandboxes (node_id, status);
+`);
+
+/** The cluster's nodes (issue 10), as in migrations.ts. */
+PG_MIGRATIONS.push(`
+  CREATE TABLE nodes (
+    id text COLLATE "C" PRIMARY KEY,
+    url text NOT NULL,
+    status text NOT NULL CHECK (status IN ('active', 'cordoned', 'draining')),
+    capacity_vcpu bigint NOT NULL,
+    capacity_memory_mb bigint NOT NULL,
+    capacity_disk_gb bigint NOT NULL,
+    capacity_max_sandboxes bigint NOT NULL,
+    usage_sandboxes bigint NOT NULL DEFAULT 0,
+    usage_vcpu bigint NOT NULL DEFAULT 0,
+    usage_memory_mb bigint NOT NULL DEFAULT 0,
+    usage_disk_gb bigint NOT NULL DEFAULT 0,
+    warm jsonb NOT NULL DEFAULT '{}',
+    layers_digest text,
+    version integer NOT NULL,
+    heartbeat_at text COLLATE "C" NOT NULL,
+    lease_expires_at text COLLATE "C" NOT NULL,
+    registered_at text COLLATE "C" NOT NULL,
+    updated_at text COLLATE "C" NOT NULL
+  );
+  CREATE INDEX nodes_lease ON nodes (lease_expires_at);
+`);

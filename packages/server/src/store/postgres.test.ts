@@ -78,16 +78,20 @@ test('rows order and page by bytes, as in SQLite, in a database whose own collat
         status: 'active', isPublic: true, buildId: null, features: [], tags: [], layers: [], env: {}, workdir: null, errorMessage: null, createdAt: at, updatedAt: at,
       });
     }
+    for (const id of ['b', 'a1', 'a-2', '9z']) await s.nodes.register({ id, url: 'http://10.0.0.1:7000', capacity: { vcpu: 1, memoryMb: 1, diskGb: 1, maxSandboxes: 1 } }, 1000, at);
   }
   const [fromPg, fromSqlite] = await Promise.all(
     both.map(async (s) => ({
       all: (await s.sandboxes.list({ orgId: 'org_a', limit: 100 })).map((r) => r.id),
       page: (await s.sandboxes.list({ orgId: 'org_a', limit: 100, after: { createdAt: at, id: 'sb_a' } })).map((r) => r.id),
       templates: (await s.templates.list('org_a')).map((t) => t.name),
+      nodes: (await s.nodes.list()).map((n) => n.id),
+      live: (await s.nodes.live(at)).map((n) => n.id),
     })),
   );
   assert.deepEqual(fromPg, fromSqlite);
   assert.deepEqual(fromPg!.all, ['later', 'sba', 'sb_c', 'sb_a', 'sbB_', 'sbB', 'sb-1']);
+  assert.deepEqual(fromPg!.nodes, ['9z', 'a-2', 'a1', 'b']);
   sqlite.close();
 });
 

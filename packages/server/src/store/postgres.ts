@@ -3,12 +3,18 @@ import { randomUUID } from 'node:crypto';
 import { StoreUnavailableError } from './errors.js';
 import { isUnavailable, migrate, Params, PgDb, type Raw } from './postgres-db.js';
 import { describeUrl, isPostgresUrl } from './postgres-url.js';
+import { checkLeaseMs, checkNodeFilter, checkNodeId, checkNodeRegistration, checkNodeReport, checkNodeStatus, checkNow } from './types.js';
 import type {
   ApiKeyRepo,
   ApiKeyRow,
   BuildRepo,
   BuildRow,
   LimitOverrides,
+  NodeRegistration,
+  NodeReport,
+  NodeRepo,
+  NodeRow,
+  NodeStatus,
   OrgRepo,
   OrgRow,
   PreviewRepo,
@@ -311,8 +317,9 @@ class PgSandboxRepo implements SandboxRepo {
     const rows = await this.db.rows(`SELECT * FROM sandboxes WHERE ${where.join(' AND ')} ORDER BY created_at DESC, id DESC LIMIT ${p.add(f.limit)}`, p.values);
     return rows.map(sandboxFrom);
   }
-  async live() {
-    return (await this.db.rows(`SELECT * FROM sandboxes WHERE status <> 'deleted'`)).map(sandboxFrom);
+  async live(nodeId?: string) {
+    const p = new Params();
+    return (await this.db.rows(`SELECT * FROM sandboxes WHERE status <> 'deleted'${onNode(p, nodeId)}`, p.values)).map(sandboxFrom);
   }
   async update(id: string, version: number, patch: Partial<Omit<SandboxRow, 'id' | 'version'>>) {
     const p = new Params();
@@ -325,13 +332,22 @@ class PgSandboxRepo implements SandboxRepo {
     const r = await this.db.row(`UPDATE sandboxes SET ${sets.join(', ')} WHERE id = ${p.add(id)} AND version = ${p.add(version)} RETURNING *`, p.values);
     return r && sandboxFrom(r);
   }
-  async expired(now: string) {
+  async expired(now: string, nodeId?: string) {
+    const p = new Params();
+    const at = p.add(now);
     return (
-      await this.db.rows(`SELECT * FROM sandboxes WHERE status IN ('running', 'paused', 'stopped') AND expires_at IS NOT NULL AND expires_at <= $1`, [now])
+      await this.db.rows(
+        `SELECT * FROM sandboxes WHERE status IN ('running', 'paused', 'stopped') AND expires_at IS NOT NULL AND expires_at <= ${at}${onNode(p, nodeId)}`,
+        p.values,
+      )
     ).map(sandboxFrom);
   }
-  async idleDue(now: string) {
-    return (await this.db.rows(`SELECT * FROM sandboxes WHERE status = 'running' AND idle_check_at IS NOT NULL AND idle_check_at <= $1`, [now])).map(sandboxFrom);
+  async idleDue(now: string, nodeId?: string) {
+    const p = new Params();
+    const at = p.add(now);
+    return (
+      await this.db.rows(`SELECT * FROM sandboxes WHERE status = 'running' AND idle_check_at IS NOT NULL AND idle_check_at <= ${at}${onNode(p, nodeId)}`, p.values)
+    ).map(sandboxFrom);
   }
   async purgeDeleted(before: string) {
     return this.db.run(`DELETE FROM sandboxes WHERE status = 'deleted' AND deleted_at < $1`, [before]);
@@ -359,6 +375,10 @@ class PgSandboxRepo implements SandboxRepo {
     const rows = await this.db.rows(`SELECT status, count(*) AS n FROM sandboxes WHERE status <> 'deleted' GROUP BY status`);
     return Object.fromEntries(rows.map((r) => [String(r.status), Number(r.n)]));
   }
+  async countByNode(): Promise<Record<string, number>> {
+    const rows = await this.db.rows(`SELECT node_id, count(*) AS n FROM sandboxes WHERE status <> 'deleted' GROUP BY node_id`);
+    return Object.fromEntries(rows.map((r) => [String(r.node_id), Number(r.n)]));
+  }
   async countByTemplate(templateId: string) {
     const r = await this.db.row(`SELECT count(*) AS n FROM sandboxes WHERE template_id = $1 AND status <> 'deleted'`, [templateId]);
     return Number(r?.n ?? 0);
@@ -366,6 +386,12 @@ class PgSandboxRepo implements SandboxRepo {
   async remove(id: string) {
     await this.db.run('DELETE FROM sandboxes WHERE id = $1', [id]);
   }
+}
+
+/** The condition that keeps a sandbox query to one node's rows (none: every node's). */
+function onNode(p: Params, nodeId: string | undefined): string {
+  const node = checkNodeFilter(nodeId);
+  return node === undefined ? '' : ` AND node_id = ${p.add(node)}`;
 }
 
 /** An org_usage row (or the sums of all of them); none: nothing held. */
@@ -596,6 +622,106 @@ class PgSnapshotRepo implements SnapshotRepo {
   }
 }
 
+function nodeFrom(r: Raw): NodeRow {
+  return {
+    id: String(r.id),
+    url: String(r.url),
+    status: String(r.status) as NodeStatus,
+    capacity: {
+      vcpu: Number(r.capacity_vcpu),
+      memoryMb: Number(r.capacity_memory_mb),
+      diskGb: Number(r.capacity_disk_gb),
+      maxSandboxes: Number(r.capacity_max_sandboxes),
+    },
+    usage: { sandboxes: Number(r.usage_sandboxes), vcpu: Number(r.usage_vcpu), memoryMb: Number(r.usage_memory_mb), diskGb: Number(r.usage_disk_gb) },
+    warm: r.warm as Record<string, number>,
+    layersDigest: str(r.layers_digest),
+    version: Number(r.version),
+    heartbeatAt: String(r.heartbeat_at),
+    leaseExpiresAt: String(r.lease_expires_at),
+    registeredAt: String(r.registered_at),
+    updatedAt: String(r.updated_at),
+  };
+}
+
+/** A timestamptz as the rows carry times: toISOString()'s text, in UTC to the millisecond. */
+const iso = (t: string): string => `to_char((${t}) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
+
+/**
+ * The time a node statement runs at: the caller's `now` if it gave one, else the database server's
+ * clock (the one every replica shares). Adds `now` to `p`; `at` and `lease` are SQL of the query.
+ */
+function clock(p: Params, now: string | undefined, leaseMs?: number): { at: string; lease: string } {
+  const at = `coalesce(${p.add(checkNow(now) ?? null)}::timestamptz, now())`;
+  const lease = leaseMs === undefined ? '' : iso(`${at} + ${p.add(checkLeaseMs(leaseMs))}::bigint * interval '1 millisecond'`);
+  return { at: iso(at), lease };
+}
+
+class PgNodeRepo implements NodeRepo {
+  constructor(private db: PgDb) {}
+  async register(node: NodeRegistration, leaseMs: number, now?: string) {
+    const n = checkNodeRegistration(node);
+    const p = new Params();
+    const { at, lease } = clock(p, now, leaseMs);
+    const c = n.capacity;
+    const r = await this.db.row(
+      `INSERT INTO nodes (id, url, status, capacity_vcpu, capacity_memory_mb, capacity_disk_gb, capacity_max_sandboxes, version,
+         heartbeat_at, lease_expires_at, registered_at, updated_at)
+       VALUES (${p.add(n.id)}, ${p.add(n.url)}, 'active', ${p.add(c.vcpu)}, ${p.add(c.memoryMb)}, ${p.add(c.diskGb)}, ${p.add(c.maxSandboxes)}, 0,
+         ${at}, ${lease}, ${at}, ${at})
+       ON CONFLICT (id) DO UPDATE SET url = excluded.url, capacity_vcpu = excluded.capacity_vcpu,
+         capacity_memory_mb = excluded.capacity_memory_mb, capacity_disk_gb = excluded.capacity_disk_gb,
+         capacity_max_sandboxes = excluded.capacity_max_sandboxes, version = nodes.version + 1,
+         heartbeat_at = excluded.heartbeat_at, lease_expires_at = excluded.lease_expires_at, updated_at = excluded.updated_at
+       RETURNING *`,
+      p.values,
+    );
+    return nodeFrom(r!);
+  }
+  async heartbeat(id: string, report: NodeReport, leaseMs: number, now?: string) {
+    const node = checkNodeId(id);
+    const rep = checkNodeReport(report);
+    const p = new Params();
+    const { at, lease } = clock(p, now, leaseMs);
+    const u = rep.usage;
+    const c = rep.capacity;
+    // Only a row that exists is changed: a node the operator removed does not come back this way.
+    const r = await this.db.row(
+      `UPDATE nodes SET usage_sandboxes = ${p.add(u.sandboxes)}, usage_vcpu = ${p.add(u.vcpu)}, usage_memory_mb = ${p.add(u.memoryMb)},
+         usage_disk_gb = ${p.add(u.diskGb)}, warm = ${p.add(jsonb(rep.warm))}, layers_digest = ${p.add(rep.layersDigest)},
+         capacity_vcpu = coalesce(${p.add(c?.vcpu ?? null)}, capacity_vcpu), capacity_memory_mb = coalesce(${p.add(c?.memoryMb ?? null)}, capacity_memory_mb),
+         capacity_disk_gb = coalesce(${p.add(c?.diskGb ?? null)}, capacity_disk_gb),
+         capacity_max_sandboxes = coalesce(${p.add(c?.maxSandboxes ?? null)}, capacity_max_sandboxes),
+         version = version + 1, heartbeat_at = ${at}, lease_expires_at = ${lease}, updated_at = ${at}
+       WHERE id = ${p.add(node)} RETURNING *`,
+      p.values,
+    );
+    return r && nodeFrom(r);
+  }
+  async byId(id: string) {
+    const r = await this.db.row('SELECT * FROM nodes WHERE id = $1', [checkNodeId(id)]);
+    return r && nodeFrom(r);
+  }
+  async list() {
+    return (await this.db.rows('SELECT * FROM nodes ORDER BY id')).map(nodeFrom);
+  }
+  async live(now?: string) {
+    const p = new Params();
+    const { at } = clock(p, now);
+    return (await this.db.rows(`SELECT * FROM nodes WHERE lease_expires_at > ${at} ORDER BY id`, p.values)).map(nodeFrom);
+  }
+  async setStatus(id: string, status: NodeStatus) {
+    const node = checkNodeId(id);
+    const to = checkNodeStatus(status);
+    const p = new Params();
+    const { at } = clock(p, undefined);
+    return (await this.db.run(`UPDATE nodes SET status = ${p.add(to)}, version = version + 1, updated_at = ${at} WHERE id = ${p.add(node)}`, p.values)) > 0;
+  }
+  async remove(id: string) {
+    return (await this.db.run('DELETE FROM nodes WHERE id = $1', [checkNodeId(id)])) > 0;
+  }
+}
+
 export interface PostgresStoreOptions {
   /** Connections the pool opens at most (default 10). */
   maxConnections?: number;
@@ -614,6 +740,7 @@ export class PostgresStore implements Store {
   readonly uploads: UploadRepo;
   readonly previews: PreviewRepo;
   readonly snapshots: SnapshotRepo;
+  readonly nodes: NodeRepo;
   readonly kv: Store['kv'];
   private readonly db: PgDb;
   private ending: Promise<void> | undefined;
@@ -629,6 +756,7 @@ export class PostgresStore implements Store {
     this.uploads = new PgUploadRepo(db);
     this.previews = new PgPreviewRepo(db);
     this.snapshots = new PgSnapshotRepo(db);
+    this.nodes = new PgNodeRepo(db);
     this.kv = {
       get: async (key) => str((await db.row('SELECT value FROM kv WHERE key = $1', [key]))?.value) ?? undefined,
       set: async (key, value) => {

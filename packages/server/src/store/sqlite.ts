@@ -3,6 +3,7 @@ import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { MIGRATIONS } from './migrations.js';
+import { checkLeaseMs, checkNodeFilter, checkNodeId, checkNodeRegistration, checkNodeReport, checkNodeStatus, checkNow } from './types.js';
 import type {
   BuildRepo,
   BuildRow,
@@ -11,6 +12,11 @@ import type {
   ApiKeyRepo,
   ApiKeyRow,
   LimitOverrides,
+  NodeRegistration,
+  NodeReport,
+  NodeRepo,
+  NodeRow,
+  NodeStatus,
   OrgRepo,
   OrgRow,
   PreviewRepo,
@@ -373,8 +379,9 @@ class SqliteSandboxRepo implements SandboxRepo {
       .all(...args) as Raw[];
     return rows.map(sandboxFrom);
   }
-  async live() {
-    return (this.db.prepare(`SELECT * FROM sandboxes WHERE status <> 'deleted'`).all() as Raw[]).map(sandboxFrom);
+  async live(nodeId?: string) {
+    const on = onNode(nodeId);
+    return (this.db.prepare(`SELECT * FROM sandboxes WHERE status <> 'deleted'${on.sql}`).all(...on.args) as Raw[]).map(sandboxFrom);
   }
   async update(id: string, version: number, patch: Partial<Omit<SandboxRow, 'id' | 'version'>>) {
     const keys = Object.keys(patch) as (keyof typeof patch)[];
@@ -386,16 +393,18 @@ class SqliteSandboxRepo implements SandboxRepo {
     if (res.changes === 0) return undefined;
     return this.byId(id);
   }
-  async expired(now: string) {
+  async expired(now: string, nodeId?: string) {
+    const on = onNode(nodeId);
     return (
       this.db
-        .prepare(`SELECT * FROM sandboxes WHERE status IN ('running','paused','stopped') AND expires_at IS NOT NULL AND expires_at <= ?`)
-        .all(now) as Raw[]
+        .prepare(`SELECT * FROM sandboxes WHERE status IN ('running','paused','stopped') AND expires_at IS NOT NULL AND expires_at <= ?${on.sql}`)
+        .all(now, ...on.args) as Raw[]
     ).map(sandboxFrom);
   }
-  async idleDue(now: string) {
+  async idleDue(now: string, nodeId?: string) {
+    const on = onNode(nodeId);
     return (
-      this.db.prepare(`SELECT * FROM sandboxes WHERE status = 'running' AND idle_check_at IS NOT NULL AND idle_check_at <= ?`).all(now) as Raw[]
+      this.db.prepare(`SELECT * FROM sandboxes WHERE status = 'running' AND idle_check_at IS NOT NULL AND idle_check_at <= ?${on.sql}`).all(now, ...on.args) as Raw[]
     ).map(sandboxFrom);
   }
   async purgeDeleted(before: string) {
@@ -422,6 +431,10 @@ class SqliteSandboxRepo implements SandboxRepo {
     const rows = this.db.prepare(`SELECT status, count(*) AS n FROM sandboxes WHERE status <> 'deleted' GROUP BY status`).all() as Raw[];
     return Object.fromEntries(rows.map((r) => [String(r.status), Number(r.n)]));
   }
+  async countByNode(): Promise<Record<string, number>> {
+    const rows = this.db.prepare(`SELECT node_id, count(*) AS n FROM sandboxes WHERE status <> 'deleted' GROUP BY node_id`).all() as Raw[];
+    return Object.fromEntries(rows.map((r) => [String(r.node_id), Number(r.n)]));
+  }
   async countByTemplate(templateId: string) {
     const r = this.db.prepare(`SELECT count(*) AS n FROM sandboxes WHERE template_id = ? AND status <> 'deleted'`).get(templateId) as Raw;
     return Number(r.n);
@@ -429,6 +442,12 @@ class SqliteSandboxRepo implements SandboxRepo {
   async remove(id: string) {
     this.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id);
   }
+}
+
+/** The condition that keeps a sandbox query to one node's rows (none: every node's). */
+function onNode(nodeId: string | undefined): { sql: string; args: string[] } {
+  const node = checkNodeFilter(nodeId);
+  return node === undefined ? { sql: '', args: [] } : { sql: ' AND node_id = ?', args: [node] };
 }
 
 /** An org_usage row (or the sums of all of them); none: nothing held. */
@@ -661,6 +680,106 @@ class SqliteSnapshotRepo implements SnapshotRepo {
   }
 }
 
+function nodeFrom(r: Raw): NodeRow {
+  return {
+    id: String(r.id),
+    url: String(r.url),
+    status: String(r.status) as NodeStatus,
+    capacity: {
+      vcpu: Number(r.capacity_vcpu),
+      memoryMb: Number(r.capacity_memory_mb),
+      diskGb: Number(r.capacity_disk_gb),
+      maxSandboxes: Number(r.capacity_max_sandboxes),
+    },
+    usage: { sandboxes: Number(r.usage_sandboxes), vcpu: Number(r.usage_vcpu), memoryMb: Number(r.usage_memory_mb), diskGb: Number(r.usage_disk_gb) },
+    warm: json<Record<string, number>>(r.warm),
+    layersDigest: (r.layers_digest as string | null) ?? null,
+    version: Number(r.version),
+    heartbeatAt: String(r.heartbeat_at),
+    leaseExpiresAt: String(r.lease_expires_at),
+    registeredAt: String(r.registered_at),
+    updatedAt: String(r.updated_at),
+  };
+}
+
+/** `now` (checked) or this process's clock, which is the database's; and when a lease from it ends. */
+function leaseFrom(now: string | undefined, leaseMs: number): { at: string; expires: string } {
+  const at = checkNow(now) ?? new Date().toISOString();
+  return { at, expires: new Date(Date.parse(at) + checkLeaseMs(leaseMs)).toISOString() };
+}
+
+class SqliteNodeRepo implements NodeRepo {
+  constructor(private db: Statements) {}
+  async register(node: NodeRegistration, leaseMs: number, now?: string) {
+    const n = checkNodeRegistration(node);
+    const { at, expires } = leaseFrom(now, leaseMs);
+    const r = this.db
+      .prepare(
+        `INSERT INTO nodes (id, url, status, capacity_vcpu, capacity_memory_mb, capacity_disk_gb, capacity_max_sandboxes, version,
+           heartbeat_at, lease_expires_at, registered_at, updated_at)
+         VALUES (?, ?, 'active', ?, ?, ?, ?, 0, ?, ?, ?, ?)
+         ON CONFLICT (id) DO UPDATE SET url = excluded.url, capacity_vcpu = excluded.capacity_vcpu,
+           capacity_memory_mb = excluded.capacity_memory_mb, capacity_disk_gb = excluded.capacity_disk_gb,
+           capacity_max_sandboxes = excluded.capacity_max_sandboxes, version = nodes.version + 1,
+           heartbeat_at = excluded.heartbeat_at, lease_expires_at = excluded.lease_expires_at, updated_at = excluded.updated_at
+         RETURNING *`,
+      )
+      .get(n.id, n.url, n.capacity.vcpu, n.capacity.memoryMb, n.capacity.diskGb, n.capacity.maxSandboxes, at, expires, at, at) as Raw;
+    return nodeFrom(r);
+  }
+  async heartbeat(id: string, report: NodeReport, leaseMs: number, now?: string) {
+    const node = checkNodeId(id);
+    const rep = checkNodeReport(report);
+    const { at, expires } = leaseFrom(now, leaseMs);
+    const c = rep.capacity;
+    // Only a row that exists is changed: a node the operator removed does not come back this way.
+    const r = this.db
+      .prepare(
+        `UPDATE nodes SET usage_sandboxes = ?, usage_vcpu = ?, usage_memory_mb = ?, usage_disk_gb = ?, warm = ?, layers_digest = ?,
+           capacity_vcpu = coalesce(?, capacity_vcpu), capacity_memory_mb = coalesce(?, capacity_memory_mb),
+           capacity_disk_gb = coalesce(?, capacity_disk_gb), capacity_max_sandboxes = coalesce(?, capacity_max_sandboxes),
+           version = version + 1, heartbeat_at = ?, lease_expires_at = ?, updated_at = ?
+         WHERE id = ? RETURNING *`,
+      )
+      .get(
+        rep.usage.sandboxes,
+        rep.usage.vcpu,
+        rep.usage.memoryMb,
+        rep.usage.diskGb,
+        JSON.stringify(rep.warm),
+        rep.layersDigest,
+        c?.vcpu ?? null,
+        c?.memoryMb ?? null,
+        c?.diskGb ?? null,
+        c?.maxSandboxes ?? null,
+        at,
+        expires,
+        at,
+        node,
+      ) as Raw | undefined;
+    return r && nodeFrom(r);
+  }
+  async byId(id: string) {
+    const r = this.db.prepare('SELECT * FROM nodes WHERE id = ?').get(checkNodeId(id)) as Raw | undefined;
+    return r && nodeFrom(r);
+  }
+  async list() {
+    return (this.db.prepare('SELECT * FROM nodes ORDER BY id').all() as Raw[]).map(nodeFrom);
+  }
+  async live(now?: string) {
+    const at = checkNow(now) ?? new Date().toISOString();
+    return (this.db.prepare('SELECT * FROM nodes WHERE lease_expires_at > ? ORDER BY id').all(at) as Raw[]).map(nodeFrom);
+  }
+  async setStatus(id: string, status: NodeStatus) {
+    const node = checkNodeId(id);
+    const to = checkNodeStatus(status);
+    return this.db.prepare('UPDATE nodes SET status = ?, version = version + 1, updated_at = ? WHERE id = ?').run(to, new Date().toISOString(), node).changes > 0;
+  }
+  async remove(id: string) {
+    return this.db.prepare('DELETE FROM nodes WHERE id = ?').run(checkNodeId(id)).changes > 0;
+  }
+}
+
 export class SqliteStore implements Store {
   readonly orgs: OrgRepo;
   readonly keys: ApiKeyRepo;
@@ -670,6 +789,7 @@ export class SqliteStore implements Store {
   readonly uploads: UploadRepo;
   readonly previews: PreviewRepo;
   readonly snapshots: SnapshotRepo;
+  readonly nodes: NodeRepo;
   readonly kv: Store['kv'];
   constructor(readonly db: Db) {
     const st = new Statements(db);
@@ -681,6 +801,7 @@ export class SqliteStore implements Store {
     this.uploads = new SqliteUploadRepo(st);
     this.previews = new SqlitePreviewRepo(st);
     this.snapshots = new SqliteSnapshotRepo(st);
+    this.nodes = new SqliteNodeRepo(st);
     this.kv = {
       get: async (key) => (st.prepare('SELECT value FROM kv WHERE key = ?').get(key) as Raw | undefined)?.value as string | undefined,
       set: async (key, value) => {

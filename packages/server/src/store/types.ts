@@ -161,14 +161,14 @@ export interface SandboxRepo {
   insert(row: SandboxRow): Promise<void>;
   byId(id: string): Promise<SandboxRow | undefined>;
   list(filter: SandboxListFilter): Promise<SandboxRow[]>;
-  /** Every row not deleted (all orgs), for reconciliation and the gateway. */
-  live(): Promise<SandboxRow[]>;
+  /** Every row not deleted (all orgs), for reconciliation and the gateway; with `nodeId`, that node's only. */
+  live(nodeId?: string): Promise<SandboxRow[]>;
   /** Compare-and-set on version: returns the new row, or undefined if the version moved. */
   update(id: string, version: number, patch: Partial<Omit<SandboxRow, 'id' | 'version'>>): Promise<SandboxRow | undefined>;
-  /** Live rows whose deadline is at or before `now`. */
-  expired(now: string): Promise<SandboxRow[]>;
-  /** Running sandboxes whose idle check is due. */
-  idleDue(now: string): Promise<SandboxRow[]>;
+  /** Live rows whose deadline is at or before `now` (with `nodeId`, that node's only). */
+  expired(now: string, nodeId?: string): Promise<SandboxRow[]>;
+  /** Running sandboxes whose idle check is due (with `nodeId`, that node's only). */
+  idleDue(now: string, nodeId?: string): Promise<SandboxRow[]>;
   /** Deleted rows older than `before` are removed for good. */
   purgeDeleted(before: string): Promise<number>;
   /** Whether a sandbox that is not deleted (running, paused, stopped), or a preview of one, holds this gateway port. */
@@ -178,6 +178,8 @@ export interface SandboxRepo {
   usageAll(): Promise<SandboxUsage>;
   /** Sandboxes not deleted, by status. */
   countByStatus(): Promise<Record<string, number>>;
+  /** Sandboxes not deleted, by the node that holds them (nodes with none are absent). */
+  countByNode(): Promise<Record<string, number>>;
   countByTemplate(templateId: string): Promise<number>;
   remove(id: string): Promise<void>;
 }
@@ -254,6 +256,7 @@ export interface Store {
   uploads: UploadRepo;
   previews: PreviewRepo;
   snapshots: SnapshotRepo;
+  nodes: NodeRepo;
   /** Small persistent key/value settings (e.g. counters of the build rate limit). */
   kv: { get(key: string): Promise<string | undefined>; set(key: string, value: string): Promise<void> };
   close(): void;
@@ -305,4 +308,206 @@ export interface UploadRepo {
   byFileId(orgId: string, fileId: string): Promise<UploadRow | undefined>;
   /** The latest upload of `path` by the organization. */
   byPath(orgId: string, path: string): Promise<UploadRow | undefined>;
+}
+
+/** A sandbox query's node id: any string (rows of a single machine carry its host name), or none; else a TypeError. */
+export function checkNodeFilter(nodeId: unknown): string | undefined {
+  if (nodeId !== undefined && typeof nodeId !== 'string') throw new TypeError(`a node id to filter by is a string, not ${typeof nodeId}`);
+  return nodeId;
+}
+
+/**
+ * What the operator wants of a node: `active` takes new sandboxes; `cordoned` takes nothing new;
+ * `draining` takes nothing new and its sandboxes are let end. The node never sets it.
+ */
+export type NodeStatus = 'active' | 'cordoned' | 'draining';
+
+export const NODE_STATUSES: readonly NodeStatus[] = ['active', 'cordoned', 'draining'];
+
+/** What a node has in all (it reports it; the operator's overcommit ratio applies on top). */
+export interface NodeCapacity {
+  vcpu: number;
+  memoryMb: number;
+  diskGb: number;
+  maxSandboxes: number;
+}
+
+/** What a node says it holds now. */
+export interface NodeUsage {
+  sandboxes: number;
+  vcpu: number;
+  memoryMb: number;
+  diskGb: number;
+}
+
+/** What a node sends with each heartbeat. */
+export interface NodeReport {
+  usage: NodeUsage;
+  /** Warm-pool key → sandboxes ready for it. */
+  warm: Record<string, number>;
+  /** A digest of the set of layers the node holds (the list is too long for every heartbeat): it changes when the set does. */
+  layersDigest: string | null;
+  /** Sent when it changed (a disk grown, say); else the registered one stays. */
+  capacity?: NodeCapacity;
+}
+
+/** What a node says of itself when it starts. */
+export interface NodeRegistration {
+  /** A DNS label: [a-z0-9-], at most 63, no hyphen at either end. */
+  id: string;
+  /** The base URL of the node's API (http or https). */
+  url: string;
+  capacity: NodeCapacity;
+}
+
+/** A machine that hosts sandboxes (`sandboxd node`), as it registered and last reported. */
+export interface NodeRow {
+  id: string;
+  url: string;
+  status: NodeStatus;
+  capacity: NodeCapacity;
+  usage: NodeUsage;
+  warm: Record<string, number>;
+  layersDigest: string | null;
+  /** Moves on every write of the row (registration, heartbeat, status). */
+  version: number;
+  heartbeatAt: string;
+  /** Past this the node is presumed lost: it has not heartbeaten in time. */
+  leaseExpiresAt: string;
+  /** Its first registration (a re-registration keeps it). */
+  registeredAt: string;
+  updatedAt: string;
+}
+
+/**
+ * The cluster's nodes. Times are the store's clock unless `now` (ISO-8601) is given: in PostgreSQL
+ * the database server's, the one clock that nodes and control replicas on different machines share,
+ * so a lease does not depend on how well their clocks agree. Bad input is a TypeError, before SQL.
+ */
+export interface NodeRepo {
+  /**
+   * Adds the node (status `active`, nothing reported yet) or, if it is known, takes its new URL and
+   * capacity. Either way its lease starts anew. The status stays: a cordoned node that restarts
+   * stays cordoned; what it reported stays until its next heartbeat.
+   */
+  register(node: NodeRegistration, leaseMs: number, now?: string): Promise<NodeRow>;
+  /**
+   * Takes the report and extends the lease to `now + leaseMs`. A node that is not registered (or was
+   * removed) gets undefined and no row: it must register again, explicitly.
+   */
+  heartbeat(id: string, report: NodeReport, leaseMs: number, now?: string): Promise<NodeRow | undefined>;
+  byId(id: string): Promise<NodeRow | undefined>;
+  /** Every node, by id. */
+  list(): Promise<NodeRow[]>;
+  /** Nodes whose lease runs past `now`, whatever their status, by id. */
+  live(now?: string): Promise<NodeRow[]>;
+  /** Whether the node exists (its status is then `status`). */
+  setStatus(id: string, status: NodeStatus): Promise<boolean>;
+  /** Forgets the node; whether it existed. Its sandboxes' rows are left as they are. */
+  remove(id: string): Promise<boolean>;
+}
+
+/*
+ * The checks both stores make of a node's input before any SQL: what a node sends is checked once,
+ * here, the same way for SQLite and PostgreSQL (a bad status or a 10 kB id never reaches a table).
+ */
+
+const NODE_ID = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
+const MAX_LEASE_MS = 24 * 3600 * 1000;
+const MAX_URL_LENGTH = 2048;
+const MAX_WARM_KEYS = 1024;
+const MAX_WARM_KEY_LENGTH = 256;
+const LAYERS_DIGEST = /^[\x21-\x7e]{1,256}$/;
+
+const shown = (v: unknown): string => (typeof v === 'string' ? JSON.stringify(v.length > 80 ? `${v.slice(0, 80)}…` : v) : typeof v);
+
+export function checkNodeId(id: unknown): string {
+  if (typeof id !== 'string' || !NODE_ID.test(id)) {
+    throw new TypeError(`a node id is a DNS label ([a-z0-9-], 1 to 63 characters, no hyphen at either end), not ${shown(id)}`);
+  }
+  return id;
+}
+
+export function checkNodeStatus(status: unknown): NodeStatus {
+  if (!NODE_STATUSES.includes(status as NodeStatus)) throw new TypeError(`a node's status is one of ${NODE_STATUSES.join(', ')}, not ${shown(status)}`);
+  return status as NodeStatus;
+}
+
+
+export function checkLeaseMs(leaseMs: unknown): number {
+  if (!Number.isSafeInteger(leaseMs) || (leaseMs as number) < 1 || (leaseMs as number) > MAX_LEASE_MS) {
+    throw new TypeError(`a lease is a whole number of milliseconds from 1 to ${MAX_LEASE_MS}, not ${String(leaseMs)}`);
+  }
+  return leaseMs as number;
+}
+
+/** `now` as the stores write times (toISOString), or undefined for the store's own clock. */
+export function checkNow(now: unknown): string | undefined {
+  if (now === undefined) return undefined;
+  const at = typeof now === 'string' ? new Date(now) : undefined;
+  if (!at || Number.isNaN(at.getTime())) throw new TypeError(`now is an ISO-8601 time, not ${shown(now)}`);
+  return at.toISOString();
+}
+
+function count(v: unknown, what: string): number {
+  if (!Number.isSafeInteger(v) || (v as number) < 0) throw new TypeError(`${what} is a whole number, 0 or more, not ${String(v)}`);
+  return v as number;
+}
+
+function record(v: unknown, what: string): Record<string, unknown> {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new TypeError(`${what} is an object, not ${Array.isArray(v) ? 'an array' : shown(v)}`);
+  return v as Record<string, unknown>;
+}
+
+export function checkNodeCapacity(v: unknown): NodeCapacity {
+  const c = record(v, "a node's capacity");
+  return {
+    vcpu: count(c.vcpu, 'capacity.vcpu'),
+    memoryMb: count(c.memoryMb, 'capacity.memoryMb'),
+    diskGb: count(c.diskGb, 'capacity.diskGb'),
+    maxSandboxes: count(c.maxSandboxes, 'capacity.maxSandboxes'),
+  };
+}
+
+function parseUrl(text: string): URL | undefined {
+  try {
+    return new URL(text);
+  } catch {
+    return undefined;
+  }
+}
+
+export function checkNodeRegistration(v: unknown): NodeRegistration {
+  const r = record(v, 'a node registration');
+  const id = checkNodeId(r.id);
+  const url = typeof r.url === 'string' && r.url.length <= MAX_URL_LENGTH ? parseUrl(r.url) : undefined;
+  if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.username !== '' || url.password !== '') {
+    throw new TypeError(`a node's URL is an http or https URL without credentials, at most ${MAX_URL_LENGTH} characters, not ${shown(r.url)}`);
+  }
+  return { id, url: r.url as string, capacity: checkNodeCapacity(r.capacity) };
+}
+
+export function checkNodeReport(v: unknown): NodeReport {
+  const r = record(v, 'a node report');
+  const u = record(r.usage, "a node's usage");
+  const warm = Object.entries(record(r.warm, "a node's warm counts"));
+  if (warm.length > MAX_WARM_KEYS) throw new TypeError(`a node reports at most ${MAX_WARM_KEYS} warm-pool keys, not ${warm.length}`);
+  for (const [key, n] of warm) {
+    if (key.length === 0 || key.length > MAX_WARM_KEY_LENGTH) throw new TypeError(`a warm-pool key has 1 to ${MAX_WARM_KEY_LENGTH} characters, not ${shown(key)}`);
+    count(n, `warm[${shown(key)}]`);
+  }
+  if (r.layersDigest !== null && (typeof r.layersDigest !== 'string' || !LAYERS_DIGEST.test(r.layersDigest))) {
+    throw new TypeError(`a layers digest is null or 1 to 256 printable characters, not ${shown(r.layersDigest)}`);
+  }
+  return {
+    usage: {
+      sandboxes: count(u.sandboxes, 'usage.sandboxes'),
+      vcpu: count(u.vcpu, 'usage.vcpu'),
+      memoryMb: count(u.memoryMb, 'usage.memoryMb'),
+      diskGb: count(u.diskGb, 'usage.diskGb'),
+    },
+    warm: Object.fromEntries(warm) as Record<string, number>,
+    layersDigest: r.layersDigest,
+    ...(r.capacity === undefined ? {} : { capacity: checkNodeCapacity(r.capacity) }),
+  };
 }

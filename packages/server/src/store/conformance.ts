@@ -283,6 +283,23 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     assert.deepEqual(ids(await s.sandboxes.idleDue(now, 'node-b')), ['b-idle']);
     assert.deepEqual(ids(await s.sandboxes.idleDue(now)), ['a-idle', 'b-idle']);
     assert.deepEqual(await s.sandboxes.countByNode(), { 'node-a': 4, 'node-b': 2, 'Build.Host.example': 1 }, 'deleted ones are not counted; a node with none is absent');
+    const byNode = await s.sandboxes.usageByNode();
+    assert.deepEqual(Object.keys(byNode).sort(), ['Build.Host.example', 'node-a', 'node-b']);
+    for (const [nodeId, u] of Object.entries(byNode)) {
+      const rows = (await s.sandboxes.live(nodeId)).filter((r) => r.status !== 'deleted');
+      const active = rows.filter((r) => ['creating', 'running', 'paused'].includes(r.status));
+      assert.deepEqual(
+        u,
+        {
+          active: active.length,
+          activeVcpu: active.reduce((n, r) => n + r.vcpu, 0),
+          activeMemoryMb: active.reduce((n, r) => n + r.memoryMb, 0),
+          stopped: rows.filter((r) => r.status === 'stopped').length,
+          diskGb: rows.reduce((n, r) => n + r.diskGb, 0),
+        },
+        `usage of ${nodeId}`,
+      );
+    }
     // It follows the rows: one moves to deleted, one is removed.
     const bRun = (await s.sandboxes.byId('b-run'))!;
     await s.sandboxes.update('b-run', bRun.version, { status: 'deleted', deletedAt: now });

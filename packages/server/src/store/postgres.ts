@@ -379,6 +379,16 @@ class PgSandboxRepo implements SandboxRepo {
     const rows = await this.db.rows(`SELECT node_id, count(*) AS n FROM sandboxes WHERE status <> 'deleted' GROUP BY node_id`);
     return Object.fromEntries(rows.map((r) => [String(r.node_id), Number(r.n)]));
   }
+  async usageByNode(): Promise<Record<string, SandboxUsage>> {
+    const rows = await this.db.rows(`SELECT node_id,
+      sum(CASE WHEN status IN ('creating','running','paused') THEN 1 ELSE 0 END) AS active,
+      sum(CASE WHEN status IN ('creating','running','paused') THEN vcpu ELSE 0 END) AS active_vcpu,
+      sum(CASE WHEN status IN ('creating','running','paused') THEN memory_mb ELSE 0 END) AS active_memory_mb,
+      sum(CASE WHEN status = 'stopped' THEN 1 ELSE 0 END) AS stopped,
+      sum(disk_gb) AS disk_gb
+    FROM sandboxes WHERE status <> 'deleted' GROUP BY node_id`);
+    return Object.fromEntries(rows.map((r) => [String(r.node_id), usageFrom(r)]));
+  }
   async countByTemplate(templateId: string) {
     const r = await this.db.row(`SELECT count(*) AS n FROM sandboxes WHERE template_id = $1 AND status <> 'deleted'`, [templateId]);
     return Number(r?.n ?? 0);

@@ -435,6 +435,16 @@ class SqliteSandboxRepo implements SandboxRepo {
     const rows = this.db.prepare(`SELECT node_id, count(*) AS n FROM sandboxes WHERE status <> 'deleted' GROUP BY node_id`).all() as Raw[];
     return Object.fromEntries(rows.map((r) => [String(r.node_id), Number(r.n)]));
   }
+  async usageByNode(): Promise<Record<string, SandboxUsage>> {
+    const rows = this.db.prepare(`SELECT node_id,
+      sum(CASE WHEN status IN ('creating','running','paused') THEN 1 ELSE 0 END) AS active,
+      sum(CASE WHEN status IN ('creating','running','paused') THEN vcpu ELSE 0 END) AS active_vcpu,
+      sum(CASE WHEN status IN ('creating','running','paused') THEN memory_mb ELSE 0 END) AS active_memory_mb,
+      sum(CASE WHEN status = 'stopped' THEN 1 ELSE 0 END) AS stopped,
+      sum(disk_gb) AS disk_gb
+    FROM sandboxes WHERE status <> 'deleted' GROUP BY node_id`).all() as Raw[];
+    return Object.fromEntries(rows.map((r) => [String(r.node_id), usageFrom(r)]));
+  }
   async countByTemplate(templateId: string) {
     const r = this.db.prepare(`SELECT count(*) AS n FROM sandboxes WHERE template_id = ? AND status <> 'deleted'`).get(templateId) as Raw;
     return Number(r.n);

@@ -180,6 +180,8 @@ export interface SandboxRepo {
   countByStatus(): Promise<Record<string, number>>;
   /** Sandboxes not deleted, by the node that holds them (nodes with none are absent). */
   countByNode(): Promise<Record<string, number>>;
+  /** What each node's sandboxes hold (as usage() per organization), for placement; nodes with none are absent. */
+  usageByNode(): Promise<Record<string, SandboxUsage>>;
   countByTemplate(templateId: string): Promise<number>;
   remove(id: string): Promise<void>;
 }

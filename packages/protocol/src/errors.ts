@@ -51,6 +51,10 @@ export const ERROR_CODES = {
   /** A preview URL's port: nothing inside the sandbox accepts connections on it. */
   PORT_NOT_LISTENING: { status: 502 },
   RUNTIME_ERROR: { status: 503 },
+  /** No node of the cluster has room for the sandbox now (or none is up): retry later. */
+  NO_CAPACITY: { status: 503 },
+  /** The node that holds the sandbox is not answering (its lease ran out): its sandboxes come back with it. */
+  NODE_UNAVAILABLE: { status: 503 },
   /** The service's database cannot be reached now (a restart of PostgreSQL): retry shortly. */
   STORE_UNAVAILABLE: { status: 503 },
 } as const satisfies Record<string, { status: number; title?: string }>;

@@ -131,7 +131,7 @@ test("a cluster node: its id, where its API listens and is reached, and the role
   assert.deepEqual([d.listen, d.url, d.secret], [{ host: '127.0.0.1', port: 7070 }, 'http://127.0.0.1:7070', null]);
   const secret = 'x'.repeat(32);
   const n = loadConfig({ SANDBOXD_NODE_ID: 'node-7', SANDBOXD_NODE_LISTEN: '0.0.0.0:7171', SANDBOXD_NODE_URL: 'http://10.0.0.7:7171/', SANDBOXD_CLUSTER_SECRET: secret }, BIG).node;
-  assert.deepEqual(n, { id: 'node-7', listen: { host: '0.0.0.0', port: 7171 }, url: 'http://10.0.0.7:7171', secret });
+  assert.deepEqual(n, { id: 'node-7', listen: { host: '0.0.0.0', port: 7171 }, url: 'http://10.0.0.7:7171', secret, leaseSeconds: 15, maxSandboxes: 1000 });
   const dir = mkdtempSync('/tmp/sbd-secret-');
   try {
     writeFileSync(`${dir}/s`, `${secret}\n`, { mode: 0o600 });

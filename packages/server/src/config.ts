@@ -97,6 +97,10 @@ export interface NodeConfig {
   url: string;
   /** Shared by the roles of one cluster, ≥ 32 bytes (null: not configured; `sandboxd node` refuses to start). */
   secret: string | null;
+  /** A node that has not heartbeat for this long is taken for lost (it heartbeats every third of it). */
+  leaseSeconds: number;
+  /** The most sandboxes placement puts on this node. */
+  maxSandboxes: number;
 }
 
 export class ConfigError extends Error {}
@@ -250,7 +254,7 @@ function nodeFrom(env: NodeJS.ProcessEnv): NodeConfig {
     }
   }
   if (secret !== null && Buffer.byteLength(secret) < 32) throw new ConfigError('the cluster secret (SANDBOXD_CLUSTER_SECRET or its _FILE) must be at least 32 bytes');
-  return { id, listen: { host, port }, url, secret };
+  return { id, listen: { host, port }, url, secret, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1) };
 }
 
 function databaseUrlFrom(env: NodeJS.ProcessEnv): string | undefined {

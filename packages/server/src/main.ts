@@ -1,8 +1,8 @@
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { lookup } from 'node:dns/promises';
-import { hostname } from 'node:os';
+import { availableParallelism, hostname, totalmem } from 'node:os';
 import { loadConfig, type Config } from './config.js';
 import { secureDataDir } from './data-dir.js';
 import { SqliteStore } from './store/sqlite.js';
@@ -15,6 +15,7 @@ import { blockedRangeOf, type EgressEndpoint } from './runtime/host.js';
 import { readHostAptConfig } from './images/apt-sources.js';
 import { openBuilder } from './builder/index.js';
 import { nodeApi } from './node/node-api.js';
+import { NodeMembership } from './services/node-membership.js';
 import { ClusterAuth } from './runtime/cluster-auth.js';
 import { openImageServices } from './images/index.js';
 import { ensurePythonCompatLayer } from './images/base-images.js';
@@ -160,6 +161,12 @@ async function openRuntime(config: Config): Promise<CrunRuntime> {
   return runtime;
 }
 
+/** The size of the filesystem a directory is on, GB. */
+function diskGbOf(dir: string): number {
+  const fs = statfsSync(dir);
+  return Math.floor((fs.blocks * fs.bsize) / 1024 ** 3);
+}
+
 /** What every role that runs sandboxes checks first: root, the agent bundle, a private data directory. */
 async function prepareMachine(config: Config): Promise<void> {
   if (process.getuid?.() !== 0) {
@@ -191,9 +198,34 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   const app = nodeApi({ nodeId: config.node.id, runtime, auth: new ClusterAuth(config.node.secret), log });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
   log(`node ${config.node.id} serves its runtime at ${config.node.url} (listening on ${config.node.listen.host}:${config.node.listen.port})`);
+  // With the cluster's database it joins the registry, which control places sandboxes from.
+  let membership: NodeMembership | undefined;
+  let store: Store | undefined;
+  if (config.databaseUrl) {
+    store = await openStore(config, log);
+    membership = new NodeMembership({
+      store,
+      runtime,
+      id: config.node.id,
+      url: config.node.url,
+      capacity: {
+        vcpu: availableParallelism(),
+        memoryMb: Math.floor(totalmem() / 1024 / 1024),
+        diskGb: diskGbOf(config.dataDir),
+        maxSandboxes: config.node.maxSandboxes,
+      },
+      leaseMs: config.node.leaseSeconds * 1000,
+      log,
+    });
+    await membership.start();
+  } else {
+    log('no SANDBOXD_DATABASE_URL: this node is not in a registry (control must be given its URL)');
+  }
   let closing: Promise<void> | undefined;
   const close = () =>
     (closing ??= (async () => {
+      membership?.stop();
+      if (store) await closeStore(store).catch((err: unknown) => log('closing the store failed', { error: String(err) }));
       await app.close().catch((err: unknown) => log('closing the node API failed', { error: String(err) }));
       await runtime.close().catch((err: unknown) => log('releasing runtime spares failed', { error: String(err) }));
       log('node shut down; its sandboxes keep running');

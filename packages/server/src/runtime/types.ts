@@ -136,6 +136,12 @@ export interface Runtime {
   exportLayer(id: string, dest: string, opts?: { maxBytes?: number }): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }>;
   /** Gives a stopped sandbox a new empty disk of `diskGb` (its id, id range and address stay). */
   resetDisk(id: string, diskGb: number): Promise<void>;
+  /**
+   * The node that holds sandbox `id`, for a runtime that spans several (a cluster); undefined for one
+   * machine. The services call it as they record the sandbox: from then on its row is what counts
+   * its resources against the node.
+   */
+  nodeOf?(id: string): string | undefined;
   /** Runs one build step to completion in a throwaway container with sandbox isolation. */
   runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }>;
 }

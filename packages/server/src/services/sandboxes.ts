@@ -453,6 +453,8 @@ export class SandboxService {
       const own: SandboxRow = {
         ...row,
         id,
+        // On a cluster, the node placement put it on: its row counts what it holds there from now.
+        nodeId: this.d.runtime.nodeOf?.(id) ?? row.nodeId,
         expiresAt: timeoutSeconds ? new Date(at.getTime() + timeoutSeconds * 1000).toISOString() : null,
         idleCheckAt: row.idleTimeoutSeconds ? new Date(at.getTime() + row.idleTimeoutSeconds * 1000).toISOString() : null,
         createdAt: at.toISOString(),

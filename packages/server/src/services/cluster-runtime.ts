@@ -1,0 +1,297 @@
+import type { Socket } from 'node:net';
+import { ServiceError } from '@sandboxd/protocol';
+import type { ClusterAuth } from '../runtime/cluster-auth.js';
+import type { EgressPolicy } from '../runtime/egress-policy.js';
+import type { ListeningPort } from '../runtime/listening.js';
+import { RemoteRuntime } from '../runtime/remote-runtime.js';
+import type { Runtime, RuntimeStatus, SandboxResources, SandboxSpec, SandboxStats, StepRunOptions } from '../runtime/types.js';
+import type { NodeRow, SandboxUsage, Store } from '../store/types.js';
+
+export interface ClusterRuntimeOptions {
+  store: Store;
+  auth: ClusterAuth;
+  /** How far past its reported cores and memory a node may be committed (1: not at all). */
+  overcommit?: { cpu: number; memory: number };
+  /** How old the node list may be before a call reads it again (default 2 s). */
+  refreshMs?: number;
+  log?: (msg: string) => void;
+}
+
+interface Known {
+  row: NodeRow;
+  remote: RemoteRuntime;
+}
+
+/**
+ * The runtime of a cluster: every verb goes to the node that holds the sandbox (RemoteRuntime), and
+ * a create goes to the node placement picks. Nodes come from the store's registry (they register
+ * and heartbeat themselves); a node whose lease ran out takes nothing new and its sandboxes answer
+ * NODE_UNAVAILABLE until it is back.
+ *
+ * Placement: among active (not cordoned or draining) nodes with a lease, those with room for the
+ * sandbox (cores and memory of what their live sandboxes hold, within the overcommit ratios; disk
+ * and the number of sandboxes without), the one whose memory would be least committed, then the one
+ * with fewer sandboxes. What this process created and the services have not recorded yet (a create
+ * in flight, the warm pool's sandboxes) counts as well: the store's rows count the rest.
+ */
+export class ClusterRuntime implements Runtime {
+  private readonly nodes = new Map<string, Known>();
+  /** Sandboxes created here and not yet recorded by the services, with what they hold. */
+  private readonly reserved = new Map<string, { nodeId: string; resources: SandboxResources }>();
+  /** The node of sandboxes this process has placed or looked up. */
+  private readonly nodeById = new Map<string, string>();
+  private refreshedAt = 0;
+  private refreshing?: Promise<void>;
+  private readonly oomWatchers = new Set<(id: string, kills: number) => void>();
+  private readonly oomStops = new Map<string, () => void>();
+  private readonly log: (msg: string) => void;
+
+  constructor(private readonly o: ClusterRuntimeOptions) {
+    this.log = o.log ?? (() => undefined);
+  }
+
+  /** Reads the node list again when it is older than refreshMs (or at once with `force`). */
+  async refresh(force = false): Promise<void> {
+    if (!force && Date.now() - this.refreshedAt < (this.o.refreshMs ?? 2000)) return;
+    this.refreshing ??= (async () => {
+      try {
+        const rows = await this.o.store.nodes.list();
+        const seen = new Set<string>();
+        for (const row of rows) {
+          seen.add(row.id);
+          const known = this.nodes.get(row.id);
+          if (known && known.row.url === row.url) {
+            known.row = row;
+            continue;
+          }
+          if (known) this.stopOom(row.id);
+          const remote = new RemoteRuntime({ nodeId: row.id, url: row.url, auth: this.o.auth, log: this.log });
+          this.nodes.set(row.id, { row, remote });
+          if (this.oomWatchers.size > 0) this.startOom(row.id, remote);
+        }
+        for (const id of [...this.nodes.keys()]) {
+          if (!seen.has(id)) {
+            this.stopOom(id);
+            this.nodes.delete(id);
+          }
+        }
+        this.refreshedAt = Date.now();
+      } finally {
+        this.refreshing = undefined;
+      }
+    })();
+    await this.refreshing;
+  }
+
+  /** The nodes as this process last read them. */
+  known(): NodeRow[] {
+    return [...this.nodes.values()].map((n) => n.row);
+  }
+
+  nodeOf(id: string): string | undefined {
+    const r = this.reserved.get(id);
+    if (r) {
+      this.reserved.delete(id);
+      return r.nodeId;
+    }
+    return this.nodeById.get(id);
+  }
+
+  private leased(row: NodeRow, now = Date.now()): boolean {
+    return Date.parse(row.leaseExpiresAt) > now;
+  }
+
+  /** The node that holds `id`, answering; undefined when no node holds it. */
+  private async holder(id: string): Promise<RemoteRuntime | undefined> {
+    let nodeId = this.nodeById.get(id);
+    if (!nodeId) {
+      nodeId = (await this.o.store.sandboxes.byId(id))?.nodeId;
+      if (!nodeId) return undefined;
+      this.nodeById.set(id, nodeId);
+    }
+    await this.refresh();
+    const known = this.nodes.get(nodeId);
+    if (!known) throw new ServiceError('NODE_UNAVAILABLE', `sandbox ${id} is on node ${nodeId}, which has left the cluster`, { id, node: nodeId });
+    if (!this.leased(known.row)) throw new ServiceError('NODE_UNAVAILABLE', `sandbox ${id} is on node ${nodeId}, which is not answering; it is served again when the node is back`, { id, node: nodeId, retry_after: 10 });
+    return known.remote;
+  }
+
+  private async must(id: string): Promise<RemoteRuntime> {
+    const r = await this.holder(id);
+    if (!r) throw new ServiceError('NOT_FOUND', `sandbox ${id} does not exist`);
+    return r;
+  }
+
+  /** The node a new sandbox goes to (see the class comment). */
+  async place(resources: SandboxResources): Promise<string> {
+    await this.refresh();
+    const now = Date.now();
+    const usage = await this.o.store.sandboxes.usageByNode();
+    const extra = new Map<string, SandboxUsage>();
+    for (const r of this.reserved.values()) {
+      const u = extra.get(r.nodeId) ?? { active: 0, activeVcpu: 0, activeMemoryMb: 0, stopped: 0, diskGb: 0 };
+      u.active += 1;
+      u.activeVcpu += r.resources.vcpu;
+      u.activeMemoryMb += r.resources.memoryMb;
+      u.diskGb += r.resources.diskGb;
+      extra.set(r.nodeId, u);
+    }
+    const over = this.o.overcommit ?? { cpu: 4, memory: 1 };
+    let best: { id: string; memory: number; sandboxes: number } | undefined;
+    for (const { row } of this.nodes.values()) {
+      if (row.status !== 'active' || !this.leased(row, now)) continue;
+      const u = usage[row.id];
+      const x = extra.get(row.id);
+      const vcpu = (u?.activeVcpu ?? 0) + (x?.activeVcpu ?? 0) + resources.vcpu;
+      const memoryMb = (u?.activeMemoryMb ?? 0) + (x?.activeMemoryMb ?? 0) + resources.memoryMb;
+      const diskGb = (u?.diskGb ?? 0) + (x?.diskGb ?? 0) + resources.diskGb;
+      const sandboxes = (u?.active ?? 0) + (u?.stopped ?? 0) + (x?.active ?? 0) + 1;
+      const c = row.capacity;
+      if (vcpu > c.vcpu * over.cpu || memoryMb > c.memoryMb * over.memory || diskGb > c.diskGb || sandboxes > c.maxSandboxes) continue;
+      const memory = memoryMb / c.memoryMb;
+      if (!best || memory < best.memory || (memory === best.memory && (sandboxes < best.sandboxes || (sandboxes === best.sandboxes && row.id < best.id)))) {
+        best = { id: row.id, memory, sandboxes };
+      }
+    }
+    if (!best) {
+      const up = [...this.nodes.values()].filter((n) => n.row.status === 'active' && this.leased(n.row, now)).length;
+      throw new ServiceError('NO_CAPACITY', up === 0 ? 'no node of the cluster is up to take the sandbox; try again later' : `no node has room for a sandbox of ${resources.vcpu} vCPU, ${resources.memoryMb} MB and ${resources.diskGb} GB now; try again later`, { retry_after: 5 });
+    }
+    return best.id;
+  }
+
+  async setupHost(): Promise<void> {
+    await this.refresh(true);
+  }
+
+  async create(spec: SandboxSpec): Promise<void> {
+    let nodeId = this.nodeById.get(spec.id);
+    if (!nodeId) {
+      nodeId = await this.place(spec.resources);
+      this.nodeById.set(spec.id, nodeId);
+      this.reserved.set(spec.id, { nodeId, resources: spec.resources });
+    }
+    const known = this.nodes.get(nodeId);
+    try {
+      if (!known) throw new ServiceError('NODE_UNAVAILABLE', `node ${nodeId} has left the cluster`, { node: nodeId });
+      await known.remote.create(spec);
+    } catch (err) {
+      // The node undid what it made; the id may be placed again.
+      this.reserved.delete(spec.id);
+      this.nodeById.delete(spec.id);
+      throw err;
+    }
+  }
+
+  async start(spec: SandboxSpec): Promise<void> {
+    await (await this.must(spec.id)).start(spec);
+  }
+  async pause(id: string): Promise<void> {
+    await (await this.must(id)).pause(id);
+  }
+  async resume(id: string): Promise<void> {
+    await (await this.must(id)).resume(id);
+  }
+  async stop(id: string): Promise<void> {
+    await (await this.must(id)).stop(id);
+  }
+
+  async destroy(id: string): Promise<void> {
+    const r = await this.holder(id);
+    if (r) await r.destroy(id);
+    this.reserved.delete(id);
+    this.nodeById.delete(id);
+  }
+
+  async status(id: string): Promise<RuntimeStatus> {
+    const r = await this.holder(id);
+    return r ? r.status(id) : 'missing';
+  }
+
+  /** By node, one call each; a node that is not answering fails the whole call (its sandboxes are not "missing"). */
+  async statuses(ids: string[]): Promise<Map<string, RuntimeStatus>> {
+    const byNode = new Map<RemoteRuntime, string[]>();
+    const out = new Map<string, RuntimeStatus>();
+    for (const id of ids) {
+      const r = await this.holder(id);
+      if (!r) out.set(id, 'missing');
+      else byNode.set(r, [...(byNode.get(r) ?? []), id]);
+    }
+    for (const [r, group] of byNode) for (const [id, st] of await r.statuses(group)) out.set(id, st);
+    // In the order asked, as the other runtimes answer.
+    return new Map(ids.map((id) => [id, out.get(id) ?? 'missing']));
+  }
+
+  /** Every sandbox the nodes that answer hold. */
+  async list(): Promise<string[]> {
+    await this.refresh();
+    const all = new Set<string>();
+    for (const { row, remote } of this.nodes.values()) {
+      if (!this.leased(row)) continue;
+      try {
+        for (const id of await remote.list()) {
+          all.add(id);
+          this.nodeById.set(id, row.id);
+        }
+      } catch (err) {
+        this.log(`node ${row.id}: cannot list its sandboxes: ${String(err)}`);
+      }
+    }
+    return [...all].sort();
+  }
+
+  async stats(id: string): Promise<SandboxStats> {
+    return (await this.must(id)).stats(id);
+  }
+  async listeningPorts(id: string): Promise<ListeningPort[]> {
+    const r = await this.holder(id);
+    return r ? r.listeningPorts(id) : [];
+  }
+  async setEgress(id: string, policy: EgressPolicy): Promise<void> {
+    await (await this.must(id)).setEgress(id, policy);
+  }
+  async resetDisk(id: string, diskGb: number): Promise<void> {
+    await (await this.must(id)).resetDisk(id, diskGb);
+  }
+  async exportLayer(id: string): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }> {
+    return (await this.must(id)).exportLayer();
+  }
+  runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }> {
+    return Promise.reject(new ServiceError('INVALID_STATE', `template builds are not available in a cluster yet (build step ${opts.id})`));
+  }
+
+  agentSocket(id: string): string {
+    throw new ServiceError('RUNTIME_ERROR', `sandbox ${id} runs on a node of the cluster: its agent is reached through the node`);
+  }
+
+  async dialAgent(id: string, timeoutMs?: number): Promise<Socket> {
+    return (await this.must(id)).dialAgent(id, timeoutMs);
+  }
+
+  watchOom(onKill: (id: string, kills: number) => void): () => void {
+    this.oomWatchers.add(onKill);
+    for (const [id, { remote }] of this.nodes) if (!this.oomStops.has(id)) this.startOom(id, remote);
+    return () => {
+      this.oomWatchers.delete(onKill);
+      if (this.oomWatchers.size === 0) for (const id of [...this.oomStops.keys()]) this.stopOom(id);
+    };
+  }
+
+  private startOom(nodeId: string, remote: RemoteRuntime): void {
+    this.oomStops.set(
+      nodeId,
+      remote.watchOom((id, kills) => {
+        for (const w of this.oomWatchers) w(id, kills);
+      }),
+    );
+  }
+
+  private stopOom(nodeId: string): void {
+    this.oomStops.get(nodeId)?.();
+    this.oomStops.delete(nodeId);
+  }
+
+  async close(): Promise<void> {
+    for (const id of [...this.oomStops.keys()]) this.stopOom(id);
+  }
+}

@@ -1,0 +1,66 @@
+import type { Runtime } from '../runtime/types.js';
+import type { NodeCapacity, NodeRow, Store } from '../store/types.js';
+
+export interface NodeMembershipOptions {
+  store: Store;
+  runtime: Pick<Runtime, 'list'>;
+  id: string;
+  url: string;
+  capacity: NodeCapacity;
+  leaseMs: number;
+  log?: (msg: string, extra?: Record<string, unknown>) => void;
+}
+
+/**
+ * A node's place in the cluster's registry: it registers (keeping the status an operator gave it),
+ * then heartbeats every third of its lease with what it holds. A heartbeat that finds the node
+ * removed by the operator stops here: a removed node does not come back by itself.
+ */
+export class NodeMembership {
+  private timer?: NodeJS.Timeout;
+  private beating = false;
+  private stopped = false;
+  private readonly log: NonNullable<NodeMembershipOptions['log']>;
+
+  constructor(private readonly o: NodeMembershipOptions) {
+    this.log = o.log ?? (() => undefined);
+  }
+
+  async start(): Promise<NodeRow> {
+    const row = await this.o.store.nodes.register({ id: this.o.id, url: this.o.url, capacity: this.o.capacity }, this.o.leaseMs);
+    this.log(`node ${row.id} registered (${row.status}) at ${row.url}, lease ${Math.round(this.o.leaseMs / 1000)} s`);
+    this.timer = setInterval(() => void this.beat(), Math.max(500, Math.floor(this.o.leaseMs / 3)));
+    return row;
+  }
+
+  /** One heartbeat: what the runtime holds (every sandbox it has, from its own listing) and what the store's rows on this node commit. */
+  async beat(): Promise<NodeRow | undefined> {
+    if (this.beating || this.stopped) return undefined;
+    this.beating = true;
+    try {
+      const [ids, byNode] = await Promise.all([this.o.runtime.list(), this.o.store.sandboxes.usageByNode()]);
+      const mine = byNode[this.o.id];
+      const row = await this.o.store.nodes.heartbeat(
+        this.o.id,
+        { usage: { sandboxes: ids.length, vcpu: mine?.activeVcpu ?? 0, memoryMb: mine?.activeMemoryMb ?? 0, diskGb: mine?.diskGb ?? 0 }, warm: {}, layersDigest: null },
+        this.o.leaseMs,
+      );
+      if (!row) {
+        this.log(`node ${this.o.id} was removed from the cluster by an operator: no more heartbeats (register it again by restarting the node)`);
+        this.stop();
+      }
+      return row;
+    } catch (err) {
+      // The lease covers a few missed beats (a restart of PostgreSQL).
+      this.log(`node ${this.o.id}: heartbeat failed: ${String(err)}`);
+      return undefined;
+    } finally {
+      this.beating = false;
+    }
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearInterval(this.timer);
+  }
+}

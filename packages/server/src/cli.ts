@@ -4,6 +4,7 @@ import { ServiceError } from '@sandboxd/protocol';
 import { loadConfig } from './config.js';
 import { KeyService, parseScopes } from './services/keys.js';
 import { openImages, openStore, runNode, serve } from './main.js';
+import { drainNode, listNodes, nodeTableRows, removeNode, setNodeStatus } from './cli-nodes.js';
 import { LIMIT_OPTIONS, applyLimitFlags, describeLimits, listRow } from './cli-limits.js';
 
 const USAGE = `sandboxd: self-hosted sandbox execution service
@@ -26,6 +27,10 @@ Usage:
                                                     create an API key (secret shown once)
   sandboxd keys list [--org NAME]
   sandboxd keys revoke KEY_ID
+  sandboxd nodes list                               the cluster's nodes: status, up, what they hold
+  sandboxd nodes cordon|uncordon NODE               takes nothing new / active again
+  sandboxd nodes drain NODE [--timeout SECONDS]     takes nothing new, and waits for its sandboxes to end
+  sandboxd nodes remove NODE [--force]              forgets it; its sandboxes are marked deleted
   sandboxd images import REF FILE                   import a docker-save / OCI archive as base image REF
   sandboxd images pull REF                          pull REF from the configured registry
   sandboxd images list
@@ -112,6 +117,43 @@ async function admin(args: string[]): Promise<number> {
   }
 }
 
+async function nodesCommand(args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' }, force: { type: 'boolean' }, timeout: { type: 'string' } } });
+  const [verb, id] = positionals;
+  const store = await openStore(loadConfig());
+  const out = (v: unknown, human: string) => process.stdout.write(`${values.json ? JSON.stringify(v, null, 2) : human}\n`);
+  try {
+    if (verb === 'list') {
+      const list = await listNodes(store);
+      out(list, list.length ? table(nodeTableRows(list)) : '(no nodes: `sandboxd node` registers one when it has SANDBOXD_DATABASE_URL)');
+    } else if ((verb === 'cordon' || verb === 'uncordon') && id) {
+      const n = await setNodeStatus(store, id, verb === 'cordon' ? 'cordoned' : 'active');
+      out(n, `node ${n.id} is ${n.status}`);
+    } else if (verb === 'drain' && id) {
+      const timeout = values.timeout === undefined ? undefined : Number(values.timeout);
+      if (timeout !== undefined && !(Number.isFinite(timeout) && timeout >= 0)) throw new ServiceError('VALIDATION_ERROR', '--timeout takes seconds');
+      const ac = new AbortController();
+      process.once('SIGINT', () => ac.abort());
+      const drained = await drainNode(store, id, {
+        timeoutMs: timeout === undefined ? undefined : timeout * 1000,
+        signal: ac.signal,
+        onProgress: (left) => process.stderr.write(`node ${id}: draining, ${left} sandbox(es) left\n`),
+      });
+      out({ id, drained }, drained ? `node ${id} is drained: no sandbox left on it` : `node ${id} is still draining (it takes nothing new)`);
+      return drained ? 0 : 1;
+    } else if (verb === 'remove' && id) {
+      const r = await removeNode(store, id, { force: values.force });
+      out({ id, removed: true, ...r }, `removed node ${id}; ${r.sandboxes} sandbox(es) on it marked deleted (node_removed)`);
+    } else {
+      process.stderr.write(`${USAGE}\n`);
+      return 2;
+    }
+    return 0;
+  } finally {
+    store.close();
+  }
+}
+
 async function imagesCommand(args: string[]): Promise<number> {
   const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' } } });
   const [verb, ref, file] = positionals;
@@ -163,6 +205,7 @@ async function main(argv: string[]): Promise<number> {
   }
   if (cmd === 'keys' || cmd === 'orgs') return admin(argv);
   if (cmd === 'images') return imagesCommand(argv.slice(1));
+  if (cmd === 'nodes') return nodesCommand(argv.slice(1));
   process.stderr.write(`unknown command "${cmd}"\n\n${USAGE}\n`);
   return 2;
 }

@@ -99,7 +99,7 @@ describe('sandboxd node: a machine of a cluster, driven over the network', { tim
 
     // The node dies; its sandbox does not. A new node process serves it again.
     assert.equal(await exit('SIGKILL'), null);
-    await assert.rejects(remote.status(id), (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR');
+    await assert.rejects(remote.status(id), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE');
     await launch();
     assert.equal(await remote.status(id), 'running');
     const again = await agentCall(await remote.dialAgent(id), 'POST', '/commands/run', { command: 'cat /tmp/kept' });

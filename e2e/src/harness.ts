@@ -100,6 +100,8 @@ function claimSlot(): { slot: number; release: () => void } {
 
 export interface StartOptions {
   env?: Record<string, string>;
+  /** The daemon's role: `serve` (default) or `control` (a cluster's API over its nodes). */
+  command?: 'serve' | 'control';
   /** Built-in templates to serve (default base,code-interpreter; they are cached in the shared layer dir). */
   templates?: string[];
   readyTimeoutMs?: number;
@@ -143,7 +145,7 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     const out = createWriteStream(logFile, { flags: 'a', mode: 0o600 });
     // SANDBOXD_TEST_DAEMON_NODE_ARGS: node flags for the daemon (e.g. --cpu-prof when profiling a benchmark).
     const nodeArgs = (process.env.SANDBOXD_TEST_DAEMON_NODE_ARGS ?? '').split(' ').filter(Boolean);
-    child = spawn(process.execPath, [...nodeArgs, join(REPO_ROOT, 'packages/server/dist/cli.js'), 'serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    child = spawn(process.execPath, [...nodeArgs, join(REPO_ROOT, 'packages/server/dist/cli.js'), opts.command ?? 'serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     child.stdout!.pipe(out);
     child.stderr!.pipe(out);
     const deadline = Date.now() + (opts.readyTimeoutMs ?? 15 * 60_000);
@@ -314,3 +316,92 @@ export function crunContainers(dataDir: string): string[] {
     }
   }
 }
+
+export interface TestNode {
+  id: string;
+  url: string;
+  dataDir: string;
+  logFile: string;
+  /** kill -9: its sandboxes keep running. */
+  kill9(): Promise<void>;
+  /** Starts the node process again (same id, port, data). */
+  restart(): Promise<void>;
+  /** Stops the process, destroys what its runtime still holds, removes its host setup and data. */
+  stop(): Promise<void>;
+}
+
+/**
+ * A `sandboxd node` process of a test's own (bridge, subnet, cgroup parent, data dir), registered
+ * in `databaseUrl`'s registry when given, sharing the tests' layer directory (a cluster on one
+ * machine: layers are not moved between machines yet).
+ */
+export async function startNode(o: { id: string; secret: string; databaseUrl?: string; leaseSeconds?: number }): Promise<TestNode> {
+  const { slot, release } = claimSlot();
+  const dataDir = join(TEST_DATA_DIR, 'nodes', `${o.id}-${randomBytes(3).toString('hex')}`);
+  mkdirSync(dataDir, { recursive: true });
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const env: Record<string, string> = {
+    ...(process.env as Record<string, string>),
+    SANDBOXD_DATA_DIR: dataDir,
+    SANDBOXD_LAYERS_DIR: join(TEST_DATA_DIR, 'layers'),
+    SANDBOXD_CGROUP_PARENT: `sandboxd-test${slot}`,
+    SANDBOXD_BRIDGE: `sbtest${slot}`,
+    SANDBOXD_SUBNET: `10.${100 + (slot % 100)}.0.0/16`,
+    SANDBOXD_NODE_ID: o.id,
+    SANDBOXD_NODE_LISTEN: `127.0.0.1:${port}`,
+    SANDBOXD_CLUSTER_SECRET: o.secret,
+    SANDBOXD_NODE_LEASE_SECONDS: String(o.leaseSeconds ?? 15),
+    ...(o.databaseUrl ? { SANDBOXD_DATABASE_URL: o.databaseUrl } : {}),
+  };
+  const logFile = join(dataDir, 'node.log');
+  let child: ChildProcess | undefined;
+  const launch = async () => {
+    const out = createWriteStream(logFile, { flags: 'a', mode: 0o600 });
+    child = spawn(process.execPath, [join(REPO_ROOT, 'packages/server/dist/cli.js'), 'node'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    child.stdout!.pipe(out);
+    child.stderr!.pipe(out);
+    let exited = false;
+    child.once('exit', () => (exited = true));
+    for (const deadline = Date.now() + 120_000; Date.now() < deadline; ) {
+      if (exited) throw new Error(`sandboxd node exited during start; see ${logFile}`);
+      if (existsSync(logFile) && readFileSync(logFile, 'utf8').slice(-4096).includes(o.databaseUrl ? `node ${o.id} registered` : 'serves its runtime')) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    child.kill('SIGKILL');
+    throw new Error(`sandboxd node did not start; see ${logFile}`);
+  };
+  const exit = (signal: NodeJS.Signals) =>
+    new Promise<void>((res) => {
+      if (!child || child.exitCode !== null || child.signalCode !== null) return res();
+      child.once('exit', () => res());
+      child.kill(signal);
+    });
+  try {
+    await launch();
+  } catch (err) {
+    release();
+    throw err;
+  }
+  return {
+    id: o.id,
+    url,
+    dataDir,
+    logFile,
+    kill9: () => exit('SIGKILL'),
+    restart: launch,
+    stop: async () => {
+      try {
+        await exit('SIGTERM');
+        const { CrunRuntime } = await import('../../packages/server/dist/runtime/index.js');
+        const rt = new CrunRuntime({ dataDir, agentBundlePath: join(REPO_ROOT, 'packages/agent/bundle/agent.cjs'), cgroupParent: env.SANDBOXD_CGROUP_PARENT, bridgeName: env.SANDBOXD_BRIDGE, subnetCidr: env.SANDBOXD_SUBNET });
+        for (const id of await rt.list()) await rt.destroy(id);
+        await rt.teardownHost().catch(() => undefined);
+        rmSync(dataDir, { recursive: true, force: true });
+      } finally {
+        release();
+      }
+    },
+  };
+}
+

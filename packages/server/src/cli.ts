@@ -11,6 +11,8 @@ const USAGE = `sandboxd: self-hosted sandbox execution service
 
 Usage:
   sandboxd [serve]                                  start the service (root)
+  sandboxd control                                  the API and gateway of a cluster, over its nodes
+                                                    (SANDBOXD_DATABASE_URL, SANDBOXD_CLUSTER_SECRET)
   sandboxd node                                     run this machine as a node of a cluster: its
                                                     runtime, served to control (root; needs
                                                     SANDBOXD_CLUSTER_SECRET, see "Running a cluster")
@@ -187,6 +189,10 @@ async function main(argv: string[]): Promise<number> {
   const [cmd] = argv;
   if (cmd === undefined || cmd === 'serve') {
     await serve();
+    return -1;
+  }
+  if (cmd === 'control') {
+    await serve(process.env, 'control');
     return -1;
   }
   if (cmd === 'node') {

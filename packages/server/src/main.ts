@@ -16,6 +16,8 @@ import { readHostAptConfig } from './images/apt-sources.js';
 import { openBuilder } from './builder/index.js';
 import { nodeApi } from './node/node-api.js';
 import { NodeMembership } from './services/node-membership.js';
+import { ClusterRuntime } from './services/cluster-runtime.js';
+import type { Runtime } from './runtime/types.js';
 import { ClusterAuth } from './runtime/cluster-auth.js';
 import { openImageServices } from './images/index.js';
 import { ensurePythonCompatLayer } from './images/base-images.js';
@@ -233,16 +235,33 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   return { close };
 }
 
-export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<void> {
+/**
+ * `serve`: the whole service on this machine (its own runtime). `control`: the same API and gateway
+ * for a cluster, over the nodes of the registry (ClusterRuntime) and the cluster's PostgreSQL; one
+ * replica for now (see the README's Running a cluster).
+ */
+export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' | 'control' = 'serve'): Promise<void> {
   const config = loadConfig(env);
   logger = createLogger(config.logLevel, { format: config.logFormat === 'auto' ? undefined : config.logFormat });
+  if (role === 'control' && (!config.databaseUrl || !config.node.secret)) {
+    throw new Error('sandboxd control needs the cluster: SANDBOXD_DATABASE_URL (PostgreSQL) and SANDBOXD_CLUSTER_SECRET (or _FILE), the same as its nodes');
+  }
   await prepareMachine(config);
-  log(`starting sandboxd ${config.version}; data directory ${config.dataDir}`);
+  log(`starting sandboxd ${config.version}${role === 'control' ? ' as control' : ''}; data directory ${config.dataDir}`);
   log('default limits of every organization (null: none; sandboxd orgs limits overrides them)', config.limits);
 
-  const runtime = await openRuntime(config);
-
   const store = await openStore(config, log);
+  let runtime: Runtime;
+  if (role === 'control') {
+    const cluster = new ClusterRuntime({ store, auth: new ClusterAuth(config.node.secret!), log });
+    await cluster.setupHost();
+    const nodes = cluster.known();
+    log(`cluster: ${nodes.length} node(s) registered: ${nodes.map((n) => `${n.id} (${n.status})`).join(', ') || 'none yet'}`);
+    runtime = cluster;
+  } else {
+    runtime = await openRuntime(config);
+  }
+
   const images = openImages(config, log);
   await images.cleanupStale();
   const layers = images.layers;

@@ -43,7 +43,7 @@ export function openPortTunnel(dial: AgentDial, sandboxId: string, port: number,
         s.setNoDelay(true);
         s.write(`GET /ports/tunnel?port=${port} HTTP/1.1\r\nHost: agent\r\nConnection: Upgrade\r\nUpgrade: sandboxd-tcp\r\nX-Request-ID: ${requestId}\r\n\r\n`);
       },
-      (err: Error) => fail(agentUnavailable(sandboxId, 'is not answering', err.message)),
+      (err: Error) => fail(err instanceof ServiceError ? err : agentUnavailable(sandboxId, 'is not answering', err.message)),
     );
     const onData = (chunk: Buffer) => {
       buf = Buffer.concat([buf, chunk]);

@@ -158,7 +158,11 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
   });
   upstream.on('error', (err: NodeJS.ErrnoException) => {
     // A preview's tunnel could not be opened (nothing listens, the agent refused): said as it is.
-    if (err instanceof ServiceError) return fail(err);
+    // So is a node that holds the sandbox and cannot be reached (NODE_UNAVAILABLE).
+    if (err instanceof ServiceError) {
+      if (!done && mayBeAgentGone(err)) target.onAgentGone?.();
+      return fail(err);
+    }
     // Not when this side ended it (a client that went away, a timeout): that says nothing of the agent.
     if (!done && mayBeAgentGone(err)) target.onAgentGone?.();
     fail(`is not answering properly`, err.message);

@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { AgentDial } from '../services/routes.js';
-import { renderError } from '@sandboxd/protocol';
+import { renderError, ServiceError } from '@sandboxd/protocol';
 import { AGENT_DIAL_TIMEOUT_MS, agentUnavailable, mayBeAgentGone, reportIncident, type OnIncident } from './proxy.js';
 
 /** The subprotocol a browser's WebSocket offers its credential in: `sandboxd.auth.<token or API key>`. */
@@ -98,7 +98,8 @@ export function openTunnel(
     },
     (err: NodeJS.ErrnoException) => {
       if (mayBeAgentGone(err)) onAgentGone?.();
-      rawError(client, agentUnavailable(sandboxId, 'is not answering', err.message), requestId, onIncident);
+      // A ServiceError says what it is (its node cannot be reached, say); a socket's error is the agent's.
+      rawError(client, err instanceof ServiceError ? err : agentUnavailable(sandboxId, 'is not answering', err.message), requestId, onIncident);
     },
   );
 }

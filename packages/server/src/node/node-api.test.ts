@@ -140,8 +140,8 @@ describe('node API + RemoteRuntime: a CrunRuntime driven across the network', { 
   test('a node that is down is an outage of that node, at once', async () => {
     const gone = new RemoteRuntime({ nodeId: 'node-a', url: 'http://127.0.0.1:9', auth });
     const t0 = performance.now();
-    await assert.rejects(gone.status('rem2'), (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR' && /node node-a cannot be reached/.test(err.message));
-    await assert.rejects(gone.dialAgent('rem2'), (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR');
+    await assert.rejects(gone.status('rem2'), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE' && /node node-a cannot be reached/.test(err.message));
+    await assert.rejects(gone.dialAgent('rem2'), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE');
     assert.ok(performance.now() - t0 < 5000);
   });
 });

@@ -21,7 +21,7 @@ export interface RemoteRuntimeOptions {
 /**
  * The `Runtime` of another machine, driven through its node API (node/node-api.ts). Every verb is
  * the same call as in process, keyed by sandbox id and idempotent, so a call that timed out may
- * be made again. A node that cannot be reached is an outage of that node (RUNTIME_ERROR, 503);
+ * be made again. A node that cannot be reached is an outage of that node (NODE_UNAVAILABLE, 503);
  * the node's own errors come back as they were thrown there.
  */
 export class RemoteRuntime implements Runtime {
@@ -43,7 +43,7 @@ export class RemoteRuntime implements Runtime {
     try {
       res = await fetch(new URL(path, this.base), { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
     } catch (err) {
-      throw new ServiceError('RUNTIME_ERROR', `node ${this.nodeId} cannot be reached; try again`).withDetail(`${method} ${path}: ${describeCause(err)}`);
+      throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} cannot be reached; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(`${method} ${path}: ${describeCause(err)}`);
     }
     const text = await res.text().catch(() => '');
     if (res.ok) return (text ? JSON.parse(text) : undefined) as T;
@@ -173,7 +173,7 @@ export class RemoteRuntime implements Runtime {
         resolve(socket as Socket);
       });
       req.once('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
-      req.once('error', (err) => reject(new ServiceError('RUNTIME_ERROR', `node ${this.nodeId} cannot be reached; try again`).withDetail(describeCause(err))));
+      req.once('error', (err) => reject(new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} cannot be reached; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(describeCause(err))));
       req.end();
     });
   }

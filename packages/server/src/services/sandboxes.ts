@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { describeCause, isProgrammingError, ServiceError, type CreateSandboxBody, type ForkBody, type NetworkPolicy, type Sandbox, type SandboxEventKind, type SandboxMetrics, type SetNetworkBody } from '@sandboxd/protocol';
 import { DEFAULT_EGRESS, isRestricted, normalizeEntries } from '../runtime/egress-policy.js';
-import type { Runtime, SandboxSpec } from '../runtime/types.js';
+import type { Runtime, RuntimeStatus, SandboxSpec } from '../runtime/types.js';
 import type { SandboxRow, Store } from '../store/types.js';
 import type { EventBus } from './events.js';
 import { Slots, type KeyedMutex } from './locks.js';
@@ -1078,12 +1078,29 @@ export class SandboxService {
    * removed; running sandboxes whose container is gone (host reboot) boot again on their disk;
    * every live sandbox gets its route and public_host back on the same port.
    */
-  async reconcile(): Promise<{ restored: number; cleaned: number; rebooted: number; lost: number }> {
-    const stats = { restored: 0, cleaned: 0, rebooted: 0, lost: 0 };
+  async reconcile(): Promise<{ restored: number; cleaned: number; rebooted: number; lost: number; unknown: number }> {
+    const stats = { restored: 0, cleaned: 0, rebooted: 0, lost: 0, unknown: 0 };
     const live = await this.d.store.sandboxes.live();
     const liveIds = new Set<string>();
-    // One query of the runtime for all of them, not one per sandbox.
-    const actuals = await this.d.runtime.statuses(live.filter((r) => r.status !== 'creating').map((r) => r.id));
+    // One query of the runtime for all of them, not one per sandbox; when that fails (a node of a
+    // cluster is not answering), one each, and what cannot be known is left as it is.
+    const ids = live.filter((r) => r.status !== 'creating').map((r) => r.id);
+    let actuals: Map<string, RuntimeStatus | 'unknown'>;
+    try {
+      actuals = await this.d.runtime.statuses(ids);
+    } catch (err) {
+      this.d.log('the runtime could not tell every sandbox state at once; asking each', { error: String(err) });
+      actuals = new Map();
+      for (const id of ids) {
+        actuals.set(
+          id,
+          await this.d.runtime.status(id).catch((e: unknown) => {
+            this.d.log('the state of a sandbox cannot be known now; it is left as it is', { id, error: String(e) });
+            return 'unknown' as const;
+          }),
+        );
+      }
+    }
     for (const row of live) {
       if (row.status === 'creating') {
         await this.d.runtime.destroy(row.id).catch(() => {});
@@ -1093,6 +1110,14 @@ export class SandboxService {
       }
       const actual = actuals.get(row.id) ?? 'missing';
       let current = row;
+      if (actual === 'unknown') {
+        // Its node is away: routed as it is, its calls answer that the node is not answering.
+        liveIds.add(row.id);
+        this.route(row);
+        await this.d.gateway.open(row.id, row.gatewayPort).catch((e: unknown) => this.d.log('reopening a gateway port failed', { id: row.id, error: String(e) }));
+        stats.unknown++;
+        continue;
+      }
       try {
         if (actual === 'missing') {
           current = (await this.d.store.sandboxes.update(row.id, row.version, {

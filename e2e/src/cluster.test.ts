@@ -1,0 +1,107 @@
+// A cluster on this machine: PostgreSQL, two `sandboxd node` processes (each its own bridge, subnet,
+// cgroup parent and data dir) and `sandboxd control`. Sandboxes are placed over the nodes and served
+// through control's gateway across the node relay; a node killed with kill -9 makes its sandboxes
+// answer 503 NODE_UNAVAILABLE while the other node goes on; back, it serves them again.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
+import { agent, api, createSandbox, REPO_ROOT, startNode, startServer, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
+
+const SECRET = 'e2e-cluster-secret-0123456789abcdef0123';
+const LEASE_SECONDS = 3;
+
+describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 }, () => {
+  let pg: TestPostgres;
+  let dbUrl: string;
+  const nodes: TestNode[] = [];
+  let control: TestServer;
+
+  /** `sandboxd nodes list --json` against the cluster's database. */
+  const nodesList = () => {
+    const r = spawnSync(process.execPath, [join(REPO_ROOT, 'packages/server/dist/cli.js'), 'nodes', 'list', '--json'], { env: { ...process.env, SANDBOXD_DATABASE_URL: dbUrl }, encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    return JSON.parse(r.stdout) as Array<{ id: string; up: boolean; committed: { active: number } }>;
+  };
+  const onNode = async (sb: CreatedSandbox) => {
+    const r = await agent<{ stdout: string }>(sb, 'POST', '/commands/run', { command: 'cat /etc/hostname; echo; cat /proc/self/cgroup | head -1' });
+    return r;
+  };
+
+  before(async () => {
+    pg = await startPostgres();
+    dbUrl = await pg.createDatabase();
+    for (const id of ['e2e-node-a', 'e2e-node-b']) nodes.push(await startNode({ id, secret: SECRET, databaseUrl: dbUrl, leaseSeconds: LEASE_SECONDS }));
+    control = await startServer({
+      command: 'control',
+      templates: ['base'],
+      env: { SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SECRET: SECRET, SANDBOXD_WARM_POOL_SIZE: '0', SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '0' },
+    });
+  });
+
+  after(async () => {
+    await control?.stop();
+    for (const n of nodes) await n.stop();
+    await pg?.stop();
+  });
+
+  test('creates are spread over the nodes, and each sandbox is served through control', async () => {
+    const sbs: CreatedSandbox[] = [];
+    for (let i = 0; i < 4; i++) sbs.push(await createSandbox(control, { template: 'base' }));
+    for (const sb of sbs) {
+      const r = await onNode(sb);
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+    }
+    const list = nodesList();
+    assert.deepEqual(
+      list.map((n) => [n.id, n.up, n.committed.active]),
+      [
+        ['e2e-node-a', true, 2],
+        ['e2e-node-b', true, 2],
+      ],
+    );
+    for (const sb of sbs) assert.equal((await api(control, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
+  });
+
+  test('a node killed: its sandboxes answer 503 NODE_UNAVAILABLE, the other node serves and takes the creates; back, all are served again', async () => {
+    const sbs: CreatedSandbox[] = [];
+    for (let i = 0; i < 2; i++) sbs.push(await createSandbox(control, { template: 'base' }));
+    for (const sb of sbs) await agent(sb, 'POST', '/commands/run', { command: 'echo kept > /tmp/kept' });
+    const b = nodes[1]!;
+    await b.kill9();
+    // Which of the two is on node-b: the one whose calls fail once its lease is out.
+    const t0 = Date.now();
+    let lost: CreatedSandbox | undefined;
+    let lostBody: any;
+    while (!lost && Date.now() - t0 < 6 * LEASE_SECONDS * 1000) {
+      for (const sb of sbs) {
+        const r = await onNode(sb);
+        if (r.status === 503) {
+          lost = sb;
+          lostBody = r.body;
+        }
+      }
+      if (!lost) await new Promise((r) => setTimeout(r, 200));
+    }
+    assert.ok(lost, 'a sandbox of the killed node is reported unavailable');
+    const lostAfter = (Date.now() - t0) / 1000;
+    assert.equal(lostBody.code, 'NODE_UNAVAILABLE');
+    assert.ok(lostAfter <= 2 * LEASE_SECONDS + 2, `reported after ${lostAfter.toFixed(1)} s (lease ${LEASE_SECONDS} s)`);
+    const kept = sbs.find((s) => s !== lost)!;
+    assert.equal((await onNode(kept)).status, 200, 'the other node goes on');
+    const fresh = await createSandbox(control, { template: 'base' });
+    assert.equal((await onNode(fresh)).status, 200, 'a new create lands on the node that is up');
+
+    await b.restart();
+    let back = 0;
+    for (let i = 0; i < 100 && back !== 200; i++) {
+      back = (await onNode(lost)).status;
+      if (back !== 200) await new Promise((r) => setTimeout(r, 200));
+    }
+    assert.equal(back, 200, 'served again once its node is back');
+    const files = await agent<{ stdout: string }>(lost, 'POST', '/commands/run', { command: 'cat /tmp/kept' });
+    assert.equal(files.body.stdout.trim(), 'kept', 'with its files');
+    for (const sb of [...sbs, fresh]) assert.equal((await api(control, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
+  });
+});

@@ -6,7 +6,10 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { Sandbox as HopxSandbox } from '@hopx-ai/sdk';
+import { Sandbox } from '@sandboxd/sdk';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
+import { clientFor, sbx } from './sdk-support.js';
 import { agent, api, createSandbox, REPO_ROOT, startNode, startServer, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
 
 const SECRET = 'e2e-cluster-secret-0123456789abcdef0123';
@@ -103,5 +106,40 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
     const files = await agent<{ stdout: string }>(lost, 'POST', '/commands/run', { command: 'cat /tmp/kept' });
     assert.equal(files.body.stdout.trim(), 'kept', 'with its files');
     for (const sb of [...sbs, fresh]) assert.equal((await api(control, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
+  });
+
+  test('the unmodified @hopx-ai/sdk, our SDK and the sbx CLI run their flows against control', async () => {
+    const opts = { apiKey: control.apiKey, baseURL: control.baseUrl };
+    const h = await HopxSandbox.create({ template: 'base', timeoutSeconds: 600, ...opts });
+    try {
+      assert.equal((await h.runCode('echo "$((6 * 7))"', { language: 'bash' })).stdout, '42\n');
+      await h.files.write('/tmp/from-hopx.txt', 'written through control');
+      assert.equal(await h.files.read('/tmp/from-hopx.txt'), 'written through control');
+      await h.pause();
+      await h.resume();
+      assert.equal((await h.runCode('cat /tmp/from-hopx.txt', { language: 'bash' })).stdout, 'written through control');
+    } finally {
+      await h.kill();
+    }
+
+    const ours = await Sandbox.create({ client: clientFor(control), template: 'base', envVars: { GREETING: 'hi' } });
+    try {
+      assert.equal((await ours.commands.run('echo "$GREETING"')).stdout, 'hi\n');
+      await ours.files.write('/tmp/ours.txt', 'ours');
+      assert.equal(await ours.files.read('/tmp/ours.txt'), 'ours');
+    } finally {
+      await ours.kill();
+    }
+
+    const created = await sbx(control, ['create', '-q', '--template', 'base']);
+    const id = created.stdout.trim();
+    assert.equal(created.code, 0, created.stderr);
+    try {
+      const ran = await sbx(control, ['exec', id, '--', 'echo from-cli']);
+      assert.equal(ran.code, 0, ran.stderr);
+      assert.equal(ran.stdout, 'from-cli\n');
+    } finally {
+      assert.equal((await sbx(control, ['rm', id])).code, 0);
+    }
   });
 });

@@ -14,7 +14,6 @@ import { EgressState } from './egress-state.js';
 import { Ipam, parseSubnet, vethName, type Subnet } from './net.js';
 import { OomWatch } from './oom-watch.js';
 import { ID_RE, sandboxPaths, type SandboxPaths } from './sandbox-paths.js';
-import type { StepContext } from './verbs/run-step.js';
 
 export interface CrunRuntimeOptions {
   dataDir: string;
@@ -39,6 +38,22 @@ export interface CrunRuntimeOptions {
   egressAllowEndpoints?: EgressEndpoint[];
   /** How the egress proxy resolves a name a connection carries (default: the host's resolvers). */
   egressResolve?: (name: string) => Promise<string[]>;
+}
+
+/** What a build step needs of its runtime (verbs/run-step.ts). */
+export interface StepContext {
+  dataDir: string;
+  /** crun with its own --root: steps never show up as sandboxes. */
+  crun: Crun;
+  cgroupParent: string;
+  netnsPrefix: string;
+  bridge: string;
+  subnet: Subnet;
+  ipam: () => Promise<Ipam>;
+  layout: () => Promise<CgroupLayout>;
+  /** The idmap helper (used only for lowers still at LEGACY_ID_OFFSET). */
+  idmapHelper: () => Promise<string>;
+  log: (msg: string) => void;
 }
 
 /**

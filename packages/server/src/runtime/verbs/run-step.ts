@@ -5,31 +5,16 @@ import { basename, isAbsolute, join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
 import { assembleContainer } from '../assemble.js';
 import { lstatBeneath, rmdirBeneath, unlinkEmptyFileBeneath } from '../beneath.js';
-import { cgroupDirs, cgroupExists, removeCgroup, type CgroupLayout } from '../cgroups.js';
-import type { Crun } from '../crun.js';
+import { cgroupDirs, cgroupExists, removeCgroup } from '../cgroups.js';
 import { checkLowerDirs, createDiskImage, mountDiskImage, mountOverlay, removeTree, unmount, unmountDisk } from '../disk.js';
 import { layerIdOffset } from '../idmap.js';
 import { CANONICAL_ID_OFFSET } from '../ids.js';
-import { deleteNetns, vethName, waitVethGone, type Ipam, type Subnet } from '../net.js';
+import { deleteNetns, vethName, waitVethGone } from '../net.js';
 import { HOST_CA_BUNDLE } from '../oci.js';
 import { procOk } from '../proc.js';
 import type { StepRunOptions } from '../types.js';
 import { UndoStack } from '../undo.js';
-
-export interface StepContext {
-  dataDir: string;
-  /** crun with its own --root: steps never show up as sandboxes. */
-  crun: Crun;
-  cgroupParent: string;
-  netnsPrefix: string;
-  bridge: string;
-  subnet: Subnet;
-  ipam: () => Promise<Ipam>;
-  layout: () => Promise<CgroupLayout>;
-  /** The idmap helper (used only for lowers still at LEGACY_ID_OFFSET). */
-  idmapHelper: () => Promise<string>;
-  log: (msg: string) => void;
-}
+import type { StepContext } from '../context.js';
 
 /** Written by steps of earlier versions, whose work dir was beside the layer (cleanupStep reads it). */
 interface StepMeta {

@@ -105,8 +105,11 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
 
 async function relayToAgent(o: NodeApiOptions, req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
   client.on('error', () => undefined);
+  // The answer, then the connection closed by us: the server handed the socket over (allowHalfOpen,
+  // no timeouts), so a client that never closes its side would otherwise hold it for ever.
   const refuse = (status: number, text: string) => {
-    client.end(`HTTP/1.1 ${status} ${text}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n`);
+    client.end(`HTTP/1.1 ${status} ${text}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n`, () => client.destroy());
+    setTimeout(() => client.destroy(), 1000).unref();
   };
   try {
     await o.auth.verify(bearer(req.headers['proxy-authorization'] ?? req.headers.authorization), o.nodeId);

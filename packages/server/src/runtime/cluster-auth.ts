@@ -40,7 +40,16 @@ export class ClusterAuth {
   async verify(token: string | undefined, nodeId: string): Promise<void> {
     if (!token) throw new ServiceError('AUTHENTICATION_ERROR', 'a node takes calls from control only: no token');
     try {
-      await jwtVerify(token, this.key, { issuer: ISSUER, audience: `${AUDIENCE_PREFIX}${nodeId}`, algorithms: ['HS256'], clockTolerance: 5 });
+      // The lifetime is ours to enforce, not the token's to claim: iat and exp are required, and a
+      // token is good for NODE_TOKEN_TTL_SECONDS from its iat whatever its exp says.
+      await jwtVerify(token, this.key, {
+        issuer: ISSUER,
+        audience: `${AUDIENCE_PREFIX}${nodeId}`,
+        algorithms: ['HS256'],
+        clockTolerance: 5,
+        requiredClaims: ['iat', 'exp'],
+        maxTokenAge: NODE_TOKEN_TTL_SECONDS,
+      });
     } catch (err) {
       const why = err instanceof joseErrors.JWTExpired ? 'the token has expired' : 'the token is not valid for this node';
       throw new ServiceError('AUTHENTICATION_ERROR', `a node takes calls from control only: ${why}`);

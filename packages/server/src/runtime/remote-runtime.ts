@@ -4,7 +4,7 @@ import { describeCause, isErrorCode, ServiceError } from '@sandboxd/protocol';
 import type { ClusterAuth } from './cluster-auth.js';
 import type { EgressPolicy } from './egress-policy.js';
 import type { ListeningPort } from './listening.js';
-import { checkId, checkSpec } from './sandbox-paths.js';
+import { checkId, checkSpec, ID_RE } from './sandbox-paths.js';
 import type { Runtime, RuntimeStatus, SandboxSpec, SandboxStats, StepRunOptions } from './types.js';
 
 export interface RemoteRuntimeOptions {
@@ -16,6 +16,31 @@ export interface RemoteRuntimeOptions {
   /** Per call; a create or start boots a container (default 120 s, others 30 s). */
   bootTimeoutMs?: number;
   callTimeoutMs?: number;
+}
+
+/** The most control reads of one answer of a node (a status list of 100k sandboxes is ~3 MiB). */
+const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
+const STATUSES: ReadonlySet<unknown> = new Set(['running', 'paused', 'stopped', 'missing']);
+
+/** An answer of the node that is not what the node API answers: the node's fault (it may be compromised). */
+function badAnswer(nodeId: string, what: string): ServiceError {
+  return new ServiceError('RUNTIME_ERROR', `node ${nodeId} answered something that is not an answer of a node`).withDetail(what);
+}
+
+/** The body, at most `max` bytes (read within the call's deadline, which the fetch signal carries). */
+async function readCapped(res: Response, max: number): Promise<string> {
+  if (!res.body) return '';
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    n += chunk.length;
+    if (n > max) {
+      await res.body.cancel().catch(() => undefined);
+      throw new Error(`an answer over ${max} bytes`);
+    }
+    chunks.push(Buffer.from(chunk));
+  }
+  return Buffer.concat(chunks).toString('utf8');
 }
 
 /**
@@ -40,13 +65,21 @@ export class RemoteRuntime implements Runtime {
     const headers: Record<string, string> = { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}` };
     if (body !== undefined) headers['content-type'] = 'application/json';
     let res: Response;
+    let text: string;
     try {
       res = await fetch(new URL(path, this.base), { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
+      // Bounded in size and (through the signal) in time: a node must not fill or hold control.
+      text = await readCapped(res, MAX_ANSWER_BYTES);
     } catch (err) {
       throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} cannot be reached; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(`${method} ${path}: ${describeCause(err)}`);
     }
-    const text = await res.text().catch(() => '');
-    if (res.ok) return (text ? JSON.parse(text) : undefined) as T;
+    if (res.ok) {
+      try {
+        return (text ? JSON.parse(text) : undefined) as T;
+      } catch {
+        throw badAnswer(this.nodeId, `${method} ${path}: not JSON`);
+      }
+    }
     let e: { code?: unknown; message?: unknown; detail?: unknown; extra?: unknown; programming?: unknown } = {};
     try {
       e = JSON.parse(text) as typeof e;
@@ -68,8 +101,8 @@ export class RemoteRuntime implements Runtime {
 
   /** The node prepares its own host; here: whether it answers, with our token. */
   async setupHost(): Promise<void> {
-    const h = await this.call<{ node_id: string }>('GET', '/node/v1/health');
-    if (h.node_id !== this.nodeId) throw new Error(`the node at ${this.o.url} is ${h.node_id}, not ${this.nodeId}`);
+    const h = await this.call<{ node_id?: unknown } | null>('GET', '/node/v1/health');
+    if (h?.node_id !== this.nodeId) throw new Error(`the node at ${this.o.url} is ${String(h?.node_id)}, not ${this.nodeId}`);
   }
 
   async create(spec: SandboxSpec): Promise<void> {
@@ -99,25 +132,41 @@ export class RemoteRuntime implements Runtime {
   }
 
   async status(id: string): Promise<RuntimeStatus> {
-    return (await this.call<{ status: RuntimeStatus }>('GET', this.sandbox(id, '/status'))).status;
+    const st = (await this.call<{ status?: unknown } | null>('GET', this.sandbox(id, '/status')))?.status;
+    if (!STATUSES.has(st)) throw badAnswer(this.nodeId, `status of ${id}`);
+    return st as RuntimeStatus;
   }
 
   async statuses(ids: string[]): Promise<Map<string, RuntimeStatus>> {
     for (const id of ids) checkId(id);
-    const r = await this.call<{ statuses: Record<string, RuntimeStatus> }>('POST', '/node/v1/statuses', { ids });
-    return new Map(ids.map((id) => [id, r.statuses[id] ?? 'missing']));
+    const r = (await this.call<{ statuses?: unknown } | null>('POST', '/node/v1/statuses', { ids }))?.statuses;
+    if (!r || typeof r !== 'object') throw badAnswer(this.nodeId, 'statuses');
+    const byId = r as Record<string, unknown>;
+    return new Map(
+      ids.map((id) => {
+        const st = Object.hasOwn(byId, id) ? byId[id] : 'missing';
+        if (!STATUSES.has(st)) throw badAnswer(this.nodeId, `status of ${id}`);
+        return [id, st as RuntimeStatus];
+      }),
+    );
   }
 
   async list(): Promise<string[]> {
-    return (await this.call<{ ids: string[] }>('GET', '/node/v1/sandboxes')).ids;
+    const ids = (await this.call<{ ids?: unknown } | null>('GET', '/node/v1/sandboxes'))?.ids;
+    if (!Array.isArray(ids) || !ids.every((id) => typeof id === 'string' && ID_RE.test(id))) throw badAnswer(this.nodeId, 'list of sandboxes');
+    return ids as string[];
   }
 
-  stats(id: string): Promise<SandboxStats> {
-    return this.call<SandboxStats>('GET', this.sandbox(id, '/stats'));
+  async stats(id: string): Promise<SandboxStats> {
+    const s = await this.call<Record<string, unknown> | null>('GET', this.sandbox(id, '/stats'));
+    if (!s || typeof s !== 'object' || !Object.values(s).every((v) => typeof v === 'number' && Number.isFinite(v))) throw badAnswer(this.nodeId, `stats of ${id}`);
+    return s as unknown as SandboxStats;
   }
 
   async listeningPorts(id: string): Promise<ListeningPort[]> {
-    return (await this.call<{ ports: ListeningPort[] }>('GET', this.sandbox(id, '/ports'))).ports;
+    const ports = (await this.call<{ ports?: unknown } | null>('GET', this.sandbox(id, '/ports')))?.ports;
+    if (!Array.isArray(ports)) throw badAnswer(this.nodeId, `ports of ${id}`);
+    return ports as ListeningPort[];
   }
 
   async setEgress(id: string, policy: EgressPolicy): Promise<void> {
@@ -151,6 +200,9 @@ export class RemoteRuntime implements Runtime {
     checkId(id);
     const token = await this.o.auth.tokenFor(this.nodeId);
     return new Promise((resolve, reject) => {
+      // `timeout` below is the socket's idle time: a node that trickles its answer resets it, so
+      // the whole handshake has a deadline of its own too.
+      const deadline = setTimeout(() => req.destroy(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
       const req = request({
         host: this.base.hostname,
         port: this.base.port || 80,
@@ -160,6 +212,7 @@ export class RemoteRuntime implements Runtime {
         timeout: timeoutMs,
       });
       req.once('connect', (res, socket, head) => {
+        clearTimeout(deadline);
         if (res.statusCode !== 200) {
           socket.destroy();
           const code = res.statusCode === 502 ? 'AGENT_UNAVAILABLE' : 'RUNTIME_ERROR';
@@ -173,6 +226,7 @@ export class RemoteRuntime implements Runtime {
         resolve(socket as Socket);
       });
       req.once('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+      req.once('close', () => clearTimeout(deadline));
       req.once('error', (err) => reject(new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} cannot be reached; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(describeCause(err))));
       req.end();
     });

@@ -40,6 +40,12 @@ export class ClusterRuntime implements Runtime {
   private readonly reserved = new Map<string, { nodeId: string; resources: SandboxResources }>();
   /** The node of sandboxes this process has placed or looked up. */
   private readonly nodeById = new Map<string, string>();
+  /**
+   * The node that listed a sandbox no row records (a leftover, for reconcile to destroy there). Only
+   * a fallback: a node's listing is its own word, and a node must not draw another's sandboxes (their
+   * calls, their agents' traffic) to itself by listing them.
+   */
+  private readonly listedOn = new Map<string, string>();
   private refreshedAt = 0;
   private refreshing?: Promise<void>;
   private readonly oomWatchers = new Set<(id: string, kills: number) => void>();
@@ -105,7 +111,7 @@ export class ClusterRuntime implements Runtime {
   private async holder(id: string): Promise<RemoteRuntime | undefined> {
     let nodeId = this.nodeById.get(id);
     if (!nodeId) {
-      nodeId = (await this.o.store.sandboxes.byId(id))?.nodeId;
+      nodeId = (await this.o.store.sandboxes.byId(id))?.nodeId ?? this.listedOn.get(id);
       if (!nodeId) return undefined;
       this.nodeById.set(id, nodeId);
     }
@@ -201,6 +207,7 @@ export class ClusterRuntime implements Runtime {
     if (r) await r.destroy(id);
     this.reserved.delete(id);
     this.nodeById.delete(id);
+    this.listedOn.delete(id);
   }
 
   async status(id: string): Promise<RuntimeStatus> {
@@ -231,7 +238,7 @@ export class ClusterRuntime implements Runtime {
       try {
         for (const id of await remote.list()) {
           all.add(id);
-          this.nodeById.set(id, row.id);
+          if (!this.listedOn.has(id)) this.listedOn.set(id, row.id);
         }
       } catch (err) {
         this.log(`node ${row.id}: cannot list its sandboxes: ${String(err)}`);
@@ -281,7 +288,12 @@ export class ClusterRuntime implements Runtime {
     this.oomStops.set(
       nodeId,
       remote.watchOom((id, kills) => {
-        for (const w of this.oomWatchers) w(id, kills);
+        // Only the node that holds the sandbox speaks for it.
+        void (async () => {
+          const holder = this.nodeById.get(id) ?? (await this.o.store.sandboxes.byId(id))?.nodeId;
+          if (holder !== nodeId) return this.log(`node ${nodeId} reported an OOM kill of sandbox ${id}, which it does not hold: ignored`);
+          for (const w of this.oomWatchers) w(id, kills);
+        })().catch((err: unknown) => this.log(`node ${nodeId}: an OOM report of ${id} could not be checked: ${String(err)}`));
       }),
     );
   }

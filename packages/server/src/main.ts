@@ -169,6 +169,14 @@ function diskGbOf(dir: string): number {
   return Math.floor((fs.blocks * fs.bsize) / 1024 ** 3);
 }
 
+/**
+ * Secrets read into the config leave the environment, so that no host tool the daemon runs (crun,
+ * ip, the egress proxy) inherits them.
+ */
+function scrubSecrets(env: NodeJS.ProcessEnv): void {
+  for (const name of ['SANDBOXD_CLUSTER_SECRET', 'SANDBOXD_DATABASE_URL', 'SANDBOXD_BOOTSTRAP_API_KEY', 'SANDBOXD_REGISTRY_PASSWORD']) delete env[name];
+}
+
 /** What every role that runs sandboxes checks first: root, the agent bundle, a private data directory. */
 async function prepareMachine(config: Config): Promise<void> {
   if (process.getuid?.() !== 0) {
@@ -190,6 +198,7 @@ async function prepareMachine(config: Config): Promise<void> {
  */
 export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ close: () => Promise<void> }> {
   const config = loadConfig(env);
+  scrubSecrets(env);
   logger = createLogger(config.logLevel, { format: config.logFormat === 'auto' ? undefined : config.logFormat });
   if (!config.node.secret) {
     throw new Error('sandboxd node needs the cluster secret that control has too: set SANDBOXD_CLUSTER_SECRET or SANDBOXD_CLUSTER_SECRET_FILE (at least 32 bytes)');
@@ -242,6 +251,7 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
  */
 export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' | 'control' = 'serve'): Promise<void> {
   const config = loadConfig(env);
+  scrubSecrets(env);
   logger = createLogger(config.logLevel, { format: config.logFormat === 'auto' ? undefined : config.logFormat });
   if (role === 'control' && (!config.databaseUrl || !config.node.secret)) {
     throw new Error('sandboxd control needs the cluster: SANDBOXD_DATABASE_URL (PostgreSQL) and SANDBOXD_CLUSTER_SECRET (or _FILE), the same as its nodes');

@@ -38,7 +38,7 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
     for (const id of ['e2e-node-a', 'e2e-node-b']) nodes.push(await startNode({ id, secret: SECRET, databaseUrl: dbUrl, leaseSeconds: LEASE_SECONDS }));
     control = await startServer({
       command: 'control',
-      templates: ['base'],
+      templates: ['base', 'code-interpreter'],
       env: { SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SECRET: SECRET, SANDBOXD_WARM_POOL_SIZE: '0', SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '0' },
     });
   });
@@ -140,6 +140,29 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
       assert.equal(ran.stdout, 'from-cli\n');
     } finally {
       assert.equal((await sbx(control, ['rm', id])).code, 0);
+    }
+  });
+
+  test("a preview URL is served by control's gateway through the node's relay", async () => {
+    const sb = await createSandbox(control, { template_name: 'code-interpreter' });
+    try {
+      await agent(sb, 'POST', '/commands/run', { command: 'mkdir -p /srv && echo served-from-a-node > /srv/index.txt && (cd /srv && nohup python3 -m http.server 3000 --bind 127.0.0.1 >/dev/null 2>&1 &)' });
+      // Listening, as its node sees it (its kernel tables, through the node API).
+      let listening = false;
+      for (let i = 0; i < 100 && !listening; i++) {
+        const ports = await api<{ data: Array<{ port: number }> }>(control, 'GET', `/v1/sandboxes/${sb.id}/ports`);
+        listening = ports.body.data?.some((p) => p.port === 3000) ?? false;
+        if (!listening) await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.ok(listening, 'the app listens');
+      const preview = (await api<{ url: string }>(control, 'GET', `/v1/sandboxes/${sb.id}/ports/3000`)).body;
+      assert.equal((await fetch(`${preview.url}/index.txt`)).status, 401, 'private without the token');
+      const ok = await fetch(`${preview.url}/index.txt`, { headers: { 'x-sandboxd-token': sb.authToken } });
+      const text = await ok.text();
+      assert.equal(ok.status, 200, text);
+      assert.equal(text, 'served-from-a-node\n');
+    } finally {
+      await api(control, 'DELETE', `/v1/sandboxes/${sb.id}`);
     }
   });
 });

@@ -39,7 +39,7 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
     control = await startServer({
       command: 'control',
       templates: ['base', 'code-interpreter'],
-      env: { SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SECRET: SECRET, SANDBOXD_WARM_POOL_SIZE: '0', SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '0' },
+      env: { SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SECRET: SECRET },
     });
   });
 

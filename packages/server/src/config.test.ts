@@ -129,9 +129,10 @@ test("a cluster node: its id, where its API listens and is reached, and the role
   const d = loadConfig({}, BIG).node;
   assert.equal(d.id, hostname().split('.')[0]!.toLowerCase().replace(/[^a-z0-9-]/g, '-').replace(/^-+/, '').slice(0, 63) || 'node');
   assert.deepEqual([d.listen, d.url, d.secret], [{ host: '127.0.0.1', port: 7070 }, 'http://127.0.0.1:7070', null]);
+  assert.deepEqual(loadConfig({ SANDBOXD_OVERCOMMIT_CPU: '8', SANDBOXD_OVERCOMMIT_MEMORY: '1' }, BIG).node.overcommit, { cpu: 8, memory: 1 });
   const secret = 'x'.repeat(32);
   const n = loadConfig({ SANDBOXD_NODE_ID: 'node-7', SANDBOXD_NODE_LISTEN: '0.0.0.0:7171', SANDBOXD_NODE_URL: 'http://10.0.0.7:7171/', SANDBOXD_CLUSTER_SECRET: secret }, BIG).node;
-  assert.deepEqual(n, { id: 'node-7', listen: { host: '0.0.0.0', port: 7171 }, url: 'http://10.0.0.7:7171', secret, leaseSeconds: 15, maxSandboxes: 1000 });
+  assert.deepEqual(n, { id: 'node-7', listen: { host: '0.0.0.0', port: 7171 }, url: 'http://10.0.0.7:7171', secret, overcommit: { cpu: 16, memory: 1.5 }, leaseSeconds: 15, maxSandboxes: 1000 });
   const dir = mkdtempSync('/tmp/sbd-secret-');
   try {
     writeFileSync(`${dir}/s`, `${secret}\n`, { mode: 0o600 });
@@ -147,6 +148,8 @@ test("a cluster node: its id, where its API listens and is reached, and the role
     [{ SANDBOXD_NODE_LISTEN: 'h:70000' }, /SANDBOXD_NODE_LISTEN/],
     [{ SANDBOXD_NODE_URL: 'https://n:1/x' }, /SANDBOXD_NODE_URL must be http:\/\/host:port/],
     [{ SANDBOXD_CLUSTER_SECRET: 'short' }, /at least 32 bytes/],
+    [{ SANDBOXD_OVERCOMMIT_CPU: '0.5' }, /SANDBOXD_OVERCOMMIT_CPU must be a number from 1/],
+    [{ SANDBOXD_OVERCOMMIT_MEMORY: 'lots' }, /SANDBOXD_OVERCOMMIT_MEMORY/],
   ] as Array<[Record<string, string>, RegExp]>) {
     assert.throws(() => loadConfig(env, BIG), (err: unknown) => err instanceof ConfigError && re.test(err.message), JSON.stringify(env));
   }

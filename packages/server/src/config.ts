@@ -101,6 +101,11 @@ export interface NodeConfig {
   leaseSeconds: number;
   /** The most sandboxes placement puts on this node. */
   maxSandboxes: number;
+  /**
+   * Control's placement: how far past a node's cores and memory the limits of the sandboxes on it
+   * may add up (sandboxes rarely use their whole limits; their cgroups still cap each one).
+   */
+  overcommit: { cpu: number; memory: number };
 }
 
 export class ConfigError extends Error {}
@@ -110,6 +115,15 @@ function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min = 0, ma
   if (raw === undefined || raw === '') return fallback;
   const v = Number(raw);
   if (!Number.isInteger(v) || v < min || v > max) throw new ConfigError(`${name} must be an integer in [${min}, ${max}], got "${raw}"`);
+  return v;
+}
+
+/** A ratio of at least 1 (overcommit). */
+function ratio(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const v = Number(raw);
+  if (!Number.isFinite(v) || v < 1 || v > 1000) throw new ConfigError(`${name} must be a number from 1 to 1000, got "${raw}"`);
   return v;
 }
 
@@ -254,7 +268,8 @@ function nodeFrom(env: NodeJS.ProcessEnv): NodeConfig {
     }
   }
   if (secret !== null && Buffer.byteLength(secret) < 32) throw new ConfigError('the cluster secret (SANDBOXD_CLUSTER_SECRET or its _FILE) must be at least 32 bytes');
-  return { id, listen: { host, port }, url, secret, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1) };
+  const overcommit = { cpu: ratio(env, 'SANDBOXD_OVERCOMMIT_CPU', 16), memory: ratio(env, 'SANDBOXD_OVERCOMMIT_MEMORY', 1.5) };
+  return { id, listen: { host, port }, url, secret, overcommit, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1) };
 }
 
 function databaseUrlFrom(env: NodeJS.ProcessEnv): string | undefined {

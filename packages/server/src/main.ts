@@ -263,7 +263,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   const store = await openStore(config, log);
   let runtime: Runtime;
   if (role === 'control') {
-    const cluster = new ClusterRuntime({ store, auth: new ClusterAuth(config.node.secret!), log });
+    const cluster = new ClusterRuntime({ store, auth: new ClusterAuth(config.node.secret!), overcommit: config.node.overcommit, log });
     await cluster.setupHost();
     const nodes = cluster.known();
     log(`cluster: ${nodes.length} node(s) registered: ${nodes.map((n) => `${n.id} (${n.status})`).join(', ') || 'none yet'}`);

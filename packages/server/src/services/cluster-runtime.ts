@@ -142,7 +142,7 @@ export class ClusterRuntime implements Runtime {
       u.diskGb += r.resources.diskGb;
       extra.set(r.nodeId, u);
     }
-    const over = this.o.overcommit ?? { cpu: 4, memory: 1 };
+    const over = this.o.overcommit ?? { cpu: 16, memory: 1.5 };
     let best: { id: string; memory: number; sandboxes: number } | undefined;
     for (const { row } of this.nodes.values()) {
       if (row.status !== 'active' || !this.leased(row, now)) continue;

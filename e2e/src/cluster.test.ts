@@ -56,14 +56,18 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
       const r = await onNode(sb);
       assert.equal(r.status, 200, JSON.stringify(r.body));
     }
+    // Both nodes hold some: with control's warm pool on, which node's ready sandbox a create takes
+    // varies (the exact spread of placement is services/cluster-runtime.test's and bench/cluster's).
     const list = nodesList();
     assert.deepEqual(
-      list.map((n) => [n.id, n.up, n.committed.active]),
+      list.map((n) => [n.id, n.up]),
       [
-        ['e2e-node-a', true, 2],
-        ['e2e-node-b', true, 2],
+        ['e2e-node-a', true],
+        ['e2e-node-b', true],
       ],
     );
+    assert.equal(list.reduce((n, x) => n + x.committed.active, 0), 4);
+    assert.ok(list.every((n) => n.committed.active >= 1), JSON.stringify(list.map((n) => [n.id, n.committed.active])));
     for (const sb of sbs) assert.equal((await api(control, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
   });
 

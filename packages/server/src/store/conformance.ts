@@ -37,6 +37,16 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     ...over,
   });
 
+  test(`${name}: kv: setIfAbsent keeps the first value written; set overwrites`, async () => {
+    const store = await open();
+    assert.equal(await store.kv.get('k'), undefined);
+    assert.equal(await store.kv.setIfAbsent('k', 'first'), 'first');
+    assert.equal(await store.kv.setIfAbsent('k', 'second'), 'first');
+    assert.deepEqual(await Promise.all(['a', 'b', 'c'].map((v) => store.kv.setIfAbsent('race', v))).then((vs) => new Set(vs).size), 1);
+    await store.kv.set('k', 'third');
+    assert.equal(await store.kv.get('k'), 'third');
+  });
+
   test(`${name}: sandboxes round-trip every field`, async () => {
     const s = await open();
     const row = sandbox('sb1', { gatewayPort: 40001, timeoutSeconds: 30, expiresAt: '2030-01-01T00:00:00.000Z', internetAccess: false, onTimeout: 'pause', idleTimeoutSeconds: 300, autoResume: true, idleCheckAt: '2030-01-01T00:05:00.000Z', egress: { internet: true, allow: ['example.com', '10.0.0.0/8'], deny: ['*.bad.example'] } });

@@ -186,3 +186,65 @@ test('an update names only fields of the row: any other key is refused before it
   await assert.rejects(store.sandboxes.update('sb1', 0, { version: 9 } as never), /not a field that can be changed: version/);
   await assert.rejects(store.builds.update('b1', { id: 'b2' } as never), /not a field that can be changed: id/);
 });
+
+test('coordination: a named lock has one holder across stores; tryExclusive passes while it is held; the lock goes with a dead connection', async () => {
+  const url = await server.createDatabase();
+  const [a, b] = await Promise.all([PostgresStore.open(url), PostgresStore.open(url)]);
+  opened.push(a, b);
+  const order: string[] = [];
+  let releaseA!: () => void;
+  const held = new Promise<void>((r) => (releaseA = r));
+  const first = a.coordination.exclusive('sweep', async () => {
+    order.push('a in');
+    await held;
+    order.push('a out');
+  });
+  await new Promise((r) => setTimeout(r, 100));
+  assert.deepEqual(await b.coordination.tryExclusive('sweep', async () => 'ran'), { ran: false });
+  assert.deepEqual(await b.coordination.tryExclusive('other', async () => 'ran'), { ran: true, value: 'ran' });
+  const second = b.coordination.exclusive('sweep', async () => {
+    order.push('b in');
+  });
+  await new Promise((r) => setTimeout(r, 100));
+  assert.deepEqual(order, ['a in'], 'b waits for a');
+  releaseA();
+  await Promise.all([first, second]);
+  assert.deepEqual(order, ['a in', 'a out', 'b in']);
+  // A holder whose connection dies (its process was killed) holds nothing.
+  const c = await PostgresStore.open(url);
+  let stuck!: () => void;
+  void c.coordination.exclusive('gone', () => new Promise<void>((r) => (stuck = r))).catch(() => undefined);
+  await new Promise((r) => setTimeout(r, 100));
+  assert.deepEqual(await a.coordination.tryExclusive('gone', async () => 1), { ran: false });
+  await query(url, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()");
+  await new Promise((r) => setTimeout(r, 100));
+  assert.deepEqual(await a.coordination.tryExclusive('gone', async () => 1), { ran: true, value: 1 });
+  stuck();
+  await c.end();
+});
+
+test('coordination: messages reach every store subscribed, this one too; after a restart of the server the subscription comes back and says so', async () => {
+  const url = await server.createDatabase();
+  const [a, b] = await Promise.all([PostgresStore.open(url), PostgresStore.open(url)]);
+  opened.push(a, b);
+  const got: string[] = [];
+  a.coordination.subscribe('bus', (p) => got.push(`a:${p}`));
+  b.coordination.subscribe('bus', (p) => got.push(`b:${p}`));
+  await Promise.all([a.coordination.ready(), b.coordination.ready()]);
+  await a.coordination.publish('bus', 'hello');
+  for (let i = 0; i < 50 && got.length < 2; i++) await new Promise((r) => setTimeout(r, 20));
+  assert.deepEqual(got.sort(), ['a:hello', 'b:hello']);
+  assert.throws(() => a.coordination.subscribe('Bad-Name', () => undefined));
+  await assert.rejects(a.coordination.publish('bus', 'x'.repeat(8000)));
+  let reconnected = 0;
+  b.coordination.onReconnect(() => reconnected++);
+  await server.restart(async () => {
+    await assert.rejects(a.coordination.publish('bus', 'lost'), StoreUnavailableError);
+  });
+  for (let i = 0; i < 100 && reconnected === 0; i++) await new Promise((r) => setTimeout(r, 50));
+  assert.equal(reconnected, 1, 'the subscriber heard it had lost messages');
+  got.length = 0;
+  await a.coordination.publish('bus', 'again');
+  for (let i = 0; i < 100 && !got.includes('b:again'); i++) await new Promise((r) => setTimeout(r, 50));
+  assert.ok(got.includes('b:again'), `got ${got.join(', ')}`);
+});

@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { StoreUnavailableError } from './errors.js';
 import { isUnavailable, migrate, Params, PgDb, type Raw } from './postgres-db.js';
 import { describeUrl, isPostgresUrl } from './postgres-url.js';
+import { PgCoordination } from './pg-coordination.js';
 import { checkLeaseMs, checkNodeFilter, checkNodeId, checkNodeRegistration, checkNodeReport, checkNodeStatus, checkNow } from './types.js';
 import type {
   ApiKeyRepo,
@@ -752,10 +753,14 @@ export class PostgresStore implements Store {
   readonly snapshots: SnapshotRepo;
   readonly nodes: NodeRepo;
   readonly kv: Store['kv'];
+  readonly coordination: PgCoordination;
   private readonly db: PgDb;
   private ending: Promise<void> | undefined;
 
-  private constructor(private readonly pool: pg.Pool) {
+  private constructor(
+    private readonly pool: pg.Pool,
+    url: string,
+  ) {
     const db = new PgDb(pool);
     this.db = db;
     this.orgs = new PgOrgRepo(db);
@@ -772,7 +777,12 @@ export class PostgresStore implements Store {
       set: async (key, value) => {
         await db.run('INSERT INTO kv (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value', [key, value]);
       },
+      setIfAbsent: async (key, value) => {
+        await db.run('INSERT INTO kv (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING', [key, value]);
+        return String((await db.row('SELECT value FROM kv WHERE key = $1', [key]))!.value);
+      },
     };
+    this.coordination = new PgCoordination(pool, url);
   }
 
   /** Answers when the server does (StoreUnavailableError when it does not): for readiness checks. */
@@ -806,12 +816,15 @@ export class PostgresStore implements Store {
       if (isUnavailable(err)) throw new StoreUnavailableError(`the PostgreSQL store at ${where} is unavailable: ${reason}`, { cause: err });
       throw new Error(`cannot open the PostgreSQL store at ${where}: ${reason}`, { cause: err });
     }
-    return new PostgresStore(pool);
+    return new PostgresStore(pool, url);
   }
 
   /** Ends the pool once its queries are done. */
   end(): Promise<void> {
-    this.ending ??= this.pool.end().catch(() => undefined);
+    this.ending ??= this.coordination
+      .close()
+      .then(() => this.pool.end())
+      .catch(() => undefined);
     return this.ending;
   }
 

@@ -817,6 +817,10 @@ export class SqliteStore implements Store {
       set: async (key, value) => {
         st.prepare('INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value').run(key, value);
       },
+      setIfAbsent: async (key, value) => {
+        st.prepare('INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING').run(key, value);
+        return String((st.prepare('SELECT value FROM kv WHERE key = ?').get(key) as Raw).value);
+      },
     };
   }
   static open(file: string): SqliteStore {

@@ -260,8 +260,29 @@ export interface Store {
   snapshots: SnapshotRepo;
   nodes: NodeRepo;
   /** Small persistent key/value settings (e.g. counters of the build rate limit). */
-  kv: { get(key: string): Promise<string | undefined>; set(key: string, value: string): Promise<void> };
+  kv: {
+    get(key: string): Promise<string | undefined>;
+    set(key: string, value: string): Promise<void>;
+    /** Sets `key` unless it is set: returns the value it has now (the first writer's, when several race). */
+    setIfAbsent(key: string, value: string): Promise<string>;
+  };
+  /** Present when several processes share the store (PostgreSQL): how they coordinate. */
+  coordination?: Coordination;
   close(): void;
+}
+
+/** Locks and messages across the processes that share a store (store/pg-coordination.ts). */
+export interface Coordination {
+  /** Runs `fn` holding the named lock, waiting for it while another process holds it. */
+  exclusive<T>(name: string, fn: () => Promise<T>): Promise<T>;
+  /** Runs `fn` holding the named lock if no other process holds it now. */
+  tryExclusive<T>(name: string, fn: () => Promise<T>): Promise<{ ran: true; value: T } | { ran: false }>;
+  /** Sends `payload` (under 7,900 bytes) to every process subscribed to `channel`, this one included. */
+  publish(channel: string, payload: string): Promise<void>;
+  subscribe(channel: string, fn: (payload: string) => void): () => void;
+  /** `fn` runs when the subscription came back after a loss: messages sent meanwhile were lost. */
+  onReconnect(fn: () => void): () => void;
+  close(): Promise<void>;
 }
 
 export type BuildStatus = 'building' | 'active' | 'failed';

@@ -3,7 +3,7 @@ import { parseArgs } from 'node:util';
 import { ServiceError } from '@sandboxd/protocol';
 import { loadConfig } from './config.js';
 import { KeyService, parseScopes } from './services/keys.js';
-import { openImages, openStore, runNode, serve } from './main.js';
+import { openImages, openStore, runEdge, runNode, serve } from './main.js';
 import { drainNode, listNodes, nodeTableRows, removeNode, setNodeStatus } from './cli-nodes.js';
 import { LIMIT_OPTIONS, applyLimitFlags, describeLimits, listRow } from './cli-limits.js';
 
@@ -12,7 +12,10 @@ const USAGE = `sandboxd: self-hosted sandbox execution service
 Usage:
   sandboxd [serve]                                  start the service (root)
   sandboxd control                                  the API and gateway of a cluster, over its nodes
-                                                    (SANDBOXD_DATABASE_URL, SANDBOXD_CLUSTER_SECRET)
+                                                    (SANDBOXD_DATABASE_URL, SANDBOXD_CLUSTER_SECRET);
+                                                    any number of replicas
+  sandboxd edge                                     serves the sandboxes' public_host and previews
+                                                    of a cluster (host mode); any number of replicas
   sandboxd node                                     run this machine as a node of a cluster: its
                                                     runtime, served to control (root; needs
                                                     SANDBOXD_CLUSTER_SECRET, see "Running a cluster")
@@ -193,6 +196,16 @@ async function main(argv: string[]): Promise<number> {
   }
   if (cmd === 'control') {
     await serve(process.env, 'control');
+    return -1;
+  }
+  if (cmd === 'edge') {
+    const edge = await runEdge();
+    const stop = (signal: string) => {
+      process.stderr.write(`sandboxd edge: ${signal}: shutting down\n`);
+      void edge.close().then(() => process.exit(0));
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
     return -1;
   }
   if (cmd === 'node') {

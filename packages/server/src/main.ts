@@ -29,14 +29,15 @@ import { BUILTIN_TEMPLATES } from './images/builtin.js';
 import { ALL_SCOPES, KeyService } from './services/keys.js';
 import { TokenService } from './services/tokens.js';
 import { TemplateService } from './services/templates.js';
-import { SandboxService } from './services/sandboxes.js';
+import { routeOf, SandboxService } from './services/sandboxes.js';
 import { SnapshotService } from './services/snapshots.js';
 import { FsLayerStore } from './images/layer-store.js';
 import { QuotaService } from './services/quotas.js';
 import { SlidingWindowLimiter } from './services/rate-limit.js';
 import { EventBus } from './services/events.js';
 import { KeyedMutex } from './services/locks.js';
-import { RouteTable } from './services/routes.js';
+import { RouteTable, type RouteEntry } from './services/routes.js';
+import { ClusterSync } from './services/cluster-sync.js';
 import { WarmPool } from './services/warm-pool.js';
 import { Metrics, serveMetrics } from './services/metrics.js';
 import { Gateway } from './gateway/gateway.js';
@@ -115,6 +116,25 @@ export async function openStore(config: Config, log?: (line: string) => void): P
 async function closeStore(store: Store): Promise<void> {
   if (store instanceof PostgresStore) await store.end();
   else store.close();
+}
+
+/** The signing key of sandbox, events and preview tokens, one for every replica: made by the first, kept in the store. */
+async function sharedTokens(store: Store, ttlSeconds: number): Promise<TokenService> {
+  const pem = await store.kv.setIfAbsent('token-signing-key', TokenService.newKeyPem());
+  return new TokenService({ pem }, ttlSeconds);
+}
+
+/**
+ * A sandbox's route as the store has it (cluster roles: another replica may have made it), with
+ * its previews' public or private state in host mode.
+ */
+async function loadRoute(store: Store, runtime: Runtime, gateway: Gateway, config: Config, id: string): Promise<RouteEntry | undefined> {
+  const row = await store.sandboxes.byId(id);
+  if (!row || row.status === 'deleted') return undefined;
+  if (config.gateway.mode === 'host') {
+    for (const p of await store.previews.forSandbox(id)) await gateway.openPreview(id, p.port, p.public, null);
+  }
+  return routeOf(row, runtime);
 }
 
 /** The admin key of the default organization: pinned by config, else generated once and kept 0600. */
@@ -245,6 +265,92 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
 }
 
 /**
+ * `sandboxd edge`: serves every sandbox's public_host and preview URLs (host mode), for a cluster.
+ * Stateless: it finds each sandbox in the store and reaches it through the node that holds it; any
+ * number of replicas run behind one wildcard name. A request to a sleeping sandbox that wakes on
+ * traffic resumes it from here. It runs no sandbox, needs no root and keeps no data directory.
+ */
+export async function runEdge(env: NodeJS.ProcessEnv = process.env): Promise<{ close: () => Promise<void>; port: number }> {
+  const config = loadConfig(env);
+  scrubSecrets(env);
+  logger = createLogger(config.logLevel, { format: config.logFormat === 'auto' ? undefined : config.logFormat });
+  if (!config.databaseUrl || !config.node.secret) {
+    throw new Error('sandboxd edge needs the cluster: SANDBOXD_DATABASE_URL (PostgreSQL) and SANDBOXD_CLUSTER_SECRET (or _FILE), the same as control');
+  }
+  if (config.gateway.mode !== 'host') {
+    throw new Error('sandboxd edge serves sandboxes by host name: set SANDBOXD_GATEWAY_MODE=host and SANDBOXD_GATEWAY_DOMAIN (a wildcard DNS name pointing at the edge replicas)');
+  }
+  log(`starting sandboxd ${config.version} as edge`);
+  const store = await openStore(config, log);
+  const coordination = store.coordination!;
+  const runtime = new ClusterRuntime({ store, auth: new ClusterAuth(config.node.secret), log });
+  await runtime.setupHost();
+  const tokens = await sharedTokens(store, config.tokenTtlSeconds);
+  const keys = new KeyService(store);
+  const events = new EventBus();
+  const routes: RouteTable = new RouteTable({
+    loader: (id): Promise<RouteEntry | undefined> => loadRoute(store, runtime, gateway, config, id),
+    onChange: (id) => sync.routeChanged(id),
+  });
+  const gateway: Gateway = new Gateway({
+    config: config.gateway,
+    routes,
+    tokens,
+    keys,
+    portUsed: async () => false,
+    connections: new ConnectionLimits(config.connections),
+    onAgentGone: (id) => sandboxes.agentGone(id),
+    wake: (id): Promise<void> => sandboxes.wake(id),
+    touch: (id): void => sandboxes.touch(id),
+    logRequest: (fields) => logger.info(fields, 'sandbox request'),
+    log,
+  });
+  // The lifecycle, for what traffic does to a sandbox: wake it (auto_resume), count its use.
+  const sandboxes: SandboxService = new SandboxService({
+    store,
+    runtime,
+    tokens,
+    templates: new TemplateService(store),
+    layerPath: () => {
+      throw new Error('the edge boots no sandbox');
+    },
+    gateway,
+    routes,
+    events,
+    locks: new KeyedMutex(),
+    createLimiter: new SlidingWindowLimiter(0, 60_000, 'sandbox creation rate limit'),
+    quotas: new QuotaService(store, config.limits),
+    agentReadyTimeoutMs: config.agentReadyTimeoutMs,
+    tombstoneSeconds: config.tombstoneSeconds,
+    nodeId: hostname(),
+    log,
+    cluster: { used: (id) => sync.used(id), interrupted: (id) => sync.interrupted(id) },
+  });
+  const sync = new ClusterSync({
+    coordination,
+    routes,
+    events,
+    activity: (id, at) => sandboxes.usedElsewhere(id, at),
+    interrupt: (id) => gateway.interrupt(id),
+    busy: () => gateway.busyIds(),
+    log,
+  });
+  await gateway.listenHostMode();
+  const port = config.gateway.hostModePort;
+  log(`edge serves sandboxes at http://<id>.${config.gateway.domain}:${port} (listening on ${config.gateway.bindHost}:${port})`);
+  let closing: Promise<void> | undefined;
+  const close = () =>
+    (closing ??= (async () => {
+      sync.close();
+      await gateway.closeAll().catch((err: unknown) => log('closing sandbox connections failed', { error: String(err) }));
+      await runtime.close().catch(() => undefined);
+      await closeStore(store).catch((err: unknown) => log('closing the store failed', { error: String(err) }));
+      log('edge shut down');
+    })());
+  return { close, port };
+}
+
+/**
  * `serve`: the whole service on this machine (its own runtime). `control`: the same API and gateway
  * for a cluster, over the nodes of the registry (ClusterRuntime) and the cluster's PostgreSQL; one
  * replica for now (see the README's Running a cluster).
@@ -288,8 +394,14 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
 
   const keys = new KeyService(store);
   const apiKey = await bootstrapKey(config, keys);
-  const tokens = new TokenService(join(config.dataDir, 'keys', 'jwt-ed25519.pem'), config.tokenTtlSeconds);
-  const routes = new RouteTable();
+  // Several replicas of control (and edge) share the store: they sign with one key, read routes
+  // made by others from it, and tell each other what changes (services/cluster-sync.ts).
+  const coordination = role === 'control' ? store.coordination : undefined;
+  const tokens = coordination ? await sharedTokens(store, config.tokenTtlSeconds) : new TokenService(join(config.dataDir, 'keys', 'jwt-ed25519.pem'), config.tokenTtlSeconds);
+  let sync: ClusterSync | undefined;
+  const routes: RouteTable = new RouteTable(
+    coordination ? { loader: (id): Promise<RouteEntry | undefined> => loadRoute(store, runtime, gateway, config, id), onChange: (id) => sync?.routeChanged(id) } : {},
+  );
   const events = new EventBus();
   const connections = new ConnectionLimits(config.connections);
   let onAgentGone: (id: string) => void = () => undefined;
@@ -312,7 +424,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     },
     dataDir: config.dataDir,
   });
-  const gateway = new Gateway({
+  const gateway: Gateway = new Gateway({
     config: config.gateway,
     routes,
     tokens,
@@ -377,10 +489,23 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     nodeId: hostname(),
     log,
     metrics,
+    ...(coordination ? { cluster: { used: (id: string) => sync?.used(id), interrupted: (id: string) => sync?.interrupted(id) } } : {}),
   });
 
   onAgentGone = (id) => sandboxes.agentGone(id);
-  const rec = await sandboxes.reconcile();
+  if (coordination) {
+    sync = new ClusterSync({
+      coordination,
+      routes,
+      events,
+      activity: (id, at) => sandboxes.usedElsewhere(id, at),
+      interrupt: (id) => gateway.interrupt(id),
+      busy: () => gateway.busyIds(),
+      log,
+    });
+  }
+  // Replicas that start together reconcile one after the other.
+  const rec = coordination ? await coordination.exclusive('reconcile', () => sandboxes.reconcile()) : await sandboxes.reconcile();
   log('reconciled sandboxes with the runtime', rec);
   const expired = await sandboxes.sweep();
   // What reconcile and the sweep deleted is off the host before the service answers.
@@ -392,8 +517,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   const sweepTimer = setInterval(() => {
     if (sweeping) return;
     sweeping = true;
-    sandboxes
-      .sweep()
+    // One replica at a time sweeps (deadlines, idle pauses, tombstones); the others skip the turn.
+    (coordination ? coordination.tryExclusive('sweep', () => sandboxes.sweep()) : sandboxes.sweep())
       .catch((err: unknown) => log('sweep failed', { error: String(err) }))
       .finally(() => (sweeping = false));
   }, config.sweepIntervalMs);
@@ -452,6 +577,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     log(`${signal}: shutting down; sandboxes keep running`);
     clearInterval(sweepTimer);
     stopOomWatch();
+    sync?.close();
     // Each step is logged with its duration: a shutdown that takes long says where.
     const step = async (what: string, fn: () => Promise<unknown>) => {
       const t0 = performance.now();

@@ -62,6 +62,12 @@ export class Gateway implements GatewayControl {
     for (const res of this.responses.get(sandboxId) ?? []) res.destroy();
   }
 
+  /** The sandboxes with a request in flight or a WebSocket open. */
+  *busyIds(): Iterable<string> {
+    for (const [id, n] of this.inflight) if (n > 0) yield id;
+    for (const [id, set] of this.tunnels) if (set.size > 0 && !this.inflight.get(id)) yield id;
+  }
+
   /** A request is in flight to the sandbox, or a WebSocket to it is open. */
   busy(sandboxId: string): boolean {
     return (this.inflight.get(sandboxId) ?? 0) > 0 || (this.tunnels.get(sandboxId)?.size ?? 0) > 0;
@@ -274,10 +280,12 @@ export class Gateway implements GatewayControl {
    * API key needs the owning organization and `sandboxes:read` (plain GET/HEAD) or
    * `sandboxes:write` (anything else, WebSocket upgrades included: they run code).
    */
-  private async authorize(req: IncomingMessage, entry: RouteEntry | undefined, upgrade: boolean, asked: string | undefined): Promise<RouteEntry> {
+  private async authorize(req: IncomingMessage, known: RouteEntry | undefined, upgrade: boolean, asked: string | undefined): Promise<RouteEntry> {
+    // The id comes from the client: echoed (and looked up) only when it looks like one.
+    const id = asked !== undefined && /^[a-z0-9_-]{1,64}$/i.test(asked) ? asked : undefined;
+    // What the store says of it now, in a cluster (another replica may have made or changed it).
+    const entry = known ? await this.d.routes.ensure(known.sandboxId) : id ? await this.d.routes.ensure(id.toLowerCase()) : undefined;
     if (!entry) {
-      // The id comes from the client: echoed only when it looks like one.
-      const id = asked !== undefined && /^[a-z0-9_-]{1,64}$/i.test(asked) ? asked : undefined;
       throw new ServiceError('NOT_FOUND', id ? `sandbox ${id} not found` : `no sandbox found at host ${JSON.stringify((req.headers.host ?? '').slice(0, 100))}`, id ? { id } : {});
     }
     const auth = req.headers.authorization;
@@ -306,7 +314,7 @@ export class Gateway implements GatewayControl {
    * (X-Sandboxd-Token) or the session cookie a signed link set.
    */
   private async authorizePreview(req: IncomingMessage, target: PreviewTarget): Promise<RouteEntry> {
-    const entry = this.d.routes.get(target.sandboxId);
+    const entry = await this.d.routes.ensure(target.sandboxId);
     if (!entry) throw new ServiceError('NOT_FOUND', `sandbox ${target.sandboxId} not found`, { id: target.sandboxId });
     const state = this.previews.get(target.sandboxId)?.get(target.port);
     let mayWake = true;
@@ -382,7 +390,7 @@ export class Gateway implements GatewayControl {
   private async previewLink(req: IncomingMessage, res: ServerResponse, target: PreviewTarget, requestId: string): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://preview');
     const token = url.searchParams.get('token') ?? '';
-    if (!this.d.routes.get(target.sandboxId)) throw new ServiceError('NOT_FOUND', `sandbox ${target.sandboxId} not found`, { id: target.sandboxId });
+    if (!(await this.d.routes.ensure(target.sandboxId))) throw new ServiceError('NOT_FOUND', `sandbox ${target.sandboxId} not found`, { id: target.sandboxId });
     const link = await this.d.tokens.verifyPreview(token, 'link', target.sandboxId, target.port);
     const ttl = PREVIEW_SESSION_SECONDS;
     const session = await this.d.tokens.issuePreview('session', target.sandboxId, target.port, link.wake, ttl);
@@ -403,12 +411,12 @@ export class Gateway implements GatewayControl {
   /** Lets a request through to a sandbox whose credentials passed: wakes it if it may, refuses it if it sleeps or is stopped. */
   private async admit(sandboxId: string, mayWake: boolean): Promise<RouteEntry> {
     // The credentials took time to check: what is true of the sandbox now.
-    let entry = this.d.routes.get(sandboxId);
+    let entry = await this.d.routes.ensure(sandboxId);
     if (!entry) throw new ServiceError('NOT_FOUND', `sandbox ${sandboxId} not found`, { id: sandboxId });
     if (entry.status === 'paused' && entry.autoResume && this.d.wake && mayWake) {
       // It sleeps until someone uses it: this request wakes it, then is served.
       await this.d.wake(entry.sandboxId);
-      const now = this.d.routes.get(entry.sandboxId);
+      const now = await this.d.routes.ensure(entry.sandboxId);
       if (!now) throw new ServiceError('NOT_FOUND', `sandbox ${entry.sandboxId} not found`, { id: entry.sandboxId });
       entry = now;
     }

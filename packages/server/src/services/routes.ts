@@ -27,25 +27,42 @@ export interface RouteEntry {
   tracksIdle?: boolean;
 }
 
-/** The lookup the gateway uses (in memory today; a shared table when the gateway is replicated). */
+/** How long a route stays trusted without a word from the store (cluster roles: see ensure). */
+const ROUTE_TTL_MS = 30_000;
+
+/**
+ * The lookup the gateway uses. On one machine the lifecycle fills it and it is the whole truth. In
+ * a cluster (`loader` set) another replica may have made or changed a sandbox: `ensure` reads the
+ * store for a sandbox not known here or not read for ROUTE_TTL_MS, and a change made here is told
+ * to the other replicas (`onChange`), which forget what they knew of it.
+ */
 export class RouteTable {
   private byId = new Map<string, RouteEntry>();
   private byPort = new Map<number, string>();
+  private readAt = new Map<string, number>();
+  private loading = new Map<string, Promise<RouteEntry | undefined>>();
+
+  constructor(
+    private readonly o: {
+      /** The sandbox's route as the store has it now; undefined: no live sandbox of that id. */
+      loader?: (sandboxId: string) => Promise<RouteEntry | undefined>;
+      /** A change made in this process (the lifecycle's), to tell other replicas. */
+      onChange?: (sandboxId: string) => void;
+    } = {},
+  ) {}
 
   set(entry: RouteEntry): void {
-    const old = this.byId.get(entry.sandboxId);
-    if (old?.port != null && old.port !== entry.port) this.byPort.delete(old.port);
-    this.byId.set(entry.sandboxId, entry);
-    if (entry.port != null) this.byPort.set(entry.port, entry.sandboxId);
+    this.put(entry);
+    this.o.onChange?.(entry.sandboxId);
   }
   setStatus(sandboxId: string, status: RouteEntry['status']): void {
     const e = this.byId.get(sandboxId);
     if (e) e.status = status;
+    this.o.onChange?.(sandboxId);
   }
   delete(sandboxId: string): void {
-    const old = this.byId.get(sandboxId);
-    if (old?.port != null) this.byPort.delete(old.port);
-    this.byId.delete(sandboxId);
+    this.drop(sandboxId);
+    this.o.onChange?.(sandboxId);
   }
   get(sandboxId: string): RouteEntry | undefined {
     return this.byId.get(sandboxId);
@@ -53,5 +70,61 @@ export class RouteTable {
   byGatewayPort(port: number): RouteEntry | undefined {
     const id = this.byPort.get(port);
     return id === undefined ? undefined : this.byId.get(id);
+  }
+
+  /**
+   * The sandbox's route, read from the store first when it is not known here or is old (cluster
+   * roles). A store that cannot answer leaves what is known in place: sandboxes already routed
+   * keep being served while it is away.
+   */
+  async ensure(sandboxId: string): Promise<RouteEntry | undefined> {
+    const known = this.byId.get(sandboxId);
+    const loader = this.o.loader;
+    if (!loader || (known && Date.now() - (this.readAt.get(sandboxId) ?? 0) < ROUTE_TTL_MS)) return known;
+    let p = this.loading.get(sandboxId);
+    if (!p) {
+      p = loader(sandboxId)
+        .then(
+          (fresh) => {
+            if (fresh) this.put(fresh);
+            else this.drop(sandboxId);
+            return fresh;
+          },
+          (err: unknown) => {
+            if (known) return this.byId.get(sandboxId);
+            throw err;
+          },
+        )
+        .finally(() => this.loading.delete(sandboxId));
+      this.loading.set(sandboxId, p);
+    }
+    return p;
+  }
+
+  /** Another replica changed the sandbox: what was known of it here is read again when next used. */
+  forget(sandboxId: string): void {
+    this.drop(sandboxId);
+  }
+
+  /**
+   * Every route is read again when next used (messages from other replicas may have been lost);
+   * until then, and while the store cannot answer, they are served as they were.
+   */
+  forgetAll(): void {
+    this.readAt.clear();
+  }
+
+  private put(entry: RouteEntry): void {
+    const old = this.byId.get(entry.sandboxId);
+    if (old?.port != null && old.port !== entry.port) this.byPort.delete(old.port);
+    this.byId.set(entry.sandboxId, entry);
+    this.readAt.set(entry.sandboxId, Date.now());
+    if (entry.port != null) this.byPort.set(entry.port, entry.sandboxId);
+  }
+  private drop(sandboxId: string): void {
+    const old = this.byId.get(sandboxId);
+    if (old?.port != null) this.byPort.delete(old.port);
+    this.byId.delete(sandboxId);
+    this.readAt.delete(sandboxId);
   }
 }

@@ -6,7 +6,7 @@ import type { Runtime, RuntimeStatus, SandboxSpec } from '../runtime/types.js';
 import type { SandboxRow, Store } from '../store/types.js';
 import type { EventBus } from './events.js';
 import { Slots, type KeyedMutex } from './locks.js';
-import type { RouteTable } from './routes.js';
+import type { RouteEntry, RouteTable } from './routes.js';
 import type { SlidingWindowLimiter } from './rate-limit.js';
 import type { TemplateService } from './templates.js';
 import type { TokenService } from './tokens.js';
@@ -67,7 +67,16 @@ export interface SandboxServiceDeps {
   metrics?: Metrics;
   /** Snapshots (absent: creates from a snapshot, forks and restores are refused). */
   snapshots?: SnapshotService;
+  /**
+   * Several replicas share the store (a cluster's control): what one of them does not know may be
+   * another's work under way, so reconcile leaves it alone (the nodes collect leftovers no row
+   * claims, see node/orphans.ts), and uses and interrupts are told to the others.
+   */
+  cluster?: { used(id: string): void; interrupted(id: string): void };
 }
+
+/** In a cluster, a sandbox still `creating` this long after its row was written was abandoned (its replica died). */
+export const ABANDONED_CREATE_MS = 10 * 60_000;
 
 /** What a create starts from: a template, a snapshot, or a fork's source. */
 interface CreateSource {
@@ -86,6 +95,19 @@ interface CreateSource {
   poolId: string;
   /** A fork's: the source's egress policy, when the fork names none. */
   egress?: SandboxRow['egress'];
+}
+
+/** How the gateway reaches a live sandbox of the store. */
+export function routeOf(row: SandboxRow, runtime: Pick<Runtime, 'dialAgent'>): RouteEntry {
+  return {
+    sandboxId: row.id,
+    orgId: row.orgId,
+    status: row.status as RouteEntry['status'],
+    dial: (timeoutMs) => runtime.dialAgent(row.id, timeoutMs),
+    port: row.gatewayPort,
+    autoResume: row.autoResume,
+    tracksIdle: row.idleTimeoutSeconds !== null,
+  };
 }
 
 /** A preview URL, as `GET /v1/sandboxes/{id}/ports/{port}` gives it. */
@@ -285,20 +307,19 @@ export class SandboxService {
       this.d.routes.delete(row.id);
       return;
     }
-    this.d.routes.set({
-      sandboxId: row.id,
-      orgId: row.orgId,
-      status: row.status,
-      dial: (timeoutMs) => this.d.runtime.dialAgent(row.id, timeoutMs),
-      port: row.gatewayPort,
-      autoResume: row.autoResume,
-      tracksIdle: row.idleTimeoutSeconds !== null,
-    });
+    this.d.routes.set(routeOf(row, this.d.runtime));
   }
 
   /** A use of the sandbox (a lifecycle call about it, or a request through its gateway): it is not idle. */
   touch(id: string): void {
-    if (this.d.routes.get(id)?.tracksIdle) this.activity.set(id, Date.now());
+    if (!this.d.routes.get(id)?.tracksIdle) return;
+    this.activity.set(id, Date.now());
+    this.d.cluster?.used(id);
+  }
+
+  /** Another replica saw the sandbox used at `at`. */
+  usedElsewhere(id: string, at: number): void {
+    if ((this.activity.get(id) ?? 0) < at) this.activity.set(id, at);
   }
 
   /**
@@ -771,7 +792,10 @@ export class SandboxService {
       }
       // Its time is up: what is in flight is cut (as a delete would), not frozen until someone
       // wakes it; a client that tries again wakes it (auto_resume) or is told it sleeps.
-      if (reason === 'timeout') this.d.gateway.interrupt?.(r.id);
+      if (reason === 'timeout') {
+        this.d.gateway.interrupt?.(r.id);
+        this.d.cluster?.interrupted(r.id);
+      }
       try {
         await this.d.runtime.pause(r.id);
       } catch (err) {
@@ -1046,9 +1070,20 @@ export class SandboxService {
     // Tombstones are kept for a day by default: purging them once a minute is plenty.
     if (now.getTime() - this.lastPurge >= PURGE_INTERVAL_MS) {
       this.lastPurge = now.getTime();
+      if (this.d.cluster) await this.removeAbandonedCreates(now.getTime());
       await this.d.store.sandboxes.purgeDeleted(new Date(now.getTime() - this.d.tombstoneSeconds * 1000).toISOString());
     }
     return due.length;
+  }
+
+  /** Cluster: rows a replica wrote for a create and never finished (it died); their sandbox, if any, goes too. */
+  private async removeAbandonedCreates(now: number): Promise<void> {
+    for (const row of await this.d.store.sandboxes.live()) {
+      if (row.status !== 'creating' || now - Date.parse(row.createdAt) < ABANDONED_CREATE_MS || this.d.locks.busy(row.id)) continue;
+      this.d.log('removing a create that a replica abandoned', { id: row.id, created_at: row.createdAt });
+      await this.d.runtime.destroy(row.id).catch((err: unknown) => this.d.log('destroying an abandoned create failed', { id: row.id, error: String(err) }));
+      await this.d.store.sandboxes.remove(row.id);
+    }
   }
 
   /**
@@ -1103,6 +1138,9 @@ export class SandboxService {
     }
     for (const row of live) {
       if (row.status === 'creating') {
+        // Alone, every create under way was this process's, cut short. In a cluster another
+        // replica may be creating it now: only an abandoned one goes (the sweep takes the later ones).
+        if (this.d.cluster && Date.now() - Date.parse(row.createdAt) < ABANDONED_CREATE_MS) continue;
         await this.d.runtime.destroy(row.id).catch(() => {});
         await this.d.store.sandboxes.remove(row.id);
         stats.cleaned++;
@@ -1157,7 +1195,9 @@ export class SandboxService {
         if (current.status === 'running' || current.status === 'paused') await this.markStopped(current, 'could not be restarted after the service restarted');
       }
     }
-    for (const id of await this.d.runtime.list()) {
+    // In a cluster, what a node holds that no row claims may be another replica's create or warm
+    // sandbox: the node collects it after a grace period (node/orphans.ts), not this start.
+    for (const id of this.d.cluster ? [] : await this.d.runtime.list()) {
       if (!liveIds.has(id)) {
         await this.d.runtime.destroy(id).catch((e: unknown) => this.d.log('cleaning a leftover failed', { id, error: String(e) }));
         stats.cleaned++;

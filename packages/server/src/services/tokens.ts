@@ -57,10 +57,15 @@ export class TokenService {
 
   /** `cacheMax`: verified sandbox tokens kept; past it the oldest is dropped. */
   constructor(
-    keyFile: string,
+    keyFile: string | { pem: string },
     private ttlSeconds: number,
     private cacheMax = 10_000,
   ) {
+    if (typeof keyFile !== 'string') {
+      this.privateKey = createPrivateKey(keyFile.pem);
+      this.publicKey = createPublicKey(this.privateKey);
+      return;
+    }
     if (!existsSync(keyFile)) {
       mkdirSync(dirname(keyFile), { recursive: true, mode: 0o700 });
       const { privateKey } = generateKeyPairSync('ed25519');
@@ -68,6 +73,11 @@ export class TokenService {
     }
     this.privateKey = createPrivateKey(readFileSync(keyFile));
     this.publicKey = createPublicKey(this.privateKey);
+  }
+
+  /** A new signing key, PEM (PKCS8). */
+  static newKeyPem(): string {
+    return generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
   }
 
   async issue(sandboxId: string, orgId: string): Promise<{ token: string; expiresAt: Date }> {

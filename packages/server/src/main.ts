@@ -15,6 +15,7 @@ import { blockedRangeOf, type EgressEndpoint } from './runtime/host.js';
 import { readHostAptConfig } from './images/apt-sources.js';
 import { openBuilder } from './builder/index.js';
 import { nodeApi } from './node/node-api.js';
+import { OrphanCollector } from './services/orphans.js';
 import { NodeMembership } from './services/node-membership.js';
 import { ClusterRuntime } from './services/cluster-runtime.js';
 import type { Runtime } from './runtime/types.js';
@@ -226,7 +227,8 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   await prepareMachine(config);
   log(`starting sandboxd ${config.version} as node ${config.node.id}; data directory ${config.dataDir}`);
   const runtime = await openRuntime(config);
-  const app = nodeApi({ nodeId: config.node.id, runtime, auth: new ClusterAuth(config.node.secret), log });
+  let orphans: OrphanCollector | undefined;
+  const app = nodeApi({ nodeId: config.node.id, runtime, auth: new ClusterAuth(config.node.secret), log, orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) } });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
   log(`node ${config.node.id} serves its runtime at ${config.node.url} (listening on ${config.node.listen.host}:${config.node.listen.port})`);
   // With the cluster's database it joins the registry, which control places sandboxes from.
@@ -249,6 +251,9 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
       log,
     });
     await membership.start();
+    // What no control replica owns (one died mid-create, or with its warm pool) goes after a grace.
+    orphans = new OrphanCollector({ nodeId: config.node.id, runtime, store, graceMs: config.node.orphanGraceSeconds * 1000, log });
+    orphans.start();
   } else {
     log('no SANDBOXD_DATABASE_URL: this node is not in a registry (control must be given its URL)');
   }
@@ -256,6 +261,7 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   const close = () =>
     (closing ??= (async () => {
       membership?.stop();
+      await orphans?.stop();
       if (store) await closeStore(store).catch((err: unknown) => log('closing the store failed', { error: String(err) }));
       await app.close().catch((err: unknown) => log('closing the node API failed', { error: String(err) }));
       await runtime.close().catch((err: unknown) => log('releasing runtime spares failed', { error: String(err) }));

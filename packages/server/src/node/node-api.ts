@@ -13,7 +13,12 @@ export interface NodeApiOptions {
   runtime: Runtime;
   auth: ClusterAuth;
   log?: (msg: string) => void;
+  /** What control replicas hold here unrecorded (absent: claims are taken and ignored: no collector runs). */
+  orphans?: { claim(owner: string, ids: string[], ttlMs: number): void };
 }
+
+/** The most sandbox ids one claim names (a claim replaces the owner's last one). */
+const MAX_CLAIMED = 20_000;
 
 /** How long the relay waits for a sandbox's agent socket to accept before answering 502. */
 const AGENT_CONNECT_TIMEOUT_MS = 5000;
@@ -75,6 +80,24 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     return done(reply, await rt.resetDisk(idOf(req), diskGb));
   });
   app.get('/node/v1/sandboxes', async () => ({ ids: await rt.list() }));
+  // A control replica's sandboxes here that the store does not record yet (its creates under way,
+  // its warm pool): not collected as no one's while the claim lasts (services/orphans.ts).
+  app.put('/node/v1/claims/:owner', async (req, reply) => {
+    const owner = (req.params as { owner?: unknown }).owner;
+    const body = req.body as { ids?: unknown; ttl_seconds?: unknown } | undefined;
+    if (typeof owner !== 'string' || !/^[a-zA-Z0-9-]{1,64}$/.test(owner)) throw new ServiceError('VALIDATION_ERROR', 'bad claim owner');
+    const ids = body?.ids;
+    if (!Array.isArray(ids) || ids.length > MAX_CLAIMED || !ids.every((i) => typeof i === 'string' && ID_RE.test(i))) throw new ServiceError('VALIDATION_ERROR', 'ids must be a list of sandbox ids');
+    const ttl = body?.ttl_seconds;
+    if (typeof ttl !== 'number' || !Number.isInteger(ttl) || ttl < 1 || ttl > 600) throw new ServiceError('VALIDATION_ERROR', 'ttl_seconds must be an integer from 1 to 600');
+    try {
+      o.orphans?.claim(owner, ids as string[], ttl * 1000);
+    } catch (err) {
+      if (err instanceof RangeError) throw new ServiceError('LIMIT_EXCEEDED', err.message);
+      throw err;
+    }
+    return reply.code(204).send();
+  });
   app.post('/node/v1/statuses', async (req) => {
     const ids = (req.body as { ids?: unknown } | undefined)?.ids;
     if (!Array.isArray(ids) || ids.length > 100_000 || !ids.every((i) => typeof i === 'string' && ID_RE.test(i))) throw new ServiceError('VALIDATION_ERROR', 'ids must be a list of sandbox ids');

@@ -151,6 +151,11 @@ export class RemoteRuntime implements Runtime {
     );
   }
 
+  /** Tells the node that `owner` holds these of its sandboxes unrecorded, for `ttlSeconds` (services/orphans.ts). */
+  async claim(owner: string, ids: string[], ttlSeconds: number): Promise<void> {
+    await this.call('PUT', `/node/v1/claims/${encodeURIComponent(owner)}`, { ids, ttl_seconds: ttlSeconds }, 10_000);
+  }
+
   async list(): Promise<string[]> {
     const ids = (await this.call<{ ids?: unknown } | null>('GET', '/node/v1/sandboxes'))?.ids;
     if (!Array.isArray(ids) || !ids.every((id) => typeof id === 'string' && ID_RE.test(id))) throw badAnswer(this.nodeId, 'list of sandboxes');

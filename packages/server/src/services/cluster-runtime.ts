@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { ServiceError } from '@sandboxd/protocol';
 import type { ClusterAuth } from '../runtime/cluster-auth.js';
@@ -14,6 +15,8 @@ export interface ClusterRuntimeOptions {
   overcommit?: { cpu: number; memory: number };
   /** How old the node list may be before a call reads it again (default 2 s). */
   refreshMs?: number;
+  /** How often this process claims on each node what it holds there unrecorded (default 30 s; 0: never). */
+  claimEveryMs?: number;
   log?: (msg: string) => void;
 }
 
@@ -51,9 +54,40 @@ export class ClusterRuntime implements Runtime {
   private readonly oomWatchers = new Set<(id: string, kills: number) => void>();
   private readonly oomStops = new Map<string, () => void>();
   private readonly log: (msg: string) => void;
+  /** This process's name in its claims (services/orphans.ts). */
+  readonly owner = randomUUID();
+  private claimTimer: NodeJS.Timeout | undefined;
+  private claimSoonTimer: NodeJS.Timeout | undefined;
+
+  /** A new sandbox is claimed within half a second, not at the next round (creates come in bursts: one claim each node). */
+  private claimSoon(): void {
+    if (this.claimSoonTimer || (this.o.claimEveryMs ?? 30_000) === 0) return;
+    this.claimSoonTimer = setTimeout(() => {
+      this.claimSoonTimer = undefined;
+      void this.claimAll();
+    }, 500);
+    this.claimSoonTimer.unref();
+  }
 
   constructor(private readonly o: ClusterRuntimeOptions) {
     this.log = o.log ?? (() => undefined);
+  }
+
+  /**
+   * Claims on every node what this process holds there and the store does not record yet (its
+   * creates under way and its warm pool), so that the node does not collect them as no one's; a
+   * claim lasts four rounds, so a process that dies stops claiming and its leftovers go.
+   */
+  async claimAll(): Promise<void> {
+    const every = this.o.claimEveryMs ?? 30_000;
+    const ttl = Math.max(1, Math.min(600, Math.ceil((every * 4) / 1000)));
+    const byNode = new Map<string, string[]>();
+    for (const [id, r] of this.reserved) byNode.set(r.nodeId, [...(byNode.get(r.nodeId) ?? []), id]);
+    await Promise.all(
+      [...this.nodes.entries()].map(([nodeId, k]) =>
+        this.leased(k.row) ? k.remote.claim(this.owner, byNode.get(nodeId) ?? [], ttl).catch((err: unknown) => this.log(`claiming sandboxes on node ${nodeId} failed: ${String(err)}`)) : undefined,
+      ),
+    );
   }
 
   /** Reads the node list again when it is older than refreshMs (or at once with `force`). */
@@ -168,6 +202,11 @@ export class ClusterRuntime implements Runtime {
 
   async setupHost(): Promise<void> {
     await this.refresh(true);
+    const every = this.o.claimEveryMs ?? 30_000;
+    if (every > 0 && !this.claimTimer) {
+      this.claimTimer = setInterval(() => void this.refresh().then(() => this.claimAll(), () => undefined), every);
+      this.claimTimer.unref();
+    }
   }
 
   async create(spec: SandboxSpec): Promise<void> {
@@ -176,6 +215,7 @@ export class ClusterRuntime implements Runtime {
       nodeId = await this.place(spec.resources);
       this.nodeById.set(spec.id, nodeId);
       this.reserved.set(spec.id, { nodeId, resources: spec.resources });
+      this.claimSoon();
     }
     const known = this.nodes.get(nodeId);
     try {
@@ -304,6 +344,8 @@ export class ClusterRuntime implements Runtime {
   }
 
   async close(): Promise<void> {
+    if (this.claimTimer) clearInterval(this.claimTimer);
+    if (this.claimSoonTimer) clearTimeout(this.claimSoonTimer);
     for (const id of [...this.oomStops.keys()]) this.stopOom(id);
   }
 }

@@ -70,7 +70,7 @@ export interface SandboxServiceDeps {
   /**
    * Several replicas share the store (a cluster's control): what one of them does not know may be
    * another's work under way, so reconcile leaves it alone (the nodes collect leftovers no row
-   * claims, see node/orphans.ts), and uses and interrupts are told to the others.
+   * claims, see services/orphans.ts), and uses and interrupts are told to the others.
    */
   cluster?: { used(id: string): void; interrupted(id: string): void };
 }
@@ -1196,7 +1196,7 @@ export class SandboxService {
       }
     }
     // In a cluster, what a node holds that no row claims may be another replica's create or warm
-    // sandbox: the node collects it after a grace period (node/orphans.ts), not this start.
+    // sandbox: the node collects it after a grace period (services/orphans.ts), not this start.
     for (const id of this.d.cluster ? [] : await this.d.runtime.list()) {
       if (!liveIds.has(id)) {
         await this.d.runtime.destroy(id).catch((e: unknown) => this.d.log('cleaning a leftover failed', { id, error: String(e) }));

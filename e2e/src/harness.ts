@@ -101,7 +101,7 @@ function claimSlot(): { slot: number; release: () => void } {
 export interface StartOptions {
   env?: Record<string, string>;
   /** The daemon's role: `serve` (default) or `control` (a cluster's API over its nodes). */
-  command?: 'serve' | 'control';
+  command?: 'serve' | 'control' | 'edge';
   /** Built-in templates to serve (default base,code-interpreter; they are cached in the shared layer dir). */
   templates?: string[];
   readyTimeoutMs?: number;
@@ -335,7 +335,7 @@ export interface TestNode {
  * in `databaseUrl`'s registry when given, sharing the tests' layer directory (a cluster on one
  * machine: layers are not moved between machines yet).
  */
-export async function startNode(o: { id: string; secret: string; databaseUrl?: string; leaseSeconds?: number }): Promise<TestNode> {
+export async function startNode(o: { id: string; secret: string; databaseUrl?: string; leaseSeconds?: number; env?: Record<string, string> }): Promise<TestNode> {
   const { slot, release } = claimSlot();
   const dataDir = join(TEST_DATA_DIR, 'nodes', `${o.id}-${randomBytes(3).toString('hex')}`);
   mkdirSync(dataDir, { recursive: true });
@@ -353,6 +353,7 @@ export async function startNode(o: { id: string; secret: string; databaseUrl?: s
     SANDBOXD_CLUSTER_SECRET: o.secret,
     SANDBOXD_NODE_LEASE_SECONDS: String(o.leaseSeconds ?? 15),
     ...(o.databaseUrl ? { SANDBOXD_DATABASE_URL: o.databaseUrl } : {}),
+    ...o.env,
   };
   const logFile = join(dataDir, 'node.log');
   let child: ChildProcess | undefined;

@@ -103,6 +103,8 @@ export interface NodeConfig {
   maxSandboxes: number;
   /** A sandbox this node holds that no row of the store and no control replica claims is destroyed after this long. */
   orphanGraceSeconds: number;
+  /** Control: how often it claims on nodes what it holds unrecorded (a claim lasts four times this). */
+  claimSeconds: number;
   /**
    * Control's placement: how far past a node's cores and memory the limits of the sandboxes on it
    * may add up (sandboxes rarely use their whole limits; their cgroups still cap each one).
@@ -271,7 +273,7 @@ function nodeFrom(env: NodeJS.ProcessEnv): NodeConfig {
   }
   if (secret !== null && Buffer.byteLength(secret) < 32) throw new ConfigError('the cluster secret (SANDBOXD_CLUSTER_SECRET or its _FILE) must be at least 32 bytes');
   const overcommit = { cpu: ratio(env, 'SANDBOXD_OVERCOMMIT_CPU', 16), memory: ratio(env, 'SANDBOXD_OVERCOMMIT_MEMORY', 1.5) };
-  return { id, listen: { host, port }, url, secret, overcommit, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1), orphanGraceSeconds: int(env, 'SANDBOXD_NODE_ORPHAN_GRACE_SECONDS', 300, 10, 86_400) };
+  return { id, listen: { host, port }, url, secret, overcommit, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1), orphanGraceSeconds: int(env, 'SANDBOXD_NODE_ORPHAN_GRACE_SECONDS', 300, 10, 86_400), claimSeconds: int(env, 'SANDBOXD_CLUSTER_CLAIM_SECONDS', 30, 1, 150) };
 }
 
 function databaseUrlFrom(env: NodeJS.ProcessEnv): string | undefined {

@@ -1,5 +1,6 @@
 import { existsSync, mkdirSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import { createServer as createHttpServer } from 'node:http';
 import { join } from 'node:path';
 import { lookup } from 'node:dns/promises';
 import { availableParallelism, hostname, totalmem } from 'node:os';
@@ -289,7 +290,7 @@ export async function runEdge(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   log(`starting sandboxd ${config.version} as edge`);
   const store = await openStore(config, log);
   const coordination = store.coordination!;
-  const runtime = new ClusterRuntime({ store, auth: new ClusterAuth(config.node.secret), log });
+  const runtime = new ClusterRuntime({ store, auth: new ClusterAuth(config.node.secret), claimEveryMs: 0, log });
   await runtime.setupHost();
   const tokens = await sharedTokens(store, config.tokenTtlSeconds);
   const keys = new KeyService(store);
@@ -297,6 +298,7 @@ export async function runEdge(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   const routes: RouteTable = new RouteTable({
     loader: (id): Promise<RouteEntry | undefined> => loadRoute(store, runtime, gateway, config, id),
     onChange: (id) => sync.routeChanged(id),
+    hearing: () => coordination.listening(),
   });
   const gateway: Gateway = new Gateway({
     config: config.gateway,
@@ -330,7 +332,7 @@ export async function runEdge(env: NodeJS.ProcessEnv = process.env): Promise<{ c
     tombstoneSeconds: config.tombstoneSeconds,
     nodeId: hostname(),
     log,
-    cluster: { used: (id) => sync.used(id), interrupted: (id) => sync.interrupted(id) },
+    cluster: { used: (id) => sync.used(id), interrupted: (id) => sync.interrupted(id), changed: (id) => sync.routeChanged(id) },
   });
   const sync = new ClusterSync({
     coordination,
@@ -344,10 +346,28 @@ export async function runEdge(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   await gateway.listenHostMode();
   const port = config.gateway.hostModePort;
   log(`edge serves sandboxes at http://<id>.${config.gateway.domain}:${port} (listening on ${config.gateway.bindHost}:${port})`);
+  // Its own address for probes: /health (the process answers), /ready (and its store does).
+  const probes = createHttpServer((req, res) => {
+    const answer = (code: number, body: Record<string, unknown>) => {
+      res.writeHead(code, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    };
+    if (req.url === '/health') return answer(200, { status: 'ok', role: 'edge' });
+    if (req.url === '/ready') {
+      return void store.sandboxes.countByStatus().then(
+        () => answer(200, { status: 'ready', role: 'edge' }),
+        () => answer(503, { status: 'unavailable', role: 'edge', reason: 'the store does not answer' }),
+      );
+    }
+    answer(404, { error: { code: 'ROUTE_NOT_FOUND', message: 'the edge answers /health and /ready here; sandboxes on the gateway port' } });
+  });
+  await new Promise<void>((resolve, reject) => probes.once('error', reject).listen(config.port, config.host, () => resolve()));
+  log(`edge probes on http://${config.host}:${config.port}/health and /ready`);
   let closing: Promise<void> | undefined;
   const close = () =>
     (closing ??= (async () => {
       sync.close();
+      await new Promise((r) => probes.close(() => r(undefined)));
       await gateway.closeAll().catch((err: unknown) => log('closing sandbox connections failed', { error: String(err) }));
       await runtime.close().catch(() => undefined);
       await closeStore(store).catch((err: unknown) => log('closing the store failed', { error: String(err) }));
@@ -375,7 +395,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   const store = await openStore(config, log);
   let runtime: Runtime;
   if (role === 'control') {
-    const cluster = new ClusterRuntime({ store, auth: new ClusterAuth(config.node.secret!), overcommit: config.node.overcommit, log });
+    const cluster = new ClusterRuntime({ store, auth: new ClusterAuth(config.node.secret!), overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, log });
     await cluster.setupHost();
     const nodes = cluster.known();
     log(`cluster: ${nodes.length} node(s) registered: ${nodes.map((n) => `${n.id} (${n.status})`).join(', ') || 'none yet'}`);
@@ -406,7 +426,9 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   const tokens = coordination ? await sharedTokens(store, config.tokenTtlSeconds) : new TokenService(join(config.dataDir, 'keys', 'jwt-ed25519.pem'), config.tokenTtlSeconds);
   let sync: ClusterSync | undefined;
   const routes: RouteTable = new RouteTable(
-    coordination ? { loader: (id): Promise<RouteEntry | undefined> => loadRoute(store, runtime, gateway, config, id), onChange: (id) => sync?.routeChanged(id) } : {},
+    coordination
+      ? { loader: (id): Promise<RouteEntry | undefined> => loadRoute(store, runtime, gateway, config, id), onChange: (id) => sync?.routeChanged(id), hearing: () => coordination.listening() }
+      : {},
   );
   const events = new EventBus();
   const connections = new ConnectionLimits(config.connections);
@@ -495,7 +517,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     nodeId: hostname(),
     log,
     metrics,
-    ...(coordination ? { cluster: { used: (id: string) => sync?.used(id), interrupted: (id: string) => sync?.interrupted(id) } } : {}),
+    ...(coordination ? { cluster: { used: (id: string) => sync?.used(id), interrupted: (id: string) => sync?.interrupted(id), changed: (id: string) => sync?.routeChanged(id) } } : {}),
   });
 
   onAgentGone = (id) => sandboxes.agentGone(id);

@@ -95,7 +95,19 @@ export class ClusterRuntime implements Runtime {
     if (!force && Date.now() - this.refreshedAt < (this.o.refreshMs ?? 2000)) return;
     this.refreshing ??= (async () => {
       try {
-        const rows = await this.o.store.nodes.list();
+        let rows: NodeRow[];
+        try {
+          rows = await this.o.store.nodes.list();
+          this.storeAway = false;
+        } catch (err) {
+          // The store is away (a restart of PostgreSQL): the nodes as last read are served as they
+          // were, and the leases they had are not held against them (nodes cannot renew them meanwhile).
+          if (this.nodes.size === 0) throw err;
+          if (!this.storeAway) this.log(`the node list cannot be read (${String(err)}); serving the nodes as last read`);
+          this.storeAway = true;
+          this.refreshedAt = Date.now();
+          return;
+        }
         const seen = new Set<string>();
         for (const row of rows) {
           seen.add(row.id);
@@ -141,6 +153,9 @@ export class ClusterRuntime implements Runtime {
     return Date.parse(row.leaseExpiresAt) > now;
   }
 
+  /** The last read of the node list failed (the store is away). */
+  private storeAway = false;
+
   /** The node that holds `id`, answering; undefined when no node holds it. */
   private async holder(id: string): Promise<RemoteRuntime | undefined> {
     let nodeId = this.nodeById.get(id);
@@ -152,7 +167,7 @@ export class ClusterRuntime implements Runtime {
     await this.refresh();
     const known = this.nodes.get(nodeId);
     if (!known) throw new ServiceError('NODE_UNAVAILABLE', `sandbox ${id} is on node ${nodeId}, which has left the cluster`, { id, node: nodeId });
-    if (!this.leased(known.row)) throw new ServiceError('NODE_UNAVAILABLE', `sandbox ${id} is on node ${nodeId}, which is not answering; it is served again when the node is back`, { id, node: nodeId, retry_after: 10 });
+    if (!this.storeAway && !this.leased(known.row)) throw new ServiceError('NODE_UNAVAILABLE', `sandbox ${id} is on node ${nodeId}, which is not answering; it is served again when the node is back`, { id, node: nodeId, retry_after: 10 });
     return known.remote;
   }
 

@@ -48,6 +48,11 @@ export class RouteTable {
       loader?: (sandboxId: string) => Promise<RouteEntry | undefined>;
       /** A change made in this process (the lifecycle's), to tell other replicas. */
       onChange?: (sandboxId: string) => void;
+      /**
+       * Whether other replicas' changes reach this process now (false: they may be lost, so every
+       * ensure reads the store). Absent: always.
+       */
+      hearing?: () => boolean;
     } = {},
   ) {}
 
@@ -80,7 +85,7 @@ export class RouteTable {
   async ensure(sandboxId: string): Promise<RouteEntry | undefined> {
     const known = this.byId.get(sandboxId);
     const loader = this.o.loader;
-    if (!loader || (known && Date.now() - (this.readAt.get(sandboxId) ?? 0) < ROUTE_TTL_MS)) return known;
+    if (!loader || (known && (this.o.hearing?.() ?? true) && Date.now() - (this.readAt.get(sandboxId) ?? 0) < ROUTE_TTL_MS)) return known;
     let p = this.loading.get(sandboxId);
     if (!p) {
       p = loader(sandboxId)

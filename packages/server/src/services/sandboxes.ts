@@ -72,7 +72,7 @@ export interface SandboxServiceDeps {
    * another's work under way, so reconcile leaves it alone (the nodes collect leftovers no row
    * claims, see services/orphans.ts), and uses and interrupts are told to the others.
    */
-  cluster?: { used(id: string): void; interrupted(id: string): void };
+  cluster?: { used(id: string): void; interrupted(id: string): void; changed(id: string): void };
 }
 
 /** In a cluster, a sandbox still `creating` this long after its row was written was abandoned (its replica died). */
@@ -1251,6 +1251,8 @@ export class SandboxService {
       const gw = await gateway.openPreview!(row.id, port, isPublic, existing?.gatewayPort ?? null);
       if (!existing || existing.public !== isPublic || existing.gatewayPort !== gw) {
         await this.d.store.previews.upsert({ sandboxId: row.id, port, public: isPublic, gatewayPort: gw, createdAt: existing?.createdAt ?? new Date().toISOString() });
+        // The other replicas' gateways read its previews again with its route.
+        this.d.cluster?.changed(row.id);
       }
       const url = gateway.previewUrl!(row.id, port, gw);
       const info: PreviewInfo = { port, url, public: isPublic };

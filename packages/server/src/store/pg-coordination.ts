@@ -131,6 +131,10 @@ export class PgCoordination implements Coordination {
     return () => this.reconnectHandlers.delete(fn);
   }
 
+  listening(): boolean {
+    return this.listener !== undefined;
+  }
+
   /** Resolves once the listening connection is up (tests; a start that wants it before serving). */
   ready(): Promise<void> {
     return this.ensureListener();

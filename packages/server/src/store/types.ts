@@ -282,6 +282,8 @@ export interface Coordination {
   subscribe(channel: string, fn: (payload: string) => void): () => void;
   /** `fn` runs when the subscription came back after a loss: messages sent meanwhile were lost. */
   onReconnect(fn: () => void): () => void;
+  /** Whether messages are heard now (false while the listening connection is down). */
+  listening(): boolean;
   close(): Promise<void>;
 }
 

@@ -77,7 +77,7 @@ test('sandboxd cluster keygen --out DIR: the verb, its modes under a permissive 
   assert.deepEqual(JSON.parse(json.stdout), { signing_key_file: join(root, 'cli-json', 'cluster-signing.pem'), verify_key_file: join(root, 'cli-json', 'cluster-verify.pem') });
 });
 
-test('the roles refuse the wrong key at start: a node with the private key, control without it', () => {
+test('the roles refuse the wrong key at start: a node with the private key, control and edge without it', () => {
   const { signing, verify } = keygen(join(root, 'roles'));
   const start = (role: string, env: Record<string, string>) =>
     spawnSync(process.execPath, [new URL('./cli.js', import.meta.url).pathname, role], {
@@ -95,5 +95,6 @@ test('the roles refuse the wrong key at start: a node with the private key, cont
   refused(start('node', {}), /sandboxd node needs the public key of its cluster .*: set SANDBOXD_CLUSTER_VERIFY_KEY_FILE .* or SANDBOXD_CLUSTER_VERIFY_KEY/);
   refused(start('control', { SANDBOXD_DATABASE_URL: 'postgresql://u:p@127.0.0.1:1/db', SANDBOXD_CLUSTER_VERIFY_KEY_FILE: verify }), /sandboxd control needs the cluster: .*SANDBOXD_CLUSTER_SIGNING_KEY_FILE/);
   refused(start('control', { SANDBOXD_DATABASE_URL: 'postgresql://u:p@127.0.0.1:1/db', SANDBOXD_CLUSTER_SIGNING_KEY_FILE: verify }), /SANDBOXD_CLUSTER_SIGNING_KEY_FILE \(.*\): it holds a public key: control signs with the private key/);
+  refused(start('edge', { SANDBOXD_DATABASE_URL: 'postgresql://u:p@127.0.0.1:1/db', SANDBOXD_CLUSTER_VERIFY_KEY_FILE: verify }), /sandboxd edge needs the cluster: .*SANDBOXD_CLUSTER_SIGNING_KEY_FILE/);
   assert.equal(existsSync(join(root, 'roles-data')), false, 'refused before touching the machine');
 });

@@ -8,9 +8,9 @@ export const VERIFY_KEY_FILE = 'cluster-verify.pem';
 
 /**
  * `sandboxd cluster keygen --out DIR`: a new Ed25519 key pair of a cluster. cluster-signing.pem
- * (0600) is for control (and edge) only; cluster-verify.pem (0644, public) goes to every node. An existing
- * file is never overwritten (a new pair locks every node out until each gets its new public key):
- * if either is there, nothing is written.
+ * (0600) is for control (and edge) only; cluster-verify.pem (0644, public) goes to every node. An
+ * existing file is never overwritten (a new pair locks every node out until each gets its new
+ * public key): if either is there, nothing is written.
  */
 export function keygen(outDir: string): { signing: string; verify: string } {
   const dir = resolve(outDir);

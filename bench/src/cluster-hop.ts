@@ -9,8 +9,8 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
 import { nodeApi } from '../../packages/server/dist/node/node-api.js';
-import { ClusterAuth } from '../../packages/server/dist/runtime/cluster-auth.js';
 import { RemoteRuntime } from '../../packages/server/dist/runtime/remote-runtime.js';
+import { testClusterKeys } from '../../packages/server/dist/testing/cluster-keys.js';
 import { baseLayer } from '../../packages/server/dist/testing/fixtures.js';
 import { withBenchRuntime } from './bench-runtime.js';
 import { row } from './stats.js';
@@ -55,10 +55,10 @@ async function samples(agent: Agent): Promise<number[]> {
 }
 
 await withBenchRuntime(`hop${process.pid % 1000}`, `10.93.${process.pid % 250}.0/24`, async ({ rt }) => {
-  const auth = new ClusterAuth('bench-cluster-hop-secret-0123456789abcdef');
-  const app = nodeApi({ nodeId: 'bench-node', runtime: rt, auth });
+  const { signer, verifier } = testClusterKeys();
+  const app = nodeApi({ nodeId: 'bench-node', runtime: rt, auth: verifier });
   await app.listen({ host: '127.0.0.1', port: 0 });
-  const remote = new RemoteRuntime({ nodeId: 'bench-node', url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, auth });
+  const remote = new RemoteRuntime({ nodeId: 'bench-node', url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, auth: signer });
   const id = `hop${process.pid % 10000}`;
   await rt.create({ id, lowerDirs: [(await baseLayer()).path], resources: { vcpu: 1, memoryMb: 512, diskGb: 1, pidsMax: 256 }, internetAccess: false, hostname: id, env: { PATH: '/usr/bin:/bin' } });
   try {

@@ -7,13 +7,13 @@
 // Usage (root, after npm run build): node bench/dist/cluster.js [N=30] [BURST=100] [NODES=3]
 import { performance } from 'node:perf_hooks';
 import { agent, api, startNode, startServer, type TestNode, type TestServer } from '../../e2e/dist/harness.js';
+import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { row } from './stats.js';
 
 const N = Number(process.argv[2] ?? 30);
 const BURST = Number(process.argv[3] ?? 100);
 const NODES = Number(process.argv[4] ?? 3);
-const SECRET = 'bench-cluster-secret-0123456789abcdef01234';
 const LIMITS = { SANDBOXD_MAX_SANDBOXES: '0', SANDBOXD_MAX_TOTAL_MEMORY_MB: '0', SANDBOXD_MAX_TOTAL_DISK_GB: '0', SANDBOXD_RATE_LIMIT_CREATES_PER_MINUTE: '100000' };
 const CREATE = { template_name: 'base', internet_access: false };
 
@@ -39,15 +39,17 @@ async function series(server: TestServer): Promise<number[]> {
 }
 
 const pg = await startPostgres();
+// Control signs with the private key; the nodes get the public key only.
+const keys = testClusterKeyFiles();
 const nodes: TestNode[] = [];
 let control: TestServer | undefined;
 let single: TestServer | undefined;
 try {
   const dbUrl = await pg.createDatabase();
-  for (let i = 0; i < NODES; i++) nodes.push(await startNode({ id: `bench-node-${i}`, secret: SECRET, databaseUrl: dbUrl }));
+  for (let i = 0; i < NODES; i++) nodes.push(await startNode({ id: `bench-node-${i}`, verifyKey: keys.verifyPem, databaseUrl: dbUrl }));
   // The nodes share this machine's cores, and each reports them all: placement's default 16× of 2
   // cores per node holds fewer than a burst and the warm pool's refill (a real node has its own).
-  control = await startServer({ command: 'control', templates: ['base'], env: { ...LIMITS, SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SECRET: SECRET, SANDBOXD_OVERCOMMIT_CPU: '64' } });
+  control = await startServer({ command: 'control', templates: ['base'], env: { ...LIMITS, SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SIGNING_KEY_FILE: keys.signingKeyFile, SANDBOXD_OVERCOMMIT_CPU: '64' } });
   single = await startServer({ templates: ['base'], env: LIMITS });
 
   const allInOne = await series(single);
@@ -85,4 +87,5 @@ try {
   await control?.stop();
   for (const n of nodes) await n.stop();
   await pg.stop();
+  keys.remove();
 }

@@ -8,13 +8,14 @@ import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { ServiceError } from '@sandboxd/protocol';
-import { ClusterAuth } from '../../packages/server/dist/runtime/cluster-auth.js';
 import { CrunRuntime } from '../../packages/server/dist/runtime/index.js';
 import { RemoteRuntime } from '../../packages/server/dist/runtime/remote-runtime.js';
+import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { baseLayer } from '../../packages/server/dist/testing/fixtures.js';
 import { freePort, REPO_ROOT, TEST_DATA_DIR } from './harness.js';
 
-const SECRET = 'cluster-node-test-secret-0123456789abcdef';
+/** This test is control: it signs with the private key; the node reads the public key's file only. */
+const keys = testClusterKeyFiles();
 const tag = `${process.pid % 1000}`;
 
 /** One JSON request to an agent over a connection the node relayed. */
@@ -46,7 +47,7 @@ describe('sandboxd node: a machine of a cluster, driven over the network', { tim
     SANDBOXD_SUBNET: `10.94.${(process.pid % 200) + 1}.0/24`,
     SANDBOXD_NODE_ID: `node-${tag}`,
     SANDBOXD_NODE_LISTEN: `127.0.0.1:${port}`,
-    SANDBOXD_CLUSTER_SECRET: SECRET,
+    SANDBOXD_CLUSTER_VERIFY_KEY_FILE: keys.verifyKeyFile,
   });
   const launch = async () => {
     const out = createWriteStream(join(dataDir, 'node.log'), { flags: 'a' });
@@ -75,7 +76,7 @@ describe('sandboxd node: a machine of a cluster, driven over the network', { tim
     mkdirSync(dataDir, { recursive: true });
     lower = (await baseLayer()).path;
     port = await freePort();
-    remote = new RemoteRuntime({ nodeId: `node-${tag}`, url: `http://127.0.0.1:${port}`, auth: new ClusterAuth(SECRET) });
+    remote = new RemoteRuntime({ nodeId: `node-${tag}`, url: `http://127.0.0.1:${port}`, auth: keys.signer });
     await launch();
   });
 
@@ -87,6 +88,7 @@ describe('sandboxd node: a machine of a cluster, driven over the network', { tim
     for (const id of await rt.list()) await rt.destroy(id);
     await rt.teardownHost();
     rmSync(dataDir, { recursive: true, force: true });
+    keys.remove();
   });
 
   test('create, run a command through the relay, survive a kill -9 of the node, destroy', async () => {

@@ -9,10 +9,10 @@ import { request, type IncomingMessage } from 'node:http';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
+import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { api, createSandbox, freePort, startNode, startServer, type TestNode, type TestServer } from './harness.js';
 
-const SECRET = 'e2e-cluster-replicas-secret-of-at-least-32-bytes';
 const DOMAIN = 'cluster.test';
 const GRACE_SECONDS = 10;
 
@@ -99,10 +99,11 @@ describe('a cluster with two control replicas and an edge', { timeout: 900_000 }
   let edge: TestServer;
   const gw = { a: 0, b: 0, edge: 0 };
   const host = (id: string) => `${id}.${DOMAIN}`;
+  const keys = testClusterKeyFiles();
 
   const clusterEnv = (gatewayPort: number) => ({
     SANDBOXD_DATABASE_URL: dbUrl,
-    SANDBOXD_CLUSTER_SECRET: SECRET,
+    SANDBOXD_CLUSTER_SIGNING_KEY_FILE: keys.signingKeyFile,
     SANDBOXD_GATEWAY_DOMAIN: DOMAIN,
     SANDBOXD_GATEWAY_PORT: String(gatewayPort),
     // Control's warm pool off: every sandbox on a node is then a create's, for the orphan test.
@@ -127,7 +128,7 @@ describe('a cluster with two control replicas and an edge', { timeout: 900_000 }
     postgres = await startPostgres();
     dbUrl = await postgres.createDatabase();
     for (const id of ['rep-node-a', 'rep-node-b']) {
-      nodes.push(await startNode({ id, secret: SECRET, databaseUrl: dbUrl, leaseSeconds: 3, env: { SANDBOXD_NODE_ORPHAN_GRACE_SECONDS: String(GRACE_SECONDS) } }));
+      nodes.push(await startNode({ id, verifyKey: keys.verifyPem, databaseUrl: dbUrl, leaseSeconds: 3, env: { SANDBOXD_NODE_ORPHAN_GRACE_SECONDS: String(GRACE_SECONDS) } }));
     }
     gw.a = await freePort();
     gw.b = await freePort();
@@ -146,6 +147,7 @@ describe('a cluster with two control replicas and an edge', { timeout: 900_000 }
     await a?.stop();
     for (const n of nodes) await n.stop();
     await postgres?.stop();
+    keys.remove();
   });
 
   test('a sandbox made through one replica is served by the other and by the edge; paused or deleted through one, every one sees it at once', async () => {

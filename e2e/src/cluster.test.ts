@@ -8,11 +8,11 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox as HopxSandbox } from '@hopx-ai/sdk';
 import { Sandbox } from '@sandboxd/sdk';
+import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { clientFor, sbx } from './sdk-support.js';
 import { agent, api, createSandbox, REPO_ROOT, startNode, startServer, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
 
-const SECRET = 'e2e-cluster-secret-0123456789abcdef0123';
 const LEASE_SECONDS = 3;
 
 describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 }, () => {
@@ -20,6 +20,8 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
   let dbUrl: string;
   const nodes: TestNode[] = [];
   let control: TestServer;
+  /** Control signs with the private key (a file); the nodes get the public key only (inline PEM). */
+  const keys = testClusterKeyFiles();
 
   /** `sandboxd nodes list --json` against the cluster's database. */
   const nodesList = () => {
@@ -35,11 +37,11 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
   before(async () => {
     pg = await startPostgres();
     dbUrl = await pg.createDatabase();
-    for (const id of ['e2e-node-a', 'e2e-node-b']) nodes.push(await startNode({ id, secret: SECRET, databaseUrl: dbUrl, leaseSeconds: LEASE_SECONDS }));
+    for (const id of ['e2e-node-a', 'e2e-node-b']) nodes.push(await startNode({ id, verifyKey: keys.verifyPem, databaseUrl: dbUrl, leaseSeconds: LEASE_SECONDS }));
     control = await startServer({
       command: 'control',
       templates: ['base', 'code-interpreter'],
-      env: { SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SECRET: SECRET },
+      env: { SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SIGNING_KEY_FILE: keys.signingKeyFile },
     });
   });
 
@@ -47,6 +49,7 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
     await control?.stop();
     for (const n of nodes) await n.stop();
     await pg?.stop();
+    keys.remove();
   });
 
   test('creates are spread over the nodes, and each sandbox is served through control', async () => {

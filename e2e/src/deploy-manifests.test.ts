@@ -5,13 +5,16 @@
 // runtime wants, the role each container runs. The systemd units and their environment files too.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { join, relative, resolve } from 'node:path';
-import { describe, test } from 'node:test';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative, resolve } from 'node:path';
+import { after, describe, test } from 'node:test';
 import * as models from 'kubernetes-models';
 import { parseAllDocuments } from 'yaml';
 import { ConfigError, loadConfig, type Config } from '../../packages/server/dist/config.js';
+import { ClusterSigner, ClusterVerifier } from '../../packages/server/dist/runtime/cluster-auth.js';
 import { REQUIRED_TOOLS } from '../../packages/server/dist/runtime/system-packages.js';
+import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { REPO_ROOT } from './harness.js';
 
 const DEPLOY = join(REPO_ROOT, 'deploy');
@@ -22,6 +25,14 @@ const CLI = '/opt/sandboxd/packages/server/dist/cli.js';
 const FACTS = { cpus: 4, memoryMb: 16_384, diskGb: 200 };
 /** What the downward API would give a node pod. */
 const FIELD_SAMPLES: Record<string, string> = { 'spec.nodeName': 'ip-10-0-0-7.eu-west-1.compute.internal', 'status.hostIP': '10.0.0.7' };
+/** The cluster's key pair an operator would make with `sandboxd cluster keygen`, as files too. */
+const KEYS = testClusterKeyFiles();
+/** Where the Secret volumes of the containers read here are written out (a kubelet's part). */
+const MOUNTS = mkdtempSync(join(tmpdir(), 'sbd-deploy-mounts-'));
+after(() => {
+  KEYS.remove();
+  rmSync(MOUNTS, { recursive: true, force: true });
+});
 
 // ---- what sandboxd reads ----------------------------------------------------------------------
 
@@ -189,10 +200,12 @@ function expand(text: string, vars: Record<string, string>): string {
 
 /**
  * The environment a container of `r` would start with: its envFrom, then its env in order. Secret
- * values go through `secret` (the placeholders, or what an operator would put there).
+ * values go through `secret` (the placeholders, or what an operator would put there). The Secret
+ * volumes it mounts are written out under MOUNTS, and the paths into them in its env point there.
  */
 function containerEnv(r: Rendered, c: any, secret: (key: string, value: string) => string): Record<string, string> {
   const env: Record<string, string> = {};
+  const mounted = secretMounts(r, c, secret);
   for (const from of c.envFrom ?? []) {
     if (from.configMapRef) Object.assign(env, named(r, 'ConfigMap', from.configMapRef.name)!.data);
     if (from.secretRef) for (const [k, v] of Object.entries(secretValues(named(r, 'Secret', from.secretRef.name)!))) env[k] = secret(k, v);
@@ -208,14 +221,43 @@ function containerEnv(r: Rendered, c: any, secret: (key: string, value: string) 
       env[e.name] = named(r, 'ConfigMap', ref.name)!.data[ref.key];
     } else assert.fail(`env ${e.name}: a source this test does not know`);
   }
+  for (const [name, value] of Object.entries(env)) {
+    for (const [at, dir] of mounted) if (value.startsWith(`${at}/`)) env[name] = join(dir, value.slice(at.length + 1));
+  }
   return env;
+}
+
+let mounts = 0;
+/** The Secret volumes container `c` mounts, written out as the kubelet would: mount path → directory. */
+function secretMounts(r: Rendered, c: any, secret: (key: string, value: string) => string): Map<string, string> {
+  const w = workloads(r).find((x) => containersOf(x).includes(c));
+  const out = new Map<string, string>();
+  for (const m of c.volumeMounts ?? []) {
+    const v = w && volumeOf(w, m.name);
+    if (!v?.secret) continue;
+    const values = secretValues(named(r, 'Secret', v.secret.secretName)!);
+    const dir = join(MOUNTS, String(mounts++));
+    const items: Array<{ key: string; path: string }> = v.secret.items ?? Object.keys(values).map((key) => ({ key, path: key }));
+    for (const { key, path } of items) {
+      mkdirSync(dirname(join(dir, path)), { recursive: true });
+      writeFileSync(join(dir, path), secret(key, values[key]!), { mode: 0o400 });
+    }
+    out.set(String(m.mountPath).replace(/\/+$/, ''), dir);
+  }
+  return out;
 }
 
 /** What an operator puts in place of the placeholders. */
 function filledIn(key: string, value: string): string {
+  // The environment files name where keygen wrote the pair; here, where this test did.
+  if (key === 'SANDBOXD_CLUSTER_SIGNING_KEY_FILE') return KEYS.signingKeyFile;
+  if (key === 'SANDBOXD_CLUSTER_VERIFY_KEY_FILE') return KEYS.verifyKeyFile;
   if (!value.includes('REPLACE_ME')) return value;
   if (key === 'SANDBOXD_DATABASE_URL' && value.trim() === 'REPLACE_ME') return 'postgresql://sandboxd:0123abcd@db.internal:5432/sandboxd';
-  if (key === 'SANDBOXD_CLUSTER_SECRET' || key === 'SANDBOXD_BOOTSTRAP_API_KEY') return 'f'.repeat(64);
+  if (key === 'SANDBOXD_BOOTSTRAP_API_KEY') return 'f'.repeat(64);
+  // The key pair of `sandboxd cluster keygen`, as the Kubernetes Secrets hold it.
+  if (key === 'cluster-signing.pem') return KEYS.signingPem;
+  if (key === 'cluster-verify.pem') return KEYS.verifyPem;
   return value.replaceAll('REPLACE_ME', '0123abcd');
 }
 
@@ -299,6 +341,11 @@ describe('deploy/kubernetes: the manifests', () => {
           const volumes = new Set<string>([...(pod.volumes ?? []).map((v: any) => v.name), ...(w.spec.volumeClaimTemplates ?? []).map((t: any) => t.metadata.name)]);
           for (const v of pod.volumes ?? []) {
             if (v.persistentVolumeClaim) assert.ok(named(r, 'PersistentVolumeClaim', v.persistentVolumeClaim.claimName), `${where}: no PersistentVolumeClaim ${v.persistentVolumeClaim.claimName}`);
+            if (v.secret) {
+              const secret = named(r, 'Secret', v.secret.secretName);
+              assert.ok(secret, `${where}: no Secret ${v.secret.secretName}`);
+              for (const item of v.secret.items ?? []) assert.ok(item.key in secretValues(secret), `${where}: the Secret ${v.secret.secretName} has no key ${item.key}`);
+            }
           }
           const names = containersOf(w).map((c) => c.name);
           assert.equal(new Set(names).size, names.length, `${where}: two containers with one name`);
@@ -369,6 +416,42 @@ describe('deploy/kubernetes: the manifests', () => {
           assert.equal(typeof shipped, 'string', `${role}: the placeholders were accepted`);
           mustConfig(containerEnv(r, container, filledIn), role);
         }
+      });
+
+      test("the cluster's keys: control alone has the private key (a 0400 file); the nodes only the public one", async () => {
+        const r = renderOf(name);
+        const control = roleContainer(r, 'control');
+        const node = roleContainer(r, 'node');
+        // Control: SANDBOXD_CLUSTER_SIGNING_KEY_FILE is in a read-only Secret volume, root's alone.
+        const file = (control.container.env ?? []).find((e: any) => e.name === 'SANDBOXD_CLUSTER_SIGNING_KEY_FILE')?.value as string | undefined;
+        assert.ok(file, 'control reads SANDBOXD_CLUSTER_SIGNING_KEY_FILE');
+        const mount = (control.container.volumeMounts ?? []).find((m: any) => file.startsWith(`${m.mountPath}/`));
+        assert.ok(mount, `${file} is in a volume control mounts`);
+        assert.equal(mount.readOnly, true, 'the signing key volume is read-only');
+        const volume = volumeOf(control.workload, mount.name);
+        const signingSecret = volume?.secret?.secretName as string;
+        assert.ok(signingSecret, 'the signing key comes from a Secret');
+        assert.equal(volume.secret.defaultMode, 0o400, 'the signing key file is 0400');
+        assert.deepEqual(Object.keys(secretValues(named(r, 'Secret', signingSecret)!)), [file.slice(mount.mountPath.length + 1)], 'the signing Secret holds that key alone');
+        // The nodes: nothing of that Secret, no signing key file; the public key from a Secret of its own.
+        const refs = JSON.stringify(node.workload.spec.template.spec);
+        assert.ok(!refs.includes(`"${signingSecret}"`), `the node pods never reference the Secret ${signingSecret}`);
+        assert.ok(!refs.includes('SANDBOXD_CLUSTER_SIGNING_KEY_FILE'));
+        const verify = (node.container.env ?? []).find((e: any) => e.name === 'SANDBOXD_CLUSTER_VERIFY_KEY');
+        assert.ok(verify?.valueFrom?.secretKeyRef, 'the node reads SANDBOXD_CLUSTER_VERIFY_KEY from a Secret');
+        assert.notEqual(verify.valueFrom.secretKeyRef.name, signingSecret);
+        for (const secret of of(r, 'Secret').filter((x) => refs.includes(`"${x.metadata.name}"`))) {
+          for (const [k, v] of Object.entries(secretValues(secret))) assert.doesNotMatch(filledIn(k, v), /PRIVATE KEY/, `a node reads the Secret ${secret.metadata.name}, whose ${k} is a private key`);
+        }
+        // Filled in: control's key signs what the node's key verifies; a node given the private key refuses.
+        const controlConfig = mustConfig(containerEnv(r, control.container, filledIn), 'control');
+        const nodeEnv = containerEnv(r, node.container, filledIn);
+        const nodeConfig = mustConfig(nodeEnv, 'node');
+        assert.equal(controlConfig.node.signingKey?.type, 'private');
+        assert.equal(nodeConfig.node.signingKey, null);
+        assert.equal(nodeConfig.node.verifyKey?.type, 'public');
+        await new ClusterVerifier(nodeConfig.node.verifyKey!).verify(await new ClusterSigner(controlConfig.node.signingKey!).tokenFor(nodeConfig.node.id), nodeConfig.node.id);
+        assert.match(String(configOf({ ...nodeEnv, SANDBOXD_CLUSTER_VERIFY_KEY: KEYS.signingPem })), /a node needs the public key only/);
       });
 
       test('the node DaemonSet: privileged, host network and PIDs, the host paths the runtime needs', () => {

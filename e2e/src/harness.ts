@@ -333,9 +333,10 @@ export interface TestNode {
 /**
  * A `sandboxd node` process of a test's own (bridge, subnet, cgroup parent, data dir), registered
  * in `databaseUrl`'s registry when given, sharing the tests' layer directory (a cluster on one
- * machine: layers are not moved between machines yet).
+ * machine: layers are not moved between machines yet). `verifyKey`: the PEM of the cluster's public
+ * key (SANDBOXD_CLUSTER_VERIFY_KEY), whose private key control signs with.
  */
-export async function startNode(o: { id: string; secret: string; databaseUrl?: string; leaseSeconds?: number; env?: Record<string, string> }): Promise<TestNode> {
+export async function startNode(o: { id: string; verifyKey: string; databaseUrl?: string; leaseSeconds?: number; env?: Record<string, string> }): Promise<TestNode> {
   const { slot, release } = claimSlot();
   const dataDir = join(TEST_DATA_DIR, 'nodes', `${o.id}-${randomBytes(3).toString('hex')}`);
   mkdirSync(dataDir, { recursive: true });
@@ -350,7 +351,7 @@ export async function startNode(o: { id: string; secret: string; databaseUrl?: s
     SANDBOXD_SUBNET: `10.${100 + (slot % 100)}.0.0/16`,
     SANDBOXD_NODE_ID: o.id,
     SANDBOXD_NODE_LISTEN: `127.0.0.1:${port}`,
-    SANDBOXD_CLUSTER_SECRET: o.secret,
+    SANDBOXD_CLUSTER_VERIFY_KEY: o.verifyKey,
     SANDBOXD_NODE_LEASE_SECONDS: String(o.leaseSeconds ?? 15),
     ...(o.databaseUrl ? { SANDBOXD_DATABASE_URL: o.databaseUrl } : {}),
     ...o.env,

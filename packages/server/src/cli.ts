@@ -4,6 +4,7 @@ import { ServiceError } from '@sandboxd/protocol';
 import { loadConfig } from './config.js';
 import { KeyService, parseScopes } from './services/keys.js';
 import { openImages, openStore, runEdge, runNode, serve } from './main.js';
+import { keygen } from './cli-cluster.js';
 import { drainNode, listNodes, nodeTableRows, removeNode, setNodeStatus } from './cli-nodes.js';
 import { LIMIT_OPTIONS, applyLimitFlags, describeLimits, listRow } from './cli-limits.js';
 
@@ -12,13 +13,20 @@ const USAGE = `sandboxd: self-hosted sandbox execution service
 Usage:
   sandboxd [serve]                                  start the service (root)
   sandboxd control                                  the API and gateway of a cluster, over its nodes
-                                                    (SANDBOXD_DATABASE_URL, SANDBOXD_CLUSTER_SECRET);
-                                                    any number of replicas
+                                                    (SANDBOXD_DATABASE_URL,
+                                                    SANDBOXD_CLUSTER_SIGNING_KEY_FILE); any number
+                                                    of replicas
   sandboxd edge                                     serves the sandboxes' public_host and previews
-                                                    of a cluster (host mode); any number of replicas
+                                                    of a cluster (host mode; SANDBOXD_DATABASE_URL,
+                                                    SANDBOXD_CLUSTER_SIGNING_KEY_FILE); any number
+                                                    of replicas
   sandboxd node                                     run this machine as a node of a cluster: its
                                                     runtime, served to control (root; needs
-                                                    SANDBOXD_CLUSTER_SECRET, see "Running a cluster")
+                                                    SANDBOXD_CLUSTER_VERIFY_KEY_FILE, see "Running
+                                                    a cluster")
+  sandboxd cluster keygen --out DIR                 a new key pair of a cluster: DIR/cluster-signing.pem
+                                                    (0600, control's and edge's) and DIR/cluster-verify.pem
+                                                    (public, for every node); overwrites nothing
   sandboxd orgs create NAME                         create an organization
   sandboxd orgs list                                every organization with its limits (* = set for it)
   sandboxd orgs limits NAME [--max-vcpu N] [--max-memory-mb N] [--max-disk-gb N]
@@ -159,6 +167,22 @@ async function nodesCommand(args: string[]): Promise<number> {
   }
 }
 
+function clusterCommand(args: string[]): number {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { out: { type: 'string' }, json: { type: 'boolean' } } });
+  if (positionals[0] === 'keygen' && positionals.length === 1 && values.out) {
+    const { signing, verify } = keygen(values.out);
+    process.stdout.write(
+      values.json
+        ? `${JSON.stringify({ signing_key_file: signing, verify_key_file: verify }, null, 2)}\n`
+        : `wrote ${signing} (mode 0600): the signing key, for control and edge only (SANDBOXD_CLUSTER_SIGNING_KEY_FILE)\n` +
+            `wrote ${verify} (mode 0644): the verify key, for every node (SANDBOXD_CLUSTER_VERIFY_KEY_FILE)\n`,
+    );
+    return 0;
+  }
+  process.stderr.write(`${USAGE}\n`);
+  return 2;
+}
+
 async function imagesCommand(args: string[]): Promise<number> {
   const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' } } });
   const [verb, ref, file] = positionals;
@@ -225,6 +249,7 @@ async function main(argv: string[]): Promise<number> {
   if (cmd === 'keys' || cmd === 'orgs') return admin(argv);
   if (cmd === 'images') return imagesCommand(argv.slice(1));
   if (cmd === 'nodes') return nodesCommand(argv.slice(1));
+  if (cmd === 'cluster') return clusterCommand(argv.slice(1));
   process.stderr.write(`unknown command "${cmd}"\n\n${USAGE}\n`);
   return 2;
 }

@@ -123,34 +123,66 @@ test('SANDBOXD_DATABASE_URL: unset (or empty) keeps SQLite in the data dir; a Po
   }
 });
 
-test("a cluster node: its id, where its API listens and is reached, and the roles' secret", async () => {
+test('a cluster node: its id, where its API listens and is reached', async () => {
   const { hostname } = await import('node:os');
-  const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
   const d = loadConfig({}, BIG).node;
   assert.equal(d.id, hostname().split('.')[0]!.toLowerCase().replace(/[^a-z0-9-]/g, '-').replace(/^-+/, '').slice(0, 63) || 'node');
-  assert.deepEqual([d.listen, d.url, d.secret], [{ host: '127.0.0.1', port: 7070 }, 'http://127.0.0.1:7070', null]);
+  assert.deepEqual([d.listen, d.url, d.signingKey, d.signingKeyFile, d.verifyKey], [{ host: '127.0.0.1', port: 7070 }, 'http://127.0.0.1:7070', null, null, null]);
   assert.deepEqual(loadConfig({ SANDBOXD_OVERCOMMIT_CPU: '8', SANDBOXD_OVERCOMMIT_MEMORY: '1' }, BIG).node.overcommit, { cpu: 8, memory: 1 });
-  const secret = 'x'.repeat(32);
-  const n = loadConfig({ SANDBOXD_NODE_ID: 'node-7', SANDBOXD_NODE_LISTEN: '0.0.0.0:7171', SANDBOXD_NODE_URL: 'http://10.0.0.7:7171/', SANDBOXD_CLUSTER_SECRET: secret }, BIG).node;
-  assert.deepEqual(n, { id: 'node-7', listen: { host: '0.0.0.0', port: 7171 }, url: 'http://10.0.0.7:7171', secret, overcommit: { cpu: 16, memory: 1.5 }, leaseSeconds: 15, maxSandboxes: 1000 });
-  const dir = mkdtempSync('/tmp/sbd-secret-');
-  try {
-    writeFileSync(`${dir}/s`, `${secret}\n`, { mode: 0o600 });
-    assert.equal(loadConfig({ SANDBOXD_CLUSTER_SECRET_FILE: `${dir}/s` }, BIG).node.secret, secret);
-    assert.throws(() => loadConfig({ SANDBOXD_CLUSTER_SECRET_FILE: `${dir}/missing` }, BIG), /SANDBOXD_CLUSTER_SECRET_FILE cannot be read/);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const n = loadConfig({ SANDBOXD_NODE_ID: 'node-7', SANDBOXD_NODE_LISTEN: '0.0.0.0:7171', SANDBOXD_NODE_URL: 'http://10.0.0.7:7171/' }, BIG).node;
+  assert.deepEqual(n, { id: 'node-7', listen: { host: '0.0.0.0', port: 7171 }, url: 'http://10.0.0.7:7171', signingKey: null, signingKeyFile: null, verifyKey: null, overcommit: { cpu: 16, memory: 1.5 }, leaseSeconds: 15, maxSandboxes: 1000, orphanGraceSeconds: 300 });
   for (const [env, re] of [
     [{ SANDBOXD_NODE_ID: 'Node_1' }, /SANDBOXD_NODE_ID must be lowercase/],
     [{ SANDBOXD_NODE_ID: 'a'.repeat(64) }, /SANDBOXD_NODE_ID/],
     [{ SANDBOXD_NODE_LISTEN: '7070' }, /SANDBOXD_NODE_LISTEN must be host:port/],
     [{ SANDBOXD_NODE_LISTEN: 'h:70000' }, /SANDBOXD_NODE_LISTEN/],
     [{ SANDBOXD_NODE_URL: 'https://n:1/x' }, /SANDBOXD_NODE_URL must be http:\/\/host:port/],
-    [{ SANDBOXD_CLUSTER_SECRET: 'short' }, /at least 32 bytes/],
     [{ SANDBOXD_OVERCOMMIT_CPU: '0.5' }, /SANDBOXD_OVERCOMMIT_CPU must be a number from 1/],
     [{ SANDBOXD_OVERCOMMIT_MEMORY: 'lots' }, /SANDBOXD_OVERCOMMIT_MEMORY/],
   ] as Array<[Record<string, string>, RegExp]>) {
     assert.throws(() => loadConfig(env, BIG), (err: unknown) => err instanceof ConfigError && re.test(err.message), JSON.stringify(env));
+  }
+});
+
+test("the cluster's keys: control's signing key from a file, a node's verify key from a file or inline; the wrong key refused", async () => {
+  const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
+  const { generateKeyPairSync } = await import('node:crypto');
+  const { generateClusterKeyPair } = await import('./runtime/cluster-auth.js');
+  const { signingPem, verifyPem } = generateClusterKeyPair();
+  const dir = mkdtempSync('/tmp/sbd-cluster-keys-');
+  try {
+    const file = (name: string, text: string | Buffer) => {
+      writeFileSync(`${dir}/${name}`, text, { mode: 0o600 });
+      return `${dir}/${name}`;
+    };
+    const signing = file('cluster-signing.pem', signingPem);
+    const verify = file('cluster-verify.pem', verifyPem);
+    const control = loadConfig({ SANDBOXD_CLUSTER_SIGNING_KEY_FILE: signing }, BIG).node;
+    assert.deepEqual([control.signingKey?.type, control.signingKey?.asymmetricKeyType, control.signingKeyFile, control.verifyKey], ['private', 'ed25519', signing, null]);
+    const node = loadConfig({ SANDBOXD_CLUSTER_VERIFY_KEY_FILE: verify }, BIG).node;
+    assert.deepEqual([node.signingKey, node.verifyKey?.type, node.verifyKey?.asymmetricKeyType], [null, 'public', 'ed25519']);
+    const inline = loadConfig({ SANDBOXD_CLUSTER_VERIFY_KEY: verifyPem }, BIG).node.verifyKey!;
+    assert.ok(inline.equals(node.verifyKey!), 'the inline PEM is the same key');
+    // The old shared secret is not read at all.
+    assert.deepEqual(loadConfig({ SANDBOXD_CLUSTER_SECRET: 'x'.repeat(64) }, BIG).node.verifyKey, null);
+
+    const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 });
+    for (const [env, re] of [
+      // A node given the private key refuses: it needs the public key only.
+      [{ SANDBOXD_CLUSTER_VERIFY_KEY_FILE: signing }, /^SANDBOXD_CLUSTER_VERIFY_KEY_FILE \(.*cluster-signing\.pem\): it holds a private key: a node needs the public key only/],
+      [{ SANDBOXD_CLUSTER_VERIFY_KEY: signingPem }, /^SANDBOXD_CLUSTER_VERIFY_KEY: it holds a private key: a node needs the public key only/],
+      [{ SANDBOXD_CLUSTER_SIGNING_KEY_FILE: verify }, /^SANDBOXD_CLUSTER_SIGNING_KEY_FILE \(.*\): it holds a public key: control signs with the private key/],
+      [{ SANDBOXD_CLUSTER_SIGNING_KEY_FILE: `${dir}/missing` }, /^SANDBOXD_CLUSTER_SIGNING_KEY_FILE cannot be read: ENOENT/],
+      [{ SANDBOXD_CLUSTER_VERIFY_KEY_FILE: `${dir}/missing` }, /^SANDBOXD_CLUSTER_VERIFY_KEY_FILE cannot be read: ENOENT/],
+      [{ SANDBOXD_CLUSTER_SIGNING_KEY_FILE: file('junk', 'REPLACE_ME') }, /SANDBOXD_CLUSTER_SIGNING_KEY_FILE .*: it is not a PEM private key/],
+      [{ SANDBOXD_CLUSTER_VERIFY_KEY: 'REPLACE_ME' }, /^SANDBOXD_CLUSTER_VERIFY_KEY: it is not a PEM public key/],
+      [{ SANDBOXD_CLUSTER_SIGNING_KEY_FILE: file('rsa.pem', rsa.privateKey.export({ type: 'pkcs8', format: 'pem' })) }, /an rsa key; the cluster's key is Ed25519/],
+      [{ SANDBOXD_CLUSTER_VERIFY_KEY: rsa.publicKey.export({ type: 'spki', format: 'pem' }).toString() }, /an rsa key; the cluster's key is Ed25519/],
+      [{ SANDBOXD_CLUSTER_VERIFY_KEY_FILE: verify, SANDBOXD_CLUSTER_VERIFY_KEY: verifyPem }, /set one of SANDBOXD_CLUSTER_VERIFY_KEY_FILE and SANDBOXD_CLUSTER_VERIFY_KEY, not both/],
+    ] as Array<[Record<string, string>, RegExp]>) {
+      assert.throws(() => loadConfig(env, BIG), (err: unknown) => err instanceof ConfigError && re.test(err.message), Object.keys(env).join(','));
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -1,9 +1,11 @@
 import { LOG_LEVELS } from './logging.js';
 import { existsSync, readFileSync, statfsSync } from 'node:fs';
+import type { KeyObject } from 'node:crypto';
 import { availableParallelism, hostname, totalmem } from 'node:os';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LIMIT_MINIMUMS, type LimitName, type OrgLimits } from './services/limits.js';
+import { signingKeyFromPem, verifyKeyFromPem } from './runtime/cluster-auth.js';
 import { normalizeCidr } from './runtime/net.js';
 import { budgetSandboxes, READY_SANDBOX_COST_MB } from './services/pool-sizing.js';
 import { describeUrl, isPostgresUrl } from './store/postgres-url.js';
@@ -84,7 +86,7 @@ export interface Config {
    * when there is no address of its own).
    */
   metrics: { listen: { host: string; port: number } | null; onApi: boolean };
-  /** A cluster's node role (`sandboxd node`): who it is, where its API listens, the roles' shared secret. */
+  /** A cluster's node role (`sandboxd node`): who it is, where its API listens; the roles' keys. */
   node: NodeConfig;
 }
 
@@ -95,8 +97,18 @@ export interface NodeConfig {
   listen: { host: string; port: number };
   /** How control reaches it (default: http://<listen host, or the host name for 0.0.0.0>:<port>). */
   url: string;
-  /** Shared by the roles of one cluster, ≥ 32 bytes (null: not configured; `sandboxd node` refuses to start). */
-  secret: string | null;
+  /**
+   * Control's Ed25519 private key, which signs its calls to the nodes (SANDBOXD_CLUSTER_SIGNING_KEY_FILE;
+   * null: not configured, `sandboxd control` refuses to start; `sandboxd node` refuses to start with it).
+   */
+  signingKey: KeyObject | null;
+  /** Where it was read from (control warns at start when others may read that file). */
+  signingKeyFile: string | null;
+  /**
+   * The matching public key, with which a node checks control's calls (SANDBOXD_CLUSTER_VERIFY_KEY_FILE
+   * or SANDBOXD_CLUSTER_VERIFY_KEY; null: not configured, `sandboxd node` refuses to start).
+   */
+  verifyKey: KeyObject | null;
   /** A node that has not heartbeat for this long is taken for lost (it heartbeats every third of it). */
   leaseSeconds: number;
   /** The most sandboxes placement puts on this node. */
@@ -263,17 +275,47 @@ function nodeFrom(env: NodeJS.ProcessEnv): NodeConfig {
   const shown = host === '0.0.0.0' || host === '::' ? hostname() : host.includes(':') ? `[${host}]` : host;
   const url = (env.SANDBOXD_NODE_URL || `http://${shown}:${port}`).replace(/\/+$/, '');
   if (!/^http:\/\/[^/]+$/.test(url)) throw new ConfigError(`SANDBOXD_NODE_URL must be http://host:port, got "${url}"`);
-  let secret: string | null = env.SANDBOXD_CLUSTER_SECRET || null;
-  if (!secret && env.SANDBOXD_CLUSTER_SECRET_FILE) {
+  const overcommit = { cpu: ratio(env, 'SANDBOXD_OVERCOMMIT_CPU', 16), memory: ratio(env, 'SANDBOXD_OVERCOMMIT_MEMORY', 1.5) };
+  return { id, listen: { host, port }, url, ...clusterKeysFrom(env), overcommit, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1), orphanGraceSeconds: int(env, 'SANDBOXD_NODE_ORPHAN_GRACE_SECONDS', 300, 10, 86_400), claimSeconds: int(env, 'SANDBOXD_CLUSTER_CLAIM_SECONDS', 30, 1, 150) };
+}
+
+/**
+ * SANDBOXD_CLUSTER_*: the cluster's Ed25519 key pair, control's private half and the nodes' public
+ * half (`sandboxd cluster keygen` makes them). Each is checked here, so a role with the wrong key
+ * (a node given the private one above all) refuses to start with a clear message.
+ */
+function clusterKeysFrom(env: NodeJS.ProcessEnv): Pick<NodeConfig, 'signingKey' | 'signingKeyFile' | 'verifyKey'> {
+  const read = (name: string): string => {
     try {
-      secret = readFileSync(env.SANDBOXD_CLUSTER_SECRET_FILE, 'utf8').trim();
+      return readFileSync(env[name]!, 'utf8');
     } catch (err) {
-      throw new ConfigError(`SANDBOXD_CLUSTER_SECRET_FILE cannot be read: ${(err as Error).message}`);
+      throw new ConfigError(`${name} cannot be read: ${(err as Error).message}`);
+    }
+  };
+  let signingKey: KeyObject | null = null;
+  if (env.SANDBOXD_CLUSTER_SIGNING_KEY_FILE) {
+    try {
+      signingKey = signingKeyFromPem(read('SANDBOXD_CLUSTER_SIGNING_KEY_FILE'));
+    } catch (err) {
+      if (err instanceof ConfigError) throw err;
+      throw new ConfigError(`SANDBOXD_CLUSTER_SIGNING_KEY_FILE (${env.SANDBOXD_CLUSTER_SIGNING_KEY_FILE}): ${(err as Error).message}`);
     }
   }
-  if (secret !== null && Buffer.byteLength(secret) < 32) throw new ConfigError('the cluster secret (SANDBOXD_CLUSTER_SECRET or its _FILE) must be at least 32 bytes');
-  const overcommit = { cpu: ratio(env, 'SANDBOXD_OVERCOMMIT_CPU', 16), memory: ratio(env, 'SANDBOXD_OVERCOMMIT_MEMORY', 1.5) };
-  return { id, listen: { host, port }, url, secret, overcommit, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1), orphanGraceSeconds: int(env, 'SANDBOXD_NODE_ORPHAN_GRACE_SECONDS', 300, 10, 86_400), claimSeconds: int(env, 'SANDBOXD_CLUSTER_CLAIM_SECONDS', 30, 1, 150) };
+  if (env.SANDBOXD_CLUSTER_VERIFY_KEY_FILE && env.SANDBOXD_CLUSTER_VERIFY_KEY) {
+    throw new ConfigError('set one of SANDBOXD_CLUSTER_VERIFY_KEY_FILE and SANDBOXD_CLUSTER_VERIFY_KEY, not both');
+  }
+  let verifyKey: KeyObject | null = null;
+  const verifyFrom = env.SANDBOXD_CLUSTER_VERIFY_KEY_FILE ? 'SANDBOXD_CLUSTER_VERIFY_KEY_FILE' : env.SANDBOXD_CLUSTER_VERIFY_KEY ? 'SANDBOXD_CLUSTER_VERIFY_KEY' : undefined;
+  if (verifyFrom) {
+    const pem = verifyFrom === 'SANDBOXD_CLUSTER_VERIFY_KEY_FILE' ? read(verifyFrom) : env.SANDBOXD_CLUSTER_VERIFY_KEY!;
+    try {
+      verifyKey = verifyKeyFromPem(pem);
+    } catch (err) {
+      const where = verifyFrom === 'SANDBOXD_CLUSTER_VERIFY_KEY_FILE' ? `${verifyFrom} (${env.SANDBOXD_CLUSTER_VERIFY_KEY_FILE})` : verifyFrom;
+      throw new ConfigError(`${where}: ${(err as Error).message}`);
+    }
+  }
+  return { signingKey, signingKeyFile: signingKey ? env.SANDBOXD_CLUSTER_SIGNING_KEY_FILE! : null, verifyKey };
 }
 
 function databaseUrlFrom(env: NodeJS.ProcessEnv): string | undefined {

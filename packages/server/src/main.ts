@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, statfsSync, statSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { createServer as createHttpServer } from 'node:http';
 import { join } from 'node:path';
@@ -20,7 +20,7 @@ import { OrphanCollector } from './services/orphans.js';
 import { NodeMembership } from './services/node-membership.js';
 import { ClusterRuntime } from './services/cluster-runtime.js';
 import type { Runtime } from './runtime/types.js';
-import { ClusterAuth } from './runtime/cluster-auth.js';
+import { ClusterSigner, ClusterVerifier } from './runtime/cluster-auth.js';
 import { openImageServices } from './images/index.js';
 import { ensurePythonCompatLayer } from './images/base-images.js';
 import { UploadService } from './services/uploads.js';
@@ -193,10 +193,11 @@ function diskGbOf(dir: string): number {
 
 /**
  * Secrets read into the config leave the environment, so that no host tool the daemon runs (crun,
- * ip, the egress proxy) inherits them.
+ * ip, the egress proxy) inherits them. (The cluster's signing key is only ever in a file, read
+ * into the config; the verify key, SANDBOXD_CLUSTER_VERIFY_KEY, is public.)
  */
 function scrubSecrets(env: NodeJS.ProcessEnv): void {
-  for (const name of ['SANDBOXD_CLUSTER_SECRET', 'SANDBOXD_DATABASE_URL', 'SANDBOXD_BOOTSTRAP_API_KEY', 'SANDBOXD_REGISTRY_PASSWORD']) delete env[name];
+  for (const name of ['SANDBOXD_DATABASE_URL', 'SANDBOXD_BOOTSTRAP_API_KEY', 'SANDBOXD_REGISTRY_PASSWORD']) delete env[name];
 }
 
 /** What every role that runs sandboxes checks first: root, the agent bundle, a private data directory. */
@@ -216,20 +217,26 @@ async function prepareMachine(config: Config): Promise<void> {
 /**
  * `sandboxd node`: a machine of a cluster that hosts sandboxes. It runs this machine's runtime and
  * serves it to control over the node API (node/node-api.ts), taking only calls control signed for
- * it with the cluster's secret. Its sandboxes keep running when it stops.
+ * it, checked with the cluster's public key: a node holds nothing that signs for control, so one
+ * taken over cannot drive the others. Its sandboxes keep running when it stops.
  */
 export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ close: () => Promise<void> }> {
   const config = loadConfig(env);
   scrubSecrets(env);
   logger = createLogger(config.logLevel, { format: config.logFormat === 'auto' ? undefined : config.logFormat });
-  if (!config.node.secret) {
-    throw new Error('sandboxd node needs the cluster secret that control has too: set SANDBOXD_CLUSTER_SECRET or SANDBOXD_CLUSTER_SECRET_FILE (at least 32 bytes)');
+  if (config.node.signingKey) {
+    throw new Error(
+      "sandboxd node must not hold the cluster's signing key (SANDBOXD_CLUSTER_SIGNING_KEY_FILE is control's alone): a node needs the public key only, SANDBOXD_CLUSTER_VERIFY_KEY_FILE (cluster-verify.pem of `sandboxd cluster keygen`)",
+    );
+  }
+  if (!config.node.verifyKey) {
+    throw new Error('sandboxd node needs the public key of its cluster (the pair of the private key control signs with): set SANDBOXD_CLUSTER_VERIFY_KEY_FILE (cluster-verify.pem of `sandboxd cluster keygen`) or SANDBOXD_CLUSTER_VERIFY_KEY (its PEM)');
   }
   await prepareMachine(config);
   log(`starting sandboxd ${config.version} as node ${config.node.id}; data directory ${config.dataDir}`);
   const runtime = await openRuntime(config);
   let orphans: OrphanCollector | undefined;
-  const app = nodeApi({ nodeId: config.node.id, runtime, auth: new ClusterAuth(config.node.secret), log, orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) } });
+  const app = nodeApi({ nodeId: config.node.id, runtime, auth: new ClusterVerifier(config.node.verifyKey), log, orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) } });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
   log(`node ${config.node.id} serves its runtime at ${config.node.url} (listening on ${config.node.listen.host}:${config.node.listen.port})`);
   // With the cluster's database it joins the registry, which control places sandboxes from.
@@ -281,8 +288,11 @@ export async function runEdge(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   const config = loadConfig(env);
   scrubSecrets(env);
   logger = createLogger(config.logLevel, { format: config.logFormat === 'auto' ? undefined : config.logFormat });
-  if (!config.databaseUrl || !config.node.secret) {
-    throw new Error('sandboxd edge needs the cluster: SANDBOXD_DATABASE_URL (PostgreSQL) and SANDBOXD_CLUSTER_SECRET (or _FILE), the same as control');
+  // The edge calls the nodes (relay, resume) as control does, so it signs with control's key.
+  if (!config.databaseUrl || !config.node.signingKey) {
+    throw new Error(
+      "sandboxd edge needs the cluster: SANDBOXD_DATABASE_URL (PostgreSQL) and SANDBOXD_CLUSTER_SIGNING_KEY_FILE (the cluster's private key, as control has it: the edge calls the nodes too)",
+    );
   }
   if (config.gateway.mode !== 'host') {
     throw new Error('sandboxd edge serves sandboxes by host name: set SANDBOXD_GATEWAY_MODE=host and SANDBOXD_GATEWAY_DOMAIN (a wildcard DNS name pointing at the edge replicas)');
@@ -290,7 +300,7 @@ export async function runEdge(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   log(`starting sandboxd ${config.version} as edge`);
   const store = await openStore(config, log);
   const coordination = store.coordination!;
-  const runtime = new ClusterRuntime({ store, auth: new ClusterAuth(config.node.secret), claimEveryMs: 0, log });
+  const runtime = new ClusterRuntime({ store, auth: new ClusterSigner(config.node.signingKey), claimEveryMs: 0, log });
   await runtime.setupHost();
   const tokens = await sharedTokens(store, config.tokenTtlSeconds);
   const keys = new KeyService(store);
@@ -385,17 +395,22 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   const config = loadConfig(env);
   scrubSecrets(env);
   logger = createLogger(config.logLevel, { format: config.logFormat === 'auto' ? undefined : config.logFormat });
-  if (role === 'control' && (!config.databaseUrl || !config.node.secret)) {
-    throw new Error('sandboxd control needs the cluster: SANDBOXD_DATABASE_URL (PostgreSQL) and SANDBOXD_CLUSTER_SECRET (or _FILE), the same as its nodes');
+  if (role === 'control' && (!config.databaseUrl || !config.node.signingKey)) {
+    throw new Error(
+      "sandboxd control needs the cluster: SANDBOXD_DATABASE_URL (PostgreSQL, the same as its nodes') and SANDBOXD_CLUSTER_SIGNING_KEY_FILE (the private key, cluster-signing.pem of `sandboxd cluster keygen`, whose public key the nodes hold)",
+    );
   }
   await prepareMachine(config);
   log(`starting sandboxd ${config.version}${role === 'control' ? ' as control' : ''}; data directory ${config.dataDir}`);
+  const keyFile = config.node.signingKeyFile;
+  const keyMode = role === 'control' && keyFile ? statSync(keyFile).mode & 0o777 : 0;
+  if (keyMode & 0o077) log(`${keyFile}: mode ${keyMode.toString(8)}: the cluster's signing key commands every node; make it root's alone (chmod 600)`);
   log('default limits of every organization (null: none; sandboxd orgs limits overrides them)', config.limits);
 
   const store = await openStore(config, log);
   let runtime: Runtime;
   if (role === 'control') {
-    const cluster = new ClusterRuntime({ store, auth: new ClusterAuth(config.node.secret!), overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, log });
+    const cluster = new ClusterRuntime({ store, auth: new ClusterSigner(config.node.signingKey!), overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, log });
     await cluster.setupHost();
     const nodes = cluster.known();
     log(`cluster: ${nodes.length} node(s) registered: ${nodes.map((n) => `${n.id} (${n.status})`).join(', ') || 'none yet'}`);

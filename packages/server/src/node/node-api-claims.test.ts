@@ -7,12 +7,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
-import { ClusterAuth } from '../runtime/cluster-auth.js';
 import { RemoteRuntime } from '../runtime/remote-runtime.js';
+import { testClusterKeys } from '../testing/cluster-keys.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
 import { nodeApi } from './node-api.js';
 
-const auth = new ClusterAuth('a-claims-test-cluster-secret-of-32-bytes-or-more');
+/** Control signs with the private key; the node holds the public one only. */
+const { signer, verifier } = testClusterKeys();
 const claims: Array<{ owner: string; ids: string[]; ttlMs: number }> = [];
 let dir: string;
 let app: FastifyInstance;
@@ -22,7 +23,7 @@ before(async () => {
   dir = await mkdtemp(join(tmpdir(), 'sbd-claims-'));
   const fake = new FakeRuntime({ socketDir: join(dir, 's') });
   await fake.setupHost();
-  app = nodeApi({ nodeId: 'node-c', runtime: fake, auth, orphans: { claim: (owner, ids, ttlMs) => void claims.push({ owner, ids, ttlMs }) } });
+  app = nodeApi({ nodeId: 'node-c', runtime: fake, auth: verifier, orphans: { claim: (owner, ids, ttlMs) => void claims.push({ owner, ids, ttlMs }) } });
   await app.listen({ host: '127.0.0.1', port: 0 });
   url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
 });
@@ -33,7 +34,7 @@ after(async () => {
 });
 
 test("control's claim reaches the collector; anyone else's, or a malformed one, does not", async () => {
-  const remote = new RemoteRuntime({ nodeId: 'node-c', url, auth });
+  const remote = new RemoteRuntime({ nodeId: 'node-c', url, auth: signer });
   await remote.claim('replica-1', ['sba', 'sbb'], 120);
   assert.deepEqual(claims, [{ owner: 'replica-1', ids: ['sba', 'sbb'], ttlMs: 120_000 }]);
   const put = async (path: string, body: unknown, token?: string) =>
@@ -45,9 +46,9 @@ test("control's claim reaches the collector; anyone else's, or a malformed one, 
       })
     ).status;
   assert.equal(await put('/node/v1/claims/x', { ids: [], ttl_seconds: 60 }), 401, 'no token');
-  const other = await new ClusterAuth('another-cluster-secret-of-32-bytes-or-more!!').tokenFor('node-c');
+  const other = await testClusterKeys().signer.tokenFor('node-c');
   assert.equal(await put('/node/v1/claims/x', { ids: [], ttl_seconds: 60 }, other), 401, "another cluster's token");
-  const token = await auth.tokenFor('node-c');
+  const token = await signer.tokenFor('node-c');
   for (const [path, body] of [
     ['/node/v1/claims/x', { ids: ['../etc'], ttl_seconds: 60 }],
     ['/node/v1/claims/x', { ids: 'sba', ttl_seconds: 60 }],

@@ -10,7 +10,7 @@ import { networkInterfaces } from 'node:os';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
-import { ClusterAuth } from '../runtime/cluster-auth.js';
+import { testClusterKeys } from '../testing/cluster-keys.js';
 import { baseLayer } from '../testing/fixtures.js';
 import { aptReleaseUrl, assertNoLeaks, createTestRuntime, sh, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
 import { nodeApi } from './node-api.js';
@@ -36,13 +36,13 @@ describe('a sandbox reaches no node API, on its own node or another', { timeout:
   let loopPort = 0;
   let anyPort = 0;
   let peer: ChildProcess | undefined;
-  const auth = new ClusterAuth('reach-test-cluster-secret-0123456789abcdef');
+  const { verifier } = testClusterKeys();
 
   before(async () => {
     lower = (await baseLayer()).path;
     t = await createTestRuntime();
     for (const host of ['127.0.0.1', '0.0.0.0']) {
-      const app = nodeApi({ nodeId: 'node-a', runtime: t.rt, auth });
+      const app = nodeApi({ nodeId: 'node-a', runtime: t.rt, auth: verifier });
       await app.listen({ host, port: 0 });
       apps.push(app);
     }

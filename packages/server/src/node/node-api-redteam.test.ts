@@ -8,15 +8,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { KeyObject } from 'node:crypto';
 import { SignJWT } from 'jose';
 import type { FastifyInstance } from 'fastify';
-import { ClusterAuth } from '../runtime/cluster-auth.js';
+import { signingKeyFromPem } from '../runtime/cluster-auth.js';
 import type { Runtime } from '../runtime/types.js';
+import { testClusterKeys } from '../testing/cluster-keys.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
 import { nodeApi } from './node-api.js';
 
-const SECRET = 'a-red-team-cluster-secret-of-32-bytes-or-more';
-const key = new TextEncoder().encode(SECRET);
+/** Control's key pair: the node under attack holds the public key only, as every node does. */
+const { signer, verifier, signingPem, verifyPem } = testClusterKeys();
+const key = signingKeyFromPem(signingPem);
 const now = () => Math.floor(Date.now() / 1000);
 
 /** Raw bytes to the server; what it answers until it closes, or `waitMs` passes. */
@@ -46,14 +49,13 @@ describe('node API red team: auth, relay, bodies', { timeout: 120_000 }, () => {
   let fake: FakeRuntime;
   let app: FastifyInstance;
   let port: number;
-  const auth = new ClusterAuth(SECRET);
   const logged: string[] = [];
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'sbd-node-red-'));
     fake = new FakeRuntime({ socketDir: join(dir, 's') });
     await fake.setupHost();
-    app = nodeApi({ nodeId: 'node-r', runtime: fake, auth, log: (m) => logged.push(m) });
+    app = nodeApi({ nodeId: 'node-r', runtime: fake, auth: verifier, log: (m) => logged.push(m) });
     await app.listen({ host: '127.0.0.1', port: 0 });
     port = (app.server.address() as AddressInfo).port;
   });
@@ -65,7 +67,9 @@ describe('node API red team: auth, relay, bodies', { timeout: 120_000 }, () => {
   });
 
   const get = async (headers: Record<string, string>, path = '/node/v1/sandboxes') => (await fetch(`http://127.0.0.1:${port}${path}`, { headers })).status;
-  const sign = (over: (j: SignJWT) => SignJWT, alg = 'HS256', k: Uint8Array = key) => over(new SignJWT({}).setProtectedHeader({ alg })).sign(k);
+  const sign = (over: (j: SignJWT) => SignJWT, alg = 'EdDSA', k: KeyObject | Uint8Array = key) => over(new SignJWT({}).setProtectedHeader({ alg })).sign(k);
+  /** The public key's PEM as an HMAC secret: what any node (or anyone who read its config) has. */
+  const publicPem = new TextEncoder().encode(verifyPem);
 
   test('tokens control never signs are refused; the lifetime is the verifier\'s, not the token\'s', async () => {
     const good = (j: SignJWT) => j.setIssuer('sandboxd-control').setAudience('sandboxd-node:node-r').setIssuedAt().setExpirationTime('60s');
@@ -74,8 +78,8 @@ describe('node API red team: auth, relay, bodies', { timeout: 120_000 }, () => {
     const none = `${b64({ alg: 'none', typ: 'JWT' })}.${b64({ iss: 'sandboxd-control', aud: 'sandboxd-node:node-r', iat: now(), exp: now() + 60 })}.`;
     const cases: Array<[string, string]> = [
       ['alg none', none],
-      ['HS512 with the secret', await sign(good, 'HS512')],
-      ['HS384 with the secret', await sign(good, 'HS384')],
+      ['HS256 with the public key as the secret (algorithm confusion)', await sign(good, 'HS256', publicPem)],
+      ['HS512 with the public key as the secret', await sign(good, 'HS512', publicPem)],
       ['another issuer', await sign((j) => good(j).setIssuer('sandboxd-node'))],
       ['an audience list with ours missing', await sign((j) => good(j).setAudience(['sandboxd-node:node-x']))],
       ['the audience prefix only', await sign((j) => good(j).setAudience('sandboxd-node:'))],
@@ -83,14 +87,14 @@ describe('node API red team: auth, relay, bodies', { timeout: 120_000 }, () => {
       ['no iat, a year of life', await sign((j) => j.setIssuer('sandboxd-control').setAudience('sandboxd-node:node-r').setExpirationTime('365d'))],
       ['iat two minutes ago, a year of life', await sign((j) => good(j).setIssuedAt(now() - 120).setExpirationTime('365d'))],
       ['iat in the future', await sign((j) => good(j).setIssuedAt(now() + 3600).setExpirationTime(now() + 3660))],
-      ['a signature of another key', await sign(good, 'HS256', new TextEncoder().encode('x'.repeat(32)))],
+      ['a signature of another key pair', await sign(good, 'EdDSA', signingKeyFromPem(testClusterKeys().signingPem))],
       ['the signature cut', (await sign(good)).slice(0, -4)],
     ];
     for (const [what, token] of cases) assert.equal(await get({ authorization: `Bearer ${token}` }), 401, what);
   });
 
   test('no route and no relay without a token; not in the query, not by Proxy-Authorization on plain routes', async () => {
-    const token = await auth.tokenFor('node-r');
+    const token = await signer.tokenFor('node-r');
     assert.equal(await get({}, `/node/v1/sandboxes?token=${token}`), 401, 'a token in the query counts for nothing');
     assert.equal(await get({ 'proxy-authorization': `Bearer ${token}` }), 401, 'Proxy-Authorization is for CONNECT only');
     assert.equal(await get({}, '/no/such/route'), 401, 'an unknown route says nothing before the token');
@@ -102,12 +106,12 @@ describe('node API red team: auth, relay, bodies', { timeout: 120_000 }, () => {
     assert.equal(statusOf(c1.text), 401);
     const c2 = await raw(port, 'CONNECT x1.agent:1 HTTP/1.1\r\nhost: x1.agent:1\r\n\r\n');
     assert.equal(statusOf(c2.text), 401);
-    for (const m of logged) assert.ok(!m.includes(SECRET), 'the secret is never logged');
+    for (const m of logged) assert.ok(!m.includes(token), 'a token is never logged');
   });
 
   test('a refused CONNECT does not keep its connection open for as long as the client likes', async () => {
     // A node of its own: fetch's kept-alive connections to the other one would count too.
-    const lone = nodeApi({ nodeId: 'node-r', runtime: fake, auth });
+    const lone = nodeApi({ nodeId: 'node-r', runtime: fake, auth: verifier });
     await lone.listen({ host: '127.0.0.1', port: 0 });
     const socks: Socket[] = [];
     try {
@@ -129,7 +133,7 @@ describe('node API red team: auth, relay, bodies', { timeout: 120_000 }, () => {
   });
 
   test('relay targets: only <id>.agent:1; a sandbox that does not exist answers 502 at once', async () => {
-    const token = await auth.tokenFor('node-r');
+    const token = await signer.tokenFor('node-r');
     const connectTo = (target: string) => raw(port, `CONNECT ${target} HTTP/1.1\r\nhost: ${target}\r\nproxy-authorization: Bearer ${token}\r\n\r\n`);
     for (const target of ['../../etc.agent:1', 'x1.agent:2', 'x1.agent:1/..', 'X1.agent:1', 'x1%2f..agent:1', '/x1.agent:1', 'x1.agent:1\\t', 'x1.agent', '127.0.0.1:7070']) {
       assert.equal(statusOf((await connectTo(target)).text), 400, target);
@@ -141,7 +145,7 @@ describe('node API red team: auth, relay, bodies', { timeout: 120_000 }, () => {
   });
 
   test('bodies of the wrong shape are 400s or 500s, never a crash; the node answers after', async () => {
-    const token = await auth.tokenFor('node-r');
+    const token = await signer.tokenFor('node-r');
     const send = async (method: string, path: string, body: unknown) => {
       const r = await fetch(`http://127.0.0.1:${port}${path}`, { method, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) });
       return r.status;
@@ -184,11 +188,11 @@ describe('node API red team: auth, relay, bodies', { timeout: 120_000 }, () => {
       s.on('close', () => open.delete(s));
     });
     await new Promise<void>((r) => agent.listen(sock, r));
-    const bare = nodeApi({ nodeId: 'node-r', runtime: { agentSocket: () => sock } as unknown as Runtime, auth });
+    const bare = nodeApi({ nodeId: 'node-r', runtime: { agentSocket: () => sock } as unknown as Runtime, auth: verifier });
     await bare.listen({ host: '127.0.0.1', port: 0 });
     const p = (bare.server.address() as AddressInfo).port;
     try {
-      const token = await auth.tokenFor('node-r');
+      const token = await signer.tokenFor('node-r');
       for (let i = 0; i < 20; i++) {
         const s = connect(p, '127.0.0.1');
         s.on('error', () => undefined);

@@ -7,13 +7,15 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { SignJWT } from 'jose';
 import { ServiceError } from '@sandboxd/protocol';
 import type { FastifyInstance } from 'fastify';
-import { ClusterAuth } from '../runtime/cluster-auth.js';
+import { signingKeyFromPem } from '../runtime/cluster-auth.js';
 import { RemoteRuntime } from '../runtime/remote-runtime.js';
+import { testClusterKeys } from '../testing/cluster-keys.js';
 import { baseLayer } from '../testing/fixtures.js';
 import { assertNoLeaks, createTestRuntime, sh, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
 import { nodeApi } from './node-api.js';
 
-const SECRET = 'a-test-cluster-secret-of-at-least-32-bytes';
+/** Control signs with the private key; the node holds the public one only. */
+const { signer, verifier, signingPem } = testClusterKeys();
 
 /** One HTTP GET over an already open connection to an agent. */
 function getOver(stream: Duplex, path: string): Promise<{ status: number; body: string }> {
@@ -34,15 +36,14 @@ describe('node API + RemoteRuntime: a CrunRuntime driven across the network', { 
   let app: FastifyInstance;
   let url: string;
   let remote: RemoteRuntime;
-  const auth = new ClusterAuth(SECRET);
 
   before(async () => {
     lower = (await baseLayer()).path;
     t = await createTestRuntime();
-    app = nodeApi({ nodeId: 'node-a', runtime: t.rt, auth });
+    app = nodeApi({ nodeId: 'node-a', runtime: t.rt, auth: verifier });
     await app.listen({ host: '127.0.0.1', port: 0 });
     url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
-    remote = new RemoteRuntime({ nodeId: 'node-a', url, auth });
+    remote = new RemoteRuntime({ nodeId: 'node-a', url, auth: signer });
   });
 
   after(async () => {
@@ -117,12 +118,12 @@ describe('node API + RemoteRuntime: a CrunRuntime driven across the network', { 
       (await fetch(`${url}${path}`, { headers: token ? { authorization: `Bearer ${token}` } : {} })).status;
     assert.equal(await call(undefined), 401);
     assert.equal(await call('not-a-jwt'), 401);
-    assert.equal(await call(await auth.tokenFor('node-b')), 401, "another node's token");
-    assert.equal(await call(await new ClusterAuth('another-secret-that-is-also-32-bytes-long').tokenFor('node-a')), 401, 'another cluster');
-    const key = new TextEncoder().encode(SECRET);
-    const expired = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setIssuer('sandboxd-control').setAudience('sandboxd-node:node-a').setIssuedAt(Math.floor(Date.now() / 1000) - 600).setExpirationTime(Math.floor(Date.now() / 1000) - 300).sign(key);
+    assert.equal(await call(await signer.tokenFor('node-b')), 401, "another node's token");
+    assert.equal(await call(await testClusterKeys().signer.tokenFor('node-a')), 401, 'another cluster');
+    const key = signingKeyFromPem(signingPem);
+    const expired = await new SignJWT({}).setProtectedHeader({ alg: 'EdDSA' }).setIssuer('sandboxd-control').setAudience('sandboxd-node:node-a').setIssuedAt(Math.floor(Date.now() / 1000) - 600).setExpirationTime(Math.floor(Date.now() / 1000) - 300).sign(key);
     assert.equal(await call(expired), 401, 'expired');
-    assert.equal(await call(await auth.tokenFor('node-a')), 200);
+    assert.equal(await call(await signer.tokenFor('node-a')), 200);
     // The agent relay too: no token, no connection.
     const status = await new Promise<number>((resolve, reject) => {
       const req = request({ host: '127.0.0.1', port: new URL(url).port, method: 'CONNECT', path: 'rem1.agent:1' });
@@ -134,11 +135,11 @@ describe('node API + RemoteRuntime: a CrunRuntime driven across the network', { 
       req.end();
     });
     assert.equal(status, 401);
-    assert.equal(await call(await auth.tokenFor('node-a'), '/node/v1/sandboxes/..%2Fetc/status'), 400, 'a bad id');
+    assert.equal(await call(await signer.tokenFor('node-a'), '/node/v1/sandboxes/..%2Fetc/status'), 400, 'a bad id');
   });
 
   test('a node that is down is an outage of that node, at once', async () => {
-    const gone = new RemoteRuntime({ nodeId: 'node-a', url: 'http://127.0.0.1:9', auth });
+    const gone = new RemoteRuntime({ nodeId: 'node-a', url: 'http://127.0.0.1:9', auth: signer });
     const t0 = performance.now();
     await assert.rejects(gone.status('rem2'), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE' && /node node-a cannot be reached/.test(err.message));
     await assert.rejects(gone.dialAgent('rem2'), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE');

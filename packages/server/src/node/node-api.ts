@@ -3,7 +3,7 @@ import type { Duplex } from 'node:stream';
 import type { IncomingMessage } from 'node:http';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { isProgrammingError, ServiceError } from '@sandboxd/protocol';
-import { bearer, type ClusterAuth } from '../runtime/cluster-auth.js';
+import { bearer, type ClusterVerifier } from '../runtime/cluster-auth.js';
 import { ID_RE } from '../runtime/sandbox-paths.js';
 import type { EgressPolicy } from '../runtime/egress-policy.js';
 import type { Runtime, SandboxSpec } from '../runtime/types.js';
@@ -11,7 +11,8 @@ import type { Runtime, SandboxSpec } from '../runtime/types.js';
 export interface NodeApiOptions {
   nodeId: string;
   runtime: Runtime;
-  auth: ClusterAuth;
+  /** The cluster's public key: a node checks tokens, it cannot make them. */
+  auth: ClusterVerifier;
   log?: (msg: string) => void;
   /** What control replicas hold here unrecorded (absent: claims are taken and ignored: no collector runs). */
   orphans?: { claim(owner: string, ids: string[], ttlMs: number): void };
@@ -27,9 +28,10 @@ const AGENT_TARGET_RE = /^([a-z0-9][a-z0-9-]{0,62})\.agent:1$/;
 
 /**
  * A node's API: the `Runtime` of this machine, for control to drive across the network. Every call
- * carries a token control signed for this node (ClusterAuth); every verb keeps the runtime's own
- * contract (keyed by sandbox id, idempotent), so control may call again after a timeout. Errors go
- * back as `{code, message, detail}` and are thrown again on the control side as they were here.
+ * carries a token control signed for this node, checked with the cluster's public key
+ * (ClusterVerifier); every verb keeps the runtime's own contract (keyed by sandbox id, idempotent),
+ * so control may call again after a timeout. Errors go back as `{code, message, detail}` and are
+ * thrown again on the control side as they were here.
  *
  * Besides the verbs, the node relays connections to its sandboxes' agents: `CONNECT <id>.agent:1`
  * with the token, answered `200` and then the agent's bytes both ways (HTTP, upgrades, tunnels).

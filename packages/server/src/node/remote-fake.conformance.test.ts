@@ -6,7 +6,7 @@ import { mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ClusterAuth } from '../runtime/cluster-auth.js';
+import { testClusterKeys } from '../testing/cluster-keys.js';
 import { runtimeConformance } from '../runtime/conformance.js';
 import { RemoteRuntime } from '../runtime/remote-runtime.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
@@ -18,10 +18,10 @@ runtimeConformance('RemoteRuntime over a FakeRuntime node', async () => {
   await mkdir(layer);
   const fake = new FakeRuntime({ socketDir: join(dir, 's') });
   await fake.setupHost();
-  const auth = new ClusterAuth('a-test-cluster-secret-of-at-least-32-bytes');
-  const app = nodeApi({ nodeId: 'node-f', runtime: fake, auth });
+  const { signer, verifier } = testClusterKeys();
+  const app = nodeApi({ nodeId: 'node-f', runtime: fake, auth: verifier });
   await app.listen({ host: '127.0.0.1', port: 0 });
-  const remote = new RemoteRuntime({ nodeId: 'node-f', url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, auth });
+  const remote = new RemoteRuntime({ nodeId: 'node-f', url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, auth: signer });
   await remote.setupHost();
   const heals = new Map<string, () => void>();
   return {

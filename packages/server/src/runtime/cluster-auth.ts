@@ -1,3 +1,4 @@
+import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
 import { ServiceError } from '@sandboxd/protocol';
 
@@ -5,47 +6,128 @@ import { ServiceError } from '@sandboxd/protocol';
 export const NODE_TOKEN_TTL_SECONDS = 60;
 const ISSUER = 'sandboxd-control';
 const AUDIENCE_PREFIX = 'sandboxd-node:';
+/** The one algorithm of the roles' tokens: Ed25519 signatures (RFC 8037). */
+const ALG = 'EdDSA';
+
+/*
+ * Authentication between the roles of a cluster. Control holds the cluster's Ed25519 private key
+ * (the signing key) and signs a short-lived token naming the one node a call is for; every node
+ * holds only the public key (the verify key) and accepts only tokens for itself. A node taken over
+ * can therefore neither drive the other nodes (it cannot sign) nor replay its own tokens elsewhere
+ * (they name it). The two halves are two classes, so that nothing on a node can sign.
+ */
+
+/** A PEM's private key, whatever its encoding (PKCS8, SEC1, PKCS1, encrypted), told by its armour. */
+const PRIVATE_PEM_RE = /-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----/;
 
 /**
- * Authentication between the roles of a cluster: control signs a short-lived token (HS256, with
- * the cluster's shared secret) naming the one node it is for; the node accepts only tokens for
- * itself, so a token taken from one node cannot drive another. The secret is at least 32 bytes.
+ * The signing key in a PEM (PKCS8, as `sandboxd cluster keygen` writes it). Throws an Error saying
+ * what is wrong with it (the caller names where it came from).
  */
-export class ClusterAuth {
-  private readonly key: Uint8Array;
-  private readonly cached = new Map<string, { token: string; renewAt: number }>();
+export function signingKeyFromPem(pem: string | Buffer): KeyObject {
+  let key: KeyObject;
+  try {
+    key = createPrivateKey({ key: pem, format: 'pem' });
+  } catch (err) {
+    const text = pem.toString();
+    if (/-----BEGIN PUBLIC KEY-----/.test(text)) throw new Error('it holds a public key: control signs with the private key (cluster-signing.pem of `sandboxd cluster keygen`)');
+    if (/-----BEGIN ENCRYPTED PRIVATE KEY-----/.test(text)) throw new Error('it is encrypted with a passphrase, which sandboxd cannot ask for: give it the key unencrypted (file mode 0600)');
+    throw new Error(`it is not a PEM private key (PKCS8, "-----BEGIN PRIVATE KEY-----"): ${(err as Error).message}`);
+  }
+  if (key.asymmetricKeyType !== 'ed25519') throw new Error(`it is an ${key.asymmetricKeyType ?? 'unknown'} key; the cluster's key is Ed25519 (make one with \`sandboxd cluster keygen\`)`);
+  return key;
+}
 
-  constructor(secret: string | Uint8Array) {
-    this.key = typeof secret === 'string' ? new TextEncoder().encode(secret) : secret;
-    if (this.key.length < 32) throw new Error('the cluster secret must be at least 32 bytes');
+/**
+ * The verify key in a PEM (SPKI, "-----BEGIN PUBLIC KEY-----"). A private key is refused, not
+ * reduced to its public half: a node must never hold what signs for control.
+ */
+export function verifyKeyFromPem(pem: string | Buffer): KeyObject {
+  const text = pem.toString();
+  let isPrivate = PRIVATE_PEM_RE.test(text);
+  if (!isPrivate) {
+    try {
+      createPrivateKey({ key: pem, format: 'pem' });
+      isPrivate = true;
+    } catch {
+      // Not a private key: as it should be.
+    }
+  }
+  if (isPrivate) {
+    throw new Error("it holds a private key: a node needs the public key only (cluster-verify.pem of `sandboxd cluster keygen`); the private key is control's alone, remove it from this machine");
+  }
+  let key: KeyObject;
+  try {
+    key = createPublicKey({ key: pem, format: 'pem' });
+  } catch (err) {
+    throw new Error(`it is not a PEM public key (SPKI, "-----BEGIN PUBLIC KEY-----"): ${(err as Error).message}`);
+  }
+  if (key.asymmetricKeyType !== 'ed25519') throw new Error(`it is an ${key.asymmetricKeyType ?? 'unknown'} key; the cluster's key is Ed25519 (make one with \`sandboxd cluster keygen\`)`);
+  return key;
+}
+
+/** A new key pair of a cluster, as PEM: the signing key (PKCS8) for control, the verify key (SPKI) for the nodes. */
+export function generateClusterKeyPair(): { signingPem: string; verifyPem: string } {
+  const { privateKey, publicKey } = generateKeyPairSync('ed25519');
+  return {
+    signingPem: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
+    verifyPem: publicKey.export({ type: 'spki', format: 'pem' }).toString(),
+  };
+}
+
+function ed25519(key: KeyObject, type: 'private' | 'public', what: string): KeyObject {
+  if (key.type !== type || key.asymmetricKeyType !== 'ed25519') throw new TypeError(`${what} takes an Ed25519 ${type} key, got a ${key.asymmetricKeyType ?? key.type} ${key.type} key`);
+  return key;
+}
+
+/** Control's half: signs the tokens of its calls to nodes. */
+export class ClusterSigner {
+  readonly #key: KeyObject;
+  readonly #cached = new Map<string, { token: string; renewAt: number }>();
+
+  /** `key`: the cluster's Ed25519 private key (a KeyObject, or its PEM). */
+  constructor(key: KeyObject | string) {
+    this.#key = typeof key === 'string' ? signingKeyFromPem(key) : ed25519(key, 'private', 'ClusterSigner');
   }
 
   /** A token for calls to `nodeId`, renewed when half its life is gone. */
   async tokenFor(nodeId: string): Promise<string> {
     const now = Date.now();
-    const hit = this.cached.get(nodeId);
+    const hit = this.#cached.get(nodeId);
     if (hit && hit.renewAt > now) return hit.token;
     const token = await new SignJWT({})
-      .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+      .setProtectedHeader({ alg: ALG, typ: 'JWT' })
       .setIssuer(ISSUER)
       .setAudience(`${AUDIENCE_PREFIX}${nodeId}`)
       .setIssuedAt()
       .setExpirationTime(`${NODE_TOKEN_TTL_SECONDS}s`)
-      .sign(this.key);
-    this.cached.set(nodeId, { token, renewAt: now + (NODE_TOKEN_TTL_SECONDS * 1000) / 2 });
+      .sign(this.#key);
+    this.#cached.set(nodeId, { token, renewAt: now + (NODE_TOKEN_TTL_SECONDS * 1000) / 2 });
     return token;
+  }
+}
+
+/** A node's half: checks that a call is control's, for this node. It has no key that signs. */
+export class ClusterVerifier {
+  readonly #key: KeyObject;
+
+  /** `key`: the cluster's Ed25519 public key (a KeyObject, or its PEM); a private key is refused. */
+  constructor(key: KeyObject | string) {
+    this.#key = typeof key === 'string' ? verifyKeyFromPem(key) : ed25519(key, 'public', 'ClusterVerifier');
   }
 
   /** Throws AUTHENTICATION_ERROR unless `token` is control's, for `nodeId`, and not expired. */
   async verify(token: string | undefined, nodeId: string): Promise<void> {
     if (!token) throw new ServiceError('AUTHENTICATION_ERROR', 'a node takes calls from control only: no token');
     try {
-      // The lifetime is ours to enforce, not the token's to claim: iat and exp are required, and a
-      // token is good for NODE_TOKEN_TTL_SECONDS from its iat whatever its exp says.
-      await jwtVerify(token, this.key, {
+      // Only EdDSA: an HS256 token "signed" with the public key's bytes (algorithm confusion) or an
+      // unsigned one (alg none) never reaches a signature check. The lifetime is ours to enforce,
+      // not the token's to claim: iat and exp are required, and a token is good for
+      // NODE_TOKEN_TTL_SECONDS from its iat whatever its exp says.
+      await jwtVerify(token, this.#key, {
         issuer: ISSUER,
         audience: `${AUDIENCE_PREFIX}${nodeId}`,
-        algorithms: ['HS256'],
+        algorithms: [ALG],
         clockTolerance: 5,
         requiredClaims: ['iat', 'exp'],
         maxTokenAge: NODE_TOKEN_TTL_SECONDS,

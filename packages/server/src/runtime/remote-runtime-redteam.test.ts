@@ -7,7 +7,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ServiceError } from '@sandboxd/protocol';
-import { ClusterAuth } from './cluster-auth.js';
+import { testClusterKeys } from '../testing/cluster-keys.js';
 import { RemoteRuntime } from './remote-runtime.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
@@ -18,8 +18,8 @@ describe('RemoteRuntime against a hostile node', { timeout: 60_000 }, () => {
   let handler: Handler = (_q, s) => s.end();
   let sent = 0;
   const sockets = new Set<Socket>();
-  const auth = new ClusterAuth('remote-red-team-secret-0123456789abcdef');
-  const remote = (o: { callTimeoutMs?: number } = {}) => new RemoteRuntime({ nodeId: 'node-h', url, auth, callTimeoutMs: o.callTimeoutMs ?? 5000 });
+  const { signer } = testClusterKeys();
+  const remote = (o: { callTimeoutMs?: number } = {}) => new RemoteRuntime({ nodeId: 'node-h', url, auth: signer, callTimeoutMs: o.callTimeoutMs ?? 5000 });
   // A faulty answer is that node's outage: RUNTIME_ERROR, or NODE_UNAVAILABLE when it cannot be read in time and size.
   const nodeFault = (err: unknown) => err instanceof ServiceError && (err.code === 'RUNTIME_ERROR' || err.code === 'NODE_UNAVAILABLE');
 

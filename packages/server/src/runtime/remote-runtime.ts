@@ -1,7 +1,7 @@
 import { request } from 'node:http';
 import type { Socket } from 'node:net';
 import { describeCause, isErrorCode, ServiceError } from '@sandboxd/protocol';
-import type { ClusterAuth } from './cluster-auth.js';
+import type { ClusterSigner } from './cluster-auth.js';
 import type { EgressPolicy } from './egress-policy.js';
 import type { ListeningPort } from './listening.js';
 import { checkId, checkSpec, ID_RE } from './sandbox-paths.js';
@@ -11,7 +11,7 @@ export interface RemoteRuntimeOptions {
   nodeId: string;
   /** The node's API, e.g. `http://10.0.0.7:7070`. */
   url: string;
-  auth: ClusterAuth;
+  auth: ClusterSigner;
   log?: (msg: string) => void;
   /** Per call; a create or start boots a container (default 120 s, others 30 s). */
   bootTimeoutMs?: number;

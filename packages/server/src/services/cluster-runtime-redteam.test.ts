@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { nodeApi } from '../node/node-api.js';
-import { ClusterAuth } from '../runtime/cluster-auth.js';
+import { testClusterKeys } from '../testing/cluster-keys.js';
 import type { SandboxSpec } from '../runtime/types.js';
 import { SqliteStore } from '../store/sqlite.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
@@ -20,7 +20,7 @@ import { ClusterRuntime } from './cluster-runtime.js';
 
 describe('ClusterRuntime: a node that claims what is not its own', { timeout: 60_000 }, () => {
   const store = SqliteStore.open(':memory:');
-  const auth = new ClusterAuth('cluster-red-team-secret-0123456789abcdef');
+  const { signer, verifier } = testClusterKeys();
   const capacity = { vcpu: 8, memoryMb: 8192, diskGb: 100, maxSandboxes: 100 };
   let dir: string;
   let fake: FakeRuntime;
@@ -34,7 +34,7 @@ describe('ClusterRuntime: a node that claims what is not its own', { timeout: 60
     dir = await mkdtemp(join(tmpdir(), 'sbd-cluster-red-'));
     fake = new FakeRuntime({ socketDir: join(dir, 's') });
     await fake.setupHost();
-    good = nodeApi({ nodeId: 'node-good', runtime: fake, auth });
+    good = nodeApi({ nodeId: 'node-good', runtime: fake, auth: verifier });
     await good.listen({ host: '127.0.0.1', port: 0 });
     evil = createServer((req, res) => {
       evilSaw.push(`${req.method} ${req.url}`);
@@ -54,7 +54,7 @@ describe('ClusterRuntime: a node that claims what is not its own', { timeout: 60
     await store.nodes.register({ id: 'node-good', url: `http://127.0.0.1:${(good.server.address() as AddressInfo).port}`, capacity }, 60_000);
     await store.nodes.register({ id: 'node-zzz', url: `http://127.0.0.1:${(evil.address() as AddressInfo).port}`, capacity }, 60_000);
     await store.nodes.setStatus('node-zzz', 'cordoned');
-    cluster = new ClusterRuntime({ store, auth, refreshMs: 0 });
+    cluster = new ClusterRuntime({ store, auth: signer, refreshMs: 0 });
     await cluster.setupHost();
     spec = { id: 'victim', lowerDirs: [dir], resources: { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 }, internetAccess: false, hostname: 'victim', env: {} };
     await cluster.create(spec);
@@ -84,7 +84,7 @@ describe('ClusterRuntime: a node that claims what is not its own', { timeout: 60
     const s = await cluster.dialAgent('victim', 2000);
     s.destroy();
     // A control that starts afresh (its first call a listing, as reconcile does) is not fooled either.
-    const fresh = new ClusterRuntime({ store, auth, refreshMs: 0 });
+    const fresh = new ClusterRuntime({ store, auth: signer, refreshMs: 0 });
     await fresh.setupHost();
     await fresh.list();
     assert.equal(await fresh.status('victim'), 'running');

@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { ServiceError } from '@sandboxd/protocol';
 import { nodeApi } from '../node/node-api.js';
-import { ClusterAuth } from '../runtime/cluster-auth.js';
+import { testClusterKeys } from '../testing/cluster-keys.js';
 import type { Runtime } from '../runtime/types.js';
 import { SqliteStore } from '../store/sqlite.js';
 import { baseLayer } from '../testing/fixtures.js';
@@ -14,7 +14,7 @@ import { assertNoLeaks, createTestRuntime, testSpec, type TestRuntime } from '..
 import { ClusterRuntime } from './cluster-runtime.js';
 import { NodeMembership } from './node-membership.js';
 
-const auth = new ClusterAuth('cluster-runtime-test-secret-0123456789ab');
+const { signer, verifier } = testClusterKeys();
 const LEASE_MS = 1500;
 
 interface TestNode {
@@ -45,7 +45,7 @@ describe('ClusterRuntime: placement over registered nodes, and nodes that go awa
   let cluster: ClusterRuntime;
 
   const serveNode = async (n: TestNode) => {
-    n.app = nodeApi({ nodeId: n.id, runtime: n.t.rt, auth });
+    n.app = nodeApi({ nodeId: n.id, runtime: n.t.rt, auth: verifier });
     await n.app.listen({ host: '127.0.0.1', port: n.port });
     n.port = (n.app.server.address() as AddressInfo).port;
   };
@@ -60,7 +60,7 @@ describe('ClusterRuntime: placement over registered nodes, and nodes that go awa
       await n.membership.start();
       nodes.push(n);
     }
-    cluster = new ClusterRuntime({ store, auth, refreshMs: 100 });
+    cluster = new ClusterRuntime({ store, auth: signer, refreshMs: 100 });
     await cluster.setupHost();
   });
 

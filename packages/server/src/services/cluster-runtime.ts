@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { ServiceError } from '@sandboxd/protocol';
-import type { ClusterAuth } from '../runtime/cluster-auth.js';
+import type { ClusterSigner } from '../runtime/cluster-auth.js';
 import type { EgressPolicy } from '../runtime/egress-policy.js';
 import type { ListeningPort } from '../runtime/listening.js';
 import { RemoteRuntime } from '../runtime/remote-runtime.js';
@@ -10,7 +10,7 @@ import type { NodeRow, SandboxUsage, Store } from '../store/types.js';
 
 export interface ClusterRuntimeOptions {
   store: Store;
-  auth: ClusterAuth;
+  auth: ClusterSigner;
   /** How far past its reported cores and memory a node may be committed (1: not at all). */
   overcommit?: { cpu: number; memory: number };
   /** How old the node list may be before a call reads it again (default 2 s). */

@@ -1,0 +1,47 @@
+import { closeSync, existsSync, fchmodSync, mkdirSync, openSync, rmSync, writeSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { ServiceError } from '@sandboxd/protocol';
+import { generateClusterKeyPair } from './runtime/cluster-auth.js';
+
+export const SIGNING_KEY_FILE = 'cluster-signing.pem';
+export const VERIFY_KEY_FILE = 'cluster-verify.pem';
+
+/**
+ * `sandboxd cluster keygen --out DIR`: a new Ed25519 key pair of a cluster. cluster-signing.pem
+ * (0600) is for control (and edge) only; cluster-verify.pem (0644, public) goes to every node. An
+ * existing file is never overwritten (a new pair locks every node out until each gets its new
+ * public key): if either is there, nothing is written.
+ */
+export function keygen(outDir: string): { signing: string; verify: string } {
+  const dir = resolve(outDir);
+  const signing = join(dir, SIGNING_KEY_FILE);
+  const verify = join(dir, VERIFY_KEY_FILE);
+  const there = [signing, verify].filter((f) => existsSync(f));
+  if (there.length) {
+    throw new ServiceError('ALREADY_EXISTS', `${there.join(' and ')} already exist${there.length === 1 ? 's' : ''}: keygen overwrites no key (move ${there.length === 1 ? 'it' : 'them'} away, or choose another --out)`);
+  }
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const { signingPem, verifyPem } = generateClusterKeyPair();
+  const written: string[] = [];
+  try {
+    for (const [file, text, mode] of [
+      [signing, signingPem, 0o600],
+      [verify, verifyPem, 0o644],
+    ] as const) {
+      // wx: refused if the file appeared since the check above; the mode is set whatever the umask.
+      const fd = openSync(file, 'wx', mode);
+      written.push(file);
+      try {
+        fchmodSync(fd, mode);
+        writeSync(fd, text);
+      } finally {
+        closeSync(fd);
+      }
+    }
+  } catch (err) {
+    for (const f of written) rmSync(f, { force: true });
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') throw new ServiceError('ALREADY_EXISTS', `${(err as NodeJS.ErrnoException).path ?? 'a key file'} already exists: keygen overwrites no key`);
+    throw err;
+  }
+  return { signing, verify };
+}

@@ -458,8 +458,10 @@ export async function startNode(o: NodeOptions): Promise<TestNode> {
     await launch();
   } catch (err) {
     await exit('SIGKILL');
+    // The clean-up removes the data dir, log included: its end goes with the error.
+    const logTail = existsSync(logFile) ? readFileSync(logFile, 'utf8').split('\n').slice(-20).join('\n') : '(no log)';
     await cleanUp().catch((e: unknown) => process.stderr.write(`test harness: cleaning up after node ${o.id} failed to start: ${String(e)}\n`));
-    throw err;
+    throw new Error(`${(err as Error).message.replace(`; see ${logFile}`, '')}; its log's last lines:\n${logTail}`, { cause: err });
   }
   return {
     id: o.id,

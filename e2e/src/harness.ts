@@ -350,6 +350,13 @@ export interface NodeOptions {
   netns?: boolean;
 }
 
+/** The directories of cgroup `name` under /sys/fs/cgroup (each v1 hierarchy, or the v2 one). */
+function cgroupDirs(name: string): string[] {
+  const root = '/sys/fs/cgroup';
+  const dirs = [join(root, name), ...readdirSync(root).map((h) => join(root, h, name))];
+  return dirs.filter((d) => existsSync(d));
+}
+
 /** The port namespaced nodes listen on: each has an address of its own. */
 const NETNS_NODE_PORT = 7070;
 
@@ -441,18 +448,24 @@ export async function startNode(o: NodeOptions): Promise<TestNode> {
    */
   const cleanUp = async () => {
     let destroyed = false;
+    let left: string[] = [];
     try {
       if (ns) await runToEnd([...ns.exec, process.execPath, join(here, 'node-leftovers.js'), JSON.stringify(settings)]);
       else await destroyNodeRuntime(settings, REPO_ROOT);
       destroyed = true;
     } finally {
       try {
-        if (ns) closeNodeNetns(slot, runtimeNetnsPrefix);
+        if (ns) {
+          closeNodeNetns(slot, runtimeNetnsPrefix);
+          // Checked while the slot is ours: once released, the cgroup may be another daemon's.
+          left = cgroupDirs(cgroupParent);
+        }
         if (destroyed) rmSync(dataDir, { recursive: true, force: true });
       } finally {
         release();
       }
     }
+    if (left.length > 0) throw new Error(`node ${o.id} left its cgroup parent: ${left.join(', ')}`);
   };
   try {
     await launch();

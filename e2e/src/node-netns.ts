@@ -162,17 +162,25 @@ export function closeNodeNetns(slot: number, runtimeNetnsPrefix: string): void {
     const path = `/run/netns/${e}`;
     if (e.startsWith(runtimeNetnsPrefix) && !here.has(path)) step(path, () => rmSync(path, { force: true }));
   }
+  // Checked here, while the slot is still ours: once it is released another daemon's are not leftovers.
+  const left = netnsLeftovers(slot, runtimeNetnsPrefix);
+  if (left.length > 0) errors.push(`left: ${left.join(', ')}`);
   if (errors.length > 0) throw new Error(`removing network namespace ${n.name}: ${errors.join('; ')}`);
 }
 
-/** What of slot `slot`'s namespace is still on the host (empty when all is gone): for tests' leak checks. */
-export function netnsLeftovers(slot: number, runtimeNetnsPrefix: string): string[] {
+/** What of slot `slot`'s namespace is still on the host (empty when all is gone). */
+function netnsLeftovers(slot: number, runtimeNetnsPrefix: string): string[] {
   const n = netnsNames(slot);
   const out: string[] = [];
   if (existsSync(`/run/netns/${n.name}`)) out.push(`netns ${n.name}`);
   if (existsSync(`/sys/class/net/${n.hostVeth}`)) out.push(`link ${n.hostVeth}`);
   if (tryRun('nft', ['list', 'table', 'ip', n.table])) out.push(`nft table ip ${n.table}`);
   if (existsSync(n.mntDir)) out.push(n.mntDir);
-  for (const e of existsSync('/run/netns') ? readdirSync('/run/netns') : []) if (e.startsWith(runtimeNetnsPrefix)) out.push(`/run/netns/${e}`);
+  // A namespaced node's sandboxes' entries are mount points in its mount namespace only; one that
+  // is mounted here is a namespace of a loopback daemon that had this slot before (not ours).
+  const mounted = mountPoints();
+  for (const e of existsSync('/run/netns') ? readdirSync('/run/netns') : []) {
+    if (e.startsWith(runtimeNetnsPrefix) && !mounted.has(`/run/netns/${e}`)) out.push(`/run/netns/${e}`);
+  }
   return out;
 }

@@ -5,6 +5,8 @@ import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:net';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { destroyNodeRuntime, type NodeRuntimeSettings } from './node-leftovers.js';
+import { closeNodeNetns, openNodeNetns, type NodeNetns } from './node-netns.js';
 
 /** A real sandboxd daemon started for a test, on its own data dir, port and gateway port range. */
 export interface TestServer {
@@ -322,6 +324,10 @@ export interface TestNode {
   url: string;
   dataDir: string;
   logFile: string;
+  /** The node's environment (its bridge, subnet, cgroup parent, listen address, ...). */
+  env: Record<string, string>;
+  /** Its network namespace, when started with `netns: true`. */
+  netns?: NodeNetns;
   /** kill -9: its sandboxes keep running. */
   kill9(): Promise<void>;
   /** Starts the node process again (same id, port, data). */
@@ -330,37 +336,97 @@ export interface TestNode {
   stop(): Promise<void>;
 }
 
+export interface NodeOptions {
+  id: string;
+  verifyKey: string;
+  databaseUrl?: string;
+  leaseSeconds?: number;
+  /** More of the node's environment. */
+  env?: Record<string, string>;
+  /**
+   * Runs the node in a network namespace of its own (`node-netns.ts`), as a machine of its own on
+   * the cluster's private network: it listens on its address there (port 7070), its sandboxes'
+   * bridge and NAT are inside, and a `databaseUrl` on the host's loopback is reached at the host's
+   * end of its link (start PostgreSQL with `clients: [NODE_NETNS_RANGE]`).
+   */
+  netns?: boolean;
+}
+
+/** The directories of cgroup `name` under /sys/fs/cgroup (each v1 hierarchy, or the v2 one). */
+function cgroupDirs(name: string): string[] {
+  const root = '/sys/fs/cgroup';
+  const dirs = [join(root, name), ...readdirSync(root).map((h) => join(root, h, name))];
+  return dirs.filter((d) => existsSync(d));
+}
+
+/** The port namespaced nodes listen on: each has an address of its own. */
+const NETNS_NODE_PORT = 7070;
+
+/** A URL on the host's loopback as a namespaced node reaches it: at the host's end of its link. */
+function viaHost(url: string, hostAddress: string): string {
+  const u = new URL(url);
+  if (u.hostname === '127.0.0.1' || u.hostname === 'localhost') u.hostname = hostAddress;
+  return u.toString();
+}
+
+/** Runs argv to its end; its stderr in the error when it fails. */
+function runToEnd(argv: string[]): Promise<void> {
+  return new Promise((res, reject) => {
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr!.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+    child.once('error', reject);
+    child.once('close', (code) => (code === 0 ? res() : reject(new Error(`${argv.join(' ')}: exit ${code}: ${stderr.trim()}`))));
+  });
+}
+
 /**
  * A `sandboxd node` process of a test's own (bridge, subnet, cgroup parent, data dir), registered
  * in `databaseUrl`'s registry when given, sharing the tests' layer directory (a cluster on one
- * machine: layers are not moved between machines yet). `verifyKey`: the PEM of the cluster's public
- * key (SANDBOXD_CLUSTER_VERIFY_KEY), whose private key control signs with.
+ * machine: layers are not moved between machines yet). On the host's loopback, or with `netns` in
+ * a network namespace of its own. `verifyKey`: the PEM of the cluster's public key
+ * (SANDBOXD_CLUSTER_VERIFY_KEY), whose private key control signs with.
  */
-export async function startNode(o: { id: string; verifyKey: string; databaseUrl?: string; leaseSeconds?: number; env?: Record<string, string> }): Promise<TestNode> {
+export async function startNode(o: NodeOptions): Promise<TestNode> {
   const { slot, release } = claimSlot();
+  const cgroupParent = `sandboxd-test${slot}`;
+  // The runtime names its sandboxes' namespaces after its cgroup parent (runtime/context.ts).
+  const runtimeNetnsPrefix = `${cgroupParent}_`;
+  let ns: NodeNetns | undefined;
+  try {
+    if (o.netns) ns = openNodeNetns(slot, runtimeNetnsPrefix);
+  } catch (err) {
+    release();
+    throw err;
+  }
   const dataDir = join(TEST_DATA_DIR, 'nodes', `${o.id}-${randomBytes(3).toString('hex')}`);
   mkdirSync(dataDir, { recursive: true });
-  const port = await freePort();
-  const url = `http://127.0.0.1:${port}`;
+  const host = ns?.address ?? '127.0.0.1';
+  const port = ns ? NETNS_NODE_PORT : await freePort();
+  const url = `http://${host}:${port}`;
   const env: Record<string, string> = {
     ...(process.env as Record<string, string>),
     SANDBOXD_DATA_DIR: dataDir,
     SANDBOXD_LAYERS_DIR: join(TEST_DATA_DIR, 'layers'),
-    SANDBOXD_CGROUP_PARENT: `sandboxd-test${slot}`,
+    SANDBOXD_CGROUP_PARENT: cgroupParent,
     SANDBOXD_BRIDGE: `sbtest${slot}`,
     SANDBOXD_SUBNET: `10.${100 + (slot % 100)}.0.0/16`,
     SANDBOXD_NODE_ID: o.id,
-    SANDBOXD_NODE_LISTEN: `127.0.0.1:${port}`,
+    SANDBOXD_NODE_LISTEN: `${host}:${port}`,
+    ...(ns ? { SANDBOXD_NODE_URL: url } : {}),
     SANDBOXD_CLUSTER_VERIFY_KEY: o.verifyKey,
     SANDBOXD_NODE_LEASE_SECONDS: String(o.leaseSeconds ?? 15),
-    ...(o.databaseUrl ? { SANDBOXD_DATABASE_URL: o.databaseUrl } : {}),
+    ...(o.databaseUrl ? { SANDBOXD_DATABASE_URL: ns ? viaHost(o.databaseUrl, ns.hostAddress) : o.databaseUrl } : {}),
     ...o.env,
   };
+  const settings: NodeRuntimeSettings = { dataDir, cgroupParent, bridge: env.SANDBOXD_BRIDGE!, subnet: env.SANDBOXD_SUBNET! };
   const logFile = join(dataDir, 'node.log');
+  const argv = [...(ns?.exec ?? []), process.execPath, join(REPO_ROOT, 'packages/server/dist/cli.js'), 'node'];
   let child: ChildProcess | undefined;
   const launch = async () => {
     const out = createWriteStream(logFile, { flags: 'a', mode: 0o600 });
-    child = spawn(process.execPath, [join(REPO_ROOT, 'packages/server/dist/cli.js'), 'node'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    // nsenter execs the node (no fork for these namespaces): the pid is the node's.
+    child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'] });
     child.stdout!.pipe(out);
     child.stderr!.pipe(out);
     let exited = false;
@@ -379,31 +445,56 @@ export async function startNode(o: { id: string; verifyKey: string; databaseUrl?
       child.once('exit', () => res());
       child.kill(signal);
     });
+  /**
+   * What the node made, destroyed where it is (in its namespaces), then the namespace itself (its
+   * mount namespace first: a mount there would keep a directory of the data dir busy). The data dir
+   * stays when its sandboxes could not be destroyed.
+   */
+  const cleanUp = async () => {
+    let destroyed = false;
+    let left: string[] = [];
+    try {
+      if (ns) await runToEnd([...ns.exec, process.execPath, join(here, 'node-leftovers.js'), JSON.stringify(settings)]);
+      else await destroyNodeRuntime(settings, REPO_ROOT);
+      destroyed = true;
+    } finally {
+      try {
+        if (ns) {
+          closeNodeNetns(slot, runtimeNetnsPrefix);
+          // Checked while the slot is ours: once released, the cgroup may be another daemon's.
+          left = cgroupDirs(cgroupParent);
+        }
+        if (destroyed) rmSync(dataDir, { recursive: true, force: true });
+      } finally {
+        release();
+      }
+    }
+    if (left.length > 0) throw new Error(`node ${o.id} left its cgroup parent: ${left.join(', ')}`);
+  };
   try {
     await launch();
   } catch (err) {
-    release();
-    throw err;
+    await exit('SIGKILL');
+    // The clean-up removes the data dir, log included: its end goes with the error.
+    const logTail = existsSync(logFile) ? readFileSync(logFile, 'utf8').split('\n').slice(-20).join('\n') : '(no log)';
+    await cleanUp().catch((e: unknown) => process.stderr.write(`test harness: cleaning up after node ${o.id} failed to start: ${String(e)}\n`));
+    throw new Error(`${(err as Error).message.replace(`; see ${logFile}`, '')}; its log's last lines:\n${logTail}`, { cause: err });
   }
   return {
     id: o.id,
     url,
     dataDir,
     logFile,
+    env,
+    netns: ns,
     kill9: () => exit('SIGKILL'),
     restart: launch,
     stop: async () => {
       try {
         await exit('SIGTERM');
-        const { CrunRuntime } = await import('../../packages/server/dist/runtime/index.js');
-        const rt = new CrunRuntime({ dataDir, agentBundlePath: join(REPO_ROOT, 'packages/agent/bundle/agent.cjs'), cgroupParent: env.SANDBOXD_CGROUP_PARENT, bridgeName: env.SANDBOXD_BRIDGE, subnetCidr: env.SANDBOXD_SUBNET });
-        for (const id of await rt.list()) await rt.destroy(id);
-        await rt.teardownHost().catch(() => undefined);
-        rmSync(dataDir, { recursive: true, force: true });
       } finally {
-        release();
+        await cleanUp();
       }
     },
   };
 }
-

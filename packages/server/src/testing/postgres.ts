@@ -1,6 +1,6 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chownSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, chownSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -89,13 +89,24 @@ async function halt(child: ChildProcess): Promise<void> {
   clearTimeout(late);
 }
 
+export interface PostgresOptions {
+  /**
+   * IPv4 CIDRs besides loopback that may connect (with the password), e.g. the range of the test
+   * nodes' network namespaces. With any, the server listens on every IPv4 address (the namespaces'
+   * host ends come and go while it runs) and pg_hba.conf admits those ranges only.
+   */
+  clients?: string[];
+}
+
 /**
  * initdb's a cluster in a new temporary directory and starts `postgres` on 127.0.0.1 (a free port;
  * password auth over TCP) with its socket in that directory: the system's own cluster is never
  * touched. fsync is off: the data is thrown away. The server is stopped by its pid and the
  * directory removed by `stop()`, or when the process exits without it.
  */
-export async function startPostgres(): Promise<TestPostgres> {
+export async function startPostgres(opts: PostgresOptions = {}): Promise<TestPostgres> {
+  const clients = opts.clients ?? [];
+  for (const c of clients) if (!/^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/.test(c)) throw new Error(`not an IPv4 CIDR: ${c}`);
   const bin = postgresBinDir();
   const user = serverUser();
   const dir = await mkdtemp(join(tmpdir(), 'sbd-pg-'));
@@ -116,7 +127,7 @@ export async function startPostgres(): Promise<TestPostgres> {
     const out = openSync(log, 'a');
     const proc = spawn(
       join(bin, 'postgres'),
-      ['-D', data, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', `unix_socket_directories=${sockets}`, '-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off'],
+      ['-D', data, '-p', String(port), '-c', `listen_addresses=${clients.length > 0 ? '0.0.0.0' : '127.0.0.1'}`, '-c', `unix_socket_directories=${sockets}`, '-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off'],
       { cwd: dir, env: serverEnv(dir), stdio: ['ignore', 'ignore', out], ...user },
     );
     closeSync(out);
@@ -150,6 +161,8 @@ export async function startPostgres(): Promise<TestPostgres> {
       { user, cwd: dir, log },
     );
     rmSync(join(dir, 'pwfile'));
+    // initdb's file admits loopback; these ranges too, with the password, and nothing else.
+    if (clients.length > 0) appendFileSync(join(data, 'pg_hba.conf'), clients.map((c) => `host all all ${c} scram-sha-256\n`).join(''));
     // The free port may be taken before postgres binds it: a few tries.
     for (let attempt = 1; ; attempt++) {
       port = await freePort();

@@ -99,6 +99,18 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
     assert.equal(lostBody.code, 'NODE_UNAVAILABLE');
     assert.ok(lostAfter <= 2 * LEASE_SECONDS + 2, `reported after ${lostAfter.toFixed(1)} s (lease ${LEASE_SECONDS} s)`);
     const kept = sbs.find((s) => s !== lost)!;
+    // The listing says which cannot be served now (within the node list's refresh, 2 s).
+    const availability = async () => {
+      const list = await api<{ data: Array<{ id: string; available?: boolean }> }>(control, 'GET', '/v1/sandboxes?limit=1000');
+      return new Map(list.body.data.map((x) => [x.id, x.available]));
+    };
+    let seen = await availability();
+    for (let i = 0; i < 30 && seen.get(lost!.id) !== false; i++) {
+      await new Promise((r) => setTimeout(r, 200));
+      seen = await availability();
+    }
+    assert.equal(seen.get(lost!.id), false, 'listed as unavailable');
+    assert.equal(seen.get(kept.id), true, 'the other listed as available');
     assert.equal((await onNode(kept)).status, 200, 'the other node goes on');
     const fresh = await createSandbox(control, { template: 'base' });
     assert.equal((await onNode(fresh)).status, 200, 'a new create lands on the node that is up');
@@ -112,6 +124,12 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
     assert.equal(back, 200, 'served again once its node is back');
     const files = await agent<{ stdout: string }>(lost, 'POST', '/commands/run', { command: 'cat /tmp/kept' });
     assert.equal(files.body.stdout.trim(), 'kept', 'with its files');
+    let again = await availability();
+    for (let i = 0; i < 30 && again.get(lost.id) !== true; i++) {
+      await new Promise((r) => setTimeout(r, 200));
+      again = await availability();
+    }
+    assert.equal(again.get(lost.id), true, 'listed as available again');
     for (const sb of [...sbs, fresh]) assert.equal((await api(control, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
   });
 

@@ -14,6 +14,8 @@ export interface SandboxRow {
   idle_timeout_seconds?: number | null;
   auto_resume?: boolean;
   resources?: { vcpu?: number; memory_mb?: number; disk_gb?: number };
+  /** A cluster's: false while its node is away. */
+  available?: boolean;
 }
 
 export interface Template {

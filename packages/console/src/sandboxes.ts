@@ -100,7 +100,12 @@ export const sandboxesPage: Page = async (ctx) => {
       { class: 'grid-row', role: 'row', 'data-id': r.id, 'data-status': r.status },
       h('div', { role: 'cell', class: 'mono' }, h('a', { href: `#/sandboxes/${encodeURIComponent(r.id)}` }, r.id)),
       h('div', { role: 'cell' }, r.template_name),
-      h('div', { role: 'cell' }, h('span', { class: `state ${r.status}` }, r.status)),
+      h(
+        'div',
+        { role: 'cell' },
+        h('span', { class: `state ${r.status}` }, r.status),
+        ...(r.available === false ? [' ', h('span', { class: 'state unavailable', title: 'its node is away: it is served again when the node is back' }, 'node away')] : []),
+      ),
       h('div', { role: 'cell', title: r.created_at }, relative(r.created_at)),
       h('div', { role: 'cell', title: r.expires_at ?? '' }, relative(r.expires_at)),
       h('div', { role: 'cell', class: 'actions-cell' }, sandboxActions(ctx, r, refreshOne, gone)),

@@ -96,6 +96,11 @@ export const Sandbox = Type.Object({
   created_at: Type.String(),
   updated_at: Type.String(),
   resources: Resources,
+  /**
+   * A cluster's: false while the node that holds the sandbox is away (its calls answer 503
+   * NODE_UNAVAILABLE until it is back); absent on one machine.
+   */
+  available: Type.Optional(Type.Boolean()),
   auth_token: Type.Optional(Type.String()),
   token_expires_at: Type.Optional(Type.String()),
   request_id: Type.Optional(Type.String()),

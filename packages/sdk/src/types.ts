@@ -37,6 +37,8 @@ export interface SandboxInfo {
   createdAt: string;
   updatedAt: string;
   resources: Resources;
+  /** A cluster's: false while the node that holds it is away (its calls fail with NODE_UNAVAILABLE). Absent on one machine. */
+  available?: boolean;
 }
 
 /**

@@ -60,6 +60,7 @@ export function toSandboxInfo(v: unknown): SandboxInfo {
     createdAt: str(o.created_at),
     updatedAt: str(o.updated_at),
     resources: toResources(o.resources),
+    ...(typeof o.available === 'boolean' ? { available: o.available } : {}),
   };
 }
 

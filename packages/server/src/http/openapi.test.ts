@@ -38,7 +38,14 @@ async function app() {
   const templates = new TemplateService(store);
   const tokens = new TokenService(join(dir, 'jwt.pem'), 60);
   // No container is reached (a sandbox's socket path is only recorded).
-  const unreachable = new Proxy({}, { get: (_t, name) => (name === 'agentSocket' ? (id: string) => join(dir, `${id}.sock`) : () => Promise.reject(new Error('runtime not used in this test'))) }) as Runtime;
+  // One machine's runtime: a cluster's optional queries (nodeOf, nodeUp) are absent.
+  const unreachable = new Proxy(
+    {},
+    {
+      get: (_t, name) =>
+        name === 'agentSocket' ? (id: string) => join(dir, `${id}.sock`) : name === 'nodeOf' || name === 'nodeUp' ? undefined : () => Promise.reject(new Error('runtime not used in this test')),
+    },
+  ) as Runtime;
   const createLimiter = new SlidingWindowLimiter(10, 60_000, 'creates');
   const quotas = new QuotaService(store, config.limits);
   const sandboxes = new SandboxService({

@@ -142,6 +142,11 @@ export interface Runtime {
    * its resources against the node.
    */
   nodeOf?(id: string): string | undefined;
+  /**
+   * A cluster's: whether the node `nodeId` is up as last seen (registered, its lease running), so a
+   * listing can say which sandboxes cannot be served now. Absent on one machine.
+   */
+  nodeUp?(nodeId: string): boolean;
   /** Runs one build step to completion in a throwaway container with sandbox isolation. */
   runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }>;
 }

@@ -57,6 +57,7 @@ export class ClusterRuntime implements Runtime {
   /** This process's name in its claims (services/orphans.ts). */
   readonly owner = randomUUID();
   private claimTimer: NodeJS.Timeout | undefined;
+  private refreshTimer: NodeJS.Timeout | undefined;
   private claimSoonTimer: NodeJS.Timeout | undefined;
 
   /** A new sandbox is claimed within half a second, not at the next round (creates come in bursts: one claim each node). */
@@ -153,6 +154,11 @@ export class ClusterRuntime implements Runtime {
     return Date.parse(row.leaseExpiresAt) > now;
   }
 
+  nodeUp(nodeId: string): boolean {
+    const known = this.nodes.get(nodeId);
+    return known !== undefined && (this.storeAway || this.leased(known.row));
+  }
+
   /** The last read of the node list failed (the store is away). */
   private storeAway = false;
 
@@ -217,6 +223,9 @@ export class ClusterRuntime implements Runtime {
 
   async setupHost(): Promise<void> {
     await this.refresh(true);
+    // Read again every refreshMs even when nothing calls: listings say which nodes are away.
+    this.refreshTimer ??= setInterval(() => void this.refresh().catch(() => undefined), this.o.refreshMs ?? 2000);
+    this.refreshTimer.unref();
     const every = this.o.claimEveryMs ?? 30_000;
     if (every > 0 && !this.claimTimer) {
       this.claimTimer = setInterval(() => void this.refresh().then(() => this.claimAll(), () => undefined), every);
@@ -360,6 +369,7 @@ export class ClusterRuntime implements Runtime {
 
   async close(): Promise<void> {
     if (this.claimTimer) clearInterval(this.claimTimer);
+    if (this.refreshTimer) clearInterval(this.refreshTimer);
     if (this.claimSoonTimer) clearTimeout(this.claimSoonTimer);
     for (const id of [...this.oomStops.keys()]) this.stopOom(id);
   }

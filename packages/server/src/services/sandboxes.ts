@@ -248,6 +248,7 @@ export class SandboxService {
       created_at: row.createdAt,
       updated_at: row.updatedAt,
       resources: { vcpu: row.vcpu, memory_mb: row.memoryMb, disk_gb: row.diskGb, disk_mb: row.diskGb * 1024 },
+      ...(this.d.runtime.nodeUp ? { available: this.d.runtime.nodeUp(row.nodeId) } : {}),
     };
   }
 

@@ -497,31 +497,48 @@ describe('deploy/kubernetes: the manifests', () => {
         assert.equal(mustConfig({ ...env, SANDBOXD_NODE_ID: id }, 'node').node.id, id);
       });
 
-      test('control: one replica, never two during a rollout, its API, gateway and data where the config says', () => {
+      test('control: replicas, rolled one at a time; its API where the config says; nothing of its own to keep', () => {
         const r = renderOf(name);
         const { workload: d, container: c } = roleContainer(r, 'control');
         assert.equal(d.kind, 'Deployment');
-        assert.equal(d.spec.replicas, 1, 'one control replica (README, Running a cluster)');
-        assert.equal(d.spec.strategy?.type, 'Recreate', 'a rolling update would run two replicas at once');
+        assert.ok(d.spec.replicas >= 2, 'control is replicated (README, Running a cluster)');
+        assert.notEqual(d.spec.strategy?.type, 'Recreate', 'a rollout keeps replicas serving');
         const config = mustConfig(containerEnv(r, c, filledIn), 'control');
         const port = (n: number) => (c.ports ?? []).find((p: any) => p.containerPort === n);
         assert.ok(port(config.port), `the API port ${config.port} is declared`);
         assert.equal(config.host, '0.0.0.0', 'the API listens beyond the pod');
-        assert.equal(config.gateway.mode, 'host', 'the gateway routes by host name (one port, one Service)');
-        assert.equal(config.gateway.bindHost, '0.0.0.0');
-        assert.ok(port(config.gateway.hostModePort), `the gateway port ${config.gateway.hostModePort} is declared`);
+        assert.equal(config.gateway.mode, 'host', "public_host names the edge's wildcard domain");
         const servicePorts = of(r, 'Service').flatMap((s) => s.spec.ports.map((p: any) => ({ s, p })));
-        for (const [what, n] of [['API', config.port], ['gateway', config.gateway.hostModePort]] as const) {
-          const target = port(n);
-          const s = servicePorts.find(({ p }) => p.targetPort === target.name || p.targetPort === n);
-          assert.ok(s, `a Service for the ${what}`);
-          // public_host carries the gateway's port: the Service must offer that same one.
-          if (what === 'gateway') assert.equal(s.p.port, n, 'the gateway Service port is SANDBOXD_GATEWAY_PORT');
-        }
+        const api = servicePorts.find(({ s, p }) => s.spec.selector?.['app.kubernetes.io/component'] === 'control' && (p.targetPort === port(config.port).name || p.targetPort === config.port));
+        assert.ok(api, 'a Service for the API');
         for (const p of [c.startupProbe, c.readinessProbe, c.livenessProbe]) assert.equal(p?.httpGet?.path, '/health');
-        // Its data directory holds the tokens' signing key: it must outlive the pod.
+        // Replicas share the store (the tokens' signing key is there): the data directory is scratch.
         const data = volumeOf(d, mountAt(c, config.dataDir).name);
-        assert.ok(data?.persistentVolumeClaim, "control's data directory is on a PersistentVolumeClaim");
+        assert.ok(data?.emptyDir, "control's data directory is scratch (emptyDir): nothing in it is shared");
+      });
+
+      test("edge: replicas, the gateway's Service on the port and domain control writes into public_host", () => {
+        const r = renderOf(name);
+        const { workload: d, container: c } = roleContainer(r, 'edge');
+        assert.equal(d.kind, 'Deployment');
+        assert.ok(d.spec.replicas >= 2);
+        assert.notEqual(c.securityContext?.privileged, true, 'the edge runs no sandbox: not privileged');
+        const config = mustConfig(containerEnv(r, c, filledIn), 'edge');
+        const control = mustConfig(containerEnv(r, roleContainer(r, 'control').container, filledIn), 'control');
+        assert.equal(config.gateway.mode, 'host');
+        assert.equal(config.gateway.domain, control.gateway.domain, 'the same domain as control');
+        assert.equal(config.gateway.hostModePort, control.gateway.hostModePort, 'the same port as control');
+        assert.equal(config.gateway.bindHost, '0.0.0.0');
+        const port = (n: number) => (c.ports ?? []).find((p: any) => p.containerPort === n);
+        assert.ok(port(config.gateway.hostModePort), 'the gateway port is declared');
+        const gw = of(r, 'Service')
+          .flatMap((s) => s.spec.ports.map((p: any) => ({ s, p })))
+          .find(({ s, p }) => s.spec.selector?.['app.kubernetes.io/component'] === 'edge' && (p.targetPort === port(config.gateway.hostModePort).name || p.targetPort === config.gateway.hostModePort));
+        assert.ok(gw, "a Service for the edge's gateway");
+        assert.equal(gw.p.port, config.gateway.hostModePort, 'the gateway Service port is SANDBOXD_GATEWAY_PORT');
+        assert.ok(port(config.port), 'the probes port is declared');
+        assert.equal(c.readinessProbe?.httpGet?.path, '/ready');
+        assert.equal(c.livenessProbe?.httpGet?.path, '/health');
       });
 
       test('the layers: one ReadWriteMany volume, at the same path in control and the nodes', () => {
@@ -538,11 +555,10 @@ describe('deploy/kubernetes: the manifests', () => {
         assert.ok(pvc.spec.accessModes.includes('ReadWriteMany'), 'ReadWriteMany');
       });
 
-      test('one image for the roles; no edge (it does not exist yet)', () => {
+      test('one image for the roles', () => {
         const r = renderOf(name);
-        const images = new Set((['node', 'control'] as const).map((role) => roleContainer(r, role).container.image));
+        const images = new Set((['node', 'control', 'edge'] as const).map((role) => roleContainer(r, role).container.image));
         assert.equal(images.size, 1);
-        for (const w of workloads(r)) for (const c of containersOf(w)) assert.doesNotMatch(commandOf(c), /cli\.js edge/);
       });
     });
   }
@@ -612,7 +628,7 @@ function parseUnit(text: string, file: string): Unit {
 /** The keys these units may use, per section: a misspelt one is ignored by systemd with a warning only. */
 const UNIT_KEYS: Record<string, string[]> = {
   Unit: ['Description', 'Documentation', 'After', 'Wants', 'Requires'],
-  Service: ['Type', 'EnvironmentFile', 'WorkingDirectory', 'ExecStart', 'Restart', 'RestartSec', 'KillMode', 'TimeoutStopSec', 'LimitNOFILE'],
+  Service: ['Type', 'User', 'EnvironmentFile', 'WorkingDirectory', 'ExecStart', 'Restart', 'RestartSec', 'KillMode', 'TimeoutStopSec', 'LimitNOFILE', 'NoNewPrivileges', 'ProtectSystem', 'ProtectHome', 'PrivateTmp'],
   Install: ['WantedBy'],
 };
 
@@ -634,7 +650,7 @@ function parseEnvFile(text: string): { set: Record<string, string>; mentioned: s
 }
 
 describe('deploy/systemd: the units and their environment files', () => {
-  for (const role of ['node', 'control'] as const) {
+  for (const role of ['node', 'control', 'edge'] as const) {
     const unitFile = join(SYSTEMD, `sandboxd-${role}.service`);
     const envExample = join(SYSTEMD, `${role}.env.example`);
 
@@ -660,7 +676,10 @@ describe('deploy/systemd: the units and their environment files', () => {
       assert.equal(one('WorkingDirectory'), '/opt/sandboxd');
       // The node's sandboxes are outside its cgroup; KillMode=process also leaves its host tools be.
       if (role === 'node') assert.equal(one('KillMode'), 'process');
-      else assert.equal(service.get('KillMode'), undefined, 'control: stopping it stops all it started');
+      else assert.equal(service.get('KillMode'), undefined, `${role}: stopping it stops all it started`);
+      // The roles that run sandboxes are root; the edge runs none and is not.
+      if (role === 'edge') assert.ok(service.get('User')?.[0] && service.get('User')![0] !== 'root', 'the edge runs as a user of its own');
+      else assert.equal(service.get('User'), undefined, `${role} runs as root`);
       assert.deepEqual(unit.get('Install')!.get('WantedBy'), ['multi-user.target']);
       assert.match(text, /0600/, 'says the environment file is 0600');
       for (const m of text.matchAll(/SANDBOXD_[A-Z0-9_]+/g)) assert.ok(CONFIG_NAMES.has(m[0]), `${m[0]} is not a variable sandboxd reads`);

@@ -295,7 +295,7 @@ export async function runEdge(env: NodeJS.ProcessEnv = process.env): Promise<{ c
     );
   }
   if (config.gateway.mode !== 'host') {
-    throw new Error('sandboxd edge serves sandboxes by host name: set SANDBOXD_GATEWAY_MODE=host and SANDBOXD_GATEWAY_DOMAIN (a wildcard DNS name pointing at the edge replicas)');
+    throw new Error('sandboxd edge serves sandboxes by host name: set SANDBOXD_GATEWAY_DOMAIN (its wildcard DNS name points at the edge replicas) and SANDBOXD_GATEWAY_PORT, the same as control has');
   }
   log(`starting sandboxd ${config.version} as edge`);
   const store = await openStore(config, log);

@@ -1,29 +1,41 @@
-// A cluster with two control replicas and an edge, on PostgreSQL, over two real nodes: every
-// replica serves every sandbox (the API, its public_host, its previews, the events), whichever
-// made it; a replica killed in the middle of a burst of creates leaves no sandbox the store does
+// The whole cluster on this machine: PostgreSQL, three nodes each in a network namespace of its
+// own, two control replicas and an edge. Every replica serves every sandbox (the API, its
+// public_host, its previews, the events), whichever made it; the unmodified @hopx-ai/sdk, our SDK
+// and sbx run their flows through it (public_host leads to the edge, as a wildcard DNS name
+// would); a replica killed in the middle of a burst of creates leaves no sandbox the store does
 // not know; PostgreSQL restarted, the edge keeps serving the sandboxes it knows; the edge
 // restarted, everything else goes on.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { request, type IncomingMessage } from 'node:http';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { Sandbox as HopxSandbox } from '@hopx-ai/sdk';
+import { Sandbox } from '@sandboxd/sdk';
 import pg from 'pg';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
-import { api, createSandbox, freePort, startNode, startServer, type TestNode, type TestServer } from './harness.js';
+import { api, createSandbox, crunContainers, freePort, startNode, startServer, type TestNode, type TestServer } from './harness.js';
+import { NODE_NETNS_RANGE } from './node-netns.js';
+import { clientFor, sbx } from './sdk-support.js';
+import { childEnv, resolveDomainTo } from './test-dns.js';
 
 const DOMAIN = 'cluster.test';
 const GRACE_SECONDS = 10;
 
-/** A call to a sandbox's agent through a gateway's single port, by Host header (host mode needs DNS otherwise). */
-function via(gatewayPort: number, host: string, method: string, path: string, token: string, body?: unknown): Promise<{ status: number; body: any }> {
+/**
+ * Each gateway listens on the same port (the one every public_host names) on an address of its own:
+ * control A's, control B's and the edge's. *.cluster.test resolves to the edge's, as DNS would.
+ */
+const ADDR = { a: '127.0.0.2', b: '127.0.0.3', edge: '127.0.0.4' } as const;
+let GATEWAY_PORT = 0;
+
+/** A call to a sandbox's agent through one gateway, by Host header. */
+function via(address: string, host: string, method: string, path: string, token: string, body?: unknown): Promise<{ status: number; body: any }> {
   const data = body === undefined ? undefined : JSON.stringify(body);
   return new Promise((resolve, reject) => {
     const req = request(
       {
-        host: '127.0.0.1',
-        port: gatewayPort,
+        host: address,
+        port: GATEWAY_PORT,
         method,
         path,
         agent: false,
@@ -90,22 +102,22 @@ function sse(url: string, apiKey: string): Promise<{ events: Array<{ event: stri
   });
 }
 
-describe('a cluster with two control replicas and an edge', { timeout: 900_000 }, () => {
+describe('a cluster of three namespaced nodes, two control replicas and an edge', { timeout: 900_000 }, () => {
   let postgres: TestPostgres;
   let dbUrl: string;
   const nodes: TestNode[] = [];
   let a: TestServer;
   let b: TestServer;
   let edge: TestServer;
-  const gw = { a: 0, b: 0, edge: 0 };
   const host = (id: string) => `${id}.${DOMAIN}`;
   const keys = testClusterKeyFiles();
 
-  const clusterEnv = (gatewayPort: number) => ({
+  const clusterEnv = (bind: string) => ({
     SANDBOXD_DATABASE_URL: dbUrl,
     SANDBOXD_CLUSTER_SIGNING_KEY_FILE: keys.signingKeyFile,
     SANDBOXD_GATEWAY_DOMAIN: DOMAIN,
-    SANDBOXD_GATEWAY_PORT: String(gatewayPort),
+    SANDBOXD_GATEWAY_PORT: String(GATEWAY_PORT),
+    SANDBOXD_GATEWAY_BIND: bind,
     // Control's warm pool off: every sandbox on a node is then a create's, for the orphan test.
     SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '0',
     SANDBOXD_CLUSTER_CLAIM_SECONDS: '2',
@@ -113,7 +125,7 @@ describe('a cluster with two control replicas and an edge', { timeout: 900_000 }
 
   /** Every sandbox the nodes run, and every live sandbox the store records. */
   const census = async () => {
-    const running = nodes.flatMap((n) => execFileSync('crun', ['--root', join(n.dataDir, 'crun'), 'list', '-q'], { encoding: 'utf8' }).split('\n').filter(Boolean));
+    const running = nodes.flatMap((n) => crunContainers(n.dataDir));
     const client = new pg.Client({ connectionString: dbUrl });
     await client.connect();
     try {
@@ -125,20 +137,20 @@ describe('a cluster with two control replicas and an edge', { timeout: 900_000 }
   };
 
   before(async () => {
-    postgres = await startPostgres();
+    postgres = await startPostgres({ clients: [NODE_NETNS_RANGE] });
     dbUrl = await postgres.createDatabase();
-    for (const id of ['rep-node-a', 'rep-node-b']) {
-      nodes.push(await startNode({ id, verifyKey: keys.verifyPem, databaseUrl: dbUrl, leaseSeconds: 3, env: { SANDBOXD_NODE_ORPHAN_GRACE_SECONDS: String(GRACE_SECONDS) } }));
+    // One at a time: each start claims a slot and sets up its host side.
+    for (const id of ['rep-node-a', 'rep-node-b', 'rep-node-c']) {
+      nodes.push(await startNode({ id, verifyKey: keys.verifyPem, databaseUrl: dbUrl, leaseSeconds: 3, netns: true, env: { SANDBOXD_NODE_ORPHAN_GRACE_SECONDS: String(GRACE_SECONDS) } }));
     }
-    gw.a = await freePort();
-    gw.b = await freePort();
-    gw.edge = await freePort();
+    GATEWAY_PORT = await freePort();
+    resolveDomainTo(DOMAIN, ADDR.edge);
     // Two replicas starting together: they migrate, reconcile and take the signing key in turn.
     [a, b] = await Promise.all([
-      startServer({ command: 'control', templates: ['base', 'code-interpreter'], env: clusterEnv(gw.a) }),
-      startServer({ command: 'control', templates: ['base', 'code-interpreter'], env: clusterEnv(gw.b) }),
+      startServer({ command: 'control', templates: ['base', 'code-interpreter'], env: clusterEnv(ADDR.a) }),
+      startServer({ command: 'control', templates: ['base', 'code-interpreter'], env: clusterEnv(ADDR.b) }),
     ]);
-    edge = await startServer({ command: 'edge', env: clusterEnv(gw.edge), readyTimeoutMs: 60_000 });
+    edge = await startServer({ command: 'edge', env: clusterEnv(ADDR.edge), readyTimeoutMs: 60_000 });
   });
 
   after(async () => {
@@ -152,23 +164,23 @@ describe('a cluster with two control replicas and an edge', { timeout: 900_000 }
 
   test('a sandbox made through one replica is served by the other and by the edge; paused or deleted through one, every one sees it at once', async () => {
     const sb = await createSandbox(a, { template: 'base' });
-    assert.equal(sb.publicHost, `http://${host(sb.id)}:${gw.a}`);
+    assert.equal(sb.publicHost, `http://${host(sb.id)}:${GATEWAY_PORT}`);
     assert.equal((await api(b, 'GET', `/v1/sandboxes/${sb.id}`)).status, 200, 'the other replica knows it');
-    for (const port of [gw.a, gw.b, gw.edge]) {
+    for (const port of [ADDR.a, ADDR.b, ADDR.edge]) {
       const r = await via(port, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'echo', args: ['hi'] });
       assert.equal(r.status, 200, `gateway ${port}: ${JSON.stringify(r.body)}`);
       assert.equal(r.body.stdout, 'hi\n');
     }
     // Known to every gateway now: a pause through B reaches A's and the edge's routes.
     assert.equal((await api(b, 'POST', `/v1/sandboxes/${sb.id}/pause`)).status, 200);
-    for (const port of [gw.a, gw.edge]) {
+    for (const port of [ADDR.a, ADDR.edge]) {
       const r = await until(`gateway ${port} after the pause`, () => via(port, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'true' }), (x) => x.status !== 200);
       assert.equal(r.body.code, 'SANDBOX_PAUSED', JSON.stringify(r.body));
     }
     assert.equal((await api(a, 'POST', `/v1/sandboxes/${sb.id}/resume`)).status, 200);
-    await until('the edge after the resume', () => via(gw.edge, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'true' }), (x) => x.status === 200);
+    await until('the edge after the resume', () => via(ADDR.edge, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'true' }), (x) => x.status === 200);
     assert.equal((await api(b, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
-    for (const port of [gw.a, gw.edge]) {
+    for (const port of [ADDR.a, ADDR.edge]) {
       await until(`gateway ${port} after the delete`, () => via(port, host(sb.id), 'GET', '/info', sb.authToken), (x) => x.status === 404);
     }
   });
@@ -188,17 +200,17 @@ describe('a cluster with two control replicas and an edge', { timeout: 900_000 }
   test('a preview made public through one replica is served by the edge without a token, and private again through the other', async () => {
     const sb = await createSandbox(a, { template_name: 'code-interpreter' });
     try {
-      await via(gw.a, host(sb.id), 'POST', '/commands/run', sb.authToken, {
+      await via(ADDR.a, host(sb.id), 'POST', '/commands/run', sb.authToken, {
         command: 'sh',
         args: ['-c', 'mkdir -p /srv && echo from-a-replica > /srv/i.txt && (cd /srv && nohup python3 -m http.server 3000 --bind 127.0.0.1 >/dev/null 2>&1 &)'],
       });
       const made = await api<{ url: string; public: boolean }>(a, 'PUT', `/v1/sandboxes/${sb.id}/ports/3000`, { public: true });
       assert.equal(made.status, 200, JSON.stringify(made.body));
       const previewHost = `3000-${sb.id}.${DOMAIN}`;
-      const served = await until('the public preview on the edge', () => via(gw.edge, previewHost, 'GET', '/i.txt', ''), (x) => x.status === 200);
+      const served = await until('the public preview on the edge', () => via(ADDR.edge, previewHost, 'GET', '/i.txt', ''), (x) => x.status === 200);
       assert.equal(served.body, 'from-a-replica\n');
       assert.equal((await api(b, 'PUT', `/v1/sandboxes/${sb.id}/ports/3000`, { public: false })).status, 200);
-      await until('the preview private again on the edge', () => via(gw.edge, previewHost, 'GET', '/i.txt', ''), (x) => x.status === 401);
+      await until('the preview private again on the edge', () => via(ADDR.edge, previewHost, 'GET', '/i.txt', ''), (x) => x.status === 401);
     } finally {
       await api(a, 'DELETE', `/v1/sandboxes/${sb.id}`);
     }
@@ -207,10 +219,10 @@ describe('a cluster with two control replicas and an edge', { timeout: 900_000 }
   test('PostgreSQL restarted: the edge keeps serving a sandbox it knows; the API answers 503 meanwhile, and all is well after', async () => {
     const sb = await createSandbox(b, { template: 'base' });
     try {
-      assert.equal((await via(gw.edge, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'true' })).status, 200);
+      assert.equal((await via(ADDR.edge, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'true' })).status, 200);
       await postgres.restart(async () => {
         const t0 = Date.now();
-        const r = await via(gw.edge, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'echo', args: ['still'] });
+        const r = await via(ADDR.edge, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'echo', args: ['still'] });
         assert.equal(r.status, 200, JSON.stringify(r.body));
         assert.equal(r.body.stdout, 'still\n');
         assert.ok(Date.now() - t0 < 15_000, `served in ${Date.now() - t0} ms`);
@@ -220,25 +232,60 @@ describe('a cluster with two control replicas and an edge', { timeout: 900_000 }
       // Messages sent while the store was away are lost: every route is read again after it.
       // (Its node's lease is renewed within a third of it once the store is back.)
       await until('a pause after the restart', () => api(a, 'POST', `/v1/sandboxes/${sb.id}/pause`), (x) => x.status === 200, 10_000);
-      await until('the edge sees the pause made after the restart', () => via(gw.edge, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'true' }), (x) => x.status !== 200, 10_000);
+      await until('the edge sees the pause made after the restart', () => via(ADDR.edge, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'true' }), (x) => x.status !== 200, 10_000);
     } finally {
       await api(b, 'DELETE', `/v1/sandboxes/${sb.id}`);
+    }
+  });
+
+  test('the unmodified @hopx-ai/sdk, our SDK and sbx run their flows: the API on either replica, the agent through the edge', async () => {
+    const h = await HopxSandbox.create({ template: 'base', timeoutSeconds: 600, apiKey: a.apiKey, baseURL: a.baseUrl });
+    try {
+      assert.equal((await h.runCode('echo "$((6 * 7))"', { language: 'bash' })).stdout, '42\n');
+      await h.files.write('/tmp/from-hopx.txt', 'through the edge');
+      assert.equal(await h.files.read('/tmp/from-hopx.txt'), 'through the edge');
+      // Paused through the other replica: the SDK, through the edge, is told so.
+      assert.equal((await api(b, 'POST', `/v1/sandboxes/${h.sandboxId}/pause`)).status, 200);
+      assert.equal((await api(a, 'POST', `/v1/sandboxes/${h.sandboxId}/resume`)).status, 200);
+      assert.equal((await h.runCode('cat /tmp/from-hopx.txt', { language: 'bash' })).stdout, 'through the edge');
+    } finally {
+      await h.kill();
+    }
+    const ours = await Sandbox.create({ client: clientFor(b), template: 'base', envVars: { GREETING: 'hi' } });
+    try {
+      assert.equal(new URL(ours.info.publicHost).hostname, host(ours.id));
+      assert.equal((await ours.commands.run('echo "$GREETING"')).stdout, 'hi\n');
+      await ours.files.write('/tmp/ours.txt', 'ours');
+      assert.equal(await ours.files.read('/tmp/ours.txt'), 'ours');
+    } finally {
+      await ours.kill();
+    }
+    const dnsEnv = childEnv(DOMAIN, ADDR.edge);
+    const created = await sbx(a, ['create', '-q', '--template', 'base'], { env: dnsEnv });
+    const id = created.stdout.trim();
+    assert.equal(created.code, 0, created.stderr);
+    try {
+      const ran = await sbx(b, ['exec', id, '--', 'echo from-cli'], { env: dnsEnv });
+      assert.equal(ran.code, 0, ran.stderr);
+      assert.equal(ran.stdout, 'from-cli\n');
+    } finally {
+      assert.equal((await sbx(b, ['rm', id], { env: dnsEnv })).code, 0);
     }
   });
 
   test('the edge restarted: its connections end, everything else goes on, and it serves again', async () => {
     const sb = await createSandbox(a, { template: 'base' });
     try {
-      const long = via(gw.edge, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'sleep', args: ['30'] }).then(
+      const long = via(ADDR.edge, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'sleep', args: ['30'] }).then(
         (r) => r.status,
         () => 'cut',
       );
       await new Promise((r) => setTimeout(r, 500));
       await edge.kill9();
       assert.equal(await long, 'cut', 'a request through the edge ends with it');
-      assert.equal((await via(gw.a, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'true' })).status, 200, 'control serves meanwhile');
+      assert.equal((await via(ADDR.a, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'true' })).status, 200, 'control serves meanwhile');
       await edge.restart();
-      assert.equal((await via(gw.edge, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'true' })).status, 200);
+      assert.equal((await via(ADDR.edge, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'true' })).status, 200);
     } finally {
       await api(a, 'DELETE', `/v1/sandboxes/${sb.id}`);
     }
@@ -257,7 +304,7 @@ describe('a cluster with two control replicas and an edge', { timeout: 900_000 }
     const made = results.filter((r) => r.status === 201);
     assert.ok(results.every((r) => r.status === 201 || r.status === 0), `each create answered 201 or failed with the replica: ${JSON.stringify(results.map((r) => r.status))}`);
     for (const r of made) {
-      const run = await via(gw.b, host(r.body.id!), 'POST', '/commands/run', r.body.auth_token!, { command: 'true' });
+      const run = await via(ADDR.b, host(r.body.id!), 'POST', '/commands/run', r.body.auth_token!, { command: 'true' });
       assert.equal(run.status, 200, `${r.body.id} works through the other replica: ${JSON.stringify(run.body)}`);
     }
     // What the dead replica booted and never recorded belongs to no one: its node collects it.

@@ -6,6 +6,7 @@
 // not know; PostgreSQL restarted, the edge keeps serving the sandboxes it knows; the edge
 // restarted, everything else goes on.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { request, type IncomingMessage } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox as HopxSandbox } from '@hopx-ai/sdk';
@@ -13,7 +14,7 @@ import { Sandbox } from '@sandboxd/sdk';
 import pg from 'pg';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
-import { api, createSandbox, crunContainers, freePort, startNode, startServer, type TestNode, type TestServer } from './harness.js';
+import { api, createSandbox, crunContainers, freePort, startNode, startServer, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
 import { NODE_NETNS_RANGE } from './node-netns.js';
 import { clientFor, sbx } from './sdk-support.js';
 import { childEnv, resolveDomainTo } from './test-dns.js';
@@ -236,6 +237,59 @@ describe('a cluster of three namespaced nodes, two control replicas and an edge'
     } finally {
       await api(b, 'DELETE', `/v1/sandboxes/${sb.id}`);
     }
+  });
+
+  test('a node cut off from the network: within two leases its sandboxes answer 503 NODE_UNAVAILABLE and are listed unavailable, the others serve and take the creates; reconnected, it serves them again with their files', async () => {
+    const made: CreatedSandbox[] = [];
+    for (let i = 0; i < 3; i++) made.push(await createSandbox(a, { template: 'base' }));
+    for (const sb of made) assert.equal((await via(ADDR.edge, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'sh', args: ['-c', 'echo kept > /tmp/kept'] })).status, 200);
+    const holder = nodes.find((n) => crunContainers(n.dataDir).includes(made[0]!.id))!;
+    const mine = made.filter((sb) => crunContainers(holder.dataDir).includes(sb.id));
+    const others = made.filter((sb) => !mine.includes(sb));
+    const t0 = Date.now();
+    execFileSync('ip', ['link', 'set', holder.netns!.hostVeth, 'down']);
+    try {
+      // Its lease runs out (it cannot heartbeat): from then on, it is reported away at once. (A
+      // call already under way when the link went down waits for its own timeout, as any would.)
+      await until(
+        'its sandbox listed unavailable',
+        () => api<{ available?: boolean }>(b, 'GET', `/v1/sandboxes/${mine[0]!.id}`),
+        (r) => r.body.available === false,
+        4 * 3 * 1000,
+      );
+      const after = (Date.now() - t0) / 1000;
+      assert.ok(after <= 2 * 3 + 1, `reported after ${after.toFixed(1)} s (lease 3 s)`);
+      const t1 = Date.now();
+      const cut = await api(b, 'GET', `/v1/sandboxes/${mine[0]!.id}/metrics`);
+      assert.equal(cut.status, 503, JSON.stringify(cut.body));
+      assert.equal(cut.body.code, 'NODE_UNAVAILABLE', JSON.stringify(cut.body));
+      // At once, or at the latest when control reads the node list again (every 2 s): a call that
+      // had reached the node as its lease ran out ends then, not at its 30 s timeout.
+      assert.ok(Date.now() - t1 < 2500, `answered after ${Date.now() - t1} ms`);
+      const r = await via(ADDR.edge, host(mine[0]!.id), 'POST', '/commands/run', mine[0]!.authToken, { command: 'true' });
+      assert.equal(r.status, 503, JSON.stringify(r.body));
+      assert.equal(r.body.code, 'NODE_UNAVAILABLE');
+      const listed = await until(
+        'listed unavailable',
+        () => api<{ data: Array<{ id: string; available?: boolean }> }>(a, 'GET', '/v1/sandboxes?limit=1000'),
+        (l) => l.body.data.find((x) => x.id === mine[0]!.id)?.available === false,
+      );
+      for (const sb of others) assert.equal(listed.body.data.find((x) => x.id === sb.id)?.available, true);
+      for (const sb of others) assert.equal((await via(ADDR.edge, host(sb.id), 'POST', '/commands/run', sb.authToken, { command: 'true' })).status, 200, 'the other nodes serve');
+      const fresh = await createSandbox(b, { template: 'base' });
+      assert.ok(!crunContainers(holder.dataDir).includes(fresh.id), 'a new create goes elsewhere');
+      made.push(fresh);
+    } finally {
+      execFileSync('ip', ['link', 'set', holder.netns!.hostVeth, 'up']);
+    }
+    const back = await until(
+      'served again',
+      () => via(ADDR.edge, host(mine[0]!.id), 'POST', '/commands/run', mine[0]!.authToken, { command: 'cat', args: ['/tmp/kept'] }),
+      (r) => r.status === 200,
+      20_000,
+    );
+    assert.equal(back.body.stdout, 'kept\n', 'with its files');
+    for (const sb of made) assert.equal((await api(a, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
   });
 
   test('the unmodified @hopx-ai/sdk, our SDK and sbx run their flows: the API on either replica, the agent through the edge', async () => {

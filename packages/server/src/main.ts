@@ -353,6 +353,7 @@ export async function runEdge(env: NodeJS.ProcessEnv = process.env): Promise<{ c
     busy: () => gateway.busyIds(),
     log,
   });
+  runtime.onNodeLost = (nodeId) => gateway.dropNode(nodeId);
   await gateway.listenHostMode();
   const port = config.gateway.hostModePort;
   log(`edge serves sandboxes at http://<id>.${config.gateway.domain}:${port} (listening on ${config.gateway.bindHost}:${port})`);
@@ -482,6 +483,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     log,
   });
   await gateway.listenHostMode();
+  if (runtime instanceof ClusterRuntime) runtime.onNodeLost = (nodeId) => gateway.dropNode(nodeId);
   const createLimiter = new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
   const pool = new WarmPool({
     runtime,

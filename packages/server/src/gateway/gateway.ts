@@ -68,6 +68,29 @@ export class Gateway implements GatewayControl {
     for (const [id, set] of this.tunnels) if (set.size > 0 && !this.inflight.get(id)) yield id;
   }
 
+  /**
+   * A node of the cluster stopped answering: the kept-alive connections to its sandboxes lead
+   * nowhere, and what is in flight through them would wait for a timeout. Both end now; the next
+   * request is told the node is away (RouteEntry.reachable).
+   */
+  dropNode(nodeId: string): void {
+    for (const id of [...this.agents.keys()]) {
+      if (this.d.routes.get(id)?.nodeId !== nodeId) continue;
+      this.agents.get(id)?.destroy();
+      this.agents.delete(id);
+      // What waits for an answer is told why (503 NODE_UNAVAILABLE); what was answering is cut.
+      for (const res of [...(this.responses.get(id) ?? [])]) {
+        if (res.headersSent) {
+          res.destroy();
+          continue;
+        }
+        const requestId = String(res.getHeader('x-request-id') ?? '');
+        sendError(res, new ServiceError('NODE_UNAVAILABLE', `sandbox ${id} is on a node that stopped answering; it is served again when the node is back`, { id, retry_after: 10 }), requestId, this.incident);
+      }
+      for (const sock of this.tunnels.get(id) ?? []) sock.destroy();
+    }
+  }
+
   /** A request is in flight to the sandbox, or a WebSocket to it is open. */
   busy(sandboxId: string): boolean {
     return (this.inflight.get(sandboxId) ?? 0) > 0 || (this.tunnels.get(sandboxId)?.size ?? 0) > 0;
@@ -425,6 +448,14 @@ export class Gateway implements GatewayControl {
     }
     if (entry.status === 'stopped') {
       throw new ServiceError('SANDBOX_STOPPED', `sandbox ${entry.sandboxId} is stopped; start it first`, { id: entry.sandboxId });
+    }
+    try {
+      entry.reachable?.();
+    } catch (err) {
+      // Kept-alive connections to it lead nowhere now: new ones are made once its node is back.
+      this.agents.get(entry.sandboxId)?.destroy();
+      this.agents.delete(entry.sandboxId);
+      throw err;
     }
     this.begin(entry.sandboxId);
     return entry;

@@ -64,14 +64,21 @@ export class RemoteRuntime implements Runtime {
   private async call<T>(method: string, path: string, body?: unknown, timeoutMs = this.o.callTimeoutMs ?? 30_000): Promise<T> {
     const headers: Record<string, string> = { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}` };
     if (body !== undefined) headers['content-type'] = 'application/json';
-    let res: Response;
-    let text: string;
-    try {
-      res = await fetch(new URL(path, this.base), { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
-      // Bounded in size and (through the signal) in time: a node must not fill or hold control.
-      text = await readCapped(res, MAX_ANSWER_BYTES);
-    } catch (err) {
-      throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} cannot be reached; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(`${method} ${path}: ${describeCause(err)}`);
+    let res: Response | undefined;
+    let text = '';
+    const deadline = AbortSignal.timeout(timeoutMs);
+    // Once more at once when the connection failed (not the deadline): a kept-alive connection
+    // that died with a network cut fails the first call after it, and every verb is idempotent.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        res = await fetch(new URL(path, this.base), { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: deadline });
+        // Bounded in size and (through the signal) in time: a node must not fill or hold control.
+        text = await readCapped(res, MAX_ANSWER_BYTES);
+        break;
+      } catch (err) {
+        if (attempt < 2 && !deadline.aborted) continue;
+        throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} cannot be reached; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(`${method} ${path}: ${describeCause(err)}`);
+      }
     }
     if (res.ok) {
       try {

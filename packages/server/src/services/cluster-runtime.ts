@@ -117,7 +117,10 @@ export class ClusterRuntime implements Runtime {
             known.row = row;
             continue;
           }
-          if (known) this.stopOom(row.id);
+          if (known) {
+            this.stopOom(row.id);
+            this.guards.delete(known.remote);
+          }
           const remote = new RemoteRuntime({ nodeId: row.id, url: row.url, auth: this.o.auth, log: this.log });
           this.nodes.set(row.id, { row, remote });
           if (this.oomWatchers.size > 0) this.startOom(row.id, remote);
@@ -125,10 +128,13 @@ export class ClusterRuntime implements Runtime {
         for (const id of [...this.nodes.keys()]) {
           if (!seen.has(id)) {
             this.stopOom(id);
+            const gone = this.nodes.get(id);
+            if (gone) this.guards.delete(gone.remote);
             this.nodes.delete(id);
           }
         }
         this.refreshedAt = Date.now();
+        this.failLostCalls();
       } finally {
         this.refreshing = undefined;
       }
@@ -150,8 +156,13 @@ export class ClusterRuntime implements Runtime {
     return this.nodeById.get(id);
   }
 
-  private leased(row: NodeRow, now = Date.now()): boolean {
-    return Date.parse(row.leaseExpiresAt) > now;
+  /**
+   * Whether the node's lease ran when the list was last read (every refreshMs): between two reads
+   * the answer holds still, so a node that heartbeats on time is never taken for lost because the
+   * list is a second old; one that stopped is seen at the first read after its lease ran out.
+   */
+  private leased(row: NodeRow): boolean {
+    return Date.parse(row.leaseExpiresAt) > (this.refreshedAt || Date.now());
   }
 
   nodeUp(nodeId: string): boolean {
@@ -174,7 +185,72 @@ export class ClusterRuntime implements Runtime {
     const known = this.nodes.get(nodeId);
     if (!known) throw new ServiceError('NODE_UNAVAILABLE', `sandbox ${id} is on node ${nodeId}, which has left the cluster`, { id, node: nodeId });
     if (!this.storeAway && !this.leased(known.row)) throw new ServiceError('NODE_UNAVAILABLE', `sandbox ${id} is on node ${nodeId}, which is not answering; it is served again when the node is back`, { id, node: nodeId, retry_after: 10 });
-    return known.remote;
+    return this.guarded(nodeId, known.remote);
+  }
+
+  /** Calls under way to each node, to fail at once when its lease runs out (see whileLeased). */
+  private readonly inFlight = new Map<string, Set<(err: Error) => void>>();
+  private readonly guards = new Map<RemoteRuntime, RemoteRuntime>();
+
+  /**
+   * A call to a node that is cut off waits for its own timeout (30 s for most verbs): a node whose
+   * lease runs out meanwhile (the node list is read every refreshMs) fails its calls under way at
+   * once with NODE_UNAVAILABLE, as the calls after it do. What the node does with a call it gets
+   * late is its own (a create it finishes is no one's, and it collects it: services/orphans.ts).
+   */
+  private whileLeased<T>(nodeId: string, p: Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      let set = this.inFlight.get(nodeId);
+      if (!set) this.inFlight.set(nodeId, (set = new Set()));
+      const waiters = set;
+      waiters.add(reject);
+      p.then(resolve, reject).finally(() => {
+        waiters.delete(reject);
+        if (waiters.size === 0 && this.inFlight.get(nodeId) === waiters) this.inFlight.delete(nodeId);
+      });
+    });
+  }
+
+  /** Nodes seen lost at the last read, so that onNodeLost is told once per loss. */
+  private readonly lost = new Set<string>();
+  /** Told when a node is first seen lost (its lease ran out, or it left the registry). */
+  onNodeLost?: (nodeId: string) => void;
+
+  /** Fails the calls under way to nodes that left or whose lease ran out (after each read of the list). */
+  private failLostCalls(): void {
+    if (this.storeAway) return;
+    for (const [nodeId, k] of this.nodes) {
+      if (this.leased(k.row)) this.lost.delete(nodeId);
+      else if (!this.lost.has(nodeId)) {
+        this.lost.add(nodeId);
+        this.onNodeLost?.(nodeId);
+      }
+    }
+    for (const [nodeId, waiters] of this.inFlight) {
+      const known = this.nodes.get(nodeId);
+      if (known && this.leased(known.row)) continue;
+      const err = new ServiceError('NODE_UNAVAILABLE', `node ${nodeId} stopped answering during the call; it is served again when the node is back`, { node: nodeId, retry_after: 10 });
+      for (const reject of waiters) reject(err);
+    }
+  }
+
+  /** The node's runtime, every call of which is raced against its lease (whileLeased). */
+  private guarded(nodeId: string, remote: RemoteRuntime): RemoteRuntime {
+    let g = this.guards.get(remote);
+    if (!g) {
+      g = new Proxy(remote, {
+        get: (target, key) => {
+          const v: unknown = Reflect.get(target, key);
+          if (typeof v !== 'function') return v;
+          return (...args: unknown[]) => {
+            const r: unknown = (v as (...a: unknown[]) => unknown).apply(target, args);
+            return r instanceof Promise ? this.whileLeased(nodeId, r) : r;
+          };
+        },
+      });
+      this.guards.set(remote, g);
+    }
+    return g;
   }
 
   private async must(id: string): Promise<RemoteRuntime> {
@@ -186,7 +262,6 @@ export class ClusterRuntime implements Runtime {
   /** The node a new sandbox goes to (see the class comment). */
   async place(resources: SandboxResources): Promise<string> {
     await this.refresh();
-    const now = Date.now();
     const usage = await this.o.store.sandboxes.usageByNode();
     const extra = new Map<string, SandboxUsage>();
     for (const r of this.reserved.values()) {
@@ -200,7 +275,7 @@ export class ClusterRuntime implements Runtime {
     const over = this.o.overcommit ?? { cpu: 16, memory: 1.5 };
     let best: { id: string; memory: number; sandboxes: number } | undefined;
     for (const { row } of this.nodes.values()) {
-      if (row.status !== 'active' || !this.leased(row, now)) continue;
+      if (row.status !== 'active' || !this.leased(row)) continue;
       const u = usage[row.id];
       const x = extra.get(row.id);
       const vcpu = (u?.activeVcpu ?? 0) + (x?.activeVcpu ?? 0) + resources.vcpu;
@@ -215,7 +290,7 @@ export class ClusterRuntime implements Runtime {
       }
     }
     if (!best) {
-      const up = [...this.nodes.values()].filter((n) => n.row.status === 'active' && this.leased(n.row, now)).length;
+      const up = [...this.nodes.values()].filter((n) => n.row.status === 'active' && this.leased(n.row)).length;
       throw new ServiceError('NO_CAPACITY', up === 0 ? 'no node of the cluster is up to take the sandbox; try again later' : `no node has room for a sandbox of ${resources.vcpu} vCPU, ${resources.memoryMb} MB and ${resources.diskGb} GB now; try again later`, { retry_after: 5 });
     }
     return best.id;
@@ -244,7 +319,7 @@ export class ClusterRuntime implements Runtime {
     const known = this.nodes.get(nodeId);
     try {
       if (!known) throw new ServiceError('NODE_UNAVAILABLE', `node ${nodeId} has left the cluster`, { node: nodeId });
-      await known.remote.create(spec);
+      await this.whileLeased(nodeId, known.remote.create(spec));
     } catch (err) {
       // The node undid what it made; the id may be placed again.
       this.reserved.delete(spec.id);

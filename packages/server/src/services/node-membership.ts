@@ -18,7 +18,8 @@ export interface NodeMembershipOptions {
  */
 export class NodeMembership {
   private timer?: NodeJS.Timeout;
-  private beating = false;
+  /** When the heartbeat under way began (0: none). */
+  private beatingSince = 0;
   private stopped = false;
   private readonly log: NonNullable<NodeMembershipOptions['log']>;
 
@@ -35,14 +36,19 @@ export class NodeMembership {
 
   /** One heartbeat: what the runtime holds (every sandbox it has, from its own listing) and what the store's rows on this node commit. */
   async beat(): Promise<NodeRow | undefined> {
-    if (this.beating || this.stopped) return undefined;
-    this.beating = true;
+    if (this.stopped) return undefined;
+    // One at a time; but one that hangs (its connection died with a network cut, and waits for the
+    // query timeout) does not hold the next beyond half the lease: the next takes a new connection.
+    const now = Date.now();
+    if (this.beatingSince && now - this.beatingSince < this.o.leaseMs / 2) return undefined;
+    const mine = now;
+    this.beatingSince = mine;
     try {
       const [ids, byNode] = await Promise.all([this.o.runtime.list(), this.o.store.sandboxes.usageByNode()]);
-      const mine = byNode[this.o.id];
+      const used = byNode[this.o.id];
       const row = await this.o.store.nodes.heartbeat(
         this.o.id,
-        { usage: { sandboxes: ids.length, vcpu: mine?.activeVcpu ?? 0, memoryMb: mine?.activeMemoryMb ?? 0, diskGb: mine?.diskGb ?? 0 }, warm: {}, layersDigest: null },
+        { usage: { sandboxes: ids.length, vcpu: used?.activeVcpu ?? 0, memoryMb: used?.activeMemoryMb ?? 0, diskGb: used?.diskGb ?? 0 }, warm: {}, layersDigest: null },
         this.o.leaseMs,
       );
       if (!row) {
@@ -55,7 +61,7 @@ export class NodeMembership {
       this.log(`node ${this.o.id}: heartbeat failed: ${String(err)}`);
       return undefined;
     } finally {
-      this.beating = false;
+      if (this.beatingSince === mine) this.beatingSince = 0;
     }
   }
 

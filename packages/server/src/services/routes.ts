@@ -25,6 +25,10 @@ export interface RouteEntry {
   autoResume?: boolean;
   /** It has an idle timeout: requests to it count as its use. */
   tracksIdle?: boolean;
+  /** A cluster's: throws NODE_UNAVAILABLE while the node that holds it is away (its connections are dead, not slow). */
+  reachable?: () => void;
+  /** A cluster's: the node that holds it. */
+  nodeId?: string;
 }
 
 /** How long a route stays trusted without a word from the store (cluster roles: see ensure). */

@@ -98,8 +98,17 @@ interface CreateSource {
 }
 
 /** How the gateway reaches a live sandbox of the store. */
-export function routeOf(row: SandboxRow, runtime: Pick<Runtime, 'dialAgent'>): RouteEntry {
+export function routeOf(row: SandboxRow, runtime: Pick<Runtime, 'dialAgent' | 'nodeUp'>): RouteEntry {
+  const nodeUp = runtime.nodeUp?.bind(runtime);
   return {
+    ...(nodeUp
+      ? {
+          nodeId: row.nodeId,
+          reachable: () => {
+            if (!nodeUp(row.nodeId)) throw new ServiceError('NODE_UNAVAILABLE', `sandbox ${row.id} is on a node that is not answering; it is served again when the node is back`, { id: row.id, retry_after: 10 });
+          },
+        }
+      : {}),
     sandboxId: row.id,
     orgId: row.orgId,
     status: row.status as RouteEntry['status'],
@@ -945,6 +954,8 @@ export class SandboxService {
     const row = await this.get(orgId, id);
     const zero = { cpuUsageNs: 0, memoryBytes: 0, memoryLimitBytes: row.memoryMb * 1024 * 1024, oomKills: 0, pids: 0, diskUsedBytes: 0, diskTotalBytes: row.diskGb * 1024 ** 3, networkRxBytes: 0, networkTxBytes: 0, egressDenied: 0 };
     const st = await this.d.runtime.stats(id).catch((err: unknown) => {
+      // A node that is away is said so (503), not reported as a sandbox using nothing.
+      if (err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE') throw err;
       this.d.log('reading sandbox stats failed', { id, error: String(err) });
       return zero;
     });

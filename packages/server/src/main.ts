@@ -130,11 +130,13 @@ async function sharedTokens(store: Store, ttlSeconds: number): Promise<TokenServ
  * A sandbox's route as the store has it (cluster roles: another replica may have made it), with
  * its previews' public or private state in host mode.
  */
-async function loadRoute(store: Store, runtime: Runtime, gateway: Gateway, config: Config, id: string): Promise<RouteEntry | undefined> {
+async function loadRoute(store: Store, runtime: Runtime, gateway: Gateway, config: Config, id: string, current: () => boolean): Promise<RouteEntry | undefined> {
   const row = await store.sandboxes.byId(id);
   if (!row || row.status === 'deleted') return undefined;
   if (config.gateway.mode === 'host') {
-    for (const p of await store.previews.forSandbox(id)) await gateway.openPreview(id, p.port, p.public, null);
+    const previews = await store.previews.forSandbox(id);
+    // A preview made private while this read: this read's "public" is not applied after it.
+    if (current()) for (const p of previews) await gateway.openPreview(id, p.port, p.public, null);
   }
   return routeOf(row, runtime);
 }
@@ -306,7 +308,7 @@ export async function runEdge(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   const keys = new KeyService(store);
   const events = new EventBus();
   const routes: RouteTable = new RouteTable({
-    loader: (id): Promise<RouteEntry | undefined> => loadRoute(store, runtime, gateway, config, id),
+    loader: (id, current): Promise<RouteEntry | undefined> => loadRoute(store, runtime, gateway, config, id, current),
     onChange: (id) => sync.routeChanged(id),
     hearing: () => coordination.listening(),
   });
@@ -443,7 +445,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   let sync: ClusterSync | undefined;
   const routes: RouteTable = new RouteTable(
     coordination
-      ? { loader: (id): Promise<RouteEntry | undefined> => loadRoute(store, runtime, gateway, config, id), onChange: (id) => sync?.routeChanged(id), hearing: () => coordination.listening() }
+      ? { loader: (id, current): Promise<RouteEntry | undefined> => loadRoute(store, runtime, gateway, config, id, current), onChange: (id) => sync?.routeChanged(id), hearing: () => coordination.listening() }
       : {},
   );
   const events = new EventBus();

@@ -49,8 +49,10 @@ function parse(payload: string): Message | undefined {
     const d = e?.data as Record<string, unknown> | undefined;
     if (
       typeof e?.orgId === 'string' &&
-      (SANDBOX_EVENT_KINDS as readonly string[]).includes(String(e.kind)) &&
+      typeof e.kind === 'string' &&
+      (SANDBOX_EVENT_KINDS as readonly string[]).includes(e.kind) &&
       typeof d?.id === 'string' &&
+      ID.test(d.id) &&
       typeof d.status === 'string' &&
       typeof d.at === 'string' &&
       (d.reason === undefined || typeof d.reason === 'string')

@@ -44,12 +44,17 @@ export class RouteTable {
   private byId = new Map<string, RouteEntry>();
   private byPort = new Map<number, string>();
   private readAt = new Map<string, number>();
-  private loading = new Map<string, Promise<RouteEntry | undefined>>();
+  /** Reads of the store under way, by sandbox; one made stale by a change heard meanwhile is not kept. */
+  private loading = new Map<string, { read: Promise<RouteEntry | undefined>; stale: boolean }>();
 
   constructor(
     private readonly o: {
-      /** The sandbox's route as the store has it now; undefined: no live sandbox of that id. */
-      loader?: (sandboxId: string) => Promise<RouteEntry | undefined>;
+      /**
+       * The sandbox's route as the store has it now; undefined: no live sandbox of that id.
+       * `current()` turns false once a change is heard while it reads: what it read then is older
+       * than what is known, and must not be applied (its previews' state, say).
+       */
+      loader?: (sandboxId: string, current: () => boolean) => Promise<RouteEntry | undefined>;
       /** A change made in this process (the lifecycle's), to tell other replicas. */
       onChange?: (sandboxId: string) => void;
       /**
@@ -61,15 +66,18 @@ export class RouteTable {
   ) {}
 
   set(entry: RouteEntry): void {
+    this.outdate(entry.sandboxId);
     this.put(entry);
     this.o.onChange?.(entry.sandboxId);
   }
   setStatus(sandboxId: string, status: RouteEntry['status']): void {
+    this.outdate(sandboxId);
     const e = this.byId.get(sandboxId);
     if (e) e.status = status;
     this.o.onChange?.(sandboxId);
   }
   delete(sandboxId: string): void {
+    this.outdate(sandboxId);
     this.drop(sandboxId);
     this.o.onChange?.(sandboxId);
   }
@@ -90,28 +98,34 @@ export class RouteTable {
     const known = this.byId.get(sandboxId);
     const loader = this.o.loader;
     if (!loader || (known && (this.o.hearing?.() ?? true) && Date.now() - (this.readAt.get(sandboxId) ?? 0) < ROUTE_TTL_MS)) return known;
-    let p = this.loading.get(sandboxId);
-    if (!p) {
-      p = loader(sandboxId)
-        .then(
-          (fresh) => {
-            if (fresh) this.put(fresh);
-            else this.drop(sandboxId);
-            return fresh;
-          },
-          (err: unknown) => {
-            if (known) return this.byId.get(sandboxId);
-            throw err;
-          },
-        )
-        .finally(() => this.loading.delete(sandboxId));
-      this.loading.set(sandboxId, p);
-    }
-    return p;
+    const under = this.loading.get(sandboxId);
+    if (under) return under.read;
+    const load = { read: undefined as unknown as Promise<RouteEntry | undefined>, stale: false };
+    load.read = loader(sandboxId, () => !load.stale)
+      .then(
+        (fresh) => {
+          // A change heard while the store answered may be newer than this answer: it serves the
+          // request that asked, and the next one reads again.
+          if (load.stale) return fresh;
+          if (fresh) this.put(fresh);
+          else this.drop(sandboxId);
+          return fresh;
+        },
+        (err: unknown) => {
+          if (known) return this.byId.get(sandboxId);
+          throw err;
+        },
+      )
+      .finally(() => {
+        if (this.loading.get(sandboxId) === load) this.loading.delete(sandboxId);
+      });
+    this.loading.set(sandboxId, load);
+    return load.read;
   }
 
   /** Another replica changed the sandbox: what was known of it here is read again when next used. */
   forget(sandboxId: string): void {
+    this.outdate(sandboxId);
     this.drop(sandboxId);
   }
 
@@ -120,7 +134,17 @@ export class RouteTable {
    * until then, and while the store cannot answer, they are served as they were.
    */
   forgetAll(): void {
+    for (const load of this.loading.values()) load.stale = true;
+    this.loading.clear();
     this.readAt.clear();
+  }
+
+  /** A read of the sandbox under way began before this change: its answer is not kept. */
+  private outdate(sandboxId: string): void {
+    const load = this.loading.get(sandboxId);
+    if (!load) return;
+    load.stale = true;
+    this.loading.delete(sandboxId);
   }
 
   private put(entry: RouteEntry): void {

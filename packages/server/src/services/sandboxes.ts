@@ -1263,7 +1263,9 @@ export class SandboxService {
       const gw = await gateway.openPreview!(row.id, port, isPublic, existing?.gatewayPort ?? null);
       if (!existing || existing.public !== isPublic || existing.gatewayPort !== gw) {
         await this.d.store.previews.upsert({ sandboxId: row.id, port, public: isPublic, gatewayPort: gw, createdAt: existing?.createdAt ?? new Date().toISOString() });
-        // The other replicas' gateways read its previews again with its route.
+        // The other replicas' gateways read its previews again with its route; so does this one's
+        // (a read of the store begun before the upsert would otherwise apply the old state after it).
+        if (this.d.cluster) this.d.routes.forget(row.id);
         this.d.cluster?.changed(row.id);
       }
       const url = gateway.previewUrl!(row.id, port, gw);

@@ -15,6 +15,15 @@ function checkChannel(channel: string): void {
 
 /** NOTIFY payloads must stay under 8000 bytes. */
 const MAX_PAYLOAD = 7900;
+/** How often a lock that is held elsewhere is asked for again. */
+const LOCK_RETRY_MS = 250;
+/**
+ * The server's keepalives on a connection that holds a lock (seconds: idle, interval, count): a
+ * holder whose machine vanished without closing its connection (a partition, a frozen host) loses
+ * the lock within about 25 s, not after the system's default of two hours and more, during which
+ * no other replica would sweep.
+ */
+const LOCK_KEEPALIVES = "SELECT set_config('tcp_keepalives_idle', '10', false), set_config('tcp_keepalives_interval', '5', false), set_config('tcp_keepalives_count', '3', false)";
 
 /**
  * What the processes sharing a PostgreSQL store coordinate through:
@@ -41,7 +50,13 @@ export class PgCoordination implements Coordination {
   async exclusive<T>(name: string, fn: () => Promise<T>): Promise<T> {
     const client = await this.connect();
     try {
-      await client.query('SELECT pg_advisory_lock($1)', [lockKey(name)]);
+      await client.query(LOCK_KEEPALIVES);
+      // Waiting is not one query (pg_advisory_lock), which the pool's query timeout would cut while
+      // another replica holds the lock for longer (a long reconcile): asked again until it is free.
+      while (!(await client.query<{ got: boolean }>('SELECT pg_try_advisory_lock($1) AS got', [lockKey(name)])).rows[0]!.got) {
+        if (this.closed) throw new Error('Client was closed');
+        await new Promise((r) => setTimeout(r, LOCK_RETRY_MS));
+      }
     } catch (err) {
       client.release(err as Error);
       throw storeError(err);
@@ -53,6 +68,7 @@ export class PgCoordination implements Coordination {
     const client = await this.connect();
     let got: boolean;
     try {
+      await client.query(LOCK_KEEPALIVES);
       got = (await client.query<{ got: boolean }>('SELECT pg_try_advisory_lock($1) AS got', [lockKey(name)])).rows[0]!.got;
     } catch (err) {
       client.release(err as Error);

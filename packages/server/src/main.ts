@@ -131,13 +131,13 @@ async function sharedTokens(store: Store, ttlSeconds: number): Promise<TokenServ
  * its previews' public or private state in host mode.
  */
 async function loadRoute(store: Store, runtime: Runtime, gateway: Gateway, config: Config, id: string, current: () => boolean): Promise<RouteEntry | undefined> {
-  const row = await store.sandboxes.byId(id);
+  // Read at once (each a round trip to PostgreSQL, before a gateway's first request to the sandbox).
+  const [row, previews] = await Promise.all([store.sandboxes.byId(id), config.gateway.mode === 'host' ? store.previews.forSandbox(id) : []]);
   if (!row || row.status === 'deleted') return undefined;
-  if (config.gateway.mode === 'host') {
-    const previews = await store.previews.forSandbox(id);
-    // A preview made private while this read: this read's "public" is not applied after it.
-    if (current()) for (const p of previews) await gateway.openPreview(id, p.port, p.public, null);
-  }
+  // A preview made private while this read: this read's "public" is not applied after it.
+  if (current()) for (const p of previews) await gateway.openPreview(id, p.port, p.public, null);
+  // The cluster's runtime would read the row again to find its node.
+  if (runtime instanceof ClusterRuntime) runtime.remember(row);
   return routeOf(row, runtime);
 }
 

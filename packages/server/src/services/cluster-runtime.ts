@@ -6,7 +6,7 @@ import type { EgressPolicy } from '../runtime/egress-policy.js';
 import type { ListeningPort } from '../runtime/listening.js';
 import { RemoteRuntime } from '../runtime/remote-runtime.js';
 import type { Runtime, RuntimeStatus, SandboxResources, SandboxSpec, SandboxStats, StepRunOptions } from '../runtime/types.js';
-import type { NodeRow, SandboxUsage, Store } from '../store/types.js';
+import type { NodeRow, SandboxRow, SandboxUsage, Store } from '../store/types.js';
 
 export interface ClusterRuntimeOptions {
   store: Store;
@@ -154,6 +154,16 @@ export class ClusterRuntime implements Runtime {
       return r.nodeId;
     }
     return this.nodeById.get(id);
+  }
+
+  /**
+   * The node of a sandbox as its row (just read by the caller) records it: the calls about it then
+   * need no read of their own (holder). A row in state creating may be a create's placeholder, which
+   * names no node: not taken.
+   */
+  remember(row: Pick<SandboxRow, 'id' | 'nodeId' | 'status'>): void {
+    if (row.status === 'creating' || row.status === 'deleted') return;
+    this.nodeById.set(row.id, row.nodeId);
   }
 
   /**

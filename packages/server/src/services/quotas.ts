@@ -24,8 +24,8 @@ export class QuotaService {
   }
 
   async usage(orgId: string): Promise<OrgUsage> {
-    const s = await this.store.sandboxes.usage(orgId);
-    const builds = await this.store.builds.running(orgId);
+    // Two reads at once: on PostgreSQL each is a round trip, and every create waits for them.
+    const [s, builds] = await Promise.all([this.store.sandboxes.usage(orgId), this.store.builds.running(orgId)]);
     let memoryMb = s.activeMemoryMb;
     let diskGb = s.diskGb;
     for (const b of builds) {
@@ -44,7 +44,8 @@ export class QuotaService {
    */
   async admit<T>(orgId: string, demand: Demand, claim: () => Promise<T>): Promise<T> {
     return this.locks.run(orgId, async () => {
-      const err = quotaError(await this.limitsFor(orgId), await this.usage(orgId), demand);
+      const [limits, usage] = await Promise.all([this.limitsFor(orgId), this.usage(orgId)]);
+      const err = quotaError(limits, usage, demand);
       if (err) throw err;
       return claim();
     });

@@ -79,12 +79,12 @@ export class TemplateService {
 
   /** A template visible to `orgId` by id or name; another organization's template is 403. */
   async resolve(nameOrId: string, orgId: string): Promise<TemplateRow> {
-    const byId = await this.store.templates.byId(nameOrId);
+    // Both reads at once (one round trip on PostgreSQL, on every create); an id wins over a name.
+    const [byId, byName] = await Promise.all([this.store.templates.byId(nameOrId), this.store.templates.byName(nameOrId, orgId)]);
     if (byId) {
       if (byId.orgId !== null && byId.orgId !== orgId) throw new ServiceError('PERMISSION_DENIED', 'this template belongs to another organization');
       return byId;
     }
-    const byName = await this.store.templates.byName(nameOrId, orgId);
     if (!byName) throw new ServiceError('TEMPLATE_NOT_FOUND', `no template named or with id "${nameOrId}"`, { template: nameOrId });
     return byName;
   }

@@ -24,7 +24,7 @@ const CLI = '/opt/sandboxd/packages/server/dist/cli.js';
 /** Host facts for loadConfig, so that it reads nothing of this machine. */
 const FACTS = { cpus: 4, memoryMb: 16_384, diskGb: 200 };
 /** What the downward API would give a node pod. */
-const FIELD_SAMPLES: Record<string, string> = { 'spec.nodeName': 'ip-10-0-0-7.eu-west-1.compute.internal', 'status.hostIP': '10.0.0.7' };
+const FIELD_SAMPLES: Record<string, string> = { 'spec.nodeName': 'ip-10-0-0-7.eu-west-1.compute.internal', 'status.hostIP': '10.0.0.7', 'status.podIP': '10.244.1.12' };
 /** The cluster's key pair an operator would make with `sandboxd cluster keygen`, as files too. */
 const KEYS = testClusterKeyFiles();
 /** Where the Secret volumes of the containers read here are written out (a kubelet's part). */
@@ -515,6 +515,8 @@ describe('deploy/kubernetes: the manifests', () => {
         // Replicas share the store (the tokens' signing key is there): the data directory is scratch.
         const data = volumeOf(d, mountAt(c, config.dataDir).name);
         assert.ok(data?.emptyDir, "control's data directory is scratch (emptyDir): nothing in it is shared");
+        // Nodes fetch layers from the replica that named them: its own address, not a Service's.
+        assert.equal(config.layerTransfer.controlUrl, `http://${FIELD_SAMPLES['status.podIP']}:${config.port}`, 'SANDBOXD_CONTROL_URL is this replica');
       });
 
       test("edge: replicas, the gateway's Service on the port and domain control writes into public_host", () => {

@@ -88,6 +88,11 @@ export interface Config {
   metrics: { listen: { host: string; port: number } | null; onApi: boolean };
   /** A cluster's node role (`sandboxd node`): who it is, where its API listens; the roles' keys. */
   node: NodeConfig;
+  /**
+   * Layers moved from control to the nodes: where the nodes reach this control replica
+   * (SANDBOXD_CONTROL_URL), and what a node takes (the largest layer, the longest fetch).
+   */
+  layerTransfer: { controlUrl: string; maxBytes: number; timeoutMs: number };
 }
 
 export interface NodeConfig {
@@ -412,5 +417,18 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
     logLevel: logLevelFrom(env),
     logFormat: logFormatFrom(env),
     metrics: metricsFrom(env),
+    layerTransfer: layerTransferFrom(env, host, port),
+  };
+}
+
+/** SANDBOXD_CONTROL_URL and SANDBOXD_LAYER_FETCH_*. */
+function layerTransferFrom(env: NodeJS.ProcessEnv, host: string, port: number): Config['layerTransfer'] {
+  const shown = host === '0.0.0.0' || host === '::' ? hostname() : host.includes(':') ? `[${host}]` : host;
+  const controlUrl = (env.SANDBOXD_CONTROL_URL || `http://${shown}:${port}`).replace(/\/+$/, '');
+  if (!/^https?:\/\/[^/?#]+(\/[^?#]*)?$/.test(controlUrl)) throw new ConfigError(`SANDBOXD_CONTROL_URL must be http(s)://host:port, got "${controlUrl}"`);
+  return {
+    controlUrl,
+    maxBytes: int(env, 'SANDBOXD_LAYER_FETCH_MAX_GB', 32, 1, 4096) * 1024 ** 3,
+    timeoutMs: int(env, 'SANDBOXD_LAYER_FETCH_TIMEOUT_SECONDS', 1800, 10, 86_400) * 1000,
   };
 }

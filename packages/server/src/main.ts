@@ -34,6 +34,9 @@ import { TemplateService } from './services/templates.js';
 import { routeOf, SandboxService } from './services/sandboxes.js';
 import { SnapshotService } from './services/snapshots.js';
 import { FsLayerStore } from './images/layer-store.js';
+import { LayerContents } from './images/layer-content.js';
+import { LayerFetcher } from './images/layer-fetch.js';
+import { LayerPublisher, LayerServer } from './services/layer-publisher.js';
 import { QuotaService } from './services/quotas.js';
 import { SlidingWindowLimiter } from './services/rate-limit.js';
 import { EventBus } from './services/events.js';
@@ -237,8 +240,12 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   await prepareMachine(config);
   log(`starting sandboxd ${config.version} as node ${config.node.id}; data directory ${config.dataDir}`);
   const runtime = await openRuntime(config);
+  // Its own layers directory: what it lacks is fetched from control on first use, and kept.
+  const layerStore = new FsLayerStore(config.layersDir, { log });
+  await layerStore.cleanupStale();
+  const layers = new LayerFetcher({ store: layerStore, maxBytes: config.layerTransfer.maxBytes, timeoutMs: config.layerTransfer.timeoutMs, log });
   let orphans: OrphanCollector | undefined;
-  const app = nodeApi({ nodeId: config.node.id, runtime, auth: new ClusterVerifier(config.node.verifyKey), log, orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) } });
+  const app = nodeApi({ nodeId: config.node.id, runtime, auth: new ClusterVerifier(config.node.verifyKey), log, layers, orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) } });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
   log(`node ${config.node.id} serves its runtime at ${config.node.url} (listening on ${config.node.listen.host}:${config.node.listen.port})`);
   // With the cluster's database it joins the registry, which control places sandboxes from.
@@ -411,9 +418,19 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   log('default limits of every organization (null: none; sandboxd orgs limits overrides them)', config.limits);
 
   const store = await openStore(config, log);
+  const images = openImages(config, log);
+  await images.cleanupStale();
+  const layers = images.layers;
   let runtime: Runtime;
+  let layerServing: Services['layerServing'];
   if (role === 'control') {
-    const cluster = new ClusterRuntime({ store, auth: new ClusterSigner(config.node.signingKey!), overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, log });
+    // The nodes fetch the layers they lack from this replica (its own layers directory).
+    const signer = new ClusterSigner(config.node.signingKey!);
+    const contents = new LayerContents(layers, log);
+    layerServing = new LayerServer(contents, signer);
+    const publisher = new LayerPublisher({ contents, signer, controlUrl: config.layerTransfer.controlUrl });
+    log(`cluster: nodes fetch the layers they lack from ${config.layerTransfer.controlUrl} (SANDBOXD_CONTROL_URL)`);
+    const cluster = new ClusterRuntime({ store, auth: signer, overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, layers: publisher, log });
     await cluster.setupHost();
     const nodes = cluster.known();
     log(`cluster: ${nodes.length} node(s) registered: ${nodes.map((n) => `${n.id} (${n.status})`).join(', ') || 'none yet'}`);
@@ -422,18 +439,24 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     runtime = await openRuntime(config);
   }
 
-  const images = openImages(config, log);
-  await images.cleanupStale();
-  const layers = images.layers;
   const templates = new TemplateService(store);
   const wanted = BUILTIN_TEMPLATES.filter((t) => !config.builtinTemplates || config.builtinTemplates.includes(t.name));
   log(`preparing built-in templates: ${wanted.map((t) => t.name).join(', ')} (first start builds them from Debian's packages)`);
   const built = await ensureBuiltinTemplates(layers, wanted, log);
   // The Python templates get pip/python under /usr/local/bin and system-wide pip installs, as clients expect.
   const pythonCompat = wanted.some((t) => t.language === 'python') ? await ensurePythonCompatLayer(layers, log) : undefined;
+  const builtinLayers = new Set<string>();
   for (const t of wanted) {
     const stack = t.language === 'python' && pythonCompat ? [pythonCompat, built.get(t.name)!] : [built.get(t.name)!];
     await templates.registerBuiltin(t, stack);
+    for (const l of stack) builtinLayers.add(l.id);
+  }
+  // Their digests are computed once (kept beside each layer) and before a node first asks for them.
+  if (layerServing) {
+    const contents = layerServing.contents;
+    void (async () => {
+      for (const id of builtinLayers) await contents.of(id).catch((err: unknown) => log(`the content digest of layer ${id.slice(0, 12)} could not be computed: ${String(err)}`));
+    })();
   }
 
   const keys = new KeyService(store);
@@ -597,7 +620,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     await snapshots.collectSoon();
   };
   const stopOomWatch = sandboxes.watchOom();
-  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool, connections, metrics, snapshots };
+  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool, connections, metrics, snapshots, layerServing };
   const app = await buildApp({ services, logger });
   await app.listen({ host: config.host, port: config.port });
   const metricsServer = config.metrics.listen ? await serveMetrics(metrics, config.metrics.listen) : undefined;

@@ -6,7 +6,8 @@ import { isProgrammingError, ServiceError } from '@sandboxd/protocol';
 import { bearer, type ClusterVerifier } from '../runtime/cluster-auth.js';
 import { ID_RE } from '../runtime/sandbox-paths.js';
 import type { EgressPolicy } from '../runtime/egress-policy.js';
-import type { Runtime, SandboxSpec } from '../runtime/types.js';
+import type { LayerRef, Runtime, SandboxSpec } from '../runtime/types.js';
+import { parseLayerRefs } from '../images/layer-fetch.js';
 
 export interface NodeApiOptions {
   nodeId: string;
@@ -16,6 +17,12 @@ export interface NodeApiOptions {
   log?: (msg: string) => void;
   /** What control replicas hold here unrecorded (absent: claims are taken and ignored: no collector runs). */
   orphans?: { claim(owner: string, ids: string[], ttlMs: number): void };
+  /**
+   * This node's layers (images/layer-fetch.ts): with it, a spec names its layers by reference and
+   * they come from this node's own layers directory, fetched when missing; a spec naming paths is
+   * refused. Without it (tests of one machine), specs name this machine's paths.
+   */
+  layers?: { resolve(refs: LayerRef[]): Promise<string[]> };
 }
 
 /** The most sandbox ids one claim names (a claim replaces the owner's last one). */
@@ -52,17 +59,22 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     if (typeof id !== 'string' || !ID_RE.test(id)) throw new ServiceError('VALIDATION_ERROR', 'bad sandbox id');
     return id;
   };
-  const specOf = (req: FastifyRequest): SandboxSpec => {
-    const spec = req.body as SandboxSpec | undefined;
-    if (!spec || typeof spec !== 'object' || spec.id !== idOf(req)) throw new ServiceError('VALIDATION_ERROR', 'the body must be the sandbox spec of the id in the path');
-    return spec;
+  const specOf = async (req: FastifyRequest): Promise<SandboxSpec> => {
+    const body = req.body as (SandboxSpec & { layers?: unknown }) | undefined;
+    if (!body || typeof body !== 'object' || body.id !== idOf(req)) throw new ServiceError('VALIDATION_ERROR', 'the body must be the sandbox spec of the id in the path');
+    if (!o.layers) return body;
+    // Paths of control's machine mean nothing here, and must not name this one's files.
+    if (body.lowerDirs !== undefined) throw new ServiceError('VALIDATION_ERROR', 'this node takes layers by reference (layers), not by path (lowerDirs)');
+    const refs = parseLayerRefs(body.layers);
+    const { layers: _refs, ...spec } = body;
+    return { ...spec, lowerDirs: await o.layers.resolve(refs), layerIds: refs.map((r) => r.id) };
   };
   // The verb's own result (void) is awaited in the argument: a 204 once it is done.
   const done = (reply: FastifyReply, _done?: void) => reply.code(204).send();
 
   app.get('/node/v1/health', async () => ({ node_id: o.nodeId }));
-  app.put('/node/v1/sandboxes/:id', async (req, reply) => done(reply, await rt.create(specOf(req))));
-  app.post('/node/v1/sandboxes/:id/start', async (req, reply) => done(reply, await rt.start(specOf(req))));
+  app.put('/node/v1/sandboxes/:id', async (req, reply) => done(reply, await rt.create(await specOf(req))));
+  app.post('/node/v1/sandboxes/:id/start', async (req, reply) => done(reply, await rt.start(await specOf(req))));
   app.post('/node/v1/sandboxes/:id/pause', async (req, reply) => done(reply, await rt.pause(idOf(req))));
   app.post('/node/v1/sandboxes/:id/resume', async (req, reply) => done(reply, await rt.resume(idOf(req))));
   app.post('/node/v1/sandboxes/:id/stop', async (req, reply) => done(reply, await rt.stop(idOf(req))));

@@ -6,6 +6,14 @@ import { ServiceError } from '@sandboxd/protocol';
 export const NODE_TOKEN_TTL_SECONDS = 60;
 const ISSUER = 'sandboxd-control';
 const AUDIENCE_PREFIX = 'sandboxd-node:';
+/** How long a layer token lasts: long enough for a node to start the fetch, not to keep it. */
+export const LAYER_TOKEN_TTL_SECONDS = 120;
+/**
+ * Layer tokens: a kind of their own (their audience names the layer, their type header says so),
+ * checked by control only; a node's call token is never one, nor the other way round.
+ */
+const LAYER_AUDIENCE_PREFIX = 'sandboxd-layer:';
+const LAYER_TYP = 'sandboxd-layer+jwt';
 /** The one algorithm of the roles' tokens: Ed25519 signatures (RFC 8037). */
 const ALG = 'EdDSA';
 
@@ -83,11 +91,50 @@ function ed25519(key: KeyObject, type: 'private' | 'public', what: string): KeyO
 /** Control's half: signs the tokens of its calls to nodes. */
 export class ClusterSigner {
   readonly #key: KeyObject;
+  readonly #public: KeyObject;
   readonly #cached = new Map<string, { token: string; renewAt: number }>();
 
   /** `key`: the cluster's Ed25519 private key (a KeyObject, or its PEM). */
   constructor(key: KeyObject | string) {
     this.#key = typeof key === 'string' ? signingKeyFromPem(key) : ed25519(key, 'private', 'ClusterSigner');
+    this.#public = createPublicKey(this.#key);
+  }
+
+  /** A token with which node `nodeId` may fetch layer `layerId` from control (any replica), for a short while. */
+  async layerTokenFor(nodeId: string, layerId: string): Promise<string> {
+    const now = Date.now();
+    const key = `layer\0${nodeId}\0${layerId}`;
+    const hit = this.#cached.get(key);
+    if (hit && hit.renewAt > now) return hit.token;
+    const token = await new SignJWT({})
+      .setProtectedHeader({ alg: ALG, typ: LAYER_TYP })
+      .setIssuer(ISSUER)
+      .setSubject(nodeId)
+      .setAudience(`${LAYER_AUDIENCE_PREFIX}${layerId}`)
+      .setIssuedAt()
+      .setExpirationTime(`${LAYER_TOKEN_TTL_SECONDS}s`)
+      .sign(this.#key);
+    this.#cached.set(key, { token, renewAt: now + (LAYER_TOKEN_TTL_SECONDS * 1000) / 2 });
+    return token;
+  }
+
+  /** The node a layer token was signed for; AUTHENTICATION_ERROR unless it is a valid one for `layerId`. */
+  async checkLayerToken(token: string | undefined, layerId: string): Promise<string> {
+    if (!token) throw new ServiceError('AUTHENTICATION_ERROR', 'layers are for the nodes of the cluster: no token');
+    try {
+      const { payload } = await jwtVerify(token, this.#public, {
+        issuer: ISSUER,
+        audience: `${LAYER_AUDIENCE_PREFIX}${layerId}`,
+        algorithms: [ALG],
+        typ: LAYER_TYP,
+        clockTolerance: 5,
+        requiredClaims: ['iat', 'exp', 'sub'],
+        maxTokenAge: LAYER_TOKEN_TTL_SECONDS,
+      });
+      return payload.sub!;
+    } catch {
+      throw new ServiceError('AUTHENTICATION_ERROR', 'layers are for the nodes of the cluster: the token is not valid for this layer');
+    }
   }
 
   /** A token for calls to `nodeId`, renewed when half its life is gone. */

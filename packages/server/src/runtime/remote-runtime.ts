@@ -5,7 +5,7 @@ import type { ClusterSigner } from './cluster-auth.js';
 import type { EgressPolicy } from './egress-policy.js';
 import type { ListeningPort } from './listening.js';
 import { checkId, checkSpec, ID_RE } from './sandbox-paths.js';
-import type { Runtime, RuntimeStatus, SandboxSpec, SandboxStats, StepRunOptions } from './types.js';
+import type { LayerSource, Runtime, RuntimeStatus, SandboxSpec, SandboxStats, StepRunOptions } from './types.js';
 
 export interface RemoteRuntimeOptions {
   nodeId: string;
@@ -16,7 +16,16 @@ export interface RemoteRuntimeOptions {
   /** Per call; a create or start boots a container (default 120 s, others 30 s). */
   bootTimeoutMs?: number;
   callTimeoutMs?: number;
+  /**
+   * Control's layers: with it, a create or start names the sandbox's layers by id, digest and where
+   * to fetch them (the node maps them to its own layers directory); without it (tests of one
+   * machine), by this machine's paths.
+   */
+  layers?: LayerSource;
 }
+
+/** A create may fetch its layers first: its deadline grows by their size at this rate (bytes/s). */
+const LAYER_FETCH_BYTES_PER_SECOND = 20e6;
 
 /** The most control reads of one answer of a node (a status list of 100k sandboxes is ~3 MiB). */
 const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
@@ -114,12 +123,28 @@ export class RemoteRuntime implements Runtime {
 
   async create(spec: SandboxSpec): Promise<void> {
     checkSpec(spec);
-    await this.call('PUT', this.sandbox(spec.id), spec, this.o.bootTimeoutMs ?? 120_000);
+    const { body, bytes } = await this.wire(spec);
+    await this.call('PUT', this.sandbox(spec.id), body, this.bootTimeout(bytes));
   }
 
   async start(spec: SandboxSpec): Promise<void> {
     checkSpec(spec);
-    await this.call('POST', this.sandbox(spec.id, '/start'), spec, this.o.bootTimeoutMs ?? 120_000);
+    const { body, bytes } = await this.wire(spec);
+    await this.call('POST', this.sandbox(spec.id, '/start'), body, this.bootTimeout(bytes));
+  }
+
+  /** The spec as the node takes it: layers by reference (see RemoteRuntimeOptions.layers). */
+  private async wire(spec: SandboxSpec): Promise<{ body: unknown; bytes: number }> {
+    if (!this.o.layers) return { body: spec, bytes: 0 };
+    const ids = spec.layerIds;
+    if (!ids || ids.length !== spec.lowerDirs.length) throw new ServiceError('INVALID_STATE', "this sandbox's layers are not known by id, so no node can be sent them");
+    const layers = await this.o.layers.refs(ids, this.nodeId);
+    const { lowerDirs: _paths, layerIds: _ids, ...rest } = spec;
+    return { body: { ...rest, layers }, bytes: layers.reduce((n, l) => n + l.bytes, 0) };
+  }
+
+  private bootTimeout(layerBytes: number): number {
+    return (this.o.bootTimeoutMs ?? 120_000) + Math.ceil((layerBytes / LAYER_FETCH_BYTES_PER_SECOND) * 1000);
   }
 
   async pause(id: string): Promise<void> {

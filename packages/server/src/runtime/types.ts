@@ -24,6 +24,11 @@ export interface SandboxSpec {
    * them through idmapped mounts, owned by its own id range.
    */
   lowerDirs: string[];
+  /**
+   * The layer ids of lowerDirs, in the same order: what a remote runtime sends a node instead of
+   * this machine's paths (the node maps them to its own layers directory, fetching what it lacks).
+   */
+  layerIds?: string[];
   resources: SandboxResources;
   /** false: loopback only. true: veth + NAT; host, private ranges and other sandboxes blocked. */
   internetAccess: boolean;
@@ -35,6 +40,24 @@ export interface SandboxSpec {
   hostname: string;
   /** Environment of the agent process (and so the base of every execution). */
   env: Record<string, string>;
+}
+
+/**
+ * A layer as control names it to a node: its id, its content digest and size (images/layer-tar.ts),
+ * and where the node fetches it when its own layers directory lacks it, with the short-lived token
+ * control signed for that node and that layer.
+ */
+export interface LayerRef {
+  id: string;
+  digest: string;
+  bytes: number;
+  url: string;
+  token: string;
+}
+
+/** Control's side of moving layers: the refs of a sandbox's layers for one node. */
+export interface LayerSource {
+  refs(layerIds: string[], nodeId: string): Promise<LayerRef[]>;
 }
 
 export type RuntimeStatus = 'running' | 'paused' | 'stopped' | 'missing';

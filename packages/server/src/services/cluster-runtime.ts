@@ -5,7 +5,7 @@ import type { ClusterSigner } from '../runtime/cluster-auth.js';
 import type { EgressPolicy } from '../runtime/egress-policy.js';
 import type { ListeningPort } from '../runtime/listening.js';
 import { RemoteRuntime } from '../runtime/remote-runtime.js';
-import type { Runtime, RuntimeStatus, SandboxResources, SandboxSpec, SandboxStats, StepRunOptions } from '../runtime/types.js';
+import type { LayerSource, Runtime, RuntimeStatus, SandboxResources, SandboxSpec, SandboxStats, StepRunOptions } from '../runtime/types.js';
 import type { NodeRow, SandboxRow, SandboxUsage, Store } from '../store/types.js';
 
 export interface ClusterRuntimeOptions {
@@ -17,6 +17,8 @@ export interface ClusterRuntimeOptions {
   refreshMs?: number;
   /** How often this process claims on each node what it holds there unrecorded (default 30 s; 0: never). */
   claimEveryMs?: number;
+  /** Control's layers, which nodes fetch when they lack them (absent: nodes get this machine's paths). */
+  layers?: LayerSource;
   log?: (msg: string) => void;
 }
 
@@ -121,7 +123,7 @@ export class ClusterRuntime implements Runtime {
             this.stopOom(row.id);
             this.guards.delete(known.remote);
           }
-          const remote = new RemoteRuntime({ nodeId: row.id, url: row.url, auth: this.o.auth, log: this.log });
+          const remote = new RemoteRuntime({ nodeId: row.id, url: row.url, auth: this.o.auth, layers: this.o.layers, log: this.log });
           this.nodes.set(row.id, { row, remote });
           if (this.oomWatchers.size > 0) this.startOom(row.id, remote);
         }

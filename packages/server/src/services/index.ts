@@ -1,3 +1,4 @@
+import type { LayerServer } from './layer-publisher.js';
 import type { Config } from '../config.js';
 import type { ConnectionLimits } from './connections.js';
 import type { Store } from '../store/types.js';
@@ -37,4 +38,6 @@ export interface Services {
   metrics?: Metrics;
   /** Snapshots of sandboxes (absent: the snapshot routes answer 503). */
   snapshots?: SnapshotService;
+  /** Control: its layers, served to the nodes that lack them (absent: the layer route answers 404). */
+  layerServing?: LayerServer;
 }

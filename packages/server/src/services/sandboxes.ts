@@ -178,6 +178,7 @@ function specFor(id: string, src: SpecSource, layerPath: (id: string) => string)
   return {
     id,
     lowerDirs: src.layers.map(layerPath),
+    layerIds: [...src.layers],
     resources: { vcpu: src.vcpu, memoryMb: src.memoryMb, diskGb: src.diskGb, pidsMax: pidsFor(src.vcpu) },
     internetAccess: src.internetAccess,
     egress: src.egress ?? DEFAULT_EGRESS,

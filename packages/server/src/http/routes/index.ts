@@ -22,6 +22,7 @@ import { metricsRoutes } from './metrics.js';
 import { sandboxNetworkRoutes } from './sandbox-network.js';
 import { adminRoutes } from './admin.js';
 import { snapshotRoutes } from './snapshots.js';
+import { internalLayerRoutes } from './internal-layers.js';
 
 export async function registerRoutes(app: FastifyInstance, s: Services): Promise<void> {
   for (const register of [
@@ -47,6 +48,7 @@ export async function registerRoutes(app: FastifyInstance, s: Services): Promise
     sandboxNetworkRoutes,
     snapshotRoutes,
     adminRoutes,
+    internalLayerRoutes,
   ]) {
     await register(app, s);
   }

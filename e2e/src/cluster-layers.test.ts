@@ -1,0 +1,82 @@
+// Templates everywhere: a node with a layers directory of its own (empty) gets a create; it fetches
+// the template's layers from control once, verified by digest, and keeps them: its copy is the
+// same tree (the same content digest), and a later create there fetches nothing. Prints the figure:
+// the first create on a node without the layers against a later one, with the size moved.
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { digestLayerTree } from '../../packages/server/dist/images/layer-tar.js';
+import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
+import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
+import { agent, api, createSandbox, startNode, startServer, TEST_DATA_DIR, type TestNode, type TestServer } from './harness.js';
+
+const FETCHED_RE = /fetched layer ([0-9a-f]{12}) \(([\d.]+) MB\) from control in ([\d.]+) s/g;
+
+describe('a node without the layers of a template fetches them from control, once', { timeout: 900_000 }, () => {
+  let pg: TestPostgres;
+  let node: TestNode;
+  let control: TestServer;
+  const keys = testClusterKeyFiles();
+  const nodeLayers = join(TEST_DATA_DIR, 'nodes', `own-layers-${randomBytes(3).toString('hex')}`);
+
+  before(async () => {
+    pg = await startPostgres();
+    const dbUrl = await pg.createDatabase();
+    mkdirSync(nodeLayers, { recursive: true, mode: 0o700 });
+    node = await startNode({ id: 'e2e-node-own-layers', verifyKey: keys.verifyPem, databaseUrl: dbUrl, env: { SANDBOXD_LAYERS_DIR: nodeLayers } });
+    // No warm pool: each create below boots, so the first is the one that meets the missing layers.
+    control = await startServer({
+      command: 'control',
+      templates: ['base'],
+      env: { SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SIGNING_KEY_FILE: keys.signingKeyFile, SANDBOXD_WARM_POOL_SIZE: '0', SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '0' },
+    });
+  });
+
+  after(async () => {
+    await control?.stop();
+    await node?.stop();
+    await pg?.stop();
+    keys.remove();
+    rmSync(nodeLayers, { recursive: true, force: true });
+  });
+
+  const fetched = () => [...readFileSync(node.logFile, 'utf8').matchAll(FETCHED_RE)].map((m) => ({ id: m[1]!, mb: Number(m[2]), seconds: Number(m[3]) }));
+
+  test('the first create fetches the layers, the node keeps the same tree, the second create fetches nothing', async () => {
+    assert.deepEqual(readdirSync(nodeLayers).filter((n) => /^[0-9a-f]{64}$/.test(n)), [], 'the node starts with no layer');
+    const t0 = performance.now();
+    const first = await createSandbox(control, { template_name: 'base' });
+    const firstMs = performance.now() - t0;
+    const r = await agent<{ stdout: string }>(first, 'POST', '/commands/run', { command: 'cat /etc/debian_version' });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.match(r.body.stdout, /^\d+/);
+
+    const moved = fetched();
+    assert.ok(moved.length >= 1, readFileSync(node.logFile, 'utf8').slice(-3000));
+    const ids = readdirSync(nodeLayers).filter((n) => /^[0-9a-f]{64}$/.test(n));
+    assert.deepEqual(ids.map((id) => id.slice(0, 12)).sort(), moved.map((m) => m.id).sort());
+    for (const id of ids) {
+      const mine = JSON.parse(readFileSync(join(nodeLayers, id, 'content.json'), 'utf8')) as { digest: string; bytes: number };
+      const controls = JSON.parse(readFileSync(join(TEST_DATA_DIR, 'layers', id, 'content.json'), 'utf8')) as { digest: string; bytes: number };
+      assert.equal(mine.digest, controls.digest);
+      // The node's copy, read again, is the very tree control has: owners, modes, times, links.
+      assert.deepEqual(await digestLayerTree(join(nodeLayers, id, 'tree')), { digest: controls.digest, bytes: controls.bytes });
+      assert.ok(existsSync(join(nodeLayers, id, 'meta.json')));
+    }
+
+    const t1 = performance.now();
+    const second = await createSandbox(control, { template_name: 'base' });
+    const secondMs = performance.now() - t1;
+    assert.equal((await agent(second, 'POST', '/commands/run', { command: 'true' })).status, 200);
+    assert.equal(fetched().length, moved.length, 'the second create fetched nothing');
+
+    const mb = moved.reduce((n, m) => n + m.mb, 0);
+    const fetchS = moved.reduce((n, m) => n + m.seconds, 0);
+    process.stdout.write(
+      `# figure: first create of 'base' on a node without its layers: ${(firstMs / 1000).toFixed(2)} s, of which fetching ${moved.length} layer(s), ${mb.toFixed(1)} MB, ${fetchS.toFixed(1)} s; a later create there: ${(secondMs / 1000).toFixed(2)} s\n`,
+    );
+    for (const sb of [first, second]) assert.equal((await api(control, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
+  });
+});

@@ -1,0 +1,148 @@
+// Layers moved from control to a node: control names them by id and digest with a token for that
+// node and layer; the node boots from its own layers directory, fetching once what it lacks, and
+// takes no path from the wire. Tokens of each kind open only their own door. Root (tar keeps owners).
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { internalLayerRoutes } from '../http/routes/internal-layers.js';
+import { LayerContents, readContentRecord } from '../images/layer-content.js';
+import { LayerFetcher } from '../images/layer-fetch.js';
+import { FsLayerStore } from '../images/layer-store.js';
+import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
+import { RemoteRuntime } from '../runtime/remote-runtime.js';
+import type { LayerRef, LayerSource, SandboxSpec } from '../runtime/types.js';
+import type { Services } from '../services/index.js';
+import { LayerPublisher, LayerServer } from '../services/layer-publisher.js';
+import { testClusterKeys } from '../testing/cluster-keys.js';
+import { FakeRuntime } from '../testing/fake-runtime.js';
+import { nodeApi } from './node-api.js';
+
+const { signer, verifier } = testClusterKeys();
+const LAYER = 'a'.repeat(64);
+const OTHER = 'b'.repeat(64);
+
+describe('layers from control to a node', () => {
+  let dir: string;
+  let control: FastifyInstance;
+  let node: FastifyInstance;
+  let controlUrl: string;
+  let nodeUrl: string;
+  let nodeStore: FsLayerStore;
+  let contents: LayerContents;
+  const served: string[] = [];
+  const booted: SandboxSpec[] = [];
+  const logs: string[] = [];
+
+  const spec = (id: string, layerIds = [LAYER]): SandboxSpec => ({
+    id,
+    lowerDirs: layerIds.map((l) => `/control/only/${l}/tree`),
+    layerIds,
+    resources: { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 },
+    internetAccess: false,
+    hostname: id,
+    env: {},
+  });
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'sbd-layers-'));
+    const controlStore = new FsLayerStore(join(dir, 'control-layers'));
+    for (const [id, text] of [
+      [LAYER, 'hello'],
+      [OTHER, 'other'],
+    ] as const) {
+      await controlStore.ensureLayer(
+        id,
+        async (tree) => {
+          mkdirSync(join(tree, 'etc'));
+          writeFileSync(join(tree, 'etc/greeting'), Buffer.alloc(200_000, text));
+          spawnSync('chown', ['-R', `${CANONICAL_ID_OFFSET}:${CANONICAL_ID_OFFSET}`, tree]);
+          return { kind: 'test', sizeBytes: 200_000, entries: 3 };
+        },
+        () => undefined,
+      );
+    }
+    contents = new LayerContents(controlStore);
+    const server = new LayerServer(contents, signer);
+    const open = server.open.bind(server);
+    server.open = (id) => {
+      served.push(id);
+      return open(id);
+    };
+    control = Fastify();
+    internalLayerRoutes(control, { layerServing: server } as unknown as Services);
+    control.setErrorHandler((err: { status?: number; code?: string }, _req, reply) => reply.code(err.status ?? 500).send({ code: err.code }));
+    await control.listen({ host: '127.0.0.1', port: 0 });
+    controlUrl = `http://127.0.0.1:${(control.server.address() as AddressInfo).port}`;
+
+    nodeStore = new FsLayerStore(join(dir, 'node-layers'));
+    const fake = new FakeRuntime({ socketDir: join(dir, 's') });
+    await fake.setupHost();
+    const create = fake.create.bind(fake);
+    fake.create = async (s) => {
+      booted.push(s);
+      return create(s);
+    };
+    const layers = new LayerFetcher({ store: nodeStore, maxBytes: 1e9, timeoutMs: 30_000, log: (l) => logs.push(l) });
+    node = nodeApi({ nodeId: 'node-l', runtime: fake, auth: verifier, layers });
+    await node.listen({ host: '127.0.0.1', port: 0 });
+    nodeUrl = `http://127.0.0.1:${(node.server.address() as AddressInfo).port}`;
+  });
+
+  after(async () => {
+    await node?.close();
+    await control?.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const remote = (source: LayerSource = new LayerPublisher({ contents, signer, controlUrl })) => new RemoteRuntime({ nodeId: 'node-l', url: nodeUrl, auth: signer, layers: source });
+
+  test("a create boots from the node's own copy, fetched once and verified; later creates do not fetch", async () => {
+    const rt = remote();
+    await Promise.all([rt.create(spec('sb-one')), rt.create(spec('sb-two'))]);
+    await rt.create(spec('sb-three'));
+    assert.deepEqual(served, [LAYER], 'one download for three creates, two of them at once');
+    assert.ok(booted.length === 3 && booted.every((s) => s.lowerDirs[0] === nodeStore.path(LAYER)), JSON.stringify(booted.map((s) => s.lowerDirs)));
+    const record = await readContentRecord(dirname(nodeStore.path(LAYER)));
+    assert.deepEqual(record, await contents.of(LAYER));
+    assert.ok(logs.some((l) => /^fetched layer aaaaaaaaaaaa \(\d+\.\d MB\) from control in \d+\.\d s$/.test(l)), logs.join('\n'));
+    assert.deepEqual(await nodeStore.list(), [LAYER]);
+  });
+
+  test('a layer whose bytes do not match the digest control named is refused, and nothing is left of it', async () => {
+    const liar = { refs: async (ids: string[], nodeId: string): Promise<LayerRef[]> => (await new LayerPublisher({ contents, signer, controlUrl }).refs(ids, nodeId)).map((r) => ({ ...r, digest: `sha256:${'0'.repeat(64)}` })) };
+    await assert.rejects(remote(liar).create(spec('sb-liar', [OTHER])), (err: { code?: string; detail?: string }) => err.code === 'RUNTIME_ERROR' && /digest/.test(String(err.detail)));
+    assert.equal(await nodeStore.has(OTHER), false);
+    assert.deepEqual(readdirSync(nodeStore.root).filter((n) => n.startsWith('.tmp-')), []);
+  });
+
+  test('the node takes no path from the wire', async () => {
+    const res = await fetch(`${nodeUrl}/node/v1/sandboxes/sb-path`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${await signer.tokenFor('node-l')}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ ...spec('sb-path'), layerIds: undefined }),
+    });
+    assert.equal(res.status, 400);
+    assert.match(((await res.json()) as { message: string }).message, /by reference/);
+  });
+
+  test('layer tokens open only their layer, node tokens no layer, and a layer token no node', async () => {
+    const get = (id: string, token?: string) => fetch(`${controlUrl}/internal/v1/layers/${id}`, { headers: token ? { authorization: `Bearer ${token}` } : {} });
+    const ok = await get(OTHER, await signer.layerTokenFor('node-l', OTHER));
+    assert.equal(ok.status, 200);
+    assert.equal(ok.headers.get('x-sandboxd-layer-digest'), (await contents.of(OTHER)).digest);
+    await ok.body?.cancel();
+    assert.equal((await get(OTHER)).status, 401);
+    assert.equal((await get(OTHER, await signer.layerTokenFor('node-l', LAYER))).status, 401, "another layer's token");
+    assert.equal((await get(OTHER, await signer.tokenFor('node-l'))).status, 401, "a node's call token");
+    assert.equal(await signer.checkLayerToken(await signer.layerTokenFor('node-x', OTHER), OTHER), 'node-x');
+    await assert.rejects(verifier.verify(await signer.layerTokenFor('node-l', LAYER), 'node-l'), { code: 'AUTHENTICATION_ERROR' });
+    const other = testClusterKeys().signer;
+    assert.equal((await get(OTHER, await other.layerTokenFor('node-l', OTHER))).status, 401, "another cluster's token");
+  });
+});

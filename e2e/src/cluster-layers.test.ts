@@ -47,7 +47,10 @@ describe('a node without the layers of a template fetches them from control, onc
   test('the first create fetches the layers, the node keeps the same tree, the second create fetches nothing', async () => {
     assert.deepEqual(readdirSync(nodeLayers).filter((n) => /^[0-9a-f]{64}$/.test(n)), [], 'the node starts with no layer');
     const t0 = performance.now();
-    const first = await createSandbox(control, { template_name: 'base' });
+    const first = await createSandbox(control, { template_name: 'base' }).catch((err: unknown) => {
+      // What failed, as the two processes saw it.
+      throw new Error(`${String(err)}\n--- control:\n${readFileSync(control.logFile, 'utf8').slice(-3000)}\n--- node:\n${readFileSync(node.logFile, 'utf8').slice(-3000)}`);
+    });
     const firstMs = performance.now() - t0;
     const r = await agent<{ stdout: string }>(first, 'POST', '/commands/run', { command: 'cat /etc/debian_version' });
     assert.equal(r.status, 200, JSON.stringify(r.body));

@@ -4,12 +4,13 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdirSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { ServiceError } from '@sandboxd/protocol';
 import { CrunRuntime } from '../../packages/server/dist/runtime/index.js';
 import { RemoteRuntime } from '../../packages/server/dist/runtime/remote-runtime.js';
+import type { LayerSource } from '../../packages/server/dist/runtime/types.js';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { baseLayer } from '../../packages/server/dist/testing/fixtures.js';
 import { freePort, REPO_ROOT, TEST_DATA_DIR } from './harness.js';
@@ -76,7 +77,12 @@ describe('sandboxd node: a machine of a cluster, driven over the network', { tim
     mkdirSync(dataDir, { recursive: true });
     lower = (await baseLayer()).path;
     port = await freePort();
-    remote = new RemoteRuntime({ nodeId: `node-${tag}`, url: `http://127.0.0.1:${port}`, auth: keys.signer });
+    // The node takes layers by reference; it has this one already (the suite's shared layers
+    // directory), so the reference is never fetched (e2e/cluster-layers fetches for real).
+    const present: LayerSource = {
+      refs: async (ids) => ids.map((id) => ({ id, digest: `sha256:${'0'.repeat(64)}`, bytes: 4096, url: 'http://127.0.0.1:9/unused', token: 'unused' })),
+    };
+    remote = new RemoteRuntime({ nodeId: `node-${tag}`, url: `http://127.0.0.1:${port}`, auth: keys.signer, layers: present });
     await launch();
   });
 
@@ -93,7 +99,7 @@ describe('sandboxd node: a machine of a cluster, driven over the network', { tim
 
   test('create, run a command through the relay, survive a kill -9 of the node, destroy', async () => {
     const id = `nd${tag}a`;
-    const spec = { id, lowerDirs: [lower], resources: { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 256 }, internetAccess: true, hostname: id, env: { SANDBOX_ID: id } };
+    const spec = { id, lowerDirs: [lower], layerIds: [basename(dirname(lower))], resources: { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 256 }, internetAccess: true, hostname: id, env: { SANDBOX_ID: id } };
     await remote.create(spec);
     const ran = await agentCall(await remote.dialAgent(id), 'POST', '/commands/run', { command: 'echo hello from $(hostname); echo note > /tmp/kept' });
     assert.equal(ran.status, 200);

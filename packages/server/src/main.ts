@@ -213,6 +213,12 @@ async function prepareMachine(config: Config): Promise<void> {
   if (!existsSync(config.agentBundlePath)) {
     throw new Error(`agent bundle ${config.agentBundlePath} is missing: run "npm run build" first`);
   }
+  // Agents' sockets are <data dir>/sandboxes/<id>/agent.sock, and a unix socket's path is at most
+  // 107 bytes: past that, every boot would fail with a bare ENOENT.
+  const longest = join(config.dataDir, 'sandboxes', 'x'.repeat(24), 'agent.sock').length;
+  if (longest > 107) {
+    throw new Error(`SANDBOXD_DATA_DIR is too long (${config.dataDir.length} characters): sandboxes' agent sockets under it would pass the 107-byte limit of a unix socket's path; use a directory of at most ${config.dataDir.length - (longest - 107)} characters`);
+  }
   mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
   for (const f of await secureDataDir(config.dataDir, config.layersDir)) {
     log(`${f.path}: mode ${f.from.toString(8)} → ${f.to.toString(8)} (secrets and tenant data are root's alone)`);

@@ -1,3 +1,4 @@
+import { dirname, join } from 'node:path';
 import { connect, type Socket } from 'node:net';
 import { rm } from 'node:fs/promises';
 import type { Crun } from './crun.js';
@@ -21,7 +22,8 @@ export const AGENT_LISTEN_FD = 3;
  * place because closing its copy unlinks the bound path.
  */
 export async function runWithAgentSocket(crun: Crun, id: string, bundleDir: string, socketPath: string, logFile: string): Promise<void> {
-  const tmp = `${socketPath}.${process.pid}.tmp`;
+  // Short: a unix socket's path is at most 107 bytes, and the data directory's length is the operator's.
+  const tmp = join(dirname(socketPath), `.a${process.pid}`);
   await rm(socketPath, { force: true });
   await rm(tmp, { force: true });
   await crun.runDetached(id, bundleDir, logFile, { tmp, path: socketPath });

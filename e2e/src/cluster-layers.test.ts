@@ -82,4 +82,35 @@ describe('a node without the layers of a template fetches them from control, onc
     );
     for (const sb of [first, second]) assert.equal((await api(control, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
   });
+
+  test("a template built through control (its steps run on control's machine) is served to the node, which fetches its layers", async () => {
+    const before = fetched().length;
+    const marker = `built-in-the-cluster-${Date.now()}`;
+    const res = await api<{ build_id: string }>(control, 'POST', '/v1/templates/build', {
+      alias: 'cluster-built',
+      cpu: 1,
+      memory: 256,
+      diskGB: 1,
+      steps: [
+        { type: 'from', image: 'debian:11' },
+        { type: 'run', command: `echo ${marker} > /opt/marker` },
+      ],
+    });
+    assert.equal(res.status, 202, JSON.stringify(res.body));
+    let status: { status: string; error_message?: string | null } = { status: 'building' };
+    for (const deadline = Date.now() + 900_000; status.status === 'building' && Date.now() < deadline; ) {
+      await new Promise((r) => setTimeout(r, 500));
+      status = (await api<typeof status>(control, 'GET', `/v1/templates/build/${res.body.build_id}/status`)).body;
+    }
+    assert.equal(status.status, 'active', JSON.stringify(status));
+    const sb = await createSandbox(control, { template_name: 'cluster-built' });
+    try {
+      const r = await agent<{ stdout: string }>(sb, 'POST', '/commands/run', { command: 'cat', args: ['/opt/marker'] });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      assert.equal(r.body.stdout, `${marker}\n`);
+      assert.ok(fetched().length > before, 'the node fetched the built layers');
+    } finally {
+      assert.equal((await api(control, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
+    }
+  });
 });

@@ -251,7 +251,8 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   await layerStore.cleanupStale();
   const layers = new LayerFetcher({ store: layerStore, maxBytes: config.layerTransfer.maxBytes, timeoutMs: config.layerTransfer.timeoutMs, log });
   let orphans: OrphanCollector | undefined;
-  const app = nodeApi({ nodeId: config.node.id, runtime, auth: new ClusterVerifier(config.node.verifyKey), log, layers, orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) } });
+  const layerIds = () => layerStore.list();
+  const app = nodeApi({ nodeId: config.node.id, runtime, auth: new ClusterVerifier(config.node.verifyKey), log, layers, layerIds, orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) } });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
   log(`node ${config.node.id} serves its runtime at ${config.node.url} (listening on ${config.node.listen.host}:${config.node.listen.port})`);
   // With the cluster's database it joins the registry, which control places sandboxes from.
@@ -271,6 +272,7 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
         maxSandboxes: config.node.maxSandboxes,
       },
       leaseMs: config.node.leaseSeconds * 1000,
+      layers: layerIds,
       log,
     });
     await membership.start();
@@ -428,6 +430,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   await images.cleanupStale();
   const layers = images.layers;
   let runtime: Runtime;
+  /** Where build steps run: this machine's runtime (a cluster's control has one of its own for them). */
+  let buildRuntime: Runtime | undefined;
   let layerServing: Services['layerServing'];
   if (role === 'control') {
     // The nodes fetch the layers they lack from this replica (its own layers directory).
@@ -441,6 +445,10 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     const nodes = cluster.known();
     log(`cluster: ${nodes.length} node(s) registered: ${nodes.map((n) => `${n.id} (${n.status})`).join(', ') || 'none yet'}`);
     runtime = cluster;
+    // Template builds run their steps here, in throwaway containers of this machine (with the same
+    // isolation as sandboxes): their layers land in this replica's layers directory, which the
+    // nodes fetch from like the built-in templates'.
+    buildRuntime = await openRuntime(config);
   } else {
     runtime = await openRuntime(config);
   }
@@ -599,7 +607,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
       .finally(() => (sweeping = false));
   }, config.sweepIntervalMs);
 
-  const builder = openBuilder({ dataDir: config.dataDir, runtime, layers: images.layers, bases: images.bases, stepTimeoutMs: config.buildStepTimeoutMs });
+  const builder = openBuilder({ dataDir: config.dataDir, runtime: buildRuntime ?? runtime, layers: images.layers, bases: images.bases, stepTimeoutMs: config.buildStepTimeoutMs });
   await builder.cleanupStale();
   const uploads = new UploadService(store, images.blobs, join(config.dataDir, 'keys', 'upload-hmac.key'), config.publicUrl);
   const builds = new TemplateBuildService(
@@ -668,6 +676,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
       await step('finishing deletes', () => sandboxes.settle());
       await step('emptying the warm pool', () => pool.close());
       await step('releasing runtime spares', () => runtime.close());
+      if (buildRuntime) await step("releasing the build runtime's spares", () => buildRuntime!.close());
       await step('closing the store', () => closeStore(store));
       log('shut down');
       process.exit(0);

@@ -17,6 +17,8 @@ export interface NodeApiOptions {
   log?: (msg: string) => void;
   /** What control replicas hold here unrecorded (absent: claims are taken and ignored: no collector runs). */
   orphans?: { claim(owner: string, ids: string[], ttlMs: number): void };
+  /** The ids of the layers this node holds (control reads them when the digest in a heartbeat changes). */
+  layerIds?: () => Promise<string[]>;
   /**
    * This node's layers (images/layer-fetch.ts): with it, a spec names its layers by reference and
    * they come from this node's own layers directory, fetched when missing; a spec naming paths is
@@ -94,6 +96,7 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     return done(reply, await rt.resetDisk(idOf(req), diskGb));
   });
   app.get('/node/v1/sandboxes', async () => ({ ids: await rt.list() }));
+  app.get('/node/v1/layers', async () => ({ ids: o.layerIds ? await o.layerIds() : [] }));
   // A control replica's sandboxes here that the store does not record yet (its creates under way,
   // its warm pool): not collected as no one's while the claim lasts (services/orphans.ts).
   app.put('/node/v1/claims/:owner', async (req, reply) => {

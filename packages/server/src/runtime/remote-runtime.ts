@@ -188,6 +188,13 @@ export class RemoteRuntime implements Runtime {
     await this.call('PUT', `/node/v1/claims/${encodeURIComponent(owner)}`, { ids, ttl_seconds: ttlSeconds }, 10_000);
   }
 
+  /** The ids of the layers the node holds. */
+  async layerIds(): Promise<string[]> {
+    const ids = (await this.call<{ ids?: unknown } | null>('GET', '/node/v1/layers', undefined, 10_000))?.ids;
+    if (!Array.isArray(ids) || ids.length > 100_000 || !ids.every((id) => typeof id === 'string' && /^[0-9a-f]{64}$/.test(id))) throw badAnswer(this.nodeId, 'list of layers');
+    return ids as string[];
+  }
+
   async list(): Promise<string[]> {
     const ids = (await this.call<{ ids?: unknown } | null>('GET', '/node/v1/sandboxes'))?.ids;
     if (!Array.isArray(ids) || !ids.every((id) => typeof id === 'string' && ID_RE.test(id))) throw badAnswer(this.nodeId, 'list of sandboxes');

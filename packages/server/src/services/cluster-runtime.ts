@@ -22,9 +22,15 @@ export interface ClusterRuntimeOptions {
   log?: (msg: string) => void;
 }
 
+/** Placement: a node that holds a sandbox's layers is preferred while it is at most this much more committed (memory, as a fraction) than the least committed. */
+const LAYERS_PREFERENCE = 0.25;
+
 interface Known {
   row: NodeRow;
   remote: RemoteRuntime;
+  /** The layers it holds, as last read (for the digest `layersDigest`); read again when the digest changes. */
+  layers?: { digest: string; ids: Set<string> };
+  readingLayers?: boolean;
 }
 
 /**
@@ -137,11 +143,26 @@ export class ClusterRuntime implements Runtime {
         }
         this.refreshedAt = Date.now();
         this.failLostCalls();
+        for (const k of this.nodes.values()) this.readLayers(k);
       } finally {
         this.refreshing = undefined;
       }
     })();
     await this.refreshing;
+  }
+
+  /** Reads, in the background, the layers of a node whose reported set changed (placement prefers nodes that hold a sandbox's). */
+  private readLayers(k: Known): void {
+    const digest = k.row.layersDigest;
+    if (!digest || k.layers?.digest === digest || k.readingLayers || !this.leased(k.row)) return;
+    k.readingLayers = true;
+    k.remote
+      .layerIds()
+      .then(
+        (ids) => void (k.layers = { digest, ids: new Set(ids) }),
+        (err: unknown) => this.log(`node ${k.row.id}: cannot read its layers: ${String(err)}`),
+      )
+      .finally(() => (k.readingLayers = false));
   }
 
   /** The nodes as this process last read them. */
@@ -272,7 +293,7 @@ export class ClusterRuntime implements Runtime {
   }
 
   /** The node a new sandbox goes to (see the class comment). */
-  async place(resources: SandboxResources): Promise<string> {
+  async place(resources: SandboxResources, layerIds: string[] = []): Promise<string> {
     await this.refresh();
     const usage = await this.o.store.sandboxes.usageByNode();
     const extra = new Map<string, SandboxUsage>();
@@ -285,8 +306,8 @@ export class ClusterRuntime implements Runtime {
       extra.set(r.nodeId, u);
     }
     const over = this.o.overcommit ?? { cpu: 16, memory: 1.5 };
-    let best: { id: string; memory: number; sandboxes: number } | undefined;
-    for (const { row } of this.nodes.values()) {
+    let best: { id: string; score: number; sandboxes: number } | undefined;
+    for (const { row, layers } of this.nodes.values()) {
       if (row.status !== 'active' || !this.leased(row)) continue;
       const u = usage[row.id];
       const x = extra.get(row.id);
@@ -297,8 +318,13 @@ export class ClusterRuntime implements Runtime {
       const c = row.capacity;
       if (vcpu > c.vcpu * over.cpu || memoryMb > c.memoryMb * over.memory || diskGb > c.diskGb || sandboxes > c.maxSandboxes) continue;
       const memory = memoryMb / c.memoryMb;
-      if (!best || memory < best.memory || (memory === best.memory && (sandboxes < best.sandboxes || (sandboxes === best.sandboxes && row.id < best.id)))) {
-        best = { id: row.id, memory, sandboxes };
+      // A node that already holds the sandbox's layers boots it without fetching them first.
+      // It counts as that much less committed (LAYERS_PREFERENCE of its memory), so sandboxes of one
+      // template gather on the nodes that have it without piling up there.
+      const has = layerIds.length > 0 && layers !== undefined && layerIds.every((l) => layers.ids.has(l));
+      const score = memory - (has ? LAYERS_PREFERENCE : 0);
+      if (!best || score < best.score || (score === best.score && (sandboxes < best.sandboxes || (sandboxes === best.sandboxes && row.id < best.id)))) {
+        best = { id: row.id, score, sandboxes };
       }
     }
     if (!best) {
@@ -323,7 +349,7 @@ export class ClusterRuntime implements Runtime {
   async create(spec: SandboxSpec): Promise<void> {
     let nodeId = this.nodeById.get(spec.id);
     if (!nodeId) {
-      nodeId = await this.place(spec.resources);
+      nodeId = await this.place(spec.resources, spec.layerIds);
       this.nodeById.set(spec.id, nodeId);
       this.reserved.set(spec.id, { nodeId, resources: spec.resources });
       this.claimSoon();
@@ -415,7 +441,7 @@ export class ClusterRuntime implements Runtime {
     return (await this.must(id)).exportLayer();
   }
   runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }> {
-    return Promise.reject(new ServiceError('INVALID_STATE', `template builds are not available in a cluster yet (build step ${opts.id})`));
+    return Promise.reject(new ServiceError('INVALID_STATE', `build steps run on control's machine, not on the nodes (build step ${opts.id})`));
   }
 
   agentSocket(id: string): string {

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Runtime } from '../runtime/types.js';
 import type { NodeCapacity, NodeRow, Store } from '../store/types.js';
 
@@ -8,7 +9,14 @@ export interface NodeMembershipOptions {
   url: string;
   capacity: NodeCapacity;
   leaseMs: number;
+  /** The layers this node holds (their ids): reported as a digest of the set, which control reads when it changes. */
+  layers?: () => Promise<string[]>;
   log?: (msg: string, extra?: Record<string, unknown>) => void;
+}
+
+/** The digest a node reports of the set of layers it holds (ids sorted, one per line). */
+export function layersDigestOf(ids: string[]): string {
+  return `sha256:${createHash('sha256').update([...ids].sort().join('\n')).digest('hex')}`;
 }
 
 /**
@@ -44,11 +52,11 @@ export class NodeMembership {
     const mine = now;
     this.beatingSince = mine;
     try {
-      const [ids, byNode] = await Promise.all([this.o.runtime.list(), this.o.store.sandboxes.usageByNode()]);
+      const [ids, byNode, layers] = await Promise.all([this.o.runtime.list(), this.o.store.sandboxes.usageByNode(), this.o.layers?.().catch(() => undefined)]);
       const used = byNode[this.o.id];
       const row = await this.o.store.nodes.heartbeat(
         this.o.id,
-        { usage: { sandboxes: ids.length, vcpu: used?.activeVcpu ?? 0, memoryMb: used?.activeMemoryMb ?? 0, diskGb: used?.diskGb ?? 0 }, warm: {}, layersDigest: null },
+        { usage: { sandboxes: ids.length, vcpu: used?.activeVcpu ?? 0, memoryMb: used?.activeMemoryMb ?? 0, diskGb: used?.diskGb ?? 0 }, warm: {}, layersDigest: layers ? layersDigestOf(layers) : null },
         this.o.leaseMs,
       );
       if (!row) {

@@ -1,0 +1,117 @@
+// Placement prefers a node that already holds a sandbox's layers (it boots without fetching them),
+// as long as it is not much more committed than the least committed node. Nodes are FakeRuntimes
+// behind real node APIs (no root, no container); their layers are reported as heartbeats do.
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import type { FastifyInstance } from 'fastify';
+import { nodeApi } from '../node/node-api.js';
+import { SqliteStore } from '../store/sqlite.js';
+import type { SandboxRow } from '../store/types.js';
+import { testClusterKeys } from '../testing/cluster-keys.js';
+import { FakeRuntime } from '../testing/fake-runtime.js';
+import { ClusterRuntime } from './cluster-runtime.js';
+import { NodeMembership } from './node-membership.js';
+
+const { signer, verifier } = testClusterKeys();
+const L1 = 'a'.repeat(64);
+const L2 = 'b'.repeat(64);
+const store = SqliteStore.open(':memory:');
+let dir: string;
+const apps: FastifyInstance[] = [];
+const members: NodeMembership[] = [];
+const held: Record<string, string[]> = { 'node-a': [], 'node-b': [L1, L2] };
+let cluster: ClusterRuntime;
+
+before(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'sbd-placement-'));
+  for (const id of ['node-a', 'node-b']) {
+    const fake = new FakeRuntime({ socketDir: join(dir, id) });
+    await fake.setupHost();
+    const layerIds = async () => held[id]!;
+    const app = nodeApi({ nodeId: id, runtime: fake, auth: verifier, layerIds });
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    apps.push(app);
+    const m = new NodeMembership({
+      store,
+      runtime: fake,
+      id,
+      url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`,
+      capacity: { vcpu: 4, memoryMb: 4096, diskGb: 100, maxSandboxes: 100 },
+      leaseMs: 30_000,
+      layers: layerIds,
+    });
+    await m.start();
+    await m.beat();
+    members.push(m);
+  }
+  cluster = new ClusterRuntime({ store, auth: signer, refreshMs: 50, claimEveryMs: 0 });
+  await cluster.setupHost();
+});
+
+after(async () => {
+  await cluster?.close();
+  for (const m of members) m.stop();
+  for (const a of apps) await a.close();
+  store.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+/** A sandbox of `memoryMb` recorded on `nodeId` (what commits the node). */
+async function commit(id: string, nodeId: string, memoryMb: number): Promise<void> {
+  const now = new Date().toISOString();
+  const row: SandboxRow = {
+    id, orgId: 'org_a', templateId: 't', templateName: 'base', status: 'running', region: 'local', internetAccess: false, egress: null, timeoutSeconds: null, expiresAt: null,
+    vcpu: 1, memoryMb, diskGb: 1, layers: [], templateEnv: {}, envVars: {}, gatewayPort: null, nodeId, version: 0, deletedReason: null, createdAt: now, updatedAt: now,
+    deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null, snapshotId: null, lineage: [],
+  };
+  await store.sandboxes.insert(row);
+}
+
+async function layersRead(): Promise<void> {
+  // The layer sets are read in the background once a heartbeat's digest is seen.
+  for (let i = 0; i < 100; i++) {
+    await cluster.refresh(true);
+    if ((await cluster.place({ vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 }, [L1])) === 'node-b') return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+test('a node holding all the layers is preferred while it is at most a quarter more committed; past that, the least committed', async () => {
+  const res = { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 };
+  await layersRead();
+  // Equal commitments: the node with the layers, not the first by name.
+  assert.equal(await cluster.place(res, [L1]), 'node-b');
+  assert.equal(await cluster.place(res, [L1, L2]), 'node-b');
+  // Not all of them, or none asked: the least committed (then by name).
+  assert.equal(await cluster.place(res, [L1, 'c'.repeat(64)]), 'node-a');
+  assert.equal(await cluster.place(res), 'node-a');
+  // node-b 20 % more committed: still preferred for its layers.
+  await commit('sb-b1', 'node-b', Math.round(4096 * 0.2));
+  assert.equal(await cluster.place(res, [L1]), 'node-b');
+  // 30 % more: the other node, which then fetches the layers.
+  await commit('sb-b2', 'node-b', Math.round(4096 * 0.1));
+  assert.equal(await cluster.place(res, [L1]), 'node-a');
+});
+
+test('a node whose layers change reports a new digest, and placement follows', async () => {
+  const res = { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 };
+  // node-a more committed (40 %) than node-b (30 %): only its layer makes it the choice.
+  await commit('sb-a1', 'node-a', Math.round(4096 * 0.4));
+  assert.equal(await cluster.place(res, ['d'.repeat(64)]), 'node-b');
+  held['node-a'] = [L1];
+  await members[0]!.beat();
+  const d = 'd'.repeat(64);
+  held['node-a'] = [L1, d];
+  await members[0]!.beat();
+  let placed = '';
+  for (let i = 0; i < 100 && placed !== 'node-a'; i++) {
+    await cluster.refresh(true);
+    placed = await cluster.place(res, [d]);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.equal(placed, 'node-a', 'the node that fetched a layer is preferred for it');
+});

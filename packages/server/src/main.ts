@@ -38,7 +38,7 @@ import { LayerContents } from './images/layer-content.js';
 import { LayerFetcher } from './images/layer-fetch.js';
 import { LayerPublisher, LayerServer } from './services/layer-publisher.js';
 import { QuotaService } from './services/quotas.js';
-import { SlidingWindowLimiter } from './services/rate-limit.js';
+import { SharedWindowLimiter, SlidingWindowLimiter, type RateLimiter } from './services/rate-limit.js';
 import { EventBus } from './services/events.js';
 import { KeyedMutex } from './services/locks.js';
 import { RouteTable, type RouteEntry } from './services/routes.js';
@@ -523,7 +523,10 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   });
   await gateway.listenHostMode();
   if (runtime instanceof ClusterRuntime) runtime.onNodeLost = (nodeId) => gateway.dropNode(nodeId);
-  const createLimiter = new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
+  // One limit for all of a cluster's replicas, counted in the store; on one machine, in memory.
+  const createLimiter: RateLimiter = coordination
+    ? new SharedWindowLimiter(store, config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit')
+    : new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
   const pool = new WarmPool({
     runtime,
     log,

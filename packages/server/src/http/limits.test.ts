@@ -49,11 +49,14 @@ async function setup() {
   const store = SqliteStore.open(':memory:');
   const keys = new KeyService(store);
   const templates = new TemplateService(store);
+  // One machine's runtime: a cluster's optional queries (nodeOf, nodeUp) are absent.
   const runtime = new Proxy({}, {
     get: (_t, name) =>
       name === 'agentSocket'
         ? (id: string) => join(dir, id, 'agent.sock')
-        : () => {
+        : name === 'nodeOf' || name === 'nodeUp'
+          ? undefined
+          : () => {
             runtimeCalls++;
             return Promise.reject(new Error('the runtime must not be reached by a refused request'));
           },

@@ -4,7 +4,7 @@ import type { ConnectionLimits } from './connections.js';
 import type { Store } from '../store/types.js';
 import type { EventBus } from './events.js';
 import type { KeyService } from './keys.js';
-import type { SlidingWindowLimiter } from './rate-limit.js';
+import type { RateLimiter } from './rate-limit.js';
 import type { SandboxService } from './sandboxes.js';
 import type { TemplateService } from './templates.js';
 import type { TemplateBuildService } from './template-builds.js';
@@ -25,7 +25,7 @@ export interface Services {
   sandboxes: SandboxService;
   templates: TemplateService;
   events: EventBus;
-  createLimiter: SlidingWindowLimiter;
+  createLimiter: RateLimiter;
   quotas: QuotaService;
   builds?: TemplateBuildService;
   pool?: WarmPool;

@@ -1,7 +1,20 @@
+import { randomUUID } from 'node:crypto';
 import { ServiceError } from '@sandboxd/protocol';
+import type { Store } from '../store/types.js';
+
+/** A limit on events per key (an organization's sandbox creates): in this process, or shared through the store. */
+export interface RateLimiter {
+  /** Records one event for `key`, or throws 429 with the seconds until a slot frees up. */
+  take(key: string): void | Promise<void>;
+  usage(key: string): number | Promise<number>;
+}
+
+function exceeded(what: string, limit: number, windowMs: number, retryAfter: number): ServiceError {
+  return new ServiceError('RATE_LIMIT_EXCEEDED', `${what}: at most ${limit} per ${Math.round(windowMs / 1000)} s; retry in ${retryAfter} s`, { retry_after: retryAfter }, { 'retry-after': String(retryAfter) });
+}
 
 /** A sliding-window counter per key: at most `limit` events in any `windowMs`. */
-export class SlidingWindowLimiter {
+export class SlidingWindowLimiter implements RateLimiter {
   private events = new Map<string, number[]>();
   constructor(private limit: number, private windowMs: number, private what: string) {}
 
@@ -11,12 +24,7 @@ export class SlidingWindowLimiter {
     if (list.length >= this.limit) {
       const retryAfter = Math.max(1, Math.ceil((list[0]! + this.windowMs - now) / 1000));
       this.events.set(key, list);
-      throw new ServiceError(
-        'RATE_LIMIT_EXCEEDED',
-        `${this.what}: at most ${this.limit} per ${Math.round(this.windowMs / 1000)} s; retry in ${retryAfter} s`,
-        { retry_after: retryAfter },
-        { 'retry-after': String(retryAfter) },
-      );
+      throw exceeded(this.what, this.limit, this.windowMs, retryAfter);
     }
     list.push(now);
     this.events.set(key, list);
@@ -24,5 +32,42 @@ export class SlidingWindowLimiter {
 
   usage(key: string, now = Date.now()): number {
     return (this.events.get(key) ?? []).filter((t) => t > now - this.windowMs).length;
+  }
+}
+
+/**
+ * The same sliding window, counted in the store, so that every replica of control sharing it
+ * enforces one limit together. An event is recorded first and counted with the others after: two
+ * replicas racing for the last slot may both refuse (never both admit), and the one refused takes
+ * its event back.
+ */
+export class SharedWindowLimiter implements RateLimiter {
+  private lastPurge = 0;
+  constructor(
+    private readonly store: Pick<Store, 'rates'>,
+    private readonly limit: number,
+    private readonly windowMs: number,
+    private readonly what: string,
+    private readonly scope = 'creates',
+  ) {}
+
+  async take(key: string, now = Date.now()): Promise<void> {
+    const k = `${this.scope}:${key}`;
+    const id = randomUUID();
+    await this.store.rates.record(k, now, id);
+    const { n, oldest } = await this.store.rates.count(k, now - this.windowMs);
+    if (n > this.limit) {
+      await this.store.rates.remove(id);
+      const retryAfter = Math.max(1, Math.ceil(((oldest ?? now) + this.windowMs - now) / 1000));
+      throw exceeded(this.what, this.limit, this.windowMs, retryAfter);
+    }
+    if (now - this.lastPurge > this.windowMs) {
+      this.lastPurge = now;
+      await this.store.rates.purge(now - 2 * this.windowMs).catch(() => 0);
+    }
+  }
+
+  async usage(key: string, now = Date.now()): Promise<number> {
+    return (await this.store.rates.count(`${this.scope}:${key}`, now - this.windowMs)).n;
   }
 }

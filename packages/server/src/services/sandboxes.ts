@@ -7,7 +7,7 @@ import type { SandboxRow, Store } from '../store/types.js';
 import type { EventBus } from './events.js';
 import { Slots, type KeyedMutex } from './locks.js';
 import type { RouteEntry, RouteTable } from './routes.js';
-import type { SlidingWindowLimiter } from './rate-limit.js';
+import type { RateLimiter } from './rate-limit.js';
 import type { TemplateService } from './templates.js';
 import type { TokenService } from './tokens.js';
 import type { QuotaService } from './quotas.js';
@@ -50,7 +50,7 @@ export interface SandboxServiceDeps {
   routes: RouteTable;
   events: EventBus;
   locks: KeyedMutex;
-  createLimiter: SlidingWindowLimiter;
+  createLimiter: RateLimiter;
   /** Per-organization limits: checked at create, start and timeout changes. */
   quotas: QuotaService;
   /** Where creates get their sandboxes: booted ahead of time or now, in order (absent: one that holds none). */
@@ -436,7 +436,7 @@ export class SandboxService {
     if (body.internet_access === false && (body.allow_out?.length || body.deny_out?.length)) {
       throw new ServiceError('VALIDATION_ERROR', 'allow_out and deny_out need internet_access: a sandbox created without it has no network at all');
     }
-    this.d.createLimiter.take(orgId);
+    await this.d.createLimiter.take(orgId);
 
     const now = new Date();
     const row: SandboxRow = {

@@ -47,6 +47,21 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     assert.equal(await store.kv.get('k'), 'third');
   });
 
+  test(`${name}: rates: events count per key after a time, with the oldest; removed and purged`, async () => {
+    const store = await open();
+    await store.rates.record('k', 1000, 'e1');
+    await store.rates.record('k', 2000, 'e2');
+    await store.rates.record('other', 2500, 'e3');
+    assert.deepEqual(await store.rates.count('k', 0), { n: 2, oldest: 1000 });
+    assert.deepEqual(await store.rates.count('k', 1000), { n: 1, oldest: 2000 });
+    assert.deepEqual(await store.rates.count('nobody', 0), { n: 0, oldest: null });
+    await store.rates.remove('e2');
+    assert.deepEqual(await store.rates.count('k', 0), { n: 1, oldest: 1000 });
+    assert.equal(await store.rates.purge(2000), 1);
+    assert.deepEqual(await store.rates.count('k', 0), { n: 0, oldest: null });
+    assert.deepEqual(await store.rates.count('other', 0), { n: 1, oldest: 2500 });
+  });
+
   test(`${name}: sandboxes round-trip every field`, async () => {
     const s = await open();
     const row = sandbox('sb1', { gatewayPort: 40001, timeoutSeconds: 30, expiresAt: '2030-01-01T00:00:00.000Z', internetAccess: false, onTimeout: 'pause', idleTimeoutSeconds: 300, autoResume: true, idleCheckAt: '2030-01-01T00:05:00.000Z', egress: { internet: true, allow: ['example.com', '10.0.0.0/8'], deny: ['*.bad.example'] } });

@@ -302,3 +302,13 @@ MIGRATIONS.push(`
   );
   CREATE INDEX nodes_lease ON nodes (lease_expires_at);
 `);
+
+/** Rate-limited events (issue 10): a sliding window that every replica of control counts alike. */
+MIGRATIONS.push(`
+  CREATE TABLE rate_events (
+    id TEXT PRIMARY KEY,
+    key TEXT NOT NULL,
+    at INTEGER NOT NULL
+  );
+  CREATE INDEX rate_events_key_at ON rate_events (key, at);
+`);

@@ -240,3 +240,13 @@ PG_MIGRATIONS.push(`
   );
   CREATE INDEX nodes_lease ON nodes (lease_expires_at);
 `);
+
+/** Rate-limited events (issue 10), as in migrations.ts. */
+PG_MIGRATIONS.push(`
+  CREATE TABLE rate_events (
+    id text COLLATE "C" PRIMARY KEY,
+    key text COLLATE "C" NOT NULL,
+    at bigint NOT NULL
+  );
+  CREATE INDEX rate_events_key_at ON rate_events (key, at);
+`);

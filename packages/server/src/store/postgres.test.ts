@@ -248,3 +248,27 @@ test('coordination: messages reach every store subscribed, this one too; after a
   for (let i = 0; i < 100 && !got.includes('b:again'); i++) await new Promise((r) => setTimeout(r, 50));
   assert.ok(got.includes('b:again'), `got ${got.join(', ')}`);
 });
+
+test('a rate limit shared through the store: two replicas racing admit at most the limit together, and say when to retry', async () => {
+  const url = await server.createDatabase();
+  const [a, b] = await Promise.all([PostgresStore.open(url), PostgresStore.open(url)]);
+  opened.push(a, b);
+  const { SharedWindowLimiter } = await import('../services/rate-limit.js');
+  const la = new SharedWindowLimiter(a, 5, 60_000, 'creates');
+  const lb = new SharedWindowLimiter(b, 5, 60_000, 'creates');
+  const now = Date.now();
+  // One after the other, through either replica: five, then the sixth is refused with when to retry.
+  for (let i = 0; i < 5; i++) await (i % 2 ? la : lb).take('org_seq', now + i);
+  await assert.rejects(la.take('org_seq', now + 10), (err: unknown) => (err as { code?: string; extra?: { retry_after?: number } }).code === 'RATE_LIMIT_EXCEEDED');
+  assert.equal(await lb.usage('org_seq', now + 10), 5);
+  // At once from both: never more than the limit together (racing for the last slots, both may refuse).
+  const results = await Promise.allSettled(Array.from({ length: 12 }, (_, i) => (i % 2 ? la : lb).take('org_a', now)));
+  const admitted = results.filter((r) => r.status === 'fulfilled').length;
+  assert.ok(admitted <= 5, `admitted ${admitted}`);
+  for (const r of results) if (r.status === 'rejected') assert.equal((r.reason as { code?: string }).code, 'RATE_LIMIT_EXCEEDED');
+  // Refused events were taken back: the count is what was admitted.
+  assert.equal(await la.usage('org_a', now), admitted);
+  // Another organization has its own window; a minute later the window has moved on.
+  await lb.take('org_b', now);
+  await la.take('org_a', now + 61_000);
+});

@@ -753,6 +753,7 @@ export class PostgresStore implements Store {
   readonly snapshots: SnapshotRepo;
   readonly nodes: NodeRepo;
   readonly kv: Store['kv'];
+  readonly rates: Store['rates'];
   readonly coordination: PgCoordination;
   private readonly db: PgDb;
   private ending: Promise<void> | undefined;
@@ -781,6 +782,19 @@ export class PostgresStore implements Store {
         await db.run('INSERT INTO kv (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING', [key, value]);
         return String((await db.row('SELECT value FROM kv WHERE key = $1', [key]))!.value);
       },
+    };
+    this.rates = {
+      record: async (key, at, id) => {
+        await db.run('INSERT INTO rate_events (id, key, at) VALUES ($1, $2, $3)', [id, key, at]);
+      },
+      count: async (key, since) => {
+        const r = (await db.row('SELECT count(*) AS n, min(at) AS oldest FROM rate_events WHERE key = $1 AND at > $2', [key, since]))!;
+        return { n: Number(r.n), oldest: r.oldest === null || r.oldest === undefined ? null : Number(r.oldest) };
+      },
+      remove: async (id) => {
+        await db.run('DELETE FROM rate_events WHERE id = $1', [id]);
+      },
+      purge: async (before) => db.run('DELETE FROM rate_events WHERE at < $1', [before]),
     };
     this.coordination = new PgCoordination(pool, url);
   }

@@ -801,6 +801,7 @@ export class SqliteStore implements Store {
   readonly snapshots: SnapshotRepo;
   readonly nodes: NodeRepo;
   readonly kv: Store['kv'];
+  readonly rates: Store['rates'];
   constructor(readonly db: Db) {
     const st = new Statements(db);
     this.orgs = new SqliteOrgRepo(st);
@@ -821,6 +822,19 @@ export class SqliteStore implements Store {
         st.prepare('INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING').run(key, value);
         return String((st.prepare('SELECT value FROM kv WHERE key = ?').get(key) as Raw).value);
       },
+    };
+    this.rates = {
+      record: async (key, at, id) => {
+        st.prepare('INSERT INTO rate_events (id, key, at) VALUES (?, ?, ?)').run(id, key, at);
+      },
+      count: async (key, since) => {
+        const r = st.prepare('SELECT count(*) AS n, min(at) AS oldest FROM rate_events WHERE key = ? AND at > ?').get(key, since) as Raw;
+        return { n: Number(r.n), oldest: r.oldest === null || r.oldest === undefined ? null : Number(r.oldest) };
+      },
+      remove: async (id) => {
+        st.prepare('DELETE FROM rate_events WHERE id = ?').run(id);
+      },
+      purge: async (before) => Number(st.prepare('DELETE FROM rate_events WHERE at < ?').run(before).changes),
     };
   }
   static open(file: string): SqliteStore {

@@ -266,6 +266,17 @@ export interface Store {
     /** Sets `key` unless it is set: returns the value it has now (the first writer's, when several race). */
     setIfAbsent(key: string, value: string): Promise<string>;
   };
+  /**
+   * Events counted against a rate limit (a sliding window every process sharing the store sees):
+   * `record` adds one (ms since the epoch), `count` those of `key` after `since` with the oldest.
+   */
+  rates: {
+    record(key: string, at: number, id: string): Promise<void>;
+    count(key: string, since: number): Promise<{ n: number; oldest: number | null }>;
+    remove(id: string): Promise<void>;
+    /** Forgets events before `before`; returns how many. */
+    purge(before: number): Promise<number>;
+  };
   /** Present when several processes share the store (PostgreSQL): how they coordinate. */
   coordination?: Coordination;
   close(): void;

@@ -30,7 +30,7 @@ export function accountLimitsRoute(app: FastifyInstance, s: Services): void {
       sandbox_timeout_seconds: { default: timeoutFor(limits, undefined), max: limits.max_timeout_seconds },
       template_builds: s.builds ? await s.builds.usage(org) : null,
       rate_limits: {
-        sandbox_creates_per_minute: { limit: s.config.rateLimit.sandboxCreatesPerMinute, used: s.createLimiter.usage(org) },
+        sandbox_creates_per_minute: { limit: s.config.rateLimit.sandboxCreatesPerMinute, used: await s.createLimiter.usage(org) },
       },
       request_id: req.id,
     };

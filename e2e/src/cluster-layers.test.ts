@@ -103,7 +103,9 @@ describe('a node without the layers of a template fetches them from control, onc
       status = (await api<typeof status>(control, 'GET', `/v1/templates/build/${res.body.build_id}/status`)).body;
     }
     assert.equal(status.status, 'active', JSON.stringify(status));
-    const sb = await createSandbox(control, { template_name: 'cluster-built' });
+    const sb = await createSandbox(control, { template_name: 'cluster-built' }).catch((err: unknown) => {
+      throw new Error(`${String(err)}\n--- control:\n${readFileSync(control.logFile, 'utf8').slice(-3000)}\n--- node:\n${readFileSync(node.logFile, 'utf8').slice(-3000)}`);
+    });
     try {
       const r = await agent<{ stdout: string }>(sb, 'POST', '/commands/run', { command: 'cat', args: ['/opt/marker'] });
       assert.equal(r.status, 200, JSON.stringify(r.body));

@@ -11,7 +11,7 @@ import { Sandbox } from '@sandboxd/sdk';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { clientFor, sbx } from './sdk-support.js';
-import { agent, api, createSandbox, REPO_ROOT, startNode, startServer, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
+import { agent, api, createSandbox, crunContainers, REPO_ROOT, startNode, startServer, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
 
 const LEASE_SECONDS = 3;
 
@@ -76,9 +76,12 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
 
   test('a node killed: its sandboxes answer 503 NODE_UNAVAILABLE, the other node serves and takes the creates; back, all are served again', async () => {
     const sbs: CreatedSandbox[] = [];
-    for (let i = 0; i < 2; i++) sbs.push(await createSandbox(control, { template: 'base' }));
-    for (const sb of sbs) await agent(sb, 'POST', '/commands/run', { command: 'echo kept > /tmp/kept' });
     const b = nodes[1]!;
+    // One on each node (which node's ready sandbox a create takes varies with control's warm pool).
+    const onB = () => sbs.filter((sb) => crunContainers(b.dataDir).includes(sb.id)).length;
+    for (let i = 0; i < 10 && (sbs.length < 2 || onB() === 0 || onB() === sbs.length); i++) sbs.push(await createSandbox(control, { template: 'base' }));
+    assert.ok(onB() > 0 && onB() < sbs.length, 'sandboxes on both nodes');
+    for (const sb of sbs) await agent(sb, 'POST', '/commands/run', { command: 'echo kept > /tmp/kept' });
     await b.kill9();
     // Which of the two is on node-b: the one whose calls fail once its lease is out.
     const t0 = Date.now();
@@ -98,7 +101,7 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
     const lostAfter = (Date.now() - t0) / 1000;
     assert.equal(lostBody.code, 'NODE_UNAVAILABLE');
     assert.ok(lostAfter <= 2 * LEASE_SECONDS + 2, `reported after ${lostAfter.toFixed(1)} s (lease ${LEASE_SECONDS} s)`);
-    const kept = sbs.find((s) => s !== lost)!;
+    const kept = sbs.find((s) => !crunContainers(b.dataDir).includes(s.id))!;
     // The listing says which cannot be served now (within the node list's refresh, 2 s).
     const availability = async () => {
       const list = await api<{ data: Array<{ id: string; available?: boolean }> }>(control, 'GET', '/v1/sandboxes?limit=1000');

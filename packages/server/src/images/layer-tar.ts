@@ -10,7 +10,7 @@ import { TarGuard, TarRefused } from './tar-guard.js';
  * change times, so that one tree always gives the same bytes and the receiver recreates the exact
  * tree. Its sha256 is the layer's content digest. Bump the format when the arguments change.
  */
-export const LAYER_TAR_FORMAT = 'layer-tar/1';
+export const LAYER_TAR_FORMAT = 'layer-tar/2';
 
 const PACK_ARGS = [
   '--sort=name',
@@ -19,6 +19,12 @@ const PACK_ARGS = [
   '--numeric-owner',
   '--xattrs',
   '--xattrs-include=*',
+  // Overlayfs' own bookkeeping on a build's upper directory (which filesystem it came from, copy-up
+  // state): meaningless in another overlay, and refused by the receiver. Opaque directories stay.
+  '--xattrs-exclude=trusted.overlay.uuid',
+  '--xattrs-exclude=trusted.overlay.origin',
+  '--xattrs-exclude=trusted.overlay.impure',
+  '--xattrs-exclude=trusted.overlay.nlink',
   '--one-file-system',
 ];
 

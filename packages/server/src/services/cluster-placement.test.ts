@@ -80,7 +80,7 @@ async function layersRead(): Promise<void> {
   }
 }
 
-test('a node holding all the layers is preferred while it is at most a quarter more committed; past that, the least committed', async () => {
+test('a node holding all the layers is preferred while it is at most a tenth more committed; past that, the least committed', async () => {
   const res = { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 };
   await layersRead();
   // Equal commitments: the node with the layers, not the first by name.
@@ -89,18 +89,18 @@ test('a node holding all the layers is preferred while it is at most a quarter m
   // Not all of them, or none asked: the least committed (then by name).
   assert.equal(await cluster.place(res, [L1, 'c'.repeat(64)]), 'node-a');
   assert.equal(await cluster.place(res), 'node-a');
-  // node-b 20 % more committed: still preferred for its layers.
-  await commit('sb-b1', 'node-b', Math.round(4096 * 0.2));
+  // node-b 8 % more committed: still preferred for its layers.
+  await commit('sb-b1', 'node-b', Math.round(4096 * 0.08));
   assert.equal(await cluster.place(res, [L1]), 'node-b');
-  // 30 % more: the other node, which then fetches the layers.
-  await commit('sb-b2', 'node-b', Math.round(4096 * 0.1));
+  // 12 % more: the other node, which then fetches the layers.
+  await commit('sb-b2', 'node-b', Math.round(4096 * 0.04));
   assert.equal(await cluster.place(res, [L1]), 'node-a');
 });
 
 test('a node whose layers change reports a new digest, and placement follows', async () => {
   const res = { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 };
-  // node-a more committed (40 %) than node-b (30 %): only its layer makes it the choice.
-  await commit('sb-a1', 'node-a', Math.round(4096 * 0.4));
+  // node-a more committed (18 %) than node-b (12 %): only its layer makes it the choice.
+  await commit('sb-a1', 'node-a', Math.round(4096 * 0.18));
   assert.equal(await cluster.place(res, ['d'.repeat(64)]), 'node-b');
   held['node-a'] = [L1];
   await members[0]!.beat();

@@ -23,7 +23,7 @@ export interface ClusterRuntimeOptions {
 }
 
 /** Placement: a node that holds a sandbox's layers is preferred while it is at most this much more committed (memory, as a fraction) than the least committed. */
-const LAYERS_PREFERENCE = 0.25;
+const LAYERS_PREFERENCE = 0.1;
 
 interface Known {
   row: NodeRow;
@@ -321,7 +321,9 @@ export class ClusterRuntime implements Runtime {
       // A node that already holds the sandbox's layers boots it without fetching them first.
       // It counts as that much less committed (LAYERS_PREFERENCE of its memory), so sandboxes of one
       // template gather on the nodes that have it without piling up there.
-      const has = layerIds.length > 0 && layers !== undefined && layerIds.every((l) => layers.ids.has(l));
+      // A node whose set is not read yet (it just joined, or its answer failed) is not held back:
+      // the preference only ever favours, it never piles a burst onto the first node read.
+      const has = layerIds.length > 0 && (layers === undefined || layerIds.every((l) => layers.ids.has(l)));
       const score = memory - (has ? LAYERS_PREFERENCE : 0);
       if (!best || score < best.score || (score === best.score && (sandboxes < best.sandboxes || (sandboxes === best.sandboxes && row.id < best.id)))) {
         best = { id: row.id, score, sandboxes };

@@ -137,3 +137,32 @@ test("the loader is told when a change was heard during its read (so it applies 
   await read;
   assert.deepEqual(seen, [true, false]);
 });
+
+test('a route another replica changed just before the store went away is still served while it is away; read again once it is back', async () => {
+  let down = false;
+  let stored: RouteEntry | undefined = entry('running');
+  const routes = new RouteTable({
+    loader: async () => {
+      if (down) throw new Error('the store is away');
+      return stored && { ...stored };
+    },
+    hearing: () => true,
+  });
+  assert.equal((await routes.ensure('sb1'))?.status, 'running');
+  // A message says it changed; then PostgreSQL goes away before any request reads it again.
+  routes.forget('sb1');
+  down = true;
+  assert.equal((await routes.ensure('sb1'))?.status, 'running', 'served as known');
+  // Back: the next request reads the store (it was forgotten), and sees what changed.
+  down = false;
+  stored = entry('paused');
+  assert.equal((await routes.ensure('sb1'))?.status, 'paused');
+  // Deleted meanwhile: the route goes at the next read.
+  routes.forget('sb1');
+  stored = undefined;
+  assert.equal(await routes.ensure('sb1'), undefined);
+  assert.equal(routes.get('sb1'), undefined);
+  // Never known: with the store away, an error (the gateway answers 503), not a made-up route.
+  down = true;
+  await assert.rejects(routes.ensure('sb2'), /away/);
+});

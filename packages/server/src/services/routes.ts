@@ -33,6 +33,8 @@ export interface RouteEntry {
 
 /** How long a route stays trusted without a word from the store (cluster roles: see ensure). */
 const ROUTE_TTL_MS = 30_000;
+/** A route another replica changed, and no request asked for since, is kept this long (see forget). */
+const STALE_KEEP_MS = 10 * 60_000;
 
 /**
  * The lookup the gateway uses. On one machine the lifecycle fills it and it is the whole truth. In
@@ -41,6 +43,8 @@ const ROUTE_TTL_MS = 30_000;
  * to the other replicas (`onChange`), which forget what they knew of it.
  */
 export class RouteTable {
+  /** Routes known here that another replica changed since, oldest first (Map order). */
+  private staleSince = new Map<string, number>();
   private byId = new Map<string, RouteEntry>();
   private byPort = new Map<number, string>();
   private readAt = new Map<string, number>();
@@ -126,7 +130,18 @@ export class RouteTable {
   /** Another replica changed the sandbox: what was known of it here is read again when next used. */
   forget(sandboxId: string): void {
     this.outdate(sandboxId);
-    this.drop(sandboxId);
+    // Kept, not trusted: the next request reads the store first, and is served what is known only
+    // if the store cannot answer (a change heard just before PostgreSQL went away must not make
+    // the edge drop a sandbox it knows). Entries no request asked for again go after a while.
+    if (!this.byId.has(sandboxId)) return;
+    this.readAt.delete(sandboxId);
+    this.staleSince.delete(sandboxId);
+    this.staleSince.set(sandboxId, Date.now());
+    const old = Date.now() - STALE_KEEP_MS;
+    for (const [id, at] of this.staleSince) {
+      if (at > old) break;
+      this.drop(id);
+    }
   }
 
   /**
@@ -148,6 +163,7 @@ export class RouteTable {
   }
 
   private put(entry: RouteEntry): void {
+    this.staleSince.delete(entry.sandboxId);
     const old = this.byId.get(entry.sandboxId);
     if (old?.port != null && old.port !== entry.port) this.byPort.delete(old.port);
     this.byId.set(entry.sandboxId, entry);
@@ -155,6 +171,7 @@ export class RouteTable {
     if (entry.port != null) this.byPort.set(entry.port, entry.sandboxId);
   }
   private drop(sandboxId: string): void {
+    this.staleSince.delete(sandboxId);
     const old = this.byId.get(sandboxId);
     if (old?.port != null) this.byPort.delete(old.port);
     this.byId.delete(sandboxId);

@@ -72,12 +72,16 @@ async function commit(id: string, nodeId: string, memoryMb: number): Promise<voi
 }
 
 async function layersRead(): Promise<void> {
-  // The layer sets are read in the background once a heartbeat's digest is seen.
-  for (let i = 0; i < 100; i++) {
+  // The layer sets are read in the background once a heartbeat's digest is seen. A set not read
+  // yet counts as holding everything, so both nodes' sets are read once a layer neither holds goes
+  // to node-a (node-b's read) and one only node-b holds goes to node-b (node-a's read).
+  const res = { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 };
+  for (let i = 0; i < 250; i++) {
     await cluster.refresh(true);
-    if ((await cluster.place({ vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 }, [L1])) === 'node-b') return;
+    if ((await cluster.place(res, [L1])) === 'node-b' && (await cluster.place(res, ['c'.repeat(64)])) === 'node-a') return;
     await new Promise((r) => setTimeout(r, 20));
   }
+  assert.fail("the nodes' layer sets were not read within 5 s");
 }
 
 test('a node holding all the layers is preferred while it is at most a tenth more committed; past that, the least committed', async () => {

@@ -1,4 +1,5 @@
 import { existsSync, mkdirSync, readFileSync, statfsSync, statSync, writeFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { createServer as createHttpServer } from 'node:http';
 import { join } from 'node:path';
@@ -252,7 +253,19 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   const layers = new LayerFetcher({ store: layerStore, maxBytes: config.layerTransfer.maxBytes, timeoutMs: config.layerTransfer.timeoutMs, log });
   let orphans: OrphanCollector | undefined;
   const layerIds = () => layerStore.list();
-  const app = nodeApi({ nodeId: config.node.id, runtime, auth: new ClusterVerifier(config.node.verifyKey), log, layers, layerIds, orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) } });
+  // Snapshots' copies on their way to control: what a crash left there is of no use to anyone.
+  const exportsDir = join(config.dataDir, 'exports');
+  await rm(exportsDir, { recursive: true, force: true });
+  const app = nodeApi({
+    nodeId: config.node.id,
+    runtime,
+    auth: new ClusterVerifier(config.node.verifyKey),
+    log,
+    layers,
+    layerIds,
+    exportsDir,
+    orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) },
+  });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
   log(`node ${config.node.id} serves its runtime at ${config.node.url} (listening on ${config.node.listen.host}:${config.node.listen.port})`);
   // With the cluster's database it joins the registry, which control places sandboxes from.
@@ -542,6 +555,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   // Snapshot and fork layers: always this data dir's own, so always collected when unused.
   const snapshotLayers = new FsLayerStore(join(config.dataDir, 'snapshot-layers'), { log });
   await snapshotLayers.cleanupStale();
+  // In a cluster the nodes fetch a snapshot's layer from here, as they fetch a template's.
+  layerServing?.contents.add(snapshotLayers);
   const locks = new KeyedMutex();
   const snapshots = new SnapshotService({
     store,

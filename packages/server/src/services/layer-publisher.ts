@@ -40,7 +40,7 @@ export class LayerServer {
   }
 
   has(layerId: string): Promise<boolean> {
-    return this.contents.store.has(layerId);
+    return this.contents.has(layerId);
   }
 
   open(layerId: string): ReturnType<LayerContents['open']> {

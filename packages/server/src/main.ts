@@ -446,12 +446,13 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   /** Where build steps run: this machine's runtime (a cluster's control has one of its own for them). */
   let buildRuntime: Runtime | undefined;
   let layerServing: Services['layerServing'];
+  let publisher: LayerPublisher | undefined;
   if (role === 'control') {
     // The nodes fetch the layers they lack from this replica (its own layers directory).
     const signer = new ClusterSigner(config.node.signingKey!);
     const contents = new LayerContents(layers, log);
     layerServing = new LayerServer(contents, signer);
-    const publisher = new LayerPublisher({ contents, signer, controlUrl: config.layerTransfer.controlUrl });
+    publisher = new LayerPublisher({ contents, signer, controlUrl: config.layerTransfer.controlUrl, kv: store.kv });
     log(`cluster: nodes fetch the layers they lack from ${config.layerTransfer.controlUrl} (SANDBOXD_CONTROL_URL)`);
     const cluster = new ClusterRuntime({ store, auth: signer, overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, layers: publisher, log });
     await cluster.setupHost();
@@ -568,6 +569,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     sandbox: (orgId, id) => sandboxes.get(orgId, id),
     settle: () => sandboxes.settle(),
     pool,
+    madeLayer: publisher ? (id) => publisher.announce(id) : undefined,
     log,
   });
   const sandboxes: SandboxService = new SandboxService({

@@ -16,6 +16,7 @@ import { ensureSystemPackages } from './runtime/system-packages.js';
 import { blockedRangeOf, type EgressEndpoint } from './runtime/host.js';
 import { readHostAptConfig } from './images/apt-sources.js';
 import { openBuilder } from './builder/index.js';
+import type { BuildEngine } from './builder/types.js';
 import { nodeApi } from './node/node-api.js';
 import { OrphanCollector } from './services/orphans.js';
 import { NodeMembership } from './services/node-membership.js';
@@ -630,10 +631,21 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   const builder = openBuilder({ dataDir: config.dataDir, runtime: buildRuntime ?? runtime, layers: images.layers, bases: images.bases, stepTimeoutMs: config.buildStepTimeoutMs });
   await builder.cleanupStale();
   const uploads = new UploadService(store, images.blobs, join(config.dataDir, 'keys', 'upload-hmac.key'), config.publicUrl);
+  // In a cluster, the replica that built a template says in the store that it holds its layers:
+  // a create through another replica sends the node here for them (unless that one has them too).
+  const engine: BuildEngine = publisher
+    ? {
+        run: async (input, hooks) => {
+          const result = await builder.engine.run(input, hooks);
+          for (const id of result.layerIds) await publisher.announce(id);
+          return result;
+        },
+      }
+    : builder.engine;
   const builds = new TemplateBuildService(
     store,
     uploads,
-    builder.engine,
+    engine,
     join(config.dataDir, 'build-logs'),
     config.buildLimits,
     log,

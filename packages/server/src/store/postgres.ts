@@ -4,8 +4,11 @@ import { StoreUnavailableError } from './errors.js';
 import { isUnavailable, migrate, Params, PgDb, type Raw } from './postgres-db.js';
 import { describeUrl, isPostgresUrl } from './postgres-url.js';
 import { PgCoordination } from './pg-coordination.js';
+import { PgBlobRepo, PgBuildLogRepo } from './pg-files.js';
 import { checkLeaseMs, checkNodeFilter, checkNodeId, checkNodeRegistration, checkNodeReport, checkNodeStatus, checkNow } from './types.js';
 import type {
+  BlobRepo,
+  BuildLogRepo,
   ApiKeyRepo,
   ApiKeyRow,
   BuildRepo,
@@ -749,6 +752,8 @@ export class PostgresStore implements Store {
   readonly sandboxes: SandboxRepo;
   readonly builds: BuildRepo;
   readonly uploads: UploadRepo;
+  readonly blobs: BlobRepo;
+  readonly buildLogs: BuildLogRepo;
   readonly previews: PreviewRepo;
   readonly snapshots: SnapshotRepo;
   readonly nodes: NodeRepo;
@@ -770,6 +775,8 @@ export class PostgresStore implements Store {
     this.sandboxes = new PgSandboxRepo(db);
     this.builds = new PgBuildRepo(db);
     this.uploads = new PgUploadRepo(db);
+    this.blobs = new PgBlobRepo(db);
+    this.buildLogs = new PgBuildLogRepo(db);
     this.previews = new PgPreviewRepo(db);
     this.snapshots = new PgSnapshotRepo(db);
     this.nodes = new PgNodeRepo(db);

@@ -3,8 +3,11 @@ import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { MIGRATIONS } from './migrations.js';
+import { SqliteBlobRepo, SqliteBuildLogRepo } from './sqlite-files.js';
 import { checkLeaseMs, checkNodeFilter, checkNodeId, checkNodeRegistration, checkNodeReport, checkNodeStatus, checkNow } from './types.js';
 import type {
+  BlobRepo,
+  BuildLogRepo,
   BuildRepo,
   BuildRow,
   UploadRepo,
@@ -40,7 +43,7 @@ type Raw = Record<string, unknown>;
  * reuses the statement (the queries a request makes run on every create, lookup and update). SQL
  * built from a request's fields comes from a fixed set of column names, so the cache stays small.
  */
-class Statements {
+export class Statements {
   private readonly cache = new Map<string, Database.Statement>();
 
   constructor(private readonly db: Db) {}
@@ -797,6 +800,8 @@ export class SqliteStore implements Store {
   readonly sandboxes: SandboxRepo;
   readonly builds: BuildRepo;
   readonly uploads: UploadRepo;
+  readonly blobs: BlobRepo;
+  readonly buildLogs: BuildLogRepo;
   readonly previews: PreviewRepo;
   readonly snapshots: SnapshotRepo;
   readonly nodes: NodeRepo;
@@ -810,6 +815,8 @@ export class SqliteStore implements Store {
     this.sandboxes = new SqliteSandboxRepo(st);
     this.builds = new SqliteBuildRepo(st);
     this.uploads = new SqliteUploadRepo(st);
+    this.blobs = new SqliteBlobRepo(st);
+    this.buildLogs = new SqliteBuildLogRepo(st);
     this.previews = new SqlitePreviewRepo(st);
     this.snapshots = new SqliteSnapshotRepo(st);
     this.nodes = new SqliteNodeRepo(st);

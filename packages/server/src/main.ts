@@ -23,7 +23,9 @@ import type { Runtime } from './runtime/types.js';
 import { ClusterSigner, ClusterVerifier } from './runtime/cluster-auth.js';
 import { openImageServices } from './images/index.js';
 import { ensurePythonCompatLayer } from './images/base-images.js';
-import { UploadService } from './services/uploads.js';
+import { sharedUploadKey, UploadService, uploadKeyFromFile } from './services/uploads.js';
+import { localUploadBlobs, StoreUploadBlobs } from './services/upload-blobs.js';
+import { fileBuildLogs, storeBuildLogs } from './services/build-logs.js';
 import { TemplateBuildService } from './services/template-builds.js';
 import { collectGarbage } from './services/gc.js';
 import { ensureBuiltinTemplates } from './images/bootstrap.js';
@@ -612,17 +614,31 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
 
   const builder = openBuilder({ dataDir: config.dataDir, runtime: buildRuntime ?? runtime, layers: images.layers, bases: images.bases, stepTimeoutMs: config.buildStepTimeoutMs });
   await builder.cleanupStale();
-  const uploads = new UploadService(store, images.blobs, join(config.dataDir, 'keys', 'upload-hmac.key'), config.publicUrl);
-  const builds = new TemplateBuildService(
+  // Replicas share the upload URLs' key and the uploaded bytes through the store; one machine keeps
+  // both in its data directory, as it always did, and its build logs as files there.
+  const uploadBlobs = coordination ? new StoreUploadBlobs(store, images.blobs) : localUploadBlobs(images.blobs);
+  const uploadKey = coordination ? await sharedUploadKey(store) : uploadKeyFromFile(join(config.dataDir, 'keys', 'upload-hmac.key'));
+  const uploads = new UploadService(store, uploadBlobs, uploadKey, config.publicUrl);
+  const builds = new TemplateBuildService({
     store,
     uploads,
-    builder.engine,
-    join(config.dataDir, 'build-logs'),
-    config.buildLimits,
+    engine: builder.engine,
+    limits: config.buildLimits,
     log,
     quotas,
     metrics,
-  );
+    logs: coordination ? storeBuildLogs(store) : fileBuildLogs(join(config.dataDir, 'build-logs')),
+    ...(coordination ? { coordination } : {}),
+  });
+  if (uploadBlobs instanceof StoreUploadBlobs) {
+    const purge = () =>
+      uploadBlobs
+        .purgeStale()
+        .then((n) => n && log(`dropped ${n} upload(s) cut short in the store`))
+        .catch((err: unknown) => log('cannot drop uploads cut short', { error: String(err) }));
+    void purge();
+    setInterval(() => void purge(), 3600_000).unref();
+  }
   const interrupted = await builds.failInterrupted();
   if (interrupted) log(`${interrupted} template build(s) were interrupted by the restart and marked failed`);
   // Layers are collected only when they live in this data dir: a shared layer dir (tests, several

@@ -26,7 +26,7 @@ import { ensurePythonCompatLayer } from './images/base-images.js';
 import { sharedUploadKey, UploadService, uploadKeyFromFile } from './services/uploads.js';
 import { localUploadBlobs, StoreUploadBlobs } from './services/upload-blobs.js';
 import { fileBuildLogs, storeBuildLogs } from './services/build-logs.js';
-import { TemplateBuildService } from './services/template-builds.js';
+import { BUILD_HEARTBEAT_MS, TemplateBuildService } from './services/template-builds.js';
 import { collectGarbage } from './services/gc.js';
 import { ensureBuiltinTemplates } from './images/bootstrap.js';
 import { BUILTIN_TEMPLATES } from './images/builtin.js';
@@ -641,6 +641,15 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   }
   const interrupted = await builds.failInterrupted();
   if (interrupted) log(`${interrupted} template build(s) were interrupted by the restart and marked failed`);
+  // Replicas: a build whose replica died is failed by another, without waiting for a restart.
+  const buildSweep = coordination
+    ? setInterval(() => {
+        coordination
+          .tryExclusive('build-sweep', () => builds.failInterrupted())
+          .then((r) => r.ran && r.value && log(`${r.value} template build(s) of a control replica that stopped were marked failed`))
+          .catch((err: unknown) => log('build sweep failed', { error: String(err) }));
+      }, BUILD_HEARTBEAT_MS * 2)
+    : undefined;
   // Layers are collected only when they live in this data dir: a shared layer dir (tests, several
   // daemons) holds layers this daemon knows nothing about.
   const ownsLayers = config.layersDir.startsWith(`${config.dataDir}/`);
@@ -679,6 +688,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     stopping = true;
     log(`${signal}: shutting down; sandboxes keep running`);
     clearInterval(sweepTimer);
+    clearInterval(buildSweep);
+    builds.close();
     stopOomWatch();
     sync?.close();
     // Each step is logged with its duration: a shutdown that takes long says where.

@@ -20,7 +20,7 @@ import { QuotaService } from '../services/quotas.js';
 import { SlidingWindowLimiter } from '../services/rate-limit.js';
 import { RouteTable } from '../services/routes.js';
 import { SandboxService } from '../services/sandboxes.js';
-import { TemplateBuildService, type BuildEngine } from '../services/template-builds.js';
+import { BUILD_ABANDONED_MS, TemplateBuildService, type BuildEngine } from '../services/template-builds.js';
 import { TemplateService } from '../services/templates.js';
 import { TokenService } from '../services/tokens.js';
 import { BLOB_CHUNK_BYTES, StoreUploadBlobs } from '../services/upload-blobs.js';
@@ -71,6 +71,7 @@ interface Replica {
   url: string;
   store: PostgresStore;
   blobs: StoreUploadBlobs;
+  builds: TemplateBuildService;
   dataDir: string;
 }
 
@@ -125,7 +126,7 @@ async function replica(dbUrl: string, engine: BuildEngine): Promise<Replica> {
   const app = await buildApp({ services: { config, store, keys, tokens, sandboxes, templates, events: new EventBus(), createLimiter, quotas, builds, uploads } });
   await app.listen({ host: '127.0.0.1', port: 0 });
   closers.push(() => app.close());
-  return { app, url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, store, blobs, dataDir: dir };
+  return { app, url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, store, blobs, builds, dataDir: dir };
 }
 
 async function call(r: Replica, key: string | null, method: string, path: string, body?: unknown, headers: Record<string, string> = {}) {
@@ -335,3 +336,35 @@ test('replicas: a file whose stored bytes were altered is refused when a replica
 function streamOf(bytes: Buffer): Readable {
   return Readable.from([bytes]);
 }
+
+test('replicas: a build whose replica stopped is failed by another; one that a live replica runs is left to it', async () => {
+  const db = await server.createDatabase();
+  const gated = gatedEngine();
+  const a = await replica(db, gatedEngine().engine);
+  const b = await replica(db, gated.engine);
+  const org = await new KeyService(a.store).ensureOrg('acme');
+  const { secret: key } = await new KeyService(a.store).createKey(org.id);
+  const started = await call(b, key, 'POST', '/v1/templates/build', { alias: 'live', steps: [{ type: 'from', image: 'debian:11' }] });
+  assert.equal(started.status, 202, JSON.stringify(started.body));
+  const live = started.body.build_id as string;
+  assert.ok((await a.store.builds.byId(live))?.heartbeatAt, 'a build of a replica carries a heartbeat');
+  // A build of a replica that died five minutes ago (its heartbeat stopped then).
+  const old = new Date(Date.now() - 300_000).toISOString();
+  await a.store.builds.insert({
+    id: 'tpl_dead', orgId: org.id, templateId: 'tpl_dead', alias: 'dead', status: 'building', progress: 40, currentStep: 'run',
+    request: {}, errorMessage: null, createdAt: old, startedAt: old, completedAt: null, heartbeatAt: old,
+  });
+
+  assert.equal(await a.builds.failInterrupted(), 1);
+  const dead = await a.store.builds.byId('tpl_dead');
+  assert.equal(dead?.status, 'failed');
+  assert.match(dead?.errorMessage ?? '', /control replica running the build stopped/);
+  assert.equal((await a.store.builds.byId(live))?.status, 'building', "another replica's running build is left alone");
+  // The replica that runs it never takes its own build for abandoned, whatever the time.
+  assert.equal(await b.builds.failInterrupted(Date.now() + 10 * BUILD_ABANDONED_MS), 0);
+  gated.release();
+  for (const deadline = Date.now() + 10_000; (await a.store.builds.byId(live))?.status === 'building'; await new Promise((r) => setTimeout(r, 50))) {
+    assert.ok(Date.now() < deadline, 'the build never finished');
+  }
+  assert.equal((await a.store.builds.byId(live))?.status, 'active');
+});

@@ -21,6 +21,10 @@ export interface BuildLimits {
 export const MAX_BUILD_LOG_BYTES = 16 * 1024 * 1024;
 /** Lines waiting to be written are joined into one string per this many, so a line costs its bytes only. */
 const LOG_LINES_PER_PIECE = 1024;
+/** Replicas: a running build's row says so this often... */
+export const BUILD_HEARTBEAT_MS = 15_000;
+/** ...and a build whose row has not for this long was abandoned (clocks of replicas may differ by part of it). */
+export const BUILD_ABANDONED_MS = 90_000;
 /** The channel on which replicas say that a build's log grew or the build ended (the payload: its id). */
 const LOG_CHANNEL = 'build_log';
 
@@ -155,13 +159,24 @@ export class TemplateBuildService {
     }
   }
 
-  /** Builds a previous process left running can never finish: mark them failed. */
-  async failInterrupted(): Promise<number> {
-    const list = await this.store.builds.unfinished();
-    for (const b of list) {
-      await this.finish(b, 'failed', 'the build was interrupted by a restart of the service; start it again');
+  /**
+   * Builds that can never finish, marked failed. One machine: every build a previous process left
+   * running (call it at start). Replicas: those whose heartbeat stopped (the replica running them
+   * died), never one that a live replica runs (call it at start and now and then).
+   */
+  async failInterrupted(now = Date.now()): Promise<number> {
+    const replicated = this.deps.coordination !== undefined;
+    const abandoned = (b: BuildRow) => !this.aborts.has(b.id) && (!replicated || Date.parse(b.heartbeatAt ?? b.startedAt ?? b.createdAt) < now - BUILD_ABANDONED_MS);
+    let failed = 0;
+    for (const b of (await this.store.builds.unfinished()).filter(abandoned)) {
+      // Read again: its replica may have finished it since the list was read.
+      const fresh = replicated ? await this.store.builds.byId(b.id) : b;
+      if (!fresh || fresh.status !== 'building' || !abandoned(fresh)) continue;
+      const why = replicated ? 'the control replica running the build stopped' : 'the build was interrupted by a restart of the service';
+      await this.finish(fresh, 'failed', `${why}; start it again`);
+      failed++;
     }
-    return list.length;
+    return failed;
   }
 
   private async checkRateLimit(orgId: string): Promise<void> {
@@ -246,6 +261,7 @@ export class TemplateBuildService {
       createdAt: now,
       startedAt: now,
       completedAt: null,
+      ...(this.deps.coordination ? { heartbeatAt: now } : {}),
     };
     // A running build holds its memory and disk like a sandbox (not a sandbox slot): its row counts
     // from here until it finishes.
@@ -260,6 +276,14 @@ export class TemplateBuildService {
   private async execute(build: BuildRow, template: TemplateRow, req: BuildRequest, refs: Map<number, { fileId?: string; path?: string }[]>) {
     const abort = new AbortController();
     this.aborts.set(build.id, abort);
+    // Replicas: the row says the build still runs, so that no other replica takes it for abandoned.
+    const beat = this.deps.coordination
+      ? setInterval(() => {
+          this.store.builds
+            .update(build.id, { heartbeatAt: new Date().toISOString() })
+            .catch((err: unknown) => this.log('cannot record build heartbeat', { build: build.id, error: String(err) }));
+        }, BUILD_HEARTBEAT_MS)
+      : undefined;
     // Logs hold whatever a tenant's steps print (its env values too): root's alone, or in the store as its env_vars are.
     const writer = new BuildLogWriter((text) => this.appendLog(build.id, text), () => this.announce(build.id), this.deps.logs.gatherMs);
     const write = (line: string) => writer.write(line);
@@ -324,6 +348,7 @@ export class TemplateBuildService {
       await this.finish(build, 'failed', message);
       this.log('template build failed', { build: build.id, error: message, ...(err instanceof ServiceError && err.detail ? { detail: err.detail } : {}) });
     } finally {
+      clearInterval(beat);
       this.aborts.delete(build.id);
     }
   }

@@ -231,6 +231,12 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     await s.builds.update('b1', { status: 'active' });
     assert.deepEqual(await s.builds.running('o'), [], 'a finished build no longer runs');
     assert.deepEqual((await s.builds.byId('b1'))?.request, { x: 1 });
+    // A heartbeat is absent (null) until one is written, and round-trips.
+    assert.equal((await s.builds.byId('b1'))?.heartbeatAt, null);
+    await s.builds.insert({ ...b, id: 'b2', heartbeatAt: '2026-01-01T00:00:00.000Z' });
+    assert.equal((await s.builds.byId('b2'))?.heartbeatAt, '2026-01-01T00:00:00.000Z');
+    await s.builds.update('b2', { heartbeatAt: '2026-01-01T00:00:15.000Z' });
+    assert.equal((await s.builds.byId('b2'))?.heartbeatAt, '2026-01-01T00:00:15.000Z');
     s.close();
   });
 

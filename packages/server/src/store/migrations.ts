@@ -341,3 +341,11 @@ MIGRATIONS.push(`
     PRIMARY KEY (build_id, start_offset)
   );
 `);
+
+/**
+ * A build's heartbeat (issue 10): with replicas, a build left `building` is known to be abandoned
+ * only when the replica running it stopped saying it still runs it.
+ */
+MIGRATIONS.push(`
+  ALTER TABLE builds ADD COLUMN heartbeat_at TEXT;
+`);

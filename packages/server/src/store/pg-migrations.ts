@@ -276,3 +276,8 @@ PG_MIGRATIONS.push(`
     PRIMARY KEY (build_id, start_offset)
   );
 `);
+
+/** A build's heartbeat (issue 10), as in migrations.ts. */
+PG_MIGRATIONS.push(`
+  ALTER TABLE builds ADD COLUMN heartbeat_at text COLLATE "C";
+`);

@@ -433,6 +433,7 @@ function buildFrom(r: Raw): BuildRow {
     createdAt: String(r.created_at),
     startedAt: str(r.started_at),
     completedAt: str(r.completed_at),
+    heartbeatAt: str(r.heartbeat_at),
   };
 }
 
@@ -449,6 +450,7 @@ const BUILD_COLUMNS: Record<keyof BuildRow, { column: string; json?: true }> = {
   createdAt: { column: 'created_at' },
   startedAt: { column: 'started_at' },
   completedAt: { column: 'completed_at' },
+  heartbeatAt: { column: 'heartbeat_at' },
 };
 
 class PgBuildRepo implements BuildRepo {
@@ -456,7 +458,7 @@ class PgBuildRepo implements BuildRepo {
   async insert(b: BuildRow) {
     const p = new Params();
     const fields = Object.keys(BUILD_COLUMNS) as (keyof BuildRow)[];
-    const values = fields.map((f) => p.add(BUILD_COLUMNS[f].json ? jsonb(b[f]) : b[f]));
+    const values = fields.map((f) => p.add(BUILD_COLUMNS[f].json ? jsonb(b[f]) : (b[f] ?? null)));
     await this.db.run(`INSERT INTO builds (${fields.map((f) => BUILD_COLUMNS[f].column).join(', ')}) VALUES (${values.join(', ')})`, p.values);
   }
   async byId(id: string) {

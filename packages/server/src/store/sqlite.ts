@@ -488,6 +488,7 @@ function buildFrom(r: Raw): BuildRow {
     createdAt: String(r.created_at),
     startedAt: (r.started_at as string | null) ?? null,
     completedAt: (r.completed_at as string | null) ?? null,
+    heartbeatAt: (r.heartbeat_at as string | null) ?? null,
   };
 }
 
@@ -504,6 +505,7 @@ const BUILD_COLUMNS: Record<keyof BuildRow, string> = {
   createdAt: 'created_at',
   startedAt: 'started_at',
   completedAt: 'completed_at',
+  heartbeatAt: 'heartbeat_at',
 };
 
 class SqliteBuildRepo implements BuildRepo {
@@ -512,7 +514,7 @@ class SqliteBuildRepo implements BuildRepo {
     const cols = Object.keys(BUILD_COLUMNS) as (keyof BuildRow)[];
     this.db
       .prepare(`INSERT INTO builds (${cols.map((c) => BUILD_COLUMNS[c]).join(',')}) VALUES (${cols.map(() => '?').join(',')})`)
-      .run(...cols.map((c) => sqlValue(b[c])));
+      .run(...cols.map((c) => sqlValue(b[c] ?? null)));
   }
   async byId(id: string) {
     const r = this.db.prepare('SELECT * FROM builds WHERE id = ?').get(id) as Raw | undefined;
@@ -527,7 +529,7 @@ class SqliteBuildRepo implements BuildRepo {
     if (keys.length === 0) return;
     this.db
       .prepare(`UPDATE builds SET ${keys.map((k) => `${BUILD_COLUMNS[k]} = ?`).join(', ')} WHERE id = ?`)
-      .run(...keys.map((k) => sqlValue(patch[k])), id);
+      .run(...keys.map((k) => sqlValue(patch[k] ?? null)), id);
   }
   async countSince(orgId: string, since: string) {
     const r = this.db.prepare('SELECT count(*) AS n FROM builds WHERE org_id = ? AND created_at > ?').get(orgId, since) as Raw;

@@ -318,6 +318,11 @@ export interface BuildRow {
   createdAt: string;
   startedAt: string | null;
   completedAt: string | null;
+  /**
+   * Replicas: when the process running it last said it still does (absent or null on one machine,
+   * where a restart is the only way a build stops running unfinished).
+   */
+  heartbeatAt?: string | null;
 }
 
 export interface UploadRow {

@@ -588,6 +588,15 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     assert.deepEqual((await store.blobs.chunks(sha, 0, 10)).map((c) => c.toString()), ['hello ', 'world']);
     await assert.rejects(store.blobs.append('b2', 1, Buffer.from('x')), /not being written/);
 
+    // Two replicas committing the same content at once: one stores it, the other's is dropped.
+    const raced = 'd'.repeat(64);
+    for (const id of ['r1', 'r2']) {
+      await store.blobs.begin(id, '2026-01-01T00:00:00.000Z');
+      await store.blobs.append(id, 0, Buffer.from('same'));
+    }
+    assert.deepEqual((await Promise.all([store.blobs.commit('r1', raced, 4), store.blobs.commit('r2', raced, 4)])).sort(), ['exists', 'stored']);
+    assert.deepEqual((await store.blobs.chunks(raced, 0, 5)).map((c) => c.toString()), ['same']);
+
     // Binary bytes come back as they went in.
     const bin = Buffer.from([0, 255, 0x0a, 0xc3, 0x28, 1]);
     const sha2 = 'b'.repeat(64);

@@ -22,9 +22,16 @@ export class SqliteBlobRepo implements BlobRepo {
       await this.discard(id);
       return 'exists' as const;
     }
-    const changed = this.db.prepare('UPDATE upload_blobs SET sha256 = ?, size = ? WHERE id = ? AND sha256 IS NULL').run(sha256, size, id).changes;
-    if (changed === 0) throw new Error(`blob ${id} is not being written`);
-    return 'stored' as const;
+    try {
+      const changed = this.db.prepare('UPDATE upload_blobs SET sha256 = ?, size = ? WHERE id = ? AND sha256 IS NULL').run(sha256, size, id).changes;
+      if (changed === 0) throw new Error(`blob ${id} is not being written`);
+      return 'stored' as const;
+    } catch (err) {
+      // Another commit of the same content between the look and the write.
+      if ((err as { code?: unknown }).code !== 'SQLITE_CONSTRAINT_UNIQUE') throw err;
+      await this.discard(id);
+      return 'exists' as const;
+    }
   }
   async discard(id: string) {
     const open = this.db.prepare('SELECT 1 FROM upload_blobs WHERE id = ? AND sha256 IS NULL').get(id);

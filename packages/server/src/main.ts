@@ -25,8 +25,10 @@ import type { Runtime } from './runtime/types.js';
 import { ClusterSigner, ClusterVerifier } from './runtime/cluster-auth.js';
 import { openImageServices } from './images/index.js';
 import { ensurePythonCompatLayer } from './images/base-images.js';
-import { UploadService } from './services/uploads.js';
-import { TemplateBuildService } from './services/template-builds.js';
+import { sharedUploadKey, UploadService, uploadKeyFromFile } from './services/uploads.js';
+import { localUploadBlobs, StoreUploadBlobs } from './services/upload-blobs.js';
+import { fileBuildLogs, storeBuildLogs } from './services/build-logs.js';
+import { BUILD_HEARTBEAT_MS, TemplateBuildService } from './services/template-builds.js';
 import { collectGarbage } from './services/gc.js';
 import { ensureBuiltinTemplates } from './images/bootstrap.js';
 import { BUILTIN_TEMPLATES } from './images/builtin.js';
@@ -630,7 +632,11 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
 
   const builder = openBuilder({ dataDir: config.dataDir, runtime: buildRuntime ?? runtime, layers: images.layers, bases: images.bases, stepTimeoutMs: config.buildStepTimeoutMs });
   await builder.cleanupStale();
-  const uploads = new UploadService(store, images.blobs, join(config.dataDir, 'keys', 'upload-hmac.key'), config.publicUrl);
+  // Replicas share the upload URLs' key and the uploaded bytes through the store; one machine keeps
+  // both in its data directory, as it always did, and its build logs as files there.
+  const uploadBlobs = coordination ? new StoreUploadBlobs(store, images.blobs) : localUploadBlobs(images.blobs);
+  const uploadKey = coordination ? await sharedUploadKey(store) : uploadKeyFromFile(join(config.dataDir, 'keys', 'upload-hmac.key'));
+  const uploads = new UploadService(store, uploadBlobs, uploadKey, config.publicUrl);
   // In a cluster, the replica that built a template says in the store that it holds its layers:
   // a create through another replica sends the node here for them (unless that one has them too).
   const engine: BuildEngine = publisher
@@ -642,18 +648,37 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
         },
       }
     : builder.engine;
-  const builds = new TemplateBuildService(
+  const builds = new TemplateBuildService({
     store,
     uploads,
     engine,
-    join(config.dataDir, 'build-logs'),
-    config.buildLimits,
+    limits: config.buildLimits,
     log,
     quotas,
     metrics,
-  );
+    logs: coordination ? storeBuildLogs(store) : fileBuildLogs(join(config.dataDir, 'build-logs')),
+    ...(coordination ? { coordination } : {}),
+  });
+  if (uploadBlobs instanceof StoreUploadBlobs) {
+    const purge = () =>
+      uploadBlobs
+        .purgeStale()
+        .then((n) => n && log(`dropped ${n} upload(s) cut short in the store`))
+        .catch((err: unknown) => log('cannot drop uploads cut short', { error: String(err) }));
+    void purge();
+    setInterval(() => void purge(), 3600_000).unref();
+  }
   const interrupted = await builds.failInterrupted();
   if (interrupted) log(`${interrupted} template build(s) were interrupted by the restart and marked failed`);
+  // Replicas: a build whose replica died is failed by another, without waiting for a restart.
+  const buildSweep = coordination
+    ? setInterval(() => {
+        coordination
+          .tryExclusive('build-sweep', () => builds.failInterrupted())
+          .then((r) => r.ran && r.value && log(`${r.value} template build(s) of a control replica that stopped were marked failed`))
+          .catch((err: unknown) => log('build sweep failed', { error: String(err) }));
+      }, BUILD_HEARTBEAT_MS * 2)
+    : undefined;
   // Layers are collected only when they live in this data dir: a shared layer dir (tests, several
   // daemons) holds layers this daemon knows nothing about.
   const ownsLayers = config.layersDir.startsWith(`${config.dataDir}/`);
@@ -692,6 +717,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     stopping = true;
     log(`${signal}: shutting down; sandboxes keep running`);
     clearInterval(sweepTimer);
+    clearInterval(buildSweep);
+    builds.close();
     stopOomWatch();
     sync?.close();
     // Each step is logged with its duration: a shutdown that takes long says where.

@@ -19,7 +19,9 @@ import { openBuilder } from './builder/index.js';
 import type { BuildEngine } from './builder/types.js';
 import { nodeApi } from './node/node-api.js';
 import { OrphanCollector } from './services/orphans.js';
-import { NodeMembership } from './services/node-membership.js';
+import { NodeMembership, storeRegistry, type NodeRegistry } from './services/node-membership.js';
+import { NodeRegistryAuth } from './services/node-registry.js';
+import { RegistryClient } from './services/registry-client.js';
 import { ClusterRuntime } from './services/cluster-runtime.js';
 import type { Runtime } from './runtime/types.js';
 import { ClusterSigner, ClusterVerifier } from './runtime/cluster-auth.js';
@@ -206,7 +208,7 @@ function diskGbOf(dir: string): number {
  * into the config; the verify key, SANDBOXD_CLUSTER_VERIFY_KEY, is public.)
  */
 function scrubSecrets(env: NodeJS.ProcessEnv): void {
-  for (const name of ['SANDBOXD_DATABASE_URL', 'SANDBOXD_BOOTSTRAP_API_KEY', 'SANDBOXD_REGISTRY_PASSWORD']) delete env[name];
+  for (const name of ['SANDBOXD_DATABASE_URL', 'SANDBOXD_BOOTSTRAP_API_KEY', 'SANDBOXD_REGISTRY_PASSWORD', 'SANDBOXD_NODE_CREDENTIAL']) delete env[name];
 }
 
 /** What every role that runs sandboxes checks first: root, the agent bundle, a private data directory. */
@@ -271,13 +273,24 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
   log(`node ${config.node.id} serves its runtime at ${config.node.url} (listening on ${config.node.listen.host}:${config.node.listen.port})`);
-  // With the cluster's database it joins the registry, which control places sandboxes from.
+  // It joins the registry, which control places sandboxes from: through control with its registry
+  // credential (no database credentials on the node), or in the cluster's database itself.
   let membership: NodeMembership | undefined;
   let store: Store | undefined;
-  if (config.databaseUrl) {
+  let registry: NodeRegistry | undefined;
+  if (config.node.credential) {
+    if (!config.node.controlUrl) throw new Error('a node with a registry credential needs SANDBOXD_CONTROL_URL: where it reaches control (any replica)');
+    if (config.databaseUrl) log('SANDBOXD_NODE_CREDENTIAL_FILE is set: this node registers through control, and does not use SANDBOXD_DATABASE_URL');
+    registry = new RegistryClient({ controlUrl: config.node.controlUrl, credential: config.node.credential });
+    log(`node ${config.node.id} registers through control at ${config.node.controlUrl}`);
+  } else if (config.databaseUrl) {
     store = await openStore(config, log);
+    registry = storeRegistry(store);
+  }
+  if (registry) {
+    const reg = registry;
     membership = new NodeMembership({
-      store,
+      registry: reg,
       runtime,
       id: config.node.id,
       url: config.node.url,
@@ -291,12 +304,23 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
       layers: layerIds,
       log,
     });
-    await membership.start();
     // What no control replica owns (one died mid-create, or with its warm pool) goes after a grace.
-    orphans = new OrphanCollector({ nodeId: config.node.id, runtime, store, graceMs: config.node.orphanGraceSeconds * 1000, log });
-    orphans.start();
+    const collector = new OrphanCollector({ nodeId: config.node.id, runtime, liveIds: () => reg.liveIds(config.node.id), graceMs: config.node.orphanGraceSeconds * 1000, log });
+    if (store) {
+      await membership.start();
+      orphans = collector;
+      orphans.start();
+    } else {
+      // Through control, which may start after this node: registered once it answers.
+      const m = membership;
+      void m.startWhenReachable(2000).then((registered) => {
+        if (!registered || closing) return;
+        orphans = collector;
+        orphans.start();
+      });
+    }
   } else {
-    log('no SANDBOXD_DATABASE_URL: this node is not in a registry (control must be given its URL)');
+    log('no SANDBOXD_NODE_CREDENTIAL_FILE and no SANDBOXD_DATABASE_URL: this node is not in a registry (control must be given its URL)');
   }
   let closing: Promise<void> | undefined;
   const close = () =>
@@ -449,10 +473,13 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   /** Where build steps run: this machine's runtime (a cluster's control has one of its own for them). */
   let buildRuntime: Runtime | undefined;
   let layerServing: Services['layerServing'];
+  let nodeRegistry: Services['nodeRegistry'];
   let publisher: LayerPublisher | undefined;
   if (role === 'control') {
     // The nodes fetch the layers they lack from this replica (its own layers directory).
     const signer = new ClusterSigner(config.node.signingKey!);
+    // Nodes without database credentials register through here, each with its own credential.
+    nodeRegistry = new NodeRegistryAuth(signer);
     const contents = new LayerContents(layers, log);
     layerServing = new LayerServer(contents, signer);
     publisher = new LayerPublisher({ contents, signer, controlUrl: config.layerTransfer.controlUrl, kv: store.kv });
@@ -691,7 +718,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     await snapshots.collectSoon();
   };
   const stopOomWatch = sandboxes.watchOom();
-  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool, connections, metrics, snapshots, layerServing };
+  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool, connections, metrics, snapshots, layerServing, nodeRegistry };
   const app = await buildApp({ services, logger });
   await app.listen({ host: config.host, port: config.port });
   const metricsServer = config.metrics.listen ? await serveMetrics(metrics, config.metrics.listen) : undefined;

@@ -8,7 +8,9 @@ const MAX_CLAIM_TTL_MS = 10 * 60_000;
 export interface OrphanCollectorOptions {
   nodeId: string;
   runtime: Pick<Runtime, 'list' | 'destroy'>;
-  store: Pick<Store, 'sandboxes'>;
+  /** What the store records on this node: the store itself, or control's registry (NodeRegistry.liveIds). */
+  store?: Pick<Store, 'sandboxes'>;
+  liveIds?: () => Promise<string[]>;
   /** How long a sandbox may be unknown to the store and unclaimed before it goes. */
   graceMs: number;
   /** How often to look (default: a quarter of the grace, between 5 s and 60 s). */
@@ -76,7 +78,7 @@ export class OrphanCollector {
     this.expire(now);
     const held = await this.o.runtime.list();
     // Read after the listing: a create recorded between the two is seen as owned.
-    const owned = new Set((await this.o.store.sandboxes.live(this.o.nodeId)).map((r) => r.id));
+    const owned = new Set(this.o.liveIds ? await this.o.liveIds() : (await this.o.store!.sandboxes.live(this.o.nodeId)).map((r) => r.id));
     const heldSet = new Set(held);
     for (const id of this.unowned.keys()) if (!heldSet.has(id)) this.unowned.delete(id);
     for (const id of held) {

@@ -298,7 +298,7 @@ function nodeFrom(env: NodeJS.ProcessEnv): NodeConfig {
   }
   if (credential !== null && !/^[\w-]+\.[\w-]+\.[\w-]+$/.test(credential)) throw new ConfigError('the node credential (SANDBOXD_NODE_CREDENTIAL_FILE) is not one: make it with `sandboxd cluster node-credential <node id>`');
   const controlUrl = env.SANDBOXD_CONTROL_URL?.trim().replace(/\/+$/, '') || null;
-  if (controlUrl !== null && !/^https?:\/\/[^/?#]+(\/[^?#]*)?$/.test(controlUrl)) throw new ConfigError(`SANDBOXD_CONTROL_URL must be http(s)://host:port, got "${controlUrl}"`);
+  if (controlUrl !== null && !/^https?:\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?(\/[^?#]*)?$/.test(controlUrl)) throw new ConfigError(`SANDBOXD_CONTROL_URL must be http(s)://host:port, got "${controlUrl}"`);
   return { id, listen: { host, port }, url, ...clusterKeysFrom(env), credential, controlUrl, overcommit, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1), orphanGraceSeconds: int(env, 'SANDBOXD_NODE_ORPHAN_GRACE_SECONDS', 300, 10, 86_400), claimSeconds: int(env, 'SANDBOXD_CLUSTER_CLAIM_SECONDS', 30, 1, 150) };
 }
 

@@ -289,6 +289,12 @@ function mountAt(c: any, path: string): any {
   assert.ok(m, `container ${c.name} mounts nothing at ${path}`);
   return m;
 }
+/** The mount that holds `path` (the deepest whose mount path is it or one of its parents). */
+function mountHolding(c: any, path: string): any {
+  const ms = (c.volumeMounts ?? []).filter((v: any) => path === v.mountPath || path.startsWith(`${String(v.mountPath).replace(/\/+$/, '')}/`));
+  assert.ok(ms.length, `container ${c.name} mounts nothing that holds ${path}`);
+  return ms.sort((a: any, b: any) => b.mountPath.length - a.mountPath.length)[0];
+}
 const volumeOf = (w: K8sObject, name: string) => (w.spec.template.spec.volumes ?? []).find((v: any) => v.name === name);
 
 // ---- the tests --------------------------------------------------------------------------------
@@ -547,18 +553,19 @@ describe('deploy/kubernetes: the manifests', () => {
         assert.equal(c.livenessProbe?.httpGet?.path, '/health');
       });
 
-      test('the layers: one ReadWriteMany volume, at the same path in control and the nodes', () => {
+      test("the layers: control's on one ReadWriteMany volume; a node's in its own host path, none of the volume", () => {
         const r = renderOf(name);
-        const claims = (['node', 'control'] as const).map((role) => {
-          const { workload, container } = roleContainer(r, role);
-          const config = mustConfig(containerEnv(r, container, filledIn), role);
-          const v = volumeOf(workload, mountAt(container, config.layersDir).name);
-          assert.ok(v?.persistentVolumeClaim, `${role}: the layers are on a PersistentVolumeClaim`);
-          return { path: config.layersDir, claim: v.persistentVolumeClaim.claimName as string };
-        });
-        assert.deepEqual(claims[0], claims[1]);
-        const pvc = named(r, 'PersistentVolumeClaim', claims[0]!.claim)!;
+        const { workload: cw, container: cc } = roleContainer(r, 'control');
+        const cconfig = mustConfig(containerEnv(r, cc, filledIn), 'control');
+        const v = volumeOf(cw, mountAt(cc, cconfig.layersDir).name);
+        assert.ok(v?.persistentVolumeClaim, 'control: the layers are on a PersistentVolumeClaim');
+        const pvc = named(r, 'PersistentVolumeClaim', v.persistentVolumeClaim.claimName as string)!;
         assert.ok(pvc.spec.accessModes.includes('ReadWriteMany'), 'ReadWriteMany');
+        const { workload: nw, container: nc } = roleContainer(r, 'node');
+        const nconfig = mustConfig(containerEnv(r, nc, filledIn), 'node');
+        const nv = volumeOf(nw, mountHolding(nc, nconfig.layersDir).name);
+        assert.ok(nv?.hostPath, "node: its layers are in a host path of its machine (they outlive the pod)");
+        assert.ok(!(nw.spec.template.spec.volumes ?? []).some((x: any) => x.persistentVolumeClaim), 'the node mounts no shared volume');
       });
 
       test('one image for the roles', () => {

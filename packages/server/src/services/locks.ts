@@ -1,5 +1,14 @@
-/** Serializes async work per key (one lifecycle operation at a time per sandbox). */
-export class KeyedMutex {
+import type { Coordination } from '../store/types.js';
+
+/** One piece of work at a time per key: what the services lock a sandbox or an organization with. */
+export interface Mutex {
+  run<T>(key: string, fn: () => Promise<T>): Promise<T>;
+  /** Whether work of this process holds (or waits for) `key` now. */
+  busy(key: string): boolean;
+}
+
+/** Serializes async work per key within this process (one lifecycle operation at a time per sandbox). */
+export class KeyedMutex implements Mutex {
   private tails = new Map<string, Promise<void>>();
 
   /** Whether work holds (or waits for) `key` now. */
@@ -20,6 +29,35 @@ export class KeyedMutex {
       release();
       if (this.tails.get(key) === tail) this.tails.delete(key);
     }
+  }
+}
+
+/**
+ * A KeyedMutex across the control replicas of a cluster: the key's lock in this process, then the
+ * lock of `<scope>:<key>` in the store's coordination (PostgreSQL), so one replica at a time works
+ * on a sandbox (or admits for an organization). This process's own waiters queue here, and only
+ * the first asks the store. A wait for another replica's work lasts as long as that work; a store
+ * that is away fails the wait with StoreUnavailableError (503) in bounded time.
+ *
+ * `busy` answers for this process's work only: the sweep uses it to pass over a sandbox being
+ * worked on, as a shortcut; a sandbox another replica works on is not passed over but waited for,
+ * and every verb reads its row again under the lock and checks its state, so the sweep never
+ * undoes that replica's work (a long one only holds up the rest of the sweep's turn).
+ */
+export class ReplicaMutex implements Mutex {
+  private readonly local = new KeyedMutex();
+
+  constructor(
+    private readonly coordination: Pick<Coordination, 'exclusive'>,
+    private readonly scope: string,
+  ) {}
+
+  busy(key: string): boolean {
+    return this.local.busy(key);
+  }
+
+  run<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    return this.local.run(key, () => this.coordination.exclusive(`${this.scope}:${key}`, fn));
   }
 }
 

@@ -5,7 +5,7 @@ import { DEFAULT_EGRESS, isRestricted, normalizeEntries } from '../runtime/egres
 import type { Runtime, RuntimeStatus, SandboxSpec } from '../runtime/types.js';
 import type { SandboxRow, Store } from '../store/types.js';
 import type { EventBus } from './events.js';
-import { Slots, type KeyedMutex } from './locks.js';
+import { Slots, type Mutex } from './locks.js';
 import type { RouteEntry, RouteTable } from './routes.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { TemplateService } from './templates.js';
@@ -49,7 +49,7 @@ export interface SandboxServiceDeps {
   gateway: GatewayControl;
   routes: RouteTable;
   events: EventBus;
-  locks: KeyedMutex;
+  locks: Mutex;
   createLimiter: RateLimiter;
   /** Per-organization limits: checked at create, start and timeout changes. */
   quotas: QuotaService;

@@ -50,6 +50,8 @@ export class PgLocks {
   /** Each name held here, with the connection it was taken on (null: being asked for). */
   private readonly held = new Map<string, pg.Client | null>();
   private readonly dropped = new WeakSet<pg.Client>();
+  /** Each connection's last query: the next waits for it (pg is to stop queueing a client's queries itself). */
+  private readonly tails = new WeakMap<pg.Client, Promise<unknown>>();
   private closed = false;
 
   constructor(private readonly opts: PgLocksOptions) {}
@@ -84,7 +86,7 @@ export class PgLocks {
     let client: pg.Client | undefined;
     try {
       client = await this.connection();
-      const got = (await client.query<{ got: boolean }>('SELECT pg_try_advisory_lock($1) AS got', [lockKey(name)])).rows[0]!.got;
+      const got = (await this.ask<{ got: boolean }>(client, 'SELECT pg_try_advisory_lock($1) AS got', [lockKey(name)])).rows[0]!.got;
       if (got && this.client === client) {
         this.held.set(name, client);
         return client;
@@ -106,9 +108,19 @@ export class PgLocks {
       // Sent before any later ask for the name here (one connection answers in order); a connection
       // that was lost meanwhile took the lock with it.
       if (this.client === client) {
-        await client.query('SELECT pg_advisory_unlock($1)', [lockKey(name)]).catch(() => this.drop(client));
+        await this.ask(client, 'SELECT pg_advisory_unlock($1)', [lockKey(name)]).catch(() => this.drop(client));
       }
     }
+  }
+
+  /** A query on the locks' connection, after the ones asked before it (in the order asked, at once). */
+  private ask<R extends pg.QueryResultRow>(client: pg.Client, sql: string, args: unknown[]): Promise<pg.QueryResult<R>> {
+    const run = (this.tails.get(client) ?? Promise.resolve()).then(() => client.query<R>(sql, args));
+    this.tails.set(
+      client,
+      run.catch(() => undefined),
+    );
+    return run;
   }
 
   private connection(): Promise<pg.Client> {

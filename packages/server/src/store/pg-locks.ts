@@ -39,10 +39,10 @@ export interface PgLocksOptions {
  *   still goes in order, and the others get it when that work is done.
  * - Session locks stack within a session, so one holder per name in this process: the names held
  *   (or being asked for) here are kept, and a second asker here waits as one elsewhere would.
- * - The connection's server going away frees every lock on it (the holders still running hold
- *   nothing from then: their store calls fail as unavailable meanwhile, and rows change only by
- *   compare-and-set). A lock query that fails or times out drops the connection, so a lock the
- *   server granted late is never left held.
+ * - The connection lost (the server restarted, the connection cut) frees every lock on it: the
+ *   holders still running hold nothing from then until they end (while the server is away their
+ *   store calls fail too; rows change only by compare-and-set either way). A lock query that fails
+ *   or times out drops the connection, so a lock the server granted late is never left held.
  */
 export class PgLocks {
   private client: pg.Client | undefined;

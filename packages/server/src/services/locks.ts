@@ -5,6 +5,8 @@ export interface Mutex {
   run<T>(key: string, fn: () => Promise<T>): Promise<T>;
   /** Whether work of this process holds (or waits for) `key` now. */
   busy(key: string): boolean;
+  /** Whether work of any process holds `key` now (absent: this process is the only one, `busy` says it). */
+  held?(key: string): Promise<boolean>;
 }
 
 /** Serializes async work per key within this process (one lifecycle operation at a time per sandbox). */
@@ -39,16 +41,15 @@ export class KeyedMutex implements Mutex {
  * the first asks the store. A wait for another replica's work lasts as long as that work; a store
  * that is away fails the wait with StoreUnavailableError (503) in bounded time.
  *
- * `busy` answers for this process's work only: the sweep uses it to pass over a sandbox being
- * worked on, as a shortcut; a sandbox another replica works on is not passed over but waited for,
- * and every verb reads its row again under the lock and checks its state, so the sweep never
- * undoes that replica's work (a long one only holds up the rest of the sweep's turn).
+ * `busy` answers for this process's work only, at once; `held` for every replica's, from the store
+ * (the sweep passes over a sandbox another replica works on, a snapshot's copy say, rather than
+ * wait for it with the rest of its turn).
  */
 export class ReplicaMutex implements Mutex {
   private readonly local = new KeyedMutex();
 
   constructor(
-    private readonly coordination: Pick<Coordination, 'exclusive'>,
+    private readonly coordination: Pick<Coordination, 'exclusive' | 'tryExclusive'>,
     private readonly scope: string,
   ) {}
 
@@ -58,6 +59,12 @@ export class ReplicaMutex implements Mutex {
 
   run<T>(key: string, fn: () => Promise<T>): Promise<T> {
     return this.local.run(key, () => this.coordination.exclusive(`${this.scope}:${key}`, fn));
+  }
+
+  /** Taken and given back at once if no one holds it: two queries on the store's locks connection. */
+  async held(key: string): Promise<boolean> {
+    if (this.local.busy(key)) return true;
+    return !(await this.coordination.tryExclusive(`${this.scope}:${key}`, async () => undefined)).ran;
   }
 }
 

@@ -1,14 +1,24 @@
 import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { ServiceError } from '@sandboxd/protocol';
 import { StoreUnavailableError } from '../store/errors.js';
 import { PostgresStore } from '../store/postgres.js';
 import type { SandboxRow } from '../store/types.js';
+import { FakeRuntime } from '../testing/fake-runtime.js';
 import { startPostgres, type TestPostgres } from '../testing/postgres.js';
+import { EventBus } from './events.js';
 import type { OrgLimits } from './limits.js';
 import { ReplicaMutex } from './locks.js';
 import { QuotaService } from './quotas.js';
+import { SlidingWindowLimiter } from './rate-limit.js';
+import { RouteTable } from './routes.js';
+import { SandboxService } from './sandboxes.js';
+import { TemplateService } from './templates.js';
+import { TokenService } from './tokens.js';
 
 // Two "replicas" of control: two stores (each its pool and its locks' connection) on one database,
 // as two processes have them.
@@ -176,4 +186,51 @@ test('PostgreSQL stopped while a replica waits for a lock: the wait, the ones qu
   releaseA();
   await holding;
   assert.equal(await la.run('sb1', async () => 'a after'), 'a after');
+});
+
+test("the sweep passes over a sandbox whose verb runs in another replica (it stays due), and takes it once that is done", async () => {
+  const [a, b] = await replicas();
+  const dir = await mkdtemp(join(tmpdir(), 'sbd-sweep-'));
+  const runtime = new FakeRuntime({ socketDir: join(dir, 's') });
+  try {
+    const org = await a.orgs.create('acme');
+    await a.sandboxes.insert({ ...row('sbdue', org.id), status: 'stopped', timeoutSeconds: 60, expiresAt: new Date(Date.now() - 1000).toISOString() });
+    const sweeper = new SandboxService({
+      store: b,
+      runtime,
+      tokens: new TokenService(join(dir, 'jwt.pem'), 60),
+      templates: new TemplateService(b),
+      layerPath: (l) => l,
+      gateway: { open: async () => null, close: async () => undefined, publicHost: (id) => `http://${id}.sandbox.test` },
+      routes: new RouteTable(),
+      events: new EventBus(),
+      locks: new ReplicaMutex(b.coordination, 'sandbox'),
+      createLimiter: new SlidingWindowLimiter(0, 60_000, 'creates'),
+      quotas: new QuotaService(b, LIMITS, new ReplicaMutex(b.coordination, 'org-quota')),
+      agentReadyTimeoutMs: 1000,
+      tombstoneSeconds: 60,
+      nodeId: 'n',
+      log: () => undefined,
+      cluster: { used: () => undefined, interrupted: () => undefined, changed: () => undefined },
+    });
+    // Replica a works on it (a snapshot's long copy, say).
+    let release!: () => void;
+    const working = new ReplicaMutex(a.coordination, 'sandbox').run('sbdue', () => new Promise<void>((r) => (release = r)));
+    await sleep(100);
+    try {
+      const turn = sweeper.sweep();
+      const late = await Promise.race([turn.then(() => false), sleep(2000).then(() => true)]);
+      assert.equal(late, false, "the sweep's turn went on, it did not wait for the other replica");
+      assert.equal((await b.sandboxes.byId('sbdue'))!.status, 'stopped', 'passed over, still due');
+    } finally {
+      release();
+      await working;
+    }
+    await sweeper.sweep();
+    assert.equal((await b.sandboxes.byId('sbdue'))!.status, 'deleted', 'taken at the next turn');
+    await sweeper.settle();
+  } finally {
+    await runtime.dispose();
+    await rm(dir, { recursive: true, force: true });
+  }
 });

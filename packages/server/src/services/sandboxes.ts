@@ -1063,7 +1063,7 @@ export class SandboxService {
     for (const row of due) {
       // A long operation on it (a snapshot's copy) must not hold up every other sandbox's deadline:
       // it stays due, and the next sweep takes it.
-      if (this.d.locks.busy(row.id)) continue;
+      if (await this.working(row.id)) continue;
       try {
         if (row.onTimeout === 'pause' && row.status === 'running') await this.pause(row.orgId, row.id, 'timeout');
         else if (row.onTimeout === 'pause' && row.status === 'paused') await this.delete(row.orgId, row.id, 'retention');
@@ -1073,7 +1073,7 @@ export class SandboxService {
       }
     }
     for (const row of await this.d.store.sandboxes.idleDue(now.toISOString())) {
-      if (this.d.locks.busy(row.id)) continue;
+      if (await this.working(row.id)) continue;
       try {
         await this.idleCheck(row, now.getTime());
       } catch (err) {
@@ -1089,10 +1089,19 @@ export class SandboxService {
     return due.length;
   }
 
+  /**
+   * Whether a verb works on the sandbox now (in a cluster, in any replica): the sweep passes over
+   * it. One that starts just after is waited for, and changes nothing the sweep then undoes: every
+   * verb reads the row again under the lock.
+   */
+  private async working(id: string): Promise<boolean> {
+    return this.d.locks.held ? this.d.locks.held(id) : this.d.locks.busy(id);
+  }
+
   /** Cluster: rows a replica wrote for a create and never finished (it died); their sandbox, if any, goes too. */
   private async removeAbandonedCreates(now: number): Promise<void> {
     for (const row of await this.d.store.sandboxes.live()) {
-      if (row.status !== 'creating' || now - Date.parse(row.createdAt) < ABANDONED_CREATE_MS || this.d.locks.busy(row.id)) continue;
+      if (row.status !== 'creating' || now - Date.parse(row.createdAt) < ABANDONED_CREATE_MS || (await this.working(row.id))) continue;
       this.d.log('removing a create that a replica abandoned', { id: row.id, created_at: row.createdAt });
       await this.d.runtime.destroy(row.id).catch((err: unknown) => this.d.log('destroying an abandoned create failed', { id: row.id, error: String(err) }));
       await this.d.store.sandboxes.remove(row.id);

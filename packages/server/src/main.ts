@@ -46,7 +46,7 @@ import { LayerPublisher, LayerServer } from './services/layer-publisher.js';
 import { QuotaService } from './services/quotas.js';
 import { SharedWindowLimiter, SlidingWindowLimiter, type RateLimiter } from './services/rate-limit.js';
 import { EventBus } from './services/events.js';
-import { KeyedMutex } from './services/locks.js';
+import { KeyedMutex, ReplicaMutex } from './services/locks.js';
 import { RouteTable, type RouteEntry } from './services/routes.js';
 import { ClusterSync } from './services/cluster-sync.js';
 import { WarmPool } from './services/warm-pool.js';
@@ -392,9 +392,10 @@ export async function runEdge(env: NodeJS.ProcessEnv = process.env): Promise<{ c
     gateway,
     routes,
     events,
-    locks: new KeyedMutex(),
+    // A wake (auto_resume) is a lifecycle verb like control's: under the same locks as theirs.
+    locks: new ReplicaMutex(coordination, 'sandbox'),
     createLimiter: new SlidingWindowLimiter(0, 60_000, 'sandbox creation rate limit'),
-    quotas: new QuotaService(store, config.limits),
+    quotas: new QuotaService(store, config.limits, new ReplicaMutex(coordination, 'org-quota')),
     agentReadyTimeoutMs: config.agentReadyTimeoutMs,
     tombstoneSeconds: config.tombstoneSeconds,
     nodeId: hostname(),
@@ -582,13 +583,14 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     bootConcurrency: config.warmPool.bootConcurrency,
   });
   poolRef.pool = pool;
-  const quotas = new QuotaService(store, config.limits);
+  // One replica at a time admits for an organization, and works on a sandbox; one machine locks in-process.
+  const quotas = new QuotaService(store, config.limits, coordination ? new ReplicaMutex(coordination, 'org-quota') : new KeyedMutex());
   // Snapshot and fork layers: always this data dir's own, so always collected when unused.
   const snapshotLayers = new FsLayerStore(join(config.dataDir, 'snapshot-layers'), { log });
   await snapshotLayers.cleanupStale();
   // In a cluster the nodes fetch a snapshot's layer from here, as they fetch a template's.
   layerServing?.contents.add(snapshotLayers);
-  const locks = new KeyedMutex();
+  const locks = coordination ? new ReplicaMutex(coordination, 'sandbox') : new KeyedMutex();
   const snapshots = new SnapshotService({
     store,
     runtime,

@@ -1,5 +1,5 @@
 import type { Store } from '../store/types.js';
-import { KeyedMutex } from './locks.js';
+import { KeyedMutex, type Mutex } from './locks.js';
 import { quotaError, resolveLimits, type Demand, type OrgLimits, type OrgUsage } from './limits.js';
 
 /**
@@ -8,15 +8,14 @@ import { quotaError, resolveLimits, type Demand, type OrgLimits, type OrgUsage }
  * resources against them.
  */
 export class QuotaService {
-  // Admission is one step per organization: check the usage, then make the new holder visible in
-  // the store. Keyed by organization id, apart from the services' per-sandbox locks. In-process,
-  // as everything else of one daemon per store; control replicas sharing a store would move the
-  // check and the insert into one store transaction instead.
-  private readonly locks = new KeyedMutex();
-
   constructor(
     private readonly store: Store,
     readonly defaults: OrgLimits,
+    // Admission is one step per organization: check the usage, then make the new holder visible in
+    // the store, both under the organization's lock (keyed by organization id, apart from the
+    // services' per-sandbox locks). In this process on one machine; across a cluster's replicas,
+    // a ReplicaMutex. Held for the check and the insert only, never across a boot.
+    private readonly locks: Mutex = new KeyedMutex(),
   ) {}
 
   async limitsFor(orgId: string): Promise<OrgLimits> {

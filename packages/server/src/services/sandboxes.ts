@@ -5,7 +5,7 @@ import { DEFAULT_EGRESS, isRestricted, normalizeEntries } from '../runtime/egres
 import type { Runtime, RuntimeStatus, SandboxSpec } from '../runtime/types.js';
 import type { SandboxRow, Store } from '../store/types.js';
 import type { EventBus } from './events.js';
-import { Slots, type KeyedMutex } from './locks.js';
+import { Slots, type Mutex } from './locks.js';
 import type { RouteEntry, RouteTable } from './routes.js';
 import type { RateLimiter } from './rate-limit.js';
 import type { TemplateService } from './templates.js';
@@ -49,7 +49,7 @@ export interface SandboxServiceDeps {
   gateway: GatewayControl;
   routes: RouteTable;
   events: EventBus;
-  locks: KeyedMutex;
+  locks: Mutex;
   createLimiter: RateLimiter;
   /** Per-organization limits: checked at create, start and timeout changes. */
   quotas: QuotaService;
@@ -1063,7 +1063,7 @@ export class SandboxService {
     for (const row of due) {
       // A long operation on it (a snapshot's copy) must not hold up every other sandbox's deadline:
       // it stays due, and the next sweep takes it.
-      if (this.d.locks.busy(row.id)) continue;
+      if (await this.working(row.id)) continue;
       try {
         if (row.onTimeout === 'pause' && row.status === 'running') await this.pause(row.orgId, row.id, 'timeout');
         else if (row.onTimeout === 'pause' && row.status === 'paused') await this.delete(row.orgId, row.id, 'retention');
@@ -1073,7 +1073,7 @@ export class SandboxService {
       }
     }
     for (const row of await this.d.store.sandboxes.idleDue(now.toISOString())) {
-      if (this.d.locks.busy(row.id)) continue;
+      if (await this.working(row.id)) continue;
       try {
         await this.idleCheck(row, now.getTime());
       } catch (err) {
@@ -1089,10 +1089,19 @@ export class SandboxService {
     return due.length;
   }
 
+  /**
+   * Whether a verb works on the sandbox now (in a cluster, in any replica): the sweep passes over
+   * it. One that starts just after is waited for, and changes nothing the sweep then undoes: every
+   * verb reads the row again under the lock.
+   */
+  private async working(id: string): Promise<boolean> {
+    return this.d.locks.held ? this.d.locks.held(id) : this.d.locks.busy(id);
+  }
+
   /** Cluster: rows a replica wrote for a create and never finished (it died); their sandbox, if any, goes too. */
   private async removeAbandonedCreates(now: number): Promise<void> {
     for (const row of await this.d.store.sandboxes.live()) {
-      if (row.status !== 'creating' || now - Date.parse(row.createdAt) < ABANDONED_CREATE_MS || this.d.locks.busy(row.id)) continue;
+      if (row.status !== 'creating' || now - Date.parse(row.createdAt) < ABANDONED_CREATE_MS || (await this.working(row.id))) continue;
       this.d.log('removing a create that a replica abandoned', { id: row.id, created_at: row.createdAt });
       await this.d.runtime.destroy(row.id).catch((err: unknown) => this.d.log('destroying an abandoned create failed', { id: row.id, error: String(err) }));
       await this.d.store.sandboxes.remove(row.id);
@@ -1159,54 +1168,20 @@ export class SandboxService {
         stats.cleaned++;
         continue;
       }
-      const actual = actuals.get(row.id) ?? 'missing';
-      let current = row;
-      if (actual === 'unknown') {
-        // Its node is away: routed as it is, its calls answer that the node is not answering.
-        liveIds.add(row.id);
-        this.route(row);
-        await this.d.gateway.open(row.id, row.gatewayPort).catch((e: unknown) => this.d.log('reopening a gateway port failed', { id: row.id, error: String(e) }));
-        stats.unknown++;
+      if (!this.d.cluster) {
+        await this.reconcileOne(row, actuals.get(row.id) ?? 'missing', stats, liveIds);
         continue;
       }
-      try {
-        if (actual === 'missing') {
-          current = (await this.d.store.sandboxes.update(row.id, row.version, {
-            status: 'deleted',
-            deletedReason: 'lost',
-            deletedAt: new Date().toISOString(),
-            updatedAt: new Date().toISOString(),
-          }))!;
-          stats.lost++;
-          this.d.log('sandbox lost: its runtime state is gone', { id: row.id });
-          continue;
-        }
-        if ((row.status === 'running' || row.status === 'paused') && actual === 'stopped') {
-          await this.bootAgain(row);
-          if (row.status === 'paused') await this.d.runtime.pause(row.id);
-          stats.rebooted++;
-        } else if (row.status === 'running' && actual === 'paused') {
-          await this.d.runtime.resume(row.id);
-        } else if (row.status === 'paused' && actual === 'running') {
-          await this.d.runtime.pause(row.id);
-        } else if (row.status === 'stopped' && actual !== 'stopped') {
-          await this.d.runtime.stop(row.id);
-        }
-        liveIds.add(row.id);
-        this.route(current);
-        const port = await this.d.gateway.open(row.id, row.gatewayPort);
-        if (port !== row.gatewayPort) {
-          current = (await this.d.store.sandboxes.update(row.id, row.version, { gatewayPort: port })) ?? current;
-          this.route(current);
-        }
-        stats.restored++;
-      } catch (err) {
-        this.d.log('reconciling a sandbox failed', { id: row.id, error: err instanceof Error ? err.message : String(err) });
-        liveIds.add(row.id);
-        // A sandbox that cannot be brought back (its agent never answers, say) is stopped, so that
-        // what the API says is true and no start of the daemon trips over it again.
-        if (current.status === 'running' || current.status === 'paused') await this.markStopped(current, 'could not be restarted after the service restarted');
-      }
+      // Another replica may be in the middle of a verb on it (its container changed, its row not
+      // yet): under the sandbox's lock that verb is done, and the row is read again, and the
+      // container too when the first reading disagreed with it. Nothing is undone that it did.
+      await this.d.locks.run(row.id, async () => {
+        const fresh = await this.d.store.sandboxes.byId(row.id);
+        if (!fresh || fresh.status === 'deleted' || fresh.status === 'creating') return;
+        let actual = actuals.get(row.id) ?? 'missing';
+        if (fresh.version !== row.version || fresh.status !== actual) actual = await this.d.runtime.status(row.id).catch(() => 'unknown' as const);
+        await this.reconcileOne(fresh, actual, stats, liveIds);
+      });
     }
     // In a cluster, what a node holds that no row claims may be another replica's create or warm
     // sandbox: the node collects it after a grace period (services/orphans.ts), not this start.
@@ -1230,6 +1205,62 @@ export class SandboxService {
       }
     }
     return stats;
+  }
+
+  /** Makes the runtime match one live row of the store (`actual`: what the runtime said of it). */
+  private async reconcileOne(
+    row: SandboxRow,
+    actual: RuntimeStatus | 'unknown' | 'missing',
+    stats: { restored: number; cleaned: number; rebooted: number; lost: number; unknown: number },
+    liveIds: Set<string>,
+  ): Promise<void> {
+    let current = row;
+    if (actual === 'unknown') {
+      // Its node is away: routed as it is, its calls answer that the node is not answering.
+      liveIds.add(row.id);
+      this.route(row);
+      await this.d.gateway.open(row.id, row.gatewayPort).catch((e: unknown) => this.d.log('reopening a gateway port failed', { id: row.id, error: String(e) }));
+      stats.unknown++;
+      return;
+    }
+    try {
+      if (actual === 'missing') {
+        current = (await this.d.store.sandboxes.update(row.id, row.version, {
+          status: 'deleted',
+          deletedReason: 'lost',
+          deletedAt: new Date().toISOString(),
+          updatedAt: new Date().toISOString(),
+        }))!;
+        stats.lost++;
+        this.d.log('sandbox lost: its runtime state is gone', { id: row.id });
+        return;
+      }
+      if ((row.status === 'running' || row.status === 'paused') && actual === 'stopped') {
+        await this.bootAgain(row);
+        if (row.status === 'paused') await this.d.runtime.pause(row.id);
+        stats.rebooted++;
+      } else if (row.status === 'running' && actual === 'paused') {
+        await this.d.runtime.resume(row.id);
+      } else if (row.status === 'paused' && actual === 'running') {
+        await this.d.runtime.pause(row.id);
+      } else if (row.status === 'stopped' && actual !== 'stopped') {
+        await this.d.runtime.stop(row.id);
+      }
+      liveIds.add(row.id);
+      this.route(current);
+      const port = await this.d.gateway.open(row.id, row.gatewayPort);
+      if (port !== row.gatewayPort) {
+        current = (await this.d.store.sandboxes.update(row.id, row.version, { gatewayPort: port })) ?? current;
+        this.route(current);
+      }
+      stats.restored++;
+    } catch (err) {
+      this.d.log('reconciling a sandbox failed', { id: row.id, error: err instanceof Error ? err.message : String(err) });
+      liveIds.add(row.id);
+      // A sandbox that cannot be brought back (its agent never answers, say) is stopped, so that
+      // what the API says is true and no start of the daemon trips over it again.
+      if (current.status === 'running' || current.status === 'paused') await this.markStopped(current, 'could not be restarted after the service restarted');
+    }
   }
 
   /**

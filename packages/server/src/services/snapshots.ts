@@ -6,7 +6,7 @@ import { BUILTIN_TEMPLATES } from '../images/builtin.js';
 import { sha256Hex, type FsLayerStore } from '../images/layer-store.js';
 import { ExportTooLarge, type Runtime } from '../runtime/types.js';
 import type { SandboxRow, SnapshotRow, Store, TemplateRow } from '../store/types.js';
-import type { KeyedMutex } from './locks.js';
+import type { Mutex } from './locks.js';
 import type { QuotaService } from './quotas.js';
 import type { TemplateService } from './templates.js';
 import type { WarmPool } from './warm-pool.js';
@@ -15,7 +15,7 @@ export interface SnapshotServiceDeps {
   store: Store;
   runtime: Pick<Runtime, 'exportLayer'>;
   /** The sandboxes' per-id locks (the same the lifecycle takes): a snapshot is one operation on its sandbox. */
-  locks: KeyedMutex;
+  locks: Mutex;
   quotas: QuotaService;
   templates: TemplateService;
   /** Where snapshot and fork layers live: in the data dir, collected when nothing uses them. */

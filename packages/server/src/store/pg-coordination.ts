@@ -1,12 +1,7 @@
 import pg from 'pg';
-import { createHash } from 'node:crypto';
 import { storeError } from './postgres-db.js';
+import { PgLocks } from './pg-locks.js';
 import type { Coordination } from './types.js';
-
-/** The advisory lock key of a name: the first 8 bytes of its sha256, as a signed bigint. */
-function lockKey(name: string): string {
-  return createHash('sha256').update(`sandboxd-lock:${name}`).digest().readBigInt64BE(0).toString();
-}
 
 /** PostgreSQL channel names are identifiers: ours are short and plain. */
 function checkChannel(channel: string): void {
@@ -15,20 +10,10 @@ function checkChannel(channel: string): void {
 
 /** NOTIFY payloads must stay under 8000 bytes. */
 const MAX_PAYLOAD = 7900;
-/** How often a lock that is held elsewhere is asked for again. */
-const LOCK_RETRY_MS = 250;
-/**
- * The server's keepalives on a connection that holds a lock (seconds: idle, interval, count): a
- * holder whose machine vanished without closing its connection (a partition, a frozen host) loses
- * the lock within about 25 s, not after the system's default of two hours and more, during which
- * no other replica would sweep.
- */
-const LOCK_KEEPALIVES = "SELECT set_config('tcp_keepalives_idle', '10', false), set_config('tcp_keepalives_interval', '5', false), set_config('tcp_keepalives_count', '3', false)";
-
 /**
  * What the processes sharing a PostgreSQL store coordinate through:
- * - named locks (session advisory locks on a connection of their own, released with it if the
- *   process dies), one holder across every replica;
+ * - named locks (store/pg-locks.ts: session advisory locks, all of a process's on one connection
+ *   of their own, released with it if the process dies), one holder across every replica;
  * - messages (NOTIFY on `sandboxd_<channel>`), heard by every process listening, this one included.
  *   The listening connection comes back by itself after the server does; `onReconnect` runs then,
  *   since messages sent meanwhile were lost.
@@ -42,49 +27,28 @@ export class PgCoordination implements Coordination {
   private closed = false;
   private everConnected = false;
 
+  readonly locks: PgLocks;
+
   constructor(
     private readonly pool: pg.Pool,
     private readonly connectionString: string,
-  ) {}
-
-  async exclusive<T>(name: string, fn: () => Promise<T>): Promise<T> {
-    const client = await this.connect();
-    try {
-      await client.query(LOCK_KEEPALIVES);
-      // Waiting is not one query (pg_advisory_lock), which the pool's query timeout would cut while
-      // another replica holds the lock for longer (a long reconcile): asked again until it is free.
-      while (!(await client.query<{ got: boolean }>('SELECT pg_try_advisory_lock($1) AS got', [lockKey(name)])).rows[0]!.got) {
-        if (this.closed) throw new Error('Client was closed');
-        await new Promise((r) => setTimeout(r, LOCK_RETRY_MS));
-      }
-    } catch (err) {
-      client.release(err as Error);
-      throw storeError(err);
-    }
-    return this.holding(client, name, fn);
+    timeouts: { connectTimeoutMs: number; queryTimeoutMs: number },
+  ) {
+    this.locks = new PgLocks({ connectionString, ...timeouts });
   }
 
-  async tryExclusive<T>(name: string, fn: () => Promise<T>): Promise<{ ran: true; value: T } | { ran: false }> {
-    const client = await this.connect();
-    let got: boolean;
-    try {
-      await client.query(LOCK_KEEPALIVES);
-      got = (await client.query<{ got: boolean }>('SELECT pg_try_advisory_lock($1) AS got', [lockKey(name)])).rows[0]!.got;
-    } catch (err) {
-      client.release(err as Error);
-      throw storeError(err);
-    }
-    if (!got) {
-      client.release();
-      return { ran: false };
-    }
-    return { ran: true, value: await this.holding(client, name, fn) };
+  exclusive<T>(name: string, fn: () => Promise<T>): Promise<T> {
+    return this.locks.exclusive(name, fn);
+  }
+
+  tryExclusive<T>(name: string, fn: () => Promise<T>): Promise<{ ran: true; value: T } | { ran: false }> {
+    return this.locks.tryExclusive(name, fn);
   }
 
   /**
-   * A connection of the pool, for as long as a lock is held on it. A server that goes away meanwhile
-   * makes the connection emit 'error': heard here (the next query on it fails and drops it), never
-   * an uncaught exception of the daemon.
+   * A connection of the pool, for one message. A server that goes away meanwhile makes the
+   * connection emit 'error': heard here (the next query on it fails and drops it), never an
+   * uncaught exception of the daemon.
    */
   private async connect(): Promise<pg.PoolClient> {
     let client: pg.PoolClient;
@@ -102,18 +66,6 @@ export class PgCoordination implements Coordination {
       release(err);
     };
     return client;
-  }
-
-  private async holding<T>(client: pg.PoolClient, name: string, fn: () => Promise<T>): Promise<T> {
-    try {
-      return await fn();
-    } finally {
-      // A connection that cannot unlock is dropped: the server releases the lock with it.
-      await client.query('SELECT pg_advisory_unlock($1)', [lockKey(name)]).then(
-        () => client.release(),
-        (err: unknown) => client.release(err as Error),
-      );
-    }
   }
 
   async publish(channel: string, payload: string): Promise<void> {
@@ -210,6 +162,7 @@ export class PgCoordination implements Coordination {
 
   async close(): Promise<void> {
     this.closed = true;
+    await this.locks.close();
     if (this.retryTimer) clearTimeout(this.retryTimer);
     await this.connecting;
     const l = this.listener;

@@ -768,6 +768,7 @@ export class PostgresStore implements Store {
   private constructor(
     private readonly pool: pg.Pool,
     url: string,
+    opts: PostgresStoreOptions,
   ) {
     const db = new PgDb(pool);
     this.db = db;
@@ -805,7 +806,12 @@ export class PostgresStore implements Store {
       },
       purge: async (before) => db.run('DELETE FROM rate_events WHERE at < $1', [before]),
     };
-    this.coordination = new PgCoordination(pool, url);
+    // A lock's query is answered at once by a server that answers at all: one that does not, for
+    // 10 s, fails the lock's wait as unavailable (503) even where other queries may take longer.
+    this.coordination = new PgCoordination(pool, url, {
+      connectTimeoutMs: opts.connectTimeoutMs ?? 5000,
+      queryTimeoutMs: Math.min(opts.queryTimeoutMs ?? 30_000, 10_000),
+    });
   }
 
   /** Answers when the server does (StoreUnavailableError when it does not): for readiness checks. */
@@ -839,7 +845,7 @@ export class PostgresStore implements Store {
       if (isUnavailable(err)) throw new StoreUnavailableError(`the PostgreSQL store at ${where} is unavailable: ${reason}`, { cause: err });
       throw new Error(`cannot open the PostgreSQL store at ${where}: ${reason}`, { cause: err });
     }
-    return new PostgresStore(pool, url);
+    return new PostgresStore(pool, url, opts);
   }
 
   /** Ends the pool once its queries are done. */

@@ -44,6 +44,7 @@ import { KeyedMutex } from './services/locks.js';
 import { RouteTable, type RouteEntry } from './services/routes.js';
 import { ClusterSync } from './services/cluster-sync.js';
 import { WarmPool } from './services/warm-pool.js';
+import { NodeWarmPool } from './services/node-pool.js';
 import { Metrics, serveMetrics } from './services/metrics.js';
 import { Gateway } from './gateway/gateway.js';
 import { ConnectionLimits } from './services/connections.js';
@@ -252,7 +253,22 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   const layers = new LayerFetcher({ store: layerStore, maxBytes: config.layerTransfer.maxBytes, timeoutMs: config.layerTransfer.timeoutMs, log });
   let orphans: OrphanCollector | undefined;
   const layerIds = () => layerStore.list();
-  const app = nodeApi({ nodeId: config.node.id, runtime, auth: new ClusterVerifier(config.node.verifyKey), log, layers, layerIds, orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) } });
+  // The node's warm pool, sized as the all-in-one daemon's is (SANDBOXD_WARM_POOL_*,
+  // SANDBOXD_BOOT_CONCURRENCY) from the asks of every control replica.
+  const warm = new NodeWarmPool({
+    runtime,
+    pool: {
+      minPerKey: config.warmPool.minPerKey,
+      maxMemoryMb: config.warmPool.maxMemoryMb,
+      reserveSandboxes: config.warmPool.reserve,
+      horizonSeconds: config.warmPool.horizonSeconds,
+      shrinkAfterMs: config.warmPool.shrinkAfterSeconds * 1000,
+      bootConcurrency: config.warmPool.bootConcurrency,
+    },
+    agentReadyTimeoutMs: config.agentReadyTimeoutMs,
+    log,
+  });
+  const app = nodeApi({ nodeId: config.node.id, runtime, auth: new ClusterVerifier(config.node.verifyKey), log, layers, layerIds, warm, orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) } });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
   log(`node ${config.node.id} serves its runtime at ${config.node.url} (listening on ${config.node.listen.host}:${config.node.listen.port})`);
   // With the cluster's database it joins the registry, which control places sandboxes from.
@@ -273,11 +289,12 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
       },
       leaseMs: config.node.leaseSeconds * 1000,
       layers: layerIds,
+      warm: () => warm.readyByKey(),
       log,
     });
     await membership.start();
     // What no control replica owns (one died mid-create, or with its warm pool) goes after a grace.
-    orphans = new OrphanCollector({ nodeId: config.node.id, runtime, store, graceMs: config.node.orphanGraceSeconds * 1000, log });
+    orphans = new OrphanCollector({ nodeId: config.node.id, runtime, store, graceMs: config.node.orphanGraceSeconds * 1000, held: () => warm.held(), log });
     orphans.start();
   } else {
     log('no SANDBOXD_DATABASE_URL: this node is not in a registry (control must be given its URL)');
@@ -289,6 +306,8 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
       await orphans?.stop();
       if (store) await closeStore(store).catch((err: unknown) => log('closing the store failed', { error: String(err) }));
       await app.close().catch((err: unknown) => log('closing the node API failed', { error: String(err) }));
+      // Its ready sandboxes are no one's once it is gone (a node started again does not know them).
+      await warm.close().catch((err: unknown) => log('emptying the warm pool failed', { error: String(err) }));
       await runtime.close().catch((err: unknown) => log('releasing runtime spares failed', { error: String(err) }));
       log('node shut down; its sandboxes keep running');
     })());
@@ -527,16 +546,25 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   const createLimiter: RateLimiter = coordination
     ? new SharedWindowLimiter(store, config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit')
     : new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
-  const pool = new WarmPool({
-    runtime,
-    log,
-    minPerKey: config.warmPool.minPerKey,
-    maxMemoryMb: config.warmPool.maxMemoryMb,
-    reserveSandboxes: config.warmPool.reserve,
-    horizonSeconds: config.warmPool.horizonSeconds,
-    shrinkAfterMs: config.warmPool.shrinkAfterSeconds * 1000,
-    bootConcurrency: config.warmPool.bootConcurrency,
-  });
+  // In a cluster the nodes hold the ready sandboxes (services/node-pool.ts): one pool per node,
+  // shared by every replica and reported to placement, rather than one per replica that a dead
+  // replica leaves to the nodes' grace. Control's pool holds none (minimum 0, no budget): it only
+  // hands the nodes' sandboxes to its creates in their order, as many asks at once as come (each
+  // node bounds its own boots).
+  const pool = new WarmPool(
+    role === 'control'
+      ? { runtime, log, minPerKey: 0, maxMemoryMb: 0, reserveSandboxes: 0, horizonSeconds: 0, shrinkAfterMs: 1000, bootConcurrency: 256 }
+      : {
+          runtime,
+          log,
+          minPerKey: config.warmPool.minPerKey,
+          maxMemoryMb: config.warmPool.maxMemoryMb,
+          reserveSandboxes: config.warmPool.reserve,
+          horizonSeconds: config.warmPool.horizonSeconds,
+          shrinkAfterMs: config.warmPool.shrinkAfterSeconds * 1000,
+          bootConcurrency: config.warmPool.bootConcurrency,
+        },
+  );
   poolRef.pool = pool;
   const quotas = new QuotaService(store, config.limits);
   // Snapshot and fork layers: always this data dir's own, so always collected when unused.

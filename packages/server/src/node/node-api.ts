@@ -8,6 +8,7 @@ import { ID_RE } from '../runtime/sandbox-paths.js';
 import type { EgressPolicy } from '../runtime/egress-policy.js';
 import type { LayerRef, Runtime, SandboxSpec } from '../runtime/types.js';
 import { parseLayerRefs } from '../images/layer-fetch.js';
+import { parseWarmAsk } from './warm-ask.js';
 
 export interface NodeApiOptions {
   nodeId: string;
@@ -25,6 +26,13 @@ export interface NodeApiOptions {
    * refused. Without it (tests of one machine), specs name this machine's paths.
    */
   layers?: { resolve(refs: LayerRef[]): Promise<string[]> };
+  /**
+   * This node's warm pool (services/node-pool.ts): `POST /node/v1/warm` answers with a ready
+   * sandbox of a spec, or one booted now. Absent: the route answers that the node keeps none.
+   */
+  warm?: {
+    take(ask: { spec: SandboxSpec; lowerDirs: () => Promise<string[]>; poolId: string; label: string; signal?: AbortSignal }): Promise<{ id: string; warm: boolean }>;
+  };
 }
 
 /** The most sandbox ids one claim names (a claim replaces the owner's last one). */
@@ -94,6 +102,20 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     const diskGb = (req.body as { disk_gb?: unknown } | undefined)?.disk_gb;
     if (typeof diskGb !== 'number' || !(diskGb > 0)) throw new ServiceError('VALIDATION_ERROR', 'disk_gb must be a positive number');
     return done(reply, await rt.resetDisk(idOf(req), diskGb));
+  });
+  // A running sandbox of a spec for control, from this node's warm pool or booted now; the node
+  // gives its id. Control that went away while it waited ends the wait (what it started is kept ready).
+  app.post('/node/v1/warm', async (req, reply) => {
+    if (!o.warm) throw new ServiceError('INVALID_STATE', `node ${o.nodeId} keeps no warm pool`);
+    const ask = parseWarmAsk(req.body, o.layers !== undefined);
+    const { layers } = ask;
+    const lowerDirs = 'refs' in layers ? () => o.layers!.resolve(layers.refs) : () => Promise.resolve(layers.paths);
+    const gone = new AbortController();
+    reply.raw.on('close', () => {
+      if (!reply.raw.writableFinished) gone.abort();
+    });
+    const { id, warm } = await o.warm.take({ spec: ask.spec, lowerDirs, poolId: ask.poolId, label: ask.label, signal: gone.signal });
+    return { id, warm };
   });
   app.get('/node/v1/sandboxes', async () => ({ ids: await rt.list() }));
   app.get('/node/v1/layers', async () => ({ ids: o.layerIds ? await o.layerIds() : [] }));

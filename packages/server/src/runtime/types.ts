@@ -170,6 +170,14 @@ export interface Runtime {
    * listing can say which sandboxes cannot be served now. Absent on one machine.
    */
   nodeUp?(nodeId: string): boolean;
+  /**
+   * A cluster's: a running sandbox of `spec` (its id, hostname and SANDBOX_ID left to the node),
+   * taken from the warm pool of the node placement picks, or booted there now. Absent on one
+   * machine, whose services boot ahead themselves (services/warm-pool.ts).
+   */
+  takeReady?(spec: SandboxSpec, pool: { id: string; label: string }): Promise<string>;
+  /** A cluster's: whether `id`, not recorded yet, came ready from a node's pool (the create's `source`). */
+  wasWarm?(id: string): boolean;
   /** Runs one build step to completion in a throwaway container with sandbox isolation. */
   runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }>;
 }

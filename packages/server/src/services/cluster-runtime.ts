@@ -7,6 +7,7 @@ import type { ListeningPort } from '../runtime/listening.js';
 import { RemoteRuntime } from '../runtime/remote-runtime.js';
 import type { LayerSource, Runtime, RuntimeStatus, SandboxResources, SandboxSpec, SandboxStats, StepRunOptions } from '../runtime/types.js';
 import type { NodeRow, SandboxRow, SandboxUsage, Store } from '../store/types.js';
+import { clusterWarmKeyOf } from './warm-pool.js';
 
 export interface ClusterRuntimeOptions {
   store: Store;
@@ -41,14 +42,24 @@ interface Known {
  *
  * Placement: among active (not cordoned or draining) nodes with a lease, those with room for the
  * sandbox (cores and memory of what their live sandboxes hold, within the overcommit ratios; disk
- * and the number of sandboxes without), the one whose memory would be least committed, then the one
- * with fewer sandboxes. What this process created and the services have not recorded yet (a create
- * in flight, the warm pool's sandboxes) counts as well: the store's rows count the rest.
+ * and the number of sandboxes without), one with a ready sandbox of its key in its warm pool (as it
+ * reported), then the one whose memory would be least committed (a node holding its layers counts
+ * as a little less), then the one with fewer sandboxes. What this process created or took and the
+ * services have not recorded yet (a create in flight) counts as well: the store's rows count the
+ * rest. The nodes' ready sandboxes count against no one until taken (their pools' budgets bound them).
  */
 export class ClusterRuntime implements Runtime {
   private readonly nodes = new Map<string, Known>();
-  /** Sandboxes created here and not yet recorded by the services, with what they hold. */
-  private readonly reserved = new Map<string, { nodeId: string; resources: SandboxResources }>();
+  /** Sandboxes created here and not yet recorded by the services, with what they hold (`warm`: it came ready from the node's pool). */
+  private readonly reserved = new Map<string, { nodeId: string; resources: SandboxResources; warm?: boolean }>();
+  /** Asks for a ready sandbox under way: the node is picked, the id not known yet; they count against the node as reserved ones do. */
+  private readonly asking = new Set<{ nodeId: string; resources: SandboxResources }>();
+  /**
+   * Ready sandboxes this process took from each node, per warm key, since the node's last report
+   * (its row's version): placement counts them off what the node reported, so a burst goes to a
+   * node with ready sandboxes only for as many as it has.
+   */
+  private readonly takenSince = new Map<string, { version: number; byKey: Map<string, number> }>();
   /** The node of sandboxes this process has placed or looked up. */
   private readonly nodeById = new Map<string, string>();
   /**
@@ -84,7 +95,7 @@ export class ClusterRuntime implements Runtime {
 
   /**
    * Claims on every node what this process holds there and the store does not record yet (its
-   * creates under way and its warm pool), so that the node does not collect them as no one's; a
+   * creates under way, the ready sandboxes it took from the node's pool), so that the node does not collect them as no one's; a
    * claim lasts four rounds, so a process that dies stops claiming and its leftovers go.
    */
   async claimAll(): Promise<void> {
@@ -292,12 +303,30 @@ export class ClusterRuntime implements Runtime {
     return r;
   }
 
-  /** The node a new sandbox goes to (see the class comment). */
-  async place(resources: SandboxResources, layerIds: string[] = []): Promise<string> {
+  /** Ready sandboxes of `key` the node reported and this process has not taken since. */
+  private readyOn(row: NodeRow, key: string): number {
+    const t = this.takenSince.get(row.id);
+    const taken = t && t.version === row.version ? (t.byKey.get(key) ?? 0) : 0;
+    return Math.max(0, (row.warm[key] ?? 0) - taken);
+  }
+
+  private noteTaken(nodeId: string, key: string): void {
+    const row = this.nodes.get(nodeId)?.row;
+    if (!row) return;
+    let t = this.takenSince.get(nodeId);
+    if (!t || t.version !== row.version) this.takenSince.set(nodeId, (t = { version: row.version, byKey: new Map() }));
+    t.byKey.set(key, (t.byKey.get(key) ?? 0) + 1);
+  }
+
+  /**
+   * The node a new sandbox goes to (see the class comment). `warmKey`: the key of a sandbox asked
+   * from the nodes' warm pools (clusterWarmKeyOf), whose holders are preferred.
+   */
+  async place(resources: SandboxResources, layerIds: string[] = [], warmKey?: string): Promise<string> {
     await this.refresh();
     const usage = await this.o.store.sandboxes.usageByNode();
     const extra = new Map<string, SandboxUsage>();
-    for (const r of this.reserved.values()) {
+    for (const r of [...this.reserved.values(), ...this.asking]) {
       const u = extra.get(r.nodeId) ?? { active: 0, activeVcpu: 0, activeMemoryMb: 0, stopped: 0, diskGb: 0 };
       u.active += 1;
       u.activeVcpu += r.resources.vcpu;
@@ -306,7 +335,7 @@ export class ClusterRuntime implements Runtime {
       extra.set(r.nodeId, u);
     }
     const over = this.o.overcommit ?? { cpu: 16, memory: 1.5 };
-    let best: { id: string; score: number; sandboxes: number } | undefined;
+    let best: { id: string; warm: boolean; score: number; sandboxes: number } | undefined;
     for (const { row, layers } of this.nodes.values()) {
       if (row.status !== 'active' || !this.leased(row)) continue;
       const u = usage[row.id];
@@ -325,9 +354,18 @@ export class ClusterRuntime implements Runtime {
       // the preference only ever favours, it never piles a burst onto the first node read.
       const has = layerIds.length > 0 && (layers === undefined || layerIds.every((l) => layers.ids.has(l)));
       const score = memory - (has ? LAYERS_PREFERENCE : 0);
-      if (!best || score < best.score || (score === best.score && (sandboxes < best.sandboxes || (sandboxes === best.sandboxes && row.id < best.id)))) {
-        best = { id: row.id, score, sandboxes };
-      }
+      // First of all, a node with a ready sandbox of the key: it hands one over in milliseconds,
+      // where a boot takes a few hundred on a node with the layers and seconds (a fetch) on one
+      // without; and what it hands over is already running there, so taking it commits no more of
+      // that node than its pool already did. It cannot pile a burst up: only as many go to it as it
+      // reported ready (less what this process took since). Then the layers, then the least
+      // committed, as for any create.
+      const warm = warmKey !== undefined && this.readyOn(row, warmKey) > 0;
+      const better =
+        !best ||
+        (warm && !best.warm) ||
+        (warm === best.warm && (score < best.score || (score === best.score && (sandboxes < best.sandboxes || (sandboxes === best.sandboxes && row.id < best.id)))));
+      if (better) best = { id: row.id, warm, score, sandboxes };
     }
     if (!best) {
       const up = [...this.nodes.values()].filter((n) => n.row.status === 'active' && this.leased(n.row)).length;
@@ -366,6 +404,34 @@ export class ClusterRuntime implements Runtime {
       this.nodeById.delete(spec.id);
       throw err;
     }
+  }
+
+  /**
+   * A running sandbox of `spec` from the warm pool of the node placement picks (preferring one that
+   * reported ready sandboxes of its key), or booted there now: the node gives its id. Held as
+   * reserved (claimed on the node, counted against it) until the services record it.
+   */
+  async takeReady(spec: SandboxSpec, pool: { id: string; label: string }): Promise<string> {
+    const key = clusterWarmKeyOf(spec, pool.id).key;
+    const nodeId = await this.place(spec.resources, spec.layerIds, key);
+    const known = this.nodes.get(nodeId);
+    if (!known) throw new ServiceError('NODE_UNAVAILABLE', `node ${nodeId} has left the cluster`, { node: nodeId });
+    this.noteTaken(nodeId, key);
+    const ask = { nodeId, resources: spec.resources };
+    this.asking.add(ask);
+    try {
+      const { id, warm } = await this.whileLeased(nodeId, known.remote.askWarm(spec, pool));
+      this.nodeById.set(id, nodeId);
+      this.reserved.set(id, { nodeId, resources: spec.resources, warm });
+      this.claimSoon();
+      return id;
+    } finally {
+      this.asking.delete(ask);
+    }
+  }
+
+  wasWarm(id: string): boolean {
+    return this.reserved.get(id)?.warm === true;
   }
 
   async start(spec: SandboxSpec): Promise<void> {

@@ -21,6 +21,15 @@ export function warmKeyOf(spec: SandboxSpec, templateId: string, label = templat
   return { key: hash({ generation, internetAccess }), generation, templateId, label: `${label} (${internetAccess ? 'internet' : 'no network'})` };
 }
 
+/**
+ * The key of a spec in a cluster, the same on control (which places a create on the node that
+ * reported ready sandboxes of it) and on the node (whose pool holds them): its layers by id, not by
+ * the paths of one machine or another.
+ */
+export function clusterWarmKeyOf(spec: SandboxSpec, poolId: string, label = poolId): WarmKey {
+  return warmKeyOf({ ...spec, lowerDirs: [], layerIds: [...(spec.layerIds ?? [])] }, poolId, label);
+}
+
 export interface WarmPoolOptions {
   runtime: Pick<Runtime, 'destroy'>;
   log: (msg: string, extra?: Record<string, unknown>) => void;

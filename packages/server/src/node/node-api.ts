@@ -105,8 +105,9 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
   });
   // A running sandbox of a spec for control, from this node's warm pool or booted now; the node
   // gives its id. Control that went away while it waited ends the wait (what it started is kept ready).
-  app.post('/node/v1/warm', async (req, reply) => {
-    if (!o.warm) throw new ServiceError('INVALID_STATE', `node ${o.nodeId} keeps no warm pool`);
+  // Without a pool the route is not there, as on a node of an earlier version (control then boots itself).
+  const pool = o.warm;
+  if (pool) app.post('/node/v1/warm', async (req, reply) => {
     const ask = parseWarmAsk(req.body, o.layers !== undefined);
     const { layers } = ask;
     const lowerDirs = 'refs' in layers ? () => o.layers!.resolve(layers.refs) : () => Promise.resolve(layers.paths);
@@ -114,7 +115,7 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     reply.raw.on('close', () => {
       if (!reply.raw.writableFinished) gone.abort();
     });
-    const { id, warm } = await o.warm.take({ spec: ask.spec, lowerDirs, poolId: ask.poolId, label: ask.label, signal: gone.signal });
+    const { id, warm } = await pool.take({ spec: ask.spec, lowerDirs, poolId: ask.poolId, label: ask.label, signal: gone.signal });
     return { id, warm };
   });
   app.get('/node/v1/sandboxes', async () => ({ ids: await rt.list() }));

@@ -8,6 +8,8 @@ import { RemoteRuntime } from '../runtime/remote-runtime.js';
 import type { LayerSource, Runtime, RuntimeStatus, SandboxResources, SandboxSpec, SandboxStats, StepRunOptions } from '../runtime/types.js';
 import type { NodeRow, SandboxRow, SandboxUsage, Store } from '../store/types.js';
 import { clusterWarmKeyOf } from './warm-pool.js';
+import { waitForAgent } from './agent-client.js';
+import { newSandboxId, withSandboxId } from './sandbox-identity.js';
 
 export interface ClusterRuntimeOptions {
   store: Store;
@@ -18,6 +20,8 @@ export interface ClusterRuntimeOptions {
   refreshMs?: number;
   /** How often this process claims on each node what it holds there unrecorded (default 30 s; 0: never). */
   claimEveryMs?: number;
+  /** How long a sandbox booted on a node without a warm pool (an earlier version) may take to answer (default 15 s). */
+  agentReadyTimeoutMs?: number;
   /** Control's layers, which nodes fetch when they lack them (absent: nodes get this machine's paths). */
   layers?: LayerSource;
   log?: (msg: string) => void;
@@ -420,13 +424,35 @@ export class ClusterRuntime implements Runtime {
     const ask = { nodeId, resources: spec.resources };
     this.asking.add(ask);
     try {
-      const { id, warm } = await this.whileLeased(nodeId, known.remote.askWarm(spec, pool));
+      const { id, warm } = await this.whileLeased(nodeId, known.remote.askWarm(spec, pool)).catch((err: unknown) => {
+        // A node of an earlier version has no warm pool to ask: it boots one of an id given here,
+        // as every create did before (so control may be upgraded before its nodes).
+        if (!(err instanceof ServiceError && err.code === 'ROUTE_NOT_FOUND')) throw err;
+        return this.bootOn(nodeId, known, spec);
+      });
       this.nodeById.set(id, nodeId);
       this.reserved.set(id, { nodeId, resources: spec.resources, warm });
       this.claimSoon();
       return id;
     } finally {
       this.asking.delete(ask);
+    }
+  }
+
+  private async bootOn(nodeId: string, known: Known, spec: SandboxSpec): Promise<{ id: string; warm: boolean }> {
+    const id = newSandboxId();
+    this.nodeById.set(id, nodeId);
+    this.reserved.set(id, { nodeId, resources: spec.resources });
+    this.claimSoon();
+    try {
+      await this.whileLeased(nodeId, known.remote.create(withSandboxId(spec, id)));
+      await waitForAgent((timeoutMs) => known.remote.dialAgent(id, timeoutMs), this.o.agentReadyTimeoutMs ?? 15_000);
+      return { id, warm: false };
+    } catch (err) {
+      await known.remote.destroy(id).catch(() => undefined);
+      this.reserved.delete(id);
+      this.nodeById.delete(id);
+      throw err;
     }
   }
 

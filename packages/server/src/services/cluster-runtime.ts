@@ -29,6 +29,14 @@ export interface ClusterRuntimeOptions {
 
 /** Placement: a node that holds a sandbox's layers is preferred while it is at most this much more committed (memory, as a fraction) than the least committed. */
 const LAYERS_PREFERENCE = 0.1;
+/**
+ * Placement: a node with a ready sandbox of the key asked is preferred while it is at most this much
+ * more committed (besides the layers', which it holds too): more than the layers' (see place()), and
+ * bounded, because a node's pool refills from the demand it sees: an unbounded preference would send
+ * every create, one after another, to the node whose pool warmed first (the others never seeing
+ * one) until it is full.
+ */
+const WARM_PREFERENCE = 0.2;
 
 interface Known {
   row: NodeRow;
@@ -46,9 +54,9 @@ interface Known {
  *
  * Placement: among active (not cordoned or draining) nodes with a lease, those with room for the
  * sandbox (cores and memory of what their live sandboxes hold, within the overcommit ratios; disk
- * and the number of sandboxes without), one with a ready sandbox of its key in its warm pool (as it
- * reported), then the one whose memory would be least committed (a node holding its layers counts
- * as a little less), then the one with fewer sandboxes. What this process created or took and the
+ * and the number of sandboxes without), the one whose memory would be least committed, a node with
+ * a ready sandbox of its key in its warm pool (as it reported) counting as a fifth less and one
+ * holding its layers as a tenth less, then the one with fewer sandboxes. What this process created or took and the
  * services have not recorded yet (a create in flight) counts as well: the store's rows count the
  * rest. The nodes' ready sandboxes count against no one until taken (their pools' budgets bound them).
  */
@@ -339,7 +347,7 @@ export class ClusterRuntime implements Runtime {
       extra.set(r.nodeId, u);
     }
     const over = this.o.overcommit ?? { cpu: 16, memory: 1.5 };
-    let best: { id: string; warm: boolean; score: number; sandboxes: number } | undefined;
+    let best: { id: string; score: number; sandboxes: number } | undefined;
     for (const { row, layers } of this.nodes.values()) {
       if (row.status !== 'active' || !this.leased(row)) continue;
       const u = usage[row.id];
@@ -357,19 +365,17 @@ export class ClusterRuntime implements Runtime {
       // A node whose set is not read yet (it just joined, or its answer failed) is not held back:
       // the preference only ever favours, it never piles a burst onto the first node read.
       const has = layerIds.length > 0 && (layers === undefined || layerIds.every((l) => layers.ids.has(l)));
-      const score = memory - (has ? LAYERS_PREFERENCE : 0);
-      // First of all, a node with a ready sandbox of the key: it hands one over in milliseconds,
-      // where a boot takes a few hundred on a node with the layers and seconds (a fetch) on one
-      // without; and what it hands over is already running there, so taking it commits no more of
-      // that node than its pool already did. It cannot pile a burst up: only as many go to it as it
-      // reported ready (less what this process took since). Then the layers, then the least
-      // committed, as for any create.
+      // Before the layers, a node with a ready sandbox of the key: it hands one over in
+      // milliseconds, where a boot takes a few hundred on a node with the layers and seconds (a
+      // fetch) on one without, and what it hands over already runs there (its pool paid for it).
+      // It cannot pile a burst up: only as many go to it as it reported ready, less what this
+      // process took since. Both preferences are bounded (WARM_PREFERENCE), so the least committed
+      // node still wins when the others are well ahead.
       const warm = warmKey !== undefined && this.readyOn(row, warmKey) > 0;
-      const better =
-        !best ||
-        (warm && !best.warm) ||
-        (warm === best.warm && (score < best.score || (score === best.score && (sandboxes < best.sandboxes || (sandboxes === best.sandboxes && row.id < best.id)))));
-      if (better) best = { id: row.id, warm, score, sandboxes };
+      const score = memory - (has ? LAYERS_PREFERENCE : 0) - (warm ? WARM_PREFERENCE : 0);
+      if (!best || score < best.score || (score === best.score && (sandboxes < best.sandboxes || (sandboxes === best.sandboxes && row.id < best.id)))) {
+        best = { id: row.id, score, sandboxes };
+      }
     }
     if (!best) {
       const up = [...this.nodes.values()].filter((n) => n.row.status === 'active' && this.leased(n.row)).length;

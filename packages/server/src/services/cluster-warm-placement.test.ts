@@ -1,6 +1,7 @@
 // Placement of a create that asks the nodes' warm pools: a node that reported a ready sandbox of
-// the key comes first (before one that holds the layers, before the least committed), for as many
-// as it reported; a node without room or cordoned is never picked for its ready sandboxes. Nodes
+// the key comes before one that holds the layers and the least committed (while it is not a fifth
+// more committed), for as many as it reported; a node without room or cordoned is never picked for
+// its ready sandboxes. Nodes
 // are FakeRuntimes behind real node APIs, each with its warm pool, reporting as heartbeats do.
 import assert from 'node:assert/strict';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
@@ -113,12 +114,12 @@ after(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-/** A sandbox of `memoryMb` recorded on `nodeId` (what commits the node). */
-async function commit(id: string, nodeId: string, memoryMb: number): Promise<void> {
+/** A sandbox of `memoryMb` (and `diskGb`) recorded on `nodeId` (what commits the node). */
+async function commit(id: string, nodeId: string, memoryMb: number, diskGb = 1): Promise<void> {
   const now = new Date().toISOString();
   const row: SandboxRow = {
     id, orgId: 'org_a', templateId: 't', templateName: 'base', status: 'running', region: 'local', internetAccess: false, egress: null, timeoutSeconds: null, expiresAt: null,
-    vcpu: 1, memoryMb, diskGb: 1, layers: [], templateEnv: {}, envVars: {}, gatewayPort: null, nodeId, version: 0, deletedReason: null, createdAt: now, updatedAt: now,
+    vcpu: 1, memoryMb, diskGb, layers: [], templateEnv: {}, envVars: {}, gatewayPort: null, nodeId, version: 0, deletedReason: null, createdAt: now, updatedAt: now,
     deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null, snapshotId: null, lineage: [],
   };
   await store.sandboxes.insert(row);
@@ -132,13 +133,15 @@ async function readyOnB(): Promise<void> {
   assert.equal(cluster.known().find((n) => n.id === 'node-b')?.warm[KEY()], 1);
 }
 
-test("a node with a ready sandbox of the key comes before the one with the layers and the least committed, for as many as it reported", async () => {
-  // node-b: more committed, without the layer. Without its ready sandbox it would not be picked.
-  await commit('sb-b1', 'node-b', 1200);
-  assert.equal(await cluster.place(spec().resources, [L1]), 'node-a', 'by layers and commitment: node-a');
+const res = () => spec().resources;
+
+test('a node with a ready sandbox of the key comes before the one with the layers, for as many as it reported, while not much more committed', async () => {
+  // node-b: 300 MB more committed (7 %), without the layer: by layers and commitment, node-a.
+  await commit('sb-b1', 'node-b', 300);
+  assert.equal(await cluster.place(res(), [L1]), 'node-a', 'by layers and commitment: node-a');
   await readyOnB();
-  assert.equal(await cluster.place(spec().resources, [L1], KEY()), 'node-b', 'its ready sandbox first');
-  assert.equal(await cluster.place(spec().resources, [L1], clusterWarmKeyOf({ ...spec(), internetAccess: true }, POOL.id).key), 'node-a', 'not for another key');
+  assert.equal(await cluster.place(res(), [L1], KEY()), 'node-b', 'its ready sandbox first');
+  assert.equal(await cluster.place(res(), [L1], clusterWarmKeyOf({ ...spec(), internetAccess: true }, POOL.id).key), 'node-a', 'not for another key');
 
   const id = await cluster.takeReady(spec(), POOL);
   assert.equal(cluster.wasWarm(id), true, 'served from the pool');
@@ -147,24 +150,31 @@ test("a node with a ready sandbox of the key comes before the one with the layer
   // node-b reported one and this process took it: the next goes by layers and commitment, until
   // node-b reports again (a burst does not pile onto one node's pool).
   const next = await cluster.takeReady(spec(), POOL);
-  assert.equal(cluster.nodeOf(next), 'node-a');
   assert.equal(cluster.wasWarm(next), false, "node-a's pool keeps none: booted for the ask");
+  assert.equal(cluster.nodeOf(next), 'node-a');
   assert.equal(await fakes.get('node-a')!.status(next), 'running');
   for (const [n, x] of [['node-b', id], ['node-a', next]] as const) await fakes.get(n)!.destroy(x);
+
+  // Well ahead in commitment (300 + 600 MB, 22 %), a ready sandbox no longer draws the create.
+  await readyOnB();
+  await commit('sb-b2', 'node-b', 600);
+  assert.equal(await cluster.place(res(), [L1], KEY()), 'node-a', 'the preference is bounded');
+  await store.sandboxes.remove('sb-b2');
+  assert.equal(await cluster.place(res(), [L1], KEY()), 'node-b');
 });
 
 test('a node with a ready sandbox but no room for the sandbox, or cordoned, is not picked for it', async () => {
   await readyOnB();
-  // node-b past its memory (1.5 × 4096 with the default overcommit).
-  await commit('sb-b2', 'node-b', 5000);
-  assert.equal(await cluster.place(spec().resources, [L1], KEY()), 'node-a', 'no room on node-b');
-  await store.sandboxes.remove('sb-b2');
-  await cluster.refresh(true);
-  assert.equal(await cluster.place(spec().resources, [L1], KEY()), 'node-b', 'room again');
+  // node-b's disk full (100 GB): no room, whatever it holds ready.
+  await commit('sb-b3', 'node-b', 16, 99);
+  assert.equal(await cluster.place(res(), [L1], KEY()), 'node-a', 'no room on node-b');
+  await store.sandboxes.remove('sb-b3');
+  assert.equal(await cluster.place(res(), [L1], KEY()), 'node-b', 'room again');
   await store.nodes.setStatus('node-b', 'cordoned');
   await cluster.refresh(true);
-  assert.equal(await cluster.place(spec().resources, [L1], KEY()), 'node-a', 'cordoned');
+  assert.equal(await cluster.place(res(), [L1], KEY()), 'node-a', 'cordoned');
   await store.nodes.setStatus('node-b', 'active');
+  await cluster.refresh(true);
 });
 
 test('a node of an earlier version (no warm pool route) gets a sandbox booted with an id control picks', async () => {

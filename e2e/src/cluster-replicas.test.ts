@@ -22,6 +22,8 @@ import { childEnv, resolveDomainTo } from './test-dns.js';
 
 const DOMAIN = 'cluster.test';
 const GRACE_SECONDS = 10;
+/** The nodes' warm pools off: every sandbox on a node is then a create's, for the orphan test. */
+const NO_WARM_POOL = { SANDBOXD_WARM_POOL_SIZE: '0', SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '0' };
 
 /**
  * Each gateway listens on the same port (the one every public_host names) on an address of its own:
@@ -120,8 +122,6 @@ describe('a cluster of three namespaced nodes, two control replicas and an edge'
     SANDBOXD_GATEWAY_DOMAIN: DOMAIN,
     SANDBOXD_GATEWAY_PORT: String(GATEWAY_PORT),
     SANDBOXD_GATEWAY_BIND: bind,
-    // Control's warm pool off: every sandbox on a node is then a create's, for the orphan test.
-    SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '0',
     SANDBOXD_CLUSTER_CLAIM_SECONDS: '2',
   });
 
@@ -143,7 +143,7 @@ describe('a cluster of three namespaced nodes, two control replicas and an edge'
     dbUrl = await postgres.createDatabase();
     // One at a time: each start claims a slot and sets up its host side.
     for (const id of ['rep-node-a', 'rep-node-b', 'rep-node-c']) {
-      nodes.push(await startNode({ id, verifyKey: keys.verifyPem, databaseUrl: dbUrl, leaseSeconds: 3, netns: true, env: { SANDBOXD_NODE_ORPHAN_GRACE_SECONDS: String(GRACE_SECONDS) } }));
+      nodes.push(await startNode({ id, verifyKey: keys.verifyPem, databaseUrl: dbUrl, leaseSeconds: 3, netns: true, env: { SANDBOXD_NODE_ORPHAN_GRACE_SECONDS: String(GRACE_SECONDS), ...NO_WARM_POOL } }));
     }
     GATEWAY_PORT = await freePort();
     resolveDomainTo(DOMAIN, ADDR.edge);

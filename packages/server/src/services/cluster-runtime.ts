@@ -30,13 +30,14 @@ export interface ClusterRuntimeOptions {
 /** Placement: a node that holds a sandbox's layers is preferred while it is at most this much more committed (memory, as a fraction) than the least committed. */
 const LAYERS_PREFERENCE = 0.1;
 /**
- * Placement: a node with a ready sandbox of the key asked is preferred while it is at most this much
- * more committed (besides the layers', which it holds too): more than the layers' (see place()), and
- * bounded, because a node's pool refills from the demand it sees: an unbounded preference would send
- * every create, one after another, to the node whose pool warmed first (the others never seeing
- * one) until it is full.
+ * Placement: a node with a ready sandbox of the key asked counts as this much less committed (on top
+ * of the layers', which it holds too), so it comes first among nodes about as committed. Small,
+ * because a node's pool refills from the demand it sees: a large (or unbounded) preference sends
+ * create after create to the node whose pool warmed first while the others, seeing none, never warm;
+ * a small one lets the next node take a create (a cold one), whose pool then warms as well, and
+ * from then on every create is served ready wherever it goes.
  */
-const WARM_PREFERENCE = 0.2;
+const WARM_PREFERENCE = 0.05;
 
 interface Known {
   row: NodeRow;
@@ -54,9 +55,9 @@ interface Known {
  *
  * Placement: among active (not cordoned or draining) nodes with a lease, those with room for the
  * sandbox (cores and memory of what their live sandboxes hold, within the overcommit ratios; disk
- * and the number of sandboxes without), the one whose memory would be least committed, a node with
- * a ready sandbox of its key in its warm pool (as it reported) counting as a fifth less and one
- * holding its layers as a tenth less, then the one with fewer sandboxes. What this process created or took and the
+ * and the number of sandboxes without), the one whose memory would be least committed, a node
+ * holding its layers counting as a tenth less and one with a ready sandbox of its key in its warm
+ * pool (as it reported) a twentieth less again, then the one with fewer sandboxes. What this process created or took and the
  * services have not recorded yet (a create in flight) counts as well: the store's rows count the
  * rest. The nodes' ready sandboxes count against no one until taken (their pools' budgets bound them).
  */
@@ -365,12 +366,13 @@ export class ClusterRuntime implements Runtime {
       // A node whose set is not read yet (it just joined, or its answer failed) is not held back:
       // the preference only ever favours, it never piles a burst onto the first node read.
       const has = layerIds.length > 0 && (layers === undefined || layerIds.every((l) => layers.ids.has(l)));
-      // Before the layers, a node with a ready sandbox of the key: it hands one over in
-      // milliseconds, where a boot takes a few hundred on a node with the layers and seconds (a
-      // fetch) on one without, and what it hands over already runs there (its pool paid for it).
-      // It cannot pile a burst up: only as many go to it as it reported ready, less what this
-      // process took since. Both preferences are bounded (WARM_PREFERENCE), so the least committed
-      // node still wins when the others are well ahead.
+      // The order among nodes about as committed: first one with a ready sandbox of the key (it
+      // holds the layers too, so it gets both preferences), then one with the layers, then the
+      // least committed. A ready one is handed over in milliseconds, where a boot takes a few
+      // hundred on a node with the layers and seconds (a fetch) on one without; and what it hands
+      // over already runs there (its pool paid for it). It cannot pile a burst up: only as many go
+      // to it as it reported ready, less what this process took since. Both preferences are
+      // bounded, so the least committed node still wins when the others are well ahead.
       const warm = warmKey !== undefined && this.readyOn(row, warmKey) > 0;
       const score = memory - (has ? LAYERS_PREFERENCE : 0) - (warm ? WARM_PREFERENCE : 0);
       if (!best || score < best.score || (score === best.score && (sandboxes < best.sandboxes || (sandboxes === best.sandboxes && row.id < best.id)))) {

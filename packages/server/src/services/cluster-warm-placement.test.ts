@@ -1,7 +1,6 @@
-// Placement of a create that asks the nodes' warm pools: a node that reported a ready sandbox of
-// the key comes before one that holds the layers and the least committed (while it is not a fifth
-// more committed), for as many as it reported; a node without room or cordoned is never picked for
-// its ready sandboxes. Nodes
+// Placement of a create that asks the nodes' warm pools: among nodes about as committed, a node that
+// reported a ready sandbox of the key comes first, for as many as it reported; one well ahead in
+// commitment does not, nor one without room or cordoned. Nodes
 // are FakeRuntimes behind real node APIs, each with its warm pool, reporting as heartbeats do.
 import assert from 'node:assert/strict';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
@@ -31,8 +30,8 @@ const apps: FastifyInstance[] = [];
 const pools = new Map<string, NodeWarmPool>();
 const members = new Map<string, NodeMembership>();
 const fakes = new Map<string, FakeRuntime>();
-/** node-a holds the layer (its layer set says so); node-b does not. */
-const held: Record<string, string[]> = { 'node-a': [L1], 'node-b': [] };
+/** Both hold the layer (their layer sets say so). */
+const held: Record<string, string[]> = { 'node-a': [L1], 'node-b': [L1] };
 let cluster: ClusterRuntime;
 const POOL = { id: 'tpl-base', label: 'base' };
 
@@ -92,12 +91,6 @@ before(async () => {
   }
   cluster = new ClusterRuntime({ store, auth: signer, refreshMs: 50, claimEveryMs: 0 });
   await cluster.setupHost();
-  // Both layer sets read (a set not read yet counts as holding everything).
-  const res = spec().resources;
-  await until("the nodes' layer sets are read", async () => {
-    await cluster.refresh(true);
-    return (await cluster.place(res, [L1])) === 'node-a' && (await cluster.place(res, ['c'.repeat(64)])) === 'node-a';
-  });
   // node-b's pool has been asked once for the key, so it keeps one ready from now on.
   const url = `http://127.0.0.1:${(apps[1]!.server.address() as AddressInfo).port}`;
   const primed = await new RemoteRuntime({ nodeId: 'node-b', url, auth: signer }).askWarm(spec(), POOL);
@@ -135,10 +128,10 @@ async function readyOnB(): Promise<void> {
 
 const res = () => spec().resources;
 
-test('a node with a ready sandbox of the key comes before the one with the layers, for as many as it reported, while not much more committed', async () => {
-  // node-b: 300 MB more committed (7 %), without the layer: by layers and commitment, node-a.
-  await commit('sb-b1', 'node-b', 300);
-  assert.equal(await cluster.place(res(), [L1]), 'node-a', 'by layers and commitment: node-a');
+test('a node with a ready sandbox of the key comes first among nodes about as committed, for as many as it reported', async () => {
+  // node-b: 100 MB more committed (2.4 %): by commitment, node-a.
+  await commit('sb-b1', 'node-b', 100);
+  assert.equal(await cluster.place(res(), [L1]), 'node-a', 'by commitment: node-a');
   await readyOnB();
   assert.equal(await cluster.place(res(), [L1], KEY()), 'node-b', 'its ready sandbox first');
   assert.equal(await cluster.place(res(), [L1], clusterWarmKeyOf({ ...spec(), internetAccess: true }, POOL.id).key), 'node-a', 'not for another key');
@@ -147,7 +140,7 @@ test('a node with a ready sandbox of the key comes before the one with the layer
   assert.equal(cluster.wasWarm(id), true, 'served from the pool');
   assert.equal(cluster.nodeOf(id), 'node-b');
   assert.equal(await fakes.get('node-b')!.status(id), 'running');
-  // node-b reported one and this process took it: the next goes by layers and commitment, until
+  // node-b reported one and this process took it: the next goes by commitment, until
   // node-b reports again (a burst does not pile onto one node's pool).
   const next = await cluster.takeReady(spec(), POOL);
   assert.equal(cluster.wasWarm(next), false, "node-a's pool keeps none: booted for the ask");
@@ -155,9 +148,9 @@ test('a node with a ready sandbox of the key comes before the one with the layer
   assert.equal(await fakes.get('node-a')!.status(next), 'running');
   for (const [n, x] of [['node-b', id], ['node-a', next]] as const) await fakes.get(n)!.destroy(x);
 
-  // Well ahead in commitment (300 + 600 MB, 22 %), a ready sandbox no longer draws the create.
+  // Well ahead in commitment (100 + 300 MB, 10 %), a ready sandbox no longer draws the create.
   await readyOnB();
-  await commit('sb-b2', 'node-b', 600);
+  await commit('sb-b2', 'node-b', 300);
   assert.equal(await cluster.place(res(), [L1], KEY()), 'node-a', 'the preference is bounded');
   await store.sandboxes.remove('sb-b2');
   assert.equal(await cluster.place(res(), [L1], KEY()), 'node-b');

@@ -301,8 +301,10 @@ describe('a cluster of three namespaced nodes, two control replicas and an edge'
       await h.files.write('/tmp/from-hopx.txt', 'through the edge');
       assert.equal(await h.files.read('/tmp/from-hopx.txt'), 'through the edge');
       // Paused through the other replica: the SDK, through the edge, is told so.
-      assert.equal((await api(b, 'POST', `/v1/sandboxes/${h.sandboxId}/pause`)).status, 200);
-      assert.equal((await api(a, 'POST', `/v1/sandboxes/${h.sandboxId}/resume`)).status, 200);
+      const paused = await api(b, 'POST', `/v1/sandboxes/${h.sandboxId}/pause`);
+      assert.equal(paused.status, 200, JSON.stringify(paused.body));
+      const resumed = await api(a, 'POST', `/v1/sandboxes/${h.sandboxId}/resume`);
+      assert.equal(resumed.status, 200, JSON.stringify(resumed.body));
       assert.equal((await h.runCode('cat /tmp/from-hopx.txt', { language: 'bash' })).stdout, 'through the edge');
     } finally {
       await h.kill();

@@ -239,8 +239,14 @@ export class ClusterRuntime implements Runtime {
       this.nodeById.set(id, nodeId);
     }
     await this.refresh();
-    const known = this.nodes.get(nodeId);
+    let known = this.nodes.get(nodeId);
     if (!known) throw new ServiceError('NODE_UNAVAILABLE', `sandbox ${id} is on node ${nodeId}, which has left the cluster`, { id, node: nodeId });
+    // A node back since the last read (another replica may have put a sandbox on it already) is
+    // served at once, not up to refreshMs later: the list is read again, at most every quarter second.
+    if (!this.storeAway && !this.leased(known.row) && Date.now() - this.refreshedAt >= 250) {
+      await this.refresh(true);
+      known = this.nodes.get(nodeId) ?? known;
+    }
     if (!this.storeAway && !this.leased(known.row)) throw new ServiceError('NODE_UNAVAILABLE', `sandbox ${id} is on node ${nodeId}, which is not answering; it is served again when the node is back`, { id, node: nodeId, retry_after: 10 });
     return this.guarded(nodeId, known.remote);
   }

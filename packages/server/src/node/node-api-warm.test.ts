@@ -191,3 +191,20 @@ test('asks are read as an attacker would send them: unsigned, malformed or namin
   const none = await post(good, token, `http://127.0.0.1:${(bare.server.address() as AddressInfo).port}`);
   assert.deepEqual([none.status, none.body.code], [404, 'ROUTE_NOT_FOUND'], 'a node without a pool has no such route (as one of an earlier version)');
 });
+
+test("control drops a template's ready sandboxes (deleted); other keys' stay; a bad or unsigned drop is refused", async () => {
+  const key = clusterWarmKeyOf(askSpec(), 'tpl-1').key;
+  const other = clusterWarmKeyOf(askSpec({ resources: { vcpu: 2, memoryMb: 1024, diskGb: 1, pidsMax: 512 } }), 'tpl-2').key;
+  await until('both keys ready', () => pool.readyByKey()[key] === 1 && pool.readyByKey()[other] === 1);
+  const ready = pool.held();
+  const del = async (path: string, token?: string) => (await fetch(`${url}${path}`, { method: 'DELETE', headers: token ? { authorization: `Bearer ${token}` } : {} })).status;
+  assert.equal(await del('/node/v1/warm/tpl-1'), 401, 'no token');
+  assert.equal(await del(`/node/v1/warm/${encodeURIComponent('a b')}`, await signer.tokenFor('node-w')), 400, 'a pool id with a space');
+  assert.deepEqual(Object.keys(pool.readyByKey()).sort(), [key, other].sort(), 'nothing dropped by a refused call');
+  await remote.dropWarm('tpl-1');
+  assert.deepEqual(pool.readyByKey(), { [other]: 1 }, "tpl-1's ready sandbox is gone, tpl-2's stays");
+  const gone = ready.filter((id) => !pool.held().includes(id));
+  assert.equal(gone.length, 1);
+  assert.equal(await fake.status(gone[0]!), 'missing', 'destroyed');
+  await remote.dropWarm('tpl-never-asked');
+});

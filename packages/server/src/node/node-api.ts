@@ -32,6 +32,7 @@ export interface NodeApiOptions {
    */
   warm?: {
     take(ask: { spec: SandboxSpec; lowerDirs: () => Promise<string[]>; poolId: string; label: string; signal?: AbortSignal }): Promise<{ id: string; warm: boolean }>;
+    drop(poolId: string): Promise<void>;
   };
 }
 
@@ -117,6 +118,12 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     });
     const { id, warm } = await pool.take({ spec: ask.spec, lowerDirs, poolId: ask.poolId, label: ask.label, signal: gone.signal });
     return { id, warm };
+  });
+  // A template deleted (or its pool id otherwise done with): its ready sandboxes go.
+  if (pool) app.delete('/node/v1/warm/:pool', async (req, reply) => {
+    const poolId = (req.params as { pool?: unknown }).pool;
+    if (typeof poolId !== 'string' || !/^[\x21-\x7e]{1,200}$/.test(poolId)) throw new ServiceError('VALIDATION_ERROR', 'bad pool id');
+    return done(reply, await pool.drop(poolId));
   });
   app.get('/node/v1/sandboxes', async () => ({ ids: await rt.list() }));
   app.get('/node/v1/layers', async () => ({ ids: o.layerIds ? await o.layerIds() : [] }));

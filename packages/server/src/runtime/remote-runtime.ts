@@ -147,6 +147,11 @@ export class RemoteRuntime implements Runtime {
     return { id: r.id, warm: r.warm };
   }
 
+  /** The node's warm pool forgets `poolId` (a template deleted or rebuilt). */
+  async dropWarm(poolId: string): Promise<void> {
+    await this.call('DELETE', `/node/v1/warm/${encodeURIComponent(poolId)}`, undefined, 10_000);
+  }
+
   /** The spec as the node takes it: layers by reference (see RemoteRuntimeOptions.layers). */
   private async wire(spec: SandboxSpec): Promise<{ body: unknown; bytes: number }> {
     if (!this.o.layers) return { body: spec, bytes: 0 };

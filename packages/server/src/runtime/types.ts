@@ -178,6 +178,8 @@ export interface Runtime {
   takeReady?(spec: SandboxSpec, pool: { id: string; label: string }): Promise<string>;
   /** A cluster's: whether `id`, not recorded yet, came ready from a node's pool (the create's `source`). */
   wasWarm?(id: string): boolean;
+  /** A cluster's: the nodes' warm pools forget `poolId` (a template deleted or rebuilt), destroying its ready sandboxes. */
+  dropWarm?(poolId: string): Promise<void>;
   /** Runs one build step to completion in a throwaway container with sandbox isolation. */
   runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }>;
 }

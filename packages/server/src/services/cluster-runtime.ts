@@ -470,6 +470,20 @@ export class ClusterRuntime implements Runtime {
     }
   }
 
+  /**
+   * Every node's warm pool forgets `poolId` (a template deleted or rebuilt). A node that does not
+   * answer keeps its ready sandboxes of it until its pool retires the key (a rebuilt template's
+   * next ask, or too many keys): they are never handed out for a deleted template, no create asks.
+   */
+  async dropWarm(poolId: string): Promise<void> {
+    await this.refresh();
+    await Promise.all(
+      [...this.nodes.values()].map((k) =>
+        this.leased(k.row) ? k.remote.dropWarm(poolId).catch((err: unknown) => this.log(`node ${k.row.id}: its warm pool could not drop ${poolId}: ${String(err)}`)) : undefined,
+      ),
+    );
+  }
+
   wasWarm(id: string): boolean {
     return this.reserved.get(id)?.warm === true;
   }

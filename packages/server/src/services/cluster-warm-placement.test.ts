@@ -19,7 +19,7 @@ import { FakeRuntime } from '../testing/fake-runtime.js';
 import { ClusterRuntime } from './cluster-runtime.js';
 import { NodeMembership } from './node-membership.js';
 import { NodeWarmPool } from './node-pool.js';
-import { clusterWarmKeyOf } from './warm-pool.js';
+import { clusterWarmKeyOf, WarmPool } from './warm-pool.js';
 
 const { signer, verifier } = testClusterKeys();
 const L1 = 'a'.repeat(64);
@@ -191,4 +191,16 @@ test('a node of an earlier version (no warm pool route) gets a sandbox booted wi
     await app.close();
     await fake.dispose();
   }
+});
+
+test("a template dropped through control's pool (deleted) leaves no ready sandbox of it on any node", async () => {
+  await readyOnB();
+  const before = pools.get('node-b')!.held();
+  assert.equal(before.length, 1);
+  // Control's own pool holds nothing in a cluster; dropping a template there tells the nodes.
+  const controlPool = new WarmPool({ runtime: cluster, log: () => undefined, minPerKey: 0, maxMemoryMb: 0, horizonSeconds: 0, shrinkAfterMs: 1000, bootConcurrency: 8, tickMs: 0 });
+  await controlPool.dropTemplate(POOL.id);
+  assert.deepEqual(pools.get('node-b')!.readyByKey(), {});
+  assert.equal(await fakes.get('node-b')!.status(before[0]!), 'missing');
+  await controlPool.close();
 });

@@ -79,6 +79,11 @@ export class NodeWarmPool {
     return { keys: this.pool.stats(), hits: this.pool.hits, misses: this.pool.misses };
   }
 
+  /** Forgets a template (deleted or rebuilt, control says): its ready sandboxes are destroyed. */
+  drop(poolId: string): Promise<void> {
+    return this.pool.dropTemplate(poolId);
+  }
+
   /** Waiting asks fail, boots in flight finish, every ready sandbox is destroyed. */
   close(): Promise<void> {
     return this.pool.close();

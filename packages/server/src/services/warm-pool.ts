@@ -31,7 +31,8 @@ export function clusterWarmKeyOf(spec: SandboxSpec, poolId: string, label = pool
 }
 
 export interface WarmPoolOptions {
-  runtime: Pick<Runtime, 'destroy'>;
+  /** With `dropWarm` (a cluster's), dropTemplate tells the nodes' pools too. */
+  runtime: Pick<Runtime, 'destroy' | 'dropWarm'>;
   log: (msg: string, extra?: Record<string, unknown>) => void;
   /** Ready sandboxes per key once it was asked for, whatever its rate; 0: none are held, every create boots. */
   minPerKey: number;
@@ -211,10 +212,10 @@ export class WarmPool {
     });
   }
 
-  /** Forgets a template (deleted or rebuilt): its ready sandboxes are destroyed. */
+  /** Forgets a template (deleted or rebuilt): its ready sandboxes are destroyed (and the nodes', in a cluster). */
   async dropTemplate(templateId: string): Promise<void> {
     for (const s of this.states.values()) if (s.k.templateId === templateId) this.retire(s);
-    await this.destroying;
+    await Promise.all([this.destroying, this.o.runtime.dropWarm?.(templateId)]);
   }
 
   /** Ids currently held ready (not yet sandboxes of anyone). */

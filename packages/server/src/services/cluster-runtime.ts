@@ -444,6 +444,12 @@ export class ClusterRuntime implements Runtime {
         if (!(err instanceof ServiceError && err.code === 'ROUTE_NOT_FOUND')) throw err;
         return this.bootOn(nodeId, known, spec);
       });
+      // The node picks the id. One this process or the store knows already is another sandbox
+      // (a node taken over naming one of another node's): taken, it would draw that sandbox's calls
+      // and agent traffic to this node, and the create's undo would destroy it. Refused, untouched.
+      if (this.nodeById.has(id) || this.reserved.has(id) || (await this.o.store.sandboxes.byId(id))) {
+        throw new ServiceError('RUNTIME_ERROR', `node ${nodeId} answered with a sandbox that is not a new one; try again`).withDetail(`node ${nodeId} answered ${id}, which is known already`);
+      }
       this.nodeById.set(id, nodeId);
       this.reserved.set(id, { nodeId, resources: spec.resources, warm });
       this.claimSoon();

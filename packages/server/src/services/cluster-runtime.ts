@@ -339,9 +339,12 @@ export class ClusterRuntime implements Runtime {
 
   /**
    * The node a new sandbox goes to (see the class comment). `warmKey`: the key of a sandbox asked
-   * from the nodes' warm pools (clusterWarmKeyOf), whose holders are preferred.
+   * from the nodes' warm pools (clusterWarmKeyOf), whose holders are preferred. `hold` is called
+   * with the node as it is picked, before anything else runs: what it holds there counts for the
+   * next placement (concurrent creates of a burst otherwise all see the same commitments, and go to
+   * the same node).
    */
-  async place(resources: SandboxResources, layerIds: string[] = [], warmKey?: string): Promise<string> {
+  async place(resources: SandboxResources, layerIds: string[] = [], warmKey?: string, hold?: (nodeId: string) => void): Promise<string> {
     await this.refresh();
     const usage = await this.o.store.sandboxes.usageByNode();
     const extra = new Map<string, SandboxUsage>();
@@ -389,6 +392,7 @@ export class ClusterRuntime implements Runtime {
       const up = [...this.nodes.values()].filter((n) => n.row.status === 'active' && this.leased(n.row)).length;
       throw new ServiceError('NO_CAPACITY', up === 0 ? 'no node of the cluster is up to take the sandbox; try again later' : `no node has room for a sandbox of ${resources.vcpu} vCPU, ${resources.memoryMb} MB and ${resources.diskGb} GB now; try again later`, { retry_after: 5 });
     }
+    hold?.(best.id);
     return best.id;
   }
 
@@ -407,9 +411,10 @@ export class ClusterRuntime implements Runtime {
   async create(spec: SandboxSpec): Promise<void> {
     let nodeId = this.nodeById.get(spec.id);
     if (!nodeId) {
-      nodeId = await this.place(spec.resources, spec.layerIds);
-      this.nodeById.set(spec.id, nodeId);
-      this.reserved.set(spec.id, { nodeId, resources: spec.resources });
+      nodeId = await this.place(spec.resources, spec.layerIds, undefined, (picked) => {
+        this.nodeById.set(spec.id, picked);
+        this.reserved.set(spec.id, { nodeId: picked, resources: spec.resources });
+      });
       this.claimSoon();
     }
     const known = this.nodes.get(nodeId);
@@ -431,14 +436,16 @@ export class ClusterRuntime implements Runtime {
    */
   async takeReady(spec: SandboxSpec, pool: { id: string; label: string }): Promise<string> {
     const key = clusterWarmKeyOf(spec, pool.id).key;
-    const nodeId = await this.place(spec.resources, spec.layerIds, key);
-    const known = this.nodes.get(nodeId);
-    if (!known) throw new ServiceError('NODE_UNAVAILABLE', `node ${nodeId} has left the cluster`, { node: nodeId });
-    this.noteTaken(nodeId, key);
-    const ask = { nodeId, resources: spec.resources };
-    this.asking.add(ask);
+    const ask = { nodeId: '', resources: spec.resources };
+    const nodeId = await this.place(spec.resources, spec.layerIds, key, (picked) => {
+      ask.nodeId = picked;
+      this.asking.add(ask);
+      this.noteTaken(picked, key);
+    });
     try {
-      const { id, warm } = await this.whileLeased(nodeId, known.remote.askWarm(spec, pool)).catch((err: unknown) => {
+      const known = this.nodes.get(nodeId);
+      if (!known) throw new ServiceError('NODE_UNAVAILABLE', `node ${nodeId} has left the cluster`, { node: nodeId });
+      const { id, warm, ours } = await this.whileLeased<{ id: string; warm: boolean; ours?: boolean }>(nodeId, known.remote.askWarm(spec, pool)).catch((err: unknown) => {
         // A node of an earlier version has no warm pool to ask: it boots one of an id given here,
         // as every create did before (so control may be upgraded before its nodes).
         if (!(err instanceof ServiceError && err.code === 'ROUTE_NOT_FOUND')) throw err;
@@ -447,7 +454,7 @@ export class ClusterRuntime implements Runtime {
       // The node picks the id. One this process or the store knows already is another sandbox
       // (a node taken over naming one of another node's): taken, it would draw that sandbox's calls
       // and agent traffic to this node, and the create's undo would destroy it. Refused, untouched.
-      if (this.nodeById.has(id) || this.reserved.has(id) || (await this.o.store.sandboxes.byId(id))) {
+      if (!ours && (this.nodeById.has(id) || this.reserved.has(id) || (await this.o.store.sandboxes.byId(id)))) {
         throw new ServiceError('RUNTIME_ERROR', `node ${nodeId} answered with a sandbox that is not a new one; try again`).withDetail(`node ${nodeId} answered ${id}, which is known already`);
       }
       this.nodeById.set(id, nodeId);
@@ -459,7 +466,8 @@ export class ClusterRuntime implements Runtime {
     }
   }
 
-  private async bootOn(nodeId: string, known: Known, spec: SandboxSpec): Promise<{ id: string; warm: boolean }> {
+  /** A sandbox booted on `nodeId` with an id picked here (`ours`), as creates were before the nodes' pools. */
+  private async bootOn(nodeId: string, known: Known, spec: SandboxSpec): Promise<{ id: string; warm: boolean; ours: true }> {
     const id = newSandboxId();
     this.nodeById.set(id, nodeId);
     this.reserved.set(id, { nodeId, resources: spec.resources });
@@ -467,7 +475,7 @@ export class ClusterRuntime implements Runtime {
     try {
       await this.whileLeased(nodeId, known.remote.create(withSandboxId(spec, id)));
       await waitForAgent((timeoutMs) => known.remote.dialAgent(id, timeoutMs), this.o.agentReadyTimeoutMs ?? 15_000);
-      return { id, warm: false };
+      return { id, warm: false, ours: true };
     } catch (err) {
       await known.remote.destroy(id).catch(() => undefined);
       this.reserved.delete(id);

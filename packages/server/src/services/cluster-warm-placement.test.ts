@@ -170,6 +170,15 @@ test('a node with a ready sandbox but no room for the sandbox, or cordoned, is n
   await cluster.refresh(true);
 });
 
+test('a burst of asks at once spreads over the nodes: each placement counts the ones before it', async () => {
+  const ids = await Promise.all(Array.from({ length: 8 }, () => cluster.takeReady({ ...spec(), internetAccess: true }, POOL)));
+  const on = (n: string) => ids.filter((id) => cluster.nodeOf(id) === n).length;
+  const [a, b] = [on('node-a'), on('node-b')];
+  assert.equal(a + b, 8);
+  assert.ok(a >= 3 && b >= 3, `node-a ${a}, node-b ${b}`);
+  for (const id of ids) await cluster.destroy(id);
+});
+
 test('a node of an earlier version (no warm pool route) gets a sandbox booted with an id control picks', async () => {
   const fake = new FakeRuntime({ socketDir: join(dir, 'old') });
   await fake.setupHost();
@@ -196,11 +205,11 @@ test('a node of an earlier version (no warm pool route) gets a sandbox booted wi
 test("a template dropped through control's pool (deleted) leaves no ready sandbox of it on any node", async () => {
   await readyOnB();
   const before = pools.get('node-b')!.held();
-  assert.equal(before.length, 1);
+  assert.ok(before.length >= 1);
   // Control's own pool holds nothing in a cluster; dropping a template there tells the nodes.
   const controlPool = new WarmPool({ runtime: cluster, log: () => undefined, minPerKey: 0, maxMemoryMb: 0, horizonSeconds: 0, shrinkAfterMs: 1000, bootConcurrency: 8, tickMs: 0 });
   await controlPool.dropTemplate(POOL.id);
-  assert.deepEqual(pools.get('node-b')!.readyByKey(), {});
-  assert.equal(await fakes.get('node-b')!.status(before[0]!), 'missing');
+  assert.deepEqual(pools.get('node-b')!.readyByKey(), {}, 'every key of the template');
+  for (const id of before) assert.equal(await fakes.get('node-b')!.status(id), 'missing');
   await controlPool.close();
 });

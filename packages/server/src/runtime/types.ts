@@ -161,10 +161,14 @@ export interface Runtime {
   resetDisk(id: string, diskGb: number): Promise<void>;
   /**
    * The node that holds sandbox `id`, for a runtime that spans several (a cluster); undefined for one
-   * machine. The services call it as they record the sandbox: from then on its row is what counts
-   * its resources against the node.
+   * machine. The services call it as they record the sandbox (the node its row names).
    */
   nodeOf?(id: string): string | undefined;
+  /**
+   * A cluster's: the services recorded sandbox `id` (its row, on its node, is in the store): from
+   * now on the row counts its resources against the node, not the runtime's own reservation.
+   */
+  recorded?(id: string): void;
   /**
    * A cluster's: whether the node `nodeId` is up as last seen (registered, its lease running), so a
    * listing can say which sandboxes cannot be served now. Absent on one machine.

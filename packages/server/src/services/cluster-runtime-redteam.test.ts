@@ -67,6 +67,7 @@ describe('ClusterRuntime: a node that claims what is not its own', { timeout: 60
       vcpu: 1, memoryMb: 256, diskGb: 1, layers: [], templateEnv: {}, envVars: {}, gatewayPort: null, nodeId: cluster.nodeOf('victim')!, version: 0, deletedReason: null, createdAt: now, updatedAt: now,
       deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null, snapshotId: null, lineage: [],
     });
+    cluster.recorded('victim');
   });
 
   after(async () => {

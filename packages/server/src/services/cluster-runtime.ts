@@ -195,12 +195,16 @@ export class ClusterRuntime implements Runtime {
   }
 
   nodeOf(id: string): string | undefined {
-    const r = this.reserved.get(id);
-    if (r) {
-      this.reserved.delete(id);
-      return r.nodeId;
-    }
-    return this.nodeById.get(id);
+    return this.reserved.get(id)?.nodeId ?? this.nodeById.get(id);
+  }
+
+  /**
+   * Its row counts it now. Not before: between the node's answer and the row (creates of one
+   * organization wait for each other to insert theirs, a burst's for long) the reservation must go
+   * on counting it, or placement sees that node emptier than it is and sends it the next ones too.
+   */
+  recorded(id: string): void {
+    this.reserved.delete(id);
   }
 
   /**

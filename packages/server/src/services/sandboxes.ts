@@ -484,6 +484,7 @@ export class SandboxService {
       };
       await this.d.quotas.hold(orgId, async () => {
         await this.d.store.sandboxes.insert(own);
+        this.d.runtime.recorded?.(id);
         undo.push('row', () => this.d.store.sandboxes.remove(id));
         await this.d.store.sandboxes.remove(row.id);
       });

@@ -9,7 +9,9 @@
 //   - the edge hop: `/commands/run` of `true`, kept-alive connections, one sandbox: straight to its
 //     agent's unix socket (the baseline), through its node's relay (what the edge dials), through
 //     the edge, through control's gateway; the p50 difference edge − straight in ms; and, for
-//     comparison, the all-in-one daemon's own gateway hop (a sandbox of its own: gateway − socket);
+//     comparison, the all-in-one daemon's own gateway hop (a sandbox of its own: gateway − socket)
+//     and the raw baseline of any hop here: a bare Node proxy in a process of its own
+//     (bare-proxy.ts) in front of the same agent socket;
 //   - a burst of BURST concurrent creates through control: success, and how they spread over the
 //     nodes (each node's share against an even one);
 //   - a node lost (kill -9): seconds until control's API answers 503 NODE_UNAVAILABLE for one of its
@@ -17,11 +19,12 @@
 //     lease ran out (what a machine that is gone gets), and until `sandboxd nodes list` shows it not
 //     up; as multiples of the lease (LEASE_SECONDS). The node is restarted after.
 // Usage (root, after npm run build): node bench/dist/cluster.js [N=30] [BURST=100] [NODES=3] [HOPS=300]
-import { execFile } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { Agent, request, type ClientRequestArgs } from 'node:http';
 import type { Socket } from 'node:net';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import type { Duplex } from 'node:stream';
 import { promisify } from 'node:util';
@@ -209,6 +212,7 @@ let control: TestServer | undefined;
 let edge: TestServer | undefined;
 let single: TestServer | undefined;
 let singlePg: TestServer | undefined;
+let bare: ChildProcess | undefined;
 try {
   const dbUrl = await pg.createDatabase();
   for (let i = 0; i < NODES; i++) nodes.push(await startNode({ id: `bench-node-${i}`, verifyKey: keys.verifyPem, databaseUrl: dbUrl, leaseSeconds: LEASE_SECONDS }));
@@ -249,7 +253,17 @@ try {
   const local = (await api(single, 'POST', '/v1/sandboxes', CREATE)).body;
   const viaSingle = { agent: keptAlive(), send: async (a: Agent) => (await call(viaPublicHost(local.public_host), local.auth_token, '/commands/run', RUN, a)).status, samples: [] } as Hop;
   const singleStraight = { agent: keptAlive(), send: (a: Agent) => runOnAgent(a, join(single!.dataDir, 'sandboxes', local.id, 'agent.sock')), samples: [] } as Hop;
-  await hops([straight!, relayed!, viaEdge!, viaControl!, singleStraight, viaSingle]);
+  // What any proxy in a process of its own pays here, in front of the same socket.
+  const barePort = await freePort();
+  bare = spawn(process.execPath, [join(dirname(fileURLToPath(import.meta.url)), 'bare-proxy.js'), socketPath, String(barePort)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  await new Promise<void>((resolve, reject) => {
+    bare!.stdout!.once('data', () => resolve());
+    bare!.once('exit', (code) => reject(new Error(`the bare proxy exited (${code})`)));
+  });
+  const viaBare = { agent: keptAlive(), send: async (a: Agent) => (await call({ port: barePort, host: 'agent' }, sb.auth_token, '/commands/run', RUN, a)).status, samples: [] } as Hop;
+  await hops([straight!, relayed!, viaEdge!, viaControl!, singleStraight, viaSingle, viaBare]);
+  bare.kill();
+  bare = undefined;
   await api(single, 'DELETE', `/v1/sandboxes/${local.id}`);
   await singlePg.stop();
   singlePg = undefined;
@@ -318,10 +332,15 @@ try {
   console.log(row('hop: all-in-one, straight to its socket', singleStraight.samples, straight!.samples));
   console.log(row("hop: all-in-one, through its gateway", viaSingle.samples, straight!.samples));
   console.log(`extra latency of the edge hop, p50: ${(p50(viaEdge!.samples) - p50(straight!.samples)).toFixed(2)} ms (the node relay alone ${(p50(relayed!.samples) - p50(straight!.samples)).toFixed(2)} ms; goal ≤ 1 ms); over the all-in-one's own gateway hop ${(p50(viaEdge!.samples) - p50(straight!.samples) - (p50(viaSingle.samples) - p50(singleStraight.samples))).toFixed(2)} ms`);
+  console.log(row('hop: a bare Node proxy process in front of the socket (raw baseline of any hop)', viaBare.samples, straight!.samples));
+  const bareExtra = p50(viaBare.samples) - p50(straight!.samples);
+  const edgeExtra = p50(viaEdge!.samples) - p50(straight!.samples);
+  console.log(`a bare proxy process costs ${bareExtra.toFixed(2)} ms here; the edge hop ${edgeExtra.toFixed(2)} ms, ${(edgeExtra - bareExtra).toFixed(2)} ms over it (${(edgeExtra / bareExtra).toFixed(2)}×)`);
   console.log(`burst of ${BURST} through control: ${ok}/${BURST} served in ${burstS.toFixed(1)} s; spread ${spread.join(', ')}; worst ${worst.toFixed(0)} % from even (goal 100 % and ±20 %)`);
   for (const [reason, n] of why) console.log(`  failed ×${n}: ${reason}`);
   console.log(`node lost (kill -9): 503 NODE_UNAVAILABLE first after ${s(firstUnavailable)}; for its lease after ${s(leaseUnavailable)}; not up in nodes list after ${s(listedDown)} (goal ≤ 2× the lease)`);
 } finally {
+  bare?.kill();
   await edge?.stop();
   await single?.stop();
   await singlePg?.stop();

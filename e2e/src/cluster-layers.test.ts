@@ -10,7 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { digestLayerTree } from '../../packages/server/dist/images/layer-tar.js';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
-import { agent, api, createSandbox, startNode, startServer, TEST_DATA_DIR, type TestNode, type TestServer } from './harness.js';
+import { agent, api, createSandbox, startNode, startServer, TEST_DATA_DIR, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
 
 const FETCHED_RE = /fetched layer ([0-9a-f]{12}) \(([\d.]+) MB\) from control in ([\d.]+) s/g;
 
@@ -119,5 +119,37 @@ describe('a node without the layers of a template fetches them from control, onc
     } finally {
       assert.equal((await api(control, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
     }
+  });
+
+  test("a snapshot of a sandbox on a node: its files come to control as a layer; a create from it, a fork and a restore boot on the node, which fetches that layer", async () => {
+    const asSandbox = (b: any): CreatedSandbox => ({ id: b.id, publicHost: b.public_host, authToken: b.auth_token, body: b });
+    const sh = async (sb: CreatedSandbox, command: string) => {
+      const r = await agent<{ stdout: string; exit_code: number }>(sb, 'POST', '/commands/run', { command });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      return r.body.stdout;
+    };
+    const src = await createSandbox(control, { template_name: 'base' });
+    await sh(src, 'mkdir -p /workspace/proj && echo kept > /workspace/proj/a.txt && ln -s a.txt /workspace/proj/link && rm -f /etc/motd');
+    const before = fetched().length;
+    const snap = await api(control, 'POST', `/v1/sandboxes/${src.id}/snapshots`, { name: 'on-a-node' });
+    assert.equal(snap.status, 201, JSON.stringify(snap.body));
+    assert.deepEqual(readdirSync(join(node.dataDir, 'exports')), [], "no copy left on the node once sent");
+
+    // A create from it: the node lacks the snapshot's layer and fetches it.
+    const made = await api(control, 'POST', '/v1/sandboxes', { snapshot_id: snap.body.snapshot_id });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    const copy = asSandbox(made.body);
+    assert.equal(await sh(copy, 'cat /workspace/proj/link; test -e /etc/motd && echo motd || echo no-motd'), 'kept\nno-motd\n', 'files, links and deletions come through');
+    assert.equal(fetched().length, before + 1, 'one layer fetched: the snapshot\'s');
+
+    // A fork copies the files as they are now; a restore goes back to the snapshot.
+    await sh(src, 'echo later > /workspace/proj/b.txt');
+    const forked = await api(control, 'POST', `/v1/sandboxes/${src.id}/fork`, { count: 1 });
+    assert.equal(forked.status, 201, JSON.stringify(forked.body));
+    assert.equal(await sh(asSandbox(forked.body.data[0]), 'cat /workspace/proj/b.txt'), 'later\n');
+    const back = await api(control, 'POST', `/v1/sandboxes/${src.id}/restore`, { snapshot_id: snap.body.snapshot_id });
+    assert.equal(back.status, 200, JSON.stringify(back.body));
+    assert.equal(await sh(src, 'ls /workspace/proj'), 'a.txt\nlink\n');
+    assert.deepEqual(readdirSync(join(node.dataDir, 'exports')), [], 'nor after the fork');
   });
 });

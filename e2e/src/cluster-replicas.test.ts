@@ -148,10 +148,14 @@ describe('a cluster of three namespaced nodes, two control replicas and an edge'
     GATEWAY_PORT = await freePort();
     resolveDomainTo(DOMAIN, ADDR.edge);
     // Two replicas starting together: they migrate, reconcile and take the signing key in turn.
-    [a, b] = await Promise.all([
-      startServer({ command: 'control', templates: ['base', 'code-interpreter'], env: clusterEnv(ADDR.a) }),
-      startServer({ command: 'control', templates: ['base', 'code-interpreter'], env: clusterEnv(ADDR.b) }),
-    ]);
+    // Each replica's API where the namespaced nodes reach it (a host address of theirs), to fetch
+    // the layers only it holds (a snapshot's).
+    const replica = async (bind: string) => {
+      const port = await freePort();
+      const env = { ...clusterEnv(bind), SANDBOXD_HOST: '0.0.0.0', SANDBOXD_CONTROL_URL: `http://${nodes[0]!.netns!.hostAddress}:${port}` };
+      return startServer({ command: 'control', templates: ['base', 'code-interpreter'], env, port });
+    };
+    [a, b] = await Promise.all([replica(ADDR.a), replica(ADDR.b)]);
     edge = await startServer({ command: 'edge', env: clusterEnv(ADDR.edge), readyTimeoutMs: 60_000 });
   });
 
@@ -197,6 +201,22 @@ describe('a cluster of three namespaced nodes, two control replicas and an edge'
     } finally {
       stream.close();
     }
+  });
+
+  test("a snapshot taken through one replica is restored through the other: its node fetches the layer from the replica that holds it", async () => {
+    const sb = await createSandbox(a, { template: 'base' });
+    const run = async (id: string, token: string, command: string) => {
+      const r = await via(ADDR.edge, host(id), 'POST', '/commands/run', token, { command });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      return r.body.stdout as string;
+    };
+    await run(sb.id, sb.authToken, 'mkdir -p /workspace && echo from-a > /workspace/kept.txt');
+    const snap = await api(a, 'POST', `/v1/sandboxes/${sb.id}/snapshots`, {});
+    assert.equal(snap.status, 201, JSON.stringify(snap.body));
+    const made = await api(b, 'POST', '/v1/sandboxes', { snapshot_id: snap.body.snapshot_id });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    assert.equal(await run(made.body.id, made.body.auth_token, 'cat /workspace/kept.txt'), 'from-a\n');
+    for (const id of [sb.id, made.body.id]) assert.equal((await api(b, 'DELETE', `/v1/sandboxes/${id}`)).status, 200);
   });
 
   test('a preview made public through one replica is served by the edge without a token, and private again through the other', async () => {

@@ -1,18 +1,21 @@
 // A cluster on this machine: PostgreSQL, two `sandboxd node` processes (each its own bridge, subnet,
 // cgroup parent and data dir) and `sandboxd control`. Sandboxes are placed over the nodes and served
 // through control's gateway across the node relay; a node killed with kill -9 makes its sandboxes
-// answer 503 NODE_UNAVAILABLE while the other node goes on; back, it serves them again. Each node
-// keeps a warm pool: a create goes to the node with a ready sandbox of its key, and is served from it.
+// answer 503 NODE_UNAVAILABLE while the other node goes on; back, it serves them again. One node
+// holds the database's credentials, the other registers through control with its own credential.
+// Each node keeps a warm pool: a create goes to the node with a ready sandbox of its key, and is
+// served from it.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox as HopxSandbox } from '@hopx-ai/sdk';
 import { Sandbox } from '@sandboxd/sdk';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { clientFor, sbx } from './sdk-support.js';
-import { agent, api, createSandbox, crunContainers, REPO_ROOT, startNode, startServer, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
+import { agent, api, createSandbox, crunContainers, freePort, REPO_ROOT, startNode, startServer, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
 
 const LEASE_SECONDS = 3;
 
@@ -39,12 +42,26 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
     pg = await startPostgres();
     dbUrl = await pg.createDatabase();
     // Each node keeps one ready sandbox per key it was asked for.
-    for (const id of ['e2e-node-a', 'e2e-node-b']) nodes.push(await startNode({ id, verifyKey: keys.verifyPem, databaseUrl: dbUrl, leaseSeconds: LEASE_SECONDS, env: { SANDBOXD_WARM_POOL_SIZE: '1' } }));
+    const warmPool = { SANDBOXD_WARM_POOL_SIZE: '1' };
+    nodes.push(await startNode({ id: 'e2e-node-a', verifyKey: keys.verifyPem, databaseUrl: dbUrl, leaseSeconds: LEASE_SECONDS, env: warmPool }));
+    // node-b holds no database credentials: it registers through control with its own registry
+    // credential (made by the CLI), before control is up, and once control answers.
+    const credential = join(dirname(keys.signingKeyFile), 'e2e-node-b.credential');
+    const made = spawnSync(process.execPath, [join(REPO_ROOT, 'packages/server/dist/cli.js'), 'cluster', 'node-credential', 'e2e-node-b', '--out', credential], { env: { ...process.env, SANDBOXD_CLUSTER_SIGNING_KEY_FILE: keys.signingKeyFile }, encoding: 'utf8' });
+    assert.equal(made.status, 0, made.stderr);
+    const controlPort = await freePort();
+    nodes.push(
+      await startNode({ id: 'e2e-node-b', verifyKey: keys.verifyPem, leaseSeconds: LEASE_SECONDS, env: { ...warmPool, SANDBOXD_NODE_CREDENTIAL_FILE: credential, SANDBOXD_CONTROL_URL: `http://127.0.0.1:${controlPort}` } }),
+    );
     control = await startServer({
       command: 'control',
       templates: ['base', 'code-interpreter'],
       env: { SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SIGNING_KEY_FILE: keys.signingKeyFile },
+      port: controlPort,
     });
+    for (let i = 0; i < 100 && !nodesList().every((n) => n.up); i++) await new Promise((r) => setTimeout(r, 200));
+    assert.deepEqual(nodesList().map((n) => [n.id, n.up]).sort(), [['e2e-node-a', true], ['e2e-node-b', true]], 'node-b registered through control');
+    assert.ok(!readFileSync(nodes[1]!.logFile, 'utf8').includes('postgresql://'), 'node-b never saw the database');
   });
 
   after(async () => {

@@ -27,6 +27,9 @@ const FACTS = { cpus: 4, memoryMb: 16_384, diskGb: 200 };
 const FIELD_SAMPLES: Record<string, string> = { 'spec.nodeName': 'ip-10-0-0-7.eu-west-1.compute.internal', 'status.hostIP': '10.0.0.7', 'status.podIP': '10.244.1.12' };
 /** The cluster's key pair an operator would make with `sandboxd cluster keygen`, as files too. */
 const KEYS = testClusterKeyFiles();
+/** A node's registry credential, as `sandboxd cluster node-credential` writes it. */
+const NODE_CREDENTIAL_FILE = join(dirname(KEYS.signingKeyFile), 'node-1.credential');
+writeFileSync(NODE_CREDENTIAL_FILE, `${await KEYS.signer.nodeCredentialFor('node-1')}\n`, { mode: 0o600 });
 /** Where the Secret volumes of the containers read here are written out (a kubelet's part). */
 const MOUNTS = mkdtempSync(join(tmpdir(), 'sbd-deploy-mounts-'));
 after(() => {
@@ -252,6 +255,7 @@ function filledIn(key: string, value: string): string {
   // The environment files name where keygen wrote the pair; here, where this test did.
   if (key === 'SANDBOXD_CLUSTER_SIGNING_KEY_FILE') return KEYS.signingKeyFile;
   if (key === 'SANDBOXD_CLUSTER_VERIFY_KEY_FILE') return KEYS.verifyKeyFile;
+  if (key === 'SANDBOXD_NODE_CREDENTIAL_FILE') return NODE_CREDENTIAL_FILE;
   if (!value.includes('REPLACE_ME')) return value;
   if (key === 'SANDBOXD_DATABASE_URL' && value.trim() === 'REPLACE_ME') return 'postgresql://sandboxd:0123abcd@db.internal:5432/sandboxd';
   if (key === 'SANDBOXD_BOOTSTRAP_API_KEY') return 'f'.repeat(64);
@@ -701,10 +705,12 @@ describe('deploy/systemd: the units and their environment files', () => {
     });
   }
 
-  test('node and control share the database and the layers directory', () => {
+  test('the node joins through control with a credential of its own and no database credentials; control listens where nodes reach it', () => {
     const [node, control] = (['node', 'control'] as const).map((role) => parseEnvFile(readFileSync(join(SYSTEMD, `${role}.env.example`), 'utf8')).set);
-    assert.equal(node!.SANDBOXD_LAYERS_DIR, control!.SANDBOXD_LAYERS_DIR);
-    assert.equal(node!.SANDBOXD_DATABASE_URL, control!.SANDBOXD_DATABASE_URL);
+    assert.equal(node!.SANDBOXD_DATABASE_URL, undefined, 'no database URL on a node');
+    const nodeConfig = mustConfig(Object.fromEntries(Object.entries(node!).map(([k, v]) => [k, filledIn(k, v)])), 'node.env.example');
+    assert.equal(nodeConfig.databaseUrl, undefined);
+    assert.ok(nodeConfig.node.credential && nodeConfig.node.controlUrl, 'a credential and where control is');
     assert.ok(control!.SANDBOXD_HOST === '0.0.0.0', 'control listens beyond loopback');
     const config = mustConfig(Object.fromEntries(Object.entries(control!).map(([k, v]) => [k, filledIn(k, v)])), 'control.env.example');
     assert.notEqual(config.gateway.publicHostname, '127.0.0.1', "sandboxes' public_host must name a reachable host");

@@ -107,13 +107,15 @@ export interface StartOptions {
   /** Built-in templates to serve (default base,code-interpreter; they are cached in the shared layer dir). */
   templates?: string[];
   readyTimeoutMs?: number;
+  /** Its API's port (default: a free one). */
+  port?: number;
 }
 
 export async function startServer(opts: StartOptions = {}): Promise<TestServer> {
   const id = randomBytes(4).toString('hex');
   const dataDir = join(TEST_DATA_DIR, 'servers', id);
   mkdirSync(dataDir, { recursive: true });
-  const port = await freePort();
+  const port = opts.port ?? (await freePort());
   // Each server of this process gets its own block of gateway ports; the pid spreads processes apart.
   const { slot, release } = claimSlot();
   const blockBase = 41000 + slot * 300;

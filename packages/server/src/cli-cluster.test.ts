@@ -98,3 +98,26 @@ test('the roles refuse the wrong key at start: a node with the private key, cont
   refused(start('edge', { SANDBOXD_DATABASE_URL: 'postgresql://u:p@127.0.0.1:1/db', SANDBOXD_CLUSTER_VERIFY_KEY_FILE: verify }), /sandboxd edge needs the cluster: .*SANDBOXD_CLUSTER_SIGNING_KEY_FILE/);
   assert.equal(existsSync(join(root, 'roles-data')), false, 'refused before touching the machine');
 });
+
+test('sandboxd cluster node-credential ID --out FILE: 0600, good for that node only, overwrites nothing; a bad id or key is refused', () => {
+  const { signing, verify } = keygen(join(root, 'cred'));
+  const cli = (args: string[], env: Record<string, string> = {}) =>
+    spawnSync(process.execPath, [new URL('./cli.js', import.meta.url).pathname, 'cluster', ...args], { env: { PATH: process.env.PATH ?? '', ...env }, encoding: 'utf8', timeout: 30_000 });
+  const out = join(root, 'cred', 'node-a.credential');
+  const r = cli(['node-credential', 'node-a', '--out', out], { SANDBOXD_CLUSTER_SIGNING_KEY_FILE: signing });
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(mode(out), 0o600);
+  const token = readFileSync(out, 'utf8').trim();
+  return (async () => {
+    const signer = new ClusterSigner(readFileSync(signing, 'utf8'));
+    assert.equal(await signer.checkNodeCredential(token), 'node-a');
+    // Not a call token: a node's verifier refuses it.
+    await assert.rejects(new ClusterVerifier(readFileSync(verify, 'utf8')).verify(token, 'node-a'));
+    assert.notEqual(cli(['node-credential', 'node-a', '--out', out], { SANDBOXD_CLUSTER_SIGNING_KEY_FILE: signing }).status, 0, 'the file is there: nothing overwritten');
+    assert.equal(readFileSync(out, 'utf8').trim(), token);
+    assert.notEqual(cli(['node-credential', 'Node_A', '--out', join(root, 'cred', 'bad')], { SANDBOXD_CLUSTER_SIGNING_KEY_FILE: signing }).status, 0, 'not a node id');
+    assert.notEqual(cli(['node-credential', 'node-b', '--out', join(root, 'cred', 'b')], { SANDBOXD_CLUSTER_SIGNING_KEY_FILE: verify }).status, 0, 'a public key signs nothing');
+    assert.equal(cli(['node-credential', 'node-b', '--out', join(root, 'cred', 'b2')]).status, 2, 'no key named');
+    assert.equal(existsSync(join(root, 'cred', 'bad')) || existsSync(join(root, 'cred', 'b')) || existsSync(join(root, 'cred', 'b2')), false);
+  })();
+});

@@ -1,7 +1,7 @@
-import { closeSync, existsSync, fchmodSync, mkdirSync, openSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fchmodSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
-import { generateClusterKeyPair } from './runtime/cluster-auth.js';
+import { ClusterSigner, generateClusterKeyPair } from './runtime/cluster-auth.js';
 
 export const SIGNING_KEY_FILE = 'cluster-signing.pem';
 export const VERIFY_KEY_FILE = 'cluster-verify.pem';
@@ -44,4 +44,39 @@ export function keygen(outDir: string): { signing: string; verify: string } {
     throw err;
   }
   return { signing, verify };
+}
+
+/**
+ * `sandboxd cluster node-credential ID --out FILE`: node ID's registry credential, signed with the
+ * cluster's private key, written 0600 to FILE (never over a file there). With it (and
+ * SANDBOXD_CONTROL_URL) the node registers through control and needs no database credentials.
+ */
+export async function nodeCredential(nodeId: string, signingKeyFile: string, outFile: string): Promise<string> {
+  let pem: string;
+  try {
+    pem = readFileSync(signingKeyFile, 'utf8');
+  } catch (err) {
+    throw new ServiceError('VALIDATION_ERROR', `the signing key cannot be read: ${(err as Error).message}`);
+  }
+  let token: string;
+  try {
+    token = await new ClusterSigner(pem).nodeCredentialFor(nodeId);
+  } catch (err) {
+    throw new ServiceError('VALIDATION_ERROR', (err as Error).message);
+  }
+  const file = resolve(outFile);
+  let fd: number;
+  try {
+    fd = openSync(file, 'wx', 0o600);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') throw new ServiceError('ALREADY_EXISTS', `${file} already exists: node-credential overwrites nothing`);
+    throw err;
+  }
+  try {
+    fchmodSync(fd, 0o600);
+    writeSync(fd, `${token}\n`);
+  } finally {
+    closeSync(fd);
+  }
+  return file;
 }

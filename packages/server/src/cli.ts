@@ -4,7 +4,7 @@ import { ServiceError } from '@sandboxd/protocol';
 import { loadConfig } from './config.js';
 import { KeyService, parseScopes } from './services/keys.js';
 import { openImages, openStore, runEdge, runNode, serve } from './main.js';
-import { keygen } from './cli-cluster.js';
+import { keygen, nodeCredential } from './cli-cluster.js';
 import { drainNode, listNodes, nodeTableRows, removeNode, setNodeStatus } from './cli-nodes.js';
 import { LIMIT_OPTIONS, applyLimitFlags, describeLimits, listRow } from './cli-limits.js';
 
@@ -27,6 +27,10 @@ Usage:
   sandboxd cluster keygen --out DIR                 a new key pair of a cluster: DIR/cluster-signing.pem
                                                     (0600, control's and edge's) and DIR/cluster-verify.pem
                                                     (public, for every node); overwrites nothing
+  sandboxd cluster node-credential ID --out FILE    node ID's registry credential (0600), signed with
+                                                    SANDBOXD_CLUSTER_SIGNING_KEY_FILE (or --signing-key):
+                                                    the node registers through control with it
+                                                    (SANDBOXD_NODE_CREDENTIAL_FILE), no database access
   sandboxd orgs create NAME                         create an organization
   sandboxd orgs list                                every organization with its limits (* = set for it)
   sandboxd orgs limits NAME [--max-vcpu N] [--max-memory-mb N] [--max-disk-gb N]
@@ -167,8 +171,22 @@ async function nodesCommand(args: string[]): Promise<number> {
   }
 }
 
-function clusterCommand(args: string[]): number {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { out: { type: 'string' }, json: { type: 'boolean' } } });
+async function clusterCommand(args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { out: { type: 'string' }, json: { type: 'boolean' }, 'signing-key': { type: 'string' } } });
+  if (positionals[0] === 'node-credential' && positionals.length === 2 && values.out) {
+    const key = values['signing-key'] ?? process.env.SANDBOXD_CLUSTER_SIGNING_KEY_FILE;
+    if (!key) {
+      process.stderr.write('sandboxd cluster node-credential: the signing key: --signing-key FILE or SANDBOXD_CLUSTER_SIGNING_KEY_FILE\n');
+      return 2;
+    }
+    const file = await nodeCredential(positionals[1]!, key, values.out);
+    process.stdout.write(
+      values.json
+        ? `${JSON.stringify({ node_id: positionals[1], credential_file: file }, null, 2)}\n`
+        : `wrote ${file} (mode 0600): node ${positionals[1]}'s registry credential (SANDBOXD_NODE_CREDENTIAL_FILE on that node, with SANDBOXD_CONTROL_URL)\n`,
+    );
+    return 0;
+  }
   if (positionals[0] === 'keygen' && positionals.length === 1 && values.out) {
     const { signing, verify } = keygen(values.out);
     process.stdout.write(

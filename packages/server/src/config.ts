@@ -123,6 +123,13 @@ export interface NodeConfig {
   /** Control: how often it claims on nodes what it holds unrecorded (a claim lasts four times this). */
   claimSeconds: number;
   /**
+   * A node's registry credential (SANDBOXD_NODE_CREDENTIAL_FILE or SANDBOXD_NODE_CREDENTIAL): with
+   * it, the node registers and heartbeats through control (`controlUrl`), with no database credentials.
+   */
+  credential: string | null;
+  /** SANDBOXD_CONTROL_URL as given (null: not set), where a node with a credential reaches control. */
+  controlUrl: string | null;
+  /**
    * Control's placement: how far past a node's cores and memory the limits of the sandboxes on it
    * may add up (sandboxes rarely use their whole limits; their cgroups still cap each one).
    */
@@ -281,7 +288,18 @@ function nodeFrom(env: NodeJS.ProcessEnv): NodeConfig {
   const url = (env.SANDBOXD_NODE_URL || `http://${shown}:${port}`).replace(/\/+$/, '');
   if (!/^http:\/\/[^/]+$/.test(url)) throw new ConfigError(`SANDBOXD_NODE_URL must be http://host:port, got "${url}"`);
   const overcommit = { cpu: ratio(env, 'SANDBOXD_OVERCOMMIT_CPU', 16), memory: ratio(env, 'SANDBOXD_OVERCOMMIT_MEMORY', 1.5) };
-  return { id, listen: { host, port }, url, ...clusterKeysFrom(env), overcommit, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1), orphanGraceSeconds: int(env, 'SANDBOXD_NODE_ORPHAN_GRACE_SECONDS', 300, 10, 86_400), claimSeconds: int(env, 'SANDBOXD_CLUSTER_CLAIM_SECONDS', 30, 1, 150) };
+  let credential: string | null = env.SANDBOXD_NODE_CREDENTIAL?.trim() || null;
+  if (env.SANDBOXD_NODE_CREDENTIAL_FILE) {
+    try {
+      credential = readFileSync(env.SANDBOXD_NODE_CREDENTIAL_FILE, 'utf8').trim();
+    } catch (err) {
+      throw new ConfigError(`SANDBOXD_NODE_CREDENTIAL_FILE cannot be read: ${(err as Error).message}`);
+    }
+  }
+  if (credential !== null && !/^[\w-]+\.[\w-]+\.[\w-]+$/.test(credential)) throw new ConfigError('the node credential (SANDBOXD_NODE_CREDENTIAL_FILE) is not one: make it with `sandboxd cluster node-credential <node id>`');
+  const controlUrl = env.SANDBOXD_CONTROL_URL?.trim().replace(/\/+$/, '') || null;
+  if (controlUrl !== null && !/^https?:\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?(\/[^?#]*)?$/.test(controlUrl)) throw new ConfigError(`SANDBOXD_CONTROL_URL must be http(s)://host:port, got "${controlUrl}"`);
+  return { id, listen: { host, port }, url, ...clusterKeysFrom(env), credential, controlUrl, overcommit, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1), orphanGraceSeconds: int(env, 'SANDBOXD_NODE_ORPHAN_GRACE_SECONDS', 300, 10, 86_400), claimSeconds: int(env, 'SANDBOXD_CLUSTER_CLAIM_SECONDS', 30, 1, 150) };
 }
 
 /**

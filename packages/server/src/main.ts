@@ -1,4 +1,5 @@
 import { existsSync, mkdirSync, readFileSync, statfsSync, statSync, writeFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { createServer as createHttpServer } from 'node:http';
 import { join } from 'node:path';
@@ -15,16 +16,21 @@ import { ensureSystemPackages } from './runtime/system-packages.js';
 import { blockedRangeOf, type EgressEndpoint } from './runtime/host.js';
 import { readHostAptConfig } from './images/apt-sources.js';
 import { openBuilder } from './builder/index.js';
+import type { BuildEngine } from './builder/types.js';
 import { nodeApi } from './node/node-api.js';
 import { OrphanCollector } from './services/orphans.js';
-import { NodeMembership } from './services/node-membership.js';
+import { NodeMembership, storeRegistry, type NodeRegistry } from './services/node-membership.js';
+import { NodeRegistryAuth } from './services/node-registry.js';
+import { RegistryClient } from './services/registry-client.js';
 import { ClusterRuntime } from './services/cluster-runtime.js';
 import type { Runtime } from './runtime/types.js';
 import { ClusterSigner, ClusterVerifier } from './runtime/cluster-auth.js';
 import { openImageServices } from './images/index.js';
 import { ensurePythonCompatLayer } from './images/base-images.js';
-import { UploadService } from './services/uploads.js';
-import { TemplateBuildService } from './services/template-builds.js';
+import { sharedUploadKey, UploadService, uploadKeyFromFile } from './services/uploads.js';
+import { localUploadBlobs, StoreUploadBlobs } from './services/upload-blobs.js';
+import { fileBuildLogs, storeBuildLogs } from './services/build-logs.js';
+import { BUILD_HEARTBEAT_MS, TemplateBuildService } from './services/template-builds.js';
 import { collectGarbage } from './services/gc.js';
 import { ensureBuiltinTemplates } from './images/bootstrap.js';
 import { BUILTIN_TEMPLATES } from './images/builtin.js';
@@ -203,7 +209,7 @@ function diskGbOf(dir: string): number {
  * into the config; the verify key, SANDBOXD_CLUSTER_VERIFY_KEY, is public.)
  */
 function scrubSecrets(env: NodeJS.ProcessEnv): void {
-  for (const name of ['SANDBOXD_DATABASE_URL', 'SANDBOXD_BOOTSTRAP_API_KEY', 'SANDBOXD_REGISTRY_PASSWORD']) delete env[name];
+  for (const name of ['SANDBOXD_DATABASE_URL', 'SANDBOXD_BOOTSTRAP_API_KEY', 'SANDBOXD_REGISTRY_PASSWORD', 'SANDBOXD_NODE_CREDENTIAL']) delete env[name];
 }
 
 /** What every role that runs sandboxes checks first: root, the agent bundle, a private data directory. */
@@ -268,16 +274,40 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
     agentReadyTimeoutMs: config.agentReadyTimeoutMs,
     log,
   });
-  const app = nodeApi({ nodeId: config.node.id, runtime, auth: new ClusterVerifier(config.node.verifyKey), log, layers, layerIds, warm, orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) } });
+  // Snapshots' copies on their way to control: what a crash left there is of no use to anyone.
+  const exportsDir = join(config.dataDir, 'exports');
+  await rm(exportsDir, { recursive: true, force: true });
+  const app = nodeApi({
+    nodeId: config.node.id,
+    runtime,
+    auth: new ClusterVerifier(config.node.verifyKey),
+    log,
+    layers,
+    layerIds,
+    exportsDir,
+    warm,
+    orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) },
+  });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
   log(`node ${config.node.id} serves its runtime at ${config.node.url} (listening on ${config.node.listen.host}:${config.node.listen.port})`);
-  // With the cluster's database it joins the registry, which control places sandboxes from.
+  // It joins the registry, which control places sandboxes from: through control with its registry
+  // credential (no database credentials on the node), or in the cluster's database itself.
   let membership: NodeMembership | undefined;
   let store: Store | undefined;
-  if (config.databaseUrl) {
+  let registry: NodeRegistry | undefined;
+  if (config.node.credential) {
+    if (!config.node.controlUrl) throw new Error('a node with a registry credential needs SANDBOXD_CONTROL_URL: where it reaches control (any replica)');
+    if (config.databaseUrl) log('SANDBOXD_NODE_CREDENTIAL_FILE is set: this node registers through control, and does not use SANDBOXD_DATABASE_URL');
+    registry = new RegistryClient({ controlUrl: config.node.controlUrl, credential: config.node.credential });
+    log(`node ${config.node.id} registers through control at ${config.node.controlUrl}`);
+  } else if (config.databaseUrl) {
     store = await openStore(config, log);
+    registry = storeRegistry(store);
+  }
+  if (registry) {
+    const reg = registry;
     membership = new NodeMembership({
-      store,
+      registry: reg,
       runtime,
       id: config.node.id,
       url: config.node.url,
@@ -292,12 +322,23 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
       warm: () => warm.readyByKey(),
       log,
     });
-    await membership.start();
     // What no control replica owns (one died mid-create, or with its warm pool) goes after a grace.
-    orphans = new OrphanCollector({ nodeId: config.node.id, runtime, store, graceMs: config.node.orphanGraceSeconds * 1000, held: () => warm.held(), log });
-    orphans.start();
+    const collector = new OrphanCollector({ nodeId: config.node.id, runtime, liveIds: () => reg.liveIds(config.node.id), graceMs: config.node.orphanGraceSeconds * 1000, held: () => warm.held(), log });
+    if (store) {
+      await membership.start();
+      orphans = collector;
+      orphans.start();
+    } else {
+      // Through control, which may start after this node: registered once it answers.
+      const m = membership;
+      void m.startWhenReachable(2000).then((registered) => {
+        if (!registered || closing) return;
+        orphans = collector;
+        orphans.start();
+      });
+    }
   } else {
-    log('no SANDBOXD_DATABASE_URL: this node is not in a registry (control must be given its URL)');
+    log('no SANDBOXD_NODE_CREDENTIAL_FILE and no SANDBOXD_DATABASE_URL: this node is not in a registry (control must be given its URL)');
   }
   let closing: Promise<void> | undefined;
   const close = () =>
@@ -452,12 +493,16 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   /** Where build steps run: this machine's runtime (a cluster's control has one of its own for them). */
   let buildRuntime: Runtime | undefined;
   let layerServing: Services['layerServing'];
+  let nodeRegistry: Services['nodeRegistry'];
+  let publisher: LayerPublisher | undefined;
   if (role === 'control') {
     // The nodes fetch the layers they lack from this replica (its own layers directory).
     const signer = new ClusterSigner(config.node.signingKey!);
+    // Nodes without database credentials register through here, each with its own credential.
+    nodeRegistry = new NodeRegistryAuth(signer);
     const contents = new LayerContents(layers, log);
     layerServing = new LayerServer(contents, signer);
-    const publisher = new LayerPublisher({ contents, signer, controlUrl: config.layerTransfer.controlUrl });
+    publisher = new LayerPublisher({ contents, signer, controlUrl: config.layerTransfer.controlUrl, kv: store.kv });
     log(`cluster: nodes fetch the layers they lack from ${config.layerTransfer.controlUrl} (SANDBOXD_CONTROL_URL)`);
     const cluster = new ClusterRuntime({ store, auth: signer, overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, layers: publisher, agentReadyTimeoutMs: config.agentReadyTimeoutMs, log });
     await cluster.setupHost();
@@ -570,6 +615,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   // Snapshot and fork layers: always this data dir's own, so always collected when unused.
   const snapshotLayers = new FsLayerStore(join(config.dataDir, 'snapshot-layers'), { log });
   await snapshotLayers.cleanupStale();
+  // In a cluster the nodes fetch a snapshot's layer from here, as they fetch a template's.
+  layerServing?.contents.add(snapshotLayers);
   const locks = new KeyedMutex();
   const snapshots = new SnapshotService({
     store,
@@ -581,6 +628,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     sandbox: (orgId, id) => sandboxes.get(orgId, id),
     settle: () => sandboxes.settle(),
     pool,
+    madeLayer: publisher ? (id) => publisher.announce(id) : undefined,
     log,
   });
   const sandboxes: SandboxService = new SandboxService({
@@ -640,19 +688,53 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
 
   const builder = openBuilder({ dataDir: config.dataDir, runtime: buildRuntime ?? runtime, layers: images.layers, bases: images.bases, stepTimeoutMs: config.buildStepTimeoutMs });
   await builder.cleanupStale();
-  const uploads = new UploadService(store, images.blobs, join(config.dataDir, 'keys', 'upload-hmac.key'), config.publicUrl);
-  const builds = new TemplateBuildService(
+  // Replicas share the upload URLs' key and the uploaded bytes through the store; one machine keeps
+  // both in its data directory, as it always did, and its build logs as files there.
+  const uploadBlobs = coordination ? new StoreUploadBlobs(store, images.blobs) : localUploadBlobs(images.blobs);
+  const uploadKey = coordination ? await sharedUploadKey(store) : uploadKeyFromFile(join(config.dataDir, 'keys', 'upload-hmac.key'));
+  const uploads = new UploadService(store, uploadBlobs, uploadKey, config.publicUrl);
+  // In a cluster, the replica that built a template says in the store that it holds its layers:
+  // a create through another replica sends the node here for them (unless that one has them too).
+  const engine: BuildEngine = publisher
+    ? {
+        run: async (input, hooks) => {
+          const result = await builder.engine.run(input, hooks);
+          for (const id of result.layerIds) await publisher.announce(id);
+          return result;
+        },
+      }
+    : builder.engine;
+  const builds = new TemplateBuildService({
     store,
     uploads,
-    builder.engine,
-    join(config.dataDir, 'build-logs'),
-    config.buildLimits,
+    engine,
+    limits: config.buildLimits,
     log,
     quotas,
     metrics,
-  );
+    logs: coordination ? storeBuildLogs(store) : fileBuildLogs(join(config.dataDir, 'build-logs')),
+    ...(coordination ? { coordination } : {}),
+  });
+  if (uploadBlobs instanceof StoreUploadBlobs) {
+    const purge = () =>
+      uploadBlobs
+        .purgeStale()
+        .then((n) => n && log(`dropped ${n} upload(s) cut short in the store`))
+        .catch((err: unknown) => log('cannot drop uploads cut short', { error: String(err) }));
+    void purge();
+    setInterval(() => void purge(), 3600_000).unref();
+  }
   const interrupted = await builds.failInterrupted();
   if (interrupted) log(`${interrupted} template build(s) were interrupted by the restart and marked failed`);
+  // Replicas: a build whose replica died is failed by another, without waiting for a restart.
+  const buildSweep = coordination
+    ? setInterval(() => {
+        coordination
+          .tryExclusive('build-sweep', () => builds.failInterrupted())
+          .then((r) => r.ran && r.value && log(`${r.value} template build(s) of a control replica that stopped were marked failed`))
+          .catch((err: unknown) => log('build sweep failed', { error: String(err) }));
+      }, BUILD_HEARTBEAT_MS * 2)
+    : undefined;
   // Layers are collected only when they live in this data dir: a shared layer dir (tests, several
   // daemons) holds layers this daemon knows nothing about.
   const ownsLayers = config.layersDir.startsWith(`${config.dataDir}/`);
@@ -665,7 +747,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     await snapshots.collectSoon();
   };
   const stopOomWatch = sandboxes.watchOom();
-  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool, connections, metrics, snapshots, layerServing };
+  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, builds, uploads, gcLayers, pool, connections, metrics, snapshots, layerServing, nodeRegistry };
   const app = await buildApp({ services, logger });
   await app.listen({ host: config.host, port: config.port });
   const metricsServer = config.metrics.listen ? await serveMetrics(metrics, config.metrics.listen) : undefined;
@@ -691,6 +773,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     stopping = true;
     log(`${signal}: shutting down; sandboxes keep running`);
     clearInterval(sweepTimer);
+    clearInterval(buildSweep);
+    builds.close();
     stopOomWatch();
     sync?.close();
     // Each step is logged with its duration: a shutdown that takes long says where.

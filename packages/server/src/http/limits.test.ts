@@ -16,7 +16,9 @@ import { SlidingWindowLimiter } from '../services/rate-limit.js';
 import { EventBus } from '../services/events.js';
 import { KeyedMutex } from '../services/locks.js';
 import { RouteTable } from '../services/routes.js';
-import { UploadService } from '../services/uploads.js';
+import { UploadService, uploadKeyFromFile } from '../services/uploads.js';
+import { localUploadBlobs } from '../services/upload-blobs.js';
+import { fileBuildLogs } from '../services/build-logs.js';
 import { TemplateBuildService } from '../services/template-builds.js';
 import { QuotaService } from '../services/quotas.js';
 import { FsBlobStore } from '../images/blob-store.js';
@@ -84,9 +86,9 @@ async function setup() {
     nodeId: 'test',
     log: () => {},
   });
-  const uploads = new UploadService(store, new FsBlobStore(join(dir, 'blobs')), join(dir, 'upload.key'), 'http://127.0.0.1:1');
+  const uploads = new UploadService(store, localUploadBlobs(new FsBlobStore(join(dir, 'blobs'))), uploadKeyFromFile(join(dir, 'upload.key')), 'http://127.0.0.1:1');
   const engine = { run: () => Promise.reject(new Error('no build runs in this test')) };
-  const builds = new TemplateBuildService(store, uploads, engine, join(dir, 'logs'), { perHour: 100, perDay: 100 }, () => {}, quotas);
+  const builds = new TemplateBuildService({ store, uploads, engine, limits: { perHour: 100, perDay: 100 }, log: () => {}, quotas, logs: fileBuildLogs(join(dir, 'logs')) });
   const app = await buildApp({ services: { config, store, keys, tokens, sandboxes, templates, events: new EventBus(), createLimiter, quotas, builds, uploads } });
   const org = await keys.ensureOrg(`org-${Math.random()}`);
   const { secret } = await keys.createKey(org.id);

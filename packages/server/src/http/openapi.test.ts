@@ -20,7 +20,9 @@ import { SlidingWindowLimiter } from '../services/rate-limit.js';
 import { EventBus } from '../services/events.js';
 import { KeyedMutex } from '../services/locks.js';
 import { RouteTable } from '../services/routes.js';
-import { UploadService } from '../services/uploads.js';
+import { UploadService, uploadKeyFromFile } from '../services/uploads.js';
+import { localUploadBlobs } from '../services/upload-blobs.js';
+import { fileBuildLogs } from '../services/build-logs.js';
 import { TemplateBuildService } from '../services/template-builds.js';
 import { QuotaService } from '../services/quotas.js';
 import { FsBlobStore } from '../images/blob-store.js';
@@ -68,8 +70,8 @@ async function app() {
     nodeId: 'test',
     log: () => {},
   });
-  const uploads = new UploadService(store, new FsBlobStore(join(dir, 'blobs')), join(dir, 'upload.key'), 'http://127.0.0.1:1');
-  const builds = new TemplateBuildService(store, uploads, { run: () => Promise.reject(new Error('unused')) }, join(dir, 'logs'), { perHour: 10, perDay: 50 }, () => {}, quotas);
+  const uploads = new UploadService(store, localUploadBlobs(new FsBlobStore(join(dir, 'blobs'))), uploadKeyFromFile(join(dir, 'upload.key')), 'http://127.0.0.1:1');
+  const builds = new TemplateBuildService({ store, uploads, engine: { run: () => Promise.reject(new Error('unused')) }, limits: { perHour: 10, perDay: 50 }, log: () => {}, quotas, logs: fileBuildLogs(join(dir, 'logs')) });
   const a = await buildApp({ services: { config, store, keys, tokens, sandboxes, templates, events: new EventBus(), createLimiter, quotas, builds, uploads } });
   const org = await keys.ensureOrg('default');
   const { secret } = await keys.createKey(org.id);

@@ -38,22 +38,41 @@ export async function readContentRecord(layerDir: string): Promise<LayerDigest |
  */
 export class LayerContents {
   private readonly inflight = new Map<string, Promise<LayerDigest>>();
+  private readonly stores: FsLayerStore[];
 
   constructor(
-    readonly store: FsLayerStore,
+    store: FsLayerStore,
     private readonly log: Log = () => undefined,
-  ) {}
+  ) {
+    this.stores = [store];
+  }
+
+  /** Serves the layers of another store too (the snapshots' and forks'), after those of the first. */
+  add(store: FsLayerStore): void {
+    this.stores.push(store);
+  }
+
+  /** The store that holds layer `id`, if any does. */
+  private async storeOf(id: string): Promise<FsLayerStore | undefined> {
+    for (const s of this.stores) if (await s.has(id)) return s;
+    return undefined;
+  }
+
+  async has(id: string): Promise<boolean> {
+    return (await this.storeOf(id)) !== undefined;
+  }
 
   async of(id: string): Promise<LayerDigest> {
-    if (!(await this.store.has(id))) throw new ServiceError('INVALID_STATE', `layer ${id} is not in this replica's layers directory`);
-    const dir = dirname(this.store.path(id));
+    const store = await this.storeOf(id);
+    if (!store) throw new ServiceError('INVALID_STATE', `layer ${id} is not in this replica's layers directories`);
+    const dir = dirname(store.path(id));
     const known = await readContentRecord(dir);
     if (known) return known;
     let p = this.inflight.get(id);
     if (!p) {
       p = (async () => {
         const t0 = Date.now();
-        const d = await digestLayerTree(this.store.path(id));
+        const d = await digestLayerTree(store.path(id));
         await writeContentRecord(dir, d);
         this.log(`layer ${id.slice(0, 12)}: content digest ${d.digest.slice(0, 19)}… (${(d.bytes / 1e6).toFixed(1)} MB) in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
         return d;
@@ -66,6 +85,8 @@ export class LayerContents {
   /** The layer's tar stream, whose bytes hash to of(id) (the receiver checks). */
   async open(id: string): Promise<LayerDigest & { stream: Readable }> {
     const d = await this.of(id);
-    return { ...d, stream: packLayer(this.store.path(id)) };
+    const store = await this.storeOf(id);
+    if (!store) throw new ServiceError('INVALID_STATE', `layer ${id} is not in this replica's layers directories`);
+    return { ...d, stream: packLayer(store.path(id)) };
   }
 }

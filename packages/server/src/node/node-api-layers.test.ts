@@ -19,6 +19,7 @@ import { RemoteRuntime } from '../runtime/remote-runtime.js';
 import type { LayerRef, LayerSource, SandboxSpec } from '../runtime/types.js';
 import type { Services } from '../services/index.js';
 import { LayerPublisher, LayerServer } from '../services/layer-publisher.js';
+import { SqliteStore } from '../store/sqlite.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
 import { nodeApi } from './node-api.js';
@@ -144,5 +145,24 @@ describe('layers from control to a node', () => {
     await assert.rejects(verifier.verify(await signer.layerTokenFor('node-l', LAYER), 'node-l'), { code: 'AUTHENTICATION_ERROR' });
     const other = testClusterKeys().signer;
     assert.equal((await get(OTHER, await other.layerTokenFor('node-l', OTHER))).status, 401, "another cluster's token");
+  });
+
+  test("a layer another replica made: a replica without it sends the node to the one that said it holds it; no such word, or a word not well formed, is refused", async () => {
+    const kv = SqliteStore.open(':memory:').kv;
+    const holder = new LayerPublisher({ contents, signer, controlUrl, kv });
+    const empty = new LayerContents(new FsLayerStore(join(dir, 'replica-b-layers')));
+    const other = new LayerPublisher({ contents: empty, signer, controlUrl: 'http://127.0.0.1:9', kv });
+    await assert.rejects(other.refs([LAYER], 'node-l'), { code: 'INVALID_STATE' });
+    await holder.announce(LAYER);
+    const [ref] = await other.refs([LAYER], 'node-l');
+    const own = (await holder.refs([LAYER], 'node-l'))[0]!;
+    assert.equal(ref!.url, `${controlUrl}/internal/v1/layers/${LAYER}`);
+    assert.deepEqual([ref!.digest, ref!.bytes], [own.digest, own.bytes]);
+    // The node can fetch it with that token from the holder.
+    assert.equal((await fetch(ref!.url, { headers: { authorization: `Bearer ${ref!.token}` } }).then(async (r) => (await r.arrayBuffer(), r.status))), 200);
+    for (const bad of ['not json', '{"url":"file:///etc","digest":"sha256:' + '0'.repeat(64) + '","bytes":1}', '{"url":"http://x","digest":"md5:1","bytes":1}', '{"url":"http://x","digest":"sha256:' + '0'.repeat(64) + '","bytes":-1}']) {
+      await kv.set(`layer-holder/${LAYER}`, bad);
+      await assert.rejects(other.refs([LAYER], 'node-l'), { code: 'INVALID_STATE' }, bad);
+    }
   });
 });

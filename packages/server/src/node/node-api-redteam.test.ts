@@ -2,7 +2,7 @@
 // bodies of the wrong shape, against the node API in front of a FakeRuntime (or a bare agent
 // socket of our own), over real HTTP on loopback.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -55,7 +55,7 @@ describe('node API red team: auth, relay, bodies', { timeout: 120_000 }, () => {
     dir = await mkdtemp(join(tmpdir(), 'sbd-node-red-'));
     fake = new FakeRuntime({ socketDir: join(dir, 's') });
     await fake.setupHost();
-    app = nodeApi({ nodeId: 'node-r', runtime: fake, auth: verifier, log: (m) => logged.push(m) });
+    app = nodeApi({ nodeId: 'node-r', runtime: fake, auth: verifier, log: (m) => logged.push(m), exportsDir: join(dir, 'exports') });
     await app.listen({ host: '127.0.0.1', port: 0 });
     port = (app.server.address() as AddressInfo).port;
   });
@@ -107,6 +107,29 @@ describe('node API red team: auth, relay, bodies', { timeout: 120_000 }, () => {
     const c2 = await raw(port, 'CONNECT x1.agent:1 HTTP/1.1\r\nhost: x1.agent:1\r\n\r\n');
     assert.equal(statusOf(c2.text), 401);
     for (const m of logged) assert.ok(!m.includes(token), 'a token is never logged');
+  });
+
+  test("a snapshot's export: max_bytes checked, an unknown sandbox NOT_FOUND; a refusal and a completed export leave no copy on the node", async () => {
+    const token = await signer.tokenFor('node-r');
+    const post = async (id: string, body: unknown) => {
+      const r = await fetch(`http://127.0.0.1:${port}/node/v1/sandboxes/${id}/layer`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      return { status: r.status, body: r.headers.get('content-type')?.includes('json') ? ((await r.json()) as { code?: string }) : (await r.arrayBuffer(), {}) };
+    };
+    for (const maxBytes of ['1', -1, 1.5, null, 2 ** 60]) assert.equal((await post('x1', { max_bytes: maxBytes })).body.code, 'VALIDATION_ERROR', JSON.stringify(maxBytes));
+    assert.equal((await post('nosuch', {})).body.code, 'NOT_FOUND');
+    await fake.create({ id: 'exp1', lowerDirs: [dir], resources: { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 }, internetAccess: false, hostname: 'exp1', env: {} });
+    try {
+      await fake.writeFile('exp1', '/root/a.txt', 'some bytes');
+      assert.equal((await post('exp1', { max_bytes: 1 })).body.code, 'LIMIT_EXCEEDED');
+      const ok = await post('exp1', {});
+      assert.equal(ok.status, 200);
+      // Removed as the answer ends (just after the client has it all).
+      let left = await readdir(join(dir, 'exports'));
+      for (let i = 0; i < 40 && left.length > 0; i++) left = await new Promise((r) => setTimeout(r, 50)).then(() => readdir(join(dir, 'exports')));
+      assert.deepEqual(left, [], 'the copy is removed once sent');
+    } finally {
+      await fake.destroy('exp1');
+    }
   });
 
   test('a refused CONNECT does not keep its connection open for as long as the client likes', async () => {

@@ -9,6 +9,7 @@ import { ServiceError } from '@sandboxd/protocol';
 import type { FastifyInstance } from 'fastify';
 import { signingKeyFromPem } from '../runtime/cluster-auth.js';
 import { RemoteRuntime } from '../runtime/remote-runtime.js';
+import { unpackLayer } from '../images/layer-tar.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { baseLayer } from '../testing/fixtures.js';
 import { assertNoLeaks, createTestRuntime, sh, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
@@ -43,7 +44,7 @@ describe('node API + RemoteRuntime: a CrunRuntime driven across the network', { 
     app = nodeApi({ nodeId: 'node-a', runtime: t.rt, auth: verifier });
     await app.listen({ host: '127.0.0.1', port: 0 });
     url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
-    remote = new RemoteRuntime({ nodeId: 'node-a', url, auth: signer });
+    remote = new RemoteRuntime({ nodeId: 'node-a', url, auth: signer, unpack: unpackLayer });
   });
 
   after(async () => {
@@ -107,7 +108,8 @@ describe('node API + RemoteRuntime: a CrunRuntime driven across the network', { 
   test('errors keep their code; bugs stay bugs; what a node cannot do yet says so', async () => {
     await assert.rejects(remote.stop('nosuch'), (err: unknown) => err instanceof ServiceError && err.code === 'NOT_FOUND');
     await assert.rejects(remote.setEgress('nosuch', { internet: true, allow: [], deny: [] }), (err: unknown) => err instanceof ServiceError && err.code === 'NOT_FOUND');
-    await assert.rejects(remote.exportLayer(), (err: unknown) => err instanceof ServiceError && err.code === 'INVALID_STATE' && /not available on a remote node/.test(err.message));
+    // This node was given no exports directory: it takes no snapshots, and says so.
+    await assert.rejects(remote.exportLayer('nosuch', '/nonexistent'), (err: unknown) => err instanceof ServiceError && err.code === 'INVALID_STATE' && /takes no snapshots/.test(err.message));
     // A bad id is refused before it leaves (as CrunRuntime does: a TypeError, our bug).
     await assert.rejects(remote.status('../etc'), TypeError);
     await assert.rejects(remote.dialAgent('nosuch'), (err: unknown) => err instanceof ServiceError && err.code === 'AGENT_UNAVAILABLE');

@@ -1,13 +1,18 @@
+import { chown, lstat, mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { connect, type Socket } from 'node:net';
+import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type { IncomingMessage } from 'node:http';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { isProgrammingError, ServiceError } from '@sandboxd/protocol';
 import { bearer, type ClusterVerifier } from '../runtime/cluster-auth.js';
+import { CANONICAL_ID_OFFSET, ID_RANGE } from '../runtime/ids.js';
 import { ID_RE } from '../runtime/sandbox-paths.js';
 import type { EgressPolicy } from '../runtime/egress-policy.js';
-import type { LayerRef, Runtime, SandboxSpec } from '../runtime/types.js';
+import { ExportTooLarge, type LayerRef, type Runtime, type SandboxSpec } from '../runtime/types.js';
 import { parseLayerRefs } from '../images/layer-fetch.js';
+import { digestLayerTree, packLayer } from '../images/layer-tar.js';
+import { EXPORT_STATS_HEADER, LAYER_BYTES_HEADER, LAYER_DIGEST_HEADER } from '../runtime/layer-export-wire.js';
 import { parseWarmAsk } from './warm-ask.js';
 
 export interface NodeApiOptions {
@@ -27,8 +32,13 @@ export interface NodeApiOptions {
    */
   layers?: { resolve(refs: LayerRef[]): Promise<string[]> };
   /**
+   * A directory of this node's own where a sandbox's files are copied for a snapshot before they go
+   * to control as a layer's tar (absent: snapshots are refused here).
+   */
+  exportsDir?: string;
+  /**
    * This node's warm pool (services/node-pool.ts): `POST /node/v1/warm` answers with a ready
-   * sandbox of a spec, or one booted now. Absent: the route answers that the node keeps none.
+   * sandbox of a spec, or one booted now. Absent: no such route (as on a node of an earlier version).
    */
   warm?: {
     take(ask: { spec: SandboxSpec; lowerDirs: () => Promise<string[]>; poolId: string; label: string; signal?: AbortSignal }): Promise<{ id: string; warm: boolean }>;
@@ -103,6 +113,43 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     const diskGb = (req.body as { disk_gb?: unknown } | undefined)?.disk_gb;
     if (typeof diskGb !== 'number' || !(diskGb > 0)) throw new ServiceError('VALIDATION_ERROR', 'disk_gb must be a positive number');
     return done(reply, await rt.resetDisk(idOf(req), diskGb));
+  });
+  // A snapshot: the sandbox's own files (Runtime.exportLayer) copied into a directory of this node,
+  // then sent as that layer's tar (layer-tar/2), its digest and length in headers (control checks
+  // both as it unpacks); the copy is removed once sent, or when the answer breaks off.
+  app.post('/node/v1/sandboxes/:id/layer', async (req, reply) => {
+    const id = idOf(req);
+    const maxBytes = (req.body as { max_bytes?: unknown } | undefined)?.max_bytes;
+    if (maxBytes !== undefined && (typeof maxBytes !== 'number' || !Number.isSafeInteger(maxBytes) || maxBytes < 0)) throw new ServiceError('VALIDATION_ERROR', 'max_bytes must be a whole number of bytes');
+    if (!o.exportsDir) throw new ServiceError('INVALID_STATE', 'this node takes no snapshots (it has no exports directory)');
+    await mkdir(o.exportsDir, { recursive: true, mode: 0o700 });
+    const tree = await mkdtemp(join(o.exportsDir, `${id}-`));
+    const remove = () => void rm(tree, { recursive: true, force: true }).catch((err: unknown) => log(`removing the export ${tree} failed: ${String(err)}`));
+    try {
+      let stats;
+      try {
+        stats = await rt.exportLayer(id, tree, maxBytes === undefined ? {} : { maxBytes });
+      } catch (err) {
+        if (err instanceof ExportTooLarge) throw new ServiceError('LIMIT_EXCEEDED', `sandbox ${id}'s disk holds ${err.used} bytes, over ${String(maxBytes)}`, { id, export_used_bytes: err.used });
+        throw err;
+      }
+      // The layer's root stands for the sandbox's `/` (root's inside): canonical, like every layer's.
+      const top = await lstat(tree);
+      if (!(top.uid >= CANONICAL_ID_OFFSET && top.uid < CANONICAL_ID_OFFSET + ID_RANGE)) await chown(tree, CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
+      const d = await digestLayerTree(tree);
+      const tar = packLayer(tree);
+      tar.once('close', remove);
+      reply.raw.once('close', () => tar.destroy());
+      return reply
+        .header('content-type', 'application/x-tar')
+        .header(LAYER_DIGEST_HEADER, d.digest)
+        .header(LAYER_BYTES_HEADER, String(d.bytes))
+        .header(EXPORT_STATS_HEADER, JSON.stringify(stats))
+        .send(tar);
+    } catch (err) {
+      remove();
+      throw err;
+    }
   });
   // A running sandbox of a spec for control, from this node's warm pool or booted now; the node
   // gives its id. Control that went away while it waited ends the wait (what it started is kept ready).

@@ -6,6 +6,7 @@ import { mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { unpackLayer } from '../images/layer-tar.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { runtimeConformance } from '../runtime/conformance.js';
 import { RemoteRuntime } from '../runtime/remote-runtime.js';
@@ -19,9 +20,9 @@ runtimeConformance('RemoteRuntime over a FakeRuntime node', async () => {
   const fake = new FakeRuntime({ socketDir: join(dir, 's') });
   await fake.setupHost();
   const { signer, verifier } = testClusterKeys();
-  const app = nodeApi({ nodeId: 'node-f', runtime: fake, auth: verifier });
+  const app = nodeApi({ nodeId: 'node-f', runtime: fake, auth: verifier, exportsDir: join(dir, 'exports') });
   await app.listen({ host: '127.0.0.1', port: 0 });
-  const remote = new RemoteRuntime({ nodeId: 'node-f', url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, auth: signer });
+  const remote = new RemoteRuntime({ nodeId: 'node-f', url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, auth: signer, unpack: unpackLayer });
   await remote.setupHost();
   const heals = new Map<string, () => void>();
   return {
@@ -35,6 +36,7 @@ runtimeConformance('RemoteRuntime over a FakeRuntime node', async () => {
     assertClean: async () => {
       assert.deepEqual(await fake.list(), []);
       assert.deepEqual(await readdir(join(dir, 's')), [], 'no socket left');
+      assert.deepEqual(await readdir(join(dir, 'exports')).catch(() => []), [], "no snapshot's copy left on the node");
     },
     teardown: async () => {
       await remote.close();
@@ -43,4 +45,4 @@ runtimeConformance('RemoteRuntime over a FakeRuntime node', async () => {
       await rm(dir, { recursive: true, force: true });
     },
   };
-}, { exportLayer: 'RemoteRuntime.exportLayer refuses (INVALID_STATE: "snapshots are not available on a remote node yet")' });
+});

@@ -14,6 +14,14 @@ export const LAYER_TOKEN_TTL_SECONDS = 120;
  */
 const LAYER_AUDIENCE_PREFIX = 'sandboxd-layer:';
 const LAYER_TYP = 'sandboxd-layer+jwt';
+/**
+ * A node's credential for control's registry (it registers and heartbeats through control, not in
+ * the database): long-lived, a type of its own, naming the node as its subject. It is good only
+ * for that node's own entry; a new key pair revokes every credential.
+ */
+const NODE_CREDENTIAL_TYP = 'sandboxd-node-credential+jwt';
+const NODE_CREDENTIAL_AUDIENCE = 'sandboxd-control:registry';
+const NODE_ID_RE = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 /** The one algorithm of the roles' tokens: Ed25519 signatures (RFC 8037). */
 const ALG = 'EdDSA';
 
@@ -134,6 +142,36 @@ export class ClusterSigner {
       return payload.sub!;
     } catch {
       throw new ServiceError('AUTHENTICATION_ERROR', 'layers are for the nodes of the cluster: the token is not valid for this layer');
+    }
+  }
+
+  /** The registry credential of node `nodeId` (`sandboxd cluster node-credential`). */
+  async nodeCredentialFor(nodeId: string): Promise<string> {
+    if (!NODE_ID_RE.test(nodeId)) throw new TypeError(`not a node id: ${JSON.stringify(nodeId)}`);
+    return new SignJWT({})
+      .setProtectedHeader({ alg: ALG, typ: NODE_CREDENTIAL_TYP })
+      .setIssuer(ISSUER)
+      .setSubject(nodeId)
+      .setAudience(NODE_CREDENTIAL_AUDIENCE)
+      .setIssuedAt()
+      .sign(this.#key);
+  }
+
+  /** The node a registry credential names; AUTHENTICATION_ERROR unless it is a valid one. */
+  async checkNodeCredential(token: string | undefined): Promise<string> {
+    if (!token) throw new ServiceError('AUTHENTICATION_ERROR', "the registry is for the cluster's nodes: no credential");
+    try {
+      const { payload } = await jwtVerify(token, this.#public, {
+        issuer: ISSUER,
+        audience: NODE_CREDENTIAL_AUDIENCE,
+        algorithms: [ALG],
+        typ: NODE_CREDENTIAL_TYP,
+        requiredClaims: ['iat', 'sub'],
+      });
+      if (!NODE_ID_RE.test(payload.sub!)) throw new Error('not a node id');
+      return payload.sub!;
+    } catch {
+      throw new ServiceError('AUTHENTICATION_ERROR', "the registry is for the cluster's nodes: the credential is not valid");
     }
   }
 

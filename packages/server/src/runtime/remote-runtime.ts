@@ -2,10 +2,12 @@ import { request } from 'node:http';
 import type { Socket } from 'node:net';
 import { describeCause, isErrorCode, ServiceError } from '@sandboxd/protocol';
 import type { ClusterSigner } from './cluster-auth.js';
+import { EXPORT_STATS_HEADER, LAYER_BYTES_HEADER, LAYER_DIGEST_HEADER, parseExportStats } from './layer-export-wire.js';
 import type { EgressPolicy } from './egress-policy.js';
 import type { ListeningPort } from './listening.js';
 import { checkId, checkSpec, ID_RE } from './sandbox-paths.js';
-import type { LayerSource, Runtime, RuntimeStatus, SandboxSpec, SandboxStats, StepRunOptions } from './types.js';
+import { ExportTooLarge, type LayerSource, type LayerUnpacker, type Runtime, type RuntimeStatus, type SandboxSpec, type SandboxStats, type StepRunOptions } from './types.js';
+import { SNAPSHOT_COPY_TIMEOUT_MS, SNAPSHOT_MAX_ENTRIES } from './verbs/export-layer.js';
 
 export interface RemoteRuntimeOptions {
   nodeId: string;
@@ -16,6 +18,10 @@ export interface RemoteRuntimeOptions {
   /** Per call; a create or start boots a container (default 120 s, others 30 s). */
   bootTimeoutMs?: number;
   callTimeoutMs?: number;
+  /** How a snapshot's layer from the node is unpacked here (absent: snapshots are refused). */
+  unpack?: LayerUnpacker;
+  /** A pause this long in a snapshot's layer on its way ends it (default 60 s). */
+  exportIdleMs?: number;
   /**
    * Control's layers: with it, a create or start names the sandbox's layers by id, digest and where
    * to fetch them (the node maps them to its own layers directory); without it (tests of one
@@ -23,6 +29,9 @@ export interface RemoteRuntimeOptions {
    */
   layers?: LayerSource;
 }
+
+/** A snapshot's layer on its way from a node: a pause in it this long ends it (default). */
+const EXPORT_IDLE_MS = 60_000;
 
 /** A create may fetch its layers first: its deadline grows by their size at this rate (bytes/s). */
 const LAYER_FETCH_BYTES_PER_SECOND = 20e6;
@@ -96,18 +105,23 @@ export class RemoteRuntime implements Runtime {
         throw badAnswer(this.nodeId, `${method} ${path}: not JSON`);
       }
     }
+    throw this.failure(res.status, text);
+  }
+
+  /** A node's error answer, as the error it threw there (a bug of the node's stays a bug). */
+  private failure(status: number, text: string): Error {
     let e: { code?: unknown; message?: unknown; detail?: unknown; extra?: unknown; programming?: unknown } = {};
     try {
       e = JSON.parse(text) as typeof e;
     } catch {
       /* not the node's shape */
     }
-    if (e.programming === true) throw new Error(`node ${this.nodeId}: ${String(e.detail ?? e.message)}`);
+    if (e.programming === true) return new Error(`node ${this.nodeId}: ${String(e.detail ?? e.message)}`);
     const code = isErrorCode(e.code) ? e.code : 'RUNTIME_ERROR';
     const extra = e.extra && typeof e.extra === 'object' ? (e.extra as Record<string, unknown>) : {};
-    const err = new ServiceError(code, typeof e.message === 'string' ? e.message : `node ${this.nodeId} answered ${res.status}`, extra);
+    const err = new ServiceError(code, typeof e.message === 'string' ? e.message : `node ${this.nodeId} answered ${status}`, extra);
     if (typeof e.detail === 'string') err.withDetail(`node ${this.nodeId}: ${e.detail}`);
-    throw err;
+    return err;
   }
 
   private sandbox(id: string, verb = ''): string {
@@ -240,9 +254,72 @@ export class RemoteRuntime implements Runtime {
     await this.call('POST', this.sandbox(id, '/reset-disk'), { disk_gb: diskGb });
   }
 
-  /** Snapshots copy into a directory of this machine: they need layers moved between machines (issue 10, item 3). */
-  exportLayer(): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }> {
-    return Promise.reject(new ServiceError('INVALID_STATE', 'snapshots are not available on a remote node yet'));
+  /**
+   * The node copies the sandbox's files and sends them as a layer's tar (node-api.ts), unpacked here
+   * into `dest` through the tar guard, its length and digest checked against what the node declared
+   * (a node's tar is hostile input: images/layer-tar.ts).
+   */
+  async exportLayer(id: string, dest: string, opts: { maxBytes?: number } = {}): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }> {
+    const path = this.sandbox(id, '/layer');
+    const unpack = this.o.unpack;
+    if (!unpack) throw new ServiceError('INVALID_STATE', 'snapshots of sandboxes on nodes are not taken here (no layer unpacker)');
+    const deadline = AbortSignal.timeout(SNAPSHOT_COPY_TIMEOUT_MS + 60_000);
+    // The copy takes its time before the answer; once sending, a node that stalls is cut off (the
+    // fetch is aborted, which ends the body's stream too).
+    const stalled = new AbortController();
+    const signal = AbortSignal.any([deadline, stalled.signal]);
+    let res: Response;
+    try {
+      res = await fetch(new URL(path, this.base), {
+        method: 'POST',
+        headers: { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}`, 'content-type': 'application/json' },
+        body: JSON.stringify(opts.maxBytes === undefined ? {} : { max_bytes: opts.maxBytes }),
+        signal,
+      });
+    } catch (err) {
+      throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} cannot be reached; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(`POST ${path}: ${describeCause(err)}`);
+    }
+    if (!res.ok) {
+      const err = this.failure(res.status, await readCapped(res, 64 * 1024).catch(() => ''));
+      const used = err instanceof ServiceError ? err.extra?.export_used_bytes : undefined;
+      if (typeof used === 'number' && Number.isSafeInteger(used) && used >= 0) throw new ExportTooLarge(used);
+      throw err;
+    }
+    const stats = parseExportStats(res.headers.get(EXPORT_STATS_HEADER));
+    const digest = res.headers.get(LAYER_DIGEST_HEADER) ?? '';
+    const bytes = Number(res.headers.get(LAYER_BYTES_HEADER));
+    // A tar holds the files' bytes, a 512-byte header per entry (more for long names) and padding.
+    const most = stats ? stats.bytes + (stats.entries + 16) * 4096 : 0;
+    if (!stats || !/^sha256:[0-9a-f]{64}$/.test(digest) || !Number.isSafeInteger(bytes) || bytes <= 0 || bytes > most || (opts.maxBytes !== undefined && stats.allocated > opts.maxBytes * 2 + 1024 ** 2)) {
+      await res.body?.cancel().catch(() => undefined);
+      throw badAnswer(this.nodeId, `POST ${path}: not a layer's answer (${digest.slice(0, 80)}, ${bytes} bytes, ${JSON.stringify(stats)})`);
+    }
+    if (!res.body) throw badAnswer(this.nodeId, `POST ${path}: no body`);
+    let idle: NodeJS.Timeout | undefined;
+    const idleMs = this.o.exportIdleMs ?? EXPORT_IDLE_MS;
+    const alive = () => {
+      clearTimeout(idle);
+      idle = setTimeout(() => stalled.abort(new Error(`sent nothing for ${idleMs / 1000} s`)), idleMs);
+    };
+    const body = res.body as unknown as AsyncIterable<Uint8Array>;
+    async function* watched(): AsyncIterable<Uint8Array> {
+      alive();
+      for await (const chunk of body) {
+        alive();
+        yield chunk;
+      }
+    }
+    try {
+      await unpack(watched(), dest, { digest, bytes }, { signal, maxEntries: SNAPSHOT_MAX_ENTRIES });
+    } catch (err) {
+      await res.body.cancel().catch(() => undefined);
+      // Refused as it came (a bad tar, length or digest): the node's fault; cut off: its outage.
+      if (!signal.aborted) throw badAnswer(this.nodeId, `POST ${path}: ${describeCause(err)}`);
+      throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} broke off sending sandbox ${id}'s files; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(describeCause(stalled.signal.aborted ? stalled.signal.reason : err));
+    } finally {
+      clearTimeout(idle);
+    }
+    return stats;
   }
 
   /** Build steps write a layer into this machine's store: builds run where the layers are (issue 10, item 3). */

@@ -188,6 +188,13 @@ export interface Runtime {
   runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }>;
 }
 
+/**
+ * Unpacks a layer's tar from a hostile source into the empty directory `dest`, checking it as it
+ * goes (images/layer-tar.ts unpackLayer, given by the caller: runtime/ does not import images/);
+ * rejects when the tar is refused, is not `expect.bytes` long or has another digest.
+ */
+export type LayerUnpacker = (source: AsyncIterable<Uint8Array>, dest: string, expect: { digest: string; bytes: number }, opts: { signal?: AbortSignal; maxEntries?: number }) => Promise<unknown>;
+
 /** exportLayer's refusal: the sandbox's disk holds more than `maxBytes` (its `used` bytes). */
 export class ExportTooLarge extends Error {
   constructor(readonly used: number) {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { ServiceError } from '@sandboxd/protocol';
+import { unpackLayer } from '../images/layer-tar.js';
 import type { ClusterSigner } from '../runtime/cluster-auth.js';
 import type { EgressPolicy } from '../runtime/egress-policy.js';
 import type { ListeningPort } from '../runtime/listening.js';
@@ -153,7 +154,7 @@ export class ClusterRuntime implements Runtime {
             this.stopOom(row.id);
             this.guards.delete(known.remote);
           }
-          const remote = new RemoteRuntime({ nodeId: row.id, url: row.url, auth: this.o.auth, layers: this.o.layers, log: this.log });
+          const remote = new RemoteRuntime({ nodeId: row.id, url: row.url, auth: this.o.auth, layers: this.o.layers, unpack: unpackLayer, log: this.log });
           this.nodes.set(row.id, { row, remote });
           if (this.oomWatchers.size > 0) this.startOom(row.id, remote);
         }
@@ -577,8 +578,8 @@ export class ClusterRuntime implements Runtime {
   async resetDisk(id: string, diskGb: number): Promise<void> {
     await (await this.must(id)).resetDisk(id, diskGb);
   }
-  async exportLayer(id: string): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }> {
-    return (await this.must(id)).exportLayer();
+  async exportLayer(id: string, dest: string, opts?: { maxBytes?: number }): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }> {
+    return (await this.must(id)).exportLayer(id, dest, opts);
   }
   runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }> {
     return Promise.reject(new ServiceError('INVALID_STATE', `build steps run on control's machine, not on the nodes (build step ${opts.id})`));

@@ -1,4 +1,5 @@
 import type { LayerServer } from './layer-publisher.js';
+import type { NodeRegistryAuth } from './node-registry.js';
 import type { Config } from '../config.js';
 import type { ConnectionLimits } from './connections.js';
 import type { Store } from '../store/types.js';
@@ -40,4 +41,6 @@ export interface Services {
   snapshots?: SnapshotService;
   /** Control: its layers, served to the nodes that lack them (absent: the layer route answers 404). */
   layerServing?: LayerServer;
+  /** Control: checks the registry credentials of nodes that register through it (absent: the registry routes answer 404). */
+  nodeRegistry?: NodeRegistryAuth;
 }

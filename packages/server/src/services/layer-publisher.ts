@@ -1,4 +1,6 @@
+import { ServiceError } from '@sandboxd/protocol';
 import { bearer, type ClusterSigner } from '../runtime/cluster-auth.js';
+import type { Store } from '../store/types.js';
 import type { LayerContents } from '../images/layer-content.js';
 import type { LayerRef, LayerSource } from '../runtime/types.js';
 
@@ -7,6 +9,26 @@ export interface LayerPublisherOptions {
   signer: ClusterSigner;
   /** Where the nodes reach this replica's API (SANDBOXD_CONTROL_URL). */
   controlUrl: string;
+  /**
+   * Where replicas say which of them holds a layer one of them made (a snapshot's, a fork's): a
+   * replica that lacks such a layer sends the node to the replica that has it.
+   */
+  kv?: Store['kv'];
+}
+
+const HOLDER_KEY = (id: string) => `layer-holder/${id}`;
+
+/** A holder record read back from the store: checked, as anything read back is. */
+function parseHolder(v: string | undefined): { url: string; digest: string; bytes: number } | undefined {
+  if (!v) return undefined;
+  try {
+    const h = JSON.parse(v) as { url?: unknown; digest?: unknown; bytes?: unknown };
+    if (typeof h.url !== 'string' || !/^https?:\/\/[^/?#\s]+$/.test(h.url)) return undefined;
+    if (typeof h.digest !== 'string' || !/^sha256:[0-9a-f]{64}$/.test(h.digest) || typeof h.bytes !== 'number' || !Number.isSafeInteger(h.bytes) || h.bytes <= 0) return undefined;
+    return { url: h.url, digest: h.digest, bytes: h.bytes };
+  } catch {
+    return undefined;
+  }
 }
 
 /**
@@ -20,10 +42,24 @@ export class LayerPublisher implements LayerSource {
   async refs(layerIds: string[], nodeId: string): Promise<LayerRef[]> {
     return Promise.all(
       layerIds.map(async (id) => {
+        const token = await this.o.signer.layerTokenFor(nodeId, id);
+        if (!(await this.o.contents.has(id)) && this.o.kv) {
+          // Made through another replica: the node fetches it from there (the cluster's key signs for every replica).
+          const h = parseHolder(await this.o.kv.get(HOLDER_KEY(id)));
+          if (!h) throw new ServiceError('INVALID_STATE', `layer ${id} is held by no control replica that said so`);
+          return { id, digest: h.digest, bytes: h.bytes, url: `${h.url}/internal/v1/layers/${id}`, token };
+        }
         const d = await this.o.contents.of(id);
-        return { id, digest: d.digest, bytes: d.bytes, url: `${this.o.controlUrl}/internal/v1/layers/${id}`, token: await this.o.signer.layerTokenFor(nodeId, id) };
+        return { id, digest: d.digest, bytes: d.bytes, url: `${this.o.controlUrl}/internal/v1/layers/${id}`, token };
       }),
     );
+  }
+
+  /** Says in the store that this replica holds layer `id` (its digest computed now, once). */
+  async announce(id: string): Promise<void> {
+    if (!this.o.kv) return;
+    const d = await this.o.contents.of(id);
+    await this.o.kv.set(HOLDER_KEY(id), JSON.stringify({ url: this.o.controlUrl, digest: d.digest, bytes: d.bytes }));
   }
 }
 
@@ -40,7 +76,7 @@ export class LayerServer {
   }
 
   has(layerId: string): Promise<boolean> {
-    return this.contents.store.has(layerId);
+    return this.contents.has(layerId);
   }
 
   open(layerId: string): ReturnType<LayerContents['open']> {

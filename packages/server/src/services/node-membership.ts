@@ -1,9 +1,36 @@
 import { createHash } from 'node:crypto';
 import type { Runtime } from '../runtime/types.js';
-import type { NodeCapacity, NodeRow, Store } from '../store/types.js';
+import type { NodeCapacity, NodeRegistration, NodeReport, NodeRow, SandboxUsage, Store } from '../store/types.js';
+
+/**
+ * Where a node keeps its entry and reads what the store says of its sandboxes: the store itself
+ * (a node with the database's credentials), or control's registry (node/registry-client.ts: a node
+ * with a registry credential only, which can touch nothing but its own entry).
+ */
+export interface NodeRegistry {
+  register(reg: NodeRegistration, leaseMs: number): Promise<NodeRow>;
+  /** undefined: the node was removed by an operator. */
+  heartbeat(id: string, report: NodeReport, leaseMs: number): Promise<NodeRow | undefined>;
+  /** What the store's rows on node `id` commit. */
+  usage(id: string): Promise<SandboxUsage | undefined>;
+  /** The ids of the live sandboxes the store records on node `id`. */
+  liveIds(id: string): Promise<string[]>;
+}
+
+/** The registry as the store itself. */
+export function storeRegistry(store: Pick<Store, 'nodes' | 'sandboxes'>): NodeRegistry {
+  return {
+    register: (reg, leaseMs) => store.nodes.register(reg, leaseMs),
+    heartbeat: (id, report, leaseMs) => store.nodes.heartbeat(id, report, leaseMs),
+    usage: async (id) => (await store.sandboxes.usageByNode())[id],
+    liveIds: async (id) => (await store.sandboxes.live(id)).map((r) => r.id),
+  };
+}
 
 export interface NodeMembershipOptions {
-  store: Store;
+  /** The registry (absent: the store's, `store` then required). */
+  registry?: NodeRegistry;
+  store?: Store;
   runtime: Pick<Runtime, 'list'>;
   id: string;
   url: string;
@@ -33,15 +60,36 @@ export class NodeMembership {
   private stopped = false;
   private readonly log: NonNullable<NodeMembershipOptions['log']>;
 
+  private readonly registry: NodeRegistry;
+
   constructor(private readonly o: NodeMembershipOptions) {
     this.log = o.log ?? (() => undefined);
+    if (!o.registry && !o.store) throw new TypeError('NodeMembership needs a registry or a store');
+    this.registry = o.registry ?? storeRegistry(o.store!);
   }
 
   async start(): Promise<NodeRow> {
-    const row = await this.o.store.nodes.register({ id: this.o.id, url: this.o.url, capacity: this.o.capacity }, this.o.leaseMs);
+    const row = await this.registry.register({ id: this.o.id, url: this.o.url, capacity: this.o.capacity }, this.o.leaseMs);
     this.log(`node ${row.id} registered (${row.status}) at ${row.url}, lease ${Math.round(this.o.leaseMs / 1000)} s`);
     this.timer = setInterval(() => void this.beat(), Math.max(500, Math.floor(this.o.leaseMs / 3)));
     return row;
+  }
+
+  /**
+   * start(), tried again every `retryMs` until it succeeds (or stop()): a node whose registry is
+   * control may come up before control does. Resolves once registered; false if stopped first.
+   */
+  async startWhenReachable(retryMs: number): Promise<boolean> {
+    for (let attempt = 1; !this.stopped; attempt++) {
+      try {
+        await this.start();
+        return true;
+      } catch (err) {
+        if (attempt === 1 || attempt % 30 === 0) this.log(`node ${this.o.id} cannot register yet (trying again every ${retryMs / 1000} s): ${String(err)}`);
+        await new Promise((r) => setTimeout(r, retryMs));
+      }
+    }
+    return false;
   }
 
   /** One heartbeat: what the runtime holds (every sandbox it has, from its own listing) and what the store's rows on this node commit. */
@@ -54,9 +102,8 @@ export class NodeMembership {
     const mine = now;
     this.beatingSince = mine;
     try {
-      const [ids, byNode, layers] = await Promise.all([this.o.runtime.list(), this.o.store.sandboxes.usageByNode(), this.o.layers?.().catch(() => undefined)]);
-      const used = byNode[this.o.id];
-      const row = await this.o.store.nodes.heartbeat(
+      const [ids, used, layers] = await Promise.all([this.o.runtime.list(), this.registry.usage(this.o.id), this.o.layers?.().catch(() => undefined)]);
+      const row = await this.registry.heartbeat(
         this.o.id,
         { usage: { sandboxes: ids.length, vcpu: used?.activeVcpu ?? 0, memoryMb: used?.activeMemoryMb ?? 0, diskGb: used?.diskGb ?? 0 }, warm: this.o.warm?.() ?? {}, layersDigest: layers ? layersDigestOf(layers) : null },
         this.o.leaseMs,

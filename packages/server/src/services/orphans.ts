@@ -8,7 +8,9 @@ const MAX_CLAIM_TTL_MS = 10 * 60_000;
 export interface OrphanCollectorOptions {
   nodeId: string;
   runtime: Pick<Runtime, 'list' | 'destroy'>;
-  store: Pick<Store, 'sandboxes'>;
+  /** What the store records on this node: the store itself, or control's registry (NodeRegistry.liveIds). */
+  store?: Pick<Store, 'sandboxes'>;
+  liveIds?: () => Promise<string[]>;
   /** How long a sandbox may be unknown to the store and unclaimed before it goes. */
   graceMs: number;
   /** The node's own sandboxes (its warm pool's, ready or booting): no one else's, never collected. */
@@ -78,7 +80,7 @@ export class OrphanCollector {
     this.expire(now);
     const held = await this.o.runtime.list();
     // Read after the listing: a create recorded between the two is seen as owned.
-    const owned = new Set((await this.o.store.sandboxes.live(this.o.nodeId)).map((r) => r.id));
+    const owned = new Set(this.o.liveIds ? await this.o.liveIds() : (await this.o.store!.sandboxes.live(this.o.nodeId)).map((r) => r.id));
     // Read after the listing too: a ready sandbox handed out meanwhile is control's from now (its
     // claim or row covers it, or its grace begins).
     for (const id of this.o.held?.() ?? []) owned.add(id);

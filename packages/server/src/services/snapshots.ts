@@ -25,6 +25,8 @@ export interface SnapshotServiceDeps {
   /** Waits for the teardowns of deleted sandboxes under way (their overlays still hold their layers). */
   settle: () => Promise<void>;
   pool?: Pick<WarmPool, 'dropTemplate'>;
+  /** A cluster's: a layer was just made here (other replicas are told where it is). */
+  madeLayer?: (layerId: string) => Promise<void>;
   log: (msg: string, extra?: Record<string, unknown>) => void;
 }
 
@@ -177,6 +179,7 @@ export class SnapshotService {
         },
         (line) => this.d.log(line),
       );
+      await this.d.madeLayer?.(layerId);
       return { layerId, sizeBytes: out.allocated, entries: out.entries, frozenMs: out.frozenMs, envVars, release };
     } catch (err) {
       release();

@@ -1,11 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { appendFile, mkdir, open, stat } from 'node:fs/promises';
-import { join } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
-import type { BuildRow, Store, TemplateRow } from '../store/types.js';
+import type { BuildRow, Coordination, Store, TemplateRow } from '../store/types.js';
 import { BUILD_DEFAULTS, normalizeBuildRequest, type BuildRequest } from './template-requests.js';
 import type { UploadService } from './uploads.js';
+import type { BuildLogStorage } from './build-logs.js';
 import type { Metrics } from './metrics.js';
 import type { QuotaService } from './quotas.js';
 import { checkSize, type OrgLimits } from './limits.js';
@@ -18,17 +17,24 @@ export interface BuildLimits {
   perDay: number;
 }
 
-/** At most this much of a build's output is kept (its log file, and lines waiting to be written). */
+/** At most this much of a build's output is kept (its stored log, and lines waiting to be written). */
 export const MAX_BUILD_LOG_BYTES = 16 * 1024 * 1024;
 /** Lines waiting to be written are joined into one string per this many, so a line costs its bytes only. */
 const LOG_LINES_PER_PIECE = 1024;
+/** Replicas: a running build's row says so this often... */
+export const BUILD_HEARTBEAT_MS = 15_000;
+/** ...and a build whose row has not for this long was abandoned (clocks of replicas may differ by part of it). */
+export const BUILD_ABANDONED_MS = 90_000;
+/** The channel on which replicas say that a build's log grew or the build ended (the payload: its id). */
+const LOG_CHANNEL = 'build_log';
 
 /**
- * Appends a build's log lines to its file. A step can print millions of one-character lines: each
- * line must cost its bytes and nothing more (no promise, closure or file write per line, which
- * took ~400 bytes of heap a line and let three builds of short lines take the daemon past its
- * heap limit). Lines wait in joined pieces; one append at a time writes all that waits; `onData`
- * runs after each append.
+ * Appends a build's log lines through `append` (build-logs.ts). A step can print millions of
+ * one-character lines: each line must cost its bytes and nothing more (no promise, closure or write
+ * per line, which took ~400 bytes of heap a line and let three builds of short lines take the
+ * daemon past its heap limit). Lines wait in joined pieces; one write at a time, at most one per
+ * `gatherMs`, takes all that waits (a million lines are a few dozen writes); `onData` runs after
+ * each write.
  */
 export class BuildLogWriter {
   private lines: string[] = [];
@@ -36,8 +42,9 @@ export class BuildLogWriter {
   private running: Promise<void> | undefined;
 
   constructor(
-    private readonly file: string,
+    private readonly append: (text: string) => Promise<void>,
     private readonly onData: () => void,
+    private readonly gatherMs = 0,
   ) {}
 
   write(line: string): void {
@@ -46,18 +53,18 @@ export class BuildLogWriter {
     this.running ??= this.drain();
   }
 
-  /** Resolves once everything written so far is in the file (or could not be written). */
+  /** Resolves once everything written so far is stored (or could not be). */
   async flushed(): Promise<void> {
     while (this.running) await this.running;
   }
 
   private async drain(): Promise<void> {
     try {
-      // Let the lines of this turn of the event loop gather before the first append.
-      await new Promise<void>((r) => setImmediate(r));
       while (this.pieces.length > 0 || this.lines.length > 0) {
+        // Let the lines of the next gatherMs join this write.
+        await new Promise<void>((r) => (this.gatherMs > 0 ? setTimeout(r, this.gatherMs) : setImmediate(r)));
         const text = this.pieces.splice(0).join('') + this.lines.splice(0).join('');
-        await appendFile(this.file, text, { mode: 0o600 }).catch(() => undefined);
+        await this.append(text).catch(() => undefined);
         this.onData();
       }
     } finally {
@@ -85,40 +92,91 @@ export function levelOf(line: string): 'ERROR' | 'WARN' | 'INFO' {
   return 'INFO';
 }
 
+export interface TemplateBuildDeps {
+  store: Store;
+  uploads: UploadService;
+  engine: BuildEngine;
+  limits: BuildLimits;
+  log: (msg: string, extra?: Record<string, unknown>) => void;
+  quotas: QuotaService;
+  /** Counts builds by result, with their duration (absent: none kept). */
+  metrics?: Metrics;
+  /** Where logs are kept: files (one machine) or the store (replicas). */
+  logs: BuildLogStorage;
+  /** Replicas: how a log written on one wakes the followers of another (absent: one process). */
+  coordination?: Coordination;
+}
+
 /**
  * Custom template builds: validation, the per-organization build rate limit (counted from the
- * builds table, so it survives restarts), background execution with logs in a file per build
- * (offset polling and SSE read the same file), and the template row's status.
+ * builds table, so it survives restarts), background execution with its log kept as it is written
+ * (offset polling and SSE read it there; in the store, on any replica), and the template row's status.
  */
 export class TemplateBuildService {
   private live = new EventEmitter();
   private aborts = new Map<string, AbortController>();
+  private readonly store: Store;
+  private readonly uploads: UploadService;
+  private readonly engine: BuildEngine;
+  private readonly limits: BuildLimits;
+  private readonly log: TemplateBuildDeps['log'];
+  private readonly quotas: QuotaService;
+  private readonly metrics: Metrics | undefined;
+  private readonly stopHearing: () => void;
 
-  constructor(
-    private store: Store,
-    private uploads: UploadService,
-    private engine: BuildEngine,
-    private logsDir: string,
-    private limits: BuildLimits,
-    private log: (msg: string, extra?: Record<string, unknown>) => void,
-    private quotas: QuotaService,
-    /** Counts builds by result, with their duration (absent: none kept). */
-    private metrics?: Metrics,
-  ) {
+  constructor(private readonly deps: TemplateBuildDeps) {
+    this.store = deps.store;
+    this.uploads = deps.uploads;
+    this.engine = deps.engine;
+    this.limits = deps.limits;
+    this.log = deps.log;
+    this.quotas = deps.quotas;
+    this.metrics = deps.metrics;
     this.live.setMaxListeners(0);
+    // Another replica's build: its writes and its end wake this replica's followers at once (they
+    // also look every second, which covers a message lost while PostgreSQL was away).
+    this.stopHearing = deps.coordination?.subscribe(LOG_CHANNEL, (buildId) => this.live.emit(buildId)) ?? (() => undefined);
   }
 
-  logFile(buildId: string): string {
-    return join(this.logsDir, `${buildId}.log`);
+  /** Stops hearing other replicas. */
+  close(): void {
+    this.stopHearing();
   }
 
-  /** Builds a previous process left running can never finish: mark them failed. */
-  async failInterrupted(): Promise<number> {
-    const list = await this.store.builds.unfinished();
-    for (const b of list) {
-      await this.finish(b, 'failed', 'the build was interrupted by a restart of the service; start it again');
+  /** Tells this process's followers, and other replicas', that the build's log grew or it ended. */
+  private announce(buildId: string): void {
+    this.live.emit(buildId);
+    this.deps.coordination?.publish(LOG_CHANNEL, buildId).catch(() => undefined);
+  }
+
+  /** Stores a batch of the build's log. */
+  private async appendLog(buildId: string, text: string): Promise<void> {
+    try {
+      await this.deps.logs.append(buildId, text);
+    } catch (err) {
+      // The build goes on without these lines (a full disk, a store restart): a log is not worth a build.
+      this.log('cannot store build log lines', { build: buildId, error: String(err) });
     }
-    return list.length;
+  }
+
+  /**
+   * Builds that can never finish, marked failed. One machine: every build a previous process left
+   * running (call it at start). Replicas: those whose heartbeat stopped (the replica running them
+   * died), never one that a live replica runs (call it at start and now and then).
+   */
+  async failInterrupted(now = Date.now()): Promise<number> {
+    const replicated = this.deps.coordination !== undefined;
+    const abandoned = (b: BuildRow) => !this.aborts.has(b.id) && (!replicated || Date.parse(b.heartbeatAt ?? b.startedAt ?? b.createdAt) < now - BUILD_ABANDONED_MS);
+    let failed = 0;
+    for (const b of (await this.store.builds.unfinished()).filter(abandoned)) {
+      // Read again: its replica may have finished it since the list was read.
+      const fresh = replicated ? await this.store.builds.byId(b.id) : b;
+      if (!fresh || fresh.status !== 'building' || !abandoned(fresh)) continue;
+      const why = replicated ? 'the control replica running the build stopped' : 'the build was interrupted by a restart of the service';
+      await this.finish(fresh, 'failed', `${why}; start it again`);
+      failed++;
+    }
+    return failed;
   }
 
   private async checkRateLimit(orgId: string): Promise<void> {
@@ -203,6 +261,7 @@ export class TemplateBuildService {
       createdAt: now,
       startedAt: now,
       completedAt: null,
+      ...(this.deps.coordination ? { heartbeatAt: now } : {}),
     };
     // A running build holds its memory and disk like a sandbox (not a sandbox slot): its row counts
     // from here until it finishes.
@@ -210,7 +269,6 @@ export class TemplateBuildService {
       if (!own) await this.store.templates.upsert(template);
       await this.store.builds.insert(build);
     });
-    await mkdir(this.logsDir, { recursive: true, mode: 0o700 });
     void this.execute(build, template, req, copies);
     return { build, template };
   }
@@ -218,10 +276,18 @@ export class TemplateBuildService {
   private async execute(build: BuildRow, template: TemplateRow, req: BuildRequest, refs: Map<number, { fileId?: string; path?: string }[]>) {
     const abort = new AbortController();
     this.aborts.set(build.id, abort);
-    // Logs hold whatever a tenant's steps print (its env values too): root's alone.
-    const writer = new BuildLogWriter(this.logFile(build.id), () => this.live.emit(build.id));
+    // Replicas: the row says the build still runs, so that no other replica takes it for abandoned.
+    const beat = this.deps.coordination
+      ? setInterval(() => {
+          this.store.builds
+            .update(build.id, { heartbeatAt: new Date().toISOString() })
+            .catch((err: unknown) => this.log('cannot record build heartbeat', { build: build.id, error: String(err) }));
+        }, BUILD_HEARTBEAT_MS)
+      : undefined;
+    // Logs hold whatever a tenant's steps print (its env values too): root's alone, or in the store as its env_vars are.
+    const writer = new BuildLogWriter((text) => this.appendLog(build.id, text), () => this.announce(build.id), this.deps.logs.gatherMs);
     const write = (line: string) => writer.write(line);
-    // Steps print what the tenant's commands print: the log file and the lines waiting to be
+    // Steps print what the tenant's commands print: the stored log and the lines waiting to be
     // written are bounded, the build goes on without them.
     let logged = 0;
     const log = (line: string) => {
@@ -236,7 +302,7 @@ export class TemplateBuildService {
         const inputs: CopyInput[] = [];
         for (const r of list) {
           const u = await this.uploads.resolve(build.orgId, r);
-          inputs.push({ hostPath: u.blobPath, kind: u.kind, name: u.path.split('/').filter(Boolean).pop() ?? u.fileId, sha256: u.sha256 });
+          inputs.push({ hostPath: await this.uploads.hostPath(u), kind: u.kind, name: u.path.split('/').filter(Boolean).pop() ?? u.fileId, sha256: u.sha256 });
         }
         copies.set(i, inputs);
       }
@@ -282,6 +348,7 @@ export class TemplateBuildService {
       await this.finish(build, 'failed', message);
       this.log('template build failed', { build: build.id, error: message, ...(err instanceof ServiceError && err.detail ? { detail: err.detail } : {}) });
     } finally {
+      clearInterval(beat);
       this.aborts.delete(build.id);
     }
   }
@@ -293,6 +360,7 @@ export class TemplateBuildService {
     this.metrics?.builds.inc({ result });
     this.metrics?.buildDuration.observe({ result }, Math.max(0, completedAt.getTime() - Date.parse(build.startedAt ?? build.createdAt)) / 1000);
     this.live.emit(`${build.id}:done`, status);
+    this.announce(build.id);
   }
 
   /** By build id, or by template id (its latest build). Another organization's → 403. */
@@ -328,26 +396,17 @@ export class TemplateBuildService {
     };
   }
 
-  /** Log text from byte `offset` on, and the offset to ask for next. */
+  /** Log text from byte `offset` on (none past the end), and the offset to ask for next. */
   async logsSince(b: BuildRow, offset: number, maxBytes = 4 * 1024 * 1024): Promise<{ logs: string; offset: number; atEnd: boolean }> {
-    const file = this.logFile(b.id);
-    const size = (await stat(file).catch(() => undefined))?.size ?? 0;
+    const { data, size } = await this.deps.logs.read(b.id, offset, maxBytes);
     if (offset >= size) return { logs: '', offset: size, atEnd: true };
-    const fh = await open(file, 'r');
-    try {
-      const len = Math.min(size - offset, maxBytes);
-      const buf = Buffer.alloc(len);
-      await fh.read(buf, 0, len, offset);
-      // Never split a line (or a UTF-8 character): stop after the last newline.
-      const end = buf.lastIndexOf(0x0a);
-      const used = end === -1 ? len : end + 1;
-      return { logs: buf.subarray(0, used).toString('utf8'), offset: offset + used, atEnd: offset + used >= size };
-    } finally {
-      await fh.close();
-    }
+    // Never split a line (or a UTF-8 character): stop after the last newline.
+    const end = data.lastIndexOf(0x0a);
+    const used = end === -1 ? data.length : end + 1;
+    return { logs: data.subarray(0, used).toString('utf8'), offset: offset + used, atEnd: offset + used >= size };
   }
 
-  /** Calls `fn` whenever more of the build's log is on disk (read it with logsSince). */
+  /** Calls `fn` whenever more of the build's log is stored, or the build ended, on any replica (read it with logsSince). */
   onData(buildId: string, fn: () => void): () => void {
     this.live.on(buildId, fn);
     return () => this.live.off(buildId, fn);

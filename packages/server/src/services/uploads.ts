@@ -3,8 +3,9 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { Readable } from 'node:stream';
 import { ServiceError } from '@sandboxd/protocol';
-import { BlobMismatchError, parseSha256, type FsBlobStore } from '../images/blob-store.js';
+import { BlobMismatchError, parseSha256 } from '../images/blob-store.js';
 import type { Store, UploadRow } from '../store/types.js';
+import type { UploadBlobs } from './upload-blobs.js';
 
 export const MAX_UPLOAD_BYTES = 100 * 1024 * 1024;
 export const MAX_FILES_PER_REQUEST = 100;
@@ -28,25 +29,33 @@ interface UploadClaim {
 
 const invalidMeta = (message: string) => new ServiceError('INVALID_FILE_METADATA', message);
 
+/** One machine: the upload URLs' HMAC key, made once and kept 0600 in the data dir. */
+export function uploadKeyFromFile(keyFile: string): Buffer {
+  if (!existsSync(keyFile)) {
+    mkdirSync(dirname(keyFile), { recursive: true, mode: 0o700 });
+    writeFileSync(keyFile, randomBytes(32).toString('hex'), { mode: 0o600, flag: 'wx' });
+  }
+  return Buffer.from(readFileSync(keyFile, 'utf8').trim(), 'hex');
+}
+
+/** Replicas: one HMAC key for all, made by the first and kept in the store, so a URL one signed is good on every other. */
+export async function sharedUploadKey(store: Store): Promise<Buffer> {
+  return Buffer.from(await store.kv.setIfAbsent('upload-hmac-key', randomBytes(32).toString('hex')), 'hex');
+}
+
 /**
  * Presigned upload URLs for template files: the claim (organization, file, hash, size, expiry) is
- * in the URL, signed with an HMAC key kept 0600 in the data dir. The PUT needs no API key; the body
- * streams into the blob store and is kept only if its size and hash match.
+ * in the URL, signed with an HMAC key (uploadKeyFromFile, sharedUploadKey). The PUT needs no API
+ * key; the body streams into the blobs and is kept only if its size and hash match.
  */
 export class UploadService {
-  private key: Buffer;
-
   constructor(
     private store: Store,
-    private blobs: FsBlobStore,
-    keyFile: string,
+    private blobs: UploadBlobs,
+    private key: Buffer,
     private publicUrl: string,
   ) {
-    if (!existsSync(keyFile)) {
-      mkdirSync(dirname(keyFile), { recursive: true, mode: 0o700 });
-      writeFileSync(keyFile, randomBytes(32).toString('hex'), { mode: 0o600, flag: 'wx' });
-    }
-    this.key = Buffer.from(readFileSync(keyFile, 'utf8').trim(), 'hex');
+    if (key.length < 32) throw new Error('an upload HMAC key has at least 32 bytes');
   }
 
   private sign(claim: UploadClaim): string {
@@ -109,7 +118,7 @@ export class UploadService {
     if (contentLength > MAX_UPLOAD_BYTES) throw invalidMeta(`content_length ${contentLength} exceeds the ${MAX_UPLOAD_BYTES}-byte limit`);
     const fileId = `t_${filesHash.replace(/^sha256:/, '')}`;
     const existing = await this.store.uploads.byFileId(orgId, fileId);
-    const present = existing !== undefined && (await this.blobs.has(existing.sha256));
+    const present = existing !== undefined && (await this.blobs.stat(existing.sha256)) !== undefined;
     const exp = Math.floor(Date.now() / 1000) + UPLOAD_URL_TTL_SECONDS;
     return {
       present,
@@ -166,13 +175,18 @@ export class UploadService {
     }
   }
 
-  /** Host path of a file the organization itself uploaded, for a COPY step (by file_id, src path or files_hash). */
-  async resolve(orgId: string, ref: { fileId?: string; path?: string }): Promise<UploadRow & { blobPath: string }> {
+  /** A file the organization itself uploaded, for a COPY step (by file_id, src path or files_hash). */
+  async resolve(orgId: string, ref: { fileId?: string; path?: string }): Promise<UploadRow> {
     const row = ref.fileId ? await this.store.uploads.byFileId(orgId, ref.fileId) : await this.store.uploads.byPath(orgId, ref.path!);
     const what = ref.fileId ? `file_id ${ref.fileId}` : `src "${ref.path}"`;
-    if (!row || !(await this.blobs.has(row.sha256))) {
+    if (!row || (await this.blobs.stat(row.sha256)) === undefined) {
       throw new ServiceError('INVALID_TEMPLATE_DEFINITION', `${what} has not been uploaded: ask for an upload link and PUT the file first`);
     }
-    return { ...row, blobPath: this.blobs.path(row.sha256) };
+    return row;
+  }
+
+  /** A host file with the bytes of an upload resolve() found, checked against its sha256 (fetched from the store first in a cluster). */
+  hostPath(row: UploadRow): Promise<string> {
+    return this.blobs.localPath(row.sha256);
   }
 }

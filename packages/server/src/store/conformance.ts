@@ -231,6 +231,12 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     await s.builds.update('b1', { status: 'active' });
     assert.deepEqual(await s.builds.running('o'), [], 'a finished build no longer runs');
     assert.deepEqual((await s.builds.byId('b1'))?.request, { x: 1 });
+    // A heartbeat is absent (null) until one is written, and round-trips.
+    assert.equal((await s.builds.byId('b1'))?.heartbeatAt, null);
+    await s.builds.insert({ ...b, id: 'b2', heartbeatAt: '2026-01-01T00:00:00.000Z' });
+    assert.equal((await s.builds.byId('b2'))?.heartbeatAt, '2026-01-01T00:00:00.000Z');
+    await s.builds.update('b2', { heartbeatAt: '2026-01-01T00:00:15.000Z' });
+    assert.equal((await s.builds.byId('b2'))?.heartbeatAt, '2026-01-01T00:00:15.000Z');
     s.close();
   });
 
@@ -559,4 +565,90 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     s.close();
   });
 
+  test(`${name}: blobs: chunks in order, readable by content only once committed; the same content twice is kept once`, async () => {
+    const store = await open();
+    const sha = 'a'.repeat(64);
+    await store.blobs.begin('b1', '2026-01-01T00:00:00.000Z');
+    await store.blobs.append('b1', 0, Buffer.from('hello '));
+    await store.blobs.append('b1', 1, new Uint8Array(Buffer.from('world')));
+    assert.equal(await store.blobs.stat(sha), undefined, 'not readable before commit');
+    assert.deepEqual(await store.blobs.chunks(sha, 0, 10), []);
+    assert.equal(await store.blobs.commit('b1', sha, 11), 'stored');
+    assert.deepEqual(await store.blobs.stat(sha), { size: 11 });
+    assert.deepEqual((await store.blobs.chunks(sha, 0, 10)).map((c) => c.toString()), ['hello ', 'world']);
+    assert.deepEqual((await store.blobs.chunks(sha, 1, 1)).map((c) => c.toString()), ['world']);
+    assert.deepEqual(await store.blobs.chunks(sha, 2, 1), [], 'past the end');
+    await assert.rejects(store.blobs.append('b1', 2, Buffer.from('more')), /not being written/, 'a committed blob takes no more chunks');
+    assert.deepEqual((await store.blobs.chunks(sha, 0, 10)).map((c) => c.toString()), ['hello ', 'world']);
+
+    // A second upload of the same bytes: dropped, the first stays whole.
+    await store.blobs.begin('b2', '2026-01-01T00:00:00.000Z');
+    await store.blobs.append('b2', 0, Buffer.from('hello world'));
+    assert.equal(await store.blobs.commit('b2', sha, 11), 'exists');
+    assert.deepEqual((await store.blobs.chunks(sha, 0, 10)).map((c) => c.toString()), ['hello ', 'world']);
+    await assert.rejects(store.blobs.append('b2', 1, Buffer.from('x')), /not being written/);
+
+    // Two replicas committing the same content at once: one stores it, the other's is dropped.
+    const raced = 'd'.repeat(64);
+    for (const id of ['r1', 'r2']) {
+      await store.blobs.begin(id, '2026-01-01T00:00:00.000Z');
+      await store.blobs.append(id, 0, Buffer.from('same'));
+    }
+    assert.deepEqual((await Promise.all([store.blobs.commit('r1', raced, 4), store.blobs.commit('r2', raced, 4)])).sort(), ['exists', 'stored']);
+    assert.deepEqual((await store.blobs.chunks(raced, 0, 5)).map((c) => c.toString()), ['same']);
+
+    // Binary bytes come back as they went in.
+    const bin = Buffer.from([0, 255, 0x0a, 0xc3, 0x28, 1]);
+    const sha2 = 'b'.repeat(64);
+    await store.blobs.begin('b3', '2026-01-01T00:00:00.000Z');
+    await store.blobs.append('b3', 0, bin);
+    await store.blobs.commit('b3', sha2, bin.length);
+    assert.deepEqual(await store.blobs.chunks(sha2, 0, 1), [bin]);
+  });
+
+  test(`${name}: blobs: discarded and stale uncommitted ones go with their chunks; committed ones stay`, async () => {
+    const store = await open();
+    await store.blobs.begin('gone', '2026-01-01T00:00:00.000Z');
+    await store.blobs.append('gone', 0, Buffer.from('x'));
+    await store.blobs.discard('gone');
+    await assert.rejects(store.blobs.append('gone', 1, Buffer.from('y')), /not being written/);
+    await store.blobs.begin('old', '2026-01-01T00:00:00.000Z');
+    await store.blobs.append('old', 0, Buffer.from('x'));
+    await store.blobs.begin('young', '2026-01-03T00:00:00.000Z');
+    await store.blobs.begin('done', '2026-01-01T00:00:00.000Z');
+    await store.blobs.append('done', 0, Buffer.from('kept'));
+    await store.blobs.commit('done', 'c'.repeat(64), 4);
+    await store.blobs.discard('done');
+    assert.equal(await store.blobs.purgeUncommitted('2026-01-02T00:00:00.000Z'), 1);
+    await assert.rejects(store.blobs.append('old', 1, Buffer.from('y')), /not being written/);
+    await store.blobs.append('young', 0, Buffer.from('y'));
+    assert.deepEqual((await store.blobs.chunks('c'.repeat(64), 0, 5)).map((c) => c.toString()), ['kept'], 'discard and purge leave a committed blob alone');
+    // Bad input is a TypeError, before SQL.
+    await assert.rejects(store.blobs.stat('../etc/passwd'), TypeError);
+    await assert.rejects(store.blobs.chunks('c'.repeat(64), -1, 5), TypeError);
+    await assert.rejects(store.blobs.commit('young', 'C'.repeat(64), 1), TypeError);
+  });
+
+  test(`${name}: build logs: appended in order, read from any offset, bounded; past the end is empty with the length`, async () => {
+    const store = await open();
+    assert.deepEqual(await store.buildLogs.read('tpl_none', 0, 100), { data: Buffer.alloc(0), size: 0 });
+    assert.equal(await store.buildLogs.append('tpl_1', Buffer.from('one\n')), 4);
+    assert.equal(await store.buildLogs.append('tpl_1', Buffer.from('two\nthr')), 11);
+    // A character split across two appends comes back whole once both are read.
+    const e = Buffer.from('é\n');
+    assert.equal(await store.buildLogs.append('tpl_1', e.subarray(0, 1)), 12);
+    assert.equal(await store.buildLogs.append('tpl_1', e.subarray(1)), 14);
+    await store.buildLogs.append('tpl_2', Buffer.from('other build\n'));
+    const all = await store.buildLogs.read('tpl_1', 0, 1000);
+    assert.equal(all.size, 14);
+    assert.equal(all.data.toString(), 'one\ntwo\nthré\n');
+    assert.equal((await store.buildLogs.read('tpl_1', 5, 1000)).data.toString(), 'wo\nthré\n', 'from inside a row');
+    assert.equal((await store.buildLogs.read('tpl_1', 2, 5)).data.toString(), 'e\ntwo', 'across rows, at most maxBytes');
+    assert.deepEqual(await store.buildLogs.read('tpl_1', 14, 10), { data: Buffer.alloc(0), size: 14 }, 'at the end');
+    assert.deepEqual(await store.buildLogs.read('tpl_1', 1_000_000, 10), { data: Buffer.alloc(0), size: 14 }, 'past the end');
+    assert.equal((await store.buildLogs.read('tpl_2', 0, 100)).data.toString(), 'other build\n');
+    await assert.rejects(store.buildLogs.read('tpl_1', -1, 10), TypeError);
+    await assert.rejects(store.buildLogs.read('tpl_1', 0, 0), TypeError);
+    await assert.rejects(store.buildLogs.read('tpl_1', 0.5, 10), TypeError);
+  });
 }

@@ -312,3 +312,40 @@ MIGRATIONS.push(`
   );
   CREATE INDEX rate_events_key_at ON rate_events (key, at);
 `);
+
+/**
+ * Uploaded files' bytes and build logs in the store (issue 10): every control replica reads what
+ * any other received or wrote. A blob's chunks are written under its id and it takes its sha256
+ * only when complete (a partial one is never readable by content); a build log is rows of bytes at
+ * known offsets, so a reader on another replica asks from any offset.
+ */
+MIGRATIONS.push(`
+  CREATE TABLE upload_blobs (
+    id TEXT PRIMARY KEY,
+    sha256 TEXT UNIQUE,
+    size INTEGER,
+    created_at TEXT NOT NULL
+  );
+  CREATE INDEX upload_blobs_uncommitted ON upload_blobs (created_at) WHERE sha256 IS NULL;
+  CREATE TABLE upload_blob_chunks (
+    blob_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (blob_id, seq)
+  );
+  CREATE TABLE build_logs (
+    build_id TEXT NOT NULL,
+    start_offset INTEGER NOT NULL,
+    end_offset INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (build_id, start_offset)
+  );
+`);
+
+/**
+ * A build's heartbeat (issue 10): with replicas, a build left `building` is known to be abandoned
+ * only when the replica running it stopped saying it still runs it.
+ */
+MIGRATIONS.push(`
+  ALTER TABLE builds ADD COLUMN heartbeat_at TEXT;
+`);

@@ -250,3 +250,34 @@ PG_MIGRATIONS.push(`
   );
   CREATE INDEX rate_events_key_at ON rate_events (key, at);
 `);
+
+/** Uploaded files' bytes and build logs (issue 10), as in migrations.ts. */
+PG_MIGRATIONS.push(`
+  CREATE TABLE upload_blobs (
+    id text COLLATE "C" PRIMARY KEY,
+    sha256 text COLLATE "C" UNIQUE,
+    size bigint,
+    created_at text COLLATE "C" NOT NULL
+  );
+  CREATE INDEX upload_blobs_uncommitted ON upload_blobs (created_at) WHERE sha256 IS NULL;
+  CREATE TABLE upload_blob_chunks (
+    blob_id text COLLATE "C" NOT NULL,
+    seq integer NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (blob_id, seq)
+  );
+  -- Uploads are mostly compressed already (tarballs): kept out of line without a second try at it.
+  ALTER TABLE upload_blob_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+  CREATE TABLE build_logs (
+    build_id text COLLATE "C" NOT NULL,
+    start_offset bigint NOT NULL,
+    end_offset bigint NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (build_id, start_offset)
+  );
+`);
+
+/** A build's heartbeat (issue 10), as in migrations.ts. */
+PG_MIGRATIONS.push(`
+  ALTER TABLE builds ADD COLUMN heartbeat_at text COLLATE "C";
+`);

@@ -4,8 +4,11 @@ import { StoreUnavailableError } from './errors.js';
 import { isUnavailable, migrate, Params, PgDb, type Raw } from './postgres-db.js';
 import { describeUrl, isPostgresUrl } from './postgres-url.js';
 import { PgCoordination } from './pg-coordination.js';
+import { PgBlobRepo, PgBuildLogRepo } from './pg-files.js';
 import { checkLeaseMs, checkNodeFilter, checkNodeId, checkNodeRegistration, checkNodeReport, checkNodeStatus, checkNow } from './types.js';
 import type {
+  BlobRepo,
+  BuildLogRepo,
   ApiKeyRepo,
   ApiKeyRow,
   BuildRepo,
@@ -430,6 +433,7 @@ function buildFrom(r: Raw): BuildRow {
     createdAt: String(r.created_at),
     startedAt: str(r.started_at),
     completedAt: str(r.completed_at),
+    heartbeatAt: str(r.heartbeat_at),
   };
 }
 
@@ -446,6 +450,7 @@ const BUILD_COLUMNS: Record<keyof BuildRow, { column: string; json?: true }> = {
   createdAt: { column: 'created_at' },
   startedAt: { column: 'started_at' },
   completedAt: { column: 'completed_at' },
+  heartbeatAt: { column: 'heartbeat_at' },
 };
 
 class PgBuildRepo implements BuildRepo {
@@ -453,7 +458,7 @@ class PgBuildRepo implements BuildRepo {
   async insert(b: BuildRow) {
     const p = new Params();
     const fields = Object.keys(BUILD_COLUMNS) as (keyof BuildRow)[];
-    const values = fields.map((f) => p.add(BUILD_COLUMNS[f].json ? jsonb(b[f]) : b[f]));
+    const values = fields.map((f) => p.add(BUILD_COLUMNS[f].json ? jsonb(b[f]) : (b[f] ?? null)));
     await this.db.run(`INSERT INTO builds (${fields.map((f) => BUILD_COLUMNS[f].column).join(', ')}) VALUES (${values.join(', ')})`, p.values);
   }
   async byId(id: string) {
@@ -749,6 +754,8 @@ export class PostgresStore implements Store {
   readonly sandboxes: SandboxRepo;
   readonly builds: BuildRepo;
   readonly uploads: UploadRepo;
+  readonly blobs: BlobRepo;
+  readonly buildLogs: BuildLogRepo;
   readonly previews: PreviewRepo;
   readonly snapshots: SnapshotRepo;
   readonly nodes: NodeRepo;
@@ -770,6 +777,8 @@ export class PostgresStore implements Store {
     this.sandboxes = new PgSandboxRepo(db);
     this.builds = new PgBuildRepo(db);
     this.uploads = new PgUploadRepo(db);
+    this.blobs = new PgBlobRepo(db);
+    this.buildLogs = new PgBuildLogRepo(db);
     this.previews = new PgPreviewRepo(db);
     this.snapshots = new PgSnapshotRepo(db);
     this.nodes = new PgNodeRepo(db);

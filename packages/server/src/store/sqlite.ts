@@ -3,8 +3,11 @@ import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { MIGRATIONS } from './migrations.js';
+import { SqliteBlobRepo, SqliteBuildLogRepo } from './sqlite-files.js';
 import { checkLeaseMs, checkNodeFilter, checkNodeId, checkNodeRegistration, checkNodeReport, checkNodeStatus, checkNow } from './types.js';
 import type {
+  BlobRepo,
+  BuildLogRepo,
   BuildRepo,
   BuildRow,
   UploadRepo,
@@ -40,7 +43,7 @@ type Raw = Record<string, unknown>;
  * reuses the statement (the queries a request makes run on every create, lookup and update). SQL
  * built from a request's fields comes from a fixed set of column names, so the cache stays small.
  */
-class Statements {
+export class Statements {
   private readonly cache = new Map<string, Database.Statement>();
 
   constructor(private readonly db: Db) {}
@@ -485,6 +488,7 @@ function buildFrom(r: Raw): BuildRow {
     createdAt: String(r.created_at),
     startedAt: (r.started_at as string | null) ?? null,
     completedAt: (r.completed_at as string | null) ?? null,
+    heartbeatAt: (r.heartbeat_at as string | null) ?? null,
   };
 }
 
@@ -501,6 +505,7 @@ const BUILD_COLUMNS: Record<keyof BuildRow, string> = {
   createdAt: 'created_at',
   startedAt: 'started_at',
   completedAt: 'completed_at',
+  heartbeatAt: 'heartbeat_at',
 };
 
 class SqliteBuildRepo implements BuildRepo {
@@ -509,7 +514,7 @@ class SqliteBuildRepo implements BuildRepo {
     const cols = Object.keys(BUILD_COLUMNS) as (keyof BuildRow)[];
     this.db
       .prepare(`INSERT INTO builds (${cols.map((c) => BUILD_COLUMNS[c]).join(',')}) VALUES (${cols.map(() => '?').join(',')})`)
-      .run(...cols.map((c) => sqlValue(b[c])));
+      .run(...cols.map((c) => sqlValue(b[c] ?? null)));
   }
   async byId(id: string) {
     const r = this.db.prepare('SELECT * FROM builds WHERE id = ?').get(id) as Raw | undefined;
@@ -524,7 +529,7 @@ class SqliteBuildRepo implements BuildRepo {
     if (keys.length === 0) return;
     this.db
       .prepare(`UPDATE builds SET ${keys.map((k) => `${BUILD_COLUMNS[k]} = ?`).join(', ')} WHERE id = ?`)
-      .run(...keys.map((k) => sqlValue(patch[k])), id);
+      .run(...keys.map((k) => sqlValue(patch[k] ?? null)), id);
   }
   async countSince(orgId: string, since: string) {
     const r = this.db.prepare('SELECT count(*) AS n FROM builds WHERE org_id = ? AND created_at > ?').get(orgId, since) as Raw;
@@ -797,6 +802,8 @@ export class SqliteStore implements Store {
   readonly sandboxes: SandboxRepo;
   readonly builds: BuildRepo;
   readonly uploads: UploadRepo;
+  readonly blobs: BlobRepo;
+  readonly buildLogs: BuildLogRepo;
   readonly previews: PreviewRepo;
   readonly snapshots: SnapshotRepo;
   readonly nodes: NodeRepo;
@@ -810,6 +817,8 @@ export class SqliteStore implements Store {
     this.sandboxes = new SqliteSandboxRepo(st);
     this.builds = new SqliteBuildRepo(st);
     this.uploads = new SqliteUploadRepo(st);
+    this.blobs = new SqliteBlobRepo(st);
+    this.buildLogs = new SqliteBuildLogRepo(st);
     this.previews = new SqlitePreviewRepo(st);
     this.snapshots = new SqliteSnapshotRepo(st);
     this.nodes = new SqliteNodeRepo(st);

@@ -256,6 +256,10 @@ export interface Store {
   sandboxes: SandboxRepo;
   builds: BuildRepo;
   uploads: UploadRepo;
+  /** Uploaded files' bytes, for replicas that share the store (services/store-blobs.ts). */
+  blobs: BlobRepo;
+  /** Build logs as they are written, read by offset. */
+  buildLogs: BuildLogRepo;
   previews: PreviewRepo;
   snapshots: SnapshotRepo;
   nodes: NodeRepo;
@@ -314,6 +318,11 @@ export interface BuildRow {
   createdAt: string;
   startedAt: string | null;
   completedAt: string | null;
+  /**
+   * Replicas: when the process running it last said it still does (absent or null on one machine,
+   * where a restart is the only way a build stops running unfinished).
+   */
+  heartbeatAt?: string | null;
 }
 
 export interface UploadRow {
@@ -344,6 +353,42 @@ export interface UploadRepo {
   byFileId(orgId: string, fileId: string): Promise<UploadRow | undefined>;
   /** The latest upload of `path` by the organization. */
   byPath(orgId: string, path: string): Promise<UploadRow | undefined>;
+}
+
+/**
+ * Content-addressed blobs kept in the store in chunks of bounded size, so that a file any replica
+ * received can be read by every other. A blob is written under an id of its own (`begin`,
+ * `append`), and named by its content only once it is complete and checked (`commit`): a blob
+ * readable under a sha256 is always whole. Nothing here checks the hash; the caller does.
+ */
+export interface BlobRepo {
+  /** Starts a blob under `id` (a fresh random id), not readable by any sha256 yet. */
+  begin(id: string, at: string): Promise<void>;
+  /** Adds chunk number `seq` (0, 1, 2, ...) of a blob begun and not committed. */
+  append(id: string, seq: number, data: Uint8Array): Promise<void>;
+  /**
+   * Names the blob by its content. When a blob of that content is there already (another upload
+   * of the same bytes), this one is dropped and the answer is 'exists'.
+   */
+  commit(id: string, sha256: string, size: number): Promise<'stored' | 'exists'>;
+  /** Drops a blob that is not committed, with its chunks (a write that failed). */
+  discard(id: string): Promise<void>;
+  stat(sha256: string): Promise<{ size: number } | undefined>;
+  /** Chunks `fromSeq` and on of the committed blob, at most `limit` of them, in order ([] past its end or for no such blob). */
+  chunks(sha256: string, fromSeq: number, limit: number): Promise<Buffer[]>;
+  /** Drops blobs begun before `before` and never committed (their writer died); returns how many. */
+  purgeUncommitted(before: string): Promise<number>;
+}
+
+/**
+ * Each build's log, as bytes appended in order by the one process that runs the build, read from
+ * any byte offset by every process that shares the store.
+ */
+export interface BuildLogRepo {
+  /** Appends `data` at the end of the build's log; returns the log's length after it. */
+  append(buildId: string, data: Uint8Array): Promise<number>;
+  /** At most `maxBytes` of the log from `offset` on (none past the end), and the log's length now. */
+  read(buildId: string, offset: number, maxBytes: number): Promise<{ data: Buffer; size: number }>;
 }
 
 /** A sandbox query's node id: any string (rows of a single machine carry its host name), or none; else a TypeError. */
@@ -546,4 +591,16 @@ export function checkNodeReport(v: unknown): NodeReport {
     layersDigest: r.layersDigest,
     ...(r.capacity === undefined ? {} : { capacity: checkNodeCapacity(r.capacity) }),
   };
+}
+
+/** A byte offset, chunk number or length the file repositories take: a whole number from `min`, else a TypeError before any SQL. */
+export function checkWhole(v: unknown, what: string, min = 0): number {
+  if (!Number.isSafeInteger(v) || (v as number) < min) throw new TypeError(`${what} is a whole number from ${min}, not ${String(v)}`);
+  return v as number;
+}
+
+/** A blob's content name: 64 lowercase hex digits. */
+export function checkBlobSha256(v: unknown): string {
+  if (typeof v !== 'string' || !/^[0-9a-f]{64}$/.test(v)) throw new TypeError(`a blob's sha256 is 64 lowercase hex digits, not ${shown(v)}`);
+  return v;
 }

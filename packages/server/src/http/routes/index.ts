@@ -23,6 +23,7 @@ import { sandboxNetworkRoutes } from './sandbox-network.js';
 import { adminRoutes } from './admin.js';
 import { snapshotRoutes } from './snapshots.js';
 import { internalLayerRoutes } from './internal-layers.js';
+import { internalNodeRoutes } from './internal-nodes.js';
 
 export async function registerRoutes(app: FastifyInstance, s: Services): Promise<void> {
   for (const register of [
@@ -49,6 +50,7 @@ export async function registerRoutes(app: FastifyInstance, s: Services): Promise
     snapshotRoutes,
     adminRoutes,
     internalLayerRoutes,
+    internalNodeRoutes,
   ]) {
     await register(app, s);
   }

@@ -10,9 +10,9 @@ const LogsQuery = Type.Object({
   offset: Type.Optional(Type.Integer({ minimum: 0 })),
 });
 
-/** Log bytes read from the file per SSE write: a slow client holds at most one such batch in the daemon. */
+/** Log bytes read per SSE write: a slow client holds at most one such batch in the daemon. */
 const SSE_READ_BYTES = 64 * 1024;
-/** A follower with nothing new checks the build's status this often (new lines wake it at once). */
+/** A follower with nothing new checks the build's status this often (new lines wake it at once, also another replica's). */
 const SSE_IDLE_CHECK_MS = 1000;
 
 /** Build logs: JSON offset polling by default, SSE with `Accept: text/event-stream` (api-decisions.md §2). */
@@ -26,7 +26,7 @@ export function templateBuildLogsRoute(app: FastifyInstance, s: Services): void 
       const orgId = principalOf(req).orgId;
       const build = await builds.get(orgId, req.params.id);
       if (!String(req.headers.accept ?? '').includes('text/event-stream')) {
-        // Read the status first: a build that was finished then has all its lines on disk already.
+        // Read the status first: a build that was finished then has all its lines stored already.
         const fresh = await builds.get(orgId, build.id);
         const { logs, offset, atEnd } = await builds.logsSince(build, req.query.offset ?? 0);
         return { logs, offset, status: fresh.status, complete: fresh.status !== 'building' && atEnd, request_id: req.id };
@@ -36,7 +36,7 @@ export function templateBuildLogsRoute(app: FastifyInstance, s: Services): void 
       const raw = reply.raw;
       raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-request-id': String(req.id) });
 
-      // The stream follows the log file, not the build's live output: what waits for a client that
+      // The stream follows the stored log, not the build's live output: what waits for a client that
       // does not read is one batch, never the build's whole output (a step can print millions of
       // lines, and every stream kept them all in the daemon's memory).
       let closed = false;
@@ -67,7 +67,7 @@ export function templateBuildLogsRoute(app: FastifyInstance, s: Services): void 
       try {
         let offset = req.query.offset ?? 0;
         while (!closed) {
-          // Status before reading, as above: once it is final, every line is on disk.
+          // Status before reading, as above: once it is final, every line is stored.
           const status = (await builds.get(orgId, build.id)).status;
           const chunk = await builds.logsSince(build, offset, SSE_READ_BYTES);
           offset = chunk.offset;

@@ -1,0 +1,84 @@
+import type { PgDb } from './postgres-db.js';
+import { sliceRows } from './log-rows.js';
+import { checkBlobSha256, checkWhole, type BlobRepo, type BuildLogRepo } from './types.js';
+
+const bytes = (data: Uint8Array): Buffer => Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+
+export class PgBlobRepo implements BlobRepo {
+  constructor(private db: PgDb) {}
+  async begin(id: string, at: string) {
+    await this.db.run('INSERT INTO upload_blobs (id, sha256, size, created_at) VALUES ($1, NULL, NULL, $2)', [id, at]);
+  }
+  async append(id: string, seq: number, data: Uint8Array) {
+    checkWhole(seq, "a chunk's number");
+    const n = await this.db.run(
+      'INSERT INTO upload_blob_chunks (blob_id, seq, data) SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM upload_blobs WHERE id = $1 AND sha256 IS NULL)',
+      [id, seq, bytes(data)],
+    );
+    if (n === 0) throw new Error(`blob ${id} is not being written`);
+  }
+  async commit(id: string, sha256: string, size: number) {
+    checkBlobSha256(sha256);
+    checkWhole(size, "a blob's size");
+    if (await this.stat(sha256)) {
+      await this.discard(id);
+      return 'exists' as const;
+    }
+    try {
+      const changed = await this.db.run('UPDATE upload_blobs SET sha256 = $1, size = $2 WHERE id = $3 AND sha256 IS NULL', [sha256, size, id]);
+      if (changed === 0) throw new Error(`blob ${id} is not being written`);
+      return 'stored' as const;
+    } catch (err) {
+      // Another replica committed the same content between the look and the write.
+      if ((err as { code?: unknown }).code !== '23505') throw err;
+      await this.discard(id);
+      return 'exists' as const;
+    }
+  }
+  async discard(id: string) {
+    // Chunks first: a process that dies in between leaves an uncommitted row, which purgeUncommitted finds.
+    await this.db.run('DELETE FROM upload_blob_chunks WHERE blob_id = $1 AND EXISTS (SELECT 1 FROM upload_blobs WHERE id = $1 AND sha256 IS NULL)', [id]);
+    await this.db.run('DELETE FROM upload_blobs WHERE id = $1 AND sha256 IS NULL', [id]);
+  }
+  async stat(sha256: string) {
+    const r = await this.db.row('SELECT size FROM upload_blobs WHERE sha256 = $1', [checkBlobSha256(sha256)]);
+    return r && { size: Number(r.size) };
+  }
+  async chunks(sha256: string, fromSeq: number, limit: number) {
+    const rows = await this.db.rows(
+      'SELECT c.data FROM upload_blob_chunks c JOIN upload_blobs b ON b.id = c.blob_id WHERE b.sha256 = $1 AND c.seq >= $2 ORDER BY c.seq LIMIT $3',
+      [checkBlobSha256(sha256), checkWhole(fromSeq, "a chunk's number"), checkWhole(limit, 'a chunk count', 1)],
+    );
+    return rows.map((r) => r.data as Buffer);
+  }
+  async purgeUncommitted(before: string) {
+    const ids = (await this.db.rows('SELECT id FROM upload_blobs WHERE sha256 IS NULL AND created_at < $1', [before])).map((r) => String(r.id));
+    for (const id of ids) await this.discard(id);
+    return ids.length;
+  }
+}
+
+export class PgBuildLogRepo implements BuildLogRepo {
+  constructor(private db: PgDb) {}
+  async append(buildId: string, data: Uint8Array) {
+    // One writer per build; two at once would collide on the primary key rather than overlap.
+    const r = await this.db.row(
+      `INSERT INTO build_logs (build_id, start_offset, end_offset, data)
+       SELECT $1, s, s + $2, $3 FROM (SELECT coalesce(max(end_offset), 0) AS s FROM build_logs WHERE build_id = $1) t RETURNING end_offset`,
+      [buildId, data.byteLength, bytes(data)],
+    );
+    return Number(r!.end_offset);
+  }
+  async read(buildId: string, offset: number, maxBytes: number) {
+    checkWhole(offset, 'a log offset');
+    checkWhole(maxBytes, 'a log read length', 1);
+    const size = Number((await this.db.row('SELECT coalesce(max(end_offset), 0) AS n FROM build_logs WHERE build_id = $1', [buildId]))!.n);
+    if (offset >= size) return { data: Buffer.alloc(0), size };
+    const rows = await this.db.rows('SELECT start_offset, data FROM build_logs WHERE build_id = $1 AND end_offset > $2 AND start_offset < $3 ORDER BY start_offset', [
+      buildId,
+      offset,
+      offset + maxBytes,
+    ]);
+    return { data: sliceRows(rows, offset, maxBytes), size };
+  }
+}

@@ -1,7 +1,8 @@
 // bench/cluster: a cluster on this machine (PostgreSQL, NODES `sandboxd node` processes, `sandboxd
 // control` and `sandboxd edge`, both in host mode on one domain) next to the all-in-one daemon
 // (`sandboxd serve`, its default port mode) in the same run. Figures (issue 10's table):
-//   - create → first command, p50, one at a time with the warm pools on: the all-in-one daemon
+//   - create → first command, p50, one at a time with the warm pools on (the cluster's: each node's,
+//     with how many of control's creates a node's pool served ready): the all-in-one daemon
 //     through its own gateway (the baseline); the same daemon on PostgreSQL; created through control
 //     and run through control's gateway; created through control and run through the edge (the
 //     issue's figure). Every first command goes on a new connection, by Host header, with one client;
@@ -99,6 +100,13 @@ async function createAndRun(server: TestServer, firstVia: (id: string, publicHos
   if (ran.status !== 200) throw new Error(`first command answered ${ran.status} ${ran.text.slice(0, 300)}`);
   const t2 = performance.now();
   return { ms: t2 - t0, createMs: t1 - t0, firstMs: t2 - t1, id: res.body.id };
+}
+
+/** Control's creates of `base` so far, by source (a node's pool had one ready, or it booted). */
+async function createsBySource(server: TestServer): Promise<{ warm: number; cold: number }> {
+  const text = await (await fetch(`${server.baseUrl}/metrics`, { headers: { 'x-api-key': server.apiKey } })).text();
+  const count = (source: string) => Number(new RegExp(`^sandboxd_sandbox_creates_total\\{template="base",source="${source}"\\} (\\d+)`, 'm').exec(text)?.[1] ?? 0);
+  return { warm: count('warm_pool'), cold: count('cold') };
 }
 
 /** A series of create → first command, one at a time. */
@@ -225,7 +233,10 @@ try {
     { name: "control, first command via control's gateway", server: control, firstVia: own, samples: [] },
     { name: 'control, first command via the edge', server: control, firstVia: onEdge, samples: [] },
   ] as Series[];
+  const sourcesBefore = await createsBySource(control);
   await interleaved([allInOne!, onPostgres!, throughControl!, throughEdge!]);
+  const sourcesAfter = await createsBySource(control);
+  const served = { warm: sourcesAfter.warm - sourcesBefore.warm, cold: sourcesAfter.cold - sourcesBefore.cold };
   // The edge hop, on one sandbox.
   const sb = (await api(control, 'POST', '/v1/sandboxes', CREATE)).body;
   const holder = holderOf(nodes, sb.id);
@@ -313,6 +324,7 @@ try {
     console.log(`  ${x.name}: of which the create p50 ${p50(x.samples.map((y) => y.createMs)).toFixed(1)} ms, the first command p50 ${p50(x.samples.map((y) => y.firstMs)).toFixed(1)} ms`);
   }
   console.log(`create → first command through control + edge: ${(p50(throughEdge!.samples.map((y) => y.ms)) / p50(base)).toFixed(2)}× the all-in-one (goal ≤ 1.3×)`);
+  console.log(`  control's creates in those series: ${served.warm} of ${served.warm + served.cold} served ready by a node's warm pool`);
   console.log(row('hop: straight to the agent socket (baseline)', straight!.samples));
   console.log(row('hop: through the node relay', relayed!.samples, straight!.samples));
   console.log(row('hop: through the edge', viaEdge!.samples, straight!.samples));

@@ -25,12 +25,17 @@ describe('a node without the layers of a template fetches them from control, onc
     pg = await startPostgres();
     const dbUrl = await pg.createDatabase();
     mkdirSync(nodeLayers, { recursive: true, mode: 0o700 });
-    node = await startNode({ id: 'e2e-node-own-layers', verifyKey: keys.verifyPem, databaseUrl: dbUrl, env: { SANDBOXD_LAYERS_DIR: nodeLayers } });
-    // No warm pool: each create below boots, so the first is the one that meets the missing layers.
+    // No warm pool on the node: each create below boots, so the first is the one that meets the missing layers.
+    node = await startNode({
+      id: 'e2e-node-own-layers',
+      verifyKey: keys.verifyPem,
+      databaseUrl: dbUrl,
+      env: { SANDBOXD_LAYERS_DIR: nodeLayers, SANDBOXD_WARM_POOL_SIZE: '0', SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '0' },
+    });
     control = await startServer({
       command: 'control',
       templates: ['base'],
-      env: { SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SIGNING_KEY_FILE: keys.signingKeyFile, SANDBOXD_WARM_POOL_SIZE: '0', SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '0' },
+      env: { SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SIGNING_KEY_FILE: keys.signingKeyFile },
     });
   });
 

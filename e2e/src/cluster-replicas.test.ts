@@ -22,6 +22,8 @@ import { childEnv, resolveDomainTo } from './test-dns.js';
 
 const DOMAIN = 'cluster.test';
 const GRACE_SECONDS = 10;
+/** The nodes' warm pools off: every sandbox on a node is then a create's, for the orphan test. */
+const NO_WARM_POOL = { SANDBOXD_WARM_POOL_SIZE: '0', SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '0' };
 
 /**
  * Each gateway listens on the same port (the one every public_host names) on an address of its own:
@@ -120,8 +122,6 @@ describe('a cluster of three namespaced nodes, two control replicas and an edge'
     SANDBOXD_GATEWAY_DOMAIN: DOMAIN,
     SANDBOXD_GATEWAY_PORT: String(GATEWAY_PORT),
     SANDBOXD_GATEWAY_BIND: bind,
-    // Control's warm pool off: every sandbox on a node is then a create's, for the orphan test.
-    SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '0',
     SANDBOXD_CLUSTER_CLAIM_SECONDS: '2',
   });
 
@@ -143,7 +143,7 @@ describe('a cluster of three namespaced nodes, two control replicas and an edge'
     dbUrl = await postgres.createDatabase();
     // One at a time: each start claims a slot and sets up its host side.
     for (const id of ['rep-node-a', 'rep-node-b', 'rep-node-c']) {
-      nodes.push(await startNode({ id, verifyKey: keys.verifyPem, databaseUrl: dbUrl, leaseSeconds: 3, netns: true, env: { SANDBOXD_NODE_ORPHAN_GRACE_SECONDS: String(GRACE_SECONDS) } }));
+      nodes.push(await startNode({ id, verifyKey: keys.verifyPem, databaseUrl: dbUrl, leaseSeconds: 3, netns: true, env: { SANDBOXD_NODE_ORPHAN_GRACE_SECONDS: String(GRACE_SECONDS), ...NO_WARM_POOL } }));
     }
     GATEWAY_PORT = await freePort();
     resolveDomainTo(DOMAIN, ADDR.edge);
@@ -321,8 +321,10 @@ describe('a cluster of three namespaced nodes, two control replicas and an edge'
       await h.files.write('/tmp/from-hopx.txt', 'through the edge');
       assert.equal(await h.files.read('/tmp/from-hopx.txt'), 'through the edge');
       // Paused through the other replica: the SDK, through the edge, is told so.
-      assert.equal((await api(b, 'POST', `/v1/sandboxes/${h.sandboxId}/pause`)).status, 200);
-      assert.equal((await api(a, 'POST', `/v1/sandboxes/${h.sandboxId}/resume`)).status, 200);
+      const paused = await api(b, 'POST', `/v1/sandboxes/${h.sandboxId}/pause`);
+      assert.equal(paused.status, 200, JSON.stringify(paused.body));
+      const resumed = await api(a, 'POST', `/v1/sandboxes/${h.sandboxId}/resume`);
+      assert.equal(resumed.status, 200, JSON.stringify(resumed.body));
       assert.equal((await h.runCode('cat /tmp/from-hopx.txt', { language: 'bash' })).stdout, 'through the edge');
     } finally {
       await h.kill();

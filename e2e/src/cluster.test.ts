@@ -3,6 +3,8 @@
 // through control's gateway across the node relay; a node killed with kill -9 makes its sandboxes
 // answer 503 NODE_UNAVAILABLE while the other node goes on; back, it serves them again. One node
 // holds the database's credentials, the other registers through control with its own credential.
+// Each node keeps a warm pool: a create goes to the node with a ready sandbox of its key, and is
+// served from it.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -29,7 +31,7 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
   const nodesList = () => {
     const r = spawnSync(process.execPath, [join(REPO_ROOT, 'packages/server/dist/cli.js'), 'nodes', 'list', '--json'], { env: { ...process.env, SANDBOXD_DATABASE_URL: dbUrl }, encoding: 'utf8' });
     assert.equal(r.status, 0, r.stderr);
-    return JSON.parse(r.stdout) as Array<{ id: string; up: boolean; committed: { active: number } }>;
+    return JSON.parse(r.stdout) as Array<{ id: string; up: boolean; committed: { active: number }; warmReady: number }>;
   };
   const onNode = async (sb: CreatedSandbox) => {
     const r = await agent<{ stdout: string }>(sb, 'POST', '/commands/run', { command: 'cat /etc/hostname; echo; cat /proc/self/cgroup | head -1' });
@@ -39,7 +41,9 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
   before(async () => {
     pg = await startPostgres();
     dbUrl = await pg.createDatabase();
-    nodes.push(await startNode({ id: 'e2e-node-a', verifyKey: keys.verifyPem, databaseUrl: dbUrl, leaseSeconds: LEASE_SECONDS }));
+    // Each node keeps one ready sandbox per key it was asked for.
+    const warmPool = { SANDBOXD_WARM_POOL_SIZE: '1' };
+    nodes.push(await startNode({ id: 'e2e-node-a', verifyKey: keys.verifyPem, databaseUrl: dbUrl, leaseSeconds: LEASE_SECONDS, env: warmPool }));
     // node-b holds no database credentials: it registers through control with its own registry
     // credential (made by the CLI), before control is up, and once control answers.
     const credential = join(dirname(keys.signingKeyFile), 'e2e-node-b.credential');
@@ -47,7 +51,7 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
     assert.equal(made.status, 0, made.stderr);
     const controlPort = await freePort();
     nodes.push(
-      await startNode({ id: 'e2e-node-b', verifyKey: keys.verifyPem, leaseSeconds: LEASE_SECONDS, env: { SANDBOXD_NODE_CREDENTIAL_FILE: credential, SANDBOXD_CONTROL_URL: `http://127.0.0.1:${controlPort}` } }),
+      await startNode({ id: 'e2e-node-b', verifyKey: keys.verifyPem, leaseSeconds: LEASE_SECONDS, env: { ...warmPool, SANDBOXD_NODE_CREDENTIAL_FILE: credential, SANDBOXD_CONTROL_URL: `http://127.0.0.1:${controlPort}` } }),
     );
     control = await startServer({
       command: 'control',
@@ -74,8 +78,9 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
       const r = await onNode(sb);
       assert.equal(r.status, 200, JSON.stringify(r.body));
     }
-    // Both nodes hold some: with control's warm pool on, which node's ready sandbox a create takes
-    // varies (the exact spread of placement is services/cluster-runtime.test's and bench/cluster's).
+    // Both nodes hold some: a node's ready sandboxes draw creates only while it is about as
+    // committed as the other (the exact spread of placement is services/cluster-*placement.test's
+    // and bench/cluster's).
     const list = nodesList();
     assert.deepEqual(
       list.map((n) => [n.id, n.up]),
@@ -89,10 +94,60 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
     for (const sb of sbs) assert.equal((await api(control, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
   });
 
+  test("a create is placed on the node that holds a ready sandbox of its key, and served from that node's pool", async () => {
+    const [a, b] = nodes as [TestNode, TestNode];
+    const nodesCmd = (...args: string[]) => {
+      const r = spawnSync(process.execPath, [join(REPO_ROOT, 'packages/server/dist/cli.js'), 'nodes', ...args], { env: { ...process.env, SANDBOXD_DATABASE_URL: dbUrl }, encoding: 'utf8' });
+      assert.equal(r.status, 0, r.stderr);
+    };
+    const warmOnB = () => nodesList().find((n) => n.id === 'e2e-node-b')!.warmReady;
+    const settle = async (check: () => boolean) => {
+      for (let i = 0; i < 100 && !check(); i++) await new Promise((r) => setTimeout(r, 100));
+      return check();
+    };
+    // A key no create asked for yet (no network), asked of node-b alone (node-a cordoned): node-b
+    // boots it, and its pool then keeps one of that key ready and says so in its heartbeat.
+    const NO_NET = { template: 'base', internet_access: false };
+    const before = warmOnB();
+    nodesCmd('cordon', 'e2e-node-a');
+    try {
+      // Control reads the node list every 2 s.
+      await new Promise((r) => setTimeout(r, 2500));
+      const first = await createSandbox(control, NO_NET);
+      assert.ok(crunContainers(b.dataDir).includes(first.id), 'the first went to node-b (node-a cordoned)');
+      assert.equal((await api(control, 'DELETE', `/v1/sandboxes/${first.id}`)).status, 200);
+    } finally {
+      nodesCmd('uncordon', 'e2e-node-a');
+    }
+    assert.ok(await settle(() => warmOnB() >= before + 1), `node-b reports one more ready sandbox (${before} before, ${warmOnB()} now)`);
+    await new Promise((r) => setTimeout(r, 2500));
+    const readyOnB = crunContainers(b.dataDir);
+    const warmCreates = async () => {
+      const text = await (await fetch(`${control.baseUrl}/metrics`, { headers: { 'x-api-key': control.apiKey } })).text();
+      return Number(/^sandboxd_sandbox_creates_total\{template="base",source="warm_pool"\} (\d+)/m.exec(text)?.[1] ?? 0);
+    };
+    const counted = await warmCreates();
+    // Neither node holds a sandbox and both hold the layers: they would tie, and node-a (first by
+    // name) would take it. node-b's ready sandbox of the key is what draws it.
+    assert.deepEqual(nodesList().map((n) => n.committed.active), [0, 0]);
+    const sb = await createSandbox(control, NO_NET);
+    try {
+      assert.ok(readyOnB.includes(sb.id), `the create got a sandbox node-b had ready (${sb.id}; ready there: ${readyOnB.join(', ')})`);
+      assert.ok(!crunContainers(a.dataDir).includes(sb.id));
+      assert.equal(await warmCreates(), counted + 1, 'counted as served from the warm pool');
+      const r = await agent<{ stdout: string }>(sb, 'POST', '/commands/run', { command: 'echo "$SANDBOX_ID $(hostname)"' });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      assert.equal(r.body.stdout.trim(), `${sb.id} sandbox-${sb.id.slice(2, 10)}`, 'its id, hostname and SANDBOX_ID are the ones node-b gave it');
+      assert.ok(await settle(() => crunContainers(b.dataDir).some((id) => id !== sb.id && !readyOnB.includes(id))), "node-b's pool boots the next one");
+    } finally {
+      assert.equal((await api(control, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
+    }
+  });
+
   test('a node killed: its sandboxes answer 503 NODE_UNAVAILABLE, the other node serves and takes the creates; back, all are served again', async () => {
     const sbs: CreatedSandbox[] = [];
     const b = nodes[1]!;
-    // One on each node (which node's ready sandbox a create takes varies with control's warm pool).
+    // One on each node (where a create goes varies with which node's pool has one ready).
     const onB = () => sbs.filter((sb) => crunContainers(b.dataDir).includes(sb.id)).length;
     for (let i = 0; i < 10 && (sbs.length < 2 || onB() === 0 || onB() === sbs.length); i++) sbs.push(await createSandbox(control, { template: 'base' }));
     assert.ok(onB() > 0 && onB() < sbs.length, 'sandboxes on both nodes');

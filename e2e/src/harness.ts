@@ -418,6 +418,8 @@ export async function startNode(o: NodeOptions): Promise<TestNode> {
     ...(ns ? { SANDBOXD_NODE_URL: url } : {}),
     SANDBOXD_CLUSTER_VERIFY_KEY: o.verifyKey,
     SANDBOXD_NODE_LEASE_SECONDS: String(o.leaseSeconds ?? 15),
+    // As test daemons: the node's warm pool holds no reserve at rest, only its floor per key asked.
+    SANDBOXD_WARM_POOL_RESERVE: '0',
     ...(o.databaseUrl ? { SANDBOXD_DATABASE_URL: ns ? viaHost(o.databaseUrl, ns.hostAddress) : o.databaseUrl } : {}),
     ...o.env,
   };

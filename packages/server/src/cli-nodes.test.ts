@@ -26,13 +26,14 @@ test('nodes: list with what each holds and whether it is up; cordon and uncordon
   await store.nodes.register({ id: 'node-b', url: 'http://10.0.0.2:7070', capacity }, 1);
   await sandbox(store, 'a1', 'node-a');
   await sandbox(store, 'a2', 'node-a', 'stopped');
+  await store.nodes.heartbeat('node-a', { usage: { sandboxes: 5, vcpu: 2, memoryMb: 1024, diskGb: 10 }, warm: { k1: 2, k2: 1 }, layersDigest: null }, 60_000);
   await new Promise((r) => setTimeout(r, 5));
   const list = await listNodes(store);
   assert.deepEqual(
-    list.map((n) => [n.id, n.status, n.up, n.committed.active, n.committed.stopped, n.committed.activeVcpu, n.committed.diskGb]),
+    list.map((n) => [n.id, n.status, n.up, n.committed.active, n.committed.stopped, n.committed.activeVcpu, n.committed.diskGb, n.warmReady]),
     [
-      ['node-a', 'active', true, 1, 1, 2, 10],
-      ['node-b', 'active', false, 0, 0, 0, 0],
+      ['node-a', 'active', true, 1, 1, 2, 10, 3],
+      ['node-b', 'active', false, 0, 0, 0, 0, 0],
     ],
   );
   assert.equal((await setNodeStatus(store, 'node-a', 'cordoned')).status, 'cordoned');

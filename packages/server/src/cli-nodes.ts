@@ -14,6 +14,8 @@ export interface NodeListing {
   committed: SandboxUsage;
   /** How many sandboxes its runtime said it holds at its last heartbeat. */
   reportedSandboxes: number;
+  /** Ready sandboxes of its warm pool at its last heartbeat, all keys together (part of reportedSandboxes). */
+  warmReady: number;
 }
 
 const NONE: SandboxUsage = { active: 0, activeVcpu: 0, activeMemoryMb: 0, stopped: 0, diskGb: 0 };
@@ -29,6 +31,7 @@ export async function listNodes(store: Store, now = Date.now()): Promise<NodeLis
     capacity: n.capacity,
     committed: usage[n.id] ?? NONE,
     reportedSandboxes: n.usage.sandboxes,
+    warmReady: Object.values(n.warm).reduce((a, b) => a + b, 0),
   }));
 }
 
@@ -41,6 +44,7 @@ export function nodeTableRows(list: NodeListing[]): Array<Record<string, string>
     vcpu: `${n.committed.activeVcpu}/${n.capacity.vcpu}`,
     memory_mb: `${n.committed.activeMemoryMb}/${n.capacity.memoryMb}`,
     disk_gb: `${n.committed.diskGb}/${n.capacity.diskGb}`,
+    warm: String(n.warmReady),
     url: n.url,
   }));
 }

@@ -50,6 +50,7 @@ import { KeyedMutex, ReplicaMutex } from './services/locks.js';
 import { RouteTable, type RouteEntry } from './services/routes.js';
 import { ClusterSync } from './services/cluster-sync.js';
 import { WarmPool } from './services/warm-pool.js';
+import { NodeWarmPool } from './services/node-pool.js';
 import { Metrics, serveMetrics } from './services/metrics.js';
 import { Gateway } from './gateway/gateway.js';
 import { ConnectionLimits } from './services/connections.js';
@@ -258,6 +259,21 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   const layers = new LayerFetcher({ store: layerStore, maxBytes: config.layerTransfer.maxBytes, timeoutMs: config.layerTransfer.timeoutMs, log });
   let orphans: OrphanCollector | undefined;
   const layerIds = () => layerStore.list();
+  // The node's warm pool, sized as the all-in-one daemon's is (SANDBOXD_WARM_POOL_*,
+  // SANDBOXD_BOOT_CONCURRENCY) from the asks of every control replica.
+  const warm = new NodeWarmPool({
+    runtime,
+    pool: {
+      minPerKey: config.warmPool.minPerKey,
+      maxMemoryMb: config.warmPool.maxMemoryMb,
+      reserveSandboxes: config.warmPool.reserve,
+      horizonSeconds: config.warmPool.horizonSeconds,
+      shrinkAfterMs: config.warmPool.shrinkAfterSeconds * 1000,
+      bootConcurrency: config.warmPool.bootConcurrency,
+    },
+    agentReadyTimeoutMs: config.agentReadyTimeoutMs,
+    log,
+  });
   // Snapshots' copies on their way to control: what a crash left there is of no use to anyone.
   const exportsDir = join(config.dataDir, 'exports');
   await rm(exportsDir, { recursive: true, force: true });
@@ -269,6 +285,7 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
     layers,
     layerIds,
     exportsDir,
+    warm,
     orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) },
   });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
@@ -302,10 +319,11 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
       },
       leaseMs: config.node.leaseSeconds * 1000,
       layers: layerIds,
+      warm: () => warm.readyByKey(),
       log,
     });
     // What no control replica owns (one died mid-create, or with its warm pool) goes after a grace.
-    const collector = new OrphanCollector({ nodeId: config.node.id, runtime, liveIds: () => reg.liveIds(config.node.id), graceMs: config.node.orphanGraceSeconds * 1000, log });
+    const collector = new OrphanCollector({ nodeId: config.node.id, runtime, liveIds: () => reg.liveIds(config.node.id), graceMs: config.node.orphanGraceSeconds * 1000, held: () => warm.held(), log });
     if (store) {
       await membership.start();
       orphans = collector;
@@ -329,6 +347,8 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
       await orphans?.stop();
       if (store) await closeStore(store).catch((err: unknown) => log('closing the store failed', { error: String(err) }));
       await app.close().catch((err: unknown) => log('closing the node API failed', { error: String(err) }));
+      // Its ready sandboxes are no one's once it is gone (a node started again does not know them).
+      await warm.close().catch((err: unknown) => log('emptying the warm pool failed', { error: String(err) }));
       await runtime.close().catch((err: unknown) => log('releasing runtime spares failed', { error: String(err) }));
       log('node shut down; its sandboxes keep running');
     })());
@@ -485,7 +505,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     layerServing = new LayerServer(contents, signer);
     publisher = new LayerPublisher({ contents, signer, controlUrl: config.layerTransfer.controlUrl, kv: store.kv });
     log(`cluster: nodes fetch the layers they lack from ${config.layerTransfer.controlUrl} (SANDBOXD_CONTROL_URL)`);
-    const cluster = new ClusterRuntime({ store, auth: signer, overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, layers: publisher, log });
+    const cluster = new ClusterRuntime({ store, auth: signer, overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, layers: publisher, agentReadyTimeoutMs: config.agentReadyTimeoutMs, log });
     await cluster.setupHost();
     const nodes = cluster.known();
     log(`cluster: ${nodes.length} node(s) registered: ${nodes.map((n) => `${n.id} (${n.status})`).join(', ') || 'none yet'}`);
@@ -572,16 +592,25 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   const createLimiter: RateLimiter = coordination
     ? new SharedWindowLimiter(store, config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit')
     : new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
-  const pool = new WarmPool({
-    runtime,
-    log,
-    minPerKey: config.warmPool.minPerKey,
-    maxMemoryMb: config.warmPool.maxMemoryMb,
-    reserveSandboxes: config.warmPool.reserve,
-    horizonSeconds: config.warmPool.horizonSeconds,
-    shrinkAfterMs: config.warmPool.shrinkAfterSeconds * 1000,
-    bootConcurrency: config.warmPool.bootConcurrency,
-  });
+  // In a cluster the nodes hold the ready sandboxes (services/node-pool.ts): one pool per node,
+  // shared by every replica and reported to placement, rather than one per replica that a dead
+  // replica leaves to the nodes' grace. Control's pool holds none (minimum 0, no budget): it only
+  // hands the nodes' sandboxes to its creates in their order, as many asks at once as come (each
+  // node bounds its own boots).
+  const pool = new WarmPool(
+    role === 'control'
+      ? { runtime, log, minPerKey: 0, maxMemoryMb: 0, reserveSandboxes: 0, horizonSeconds: 0, shrinkAfterMs: 1000, bootConcurrency: 256 }
+      : {
+          runtime,
+          log,
+          minPerKey: config.warmPool.minPerKey,
+          maxMemoryMb: config.warmPool.maxMemoryMb,
+          reserveSandboxes: config.warmPool.reserve,
+          horizonSeconds: config.warmPool.horizonSeconds,
+          shrinkAfterMs: config.warmPool.shrinkAfterSeconds * 1000,
+          bootConcurrency: config.warmPool.bootConcurrency,
+        },
+  );
   poolRef.pool = pool;
   // One replica at a time admits for an organization, and works on a sandbox; one machine locks in-process.
   const quotas = new QuotaService(store, config.limits, coordination ? new ReplicaMutex(coordination, 'org-quota') : new KeyedMutex());

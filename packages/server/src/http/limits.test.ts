@@ -24,6 +24,9 @@ import { QuotaService } from '../services/quotas.js';
 import { FsBlobStore } from '../images/blob-store.js';
 import type { Runtime } from '../runtime/types.js';
 
+/** What only a cluster's runtime has (runtime/types.ts): absent from one machine's. */
+const CLUSTER_ONLY = new Set(['nodeOf', 'nodeUp', 'recorded', 'takeReady', 'wasWarm', 'dropWarm']);
+
 /**
  * The HTTP app over a real store, for the refusals: every one of them must happen before the
  * runtime is reached, so the runtime here fails every call (a refusal that came too late would
@@ -51,12 +54,12 @@ async function setup() {
   const store = SqliteStore.open(':memory:');
   const keys = new KeyService(store);
   const templates = new TemplateService(store);
-  // One machine's runtime: a cluster's optional queries (nodeOf, nodeUp) are absent.
+  // One machine's runtime: a cluster's optional methods are absent.
   const runtime = new Proxy({}, {
     get: (_t, name) =>
       name === 'agentSocket'
         ? (id: string) => join(dir, id, 'agent.sock')
-        : name === 'nodeOf' || name === 'nodeUp'
+        : CLUSTER_ONLY.has(String(name))
           ? undefined
           : () => {
             runtimeCalls++;

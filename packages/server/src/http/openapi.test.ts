@@ -29,6 +29,9 @@ import { FsBlobStore } from '../images/blob-store.js';
 import type { Runtime } from '../runtime/types.js';
 import { describes, documentedSuccess, examplesOf, sseEvents, validator } from '../testing/openapi-check.js';
 
+/** What only a cluster's runtime has (runtime/types.ts): absent from one machine's. */
+const CLUSTER_ONLY = new Set(['nodeOf', 'nodeUp', 'recorded', 'takeReady', 'wasWarm', 'dropWarm']);
+
 const dir = mkdtempSync(join(tmpdir(), 'sbd-openapi-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -40,12 +43,12 @@ async function app() {
   const templates = new TemplateService(store);
   const tokens = new TokenService(join(dir, 'jwt.pem'), 60);
   // No container is reached (a sandbox's socket path is only recorded).
-  // One machine's runtime: a cluster's optional queries (nodeOf, nodeUp) are absent.
+  // One machine's runtime: a cluster's optional methods are absent.
   const unreachable = new Proxy(
     {},
     {
       get: (_t, name) =>
-        name === 'agentSocket' ? (id: string) => join(dir, `${id}.sock`) : name === 'nodeOf' || name === 'nodeUp' ? undefined : () => Promise.reject(new Error('runtime not used in this test')),
+        name === 'agentSocket' ? (id: string) => join(dir, `${id}.sock`) : CLUSTER_ONLY.has(String(name)) ? undefined : () => Promise.reject(new Error('runtime not used in this test')),
     },
   ) as Runtime;
   const createLimiter = new SlidingWindowLimiter(10, 60_000, 'creates');

@@ -13,6 +13,7 @@ import { ExportTooLarge, type LayerRef, type Runtime, type SandboxSpec } from '.
 import { parseLayerRefs } from '../images/layer-fetch.js';
 import { digestLayerTree, packLayer } from '../images/layer-tar.js';
 import { EXPORT_STATS_HEADER, LAYER_BYTES_HEADER, LAYER_DIGEST_HEADER } from '../runtime/layer-export-wire.js';
+import { parseWarmAsk } from './warm-ask.js';
 
 export interface NodeApiOptions {
   nodeId: string;
@@ -35,6 +36,14 @@ export interface NodeApiOptions {
    * to control as a layer's tar (absent: snapshots are refused here).
    */
   exportsDir?: string;
+  /**
+   * This node's warm pool (services/node-pool.ts): `POST /node/v1/warm` answers with a ready
+   * sandbox of a spec, or one booted now. Absent: no such route (as on a node of an earlier version).
+   */
+  warm?: {
+    take(ask: { spec: SandboxSpec; lowerDirs: () => Promise<string[]>; poolId: string; label: string; signal?: AbortSignal }): Promise<{ id: string; warm: boolean }>;
+    drop(poolId: string): Promise<void>;
+  };
 }
 
 /** The most sandbox ids one claim names (a claim replaces the owner's last one). */
@@ -141,6 +150,27 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
       remove();
       throw err;
     }
+  });
+  // A running sandbox of a spec for control, from this node's warm pool or booted now; the node
+  // gives its id. Control that went away while it waited ends the wait (what it started is kept ready).
+  // Without a pool the route is not there, as on a node of an earlier version (control then boots itself).
+  const pool = o.warm;
+  if (pool) app.post('/node/v1/warm', async (req, reply) => {
+    const ask = parseWarmAsk(req.body, o.layers !== undefined);
+    const { layers } = ask;
+    const lowerDirs = 'refs' in layers ? () => o.layers!.resolve(layers.refs) : () => Promise.resolve(layers.paths);
+    const gone = new AbortController();
+    reply.raw.on('close', () => {
+      if (!reply.raw.writableFinished) gone.abort();
+    });
+    const { id, warm } = await pool.take({ spec: ask.spec, lowerDirs, poolId: ask.poolId, label: ask.label, signal: gone.signal });
+    return { id, warm };
+  });
+  // A template deleted (or its pool id otherwise done with): its ready sandboxes go.
+  if (pool) app.delete('/node/v1/warm/:pool', async (req, reply) => {
+    const poolId = (req.params as { pool?: unknown }).pool;
+    if (typeof poolId !== 'string' || !/^[\x21-\x7e]{1,200}$/.test(poolId)) throw new ServiceError('VALIDATION_ERROR', 'bad pool id');
+    return done(reply, await pool.drop(poolId));
   });
   app.get('/node/v1/sandboxes', async () => ({ ids: await rt.list() }));
   app.get('/node/v1/layers', async () => ({ ids: o.layerIds ? await o.layerIds() : [] }));

@@ -147,6 +147,25 @@ export class RemoteRuntime implements Runtime {
     await this.call('POST', this.sandbox(spec.id, '/start'), body, this.bootTimeout(bytes));
   }
 
+  /**
+   * A running sandbox of `spec` from the node's warm pool, or booted there now: the node picks its
+   * id (and so its hostname and SANDBOX_ID), so the spec goes without them. `warm`: it was ready.
+   */
+  async askWarm(spec: SandboxSpec, pool: { id: string; label: string }): Promise<{ id: string; warm: boolean }> {
+    const { id: _id, hostname: _hostname, env, ...rest } = spec;
+    const { SANDBOX_ID: _sandboxId, ...own } = env;
+    const { body, bytes } = await this.wire({ ...rest, id: '', hostname: '', env: own });
+    const { id: _i, hostname: _h, ...wired } = body as Record<string, unknown>;
+    const r = await this.call<{ id?: unknown; warm?: unknown } | null>('POST', '/node/v1/warm', { spec: wired, pool_id: pool.id, label: pool.label }, this.bootTimeout(bytes));
+    if (typeof r?.id !== 'string' || !ID_RE.test(r.id) || typeof r.warm !== 'boolean') throw badAnswer(this.nodeId, 'a ready sandbox');
+    return { id: r.id, warm: r.warm };
+  }
+
+  /** The node's warm pool forgets `poolId` (a template deleted or rebuilt). */
+  async dropWarm(poolId: string): Promise<void> {
+    await this.call('DELETE', `/node/v1/warm/${encodeURIComponent(poolId)}`, undefined, 10_000);
+  }
+
   /** The spec as the node takes it: layers by reference (see RemoteRuntimeOptions.layers). */
   private async wire(spec: SandboxSpec): Promise<{ body: unknown; bytes: number }> {
     if (!this.o.layers) return { body: spec, bytes: 0 };

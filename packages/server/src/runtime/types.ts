@@ -161,15 +161,29 @@ export interface Runtime {
   resetDisk(id: string, diskGb: number): Promise<void>;
   /**
    * The node that holds sandbox `id`, for a runtime that spans several (a cluster); undefined for one
-   * machine. The services call it as they record the sandbox: from then on its row is what counts
-   * its resources against the node.
+   * machine. The services call it as they record the sandbox (the node its row names).
    */
   nodeOf?(id: string): string | undefined;
+  /**
+   * A cluster's: the services recorded sandbox `id` (its row, on its node, is in the store): from
+   * now on the row counts its resources against the node, not the runtime's own reservation.
+   */
+  recorded?(id: string): void;
   /**
    * A cluster's: whether the node `nodeId` is up as last seen (registered, its lease running), so a
    * listing can say which sandboxes cannot be served now. Absent on one machine.
    */
   nodeUp?(nodeId: string): boolean;
+  /**
+   * A cluster's: a running sandbox of `spec` (its id, hostname and SANDBOX_ID left to the node),
+   * taken from the warm pool of the node placement picks, or booted there now. Absent on one
+   * machine, whose services boot ahead themselves (services/warm-pool.ts).
+   */
+  takeReady?(spec: SandboxSpec, pool: { id: string; label: string }): Promise<string>;
+  /** A cluster's: whether `id`, not recorded yet, came ready from a node's pool (the create's `source`). */
+  wasWarm?(id: string): boolean;
+  /** A cluster's: the nodes' warm pools forget `poolId` (a template deleted or rebuilt), destroying its ready sandboxes. */
+  dropWarm?(poolId: string): Promise<void>;
   /** Runs one build step to completion in a throwaway container with sandbox isolation. */
   runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }>;
 }

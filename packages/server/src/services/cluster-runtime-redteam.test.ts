@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { ServiceError } from '@sandboxd/protocol';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { nodeApi } from '../node/node-api.js';
@@ -40,6 +41,8 @@ describe('ClusterRuntime: a node that claims what is not its own', { timeout: 60
       evilSaw.push(`${req.method} ${req.url}`);
       res.setHeader('content-type', 'application/json');
       if (req.url === '/node/v1/sandboxes') return res.end(JSON.stringify({ ids: ['victim'] }));
+      // Asked for a ready sandbox, it hands over the id of another node's.
+      if (req.url === '/node/v1/warm') return res.end(JSON.stringify({ id: 'victim', warm: true }));
       if (req.url === '/node/v1/oom-events') {
         res.setHeader('content-type', 'text/event-stream');
         return res.write('data: {"id":"victim","kills":1}\n\n');
@@ -64,6 +67,7 @@ describe('ClusterRuntime: a node that claims what is not its own', { timeout: 60
       vcpu: 1, memoryMb: 256, diskGb: 1, layers: [], templateEnv: {}, envVars: {}, gatewayPort: null, nodeId: cluster.nodeOf('victim')!, version: 0, deletedReason: null, createdAt: now, updatedAt: now,
       deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null, snapshotId: null, lineage: [],
     });
+    cluster.recorded('victim');
   });
 
   after(async () => {
@@ -90,6 +94,25 @@ describe('ClusterRuntime: a node that claims what is not its own', { timeout: 60
     assert.equal(await fresh.status('victim'), 'running');
     (await fresh.dialAgent('victim', 2000)).destroy();
     await fresh.close();
+    assert.deepEqual(evilSaw.filter((r) => r.includes('victim')), [], 'the hostile node saw nothing of the victim');
+  });
+
+  test("a ready sandbox answered with another node's sandbox id is refused, and the sandbox stays where it is", async () => {
+    await store.nodes.setStatus('node-zzz', 'active');
+    await store.nodes.setStatus('node-good', 'cordoned');
+    try {
+      await assert.rejects(
+        cluster.takeReady({ ...spec, id: 'sb', hostname: 'sandbox-' }, { id: 't', label: 'base' }),
+        (e: unknown) => e instanceof ServiceError && e.code === 'RUNTIME_ERROR',
+      );
+      assert.ok(evilSaw.includes('POST /node/v1/warm'), 'the hostile node was asked');
+    } finally {
+      await store.nodes.setStatus('node-good', 'active');
+      await store.nodes.setStatus('node-zzz', 'cordoned');
+    }
+    assert.equal(cluster.wasWarm('victim'), false);
+    assert.equal(await cluster.status('victim'), 'running', 'still asked of the node that holds it');
+    (await cluster.dialAgent('victim', 2000)).destroy();
     assert.deepEqual(evilSaw.filter((r) => r.includes('victim')), [], 'the hostile node saw nothing of the victim');
   });
 

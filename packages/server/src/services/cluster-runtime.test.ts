@@ -86,6 +86,7 @@ describe('ClusterRuntime: placement over registered nodes, and nodes that go awa
       vcpu: 1, memoryMb: 256, diskGb: 1, layers: [], templateEnv: {}, envVars: {}, gatewayPort: null, nodeId, version: 0, deletedReason: null, createdAt: now, updatedAt: now,
       deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null, snapshotId: null, lineage: [],
     });
+    cluster.recorded(id);
     return nodeId;
   };
 

@@ -8,6 +8,9 @@ import type { ListeningPort } from '../runtime/listening.js';
 import { RemoteRuntime } from '../runtime/remote-runtime.js';
 import type { LayerSource, Runtime, RuntimeStatus, SandboxResources, SandboxSpec, SandboxStats, StepRunOptions } from '../runtime/types.js';
 import type { NodeRow, SandboxRow, SandboxUsage, Store } from '../store/types.js';
+import { clusterWarmKeyOf } from './warm-pool.js';
+import { waitForAgent } from './agent-client.js';
+import { newSandboxId, withSandboxId } from './sandbox-identity.js';
 
 export interface ClusterRuntimeOptions {
   store: Store;
@@ -18,6 +21,8 @@ export interface ClusterRuntimeOptions {
   refreshMs?: number;
   /** How often this process claims on each node what it holds there unrecorded (default 30 s; 0: never). */
   claimEveryMs?: number;
+  /** How long a sandbox booted on a node without a warm pool (an earlier version) may take to answer (default 15 s). */
+  agentReadyTimeoutMs?: number;
   /** Control's layers, which nodes fetch when they lack them (absent: nodes get this machine's paths). */
   layers?: LayerSource;
   log?: (msg: string) => void;
@@ -25,6 +30,15 @@ export interface ClusterRuntimeOptions {
 
 /** Placement: a node that holds a sandbox's layers is preferred while it is at most this much more committed (memory, as a fraction) than the least committed. */
 const LAYERS_PREFERENCE = 0.1;
+/**
+ * Placement: a node with a ready sandbox of the key asked counts as this much less committed (on top
+ * of the layers', which it holds too), so it comes first among nodes about as committed. Small,
+ * because a node's pool refills from the demand it sees: a large (or unbounded) preference sends
+ * create after create to the node whose pool warmed first while the others, seeing none, never warm;
+ * a small one lets the next node take a create (a cold one), whose pool then warms as well, and
+ * from then on every create is served ready wherever it goes.
+ */
+const WARM_PREFERENCE = 0.05;
 
 interface Known {
   row: NodeRow;
@@ -42,14 +56,24 @@ interface Known {
  *
  * Placement: among active (not cordoned or draining) nodes with a lease, those with room for the
  * sandbox (cores and memory of what their live sandboxes hold, within the overcommit ratios; disk
- * and the number of sandboxes without), the one whose memory would be least committed, then the one
- * with fewer sandboxes. What this process created and the services have not recorded yet (a create
- * in flight, the warm pool's sandboxes) counts as well: the store's rows count the rest.
+ * and the number of sandboxes without), the one whose memory would be least committed, a node
+ * holding its layers counting as a tenth less and one with a ready sandbox of its key in its warm
+ * pool (as it reported) a twentieth less again, then the one with fewer sandboxes. What this process created or took and the
+ * services have not recorded yet (a create in flight) counts as well: the store's rows count the
+ * rest. The nodes' ready sandboxes count against no one until taken (their pools' budgets bound them).
  */
 export class ClusterRuntime implements Runtime {
   private readonly nodes = new Map<string, Known>();
-  /** Sandboxes created here and not yet recorded by the services, with what they hold. */
-  private readonly reserved = new Map<string, { nodeId: string; resources: SandboxResources }>();
+  /** Sandboxes created here and not yet recorded by the services, with what they hold (`warm`: it came ready from the node's pool). */
+  private readonly reserved = new Map<string, { nodeId: string; resources: SandboxResources; warm?: boolean }>();
+  /** Asks for a ready sandbox under way: the node is picked, the id not known yet; they count against the node as reserved ones do. */
+  private readonly asking = new Set<{ nodeId: string; resources: SandboxResources }>();
+  /**
+   * Ready sandboxes this process took from each node, per warm key, since the node's last report
+   * (its row's version): placement counts them off what the node reported, so a burst goes to a
+   * node with ready sandboxes only for as many as it has.
+   */
+  private readonly takenSince = new Map<string, { version: number; byKey: Map<string, number> }>();
   /** The node of sandboxes this process has placed or looked up. */
   private readonly nodeById = new Map<string, string>();
   /**
@@ -85,7 +109,7 @@ export class ClusterRuntime implements Runtime {
 
   /**
    * Claims on every node what this process holds there and the store does not record yet (its
-   * creates under way and its warm pool), so that the node does not collect them as no one's; a
+   * creates under way, the ready sandboxes it took from the node's pool), so that the node does not collect them as no one's; a
    * claim lasts four rounds, so a process that dies stops claiming and its leftovers go.
    */
   async claimAll(): Promise<void> {
@@ -172,12 +196,16 @@ export class ClusterRuntime implements Runtime {
   }
 
   nodeOf(id: string): string | undefined {
-    const r = this.reserved.get(id);
-    if (r) {
-      this.reserved.delete(id);
-      return r.nodeId;
-    }
-    return this.nodeById.get(id);
+    return this.reserved.get(id)?.nodeId ?? this.nodeById.get(id);
+  }
+
+  /**
+   * Its row counts it now. Not before: between the node's answer and the row (creates of one
+   * organization wait for each other to insert theirs, a burst's for long) the reservation must go
+   * on counting it, or placement sees that node emptier than it is and sends it the next ones too.
+   */
+  recorded(id: string): void {
+    this.reserved.delete(id);
   }
 
   /**
@@ -216,8 +244,14 @@ export class ClusterRuntime implements Runtime {
       this.nodeById.set(id, nodeId);
     }
     await this.refresh();
-    const known = this.nodes.get(nodeId);
+    let known = this.nodes.get(nodeId);
     if (!known) throw new ServiceError('NODE_UNAVAILABLE', `sandbox ${id} is on node ${nodeId}, which has left the cluster`, { id, node: nodeId });
+    // A node back since the last read (another replica may have put a sandbox on it already) is
+    // served at once, not up to refreshMs later: the list is read again, at most every quarter second.
+    if (!this.storeAway && !this.leased(known.row) && Date.now() - this.refreshedAt >= 250) {
+      await this.refresh(true);
+      known = this.nodes.get(nodeId) ?? known;
+    }
     if (!this.storeAway && !this.leased(known.row)) throw new ServiceError('NODE_UNAVAILABLE', `sandbox ${id} is on node ${nodeId}, which is not answering; it is served again when the node is back`, { id, node: nodeId, retry_after: 10 });
     return this.guarded(nodeId, known.remote);
   }
@@ -293,12 +327,33 @@ export class ClusterRuntime implements Runtime {
     return r;
   }
 
-  /** The node a new sandbox goes to (see the class comment). */
-  async place(resources: SandboxResources, layerIds: string[] = []): Promise<string> {
+  /** Ready sandboxes of `key` the node reported and this process has not taken since. */
+  private readyOn(row: NodeRow, key: string): number {
+    const t = this.takenSince.get(row.id);
+    const taken = t && t.version === row.version ? (t.byKey.get(key) ?? 0) : 0;
+    return Math.max(0, (row.warm[key] ?? 0) - taken);
+  }
+
+  private noteTaken(nodeId: string, key: string): void {
+    const row = this.nodes.get(nodeId)?.row;
+    if (!row) return;
+    let t = this.takenSince.get(nodeId);
+    if (!t || t.version !== row.version) this.takenSince.set(nodeId, (t = { version: row.version, byKey: new Map() }));
+    t.byKey.set(key, (t.byKey.get(key) ?? 0) + 1);
+  }
+
+  /**
+   * The node a new sandbox goes to (see the class comment). `warmKey`: the key of a sandbox asked
+   * from the nodes' warm pools (clusterWarmKeyOf), whose holders are preferred. `hold` is called
+   * with the node as it is picked, before anything else runs: what it holds there counts for the
+   * next placement (concurrent creates of a burst otherwise all see the same commitments, and go to
+   * the same node).
+   */
+  async place(resources: SandboxResources, layerIds: string[] = [], warmKey?: string, hold?: (nodeId: string) => void): Promise<string> {
     await this.refresh();
     const usage = await this.o.store.sandboxes.usageByNode();
     const extra = new Map<string, SandboxUsage>();
-    for (const r of this.reserved.values()) {
+    for (const r of [...this.reserved.values(), ...this.asking]) {
       const u = extra.get(r.nodeId) ?? { active: 0, activeVcpu: 0, activeMemoryMb: 0, stopped: 0, diskGb: 0 };
       u.active += 1;
       u.activeVcpu += r.resources.vcpu;
@@ -325,7 +380,15 @@ export class ClusterRuntime implements Runtime {
       // A node whose set is not read yet (it just joined, or its answer failed) is not held back:
       // the preference only ever favours, it never piles a burst onto the first node read.
       const has = layerIds.length > 0 && (layers === undefined || layerIds.every((l) => layers.ids.has(l)));
-      const score = memory - (has ? LAYERS_PREFERENCE : 0);
+      // The order among nodes about as committed: first one with a ready sandbox of the key (it
+      // holds the layers too, so it gets both preferences), then one with the layers, then the
+      // least committed. A ready one is handed over in milliseconds, where a boot takes a few
+      // hundred on a node with the layers and seconds (a fetch) on one without; and what it hands
+      // over already runs there (its pool paid for it). It cannot pile a burst up: only as many go
+      // to it as it reported ready, less what this process took since. Both preferences are
+      // bounded, so the least committed node still wins when the others are well ahead.
+      const warm = warmKey !== undefined && this.readyOn(row, warmKey) > 0;
+      const score = memory - (has ? LAYERS_PREFERENCE : 0) - (warm ? WARM_PREFERENCE : 0);
       if (!best || score < best.score || (score === best.score && (sandboxes < best.sandboxes || (sandboxes === best.sandboxes && row.id < best.id)))) {
         best = { id: row.id, score, sandboxes };
       }
@@ -334,6 +397,7 @@ export class ClusterRuntime implements Runtime {
       const up = [...this.nodes.values()].filter((n) => n.row.status === 'active' && this.leased(n.row)).length;
       throw new ServiceError('NO_CAPACITY', up === 0 ? 'no node of the cluster is up to take the sandbox; try again later' : `no node has room for a sandbox of ${resources.vcpu} vCPU, ${resources.memoryMb} MB and ${resources.diskGb} GB now; try again later`, { retry_after: 5 });
     }
+    hold?.(best.id);
     return best.id;
   }
 
@@ -352,9 +416,10 @@ export class ClusterRuntime implements Runtime {
   async create(spec: SandboxSpec): Promise<void> {
     let nodeId = this.nodeById.get(spec.id);
     if (!nodeId) {
-      nodeId = await this.place(spec.resources, spec.layerIds);
-      this.nodeById.set(spec.id, nodeId);
-      this.reserved.set(spec.id, { nodeId, resources: spec.resources });
+      nodeId = await this.place(spec.resources, spec.layerIds, undefined, (picked) => {
+        this.nodeById.set(spec.id, picked);
+        this.reserved.set(spec.id, { nodeId: picked, resources: spec.resources });
+      });
       this.claimSoon();
     }
     const known = this.nodes.get(nodeId);
@@ -367,6 +432,79 @@ export class ClusterRuntime implements Runtime {
       this.nodeById.delete(spec.id);
       throw err;
     }
+  }
+
+  /**
+   * A running sandbox of `spec` from the warm pool of the node placement picks (preferring one that
+   * reported ready sandboxes of its key), or booted there now: the node gives its id. Held as
+   * reserved (claimed on the node, counted against it) until the services record it.
+   */
+  async takeReady(spec: SandboxSpec, pool: { id: string; label: string }): Promise<string> {
+    const key = clusterWarmKeyOf(spec, pool.id).key;
+    const ask = { nodeId: '', resources: spec.resources };
+    const nodeId = await this.place(spec.resources, spec.layerIds, key, (picked) => {
+      ask.nodeId = picked;
+      this.asking.add(ask);
+      this.noteTaken(picked, key);
+    });
+    try {
+      const known = this.nodes.get(nodeId);
+      if (!known) throw new ServiceError('NODE_UNAVAILABLE', `node ${nodeId} has left the cluster`, { node: nodeId });
+      const { id, warm, ours } = await this.whileLeased<{ id: string; warm: boolean; ours?: boolean }>(nodeId, known.remote.askWarm(spec, pool)).catch((err: unknown) => {
+        // A node of an earlier version has no warm pool to ask: it boots one of an id given here,
+        // as every create did before (so control may be upgraded before its nodes).
+        if (!(err instanceof ServiceError && err.code === 'ROUTE_NOT_FOUND')) throw err;
+        return this.bootOn(nodeId, known, spec);
+      });
+      // The node picks the id. One this process or the store knows already is another sandbox
+      // (a node taken over naming one of another node's): taken, it would draw that sandbox's calls
+      // and agent traffic to this node, and the create's undo would destroy it. Refused, untouched.
+      if (!ours && (this.nodeById.has(id) || this.reserved.has(id) || (await this.o.store.sandboxes.byId(id)))) {
+        throw new ServiceError('RUNTIME_ERROR', `node ${nodeId} answered with a sandbox that is not a new one; try again`).withDetail(`node ${nodeId} answered ${id}, which is known already`);
+      }
+      this.nodeById.set(id, nodeId);
+      this.reserved.set(id, { nodeId, resources: spec.resources, warm });
+      this.claimSoon();
+      return id;
+    } finally {
+      this.asking.delete(ask);
+    }
+  }
+
+  /** A sandbox booted on `nodeId` with an id picked here (`ours`), as creates were before the nodes' pools. */
+  private async bootOn(nodeId: string, known: Known, spec: SandboxSpec): Promise<{ id: string; warm: boolean; ours: true }> {
+    const id = newSandboxId();
+    this.nodeById.set(id, nodeId);
+    this.reserved.set(id, { nodeId, resources: spec.resources });
+    this.claimSoon();
+    try {
+      await this.whileLeased(nodeId, known.remote.create(withSandboxId(spec, id)));
+      await waitForAgent((timeoutMs) => known.remote.dialAgent(id, timeoutMs), this.o.agentReadyTimeoutMs ?? 15_000);
+      return { id, warm: false, ours: true };
+    } catch (err) {
+      await known.remote.destroy(id).catch(() => undefined);
+      this.reserved.delete(id);
+      this.nodeById.delete(id);
+      throw err;
+    }
+  }
+
+  /**
+   * Every node's warm pool forgets `poolId` (a template deleted or rebuilt). A node that does not
+   * answer keeps its ready sandboxes of it until its pool retires the key (a rebuilt template's
+   * next ask, or too many keys): they are never handed out for a deleted template, no create asks.
+   */
+  async dropWarm(poolId: string): Promise<void> {
+    await this.refresh();
+    await Promise.all(
+      [...this.nodes.values()].map((k) =>
+        this.leased(k.row) ? k.remote.dropWarm(poolId).catch((err: unknown) => this.log(`node ${k.row.id}: its warm pool could not drop ${poolId}: ${String(err)}`)) : undefined,
+      ),
+    );
+  }
+
+  wasWarm(id: string): boolean {
+    return this.reserved.get(id)?.warm === true;
   }
 
   async start(spec: SandboxSpec): Promise<void> {

@@ -38,6 +38,8 @@ export interface NodeMembershipOptions {
   leaseMs: number;
   /** The layers this node holds (their ids): reported as a digest of the set, which control reads when it changes. */
   layers?: () => Promise<string[]>;
+  /** Ready sandboxes of the node's warm pool, per key: reported, so that placement prefers a node with one of the key asked. */
+  warm?: () => Record<string, number>;
   log?: (msg: string, extra?: Record<string, unknown>) => void;
 }
 
@@ -103,7 +105,7 @@ export class NodeMembership {
       const [ids, used, layers] = await Promise.all([this.o.runtime.list(), this.registry.usage(this.o.id), this.o.layers?.().catch(() => undefined)]);
       const row = await this.registry.heartbeat(
         this.o.id,
-        { usage: { sandboxes: ids.length, vcpu: used?.activeVcpu ?? 0, memoryMb: used?.activeMemoryMb ?? 0, diskGb: used?.diskGb ?? 0 }, warm: {}, layersDigest: layers ? layersDigestOf(layers) : null },
+        { usage: { sandboxes: ids.length, vcpu: used?.activeVcpu ?? 0, memoryMb: used?.activeMemoryMb ?? 0, diskGb: used?.diskGb ?? 0 }, warm: this.o.warm?.() ?? {}, layersDigest: layers ? layersDigestOf(layers) : null },
         this.o.leaseMs,
       );
       if (!row) {

@@ -13,6 +13,8 @@ export interface OrphanCollectorOptions {
   liveIds?: () => Promise<string[]>;
   /** How long a sandbox may be unknown to the store and unclaimed before it goes. */
   graceMs: number;
+  /** The node's own sandboxes (its warm pool's, ready or booting): no one else's, never collected. */
+  held?: () => Iterable<string>;
   /** How often to look (default: a quarter of the grace, between 5 s and 60 s). */
   intervalMs?: number;
   log: (msg: string, extra?: Record<string, unknown>) => void;
@@ -20,9 +22,9 @@ export interface OrphanCollectorOptions {
 
 /**
  * A node's own collection of sandboxes no one owns. In a cluster, a control replica creates a
- * sandbox on a node before the store records it (and its warm pool keeps sandboxes the store never
- * records until they are handed out): if that replica dies in between, the sandbox belongs to no
- * one. Control replicas claim what they hold unrecorded (PUT /node/v1/claims, renewed, with a
+ * sandbox on a node (or takes a ready one from the node's warm pool) before the store records it:
+ * if that replica dies in between, the sandbox belongs to no one. The node's warm pool's ready
+ * sandboxes are the node's own (`held`) until handed out. Control replicas claim what they hold unrecorded (PUT /node/v1/claims, renewed, with a
  * lifetime); a sandbox this node holds that no live row of this node names and no claim covers,
  * seen so for the whole grace period, is destroyed. A node that just started has seen nothing for
  * long: every sandbox gets the whole grace from its start.
@@ -79,6 +81,9 @@ export class OrphanCollector {
     const held = await this.o.runtime.list();
     // Read after the listing: a create recorded between the two is seen as owned.
     const owned = new Set(this.o.liveIds ? await this.o.liveIds() : (await this.o.store!.sandboxes.live(this.o.nodeId)).map((r) => r.id));
+    // Read after the listing too: a ready sandbox handed out meanwhile is control's from now (its
+    // claim or row covers it, or its grace begins).
+    for (const id of this.o.held?.() ?? []) owned.add(id);
     const heldSet = new Set(held);
     for (const id of this.unowned.keys()) if (!heldSet.has(id)) this.unowned.delete(id);
     for (const id of held) {

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { describeCause, isProgrammingError, ServiceError, type CreateSandboxBody, type ForkBody, type NetworkPolicy, type Sandbox, type SandboxEventKind, type SandboxMetrics, type SetNetworkBody } from '@sandboxd/protocol';
 import { DEFAULT_EGRESS, isRestricted, normalizeEntries } from '../runtime/egress-policy.js';
@@ -16,6 +15,7 @@ import { ExportTooLarge } from '../runtime/types.js';
 import { checkSize, checkTimeout, timeoutFor } from './limits.js';
 import { agentJson, waitForAgent, type AgentTarget } from './agent-client.js';
 import { warmKeyOf, WarmPool } from './warm-pool.js';
+import { newSandboxId, withSandboxId } from './sandbox-identity.js';
 import type { Metrics } from './metrics.js';
 import { UndoStack } from '../runtime/undo.js';
 import { DEFAULT_TEMPLATE } from '../images/builtin.js';
@@ -136,15 +136,6 @@ const PREVIEW_LINK_SECONDS = 600;
 export const AGENT_MALLOC_TUNABLES = 'glibc.malloc.mmap_threshold=65536:glibc.malloc.trim_threshold=262144';
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
-function newSandboxId(): string {
-  // Lowercase letters and digits only: it is also a hostname label, a container id and a cgroup name.
-  const alphabet = 'abcdefghijklmnopqrstuvwxyz0123456789';
-  const bytes = randomBytes(20);
-  let s = 'sb';
-  for (const b of bytes) s += alphabet[b % alphabet.length];
-  return s;
-}
-
 function pidsFor(vcpu: number): number {
   return Math.max(512, 256 * vcpu);
 }
@@ -175,21 +166,20 @@ export function egressFrom(body: { internet_access?: boolean; allow_out?: string
 
 function specFor(id: string, src: SpecSource, layerPath: (id: string) => string): SandboxSpec {
   const templateEnv = splitLoaderEnv(src.templateEnv);
-  return {
-    id,
+  return withSandboxId({
+    id: '',
     lowerDirs: src.layers.map(layerPath),
     layerIds: [...src.layers],
     resources: { vcpu: src.vcpu, memoryMb: src.memoryMb, diskGb: src.diskGb, pidsMax: pidsFor(src.vcpu) },
     internetAccess: src.internetAccess,
     egress: src.egress ?? DEFAULT_EGRESS,
-    hostname: `sandbox-${id.slice(2, 10)}`,
+    hostname: '',
     env: {
       PATH: DEFAULT_PATH,
       HOME: '/root',
       LANG: 'C.UTF-8',
       TERM: 'xterm-256color',
       ...templateEnv.plain,
-      SANDBOX_ID: id,
       SANDBOXD_LOADER_ENV: JSON.stringify(templateEnv.loader),
       // The agent streams big files in 64 KiB buffers: allocated with mmap they go back to the
       // system when freed, instead of staying in glibc's heap after a transfer.
@@ -198,7 +188,7 @@ function specFor(id: string, src: SpecSource, layerPath: (id: string) => string)
       // The agent reports its limits in /metrics (it cannot read its cgroup: /sys/fs/cgroup is masked).
       SANDBOXD_LIMITS: JSON.stringify({ vcpu: src.vcpu, memory_mb: src.memoryMb, disk_mb: src.diskGb * 1024 }),
     },
-  };
+  }, id);
 }
 
 /** Waits before the second and third try of a failed teardown. */
@@ -494,6 +484,7 @@ export class SandboxService {
       };
       await this.d.quotas.hold(orgId, async () => {
         await this.d.store.sandboxes.insert(own);
+        this.d.runtime.recorded?.(id);
         undo.push('row', () => this.d.store.sandboxes.remove(id));
         await this.d.store.sandboxes.remove(row.id);
       });
@@ -669,7 +660,10 @@ export class SandboxService {
     // Booted (or taken from the pool) open, given the create's policy before it is handed out.
     const boot: SpecSource = { ...row, envVars: {}, egress: null };
     const key = warmKeyOf(specFor('sb', boot, (l) => this.d.layerPath(l)), poolId, row.templateName);
-    const make = async () => {
+    // In a cluster the nodes hold the ready sandboxes (services/node-pool.ts): a boot here asks one of
+    // them (placement picks it), and this process's pool holds none, only orders the creates.
+    const takeReady = this.d.runtime.takeReady?.bind(this.d.runtime);
+    const make = takeReady ? () => takeReady(specFor('sb', boot, (l) => this.d.layerPath(l)), { id: poolId, label: row.templateName }) : async () => {
       const id = newSandboxId();
       try {
         await this.d.runtime.create(specFor(id, boot, (l) => this.d.layerPath(l)));
@@ -682,6 +676,7 @@ export class SandboxService {
     };
     for (let attempt = 1; ; attempt++) {
       const id = await this.pool.acquire(key, make, { signal, retry: attempt > 1, onServed: (hit) => (source = hit ? 'warm_pool' : 'cold') });
+      if (this.d.runtime.wasWarm?.(id)) source = 'warm_pool';
       const at = new Date();
       try {
         const res = await agentJson(this.agent(id), 'PUT', '/env', { env_vars: row.envVars }, 2000);

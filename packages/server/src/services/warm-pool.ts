@@ -21,8 +21,18 @@ export function warmKeyOf(spec: SandboxSpec, templateId: string, label = templat
   return { key: hash({ generation, internetAccess }), generation, templateId, label: `${label} (${internetAccess ? 'internet' : 'no network'})` };
 }
 
+/**
+ * The key of a spec in a cluster, the same on control (which places a create on the node that
+ * reported ready sandboxes of it) and on the node (whose pool holds them): its layers by id, not by
+ * the paths of one machine or another.
+ */
+export function clusterWarmKeyOf(spec: SandboxSpec, poolId: string, label = poolId): WarmKey {
+  return warmKeyOf({ ...spec, lowerDirs: [], layerIds: [...(spec.layerIds ?? [])] }, poolId, label);
+}
+
 export interface WarmPoolOptions {
-  runtime: Pick<Runtime, 'destroy'>;
+  /** With `dropWarm` (a cluster's), dropTemplate tells the nodes' pools too. */
+  runtime: Pick<Runtime, 'destroy' | 'dropWarm'>;
   log: (msg: string, extra?: Record<string, unknown>) => void;
   /** Ready sandboxes per key once it was asked for, whatever its rate; 0: none are held, every create boots. */
   minPerKey: number;
@@ -202,10 +212,10 @@ export class WarmPool {
     });
   }
 
-  /** Forgets a template (deleted or rebuilt): its ready sandboxes are destroyed. */
+  /** Forgets a template (deleted or rebuilt): its ready sandboxes are destroyed (and the nodes', in a cluster). */
   async dropTemplate(templateId: string): Promise<void> {
     for (const s of this.states.values()) if (s.k.templateId === templateId) this.retire(s);
-    await this.destroying;
+    await Promise.all([this.destroying, this.o.runtime.dropWarm?.(templateId)]);
   }
 
   /** Ids currently held ready (not yet sandboxes of anyone). */

@@ -1,0 +1,65 @@
+// A node whose lease had run out when this process last read the node list, and which is back
+// (another replica may already have placed a sandbox on it): its sandboxes are served at once, not
+// a refresh period later; one still away answers NODE_UNAVAILABLE. FakeRuntime behind a real node API.
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import type { FastifyInstance } from 'fastify';
+import { ServiceError } from '@sandboxd/protocol';
+import { nodeApi } from '../node/node-api.js';
+import { SqliteStore } from '../store/sqlite.js';
+import type { SandboxRow } from '../store/types.js';
+import { testClusterKeys } from '../testing/cluster-keys.js';
+import { FakeRuntime } from '../testing/fake-runtime.js';
+import { ClusterRuntime } from './cluster-runtime.js';
+
+const { signer, verifier } = testClusterKeys();
+const store = SqliteStore.open(':memory:');
+const capacity = { vcpu: 2, memoryMb: 2048, diskGb: 10, maxSandboxes: 10 };
+let dir: string;
+let fake: FakeRuntime;
+let app: FastifyInstance;
+let cluster: ClusterRuntime;
+
+before(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'sbd-back-'));
+  fake = new FakeRuntime({ socketDir: join(dir, 's') });
+  await fake.setupHost();
+  app = nodeApi({ nodeId: 'node-z', runtime: fake, auth: verifier });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  // Registered with a lease that runs out at once, and no heartbeat.
+  await store.nodes.register({ id: 'node-z', url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, capacity }, 1);
+  // This process reads the node list once a minute of its own accord.
+  cluster = new ClusterRuntime({ store, auth: signer, refreshMs: 60_000, claimEveryMs: 0 });
+  await new Promise((r) => setTimeout(r, 20));
+  await cluster.setupHost();
+});
+
+after(async () => {
+  await cluster?.close();
+  await app?.close();
+  await fake?.dispose();
+  store.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+test("a node back since the last read is served at once; one still away answers NODE_UNAVAILABLE", async () => {
+  const id = 'sbbackagain';
+  await fake.create({ id, hostname: 'h', lowerDirs: [], layerIds: [], resources: { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 }, internetAccess: false, env: {} });
+  const now = new Date().toISOString();
+  const row: SandboxRow = {
+    id, orgId: 'org_a', templateId: 't', templateName: 'base', status: 'running', region: 'local', internetAccess: false, egress: null, timeoutSeconds: null, expiresAt: null,
+    vcpu: 1, memoryMb: 256, diskGb: 1, layers: [], templateEnv: {}, envVars: {}, gatewayPort: null, nodeId: 'node-z', version: 0, deletedReason: null, createdAt: now, updatedAt: now,
+    deletedAt: null, onTimeout: 'delete', idleTimeoutSeconds: null, autoResume: false, idleCheckAt: null, snapshotId: null, lineage: [],
+  };
+  await store.sandboxes.insert(row);
+  await new Promise((r) => setTimeout(r, 300));
+  await assert.rejects(cluster.status(id), (e: unknown) => e instanceof ServiceError && e.code === 'NODE_UNAVAILABLE', 'away');
+  await store.nodes.heartbeat('node-z', { usage: { sandboxes: 1, vcpu: 1, memoryMb: 256, diskGb: 1 }, warm: {}, layersDigest: null }, 30_000);
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(await cluster.status(id), 'running', 'back: served without waiting for the next read of the list');
+  await fake.destroy(id);
+});

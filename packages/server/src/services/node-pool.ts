@@ -1,0 +1,91 @@
+import type { Runtime, SandboxSpec } from '../runtime/types.js';
+import { waitForAgent } from './agent-client.js';
+import { newSandboxId, withSandboxId } from './sandbox-identity.js';
+import { clusterWarmKeyOf, WarmPool, type WarmPoolOptions } from './warm-pool.js';
+
+/** What control asks a node for: a running sandbox of a spec (its id, hostname and SANDBOX_ID are the node's to give). */
+export interface WarmAsk {
+  /** The spec without identity: `layerIds` name its layers (the key), `lowerDirs` is ignored. */
+  spec: SandboxSpec;
+  /** This node's paths of the layers, fetched when missing (called by the boots only: a ready sandbox has them). */
+  lowerDirs: () => Promise<string[]>;
+  /** The pool's name for what it boots (the template id) and, for logs, the template's name. */
+  poolId: string;
+  label: string;
+  /** The asking call went away while it waited: the wait ends, and the boot it started is kept ready. */
+  signal?: AbortSignal;
+}
+
+export interface NodeWarmPoolOptions {
+  runtime: Pick<Runtime, 'create' | 'destroy' | 'dialAgent'>;
+  /** The sizing of the pool (config's SANDBOXD_WARM_POOL_*), as on one machine. */
+  pool: Omit<WarmPoolOptions, 'runtime' | 'log'>;
+  agentReadyTimeoutMs: number;
+  log: (msg: string, extra?: Record<string, unknown>) => void;
+}
+
+/**
+ * A node's warm pool (`sandboxd node`): ready sandboxes booted ahead on this machine, per key, sized
+ * from the demand this node sees (the asks of every control replica), as the all-in-one daemon's
+ * pool is. The node picks their ids (they exist before a create asks), so control learns a
+ * sandbox's id from the node's answer. A ready sandbox is the node's own: the node's collector of
+ * sandboxes no one owns leaves it alone (`held`); once handed to control it is control's, covered
+ * by control's claim and then its row as any create is, and collected after the grace if the replica
+ * that took it died before either. The heartbeat reports the ready counts per key (`readyByKey`),
+ * which placement prefers.
+ */
+export class NodeWarmPool {
+  private readonly pool: WarmPool;
+  /** Boots under way (their ids are not the pool's until they are ready). */
+  private readonly booting = new Set<string>();
+
+  constructor(private readonly o: NodeWarmPoolOptions) {
+    this.pool = new WarmPool({ ...o.pool, runtime: o.runtime, log: o.log });
+  }
+
+  /** A running sandbox of the ask's key, its agent answering: a ready one, or one booted now. */
+  async take(ask: WarmAsk): Promise<{ id: string; warm: boolean }> {
+    const k = clusterWarmKeyOf(ask.spec, ask.poolId, ask.label);
+    const make = async () => {
+      const id = newSandboxId();
+      this.booting.add(id);
+      try {
+        await this.o.runtime.create(withSandboxId({ ...ask.spec, lowerDirs: await ask.lowerDirs() }, id));
+        await waitForAgent((timeoutMs) => this.o.runtime.dialAgent(id, timeoutMs), this.o.agentReadyTimeoutMs);
+        return id;
+      } catch (err) {
+        await this.o.runtime.destroy(id).catch(() => undefined);
+        throw err;
+      } finally {
+        this.booting.delete(id);
+      }
+    };
+    let warm = false;
+    const id = await this.pool.acquire(k, make, { signal: ask.signal, onServed: (hit) => (warm = hit) });
+    return { id, warm };
+  }
+
+  /** The sandboxes the pool holds (ready or booting): no one else's, not to be collected. */
+  held(): string[] {
+    return [...this.booting, ...this.pool.ids()];
+  }
+
+  /** Ready sandboxes per key (keys with none are left out): what the heartbeat reports. */
+  readyByKey(): Record<string, number> {
+    return Object.fromEntries(this.pool.stats().filter((s) => s.ready > 0).map((s) => [s.key, s.ready]));
+  }
+
+  stats() {
+    return { keys: this.pool.stats(), hits: this.pool.hits, misses: this.pool.misses };
+  }
+
+  /** Forgets a template (deleted or rebuilt, control says): its ready sandboxes are destroyed. */
+  drop(poolId: string): Promise<void> {
+    return this.pool.dropTemplate(poolId);
+  }
+
+  /** Waiting asks fail, boots in flight finish, every ready sandbox is destroyed. */
+  close(): Promise<void> {
+    return this.pool.close();
+  }
+}

@@ -130,17 +130,37 @@ test('a cluster node: its id, where its API listens and is reached', async () =>
   assert.deepEqual([d.listen, d.url, d.signingKey, d.signingKeyFile, d.verifyKey], [{ host: '127.0.0.1', port: 7070 }, 'http://127.0.0.1:7070', null, null, null]);
   assert.deepEqual(loadConfig({ SANDBOXD_OVERCOMMIT_CPU: '8', SANDBOXD_OVERCOMMIT_MEMORY: '1' }, BIG).node.overcommit, { cpu: 8, memory: 1 });
   const n = loadConfig({ SANDBOXD_NODE_ID: 'node-7', SANDBOXD_NODE_LISTEN: '0.0.0.0:7171', SANDBOXD_NODE_URL: 'http://10.0.0.7:7171/' }, BIG).node;
-  assert.deepEqual(n, { id: 'node-7', listen: { host: '0.0.0.0', port: 7171 }, url: 'http://10.0.0.7:7171', signingKey: null, signingKeyFile: null, verifyKey: null, overcommit: { cpu: 16, memory: 1.5 }, leaseSeconds: 15, maxSandboxes: 1000, orphanGraceSeconds: 300, claimSeconds: 30 });
+  assert.deepEqual(n, { id: 'node-7', listen: { host: '0.0.0.0', port: 7171 }, url: 'http://10.0.0.7:7171', signingKey: null, signingKeyFile: null, verifyKey: null, credential: null, controlUrl: null, tls: null, clusterCa: null, overcommit: { cpu: 16, memory: 1.5 }, leaseSeconds: 15, maxSandboxes: 1000, orphanGraceSeconds: 300, claimSeconds: 30 });
   for (const [env, re] of [
     [{ SANDBOXD_NODE_ID: 'Node_1' }, /SANDBOXD_NODE_ID must be lowercase/],
     [{ SANDBOXD_NODE_ID: 'a'.repeat(64) }, /SANDBOXD_NODE_ID/],
     [{ SANDBOXD_NODE_LISTEN: '7070' }, /SANDBOXD_NODE_LISTEN must be host:port/],
     [{ SANDBOXD_NODE_LISTEN: 'h:70000' }, /SANDBOXD_NODE_LISTEN/],
     [{ SANDBOXD_NODE_URL: 'https://n:1/x' }, /SANDBOXD_NODE_URL must be http:\/\/host:port/],
+    [{ SANDBOXD_NODE_URL: 'https://n:1' }, /https:\/\/ needs SANDBOXD_NODE_TLS_CERT_FILE/],
+    [{ SANDBOXD_NODE_TLS_CERT_FILE: '/etc/hostname' }, /needs both SANDBOXD_NODE_TLS_CERT_FILE and SANDBOXD_NODE_TLS_KEY_FILE/],
+    [{ SANDBOXD_NODE_TLS_CERT_FILE: '/nonexistent/c.pem', SANDBOXD_NODE_TLS_KEY_FILE: '/nonexistent/k.pem' }, /SANDBOXD_NODE_TLS_CERT_FILE cannot be read/],
+    [{ SANDBOXD_NODE_TLS_CERT_FILE: '/etc/hostname', SANDBOXD_NODE_TLS_KEY_FILE: '/etc/hostname' }, /holds no PEM certificate/],
+    [{ SANDBOXD_CLUSTER_CA_FILE: '/etc/hostname' }, /SANDBOXD_CLUSTER_CA_FILE holds no PEM certificate/],
+    [{ SANDBOXD_NODE_CREDENTIAL: 'not a token' }, /the node credential .* is not one/],
+    [{ SANDBOXD_CONTROL_URL: 'http://REPLACE_ME:8080' }, /SANDBOXD_CONTROL_URL must be http\(s\):\/\/host:port/],
     [{ SANDBOXD_OVERCOMMIT_CPU: '0.5' }, /SANDBOXD_OVERCOMMIT_CPU must be a number from 1/],
     [{ SANDBOXD_OVERCOMMIT_MEMORY: 'lots' }, /SANDBOXD_OVERCOMMIT_MEMORY/],
   ] as Array<[Record<string, string>, RegExp]>) {
     assert.throws(() => loadConfig(env, BIG), (err: unknown) => err instanceof ConfigError && re.test(err.message), JSON.stringify(env));
+  }
+});
+
+test('a node over TLS: its certificate and key, an https:// URL by default; control and edge: the CA they check nodes against', async () => {
+  const { makeTestTls } = await import('./testing/tls.js');
+  const tls = makeTestTls(['IP:10.0.0.7']);
+  try {
+    const n = loadConfig({ SANDBOXD_NODE_LISTEN: '10.0.0.7:7070', SANDBOXD_NODE_TLS_CERT_FILE: tls.certFile, SANDBOXD_NODE_TLS_KEY_FILE: tls.keyFile }, BIG).node;
+    assert.deepEqual([n.url, n.tls?.cert, n.tls?.key], ['https://10.0.0.7:7070', tls.cert, tls.key]);
+    assert.throws(() => loadConfig({ SANDBOXD_NODE_TLS_CERT_FILE: tls.certFile, SANDBOXD_NODE_TLS_KEY_FILE: tls.keyFile, SANDBOXD_NODE_URL: 'http://10.0.0.7:7070' }, BIG), /SANDBOXD_NODE_URL must be https:\/\/host:port \(the node API is served over TLS\)/);
+    assert.equal(loadConfig({ SANDBOXD_CLUSTER_CA_FILE: tls.caFile }, BIG).node.clusterCa, tls.ca);
+  } finally {
+    tls.remove();
   }
 });
 

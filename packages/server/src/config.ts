@@ -129,6 +129,10 @@ export interface NodeConfig {
   credential: string | null;
   /** SANDBOXD_CONTROL_URL as given (null: not set), where a node with a credential reaches control. */
   controlUrl: string | null;
+  /** A node: its API over TLS (SANDBOXD_NODE_TLS_CERT_FILE and SANDBOXD_NODE_TLS_KEY_FILE, PEM); null: plain HTTP. */
+  tls: { cert: string; key: string } | null;
+  /** Control and edge: the CA bundle (PEM) that nodes' TLS certificates are checked against (SANDBOXD_CLUSTER_CA_FILE); null: the system's. */
+  clusterCa: string | null;
   /**
    * Control's placement: how far past a node's cores and memory the limits of the sandboxes on it
    * may add up (sandboxes rarely use their whole limits; their cgroups still cap each one).
@@ -285,8 +289,27 @@ function nodeFrom(env: NodeJS.ProcessEnv): NodeConfig {
   if (!m || port < 1 || port > 65535) throw new ConfigError(`SANDBOXD_NODE_LISTEN must be host:port (e.g. 10.0.0.7:7070), got "${raw}"`);
   const host = m[1]!.replace(/^\[|\]$/g, '');
   const shown = host === '0.0.0.0' || host === '::' ? hostname() : host.includes(':') ? `[${host}]` : host;
-  const url = (env.SANDBOXD_NODE_URL || `http://${shown}:${port}`).replace(/\/+$/, '');
-  if (!/^http:\/\/[^/]+$/.test(url)) throw new ConfigError(`SANDBOXD_NODE_URL must be http://host:port, got "${url}"`);
+  const readPem = (name: string): string => {
+    try {
+      return readFileSync(env[name]!, 'utf8');
+    } catch (err) {
+      throw new ConfigError(`${name} cannot be read: ${(err as Error).message}`);
+    }
+  };
+  let tls: NodeConfig['tls'] = null;
+  if (env.SANDBOXD_NODE_TLS_CERT_FILE || env.SANDBOXD_NODE_TLS_KEY_FILE) {
+    if (!env.SANDBOXD_NODE_TLS_CERT_FILE || !env.SANDBOXD_NODE_TLS_KEY_FILE) throw new ConfigError('a node API over TLS needs both SANDBOXD_NODE_TLS_CERT_FILE and SANDBOXD_NODE_TLS_KEY_FILE');
+    tls = { cert: readPem('SANDBOXD_NODE_TLS_CERT_FILE'), key: readPem('SANDBOXD_NODE_TLS_KEY_FILE') };
+    if (!/-----BEGIN CERTIFICATE-----/.test(tls.cert)) throw new ConfigError('SANDBOXD_NODE_TLS_CERT_FILE holds no PEM certificate');
+    if (!/-----BEGIN [A-Z ]*PRIVATE KEY-----/.test(tls.key)) throw new ConfigError('SANDBOXD_NODE_TLS_KEY_FILE holds no PEM private key');
+  }
+  const clusterCa = env.SANDBOXD_CLUSTER_CA_FILE ? readPem('SANDBOXD_CLUSTER_CA_FILE') : null;
+  if (clusterCa !== null && !/-----BEGIN CERTIFICATE-----/.test(clusterCa)) throw new ConfigError('SANDBOXD_CLUSTER_CA_FILE holds no PEM certificate');
+  const scheme = tls ? 'https' : 'http';
+  const url = (env.SANDBOXD_NODE_URL || `${scheme}://${shown}:${port}`).replace(/\/+$/, '');
+  if (!new RegExp(`^${scheme}://[^/]+$`).test(url)) {
+    throw new ConfigError(`SANDBOXD_NODE_URL must be ${scheme}://host:port${tls ? ' (the node API is served over TLS)' : ' (https:// needs SANDBOXD_NODE_TLS_CERT_FILE and SANDBOXD_NODE_TLS_KEY_FILE)'}, got "${url}"`);
+  }
   const overcommit = { cpu: ratio(env, 'SANDBOXD_OVERCOMMIT_CPU', 16), memory: ratio(env, 'SANDBOXD_OVERCOMMIT_MEMORY', 1.5) };
   let credential: string | null = env.SANDBOXD_NODE_CREDENTIAL?.trim() || null;
   if (env.SANDBOXD_NODE_CREDENTIAL_FILE) {
@@ -299,7 +322,7 @@ function nodeFrom(env: NodeJS.ProcessEnv): NodeConfig {
   if (credential !== null && !/^[\w-]+\.[\w-]+\.[\w-]+$/.test(credential)) throw new ConfigError('the node credential (SANDBOXD_NODE_CREDENTIAL_FILE) is not one: make it with `sandboxd cluster node-credential <node id>`');
   const controlUrl = env.SANDBOXD_CONTROL_URL?.trim().replace(/\/+$/, '') || null;
   if (controlUrl !== null && !/^https?:\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?(\/[^?#]*)?$/.test(controlUrl)) throw new ConfigError(`SANDBOXD_CONTROL_URL must be http(s)://host:port, got "${controlUrl}"`);
-  return { id, listen: { host, port }, url, ...clusterKeysFrom(env), credential, controlUrl, overcommit, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1), orphanGraceSeconds: int(env, 'SANDBOXD_NODE_ORPHAN_GRACE_SECONDS', 300, 10, 86_400), claimSeconds: int(env, 'SANDBOXD_CLUSTER_CLAIM_SECONDS', 30, 1, 150) };
+  return { id, listen: { host, port }, url, ...clusterKeysFrom(env), credential, controlUrl, tls, clusterCa, overcommit, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1), orphanGraceSeconds: int(env, 'SANDBOXD_NODE_ORPHAN_GRACE_SECONDS', 300, 10, 86_400), claimSeconds: int(env, 'SANDBOXD_CLUSTER_CLAIM_SECONDS', 30, 1, 150) };
 }
 
 /**

@@ -286,6 +286,7 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
     layerIds,
     exportsDir,
     warm,
+    ...(config.node.tls ? { https: config.node.tls } : {}),
     orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) },
   });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
@@ -377,7 +378,7 @@ export async function runEdge(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   log(`starting sandboxd ${config.version} as edge`);
   const store = await openStore(config, log);
   const coordination = store.coordination!;
-  const runtime = new ClusterRuntime({ store, auth: new ClusterSigner(config.node.signingKey), claimEveryMs: 0, log });
+  const runtime = new ClusterRuntime({ store, auth: new ClusterSigner(config.node.signingKey), claimEveryMs: 0, ca: config.node.clusterCa ?? undefined, log });
   await runtime.setupHost();
   const tokens = await sharedTokens(store, config.tokenTtlSeconds);
   const keys = new KeyService(store);
@@ -505,7 +506,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     layerServing = new LayerServer(contents, signer);
     publisher = new LayerPublisher({ contents, signer, controlUrl: config.layerTransfer.controlUrl, kv: store.kv });
     log(`cluster: nodes fetch the layers they lack from ${config.layerTransfer.controlUrl} (SANDBOXD_CONTROL_URL)`);
-    const cluster = new ClusterRuntime({ store, auth: signer, overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, layers: publisher, agentReadyTimeoutMs: config.agentReadyTimeoutMs, log });
+    const cluster = new ClusterRuntime({ store, auth: signer, ca: config.node.clusterCa ?? undefined, overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, layers: publisher, agentReadyTimeoutMs: config.agentReadyTimeoutMs, log });
     await cluster.setupHost();
     const nodes = cluster.known();
     log(`cluster: ${nodes.length} node(s) registered: ${nodes.map((n) => `${n.id} (${n.status})`).join(', ') || 'none yet'}`);

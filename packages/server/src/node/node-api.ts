@@ -36,6 +36,8 @@ export interface NodeApiOptions {
    * to control as a layer's tar (absent: snapshots are refused here).
    */
   exportsDir?: string;
+  /** The API over TLS with this certificate and key (PEM); absent: plain HTTP. */
+  https?: { cert: string; key: string };
   /**
    * This node's warm pool (services/node-pool.ts): `POST /node/v1/warm` answers with a ready
    * sandbox of a spec, or one booted now. Absent: no such route (as on a node of an earlier version).
@@ -67,7 +69,10 @@ const AGENT_TARGET_RE = /^([a-z0-9][a-z0-9-]{0,62})\.agent:1$/;
 export function nodeApi(o: NodeApiOptions): FastifyInstance {
   const log = o.log ?? (() => undefined);
   const rt = o.runtime;
-  const app = Fastify({ bodyLimit: 1024 * 1024 });
+  // Over TLS the server is an https.Server: the routes and the CONNECT relay are the same.
+  const app = o.https
+    ? (Fastify({ bodyLimit: 1024 * 1024, https: { cert: o.https.cert, key: o.https.key, minVersion: 'TLSv1.2' } }) as unknown as FastifyInstance)
+    : Fastify({ bodyLimit: 1024 * 1024 });
 
   app.addHook('onRequest', async (req) => {
     await o.auth.verify(bearer(req.headers.authorization), o.nodeId);

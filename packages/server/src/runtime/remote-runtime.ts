@@ -1,5 +1,8 @@
 import { request } from 'node:http';
-import type { Socket } from 'node:net';
+import { request as tlsRequest } from 'node:https';
+import { isIP, type Socket } from 'node:net';
+import { checkServerIdentity, type PeerCertificate } from 'node:tls';
+import { Agent as UndiciAgent, type Dispatcher } from 'undici';
 import { describeCause, isErrorCode, ServiceError } from '@sandboxd/protocol';
 import type { ClusterSigner } from './cluster-auth.js';
 import { EXPORT_STATS_HEADER, LAYER_BYTES_HEADER, LAYER_DIGEST_HEADER, parseExportStats } from './layer-export-wire.js';
@@ -22,6 +25,8 @@ export interface RemoteRuntimeOptions {
   unpack?: LayerUnpacker;
   /** A pause this long in a snapshot's layer on its way ends it (default 60 s). */
   exportIdleMs?: number;
+  /** For an https:// node: the CA bundle (PEM) its certificate is checked against (absent: the system's). */
+  ca?: string;
   /**
    * Control's layers: with it, a create or start names the sandbox's layers by id, digest and where
    * to fetch them (the node maps them to its own layers directory); without it (tests of one
@@ -71,11 +76,14 @@ export class RemoteRuntime implements Runtime {
   readonly nodeId: string;
   private readonly base: URL;
   private readonly log: (msg: string) => void;
+  /** An https:// node's connections (made when first needed, again after close()). */
+  private dispatcher: Dispatcher | undefined;
 
   constructor(private readonly o: RemoteRuntimeOptions) {
     this.nodeId = o.nodeId;
     this.base = new URL(o.url);
-    if (this.base.protocol !== 'http:') throw new Error(`node url must be http: (${o.url})`);
+    if (this.base.protocol !== 'http:' && this.base.protocol !== 'https:') throw new Error(`node url must be http: or https: (${o.url})`);
+
     this.log = o.log ?? (() => undefined);
   }
 
@@ -89,7 +97,7 @@ export class RemoteRuntime implements Runtime {
     // that died with a network cut fails the first call after it, and every verb is idempotent.
     for (let attempt = 1; ; attempt++) {
       try {
-        res = await fetch(new URL(path, this.base), { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: deadline });
+        res = await fetch(new URL(path, this.base), this.init({ method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: deadline }));
         // Bounded in size and (through the signal) in time: a node must not fill or hold control.
         text = await readCapped(res, MAX_ANSWER_BYTES);
         break;
@@ -106,6 +114,15 @@ export class RemoteRuntime implements Runtime {
       }
     }
     throw this.failure(res.status, text);
+  }
+
+  /** A fetch's options, with the TLS dispatcher for an https:// node (fetch takes undici's `dispatcher`). */
+  private init(init: RequestInit): RequestInit {
+    if (this.base.protocol !== 'https:') return init;
+    // Over TLS, every call checks the node's certificate (against the cluster's CA when given) and
+    // its name: a token goes only to the node it names.
+    this.dispatcher ??= new UndiciAgent({ connect: { ca: this.o.ca, minVersion: 'TLSv1.2' } });
+    return { ...init, dispatcher: this.dispatcher } as RequestInit;
   }
 
   /** A node's error answer, as the error it threw there (a bug of the node's stays a bug). */
@@ -270,12 +287,12 @@ export class RemoteRuntime implements Runtime {
     const signal = AbortSignal.any([deadline, stalled.signal]);
     let res: Response;
     try {
-      res = await fetch(new URL(path, this.base), {
+      res = await fetch(new URL(path, this.base), this.init({
         method: 'POST',
         headers: { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}`, 'content-type': 'application/json' },
         body: JSON.stringify(opts.maxBytes === undefined ? {} : { max_bytes: opts.maxBytes }),
         signal,
-      });
+      }));
     } catch (err) {
       throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} cannot be reached; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(`POST ${path}: ${describeCause(err)}`);
     }
@@ -343,9 +360,22 @@ export class RemoteRuntime implements Runtime {
       // `timeout` below is the socket's idle time: a node that trickles its answer resets it, so
       // the whole handshake has a deadline of its own too.
       const deadline = setTimeout(() => req.destroy(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
-      const req = request({
+      const tls = this.base.protocol === 'https:';
+      const nodeHost = this.base.hostname.replace(/^\[|\]$/g, '');
+      const req = (tls ? tlsRequest : request)({
         host: this.base.hostname,
-        port: this.base.port || 80,
+        port: this.base.port || (tls ? 443 : 80),
+        // The node's name is checked against its certificate (not the CONNECT target's, which
+        // names the agent); SNI only for a DNS name.
+        ...(tls
+          ? {
+              ca: this.o.ca,
+              ...(isIP(nodeHost) ? {} : { servername: nodeHost }),
+              checkServerIdentity: (_host: string, cert: PeerCertificate) => checkServerIdentity(nodeHost, cert),
+              minVersion: 'TLSv1.2' as const,
+              agent: false,
+            }
+          : {}),
         method: 'CONNECT',
         path: `${id}.agent:1`,
         headers: { 'proxy-authorization': `Bearer ${token}`, host: `${id}.agent:1` },
@@ -362,7 +392,7 @@ export class RemoteRuntime implements Runtime {
         if (head.length > 0) socket.unshift(head);
         socket.setTimeout(0);
         socket.on('error', () => undefined);
-        // The connection CONNECT hands over is the TCP socket to the node.
+        // The connection CONNECT hands over is the TCP (or TLS) socket to the node.
         resolve(socket as Socket);
       });
       req.once('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
@@ -378,10 +408,13 @@ export class RemoteRuntime implements Runtime {
     const loop = async () => {
       for (let delay = 500; !ac.signal.aborted; delay = Math.min(delay * 2, 10_000)) {
         try {
-          const res = await fetch(new URL('/node/v1/oom-events', this.base), {
-            headers: { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}` },
-            signal: ac.signal,
-          });
+          const res = await fetch(
+            new URL('/node/v1/oom-events', this.base),
+            this.init({
+              headers: { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}` },
+              signal: ac.signal,
+            }),
+          );
           if (!res.ok || !res.body) throw new Error(`answered ${res.status}`);
           delay = 500;
           let buf = '';
@@ -414,6 +447,9 @@ export class RemoteRuntime implements Runtime {
   }
 
   async close(): Promise<void> {
-    /* nothing held: the node keeps its own spares */
+    // The node keeps its own spares; here only the TLS connections, if any (made again if used).
+    const d = this.dispatcher;
+    this.dispatcher = undefined;
+    await d?.close().catch(() => undefined);
   }
 }

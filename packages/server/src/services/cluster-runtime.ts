@@ -15,6 +15,8 @@ import { newSandboxId, withSandboxId } from './sandbox-identity.js';
 export interface ClusterRuntimeOptions {
   store: Store;
   auth: ClusterSigner;
+  /** The CA bundle (PEM) the certificates of https:// nodes are checked against (SANDBOXD_CLUSTER_CA_FILE; absent: the system's). */
+  ca?: string;
   /** How far past its reported cores and memory a node may be committed (1: not at all). */
   overcommit?: { cpu: number; memory: number };
   /** How old the node list may be before a call reads it again (default 2 s). */
@@ -153,8 +155,9 @@ export class ClusterRuntime implements Runtime {
           if (known) {
             this.stopOom(row.id);
             this.guards.delete(known.remote);
+            void known.remote.close();
           }
-          const remote = new RemoteRuntime({ nodeId: row.id, url: row.url, auth: this.o.auth, layers: this.o.layers, unpack: unpackLayer, log: this.log });
+          const remote = new RemoteRuntime({ nodeId: row.id, url: row.url, auth: this.o.auth, layers: this.o.layers, unpack: unpackLayer, ca: this.o.ca, log: this.log });
           this.nodes.set(row.id, { row, remote });
           if (this.oomWatchers.size > 0) this.startOom(row.id, remote);
         }
@@ -162,7 +165,10 @@ export class ClusterRuntime implements Runtime {
           if (!seen.has(id)) {
             this.stopOom(id);
             const gone = this.nodes.get(id);
-            if (gone) this.guards.delete(gone.remote);
+            if (gone) {
+              this.guards.delete(gone.remote);
+              void gone.remote.close();
+            }
             this.nodes.delete(id);
           }
         }
@@ -626,5 +632,6 @@ export class ClusterRuntime implements Runtime {
     if (this.refreshTimer) clearInterval(this.refreshTimer);
     if (this.claimSoonTimer) clearTimeout(this.claimSoonTimer);
     for (const id of [...this.oomStops.keys()]) this.stopOom(id);
+    await Promise.all([...this.nodes.values()].map((k) => k.remote.close()));
   }
 }

@@ -72,7 +72,7 @@ export function internalNodeRoutes(app: FastifyInstance, s: Services): void {
     const id = await nodeOf(req);
     const body = object(req.body, 'the body');
     const url = body.url;
-    if (typeof url !== 'string' || url.length > 300 || !/^http:\/\/[^/?#\s@]+$/.test(url)) throw bad('url must be http://host:port');
+    if (typeof url !== 'string' || url.length > 300 || !/^https?:\/\/[^/?#\s@]+$/.test(url)) throw bad('url must be http(s)://host:port');
     const row = await s.store.nodes.register({ id, url, capacity: capacityOf(body.capacity) }, leaseOf(body.lease_ms));
     req.log.info({ node: id, url, status: row.status }, 'a node registered through the registry');
     return entry(row);

@@ -1,4 +1,4 @@
-// Templates everywhere: a node with a layers directory of its own (empty) gets a create; it fetches
+// Templates everywhere: a node with a layers directory of its own (empty), its API over TLS, gets a create; it fetches
 // the template's layers from control once, verified by digest, and keeps them: its copy is the
 // same tree (the same content digest), and a later create there fetches nothing. Prints the figure:
 // the first create on a node without the layers against a later one, with the size moved.
@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { digestLayerTree } from '../../packages/server/dist/images/layer-tar.js';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
+import { makeTestTls } from '../../packages/server/dist/testing/tls.js';
 import { agent, api, createSandbox, startNode, startServer, TEST_DATA_DIR, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
 
 const FETCHED_RE = /fetched layer ([0-9a-f]{12}) \(([\d.]+) MB\) from control in ([\d.]+) s/g;
@@ -19,23 +20,33 @@ describe('a node without the layers of a template fetches them from control, onc
   let node: TestNode;
   let control: TestServer;
   const keys = testClusterKeyFiles();
+  const tls = makeTestTls(['IP:127.0.0.1']);
   const nodeLayers = join(TEST_DATA_DIR, 'nodes', `own-layers-${randomBytes(3).toString('hex')}`);
 
   before(async () => {
     pg = await startPostgres();
     const dbUrl = await pg.createDatabase();
     mkdirSync(nodeLayers, { recursive: true, mode: 0o700 });
-    // No warm pool on the node: each create below boots, so the first is the one that meets the missing layers.
+    // No warm pool on the node: each create below boots, so the first is the one that meets the
+    // missing layers. Its API over TLS, with a certificate of the cluster's CA: every call below
+    // (verbs, the agent relay, the snapshot's layer) goes over it.
     node = await startNode({
       id: 'e2e-node-own-layers',
       verifyKey: keys.verifyPem,
       databaseUrl: dbUrl,
-      env: { SANDBOXD_LAYERS_DIR: nodeLayers, SANDBOXD_WARM_POOL_SIZE: '0', SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '0' },
+      env: {
+        SANDBOXD_LAYERS_DIR: nodeLayers,
+        SANDBOXD_WARM_POOL_SIZE: '0',
+        SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '0',
+        SANDBOXD_NODE_TLS_CERT_FILE: tls.certFile,
+        SANDBOXD_NODE_TLS_KEY_FILE: tls.keyFile,
+      },
     });
+    assert.match(readFileSync(node.logFile, 'utf8'), /serves its runtime at https:\/\/127\.0\.0\.1:/);
     control = await startServer({
       command: 'control',
       templates: ['base'],
-      env: { SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SIGNING_KEY_FILE: keys.signingKeyFile },
+      env: { SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SIGNING_KEY_FILE: keys.signingKeyFile, SANDBOXD_CLUSTER_CA_FILE: tls.caFile },
     });
   });
 
@@ -44,6 +55,7 @@ describe('a node without the layers of a template fetches them from control, onc
     await node?.stop();
     await pg?.stop();
     keys.remove();
+    tls.remove();
     rmSync(nodeLayers, { recursive: true, force: true });
   });
 

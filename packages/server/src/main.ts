@@ -256,7 +256,7 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   // Its own layers directory: what it lacks is fetched from control on first use, and kept.
   const layerStore = new FsLayerStore(config.layersDir, { log });
   await layerStore.cleanupStale();
-  const layers = new LayerFetcher({ store: layerStore, maxBytes: config.layerTransfer.maxBytes, timeoutMs: config.layerTransfer.timeoutMs, log });
+  const layers = new LayerFetcher({ store: layerStore, maxBytes: config.layerTransfer.maxBytes, timeoutMs: config.layerTransfer.timeoutMs, ca: config.node.clusterCa ?? undefined, log });
   let orphans: OrphanCollector | undefined;
   const layerIds = () => layerStore.list();
   // The node's warm pool, sized as the all-in-one daemon's is (SANDBOXD_WARM_POOL_*,
@@ -299,7 +299,7 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   if (config.node.credential) {
     if (!config.node.controlUrl) throw new Error('a node with a registry credential needs SANDBOXD_CONTROL_URL: where it reaches control (any replica)');
     if (config.databaseUrl) log('SANDBOXD_NODE_CREDENTIAL_FILE is set: this node registers through control, and does not use SANDBOXD_DATABASE_URL');
-    registry = new RegistryClient({ controlUrl: config.node.controlUrl, credential: config.node.credential });
+    registry = new RegistryClient({ controlUrl: config.node.controlUrl, credential: config.node.credential, ca: config.node.clusterCa ?? undefined });
     log(`node ${config.node.id} registers through control at ${config.node.controlUrl}`);
   } else if (config.databaseUrl) {
     store = await openStore(config, log);

@@ -5,6 +5,7 @@ import type { LayerRef } from '../runtime/types.js';
 import type { FsLayerStore, Log } from './layer-store.js';
 import { writeContentRecord } from './layer-content.js';
 import { unpackLayer } from './layer-tar.js';
+import { Agent as UndiciAgent, type Dispatcher } from 'undici';
 
 export interface LayerFetcherOptions {
   /** This node's layers directory. */
@@ -15,6 +16,8 @@ export interface LayerFetcherOptions {
   timeoutMs: number;
   /** The longest the sender may send nothing (default 30 s). */
   stallMs?: number;
+  /** For https:// layer URLs: the CA bundle (PEM) control's certificate is checked against (absent: the system's). */
+  ca?: string;
   log?: Log;
 }
 
@@ -51,6 +54,7 @@ export function parseLayerRefs(v: unknown): LayerRef[] {
  */
 export class LayerFetcher {
   private readonly log: Log;
+  private dispatcher: Dispatcher | undefined;
 
   constructor(private readonly o: LayerFetcherOptions) {
     this.log = o.log ?? (() => undefined);
@@ -95,7 +99,12 @@ export class LayerFetcher {
     };
     try {
       // No redirects: the token is for the address control named, nowhere else.
-      const res = await fetch(ref.url, { headers: { authorization: `Bearer ${ref.token}` }, redirect: 'error', signal });
+      const init: RequestInit = { headers: { authorization: `Bearer ${ref.token}` }, redirect: 'error', signal };
+      if (this.o.ca && ref.url.startsWith('https:')) {
+        this.dispatcher ??= new UndiciAgent({ connect: { ca: this.o.ca, minVersion: 'TLSv1.2' } });
+        (init as RequestInit & { dispatcher: Dispatcher }).dispatcher = this.dispatcher;
+      }
+      const res = await fetch(ref.url, init);
       if (res.status !== 200 || !res.body) {
         await res.body?.cancel().catch(() => undefined);
         throw new Error(`${ref.url} answered ${res.status}`);

@@ -22,6 +22,7 @@ import { LayerPublisher, LayerServer } from '../services/layer-publisher.js';
 import { SqliteStore } from '../store/sqlite.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
+import { makeTestTls } from '../testing/tls.js';
 import { nodeApi } from './node-api.js';
 
 const { signer, verifier } = testClusterKeys();
@@ -163,6 +164,26 @@ describe('layers from control to a node', () => {
     for (const bad of ['not json', '{"url":"file:///etc","digest":"sha256:' + '0'.repeat(64) + '","bytes":1}', '{"url":"http://x","digest":"md5:1","bytes":1}', '{"url":"http://x","digest":"sha256:' + '0'.repeat(64) + '","bytes":-1}']) {
       await kv.set(`layer-holder/${LAYER}`, bad);
       await assert.rejects(other.refs([LAYER], 'node-l'), { code: 'INVALID_STATE' }, bad);
+    }
+  });
+
+  test("control's layer route behind TLS: fetched with the cluster's CA, refused without it", async () => {
+    const tls = makeTestTls(['IP:127.0.0.1']);
+    const secure = Fastify({ https: { cert: tls.cert, key: tls.key } });
+    try {
+      internalLayerRoutes(secure as unknown as FastifyInstance, { layerServing: new LayerServer(contents, signer) } as unknown as Services);
+      secure.setErrorHandler((err: { status?: number; code?: string }, _req, reply) => reply.code(err.status ?? 500).send({ code: err.code }));
+      await secure.listen({ host: '127.0.0.1', port: 0 });
+      const secureUrl = `https://127.0.0.1:${(secure.server.address() as AddressInfo).port}`;
+      const [ref] = await new LayerPublisher({ contents, signer, controlUrl: secureUrl }).refs([OTHER], 'node-l');
+      const without = new LayerFetcher({ store: new FsLayerStore(join(dir, 'tls-none')), maxBytes: 1e9, timeoutMs: 10_000 });
+      await assert.rejects(without.ensure(ref!), { code: 'RUNTIME_ERROR' });
+      const withCa = new LayerFetcher({ store: new FsLayerStore(join(dir, 'tls-ca')), maxBytes: 1e9, timeoutMs: 10_000, ca: tls.ca });
+      const path = await withCa.ensure(ref!);
+      assert.ok(readdirSync(path).includes('etc'), 'the layer came over TLS');
+    } finally {
+      await secure.close();
+      tls.remove();
     }
   });
 });

@@ -1,4 +1,5 @@
 import { describeCause, ServiceError } from '@sandboxd/protocol';
+import { Agent as UndiciAgent, type Dispatcher } from 'undici';
 import type { NodeRegistry } from './node-membership.js';
 import type { NodeRegistration, NodeReport, NodeRow, SandboxUsage } from '../store/types.js';
 
@@ -8,6 +9,8 @@ export interface RegistryClientOptions {
   /** This node's registry credential (`sandboxd cluster node-credential <id>`). */
   credential: string;
   timeoutMs?: number;
+  /** For an https:// control URL: the CA bundle (PEM) its certificate is checked against (absent: the system's). */
+  ca?: string;
 }
 
 /** The most of an answer a node reads (ids of the live sandboxes it holds: ~30 bytes each). */
@@ -19,10 +22,12 @@ const MAX_ANSWER_BYTES = 8 * 1024 * 1024;
  */
 export class RegistryClient implements NodeRegistry {
   private readonly base: URL;
+  private readonly dispatcher: Dispatcher | undefined;
 
   constructor(private readonly o: RegistryClientOptions) {
     this.base = new URL(o.controlUrl);
     if (this.base.protocol !== 'http:' && this.base.protocol !== 'https:') throw new Error(`the control URL must be http(s): (${o.controlUrl})`);
+    if (this.base.protocol === 'https:' && o.ca) this.dispatcher = new UndiciAgent({ connect: { ca: o.ca, minVersion: 'TLSv1.2' } });
   }
 
   private async call(method: string, path: string, body?: unknown): Promise<{ status: number; json: unknown }> {
@@ -33,7 +38,8 @@ export class RegistryClient implements NodeRegistry {
         headers: { authorization: `Bearer ${this.o.credential}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
         body: body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.timeout(this.o.timeoutMs ?? 10_000),
-      });
+        ...(this.dispatcher ? { dispatcher: this.dispatcher } : {}),
+      } as RequestInit);
     } catch (err) {
       throw new ServiceError('STORE_UNAVAILABLE', `control's registry at ${this.base.origin} cannot be reached`).withDetail(`${method} ${path}: ${describeCause(err)}`);
     }

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { lstat, mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { BUILTIN_TEMPLATES } from './builtin.js';
@@ -99,3 +99,44 @@ test('a build that throws after writing files leaves nothing behind', async () =
   assert.equal(await store.has(id), false);
   assert.deepEqual(await readdir(store.root), []);
 });
+
+test("a directory shared with other hosts: another host's lock is kept while renewed and taken once stale; its temporary directories are left until old", async () => {
+  const store = new FsLayerStore(join(scratch, 'shared-hosts'));
+  await mkdir(store.root, { recursive: true });
+  const fresh = fakeId(7);
+  const stale = fakeId(8);
+  // Pid 1 is alive here, but on another host it means nothing: only the lock's age counts.
+  await writeFile(join(store.root, `.lock-${fresh}`), '999999@another-host');
+  await writeFile(join(store.root, `.lock-${stale}`), '1@another-host');
+  const old = new Date(Date.now() - 10 * 60_000);
+  await utimes(join(store.root, `.lock-${stale}`), old, old);
+  const youngTmp = `.tmp-${fresh}-999999-h00000000-abcd`;
+  const oldTmp = `.tmp-${stale}-999999-h00000000-abcd`;
+  await mkdir(join(store.root, youngTmp, 'tree'), { recursive: true });
+  await mkdir(join(store.root, oldTmp, 'tree'), { recursive: true });
+  const ancient = new Date(Date.now() - 7 * 3600_000);
+  await utimes(join(store.root, oldTmp), ancient, ancient);
+  await store.cleanupStale();
+  const left = await readdir(store.root);
+  assert.ok(left.includes(`.lock-${fresh}`), "a renewed lock of another host stays");
+  assert.ok(!left.includes(`.lock-${stale}`), 'a stale one goes');
+  assert.ok(left.includes(youngTmp), "another host's young temporary directory stays (its builder may be at work)");
+  assert.ok(!left.includes(oldTmp), 'an old one goes');
+  // A build of the held layer waits for the other host; of the one whose lock went stale, goes on.
+  const build = async (tree: string) => {
+    await writeFile(join(tree, 'x'), 'x');
+    return { kind: 'test', sizeBytes: 1, entries: 1 };
+  };
+  const ac = new AbortController();
+  const waiting = store.ensureLayer(fresh, build, () => {}, { signal: ac.signal });
+  await new Promise((r) => setTimeout(r, 700));
+  assert.equal(await store.has(fresh), false, 'still waiting for the other host');
+  ac.abort();
+  await assert.rejects(waiting);
+  await writeFile(join(store.root, `.lock-${stale}`), '1@another-host');
+  await utimes(join(store.root, `.lock-${stale}`), old, old);
+  await store.ensureLayer(stale, build, () => {});
+  assert.equal(await store.has(stale), true);
+  assert.ok(!(await readdir(store.root)).includes(`.lock-${stale}`), 'our lock is released after the build');
+});
+

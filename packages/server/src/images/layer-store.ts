@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { chmod, mkdir, open, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, open, readFile, readdir, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readHostAptConfig, sourcesForSuite } from './apt-sources.js';
@@ -42,6 +43,18 @@ export interface BuiltLayer {
 const ID_RE = /^[0-9a-f]{64}$/;
 const TMP_PREFIX = '.tmp-';
 const LOCK_PREFIX = '.lock-';
+/**
+ * A layers directory may be shared by processes of several machines or pods (control replicas on
+ * one volume), whose pids mean nothing here: a lock names its holder's host, a temporary directory
+ * a tag of it. A holder of this host is judged by its pid; one of another host by its lock's mtime,
+ * which the holder renews every LOCK_RENEW_MS, and its temporary directories only once they are
+ * FOREIGN_TMP_STALE_MS old.
+ */
+const HOST = hostname();
+const HOST_TAG = createHash('sha256').update(HOST).digest('hex').slice(0, 8);
+const LOCK_RENEW_MS = 30_000;
+const FOREIGN_LOCK_STALE_MS = 4 * LOCK_RENEW_MS;
+const FOREIGN_TMP_STALE_MS = 6 * 3600_000;
 
 /** sha256 of JSON with object keys sorted at every level, so equal values hash equally. */
 export function canonicalJson(value: unknown): string {
@@ -156,10 +169,15 @@ export class FsLayerStore implements LayerStore {
   async cleanupStale(): Promise<void> {
     const names = await readdir(this.root).catch(() => [] as string[]);
     for (const n of names) {
-      const m = /^\.(?:tmp|lock)-[0-9a-f]{64}-(\d+)/.exec(n) ?? /^\.lock-[0-9a-f]{64}$/.exec(n);
+      const m = /^\.tmp-[0-9a-f]{64}-(\d+)(?:-h([0-9a-f]{8}))?/.exec(n) ?? /^\.lock-[0-9a-f]{64}$/.exec(n);
       if (!m) continue;
-      const pid = n.startsWith(LOCK_PREFIX) ? await this.lockOwner(join(this.root, n)) : Number(m[1]);
-      if (pid !== undefined && pidAlive(pid)) continue;
+      if (n.startsWith(LOCK_PREFIX)) {
+        if (await this.lockHeld(join(this.root, n))) continue;
+      } else if (m[2] !== undefined && m[2] !== HOST_TAG) {
+        // Another host's: its pid cannot be asked here; only an old one is a leftover.
+        const age = await stat(join(this.root, n)).then((st) => Date.now() - st.mtimeMs, () => 0);
+        if (age < FOREIGN_TMP_STALE_MS) continue;
+      } else if (pidAlive(Number(m[1]))) continue;
       this.log(`layer store: removing leftover ${n}`);
       if (n.startsWith(TMP_PREFIX)) await removeTreeWithMounts(join(this.root, n));
       else await rm(join(this.root, n), { force: true });
@@ -181,7 +199,7 @@ export class FsLayerStore implements LayerStore {
     await mkdir(this.root, { recursive: true, mode: 0o700 });
     const unlock = await this.lock(id, signal);
     if (!unlock) return this.info(id); // another process finished it while we waited
-    const tmp = join(this.root, `${TMP_PREFIX}${id}-${process.pid}-${randomBytes(4).toString('hex')}`);
+    const tmp = join(this.root, `${TMP_PREFIX}${id}-${process.pid}-h${HOST_TAG}-${randomBytes(4).toString('hex')}`);
     try {
       if (await this.has(id)) return this.info(id);
       await this.cleanupStale();
@@ -214,17 +232,24 @@ export class FsLayerStore implements LayerStore {
       signal?.throwIfAborted();
       try {
         const fh = await open(file, 'wx');
-        await fh.writeFile(String(process.pid));
+        await fh.writeFile(`${process.pid}@${HOST}`);
         await fh.close();
+        // Renewed while held: a process of another host judges it by this.
+        const renew = setInterval(() => {
+          const now = new Date();
+          void utimes(file, now, now).catch(() => undefined);
+        }, LOCK_RENEW_MS);
+        renew.unref();
         return async () => {
-          if ((await this.lockOwner(file)) === process.pid) await rm(file, { force: true });
+          clearInterval(renew);
+          const owner = await this.lockOwner(file);
+          if (owner?.pid === process.pid && owner.host === HOST) await rm(file, { force: true });
         };
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
       }
       if (waited && (await this.has(id))) return undefined;
-      const owner = await this.lockOwner(file);
-      if (owner !== undefined && !pidAlive(owner)) {
+      if (!(await this.lockHeld(file))) {
         await rm(file, { force: true });
         continue;
       }
@@ -233,11 +258,24 @@ export class FsLayerStore implements LayerStore {
     }
   }
 
-  private async lockOwner(file: string): Promise<number | undefined> {
+  /** Who holds a lock: `pid@host` (a bare pid: this host's, as earlier versions wrote it). */
+  private async lockOwner(file: string): Promise<{ pid: number; host: string } | undefined> {
     const text = await readFile(file, 'utf8').catch(() => undefined);
-    const pid = Number(text);
+    if (text === undefined) return undefined;
+    const at = text.indexOf('@');
+    const pid = Number(at < 0 ? text : text.slice(0, at));
     // An empty lock file is one being written this instant: treat it as alive.
-    return text === undefined ? undefined : Number.isInteger(pid) && pid > 0 ? pid : process.pid;
+    if (!Number.isInteger(pid) || pid <= 0) return { pid: process.pid, host: HOST };
+    return { pid, host: at < 0 ? HOST : text.slice(at + 1) };
+  }
+
+  /** Whether a lock's holder is alive: this host's by its pid, another's by the lock's renewals. */
+  private async lockHeld(file: string): Promise<boolean> {
+    const owner = await this.lockOwner(file);
+    if (!owner) return false;
+    if (owner.host === HOST) return pidAlive(owner.pid);
+    const age = await stat(file).then((st) => Date.now() - st.mtimeMs, () => Infinity);
+    return age < FOREIGN_LOCK_STALE_MS;
   }
 }
 

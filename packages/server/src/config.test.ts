@@ -106,11 +106,11 @@ test('bad warm pool settings are refused at start, naming the variable and why',
 
 test("a node's layers cache: a quarter of the data disk, a week idle, ten minutes' grace; fractions of a GB and 0 (no limit) taken; nonsense refused", () => {
   const GB = 1024 ** 3;
-  assert.deepEqual(loadConfig({}, BIG).nodeLayerCache, { budgetBytes: 250 * GB, maxIdleMs: 7 * 24 * 3_600_000, minAgeMs: 600_000 });
+  assert.deepEqual(loadConfig({}, BIG).nodeLayerCache, { budgetBytes: 250 * GB, maxIdleMs: 7 * 24 * 3_600_000, minAgeMs: 600_000, explicit: false });
   assert.equal(loadConfig({}, { ...SMALL, diskGb: 2 }).nodeLayerCache.budgetBytes, GB, 'at least 1 GB');
   assert.deepEqual(
     loadConfig({ SANDBOXD_NODE_LAYER_CACHE_GB: '0.5', SANDBOXD_NODE_LAYER_MAX_IDLE_HOURS: '0', SANDBOXD_NODE_LAYER_MIN_AGE_SECONDS: '5' }, BIG).nodeLayerCache,
-    { budgetBytes: GB / 2, maxIdleMs: 0, minAgeMs: 5000 },
+    { budgetBytes: GB / 2, maxIdleMs: 0, minAgeMs: 5000, explicit: true },
   );
   assert.equal(loadConfig({ SANDBOXD_NODE_LAYER_CACHE_GB: '0' }, BIG).nodeLayerCache.budgetBytes, 0);
   for (const [env, re] of [

@@ -97,9 +97,10 @@ export interface Config {
    * A node's layers directory as a cache (node/layer-cache.ts): the bytes of layers it keeps
    * (SANDBOXD_NODE_LAYER_CACHE_GB) and how long a layer no sandbox names stays
    * (SANDBOXD_NODE_LAYER_MAX_IDLE_HOURS); 0: no limit. Layers in use are never evicted, nor one used
-   * in the last `minAgeMs` (SANDBOXD_NODE_LAYER_MIN_AGE_SECONDS).
+   * in the last `minAgeMs` (SANDBOXD_NODE_LAYER_MIN_AGE_SECONDS). `explicit`: the budget or the idle
+   * time was set (a node then evicts even from a layers directory outside its data directory).
    */
-  nodeLayerCache: { budgetBytes: number; maxIdleMs: number; minAgeMs: number };
+  nodeLayerCache: { budgetBytes: number; maxIdleMs: number; minAgeMs: number; explicit: boolean };
 }
 
 export interface NodeConfig {
@@ -483,6 +484,7 @@ function nodeLayerCacheFrom(env: NodeJS.ProcessEnv, host: HostFacts): Config['no
     budgetBytes: Math.round(gb * 1024 ** 3),
     maxIdleMs: int(env, 'SANDBOXD_NODE_LAYER_MAX_IDLE_HOURS', 7 * 24, 0, 100 * 365 * 24) * 3_600_000,
     minAgeMs: int(env, 'SANDBOXD_NODE_LAYER_MIN_AGE_SECONDS', 600, 1, 86_400) * 1000,
+    explicit: !!env.SANDBOXD_NODE_LAYER_CACHE_GB || !!env.SANDBOXD_NODE_LAYER_MAX_IDLE_HOURS,
   };
 }
 

@@ -258,13 +258,19 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   // sandbox here uses goes when it is over its budget or idle too long (node/layer-cache.ts).
   const layerStore = new FsLayerStore(config.layersDir, { log });
   await layerStore.cleanupStale();
+  // A layers directory outside the data directory may be shared (with control, another daemon):
+  // it holds layers this node knows nothing about, so it is evicted from only when asked outright.
+  const cache = config.nodeLayerCache;
+  const evicts = config.layersDir.startsWith(`${config.dataDir}/`) || cache.explicit;
+  if (evicts) log(`layer cache: keeps ${cache.budgetBytes ? `${(cache.budgetBytes / 1024 ** 3).toFixed(1)} GB of layers` : 'layers without a budget'}, ${cache.maxIdleMs ? `evicts a layer unused for ${cache.maxIdleMs / 3_600_000} h` : 'with no idle limit'}; never one in use or used in the last ${cache.minAgeMs / 1000} s`);
+  else log(`layer cache: off, ${config.layersDir} lies outside the data directory (set SANDBOXD_NODE_LAYER_CACHE_GB or SANDBOXD_NODE_LAYER_MAX_IDLE_HOURS to evict from it all the same)`);
   const layerCache = new LayerCache({
     store: layerStore,
     recordsDir: join(config.dataDir, 'layer-use'),
     sandboxes: () => runtime.list(),
-    budgetBytes: config.nodeLayerCache.budgetBytes,
-    maxIdleMs: config.nodeLayerCache.maxIdleMs,
-    minAgeMs: config.nodeLayerCache.minAgeMs,
+    budgetBytes: evicts ? cache.budgetBytes : 0,
+    maxIdleMs: evicts ? cache.maxIdleMs : 0,
+    minAgeMs: cache.minAgeMs,
     log,
   });
   await layerCache.start();

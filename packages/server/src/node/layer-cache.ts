@@ -63,6 +63,7 @@ export class LayerCache {
   private running?: Promise<Eviction[]>;
   private again = false;
   private timer?: NodeJS.Timeout;
+  private retry?: NodeJS.Timeout;
   private loaded = false;
 
   constructor(private readonly o: LayerCacheOptions) {
@@ -82,6 +83,7 @@ export class LayerCache {
 
   async stop(): Promise<void> {
     clearInterval(this.timer);
+    clearTimeout(this.retry);
     await this.running?.catch(() => undefined);
   }
 
@@ -206,7 +208,17 @@ export class LayerCache {
       );
       await removeTreeWithMounts(doomed).catch((err: unknown) => this.log(`layer cache: removing ${doomed} failed (removed at the next start): ${String(err)}`));
     }
-    if (budgetBytes > 0 && total > budgetBytes) this.log(`layer cache: the layers hold ${mb(total)} MB, over the budget of ${mb(budgetBytes)} MB, but the rest are in use or were used in the last ${Math.round(minAgeMs / 60_000)} min`);
+    if (budgetBytes > 0 && total > budgetBytes) {
+      this.log(`layer cache: the layers hold ${mb(total)} MB, over the budget of ${mb(budgetBytes)} MB, but the rest are in use or were used in the last ${Math.round(minAgeMs / 1000)} s`);
+      // Another pass once the youngest of those no sandbox holds is old enough (not before the next).
+      const young = layers.filter((l) => now - l.lastUsedMs < minAgeMs && !mounted.has(l.id) && !this.inUse(l.id));
+      if (young.length > 0) {
+        const inMs = Math.min(...young.map((l) => l.lastUsedMs + minAgeMs - now)) + 1000;
+        clearTimeout(this.retry);
+        this.retry = setTimeout(() => this.nudge(), inMs);
+        this.retry.unref();
+      }
+    }
     return evicted;
   }
 

@@ -187,6 +187,21 @@ describe('a node layer cache', () => {
     assert.equal(await f.store.has(A), true);
   });
 
+  test('over budget with only young layers left: another pass runs by itself once they are old enough', async () => {
+    const f = await fixture({});
+    await f.store.ensureLayer(A, async () => ({ kind: 'test', sizeBytes: 100, entries: 0 }), () => undefined);
+    await f.store.markUsed(A);
+    const cache = f.cache({ budgetBytes: 1, minAgeMs: 300, now: Date.now });
+    try {
+      assert.deepEqual(await cache.pass(), []);
+      assert.equal(await f.store.has(A), true);
+      for (const deadline = Date.now() + 5000; (await f.store.has(A)) && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 100));
+      assert.equal(await f.store.has(A), false, f.lines.join('\n'));
+    } finally {
+      await cache.stop();
+    }
+  });
+
   test('one pass at a time: a second ask while one runs gets the same pass', async () => {
     const f = await fixture({ [A]: 5 * HOUR, [B]: 4 * HOUR });
     const cache = f.cache({ budgetBytes: 1 });

@@ -64,7 +64,7 @@ export class LayerCache {
   private again = false;
   private timer?: NodeJS.Timeout;
   private retry?: NodeJS.Timeout;
-  private loaded = false;
+  private loaded?: Promise<void>;
 
   constructor(private readonly o: LayerCacheOptions) {
     this.now = o.now ?? Date.now;
@@ -233,9 +233,12 @@ export class LayerCache {
     return mountedLayerIds(parseMountInfo(text), this.o.store.root);
   }
 
-  private async load(): Promise<void> {
-    if (this.loaded) return;
-    this.loaded = true;
+  /** The records a previous run left, read once (every caller waits for the same read). */
+  private load(): Promise<void> {
+    return (this.loaded ??= this.readRecords());
+  }
+
+  private async readRecords(): Promise<void> {
     const names = await readdir(this.o.recordsDir).catch(() => [] as string[]);
     for (const n of names) {
       const id = n.endsWith('.json') ? n.slice(0, -5) : '';

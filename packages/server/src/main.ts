@@ -290,6 +290,7 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
       bootConcurrency: config.warmPool.bootConcurrency,
     },
     agentReadyTimeoutMs: config.agentReadyTimeoutMs,
+    layerUse: layerCache,
     log,
   });
   // Snapshots' copies on their way to control: what a crash left there is of no use to anyone.

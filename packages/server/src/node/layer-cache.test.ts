@@ -145,9 +145,10 @@ describe('a node layer cache', () => {
         // The same path on another filesystem is not this store's layer.
         `43 20 8:1 /sbd/layers/${layerId(9)}/tree /mnt/other ro - ext4 /dev/sda1 rw`,
         `44 20 0:52 / /y rw - overlay overlay rw,lowerdir=/elsewhere/${layerId(8)}/tree,upperdir=/u,workdir=/w`,
+        `45 30 0:53 / ${root}/${layerId(5)}/tree/proc rw - proc proc rw`,
       ].join('\n'),
     );
-    assert.deepEqual([...mountedLayerIds(mounts, root)].sort(), [A, B, C, D].sort());
+    assert.deepEqual([...mountedLayerIds(mounts, root)].sort(), [A, B, C, D, layerId(5)].sort());
   });
 
   test('a real bind mount and a real overlay of layers keep them (root only)', { skip: process.getuid?.() !== 0 && 'needs root' }, async () => {

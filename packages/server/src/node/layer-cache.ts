@@ -268,7 +268,8 @@ export class LayerCache {
 /**
  * The ids of layers under `layersRoot` that a mount uses: a mount whose root lies in a layer's
  * directory on the layers' own filesystem (bind or idmapped clones: the runtime's lower scratch
- * mounts), or an overlay naming a layer's tree in its lowerdir. A relative lowerdir (long stacks are
+ * mounts), one mounted inside a layer's directory, or an overlay naming a layer's tree in its
+ * lowerdir. A relative lowerdir (long stacks are
  * mounted from their common parent) is matched by its `<id>/tree` part alone: a safety net errs on
  * the side of keeping.
  */
@@ -283,6 +284,11 @@ export function mountedLayerIds(mounts: MountEntry[], layersRoot: string): Set<s
   }
   const inside = home ? join(home.root, relative(home.mountPoint, root)) : undefined;
   for (const m of mounts) {
+    // Something mounted inside a layer's directory: whoever did it is using that tree.
+    if (m.mountPoint.startsWith(`${root}/`)) {
+      const id = m.mountPoint.slice(root.length + 1).split('/')[0]!;
+      if (LAYER_ID_RE.test(id)) out.add(id);
+    }
     if (home && inside && m.device === home.device && m.root.startsWith(`${inside}/`)) {
       const id = m.root.slice(inside.length + 1).split('/')[0]!;
       if (LAYER_ID_RE.test(id)) out.add(id);

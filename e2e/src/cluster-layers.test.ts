@@ -1,13 +1,17 @@
-// Templates everywhere: a node with a layers directory of its own (empty), its API over TLS, gets a create; it fetches
-// the template's layers from control once, verified by digest, and keeps them: its copy is the
-// same tree (the same content digest), and a later create there fetches nothing. Prints the figure:
-// the first create on a node without the layers against a later one, with the size moved.
+// Templates everywhere: a node with a layers directory of its own (empty), its API over TLS, gets a
+// create; it fetches the template's layers from control once, verified by digest, and keeps them
+// while a sandbox uses them: its copy is the same tree (the same content digest), and a later create
+// there fetches nothing. Its cache has a budget of almost nothing: once no sandbox uses them the
+// layers go, its heartbeat says so, and the next create fetches them again. Prints the figure: the
+// first create on a node without the layers against a later one, with the size moved.
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import pgLib from 'pg';
 import { digestLayerTree } from '../../packages/server/dist/images/layer-tar.js';
+import { layersDigestOf } from '../../packages/server/dist/services/node-membership.js';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { makeTestTls } from '../../packages/server/dist/testing/tls.js';
@@ -22,14 +26,19 @@ describe('a node without the layers of a template fetches them from control, onc
   const keys = testClusterKeyFiles();
   const tls = makeTestTls(['IP:127.0.0.1']);
   const nodeLayers = join(TEST_DATA_DIR, 'nodes', `own-layers-${randomBytes(3).toString('hex')}`);
+  let dbUrlOf = '';
+  /** The layers the first create fetched (short ids). */
+  let baseLayers: string[] = [];
 
   before(async () => {
     pg = await startPostgres();
     const dbUrl = await pg.createDatabase();
     mkdirSync(nodeLayers, { recursive: true, mode: 0o700 });
+    dbUrlOf = dbUrl;
     // No warm pool on the node: each create below boots, so the first is the one that meets the
     // missing layers. Its API over TLS, with a certificate of the cluster's CA: every call below
-    // (verbs, the agent relay, the snapshot's layer) goes over it.
+    // (verbs, the agent relay, the snapshot's layer) goes over it. A layers budget of ~1 KB: every
+    // layer no sandbox holds goes once it is a second old.
     node = await startNode({
       id: 'e2e-node-own-layers',
       verifyKey: keys.verifyPem,
@@ -40,6 +49,8 @@ describe('a node without the layers of a template fetches them from control, onc
         SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '0',
         SANDBOXD_NODE_TLS_CERT_FILE: tls.certFile,
         SANDBOXD_NODE_TLS_KEY_FILE: tls.keyFile,
+        SANDBOXD_NODE_LAYER_CACHE_GB: '0.000001',
+        SANDBOXD_NODE_LAYER_MIN_AGE_SECONDS: '1',
       },
     });
     assert.match(readFileSync(node.logFile, 'utf8'), /serves its runtime at https:\/\/127\.0\.0\.1:/);
@@ -75,6 +86,7 @@ describe('a node without the layers of a template fetches them from control, onc
 
     const moved = fetched();
     assert.ok(moved.length >= 1, readFileSync(node.logFile, 'utf8').slice(-3000));
+    baseLayers = moved.map((m) => m.id).sort();
     const ids = readdirSync(nodeLayers).filter((n) => /^[0-9a-f]{64}$/.test(n));
     assert.deepEqual(ids.map((id) => id.slice(0, 12)).sort(), moved.map((m) => m.id).sort());
     for (const id of ids) {
@@ -98,6 +110,41 @@ describe('a node without the layers of a template fetches them from control, onc
       `# figure: first create of 'base' on a node without its layers: ${(firstMs / 1000).toFixed(2)} s, of which fetching ${moved.length} layer(s), ${mb.toFixed(1)} MB, ${fetchS.toFixed(1)} s; a later create there: ${(secondMs / 1000).toFixed(2)} s\n`,
     );
     for (const sb of [first, second]) assert.equal((await api(control, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
+  });
+
+  test('over its budget, the node evicts the layers no sandbox uses any more; its heartbeat reports the set without them; the next create fetches them again', async () => {
+    const ownLayers = () => readdirSync(nodeLayers).filter((n) => /^[0-9a-f]{64}$/.test(n));
+    const until = async (what: string, ok: () => Promise<boolean> | boolean, ms = 30_000) => {
+      for (const deadline = Date.now() + ms; !(await ok()); await new Promise((r) => setTimeout(r, 250))) {
+        if (Date.now() > deadline) throw new Error(`${what}: not within ${ms / 1000} s\n--- node:\n${readFileSync(node.logFile, 'utf8').slice(-3000)}`);
+      }
+    };
+    // The sandboxes of the first test are deleted: nothing holds 'base' here any more.
+    await until('the layers evicted', () => ownLayers().length === 0);
+    const log = readFileSync(node.logFile, 'utf8');
+    for (const id of baseLayers) assert.match(log, new RegExp(`evicted layer ${id} \\([\\d.]+ MB, unused for [\\d.]+ h\\): .*over the budget`));
+    // Renamed away first, then deleted: nothing half-removed is left once the deletion is done.
+    await until('the evicted trees deleted', () => readdirSync(nodeLayers).filter((n) => n.startsWith('.tmp-')).length === 0);
+    // Control reads a node's layers when its heartbeat's digest changes: it is the empty set's now.
+    const db = new pgLib.Client({ connectionString: dbUrlOf });
+    await db.connect();
+    try {
+      const digest = async () => (await db.query<{ layers_digest: string | null }>('SELECT layers_digest FROM nodes WHERE id = $1', [node.id])).rows[0]?.layers_digest;
+      await until('the heartbeat reporting no layers', async () => (await digest()) === layersDigestOf([]));
+    } finally {
+      await db.end();
+    }
+    const before = fetched().length;
+    const sb = await createSandbox(control, { template_name: 'base' });
+    try {
+      assert.equal((await agent(sb, 'POST', '/commands/run', { command: 'true' })).status, 200);
+      assert.deepEqual(fetched().slice(before).map((m) => m.id).sort(), baseLayers, 'fetched again, each once');
+      // Held while the sandbox exists, however small the budget.
+      await new Promise((r) => setTimeout(r, 2500));
+      assert.deepEqual(ownLayers().map((id) => id.slice(0, 12)).sort(), baseLayers);
+    } finally {
+      assert.equal((await api(control, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
+    }
   });
 
   test("a template built through control (its steps run on control's machine) is served to the node, which fetches its layers", async () => {

@@ -104,6 +104,25 @@ test('bad warm pool settings are refused at start, naming the variable and why',
   }
 });
 
+test("a node's layers cache: a quarter of the data disk, a week idle, ten minutes' grace; fractions of a GB and 0 (no limit) taken; nonsense refused", () => {
+  const GB = 1024 ** 3;
+  assert.deepEqual(loadConfig({}, BIG).nodeLayerCache, { budgetBytes: 250 * GB, maxIdleMs: 7 * 24 * 3_600_000, minAgeMs: 600_000, explicit: false });
+  assert.equal(loadConfig({}, { ...SMALL, diskGb: 2 }).nodeLayerCache.budgetBytes, GB, 'at least 1 GB');
+  assert.deepEqual(
+    loadConfig({ SANDBOXD_NODE_LAYER_CACHE_GB: '0.5', SANDBOXD_NODE_LAYER_MAX_IDLE_HOURS: '0', SANDBOXD_NODE_LAYER_MIN_AGE_SECONDS: '5' }, BIG).nodeLayerCache,
+    { budgetBytes: GB / 2, maxIdleMs: 0, minAgeMs: 5000, explicit: true },
+  );
+  assert.equal(loadConfig({ SANDBOXD_NODE_LAYER_CACHE_GB: '0' }, BIG).nodeLayerCache.budgetBytes, 0);
+  for (const [env, re] of [
+    [{ SANDBOXD_NODE_LAYER_CACHE_GB: '-1' }, /SANDBOXD_NODE_LAYER_CACHE_GB must be a number of GB from 0 \(no budget\) up, got "-1"/],
+    [{ SANDBOXD_NODE_LAYER_CACHE_GB: '10G' }, /SANDBOXD_NODE_LAYER_CACHE_GB must be a number/],
+    [{ SANDBOXD_NODE_LAYER_MAX_IDLE_HOURS: '1.5' }, /SANDBOXD_NODE_LAYER_MAX_IDLE_HOURS must be an integer/],
+    [{ SANDBOXD_NODE_LAYER_MIN_AGE_SECONDS: '0' }, /SANDBOXD_NODE_LAYER_MIN_AGE_SECONDS must be an integer in \[1, 86400\]/],
+  ] as const) {
+    assert.throws(() => loadConfig(env, BIG), (err: unknown) => err instanceof ConfigError && re.test(err.message), JSON.stringify(env));
+  }
+});
+
 test('SANDBOXD_DATABASE_URL: unset (or empty) keeps SQLite in the data dir; a PostgreSQL URL is taken as it is; anything else is refused without echoing it', () => {
   assert.equal(loadConfig({}, BIG).databaseUrl, undefined);
   assert.equal(loadConfig({ SANDBOXD_DATABASE_URL: ' ' }, BIG).databaseUrl, undefined);

@@ -93,6 +93,14 @@ export interface Config {
    * (SANDBOXD_CONTROL_URL), and what a node takes (the largest layer, the longest fetch).
    */
   layerTransfer: { controlUrl: string; maxBytes: number; timeoutMs: number };
+  /**
+   * A node's layers directory as a cache (node/layer-cache.ts): the bytes of layers it keeps
+   * (SANDBOXD_NODE_LAYER_CACHE_GB) and how long a layer no sandbox names stays
+   * (SANDBOXD_NODE_LAYER_MAX_IDLE_HOURS); 0: no limit. Layers in use are never evicted, nor one used
+   * in the last `minAgeMs` (SANDBOXD_NODE_LAYER_MIN_AGE_SECONDS). `explicit`: the budget or the idle
+   * time was set (a node then evicts even from a layers directory outside its data directory).
+   */
+  nodeLayerCache: { budgetBytes: number; maxIdleMs: number; minAgeMs: number; explicit: boolean };
 }
 
 export interface NodeConfig {
@@ -459,6 +467,24 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
     logFormat: logFormatFrom(env),
     metrics: metricsFrom(env),
     layerTransfer: layerTransferFrom(env, host, port),
+    nodeLayerCache: nodeLayerCacheFrom(env, machine),
+  };
+}
+
+/** A quarter of the data directory's filesystem by default (at least 1 GB), a week idle, ten minutes' grace. */
+function nodeLayerCacheFrom(env: NodeJS.ProcessEnv, host: HostFacts): Config['nodeLayerCache'] {
+  const raw = env.SANDBOXD_NODE_LAYER_CACHE_GB;
+  let gb = Math.max(1, Math.floor(host.diskGb / 4));
+  if (raw !== undefined && raw !== '') {
+    gb = Number(raw);
+    // Fractions are allowed (a small node, a test); 0 turns the budget off.
+    if (!Number.isFinite(gb) || gb < 0 || gb > 1_000_000) throw new ConfigError(`SANDBOXD_NODE_LAYER_CACHE_GB must be a number of GB from 0 (no budget) up, got "${raw}"`);
+  }
+  return {
+    budgetBytes: Math.round(gb * 1024 ** 3),
+    maxIdleMs: int(env, 'SANDBOXD_NODE_LAYER_MAX_IDLE_HOURS', 7 * 24, 0, 100 * 365 * 24) * 3_600_000,
+    minAgeMs: int(env, 'SANDBOXD_NODE_LAYER_MIN_AGE_SECONDS', 600, 1, 86_400) * 1000,
+    explicit: !!env.SANDBOXD_NODE_LAYER_CACHE_GB || !!env.SANDBOXD_NODE_LAYER_MAX_IDLE_HOURS,
   };
 }
 

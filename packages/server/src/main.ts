@@ -42,6 +42,7 @@ import { SnapshotService } from './services/snapshots.js';
 import { FsLayerStore } from './images/layer-store.js';
 import { LayerContents } from './images/layer-content.js';
 import { LayerFetcher } from './images/layer-fetch.js';
+import { LayerCache } from './node/layer-cache.js';
 import { LayerPublisher, LayerServer } from './services/layer-publisher.js';
 import { QuotaService } from './services/quotas.js';
 import { SharedWindowLimiter, SlidingWindowLimiter, type RateLimiter } from './services/rate-limit.js';
@@ -253,10 +254,27 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
   await prepareMachine(config);
   log(`starting sandboxd ${config.version} as node ${config.node.id}; data directory ${config.dataDir}`);
   const runtime = await openRuntime(config);
-  // Its own layers directory: what it lacks is fetched from control on first use, and kept.
+  // Its own layers directory, a cache: what it lacks is fetched from control on first use; what no
+  // sandbox here uses goes when it is over its budget or idle too long (node/layer-cache.ts).
   const layerStore = new FsLayerStore(config.layersDir, { log });
   await layerStore.cleanupStale();
-  const layers = new LayerFetcher({ store: layerStore, maxBytes: config.layerTransfer.maxBytes, timeoutMs: config.layerTransfer.timeoutMs, ca: config.node.clusterCa ?? undefined, log });
+  // A layers directory outside the data directory may be shared (with control, another daemon):
+  // it holds layers this node knows nothing about, so it is evicted from only when asked outright.
+  const cache = config.nodeLayerCache;
+  const evicts = config.layersDir.startsWith(`${config.dataDir}/`) || cache.explicit;
+  if (evicts) log(`layer cache: keeps ${cache.budgetBytes ? `${(cache.budgetBytes / 1024 ** 3).toFixed(1)} GB of layers` : 'layers without a budget'}, ${cache.maxIdleMs ? `evicts a layer unused for ${cache.maxIdleMs / 3_600_000} h` : 'with no idle limit'}; never one in use or used in the last ${cache.minAgeMs / 1000} s`);
+  else log(`layer cache: off, ${config.layersDir} lies outside the data directory (set SANDBOXD_NODE_LAYER_CACHE_GB or SANDBOXD_NODE_LAYER_MAX_IDLE_HOURS to evict from it all the same)`);
+  const layerCache = new LayerCache({
+    store: layerStore,
+    recordsDir: join(config.dataDir, 'layer-use'),
+    sandboxes: () => runtime.list(),
+    budgetBytes: evicts ? cache.budgetBytes : 0,
+    maxIdleMs: evicts ? cache.maxIdleMs : 0,
+    minAgeMs: cache.minAgeMs,
+    log,
+  });
+  await layerCache.start();
+  const layers = new LayerFetcher({ store: layerStore, maxBytes: config.layerTransfer.maxBytes, timeoutMs: config.layerTransfer.timeoutMs, ca: config.node.clusterCa ?? undefined, onFetched: () => layerCache.nudge(), log });
   let orphans: OrphanCollector | undefined;
   const layerIds = () => layerStore.list();
   // The node's warm pool, sized as the all-in-one daemon's is (SANDBOXD_WARM_POOL_*,
@@ -272,6 +290,7 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
       bootConcurrency: config.warmPool.bootConcurrency,
     },
     agentReadyTimeoutMs: config.agentReadyTimeoutMs,
+    layerUse: layerCache,
     log,
   });
   // Snapshots' copies on their way to control: what a crash left there is of no use to anyone.
@@ -283,6 +302,7 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
     auth: new ClusterVerifier(config.node.verifyKey),
     log,
     layers,
+    layerUse: layerCache,
     layerIds,
     exportsDir,
     warm,
@@ -346,6 +366,7 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
     (closing ??= (async () => {
       membership?.stop();
       await orphans?.stop();
+      await layerCache.stop();
       if (store) await closeStore(store).catch((err: unknown) => log('closing the store failed', { error: String(err) }));
       await app.close().catch((err: unknown) => log('closing the node API failed', { error: String(err) }));
       // Its ready sandboxes are no one's once it is gone (a node started again does not know them).

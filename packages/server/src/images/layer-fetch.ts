@@ -18,6 +18,8 @@ export interface LayerFetcherOptions {
   stallMs?: number;
   /** For https:// layer URLs: the CA bundle (PEM) control's certificate is checked against (absent: the system's). */
   ca?: string;
+  /** Told after each layer fetched into the store (the cache then checks its budget). */
+  onFetched?: (id: string) => void;
   log?: Log;
 }
 
@@ -63,7 +65,11 @@ export class LayerFetcher {
   /** This machine's paths of the layers, top-most first, fetching the missing ones (one at a time). */
   async resolve(refs: LayerRef[]): Promise<string[]> {
     const paths: string[] = [];
-    for (const ref of refs) paths.push(await this.ensure(ref));
+    for (const ref of refs) {
+      paths.push(await this.ensure(ref));
+      // The cache's clock (node/layer-cache.ts): a layer in use is the most recently used.
+      await this.o.store.markUsed(ref.id).catch((err: unknown) => this.log(`marking layer ${ref.id.slice(0, 12)} used failed: ${String(err)}`));
+    }
     return paths;
   }
 
@@ -71,7 +77,12 @@ export class LayerFetcher {
     const store = this.o.store;
     if (await store.has(ref.id)) return store.path(ref.id);
     try {
-      const info = await store.ensureLayer(ref.id, (tree) => this.fetchInto(ref, tree), this.log);
+      let fetched = false;
+      const info = await store.ensureLayer(ref.id, (tree) => {
+        fetched = true;
+        return this.fetchInto(ref, tree);
+      }, this.log);
+      if (fetched) this.o.onFetched?.(ref.id);
       return info.path;
     } catch (err) {
       if (err instanceof ServiceError) throw err;

@@ -42,6 +42,8 @@ export interface BuiltLayer {
 
 const ID_RE = /^[0-9a-f]{64}$/;
 const TMP_PREFIX = '.tmp-';
+/** A file in a layer's directory whose mtime says when a sandbox of this machine last named it. */
+const USED_FILE = 'used';
 const LOCK_PREFIX = '.lock-';
 /**
  * A layers directory may be shared by processes of several machines or pods (control replicas on
@@ -146,16 +148,56 @@ export class FsLayerStore implements LayerStore {
   }
 
   async remove(id: string): Promise<void> {
+    const doomed = await this.detach(id);
+    if (doomed) await removeTreeWithMounts(doomed);
+  }
+
+  /**
+   * Takes layer `id` out of the store in one rename (a reader finds it whole or not at all) and
+   * returns where it went, for the caller to delete (undefined: there was no such layer). What is
+   * left there if the caller dies is a leftover that cleanupStale removes.
+   */
+  async detach(id: string): Promise<string | undefined> {
     if (!ID_RE.test(id)) throw new Error(`invalid layer id: ${id}`);
     // Rename first: a half-deleted tree must never sit under a final id.
     const doomed = join(this.root, `${TMP_PREFIX}${id}-${process.pid}-del-${randomBytes(4).toString('hex')}`);
     try {
       await rename(this.dir(id), doomed);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
       throw err;
     }
-    await removeTreeWithMounts(doomed);
+    return doomed;
+  }
+
+  /** Records that layer `id` was used at `at` (its `used` file's mtime); a missing layer is left alone. */
+  async markUsed(id: string, at = new Date()): Promise<void> {
+    if (!ID_RE.test(id)) throw new Error(`invalid layer id: ${id}`);
+    const file = join(this.dir(id), USED_FILE);
+    try {
+      await utimes(file, at, at);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      // First use here: made in the layer's own directory, which exists only while the layer does
+      // ('wx' never writes through a file another call made meanwhile).
+      await writeFile(file, '', { flag: 'wx', mode: 0o600 }).then(
+        () => utimes(file, at, at),
+        (e: NodeJS.ErrnoException) => {
+          if (e.code === 'EEXIST') return utimes(file, at, at);
+          if (e.code !== 'ENOENT') throw e;
+        },
+      );
+    }
+  }
+
+  /** When layer `id` was last used here (ms since the epoch): its `used` mark, else when it was made. */
+  async lastUsedMs(id: string): Promise<number | undefined> {
+    if (!ID_RE.test(id)) return undefined;
+    for (const f of [USED_FILE, 'meta.json']) {
+      const s = await stat(join(this.dir(id), f)).catch(() => undefined);
+      if (s) return s.mtimeMs;
+    }
+    return undefined;
   }
 
   async list(): Promise<string[]> {

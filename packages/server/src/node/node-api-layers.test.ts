@@ -23,6 +23,8 @@ import { SqliteStore } from '../store/sqlite.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
 import { makeTestTls } from '../testing/tls.js';
+import { layersDigestOf } from '../services/node-membership.js';
+import { LayerCache } from './layer-cache.js';
 import { nodeApi } from './node-api.js';
 
 const { signer, verifier } = testClusterKeys();
@@ -37,6 +39,12 @@ describe('layers from control to a node', () => {
   let nodeUrl: string;
   let nodeStore: FsLayerStore;
   let contents: LayerContents;
+  let fake: FakeRuntime;
+  let cache: LayerCache;
+  /** The cache's clock runs this far ahead of the layers' use marks. */
+  let aheadMs = 0;
+  /** Runs inside a create, its layers resolved and the sandbox not made yet. */
+  let duringCreate: (() => Promise<void>) | undefined;
   const served: string[] = [];
   const booted: SandboxSpec[] = [];
   const logs: string[] = [];
@@ -83,20 +91,25 @@ describe('layers from control to a node', () => {
     controlUrl = `http://127.0.0.1:${(control.server.address() as AddressInfo).port}`;
 
     nodeStore = new FsLayerStore(join(dir, 'node-layers'));
-    const fake = new FakeRuntime({ socketDir: join(dir, 's') });
+    fake = new FakeRuntime({ socketDir: join(dir, 's') });
     await fake.setupHost();
     const create = fake.create.bind(fake);
     fake.create = async (s) => {
       booted.push(s);
+      await duringCreate?.();
       return create(s);
     };
-    const layers = new LayerFetcher({ store: nodeStore, maxBytes: 1e9, timeoutMs: 30_000, log: (l) => logs.push(l) });
-    node = nodeApi({ nodeId: 'node-l', runtime: fake, auth: verifier, layers });
+    // A cache that keeps nothing it may drop (a budget of one byte), as runNode wires it.
+    cache = new LayerCache({ store: nodeStore, recordsDir: join(dir, 'layer-use'), sandboxes: () => fake.list(), budgetBytes: 1, maxIdleMs: 0, intervalMs: 0, now: () => Date.now() + aheadMs, log: (l) => logs.push(l) });
+    await cache.start();
+    const layers = new LayerFetcher({ store: nodeStore, maxBytes: 1e9, timeoutMs: 30_000, onFetched: () => cache.nudge(), log: (l) => logs.push(l) });
+    node = nodeApi({ nodeId: 'node-l', runtime: fake, auth: verifier, layers, layerUse: cache, layerIds: () => nodeStore.list() });
     await node.listen({ host: '127.0.0.1', port: 0 });
     nodeUrl = `http://127.0.0.1:${(node.server.address() as AddressInfo).port}`;
   });
 
   after(async () => {
+    await cache?.stop();
     await node?.close();
     await control?.close();
     await rm(dir, { recursive: true, force: true });
@@ -185,5 +198,45 @@ describe('layers from control to a node', () => {
       await secure.close();
       tls.remove();
     }
+  });
+
+  test("the node's cache: a sandbox's layer stays while it exists; once it is destroyed the layer is evicted, leaves the list the heartbeat digests, and the next create fetches it again", async () => {
+    const rt = remote();
+    const layerList = async () => {
+      const res = await fetch(`${nodeUrl}/node/v1/layers`, { headers: { authorization: `Bearer ${await signer.tokenFor('node-l')}` } });
+      return ((await res.json()) as { ids: string[] }).ids;
+    };
+    await rt.create(spec('sb-cached'));
+    const sandboxes = await fake.list();
+    assert.ok(sandboxes.length >= 2 && sandboxes.includes('sb-cached'), JSON.stringify(sandboxes));
+    // Long past the minimum age: only the sandboxes' records hold the layer now.
+    aheadMs = 3_600_000;
+    assert.deepEqual(await cache.pass(), []);
+    assert.ok(await nodeStore.has(LAYER));
+    const before = await layerList();
+    assert.ok(before.includes(LAYER));
+    for (const id of sandboxes) await rt.destroy(id);
+    const evicted = await cache.pass();
+    assert.deepEqual(evicted.map((e) => [e.id, e.reason]), [[LAYER, 'budget']], logs.join('\n'));
+    assert.equal(await nodeStore.has(LAYER), false);
+    const after = await layerList();
+    assert.ok(!after.includes(LAYER));
+    assert.notEqual(layersDigestOf(after), layersDigestOf(before), 'the heartbeat reports another set: control stops counting the node as holding it');
+    const downloads = served.filter((id) => id === LAYER).length;
+    aheadMs = 0;
+    // A pass while the next create is under way (the sandbox not listed yet, its layer's use mark
+    // long past the minimum age): the create's record holds the layer.
+    let during: unknown;
+    duringCreate = async () => {
+      aheadMs = 3_600_000;
+      // The first may be the pass the fetch asked for, begun before the clock moved.
+      during = [...(await cache.pass()), ...(await cache.pass())];
+    };
+    await rt.create(spec('sb-again')).finally(() => (duringCreate = undefined));
+    assert.deepEqual(during, []);
+    assert.equal(served.filter((id) => id === LAYER).length, downloads + 1, 'fetched again');
+    assert.equal(booted.at(-1)!.lowerDirs[0], nodeStore.path(LAYER));
+    assert.ok(await nodeStore.has(LAYER));
+    await rt.destroy('sb-again');
   });
 });

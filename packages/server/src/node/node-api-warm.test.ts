@@ -3,12 +3,13 @@
 // are reported in the heartbeat and never collected as no one's. FakeRuntime behind a real node
 // API: no root, no container.
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
+import { FsLayerStore } from '../images/layer-store.js';
 import { RemoteRuntime } from '../runtime/remote-runtime.js';
 import type { SandboxSpec } from '../runtime/types.js';
 import { NodeMembership } from '../services/node-membership.js';
@@ -18,6 +19,7 @@ import { clusterWarmKeyOf } from '../services/warm-pool.js';
 import { SqliteStore } from '../store/sqlite.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
+import { LayerCache } from './layer-cache.js';
 import { nodeApi } from './node-api.js';
 
 const { signer, verifier } = testClusterKeys();
@@ -207,4 +209,40 @@ test("control drops a template's ready sandboxes (deleted); other keys' stay; a 
   assert.equal(gone.length, 1);
   assert.equal(await fake.status(gone[0]!), 'missing', 'destroyed');
   await remote.dropWarm('tpl-never-asked');
+});
+
+test("the pool's sandboxes hold their layers in the node's layer cache: recorded before the boot resolves them, released when the pool destroys them", async () => {
+  const cache = new LayerCache({ store: new FsLayerStore(join(dir, 'cache-layers')), recordsDir: join(dir, 'layer-use'), sandboxes: () => fake.list(), budgetBytes: 0, maxIdleMs: 0, intervalMs: 0 });
+  await cache.start();
+  const recorded = async () => (await readdir(join(dir, 'layer-use')).catch(() => [] as string[])).filter((n) => n.endsWith('.json')).map((n) => n.slice(0, -5));
+  let atResolve: string[] | undefined;
+  const own = new NodeWarmPool({
+    runtime: fake,
+    pool: { minPerKey: 1, maxMemoryMb: 1000, horizonSeconds: 0, shrinkAfterMs: 60_000, bootConcurrency: 1, refillDelayMs: 0, tickMs: 0 },
+    agentReadyTimeoutMs: 5000,
+    layerUse: cache,
+    log: () => undefined,
+  });
+  try {
+    const lowerDirs = async () => {
+      atResolve = await recorded();
+      return [layerDir];
+    };
+    const spec = askSpec({ layerIds: ['l-held'] });
+    const got = await own.take({ spec, lowerDirs, poolId: 'tpl-held', label: 'base' });
+    assert.ok(atResolve?.includes(got.id), 'the record was there before the layers were resolved');
+    const record = JSON.parse(await readFile(join(dir, 'layer-use', `${got.id}.json`), 'utf8')) as { layers: string[] };
+    assert.deepEqual(record.layers, ['l-held']);
+    const key = clusterWarmKeyOf(spec, 'tpl-held').key;
+    await until('the pool refilled', () => own.readyByKey()[key] === 1);
+    const ready = own.held()[0]!;
+    assert.ok((await recorded()).includes(ready));
+    await own.drop('tpl-held');
+    assert.ok(!(await recorded()).includes(ready), 'a dropped sandbox no longer holds its layers');
+    assert.ok((await recorded()).includes(got.id), 'the one handed out still does (control destroys it through the node API)');
+    await fake.destroy(got.id);
+  } finally {
+    await own.close();
+    await cache.stop();
+  }
 });

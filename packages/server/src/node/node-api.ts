@@ -32,6 +32,11 @@ export interface NodeApiOptions {
    */
   layers?: { resolve(refs: LayerRef[]): Promise<string[]> };
   /**
+   * Which layers each sandbox uses (node/layer-cache.ts): told before a create or start resolves its
+   * layers, so they are not evicted from under it, and told when a sandbox is destroyed.
+   */
+  layerUse?: { use(id: string, layerIds: string[]): Promise<() => void>; release(id: string): Promise<void> };
+  /**
    * A directory of this node's own where a sandbox's files are copied for a snapshot before they go
    * to control as a layer's tar (absent: snapshots are refused here).
    */
@@ -85,26 +90,37 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     if (typeof id !== 'string' || !ID_RE.test(id)) throw new ServiceError('VALIDATION_ERROR', 'bad sandbox id');
     return id;
   };
-  const specOf = async (req: FastifyRequest): Promise<SandboxSpec> => {
+  // A create or start: its spec, its layers held for it (before they are resolved) while it runs.
+  const boot = async (req: FastifyRequest, verb: (spec: SandboxSpec) => Promise<void>): Promise<void> => {
     const body = req.body as (SandboxSpec & { layers?: unknown }) | undefined;
     if (!body || typeof body !== 'object' || body.id !== idOf(req)) throw new ServiceError('VALIDATION_ERROR', 'the body must be the sandbox spec of the id in the path');
-    if (!o.layers) return body;
+    if (!o.layers) return verb(body);
     // Paths of control's machine mean nothing here, and must not name this one's files.
     if (body.lowerDirs !== undefined) throw new ServiceError('VALIDATION_ERROR', 'this node takes layers by reference (layers), not by path (lowerDirs)');
     const refs = parseLayerRefs(body.layers);
     const { layers: _refs, ...spec } = body;
-    return { ...spec, lowerDirs: await o.layers.resolve(refs), layerIds: refs.map((r) => r.id) };
+    const layerIds = refs.map((r) => r.id);
+    const settled = await o.layerUse?.use(body.id, layerIds);
+    try {
+      return await verb({ ...spec, lowerDirs: await o.layers.resolve(refs), layerIds });
+    } finally {
+      settled?.();
+    }
   };
   // The verb's own result (void) is awaited in the argument: a 204 once it is done.
   const done = (reply: FastifyReply, _done?: void) => reply.code(204).send();
 
   app.get('/node/v1/health', async () => ({ node_id: o.nodeId }));
-  app.put('/node/v1/sandboxes/:id', async (req, reply) => done(reply, await rt.create(await specOf(req))));
-  app.post('/node/v1/sandboxes/:id/start', async (req, reply) => done(reply, await rt.start(await specOf(req))));
+  app.put('/node/v1/sandboxes/:id', async (req, reply) => done(reply, await boot(req, (spec) => rt.create(spec))));
+  app.post('/node/v1/sandboxes/:id/start', async (req, reply) => done(reply, await boot(req, (spec) => rt.start(spec))));
   app.post('/node/v1/sandboxes/:id/pause', async (req, reply) => done(reply, await rt.pause(idOf(req))));
   app.post('/node/v1/sandboxes/:id/resume', async (req, reply) => done(reply, await rt.resume(idOf(req))));
   app.post('/node/v1/sandboxes/:id/stop', async (req, reply) => done(reply, await rt.stop(idOf(req))));
-  app.delete('/node/v1/sandboxes/:id', async (req, reply) => done(reply, await rt.destroy(idOf(req))));
+  app.delete('/node/v1/sandboxes/:id', async (req, reply) => {
+    const id = idOf(req);
+    await rt.destroy(id);
+    return done(reply, await o.layerUse?.release(id));
+  });
   app.get('/node/v1/sandboxes/:id/status', async (req) => ({ status: await rt.status(idOf(req)) }));
   app.get('/node/v1/sandboxes/:id/stats', async (req) => rt.stats(idOf(req)));
   app.get('/node/v1/sandboxes/:id/ports', async (req) => ({ ports: await rt.listeningPorts(idOf(req)) }));

@@ -2,6 +2,10 @@ import { readFile, readdir, stat } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 
 export interface MountEntry {
+  /** major:minor of the filesystem. */
+  device: string;
+  /** The directory of that filesystem at the mount's root (not `/` for a bind mount of a subtree). */
+  root: string;
   mountPoint: string;
   fsType: string;
   source: string;
@@ -26,6 +30,8 @@ export function parseMountInfo(text: string): MountEntry[] {
     const fields = pre!.split(' ');
     const postFields = (post ?? '').split(' ');
     out.push({
+      device: fields[2] ?? '',
+      root: unescape(fields[3] ?? ''),
       mountPoint: unescape(fields[4] ?? ''),
       fsType: postFields[0] ?? '',
       source: unescape(postFields[1] ?? ''),

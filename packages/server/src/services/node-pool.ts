@@ -21,6 +21,11 @@ export interface NodeWarmPoolOptions {
   /** The sizing of the pool (config's SANDBOXD_WARM_POOL_*), as on one machine. */
   pool: Omit<WarmPoolOptions, 'runtime' | 'log'>;
   agentReadyTimeoutMs: number;
+  /**
+   * Which layers each sandbox of this node uses (node/layer-cache.ts, which evicts only what none
+   * uses): told before a boot resolves its layers, and when the pool destroys one of its sandboxes.
+   */
+  layerUse?: { use(id: string, layerIds: string[]): Promise<() => void>; release(id: string): Promise<void> };
   log: (msg: string, extra?: Record<string, unknown>) => void;
 }
 
@@ -38,9 +43,16 @@ export class NodeWarmPool {
   private readonly pool: WarmPool;
   /** Boots under way (their ids are not the pool's until they are ready). */
   private readonly booting = new Set<string>();
+  /** Destroys one of its sandboxes, its layers then no longer held for it. */
+  private readonly destroy: (id: string) => Promise<void>;
 
   constructor(private readonly o: NodeWarmPoolOptions) {
-    this.pool = new WarmPool({ ...o.pool, runtime: o.runtime, log: o.log });
+    const destroy = async (id: string) => {
+      await o.runtime.destroy(id);
+      await o.layerUse?.release(id);
+    };
+    this.destroy = destroy;
+    this.pool = new WarmPool({ ...o.pool, runtime: { destroy }, log: o.log });
   }
 
   /** A running sandbox of the ask's key, its agent answering: a ready one, or one booted now. */
@@ -49,14 +61,17 @@ export class NodeWarmPool {
     const make = async () => {
       const id = newSandboxId();
       this.booting.add(id);
+      let settled: (() => void) | undefined;
       try {
+        settled = await this.o.layerUse?.use(id, ask.spec.layerIds ?? []);
         await this.o.runtime.create(withSandboxId({ ...ask.spec, lowerDirs: await ask.lowerDirs() }, id));
         await waitForAgent((timeoutMs) => this.o.runtime.dialAgent(id, timeoutMs), this.o.agentReadyTimeoutMs);
         return id;
       } catch (err) {
-        await this.o.runtime.destroy(id).catch(() => undefined);
+        await this.destroy(id).catch(() => undefined);
         throw err;
       } finally {
+        settled?.();
         this.booting.delete(id);
       }
     };

@@ -584,6 +584,9 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
       return { memoryMb: u.activeMemoryMb, diskGb: u.diskGb };
     },
     pool: () => {
+      // In a cluster the ready sandboxes are the nodes' (their heartbeats say how many), and the
+      // hits are the creates a node served from them.
+      if (runtime instanceof ClusterRuntime) return { ready: runtime.warmReady(), booting: 0, hits: runtime.warmHits, misses: runtime.warmMisses };
       const keys = poolRef.pool?.stats() ?? [];
       return {
         ready: keys.reduce((n, k) => n + k.ready, 0),

@@ -470,6 +470,8 @@ export class ClusterRuntime implements Runtime {
       }
       this.nodeById.set(id, nodeId);
       this.reserved.set(id, { nodeId, resources: spec.resources, warm });
+      if (warm) this.warmHits++;
+      else this.warmMisses++;
       this.claimSoon();
       return id;
     } finally {
@@ -507,6 +509,17 @@ export class ClusterRuntime implements Runtime {
         this.leased(k.row) ? k.remote.dropWarm(poolId).catch((err: unknown) => this.log(`node ${k.row.id}: its warm pool could not drop ${poolId}: ${String(err)}`)) : undefined,
       ),
     );
+  }
+
+  /** Creates this process had served by a node's ready sandbox, and booted for them (the metrics' pool hits and misses). */
+  warmHits = 0;
+  warmMisses = 0;
+
+  /** Ready sandboxes the nodes reported, all keys together, as last read (the metrics' pool gauge). */
+  warmReady(): number {
+    let n = 0;
+    for (const { row } of this.nodes.values()) if (row.status === 'active' && this.leased(row)) for (const v of Object.values(row.warm)) n += v;
+    return n;
   }
 
   wasWarm(id: string): boolean {

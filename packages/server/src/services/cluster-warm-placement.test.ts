@@ -136,14 +136,18 @@ test('a node with a ready sandbox of the key comes first among nodes about as co
   assert.equal(await cluster.place(res(), [L1], KEY()), 'node-b', 'its ready sandbox first');
   assert.equal(await cluster.place(res(), [L1], clusterWarmKeyOf({ ...spec(), internetAccess: true }, POOL.id).key), 'node-a', 'not for another key');
 
+  assert.ok(cluster.warmReady() >= 1, "the metrics' gauge counts the nodes' ready sandboxes");
+  const [hits, misses] = [cluster.warmHits, cluster.warmMisses];
   const id = await cluster.takeReady(spec(), POOL);
   assert.equal(cluster.wasWarm(id), true, 'served from the pool');
+  assert.deepEqual([cluster.warmHits, cluster.warmMisses], [hits + 1, misses], 'a hit for the metrics');
   assert.equal(cluster.nodeOf(id), 'node-b');
   assert.equal(await fakes.get('node-b')!.status(id), 'running');
   // node-b reported one and this process took it: the next goes by commitment, until
   // node-b reports again (a burst does not pile onto one node's pool).
   const next = await cluster.takeReady(spec(), POOL);
   assert.equal(cluster.wasWarm(next), false, "node-a's pool keeps none: booted for the ask");
+  assert.deepEqual([cluster.warmHits, cluster.warmMisses], [hits + 1, misses + 1], 'a miss for the metrics');
   assert.equal(cluster.nodeOf(next), 'node-a');
   assert.equal(await fakes.get('node-a')!.status(next), 'running');
   for (const x of [id, next]) await cluster.destroy(x);

@@ -457,7 +457,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     layerServing = new LayerServer(contents, signer);
     publisher = new LayerPublisher({ contents, signer, controlUrl: config.layerTransfer.controlUrl, kv: store.kv });
     log(`cluster: nodes fetch the layers they lack from ${config.layerTransfer.controlUrl} (SANDBOXD_CONTROL_URL)`);
-    const cluster = new ClusterRuntime({ store, auth: signer, overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, layers: publisher, log });
+    const cluster = new ClusterRuntime({ store, auth: signer, overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, layers: publisher, exportMaxBytes: config.layerTransfer.maxBytes, log });
     await cluster.setupHost();
     const nodes = cluster.known();
     log(`cluster: ${nodes.length} node(s) registered: ${nodes.map((n) => `${n.id} (${n.status})`).join(', ') || 'none yet'}`);

@@ -23,6 +23,8 @@ export interface TarGuardLimits {
   maxBytes: number;
   /** Most entries (inodes are a resource too). */
   maxEntries?: number;
+  /** Most bytes of regular files, all together (a tar's length also counts its headers). */
+  maxFileBytes?: number;
 }
 
 const BLOCK = 512;
@@ -182,6 +184,7 @@ export class TarGuard {
 
     this.kinds.set(name, kind);
     if (kind === 'file') {
+      if (this.limits.maxFileBytes !== undefined && this.fileBytes + size > this.limits.maxFileBytes) throw new TarRefused(`${show(name)}: the layer's files hold more than ${this.limits.maxFileBytes} bytes`);
       this.fileBytes += size;
       this.left = padded(size);
       if (this.left > 0) this.state = 'data';

@@ -124,6 +124,11 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
         if (err instanceof ExportTooLarge) throw new ServiceError('LIMIT_EXCEEDED', `sandbox ${id}'s disk holds ${err.used} bytes, over ${String(maxBytes)}`, { id, export_used_bytes: err.used });
         throw err;
       }
+      // The tar holds every byte of every file, holes too: a sparse file the disk's count missed is
+      // refused here, before it is read for a digest and sent (control refuses it too).
+      if (maxBytes !== undefined && stats.bytes > maxBytes) {
+        throw new ServiceError('LIMIT_EXCEEDED', `sandbox ${id}'s files hold ${stats.bytes} bytes (holes of sparse files count), over ${maxBytes}`, { id, export_used_bytes: stats.bytes });
+      }
       // The layer's root stands for the sandbox's `/` (root's inside): canonical, like every layer's.
       const top = await lstat(tree);
       if (!(top.uid >= CANONICAL_ID_OFFSET && top.uid < CANONICAL_ID_OFFSET + ID_RANGE)) await chown(tree, CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);

@@ -23,6 +23,11 @@ export interface RemoteRuntimeOptions {
   /** A pause this long in a snapshot's layer on its way ends it (default 60 s). */
   exportIdleMs?: number;
   /**
+   * Most bytes of a snapshot's layer tar taken from a node, whatever room the snapshot has (default
+   * 32 GiB: what a node fetches at most, SANDBOXD_LAYER_FETCH_MAX_GB, so that it could fetch it back).
+   */
+  exportMaxBytes?: number;
+  /**
    * Control's layers: with it, a create or start names the sandbox's layers by id, digest and where
    * to fetch them (the node maps them to its own layers directory); without it (tests of one
    * machine), by this machine's paths.
@@ -32,6 +37,8 @@ export interface RemoteRuntimeOptions {
 
 /** A snapshot's layer on its way from a node: a pause in it this long ends it (default). */
 const EXPORT_IDLE_MS = 60_000;
+/** A snapshot's layer tar from a node: at most this long (default of exportMaxBytes). */
+const EXPORT_MAX_BYTES = 32 * 1024 ** 3;
 
 /** A create may fetch its layers first: its deadline grows by their size at this rate (bytes/s). */
 const LAYER_FETCH_BYTES_PER_SECOND = 20e6;
@@ -262,8 +269,9 @@ export class RemoteRuntime implements Runtime {
     }
     if (!res.ok) {
       const err = this.failure(res.status, await readCapped(res, 64 * 1024).catch(() => ''));
+      // Only a refusal of the limit asked for is one (ExportTooLarge is a quota's answer upstream).
       const used = err instanceof ServiceError ? err.extra?.export_used_bytes : undefined;
-      if (typeof used === 'number' && Number.isSafeInteger(used) && used >= 0) throw new ExportTooLarge(used);
+      if (opts.maxBytes !== undefined && typeof used === 'number' && Number.isSafeInteger(used) && used > opts.maxBytes) throw new ExportTooLarge(used);
       throw err;
     }
     const stats = parseExportStats(res.headers.get(EXPORT_STATS_HEADER));
@@ -274,6 +282,19 @@ export class RemoteRuntime implements Runtime {
     if (!stats || !/^sha256:[0-9a-f]{64}$/.test(digest) || !Number.isSafeInteger(bytes) || bytes <= 0 || bytes > most || (opts.maxBytes !== undefined && stats.allocated > opts.maxBytes * 2 + 1024 ** 2)) {
       await res.body?.cancel().catch(() => undefined);
       throw badAnswer(this.nodeId, `POST ${path}: not a layer's answer (${digest.slice(0, 80)}, ${bytes} bytes, ${JSON.stringify(stats)})`);
+    }
+    // The stats are the node's word: what bounds the tar is the room the snapshot has (a tar holds
+    // every byte of a sparse file, which the node's count of its disk does not) and this replica's
+    // own limit, checked before a byte of it is unpacked here.
+    const room = opts.maxBytes === undefined ? undefined : opts.maxBytes + (stats.entries + 16) * 4096;
+    if (room !== undefined && bytes > room) {
+      await res.body?.cancel().catch(() => undefined);
+      throw new ExportTooLarge(bytes);
+    }
+    const cap = this.o.exportMaxBytes ?? EXPORT_MAX_BYTES;
+    if (bytes > cap) {
+      await res.body?.cancel().catch(() => undefined);
+      throw new ServiceError('LIMIT_EXCEEDED', `sandbox ${id}'s files make a layer of ${bytes} bytes, over the ${cap} a snapshot may have`, { id, limit: 'snapshot_layer_bytes', max: cap });
     }
     if (!res.body) throw badAnswer(this.nodeId, `POST ${path}: no body`);
     let idle: NodeJS.Timeout | undefined;
@@ -290,8 +311,9 @@ export class RemoteRuntime implements Runtime {
         yield chunk;
       }
     }
+    let got: { entries: number; fileBytes: number };
     try {
-      await unpack(watched(), dest, { digest, bytes }, { signal, maxEntries: SNAPSHOT_MAX_ENTRIES });
+      got = await unpack(watched(), dest, { digest, bytes }, { signal, maxEntries: SNAPSHOT_MAX_ENTRIES, maxFileBytes: opts.maxBytes });
     } catch (err) {
       await res.body.cancel().catch(() => undefined);
       // Refused as it came (a bad tar, length or digest): the node's fault; cut off: its outage.
@@ -300,7 +322,10 @@ export class RemoteRuntime implements Runtime {
     } finally {
       clearTimeout(idle);
     }
-    return stats;
+    // Counted as it is here: tar writes every byte of a file (no holes), so this replica's disk
+    // holds at least the files' bytes, whatever the node said it allocated (the quota counts this).
+    if (opts.maxBytes !== undefined && got.fileBytes > opts.maxBytes) throw new ExportTooLarge(got.fileBytes);
+    return { bytes: got.fileBytes, allocated: Math.max(stats.allocated, got.fileBytes), entries: got.entries, frozenMs: stats.frozenMs };
   }
 
   /** Build steps write a layer into this machine's store: builds run where the layers are (issue 10, item 3). */

@@ -177,9 +177,10 @@ export interface Runtime {
 /**
  * Unpacks a layer's tar from a hostile source into the empty directory `dest`, checking it as it
  * goes (images/layer-tar.ts unpackLayer, given by the caller: runtime/ does not import images/);
- * rejects when the tar is refused, is not `expect.bytes` long or has another digest.
+ * rejects when the tar is refused, is not `expect.bytes` long or has another digest. Resolves to
+ * what was unpacked: its entries and the bytes of its regular files.
  */
-export type LayerUnpacker = (source: AsyncIterable<Uint8Array>, dest: string, expect: { digest: string; bytes: number }, opts: { signal?: AbortSignal; maxEntries?: number }) => Promise<unknown>;
+export type LayerUnpacker = (source: AsyncIterable<Uint8Array>, dest: string, expect: { digest: string; bytes: number }, opts: { signal?: AbortSignal; maxEntries?: number; maxFileBytes?: number }) => Promise<{ entries: number; fileBytes: number }>;
 
 /** exportLayer's refusal: the sandbox's disk holds more than `maxBytes` (its `used` bytes). */
 export class ExportTooLarge extends Error {

@@ -20,6 +20,8 @@ export interface ClusterRuntimeOptions {
   claimEveryMs?: number;
   /** Control's layers, which nodes fetch when they lack them (absent: nodes get this machine's paths). */
   layers?: LayerSource;
+  /** Most bytes of a snapshot's layer tar taken from a node (RemoteRuntimeOptions.exportMaxBytes). */
+  exportMaxBytes?: number;
   log?: (msg: string) => void;
 }
 
@@ -130,7 +132,7 @@ export class ClusterRuntime implements Runtime {
             this.stopOom(row.id);
             this.guards.delete(known.remote);
           }
-          const remote = new RemoteRuntime({ nodeId: row.id, url: row.url, auth: this.o.auth, layers: this.o.layers, unpack: unpackLayer, log: this.log });
+          const remote = new RemoteRuntime({ nodeId: row.id, url: row.url, auth: this.o.auth, layers: this.o.layers, unpack: unpackLayer, exportMaxBytes: this.o.exportMaxBytes, log: this.log });
           this.nodes.set(row.id, { row, remote });
           if (this.oomWatchers.size > 0) this.startOom(row.id, remote);
         }

@@ -1,0 +1,117 @@
+// Red team of RemoteRuntime.exportLayer's bounds: what a node says its copy counted is its word,
+// not a limit. A well-formed layer tar far larger than the snapshot may store (a hostile node, or an
+// honest one sending a tenant's sparse file at its full length) is refused before a byte of it lands
+// on control's disk, and what the snapshot is counted as is what control unpacked. Root (chown).
+import assert from 'node:assert/strict';
+import { chownSync, mkdirSync, writeFileSync } from 'node:fs';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, beforeEach, describe, test } from 'node:test';
+import { ServiceError } from '@sandboxd/protocol';
+import { digestLayerTree, packLayer, unpackLayer } from '../images/layer-tar.js';
+import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
+import { EXPORT_STATS_HEADER, LAYER_BYTES_HEADER, LAYER_DIGEST_HEADER } from '../runtime/layer-export-wire.js';
+import { RemoteRuntime } from '../runtime/remote-runtime.js';
+import { ExportTooLarge } from '../runtime/types.js';
+import { testClusterKeys } from '../testing/cluster-keys.js';
+
+type Handler = (req: IncomingMessage, res: ServerResponse) => void;
+const MIB = 1024 * 1024;
+
+describe("a snapshot's layer from a node: bounded by what may be stored, counted as unpacked", { timeout: 60_000 }, () => {
+  let server: Server;
+  let url: string;
+  let handler: Handler = (_q, s) => s.end();
+  const sockets = new Set<Socket>();
+  const { signer } = testClusterKeys();
+  let work: string;
+  let dest: string;
+  /** A layer tar of one 4 MiB file (canonical owners), as a node would send it. */
+  let tar: Buffer;
+  let digest: string;
+
+  before(async () => {
+    work = await mkdtemp(join(tmpdir(), 'sbd-export-bounds-'));
+    const tree = join(work, 'tree');
+    mkdirSync(tree);
+    writeFileSync(join(tree, 'big'), Buffer.alloc(4 * MIB, 0x61));
+    for (const p of [tree, join(tree, 'big')]) chownSync(p, CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
+    const chunks: Buffer[] = [];
+    for await (const c of packLayer(tree) as AsyncIterable<Buffer>) chunks.push(c);
+    tar = Buffer.concat(chunks);
+    digest = (await digestLayerTree(tree)).digest;
+    server = createServer((q, s) => handler(q, s));
+    server.on('connection', (s) => {
+      sockets.add(s);
+      s.on('close', () => sockets.delete(s));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+
+  beforeEach(async () => {
+    dest = await mkdtemp(join(work, 'dest-'));
+  });
+
+  after(async () => {
+    for (const s of sockets) s.destroy();
+    await new Promise((r) => server.close(r));
+    await rm(work, { recursive: true, force: true });
+  });
+
+  /** The node's answer: this tar, with the stats it claims. */
+  const claiming = (stats: { bytes: number; allocated: number; entries: number }): Handler => (_q, res) => {
+    res.writeHead(200, { 'content-type': 'application/x-tar', [LAYER_DIGEST_HEADER]: digest, [LAYER_BYTES_HEADER]: String(tar.length), [EXPORT_STATS_HEADER]: JSON.stringify({ ...stats, frozenMs: 0 }) });
+    res.end(tar);
+  };
+
+  test('a tar larger than the room the snapshot has is ExportTooLarge, whatever the node says it allocated', async () => {
+    handler = claiming({ bytes: 4 * MIB, allocated: 0, entries: 2 });
+    await assert.rejects(new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: MIB }), (err: unknown) => err instanceof ExportTooLarge && err.used >= 4 * MIB);
+    assert.deepEqual(await readdir(dest), [], 'nothing of it unpacked');
+  });
+
+  test('a node that claims a huge byte count gets no more room for it', async () => {
+    handler = claiming({ bytes: 2 ** 50, allocated: 0, entries: 2 });
+    await assert.rejects(new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: MIB }), (err: unknown) => err instanceof ExportTooLarge);
+    assert.deepEqual(await readdir(dest), []);
+  });
+
+  test('a node that claims every entry it may (room for their headers) still sends no more file bytes than the room', async () => {
+    handler = claiming({ bytes: 4 * MIB, allocated: 0, entries: 2_000_000 });
+    await assert.rejects(new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: MIB }), (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR');
+    assert.deepEqual(await readdir(dest), [], 'refused at the header of the file, before tar saw it');
+  });
+
+  test('with no room given, the tar is still bounded (exportMaxBytes): LIMIT_EXCEEDED, nothing unpacked', async () => {
+    handler = claiming({ bytes: 2 ** 50, allocated: 0, entries: 2 });
+    const rt = new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer, exportMaxBytes: 2 * MIB });
+    await assert.rejects(rt.exportLayer('a1', dest), (err: unknown) => err instanceof ServiceError && err.code === 'LIMIT_EXCEEDED');
+    assert.deepEqual(await readdir(dest), []);
+  });
+
+  test('what the snapshot is counted as is what was unpacked, not what the node claims', async () => {
+    handler = claiming({ bytes: 4 * MIB, allocated: 0, entries: 0 });
+    const got = await new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: 16 * MIB });
+    assert.ok(got.allocated >= 4 * MIB, `counted as ${got.allocated} bytes, not the node's 0`);
+    assert.equal(got.bytes, 4 * MIB);
+    assert.equal(got.entries, 2);
+  });
+
+  test("a size refusal is ExportTooLarge only when a limit was asked and the node's count is over it", async () => {
+    const refusal = (used: number): Handler => (_q, res) => {
+      res.writeHead(400, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ code: 'LIMIT_EXCEEDED', message: 'too large', extra: { export_used_bytes: used } }));
+    };
+    const rt = new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer });
+    handler = refusal(12345);
+    await assert.rejects(rt.exportLayer('a1', dest), (err: unknown) => !(err instanceof ExportTooLarge) && err instanceof ServiceError && err.code === 'LIMIT_EXCEEDED');
+    handler = refusal(5);
+    await assert.rejects(rt.exportLayer('a1', dest, { maxBytes: 10 }), (err: unknown) => !(err instanceof ExportTooLarge) && err instanceof ServiceError);
+    handler = refusal(11);
+    await assert.rejects(rt.exportLayer('a1', dest, { maxBytes: 10 }), (err: unknown) => err instanceof ExportTooLarge && err.used === 11);
+  });
+});

@@ -101,6 +101,41 @@ describe("a snapshot's layer from a node: bounded by what may be stored, counted
     assert.equal(got.entries, 2);
   });
 
+  const steady = (chunkBytes: number, everyMs: number): Handler => (_q, res) => {
+    res.writeHead(200, { 'content-type': 'application/x-tar', [LAYER_DIGEST_HEADER]: digest, [LAYER_BYTES_HEADER]: String(tar.length), [EXPORT_STATS_HEADER]: JSON.stringify({ bytes: 4 * MIB, allocated: 4 * MIB, entries: 2, frozenMs: 0 }) });
+    let at = 0;
+    const t = setInterval(() => {
+      if (res.destroyed) return clearInterval(t);
+      res.write(tar.subarray(at, at + chunkBytes));
+      at += chunkBytes;
+      if (at >= tar.length) {
+        clearInterval(t);
+        res.end();
+      }
+    }, everyMs);
+  };
+
+  test('no answer in time (the copy): NODE_UNAVAILABLE', async () => {
+    handler = () => undefined;
+    const rt = new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer, exportAnswerMs: 300 });
+    await assert.rejects(rt.exportLayer('a1', dest), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE');
+  });
+
+  test('the deadline of the answer does not cut a tar that is coming steadily after it', async () => {
+    handler = steady(512 * 1024, 100);
+    const rt = new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer, exportAnswerMs: 300, exportIdleMs: 2000 });
+    const got = await rt.exportLayer('a1', dest);
+    assert.equal(got.bytes, 4 * MIB);
+  });
+
+  test('a trickle that is never idle long enough to be cut off is cut by its length at the least rate', async () => {
+    handler = steady(512, 100);
+    const rt = new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer, exportIdleMs: 400, exportMinBytesPerSecond: 1e7 });
+    const t0 = performance.now();
+    await assert.rejects(rt.exportLayer('a1', dest), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE' && /not sent in/.test(err.detail ?? ''));
+    assert.ok(performance.now() - t0 < 5000);
+  });
+
   test("a size refusal is ExportTooLarge only when a limit was asked and the node's count is over it", async () => {
     const refusal = (used: number): Handler => (_q, res) => {
       res.writeHead(400, { 'content-type': 'application/json' });

@@ -27,6 +27,10 @@ export interface RemoteRuntimeOptions {
    * 32 GiB: what a node fetches at most, SANDBOXD_LAYER_FETCH_MAX_GB, so that it could fetch it back).
    */
   exportMaxBytes?: number;
+  /** The longest a node may take to answer a snapshot's export: its copy and digest (default 11 min). */
+  exportAnswerMs?: number;
+  /** Then the tar must come at least this fast, on average (bytes/s; default 5 MB/s, after a grace of exportIdleMs). */
+  exportMinBytesPerSecond?: number;
   /**
    * Control's layers: with it, a create or start names the sandbox's layers by id, digest and where
    * to fetch them (the node maps them to its own layers directory); without it (tests of one
@@ -39,6 +43,8 @@ export interface RemoteRuntimeOptions {
 const EXPORT_IDLE_MS = 60_000;
 /** A snapshot's layer tar from a node: at most this long (default of exportMaxBytes). */
 const EXPORT_MAX_BYTES = 32 * 1024 ** 3;
+/** A snapshot's layer tar comes at least this fast on average (default of exportMinBytesPerSecond). */
+const EXPORT_MIN_BYTES_PER_SECOND = 5e6;
 
 /** A create may fetch its layers first: its deadline grows by their size at this rate (bytes/s). */
 const LAYER_FETCH_BYTES_PER_SECOND = 20e6;
@@ -251,11 +257,33 @@ export class RemoteRuntime implements Runtime {
     const path = this.sandbox(id, '/layer');
     const unpack = this.o.unpack;
     if (!unpack) throw new ServiceError('INVALID_STATE', 'snapshots of sandboxes on nodes are not taken here (no layer unpacker)');
-    const deadline = AbortSignal.timeout(SNAPSHOT_COPY_TIMEOUT_MS + 60_000);
-    // The copy takes its time before the answer; once sending, a node that stalls is cut off (the
-    // fetch is aborted, which ends the body's stream too).
-    const stalled = new AbortController();
-    const signal = AbortSignal.any([deadline, stalled.signal]);
+    // The copy (and its digest) takes its time before the answer; then the tar has a time by its
+    // length, and a node that stalls is cut off: aborting ends the fetch and the body's stream. (One
+    // deadline for both cut off a large snapshot whose copy took its time.)
+    const cut = new AbortController();
+    const answerMs = this.o.exportAnswerMs ?? SNAPSHOT_COPY_TIMEOUT_MS + 60_000;
+    let deadline = setTimeout(() => cut.abort(new Error(`no answer in ${answerMs / 1000} s`)), answerMs);
+    try {
+      return await this.receiveLayer(id, path, dest, opts, unpack, cut, (bytes) => {
+        clearTimeout(deadline);
+        const sendMs = (this.o.exportIdleMs ?? EXPORT_IDLE_MS) + Math.ceil((bytes / (this.o.exportMinBytesPerSecond ?? EXPORT_MIN_BYTES_PER_SECOND)) * 1000);
+        deadline = setTimeout(() => cut.abort(new Error(`${bytes} bytes not sent in ${sendMs / 1000} s`)), sendMs);
+      });
+    } finally {
+      clearTimeout(deadline);
+    }
+  }
+
+  private async receiveLayer(
+    id: string,
+    path: string,
+    dest: string,
+    opts: { maxBytes?: number },
+    unpack: LayerUnpacker,
+    cut: AbortController,
+    sending: (bytes: number) => void,
+  ): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }> {
+    const signal = cut.signal;
     let res: Response;
     try {
       res = await fetch(new URL(path, this.base), {
@@ -297,11 +325,12 @@ export class RemoteRuntime implements Runtime {
       throw new ServiceError('LIMIT_EXCEEDED', `sandbox ${id}'s files make a layer of ${bytes} bytes, over the ${cap} a snapshot may have`, { id, limit: 'snapshot_layer_bytes', max: cap });
     }
     if (!res.body) throw badAnswer(this.nodeId, `POST ${path}: no body`);
+    sending(bytes);
     let idle: NodeJS.Timeout | undefined;
     const idleMs = this.o.exportIdleMs ?? EXPORT_IDLE_MS;
     const alive = () => {
       clearTimeout(idle);
-      idle = setTimeout(() => stalled.abort(new Error(`sent nothing for ${idleMs / 1000} s`)), idleMs);
+      idle = setTimeout(() => cut.abort(new Error(`sent nothing for ${idleMs / 1000} s`)), idleMs);
     };
     const body = res.body as unknown as AsyncIterable<Uint8Array>;
     async function* watched(): AsyncIterable<Uint8Array> {
@@ -318,7 +347,7 @@ export class RemoteRuntime implements Runtime {
       await res.body.cancel().catch(() => undefined);
       // Refused as it came (a bad tar, length or digest): the node's fault; cut off: its outage.
       if (!signal.aborted) throw badAnswer(this.nodeId, `POST ${path}: ${describeCause(err)}`);
-      throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} broke off sending sandbox ${id}'s files; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(describeCause(stalled.signal.aborted ? stalled.signal.reason : err));
+      throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} broke off sending sandbox ${id}'s files; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(describeCause(signal.aborted ? signal.reason : err));
     } finally {
       clearTimeout(idle);
     }

@@ -267,6 +267,8 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
     layers,
     layerIds,
     exportsDir,
+    // What this node fetches at most is what it sends at most (control holds the same limit).
+    exportMaxBytes: config.layerTransfer.maxBytes,
     orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) },
   });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });

@@ -55,13 +55,21 @@ export function packLayer(tree: string): Readable {
   return out;
 }
 
-/** The content digest of the layer tree `tree` (reads all of it: seconds per hundreds of MB). */
-export async function digestLayerTree(tree: string): Promise<LayerDigest> {
+/** The content digest of the layer tree `tree` (reads all of it: seconds per hundreds of MB); an abort stops tar. */
+export async function digestLayerTree(tree: string, signal?: AbortSignal): Promise<LayerDigest> {
+  signal?.throwIfAborted();
   const hash = createHash('sha256');
   let bytes = 0;
-  for await (const chunk of packLayer(tree) as AsyncIterable<Buffer>) {
-    hash.update(chunk);
-    bytes += chunk.length;
+  const tar = packLayer(tree);
+  const stop = () => tar.destroy(signal?.reason instanceof Error ? signal.reason : new Error('aborted'));
+  signal?.addEventListener('abort', stop, { once: true });
+  try {
+    for await (const chunk of tar as AsyncIterable<Buffer>) {
+      hash.update(chunk);
+      bytes += chunk.length;
+    }
+  } finally {
+    signal?.removeEventListener('abort', stop);
   }
   return { digest: `sha256:${hash.digest('hex')}`, bytes };
 }

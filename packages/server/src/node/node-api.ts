@@ -35,6 +35,8 @@ export interface NodeApiOptions {
    * to control as a layer's tar (absent: snapshots are refused here).
    */
   exportsDir?: string;
+  /** The longest a snapshot's layer tar may be (its files' bytes, holes included; default: no limit). */
+  exportMaxBytes?: number;
 }
 
 /** The most sandbox ids one claim names (a claim replaces the owner's last one). */
@@ -129,10 +131,17 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
       if (maxBytes !== undefined && stats.bytes > maxBytes) {
         throw new ServiceError('LIMIT_EXCEEDED', `sandbox ${id}'s files hold ${stats.bytes} bytes (holes of sparse files count), over ${maxBytes}`, { id, export_used_bytes: stats.bytes });
       }
+      if (o.exportMaxBytes !== undefined && stats.bytes > o.exportMaxBytes) {
+        throw new ServiceError('LIMIT_EXCEEDED', `sandbox ${id}'s files hold ${stats.bytes} bytes (holes of sparse files count), over the ${o.exportMaxBytes} a snapshot's layer may have`, { id, limit: 'snapshot_layer_bytes', max: o.exportMaxBytes });
+      }
       // The layer's root stands for the sandbox's `/` (root's inside): canonical, like every layer's.
       const top = await lstat(tree);
       if (!(top.uid >= CANONICAL_ID_OFFSET && top.uid < CANONICAL_ID_OFFSET + ID_RANGE)) await chown(tree, CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
-      const d = await digestLayerTree(tree);
+      // Read whole for the digest (minutes for a large tree): not for a control that left meanwhile.
+      const gone = new AbortController();
+      const leave = () => gone.abort(new Error('control closed the connection'));
+      reply.raw.once('close', leave);
+      const d = await digestLayerTree(tree, gone.signal).finally(() => reply.raw.off('close', leave));
       const tar = packLayer(tree);
       tar.once('close', remove);
       reply.raw.once('close', () => tar.destroy());

@@ -15,6 +15,22 @@ import { nodeApi } from './node-api.js';
 
 const MIB = 1024 * 1024;
 
+/**
+ * The copy as the runtime leaves it: canonical owners, a file with nothing allocated (512 MiB; 16 GiB
+ * for sandbox `huge`, whose count the runtime gets wrong, so that only the digest's read is left).
+ */
+function runtimeOf(): Runtime {
+  return {
+    async exportLayer(id: string, dest: string) {
+      const f = join(dest, 'holes');
+      await writeFile(f, '');
+      await truncate(f, id === 'huge' ? 16 * 1024 * MIB : 512 * MIB);
+      for (const p of [dest, f]) await chown(p, CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
+      return { bytes: id === 'huge' ? 0 : 512 * MIB, allocated: 4096, entries: 2, frozenMs: 0 };
+    },
+  } as unknown as Runtime;
+}
+
 describe("a node's export of a sandbox holding a sparse file", { timeout: 60_000 }, () => {
   const { signer, verifier } = testClusterKeys();
   let dir: string;
@@ -23,24 +39,34 @@ describe("a node's export of a sandbox holding a sparse file", { timeout: 60_000
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'sbd-node-sparse-'));
-    // The copy as the runtime leaves it: canonical owners, a 512 MiB file with nothing allocated.
-    const runtime = {
-      async exportLayer(_id: string, dest: string) {
-        const f = join(dest, 'holes');
-        await writeFile(f, '');
-        await truncate(f, 512 * MIB);
-        for (const p of [dest, f]) await chown(p, CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
-        return { bytes: 512 * MIB, allocated: 4096, entries: 2, frozenMs: 0 };
-      },
-    } as unknown as Runtime;
-    app = nodeApi({ nodeId: 'node-s', runtime, auth: verifier, exportsDir: join(dir, 'exports') });
+    app = nodeApi({ nodeId: 'node-s', runtime: runtimeOf(), auth: verifier, exportsDir: join(dir, 'exports'), exportMaxBytes: 256 * MIB });
     await app.listen({ host: '127.0.0.1', port: 0 });
     port = (app.server.address() as AddressInfo).port;
   });
 
+  let unlimited: FastifyInstance | undefined;
   after(async () => {
+    await unlimited?.close();
     await app.close();
     await rm(dir, { recursive: true, force: true });
+  });
+
+  const post = async (body: unknown) => {
+    const r = await fetch(`http://127.0.0.1:${port}/node/v1/sandboxes/sb1/layer`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${await signer.tokenFor('node-s')}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    const json = r.headers.get('content-type')?.includes('json') ? ((await r.json()) as { code?: string; extra?: Record<string, unknown> }) : (await r.body?.cancel(), {});
+    return { status: r.status, body: json };
+  };
+
+  test("without max_bytes (no quota), still the node's own limit: LIMIT_EXCEEDED, not a size ExportTooLarge maps from", async () => {
+    const r = await post({});
+    assert.notEqual(r.status, 200);
+    assert.equal(r.body.code, 'LIMIT_EXCEEDED');
+    assert.equal(r.body.extra?.limit, 'snapshot_layer_bytes');
+    assert.equal(r.body.extra?.export_used_bytes, undefined);
   });
 
   test('with max_bytes: LIMIT_EXCEEDED by the files\' length (export_used_bytes), nothing sent, no copy left', async () => {
@@ -56,5 +82,22 @@ describe("a node's export of a sandbox holding a sparse file", { timeout: 60_000
     let left = await readdir(join(dir, 'exports'));
     for (let i = 0; i < 40 && left.length > 0; i++) left = await new Promise((res) => setTimeout(res, 50)).then(() => readdir(join(dir, 'exports')));
     assert.deepEqual(left, []);
+  });
+
+  test('a control that leaves while the node reads the copy for its digest stops that read, and the copy goes', async () => {
+    // A node with no limit of its own: the digest would read 16 GiB of holes.
+    const exports = join(dir, 'exports-unlimited');
+    unlimited = nodeApi({ nodeId: 'node-s', runtime: runtimeOf(), auth: verifier, exportsDir: exports });
+    await unlimited.listen({ host: '127.0.0.1', port: 0 });
+    const p = (unlimited.server.address() as AddressInfo).port;
+    const ac = new AbortController();
+    const headers = { authorization: `Bearer ${await signer.tokenFor('node-s')}`, 'content-type': 'application/json' };
+    const asked = fetch(`http://127.0.0.1:${p}/node/v1/sandboxes/huge/layer`, { method: 'POST', headers, body: '{}', signal: ac.signal }).catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 500));
+    ac.abort();
+    await asked;
+    let left = await readdir(exports);
+    for (let i = 0; i < 30 && left.length > 0; i++) left = await new Promise((res) => setTimeout(res, 100)).then(() => readdir(exports));
+    assert.deepEqual(left, [], 'the copy is removed within 3 s, not once 16 GiB were read');
   });
 });

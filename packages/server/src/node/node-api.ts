@@ -118,6 +118,10 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     await mkdir(o.exportsDir, { recursive: true, mode: 0o700 });
     const tree = await mkdtemp(join(o.exportsDir, `${id}-`));
     const remove = () => void rm(tree, { recursive: true, force: true }).catch((err: unknown) => log(`removing the export ${tree} failed: ${String(err)}`));
+    // Control gone (its connection closed: it gave up, or the answer ended): nothing more is read or
+    // sent for it. A 'close' comes once: listened to from the start, not from where it matters.
+    const gone = new AbortController();
+    reply.raw.once('close', () => gone.abort(new Error('control closed the connection')));
     try {
       let stats;
       try {
@@ -138,13 +142,12 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
       const top = await lstat(tree);
       if (!(top.uid >= CANONICAL_ID_OFFSET && top.uid < CANONICAL_ID_OFFSET + ID_RANGE)) await chown(tree, CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
       // Read whole for the digest (minutes for a large tree): not for a control that left meanwhile.
-      const gone = new AbortController();
-      const leave = () => gone.abort(new Error('control closed the connection'));
-      reply.raw.once('close', leave);
-      const d = await digestLayerTree(tree, gone.signal).finally(() => reply.raw.off('close', leave));
+      gone.signal.throwIfAborted();
+      const d = await digestLayerTree(tree, gone.signal);
+      gone.signal.throwIfAborted();
       const tar = packLayer(tree);
       tar.once('close', remove);
-      reply.raw.once('close', () => tar.destroy());
+      gone.signal.addEventListener('abort', () => tar.destroy(), { once: true });
       return reply
         .header('content-type', 'application/x-tar')
         .header(LAYER_DIGEST_HEADER, d.digest)

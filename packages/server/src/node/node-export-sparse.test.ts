@@ -17,16 +17,17 @@ const MIB = 1024 * 1024;
 
 /**
  * The copy as the runtime leaves it: canonical owners, a file with nothing allocated (512 MiB; 16 GiB
- * for sandbox `huge`, whose count the runtime gets wrong, so that only the digest's read is left).
+ * for sandboxes `huge` and `slow` (whose copy takes 0.8 s), whose count the runtime gets wrong, so that only the digest's read is left).
  */
 function runtimeOf(): Runtime {
   return {
     async exportLayer(id: string, dest: string) {
+      if (id === 'slow') await new Promise((r) => setTimeout(r, 800)); // a copy that takes its time
       const f = join(dest, 'holes');
       await writeFile(f, '');
-      await truncate(f, id === 'huge' ? 16 * 1024 * MIB : 512 * MIB);
+      await truncate(f, id === 'huge' || id === 'slow' ? 16 * 1024 * MIB : 512 * MIB);
       for (const p of [dest, f]) await chown(p, CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
-      return { bytes: id === 'huge' ? 0 : 512 * MIB, allocated: 4096, entries: 2, frozenMs: 0 };
+      return { bytes: id === 'huge' || id === 'slow' ? 0 : 512 * MIB, allocated: 4096, entries: 2, frozenMs: 0 };
     },
   } as unknown as Runtime;
 }
@@ -84,20 +85,26 @@ describe("a node's export of a sandbox holding a sparse file", { timeout: 60_000
     assert.deepEqual(left, []);
   });
 
-  test('a control that leaves while the node reads the copy for its digest stops that read, and the copy goes', async () => {
-    // A node with no limit of its own: the digest would read 16 GiB of holes.
-    const exports = join(dir, 'exports-unlimited');
-    unlimited = nodeApi({ nodeId: 'node-s', runtime: runtimeOf(), auth: verifier, exportsDir: exports });
-    await unlimited.listen({ host: '127.0.0.1', port: 0 });
-    const p = (unlimited.server.address() as AddressInfo).port;
-    const ac = new AbortController();
-    const headers = { authorization: `Bearer ${await signer.tokenFor('node-s')}`, 'content-type': 'application/json' };
-    const asked = fetch(`http://127.0.0.1:${p}/node/v1/sandboxes/huge/layer`, { method: 'POST', headers, body: '{}', signal: ac.signal }).catch(() => undefined);
-    await new Promise((r) => setTimeout(r, 500));
-    ac.abort();
-    await asked;
-    let left = await readdir(exports);
-    for (let i = 0; i < 30 && left.length > 0; i++) left = await new Promise((res) => setTimeout(res, 100)).then(() => readdir(exports));
-    assert.deepEqual(left, [], 'the copy is removed within 3 s, not once 16 GiB were read');
-  });
+  for (const [when, id] of [
+    ['while the node reads the copy for its digest', 'huge'],
+    ['while the node is still copying', 'slow'],
+  ]) {
+    test(`a control that leaves ${when}: the node reads no more of it, and the copy goes`, async () => {
+      // A node with no limit of its own: the digest would read 16 GiB of holes.
+      const exports = join(dir, 'exports-unlimited');
+      unlimited ??= nodeApi({ nodeId: 'node-s', runtime: runtimeOf(), auth: verifier, exportsDir: exports });
+      if (!unlimited.server.listening) await unlimited.listen({ host: '127.0.0.1', port: 0 });
+      const p = (unlimited.server.address() as AddressInfo).port;
+      const ac = new AbortController();
+      const headers = { authorization: `Bearer ${await signer.tokenFor('node-s')}`, 'content-type': 'application/json' };
+      const asked = fetch(`http://127.0.0.1:${p}/node/v1/sandboxes/${id}/layer`, { method: 'POST', headers, body: '{}', signal: ac.signal }).catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 400));
+      ac.abort();
+      await asked;
+      await new Promise((r) => setTimeout(r, 600)); // the slow copy ends meanwhile
+      let left = await readdir(exports);
+      for (let i = 0; i < 30 && left.length > 0; i++) left = await new Promise((res) => setTimeout(res, 100)).then(() => readdir(exports));
+      assert.deepEqual(left, [], 'the copy is removed within 3 s, not once 16 GiB were read');
+    });
+  }
 });

@@ -3,7 +3,7 @@
 // honest one sending a tenant's sparse file at its full length) is refused before a byte of it lands
 // on control's disk, and what the snapshot is counted as is what control unpacked. Root (chown).
 import assert from 'node:assert/strict';
-import { chownSync, mkdirSync, writeFileSync } from 'node:fs';
+import { chownSync, linkSync, mkdirSync, writeFileSync } from 'node:fs';
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
@@ -148,5 +148,34 @@ describe("a snapshot's layer from a node: bounded by what may be stored, counted
     await assert.rejects(rt.exportLayer('a1', dest, { maxBytes: 10 }), (err: unknown) => !(err instanceof ExportTooLarge) && err instanceof ServiceError);
     handler = refusal(11);
     await assert.rejects(rt.exportLayer('a1', dest, { maxBytes: 10 }), (err: unknown) => err instanceof ExportTooLarge && err.used === 11);
+  });
+
+  test('a tree of many hard links (each a header in the tar, no inode) is taken when the node counts its names', async () => {
+    const tree = join(work, 'links');
+    mkdirSync(tree);
+    writeFileSync(join(tree, 'f'), 'x');
+    for (let i = 0; i < 300; i++) linkSync(join(tree, 'f'), join(tree, `l${i}`));
+    for (const p of [tree, join(tree, 'f')]) chownSync(p, CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
+    const chunks: Buffer[] = [];
+    for await (const c of packLayer(tree) as AsyncIterable<Buffer>) chunks.push(c);
+    const links = Buffer.concat(chunks);
+    const d = (await digestLayerTree(tree)).digest;
+    // What the copy counted: 2 inodes (the root and the file), 302 names.
+    handler = (_q, res) => {
+      res.writeHead(200, { 'content-type': 'application/x-tar', [LAYER_DIGEST_HEADER]: d, [LAYER_BYTES_HEADER]: String(links.length), [EXPORT_STATS_HEADER]: JSON.stringify({ bytes: 1, allocated: 8192, entries: 2, names: 302, frozenMs: 0 }) });
+      res.end(links);
+    };
+    const got = await new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: 16 * MIB });
+    assert.equal(got.entries, 302);
+    // Names fewer than inodes, or more than a snapshot may hold: not a count of a copy.
+    for (const names of [1, 2_000_001, 2.5]) {
+      handler = (_q, res) => {
+        res.writeHead(200, { [LAYER_DIGEST_HEADER]: d, [LAYER_BYTES_HEADER]: String(links.length), [EXPORT_STATS_HEADER]: JSON.stringify({ bytes: 1, allocated: 8192, entries: 2, names, frozenMs: 0 }) });
+        res.end(links);
+      };
+      const other = await mkdtemp(join(work, 'dest-'));
+      await assert.rejects(new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', other), (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR', String(names));
+      assert.deepEqual(await readdir(other), []);
+    }
   });
 });

@@ -305,8 +305,9 @@ export class RemoteRuntime implements Runtime {
     const stats = parseExportStats(res.headers.get(EXPORT_STATS_HEADER));
     const digest = res.headers.get(LAYER_DIGEST_HEADER) ?? '';
     const bytes = Number(res.headers.get(LAYER_BYTES_HEADER));
-    // A tar holds the files' bytes, a 512-byte header per entry (more for long names) and padding.
-    const most = stats ? stats.bytes + (stats.entries + 16) * 4096 : 0;
+    // A tar holds the files' bytes, headers per name (a hard link is one, with no inode) and padding.
+    const headed = stats ? (stats.names ?? stats.entries) + 16 : 0;
+    const most = stats ? stats.bytes + headed * 4096 : 0;
     if (!stats || !/^sha256:[0-9a-f]{64}$/.test(digest) || !Number.isSafeInteger(bytes) || bytes <= 0 || bytes > most || (opts.maxBytes !== undefined && stats.allocated > opts.maxBytes * 2 + 1024 ** 2)) {
       await res.body?.cancel().catch(() => undefined);
       throw badAnswer(this.nodeId, `POST ${path}: not a layer's answer (${digest.slice(0, 80)}, ${bytes} bytes, ${JSON.stringify(stats)})`);
@@ -314,7 +315,7 @@ export class RemoteRuntime implements Runtime {
     // The stats are the node's word: what bounds the tar is the room the snapshot has (a tar holds
     // every byte of a sparse file, which the node's count of its disk does not) and this replica's
     // own limit, checked before a byte of it is unpacked here.
-    const room = opts.maxBytes === undefined ? undefined : opts.maxBytes + (stats.entries + 16) * 4096;
+    const room = opts.maxBytes === undefined ? undefined : opts.maxBytes + headed * 4096;
     if (room !== undefined && bytes > room) {
       await res.body?.cancel().catch(() => undefined);
       throw new ExportTooLarge(bytes);

@@ -154,9 +154,10 @@ export interface Runtime {
    * Copies the sandbox's own files (what it changed over its layers) into `dest`, an empty host
    * directory, as a layer in canonical ownership. A running sandbox is frozen for the copy and
    * thawed after; a paused or stopped one is copied as it is. `maxBytes`: refused (ExportTooLarge)
-   * without copying when the sandbox's disk holds more.
+   * without copying when the sandbox's disk holds more. `entries` counts inodes, `names` (when
+   * known) every name, hard links too: a node sends both to control (layer-export-wire.ts).
    */
-  exportLayer(id: string, dest: string, opts?: { maxBytes?: number }): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }>;
+  exportLayer(id: string, dest: string, opts?: { maxBytes?: number }): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number; names?: number }>;
   /** Gives a stopped sandbox a new empty disk of `diskGb` (its id, id range and address stay). */
   resetDisk(id: string, diskGb: number): Promise<void>;
   /**

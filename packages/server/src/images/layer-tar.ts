@@ -85,8 +85,8 @@ export interface UnpackResult {
  * header passes TarGuard before tar sees it; the stream must be exactly `expect.bytes` long with
  * sha256 `expect.digest`, else this rejects (TarRefused) and the caller removes `tree`.
  */
-export async function unpackLayer(source: AsyncIterable<Uint8Array>, tree: string, expect: LayerDigest, opts: { signal?: AbortSignal; maxEntries?: number; maxFileBytes?: number } = {}): Promise<UnpackResult> {
-  const guard = new TarGuard({ maxBytes: expect.bytes, maxEntries: opts.maxEntries, maxFileBytes: opts.maxFileBytes });
+export async function unpackLayer(source: AsyncIterable<Uint8Array>, tree: string, expect: LayerDigest, opts: { signal?: AbortSignal; maxEntries?: number; maxFileBytes?: number; canonicalOnly?: boolean } = {}): Promise<UnpackResult> {
+  const guard = new TarGuard({ maxBytes: expect.bytes, maxEntries: opts.maxEntries, maxFileBytes: opts.maxFileBytes, canonicalOnly: opts.canonicalOnly });
   const hash = createHash('sha256');
   const feed = async (stdin: Writable) => {
     let open = true;

@@ -3,7 +3,7 @@
 // it keeps per name must be small, not the name: control's heap is every tenant's.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
+import { CANONICAL_ID_OFFSET, LEGACY_ID_OFFSET } from '../runtime/ids.js';
 import { TarGuard, TarRefused } from './tar-guard.js';
 
 const O = CANONICAL_ID_OFFSET;
@@ -35,9 +35,9 @@ function record(k: string, v: string): string {
   return `${len}${body}`;
 }
 
-/** One entry, its name (and link) in a pax header, owned by the canonical root. */
-function entry(name: string, type: string, link?: string): Buffer {
-  const pax = Buffer.from(record('path', name) + record('uid', String(O)) + record('gid', String(O)) + (link ? record('linkpath', link) : ''), 'utf8');
+/** One entry, its name (and link) in a pax header, owned by the canonical root (or `owner`). */
+function entry(name: string, type: string, link?: string, owner = O): Buffer {
+  const pax = Buffer.from(record('path', name) + record('uid', String(owner)) + record('gid', String(owner)) + (link ? record('linkpath', link) : ''), 'utf8');
   const padded = Buffer.concat([pax, Buffer.alloc((512 - (pax.length % 512)) % 512)]);
   return Buffer.concat([header('PaxHeaders/x', 'x', pax.length), padded, header('x', type, 0)]);
 }
@@ -65,5 +65,12 @@ describe('TarGuard: the names it keeps', () => {
     assert.throws(() => new TarGuard({ maxBytes: 1024 ** 3 }).push(Buffer.concat([...parts, entry(`${dir}/00003${'f'.repeat(200)}/x`, '0')])), TarRefused);
     assert.throws(() => new TarGuard({ maxBytes: 1024 ** 3 }).push(Buffer.concat([...parts, entry(`${dir}x/f`, '0')])), TarRefused);
     assert.throws(() => new TarGuard({ maxBytes: 1024 ** 3 }).push(Buffer.concat([...parts, entry(`${dir}/l2`, '1', `${dir}/00999${'f'.repeat(200)}`)])), TarRefused);
+  });
+
+  test('a snapshot layer (canonicalOnly) in the legacy id range is refused; a fetched one may still be', () => {
+    const legacy = Buffer.concat([entry('./', '5', undefined, LEGACY_ID_OFFSET), entry('./f', '0', undefined, LEGACY_ID_OFFSET)]);
+    assert.doesNotThrow(() => new TarGuard({ maxBytes: 1024 ** 2 }).push(legacy));
+    assert.throws(() => new TarGuard({ maxBytes: 1024 ** 2, canonicalOnly: true }).push(legacy), TarRefused);
+    assert.doesNotThrow(() => new TarGuard({ maxBytes: 1024 ** 2, canonicalOnly: true }).push(Buffer.concat([entry('./', '5'), entry('./f', '0')])));
   });
 });

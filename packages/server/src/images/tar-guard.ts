@@ -26,6 +26,8 @@ export interface TarGuardLimits {
   maxEntries?: number;
   /** Most bytes of regular files, all together (a tar's length also counts its headers). */
   maxFileBytes?: number;
+  /** Owners in the canonical id range only (a layer made now: a snapshot's), not the legacy one too. */
+  canonicalOnly?: boolean;
 }
 
 const BLOCK = 512;
@@ -195,7 +197,7 @@ export class TarGuard {
 
   private checkOwner(name: string, uid: number, gid: number): void {
     if (this.idOffset === undefined) {
-      this.idOffset = [CANONICAL_ID_OFFSET, LEGACY_ID_OFFSET].find((o) => uid >= o && uid < o + ID_RANGE && gid >= o && gid < o + ID_RANGE);
+      this.idOffset = (this.limits.canonicalOnly ? [CANONICAL_ID_OFFSET] : [CANONICAL_ID_OFFSET, LEGACY_ID_OFFSET]).find((o) => uid >= o && uid < o + ID_RANGE && gid >= o && gid < o + ID_RANGE);
       if (this.idOffset === undefined) throw new TarRefused(`the root directory is owned by ${uid}:${gid}, not by a layer id range`);
     }
     const o = this.idOffset;

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { ServiceError } from '@sandboxd/protocol';
 import { digestLayerTree, packLayer, unpackLayer } from '../images/layer-tar.js';
-import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
+import { CANONICAL_ID_OFFSET, LEGACY_ID_OFFSET } from '../runtime/ids.js';
 import { EXPORT_STATS_HEADER, LAYER_BYTES_HEADER, LAYER_DIGEST_HEADER } from '../runtime/layer-export-wire.js';
 import { RemoteRuntime } from '../runtime/remote-runtime.js';
 import { ExportTooLarge } from '../runtime/types.js';
@@ -177,5 +177,22 @@ describe("a snapshot's layer from a node: bounded by what may be stored, counted
       await assert.rejects(new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', other), (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR', String(names));
       assert.deepEqual(await readdir(other), []);
     }
+  });
+
+  test('a layer owned in the legacy id range (inside the hosts\' subuid space) is not a snapshot a node made', async () => {
+    const tree = join(work, 'legacy');
+    mkdirSync(tree);
+    writeFileSync(join(tree, 'f'), 'x');
+    for (const p of [tree, join(tree, 'f')]) chownSync(p, LEGACY_ID_OFFSET, LEGACY_ID_OFFSET);
+    const chunks: Buffer[] = [];
+    for await (const c of packLayer(tree) as AsyncIterable<Buffer>) chunks.push(c);
+    const legacy = Buffer.concat(chunks);
+    const d = (await digestLayerTree(tree)).digest;
+    handler = (_q, res) => {
+      res.writeHead(200, { [LAYER_DIGEST_HEADER]: d, [LAYER_BYTES_HEADER]: String(legacy.length), [EXPORT_STATS_HEADER]: JSON.stringify({ bytes: 1, allocated: 8192, entries: 2, frozenMs: 0 }) });
+      res.end(legacy);
+    };
+    await assert.rejects(new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest), (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR');
+    assert.deepEqual(await readdir(dest), []);
   });
 });

@@ -343,7 +343,7 @@ export class RemoteRuntime implements Runtime {
     }
     let got: { entries: number; fileBytes: number };
     try {
-      got = await unpack(watched(), dest, { digest, bytes }, { signal, maxEntries: SNAPSHOT_MAX_ENTRIES, maxFileBytes: opts.maxBytes });
+      got = await unpack(watched(), dest, { digest, bytes }, { signal, maxEntries: SNAPSHOT_MAX_ENTRIES, maxFileBytes: opts.maxBytes, canonicalOnly: true });
     } catch (err) {
       await res.body.cancel().catch(() => undefined);
       // Refused as it came (a bad tar, length or digest): the node's fault; cut off: its outage.

@@ -181,7 +181,7 @@ export interface Runtime {
  * rejects when the tar is refused, is not `expect.bytes` long or has another digest. Resolves to
  * what was unpacked: its entries and the bytes of its regular files.
  */
-export type LayerUnpacker = (source: AsyncIterable<Uint8Array>, dest: string, expect: { digest: string; bytes: number }, opts: { signal?: AbortSignal; maxEntries?: number; maxFileBytes?: number }) => Promise<{ entries: number; fileBytes: number }>;
+export type LayerUnpacker = (source: AsyncIterable<Uint8Array>, dest: string, expect: { digest: string; bytes: number }, opts: { signal?: AbortSignal; maxEntries?: number; maxFileBytes?: number; canonicalOnly?: boolean }) => Promise<{ entries: number; fileBytes: number }>;
 
 /** exportLayer's refusal: the sandbox's disk holds more than `maxBytes` (its `used` bytes). */
 export class ExportTooLarge extends Error {

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { chownSync, linkSync, mkdirSync, writeFileSync } from 'node:fs';
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, beforeEach, describe, test } from 'node:test';
@@ -21,7 +21,7 @@ import { testClusterKeys } from '../testing/cluster-keys.js';
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 const MIB = 1024 * 1024;
 
-describe("a snapshot's layer from a node: bounded by what may be stored, counted as unpacked", { timeout: 60_000 }, () => {
+describe("a snapshot's layer from a node: bounded by what may be stored, counted as unpacked", { timeout: process.env.SANDBOXD_SLOW_TESTS ? 420_000 : 60_000 }, () => {
   let server: Server;
   let url: string;
   let handler: Handler = (_q, s) => s.end();
@@ -194,5 +194,37 @@ describe("a snapshot's layer from a node: bounded by what may be stored, counted
     };
     await assert.rejects(new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest), (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR');
     assert.deepEqual(await readdir(dest), []);
+  });
+
+  test('headers that trickle in, or one header of 100 KB: cut off (the deadline of the answer; the header limit)', async () => {
+    const raw = createNetServer((sock) => {
+      sock.on('error', () => undefined);
+      sock.once('data', (q) => {
+        if (q.toString('latin1').includes('/huge/')) return void sock.write(`HTTP/1.1 200 OK\r\nx-a: ${'a'.repeat(100_000)}\r\n\r\n`);
+        sock.write('HTTP/1.1 200 OK\r\n');
+        const t = setInterval(() => (sock.destroyed ? clearInterval(t) : sock.write('x-a: a\r\n')), 100);
+      });
+    });
+    await new Promise<void>((r) => raw.listen(0, '127.0.0.1', r));
+    const rawUrl = `http://127.0.0.1:${(raw.address() as AddressInfo).port}`;
+    try {
+      const rt = new RemoteRuntime({ nodeId: 'node-b', url: rawUrl, auth: signer, unpack: unpackLayer, exportAnswerMs: 800 });
+      for (const id of ['slow1', 'huge']) {
+        const t0 = performance.now();
+        await assert.rejects(rt.exportLayer(id, dest), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE', id);
+        assert.ok(performance.now() - t0 < 5000, id);
+      }
+      assert.deepEqual(await readdir(dest), []);
+    } finally {
+      raw.close();
+    }
+  });
+
+  // Five minutes and more of waiting: run with SANDBOXD_SLOW_TESTS=1.
+  test("a node's copy that takes over 5 min is waited for (fetch's own 300 s headers timeout cut it)", { skip: !process.env.SANDBOXD_SLOW_TESTS, timeout: 400_000 }, async () => {
+    const answer = claiming({ bytes: 4 * MIB, allocated: 4 * MIB, entries: 2 });
+    handler = (q, res) => void setTimeout(() => answer(q, res), 310_000);
+    const got = await new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest);
+    assert.equal(got.bytes, 4 * MIB);
   });
 });

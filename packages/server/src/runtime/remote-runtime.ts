@@ -1,4 +1,4 @@
-import { request } from 'node:http';
+import { request, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import { describeCause, isErrorCode, ServiceError } from '@sandboxd/protocol';
 import type { ClusterSigner } from './cluster-auth.js';
@@ -70,6 +70,31 @@ async function readCapped(res: Response, max: number): Promise<string> {
       throw new Error(`an answer over ${max} bytes`);
     }
     chunks.push(Buffer.from(chunk));
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** A POST whose answer is read as a stream: resolves with the answer once its headers are in. */
+function postForStream(url: URL, headers: Record<string, string>, body: string, signal: AbortSignal): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: 'POST', headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) }, signal }, resolve);
+    // Kept: an abort after the answer came errors the request too (a rejection then is a no-op).
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** At most `max` bytes of an answer, as text (within the caller's deadline, through its signal). */
+async function readStreamCapped(res: IncomingMessage, max: number): Promise<string> {
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const chunk of res as AsyncIterable<Buffer>) {
+    n += chunk.length;
+    if (n > max) {
+      res.destroy();
+      throw new Error(`an answer over ${max} bytes`);
+    }
+    chunks.push(chunk);
   }
   return Buffer.concat(chunks).toString('utf8');
 }
@@ -284,32 +309,34 @@ export class RemoteRuntime implements Runtime {
     sending: (bytes: number) => void,
   ): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }> {
     const signal = cut.signal;
-    let res: Response;
+    let res: IncomingMessage;
     try {
-      res = await fetch(new URL(path, this.base), {
-        method: 'POST',
-        headers: { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}`, 'content-type': 'application/json' },
-        body: JSON.stringify(opts.maxBytes === undefined ? {} : { max_bytes: opts.maxBytes }),
-        signal,
-      });
+      // node:http, not fetch: fetch gives up on an answer's headers after 300 s of its own, and the
+      // node's copy may take twice that (exportAnswerMs is the deadline here).
+      res = await postForStream(new URL(path, this.base), { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}`, 'content-type': 'application/json' }, JSON.stringify(opts.maxBytes === undefined ? {} : { max_bytes: opts.maxBytes }), signal);
     } catch (err) {
       throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} cannot be reached; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(`POST ${path}: ${describeCause(err)}`);
     }
-    if (!res.ok) {
-      const err = this.failure(res.status, await readCapped(res, 64 * 1024).catch(() => ''));
+    const status = res.statusCode ?? 0;
+    if (status < 200 || status > 299) {
+      const err = this.failure(status, await readStreamCapped(res, 64 * 1024).catch(() => ''));
       // Only a refusal of the limit asked for is one (ExportTooLarge is a quota's answer upstream).
       const used = err instanceof ServiceError ? err.extra?.export_used_bytes : undefined;
       if (opts.maxBytes !== undefined && typeof used === 'number' && Number.isSafeInteger(used) && used > opts.maxBytes) throw new ExportTooLarge(used);
       throw err;
     }
-    const stats = parseExportStats(res.headers.get(EXPORT_STATS_HEADER));
-    const digest = res.headers.get(LAYER_DIGEST_HEADER) ?? '';
-    const bytes = Number(res.headers.get(LAYER_BYTES_HEADER));
+    const header = (name: string) => {
+      const v = res.headers[name];
+      return typeof v === 'string' ? v : null;
+    };
+    const stats = parseExportStats(header(EXPORT_STATS_HEADER));
+    const digest = header(LAYER_DIGEST_HEADER) ?? '';
+    const bytes = Number(header(LAYER_BYTES_HEADER));
     // A tar holds the files' bytes, headers per name (a hard link is one, with no inode) and padding.
     const headed = stats ? (stats.names ?? stats.entries) + 16 : 0;
     const most = stats ? stats.bytes + headed * 4096 : 0;
     if (!stats || !/^sha256:[0-9a-f]{64}$/.test(digest) || !Number.isSafeInteger(bytes) || bytes <= 0 || bytes > most || (opts.maxBytes !== undefined && stats.allocated > opts.maxBytes * 2 + 1024 ** 2)) {
-      await res.body?.cancel().catch(() => undefined);
+      res.destroy();
       throw badAnswer(this.nodeId, `POST ${path}: not a layer's answer (${digest.slice(0, 80)}, ${bytes} bytes, ${JSON.stringify(stats)})`);
     }
     // The stats are the node's word: what bounds the tar is the room the snapshot has (a tar holds
@@ -317,15 +344,14 @@ export class RemoteRuntime implements Runtime {
     // own limit, checked before a byte of it is unpacked here.
     const room = opts.maxBytes === undefined ? undefined : opts.maxBytes + headed * 4096;
     if (room !== undefined && bytes > room) {
-      await res.body?.cancel().catch(() => undefined);
+      res.destroy();
       throw new ExportTooLarge(bytes);
     }
     const cap = this.o.exportMaxBytes ?? EXPORT_MAX_BYTES;
     if (bytes > cap) {
-      await res.body?.cancel().catch(() => undefined);
+      res.destroy();
       throw new ServiceError('LIMIT_EXCEEDED', `sandbox ${id}'s files make a layer of ${bytes} bytes, over the ${cap} a snapshot may have`, { id, limit: 'snapshot_layer_bytes', max: cap });
     }
-    if (!res.body) throw badAnswer(this.nodeId, `POST ${path}: no body`);
     sending(bytes);
     let idle: NodeJS.Timeout | undefined;
     const idleMs = this.o.exportIdleMs ?? EXPORT_IDLE_MS;
@@ -333,7 +359,7 @@ export class RemoteRuntime implements Runtime {
       clearTimeout(idle);
       idle = setTimeout(() => cut.abort(new Error(`sent nothing for ${idleMs / 1000} s`)), idleMs);
     };
-    const body = res.body as unknown as AsyncIterable<Uint8Array>;
+    const body = res as AsyncIterable<Buffer>;
     async function* watched(): AsyncIterable<Uint8Array> {
       alive();
       for await (const chunk of body) {
@@ -345,7 +371,7 @@ export class RemoteRuntime implements Runtime {
     try {
       got = await unpack(watched(), dest, { digest, bytes }, { signal, maxEntries: SNAPSHOT_MAX_ENTRIES, maxFileBytes: opts.maxBytes, canonicalOnly: true });
     } catch (err) {
-      await res.body.cancel().catch(() => undefined);
+      res.destroy();
       // Refused as it came (a bad tar, length or digest): the node's fault; cut off: its outage.
       if (!signal.aborted) throw badAnswer(this.nodeId, `POST ${path}: ${describeCause(err)}`);
       throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} broke off sending sandbox ${id}'s files; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(describeCause(signal.aborted ? signal.reason : err));

@@ -307,6 +307,8 @@ export async function runNode(env: NodeJS.ProcessEnv = process.env): Promise<{ c
     exportsDir,
     warm,
     ...(config.node.tls ? { https: config.node.tls } : {}),
+    // What this node fetches at most is what it sends at most (control holds the same limit).
+    exportMaxBytes: config.layerTransfer.maxBytes,
     orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) },
   });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
@@ -527,7 +529,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     layerServing = new LayerServer(contents, signer);
     publisher = new LayerPublisher({ contents, signer, controlUrl: config.layerTransfer.controlUrl, kv: store.kv });
     log(`cluster: nodes fetch the layers they lack from ${config.layerTransfer.controlUrl} (SANDBOXD_CONTROL_URL)`);
-    const cluster = new ClusterRuntime({ store, auth: signer, ca: config.node.clusterCa ?? undefined, overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, layers: publisher, agentReadyTimeoutMs: config.agentReadyTimeoutMs, log });
+    const cluster = new ClusterRuntime({ store, auth: signer, ca: config.node.clusterCa ?? undefined, overcommit: config.node.overcommit, claimEveryMs: config.node.claimSeconds * 1000, layers: publisher, agentReadyTimeoutMs: config.agentReadyTimeoutMs, exportMaxBytes: config.layerTransfer.maxBytes, log });
     await cluster.setupHost();
     const nodes = cluster.known();
     log(`cluster: ${nodes.length} node(s) registered: ${nodes.map((n) => `${n.id} (${n.status})`).join(', ') || 'none yet'}`);

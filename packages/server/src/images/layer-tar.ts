@@ -55,13 +55,21 @@ export function packLayer(tree: string): Readable {
   return out;
 }
 
-/** The content digest of the layer tree `tree` (reads all of it: seconds per hundreds of MB). */
-export async function digestLayerTree(tree: string): Promise<LayerDigest> {
+/** The content digest of the layer tree `tree` (reads all of it: seconds per hundreds of MB); an abort stops tar. */
+export async function digestLayerTree(tree: string, signal?: AbortSignal): Promise<LayerDigest> {
+  signal?.throwIfAborted();
   const hash = createHash('sha256');
   let bytes = 0;
-  for await (const chunk of packLayer(tree) as AsyncIterable<Buffer>) {
-    hash.update(chunk);
-    bytes += chunk.length;
+  const tar = packLayer(tree);
+  const stop = () => tar.destroy(signal?.reason instanceof Error ? signal.reason : new Error('aborted'));
+  signal?.addEventListener('abort', stop, { once: true });
+  try {
+    for await (const chunk of tar as AsyncIterable<Buffer>) {
+      hash.update(chunk);
+      bytes += chunk.length;
+    }
+  } finally {
+    signal?.removeEventListener('abort', stop);
   }
   return { digest: `sha256:${hash.digest('hex')}`, bytes };
 }
@@ -77,8 +85,8 @@ export interface UnpackResult {
  * header passes TarGuard before tar sees it; the stream must be exactly `expect.bytes` long with
  * sha256 `expect.digest`, else this rejects (TarRefused) and the caller removes `tree`.
  */
-export async function unpackLayer(source: AsyncIterable<Uint8Array>, tree: string, expect: LayerDigest, opts: { signal?: AbortSignal; maxEntries?: number } = {}): Promise<UnpackResult> {
-  const guard = new TarGuard({ maxBytes: expect.bytes, maxEntries: opts.maxEntries });
+export async function unpackLayer(source: AsyncIterable<Uint8Array>, tree: string, expect: LayerDigest, opts: { signal?: AbortSignal; maxEntries?: number; maxFileBytes?: number; canonicalOnly?: boolean } = {}): Promise<UnpackResult> {
+  const guard = new TarGuard({ maxBytes: expect.bytes, maxEntries: opts.maxEntries, maxFileBytes: opts.maxFileBytes, canonicalOnly: opts.canonicalOnly });
   const hash = createHash('sha256');
   const feed = async (stdin: Writable) => {
     let open = true;

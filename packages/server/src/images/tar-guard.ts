@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { posix } from 'node:path';
 import { CANONICAL_ID_OFFSET, ID_RANGE, LEGACY_ID_OFFSET } from '../runtime/ids.js';
 
@@ -23,6 +24,10 @@ export interface TarGuardLimits {
   maxBytes: number;
   /** Most entries (inodes are a resource too). */
   maxEntries?: number;
+  /** Most bytes of regular files, all together (a tar's length also counts its headers). */
+  maxFileBytes?: number;
+  /** Owners in the canonical id range only (a layer made now: a snapshot's), not the legacy one too. */
+  canonicalOnly?: boolean;
 }
 
 const BLOCK = 512;
@@ -54,6 +59,7 @@ export class TarGuard {
   private paxSize = 0;
   private pax: Map<string, Buffer> | undefined;
   private zeroBlocks = 0;
+  /** Every name of the archive so far, by nameKey. */
   private readonly kinds = new Map<string, Kind>();
   private idOffset: number | undefined;
   private readonly maxEntries: number;
@@ -141,13 +147,13 @@ export class TarGuard {
     const rawName = pax.has('path') ? text(pax.get('path')!, 'path') : ustarName(h);
     if (kind === 'file' && rawName.endsWith('/')) throw new TarRefused(`a regular file named like a directory: ${rawName}`);
     const name = normalize(rawName);
-    if (this.kinds.has(name)) throw new TarRefused(`${show(name)} appears twice`);
+    if (this.kinds.has(nameKey(name))) throw new TarRefused(`${show(name)} appears twice`);
     if (this.entries === 1) {
       if (name !== '' || kind !== 'dir') throw new TarRefused('the archive must begin with its root directory');
     } else {
       if (name === '') throw new TarRefused('the root directory appears twice');
       const parent = posix.dirname(name) === '.' ? '' : posix.dirname(name);
-      if (this.kinds.get(parent) !== 'dir') throw new TarRefused(`${show(name)}: its parent is not a directory the archive made before it`);
+      if (this.kinds.get(nameKey(parent)) !== 'dir') throw new TarRefused(`${show(name)}: its parent is not a directory the archive made before it`);
     }
 
     const size = pax.has('size') ? decimal(pax.get('size')!, 'size') : rawSize;
@@ -163,7 +169,7 @@ export class TarGuard {
       if (link === '' || link.length > MAX_PATH) throw new TarRefused(`${show(name)}: a symlink with no target or one too long`);
     } else if (kind === 'hardlink') {
       const target = normalize(link);
-      if (this.kinds.get(target) !== 'file') throw new TarRefused(`${show(name)}: a hard link to ${show(target)}, which is not a regular file of the archive`);
+      if (this.kinds.get(nameKey(target)) !== 'file') throw new TarRefused(`${show(name)}: a hard link to ${show(target)}, which is not a regular file of the archive`);
     } else if (link !== '') {
       throw new TarRefused(`${show(name)}: a link target on a ${kind}`);
     }
@@ -180,8 +186,9 @@ export class TarGuard {
       if (pax.has(key) && !/^-?\d{1,20}(\.\d{1,9})?$/.test(text(pax.get(key)!, key))) throw new TarRefused(`pax ${key} is not a time`);
     }
 
-    this.kinds.set(name, kind);
+    this.kinds.set(nameKey(name), kind);
     if (kind === 'file') {
+      if (this.limits.maxFileBytes !== undefined && this.fileBytes + size > this.limits.maxFileBytes) throw new TarRefused(`${show(name)}: the layer's files hold more than ${this.limits.maxFileBytes} bytes`);
       this.fileBytes += size;
       this.left = padded(size);
       if (this.left > 0) this.state = 'data';
@@ -190,7 +197,7 @@ export class TarGuard {
 
   private checkOwner(name: string, uid: number, gid: number): void {
     if (this.idOffset === undefined) {
-      this.idOffset = [CANONICAL_ID_OFFSET, LEGACY_ID_OFFSET].find((o) => uid >= o && uid < o + ID_RANGE && gid >= o && gid < o + ID_RANGE);
+      this.idOffset = (this.limits.canonicalOnly ? [CANONICAL_ID_OFFSET] : [CANONICAL_ID_OFFSET, LEGACY_ID_OFFSET]).find((o) => uid >= o && uid < o + ID_RANGE && gid >= o && gid < o + ID_RANGE);
       if (this.idOffset === undefined) throw new TarRefused(`the root directory is owned by ${uid}:${gid}, not by a layer id range`);
     }
     const o = this.idOffset;
@@ -204,6 +211,15 @@ function checkXattr(name: string, kind: Kind, attr: string, value: Buffer): void
   if (attr === 'security.capability') return;
   if (attr === 'trusted.overlay.opaque' && kind === 'dir' && value.toString('latin1') === 'y') return;
   throw new TarRefused(`${show(name)}: extended attribute ${attr} is not allowed in a layer`);
+}
+
+/**
+ * What the guard keeps of a name: short ones as they are, long ones as a NUL (never in a name) and
+ * 16 bytes of their sha256. Millions of names of up to 4096 bytes (a hostile sender's) would
+ * otherwise be gigabytes held for the whole archive.
+ */
+function nameKey(name: string): string {
+  return name.length <= 48 ? name : `\0${createHash('sha256').update(name).digest().toString('latin1', 0, 16)}`;
 }
 
 function show(name: string): string {

@@ -51,6 +51,8 @@ export interface NodeApiOptions {
     take(ask: { spec: SandboxSpec; lowerDirs: () => Promise<string[]>; poolId: string; label: string; signal?: AbortSignal }): Promise<{ id: string; warm: boolean }>;
     drop(poolId: string): Promise<void>;
   };
+  /** The longest a snapshot's layer tar may be (its files' bytes, holes included; default: no limit). */
+  exportMaxBytes?: number;
 }
 
 /** The most sandbox ids one claim names (a claim replaces the owner's last one). */
@@ -146,6 +148,10 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     await mkdir(o.exportsDir, { recursive: true, mode: 0o700 });
     const tree = await mkdtemp(join(o.exportsDir, `${id}-`));
     const remove = () => void rm(tree, { recursive: true, force: true }).catch((err: unknown) => log(`removing the export ${tree} failed: ${String(err)}`));
+    // Control gone (its connection closed: it gave up, or the answer ended): nothing more is read or
+    // sent for it. A 'close' comes once: listened to from the start, not from where it matters.
+    const gone = new AbortController();
+    reply.raw.once('close', () => gone.abort(new Error('control closed the connection')));
     try {
       let stats;
       try {
@@ -154,13 +160,24 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
         if (err instanceof ExportTooLarge) throw new ServiceError('LIMIT_EXCEEDED', `sandbox ${id}'s disk holds ${err.used} bytes, over ${String(maxBytes)}`, { id, export_used_bytes: err.used });
         throw err;
       }
+      // The tar holds every byte of every file, holes too: a sparse file the disk's count missed is
+      // refused here, before it is read for a digest and sent (control refuses it too).
+      if (maxBytes !== undefined && stats.bytes > maxBytes) {
+        throw new ServiceError('LIMIT_EXCEEDED', `sandbox ${id}'s files hold ${stats.bytes} bytes (holes of sparse files count), over ${maxBytes}`, { id, export_used_bytes: stats.bytes });
+      }
+      if (o.exportMaxBytes !== undefined && stats.bytes > o.exportMaxBytes) {
+        throw new ServiceError('LIMIT_EXCEEDED', `sandbox ${id}'s files hold ${stats.bytes} bytes (holes of sparse files count), over the ${o.exportMaxBytes} a snapshot's layer may have`, { id, limit: 'snapshot_layer_bytes', max: o.exportMaxBytes });
+      }
       // The layer's root stands for the sandbox's `/` (root's inside): canonical, like every layer's.
       const top = await lstat(tree);
       if (!(top.uid >= CANONICAL_ID_OFFSET && top.uid < CANONICAL_ID_OFFSET + ID_RANGE)) await chown(tree, CANONICAL_ID_OFFSET, CANONICAL_ID_OFFSET);
-      const d = await digestLayerTree(tree);
+      // Read whole for the digest (minutes for a large tree): not for a control that left meanwhile.
+      gone.signal.throwIfAborted();
+      const d = await digestLayerTree(tree, gone.signal);
+      gone.signal.throwIfAborted();
       const tar = packLayer(tree);
       tar.once('close', remove);
-      reply.raw.once('close', () => tar.destroy());
+      gone.signal.addEventListener('abort', () => tar.destroy(), { once: true });
       return reply
         .header('content-type', 'application/x-tar')
         .header(LAYER_DIGEST_HEADER, d.digest)

@@ -11,6 +11,8 @@ export interface ExportStats {
   allocated: number;
   entries: number;
   frozenMs: number;
+  /** Names in the copy (hard links count; a tar has a header for each), when the node says. */
+  names?: number;
 }
 
 /** What a node says its copy counted: four finite numbers ≥ 0 (entries within the copy's limit), or undefined. */
@@ -26,5 +28,8 @@ export function parseExportStats(header: string | null): ExportStats | undefined
   const n = (x: unknown) => (typeof x === 'number' && Number.isFinite(x) && x >= 0 && x <= Number.MAX_SAFE_INTEGER ? x : undefined);
   const [bytes, allocated, entries, frozenMs] = [n(v.bytes), n(v.allocated), n(v.entries), n(v.frozenMs)];
   if (bytes === undefined || allocated === undefined || entries === undefined || frozenMs === undefined || entries > SNAPSHOT_MAX_ENTRIES) return undefined;
-  return { bytes, allocated, entries, frozenMs };
+  if (v.names === undefined) return { bytes, allocated, entries, frozenMs };
+  const names = n(v.names);
+  if (names === undefined || !Number.isSafeInteger(names) || names < entries || names > SNAPSHOT_MAX_ENTRIES) return undefined;
+  return { bytes, allocated, entries, frozenMs, names };
 }

@@ -1,4 +1,4 @@
-import { request } from 'node:http';
+import { request, type IncomingMessage } from 'node:http';
 import { request as tlsRequest } from 'node:https';
 import { isIP, type Socket } from 'node:net';
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
@@ -28,6 +28,15 @@ export interface RemoteRuntimeOptions {
   /** For an https:// node: the CA bundle (PEM) its certificate is checked against (absent: the system's). */
   ca?: string;
   /**
+   * Most bytes of a snapshot's layer tar taken from a node, whatever room the snapshot has (default
+   * 32 GiB: what a node fetches at most, SANDBOXD_LAYER_FETCH_MAX_GB, so that it could fetch it back).
+   */
+  exportMaxBytes?: number;
+  /** The longest a node may take to answer a snapshot's export: its copy and digest (default 11 min). */
+  exportAnswerMs?: number;
+  /** Then the tar must come at least this fast, on average (bytes/s; default 5 MB/s, after a grace of exportIdleMs). */
+  exportMinBytesPerSecond?: number;
+  /**
    * Control's layers: with it, a create or start names the sandbox's layers by id, digest and where
    * to fetch them (the node maps them to its own layers directory); without it (tests of one
    * machine), by this machine's paths.
@@ -37,6 +46,10 @@ export interface RemoteRuntimeOptions {
 
 /** A snapshot's layer on its way from a node: a pause in it this long ends it (default). */
 const EXPORT_IDLE_MS = 60_000;
+/** A snapshot's layer tar from a node: at most this long (default of exportMaxBytes). */
+const EXPORT_MAX_BYTES = 32 * 1024 ** 3;
+/** A snapshot's layer tar comes at least this fast on average (default of exportMinBytesPerSecond). */
+const EXPORT_MIN_BYTES_PER_SECOND = 5e6;
 
 /** A create may fetch its layers first: its deadline grows by their size at this rate (bytes/s). */
 const LAYER_FETCH_BYTES_PER_SECOND = 20e6;
@@ -62,6 +75,41 @@ async function readCapped(res: Response, max: number): Promise<string> {
       throw new Error(`an answer over ${max} bytes`);
     }
     chunks.push(Buffer.from(chunk));
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** A POST whose answer is read as a stream: resolves with the answer once its headers are in. */
+/** What an https:// request to a node sets: its certificate checked against the cluster's CA and the node's own name. */
+interface TlsRequestOptions {
+  ca?: string;
+  servername?: string;
+  checkServerIdentity: (host: string, cert: PeerCertificate) => Error | undefined;
+  minVersion: 'TLSv1.2';
+  agent: false;
+}
+
+function postForStream(url: URL, headers: Record<string, string>, body: string, signal: AbortSignal, tls?: TlsRequestOptions): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const options = { method: 'POST', headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) }, signal };
+    const req = tls ? tlsRequest(url, { ...options, ...tls }, resolve) : request(url, options, resolve);
+    // Kept: an abort after the answer came errors the request too (a rejection then is a no-op).
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** At most `max` bytes of an answer, as text (within the caller's deadline, through its signal). */
+async function readStreamCapped(res: IncomingMessage, max: number): Promise<string> {
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const chunk of res as AsyncIterable<Buffer>) {
+    n += chunk.length;
+    if (n > max) {
+      res.destroy();
+      throw new Error(`an answer over ${max} bytes`);
+    }
+    chunks.push(chunk);
   }
   return Buffer.concat(chunks).toString('utf8');
 }
@@ -114,6 +162,22 @@ export class RemoteRuntime implements Runtime {
       }
     }
     throw this.failure(res.status, text);
+  }
+
+  /**
+   * For an https:// node: its certificate checked against the cluster's CA and against the node's
+   * own name (not a CONNECT target's, which names an agent); SNI only for a DNS name.
+   */
+  private tlsOptions(): TlsRequestOptions | undefined {
+    if (this.base.protocol !== 'https:') return undefined;
+    const nodeHost = this.base.hostname.replace(/^\[|\]$/g, '');
+    return {
+      ca: this.o.ca,
+      ...(isIP(nodeHost) ? {} : { servername: nodeHost }),
+      checkServerIdentity: (_host: string, cert: PeerCertificate) => checkServerIdentity(nodeHost, cert),
+      minVersion: 'TLSv1.2',
+      agent: false,
+    };
   }
 
   /** A fetch's options, with the TLS dispatcher for an https:// node (fetch takes undici's `dispatcher`). */
@@ -280,45 +344,84 @@ export class RemoteRuntime implements Runtime {
     const path = this.sandbox(id, '/layer');
     const unpack = this.o.unpack;
     if (!unpack) throw new ServiceError('INVALID_STATE', 'snapshots of sandboxes on nodes are not taken here (no layer unpacker)');
-    const deadline = AbortSignal.timeout(SNAPSHOT_COPY_TIMEOUT_MS + 60_000);
-    // The copy takes its time before the answer; once sending, a node that stalls is cut off (the
-    // fetch is aborted, which ends the body's stream too).
-    const stalled = new AbortController();
-    const signal = AbortSignal.any([deadline, stalled.signal]);
-    let res: Response;
+    // The copy (and its digest) takes its time before the answer; then the tar has a time by its
+    // length, and a node that stalls is cut off: aborting ends the fetch and the body's stream. (One
+    // deadline for both cut off a large snapshot whose copy took its time.)
+    const cut = new AbortController();
+    const answerMs = this.o.exportAnswerMs ?? SNAPSHOT_COPY_TIMEOUT_MS + 60_000;
+    let deadline = setTimeout(() => cut.abort(new Error(`no answer in ${answerMs / 1000} s`)), answerMs);
     try {
-      res = await fetch(new URL(path, this.base), this.init({
-        method: 'POST',
-        headers: { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}`, 'content-type': 'application/json' },
-        body: JSON.stringify(opts.maxBytes === undefined ? {} : { max_bytes: opts.maxBytes }),
-        signal,
-      }));
+      return await this.receiveLayer(id, path, dest, opts, unpack, cut, (bytes) => {
+        clearTimeout(deadline);
+        const sendMs = (this.o.exportIdleMs ?? EXPORT_IDLE_MS) + Math.ceil((bytes / (this.o.exportMinBytesPerSecond ?? EXPORT_MIN_BYTES_PER_SECOND)) * 1000);
+        deadline = setTimeout(() => cut.abort(new Error(`${bytes} bytes not sent in ${sendMs / 1000} s`)), sendMs);
+      });
+    } finally {
+      clearTimeout(deadline);
+    }
+  }
+
+  private async receiveLayer(
+    id: string,
+    path: string,
+    dest: string,
+    opts: { maxBytes?: number },
+    unpack: LayerUnpacker,
+    cut: AbortController,
+    sending: (bytes: number) => void,
+  ): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }> {
+    const signal = cut.signal;
+    let res: IncomingMessage;
+    try {
+      // node:http, not fetch: fetch gives up on an answer's headers after 300 s of its own, and the
+      // node's copy may take twice that (exportAnswerMs is the deadline here).
+      res = await postForStream(new URL(path, this.base), { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}`, 'content-type': 'application/json' }, JSON.stringify(opts.maxBytes === undefined ? {} : { max_bytes: opts.maxBytes }), signal, this.tlsOptions());
     } catch (err) {
       throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} cannot be reached; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(`POST ${path}: ${describeCause(err)}`);
     }
-    if (!res.ok) {
-      const err = this.failure(res.status, await readCapped(res, 64 * 1024).catch(() => ''));
+    const status = res.statusCode ?? 0;
+    if (status < 200 || status > 299) {
+      const err = this.failure(status, await readStreamCapped(res, 64 * 1024).catch(() => ''));
+      // Only a refusal of the limit asked for is one (ExportTooLarge is a quota's answer upstream).
       const used = err instanceof ServiceError ? err.extra?.export_used_bytes : undefined;
-      if (typeof used === 'number' && Number.isSafeInteger(used) && used >= 0) throw new ExportTooLarge(used);
+      if (opts.maxBytes !== undefined && typeof used === 'number' && Number.isSafeInteger(used) && used > opts.maxBytes) throw new ExportTooLarge(used);
       throw err;
     }
-    const stats = parseExportStats(res.headers.get(EXPORT_STATS_HEADER));
-    const digest = res.headers.get(LAYER_DIGEST_HEADER) ?? '';
-    const bytes = Number(res.headers.get(LAYER_BYTES_HEADER));
-    // A tar holds the files' bytes, a 512-byte header per entry (more for long names) and padding.
-    const most = stats ? stats.bytes + (stats.entries + 16) * 4096 : 0;
+    const header = (name: string) => {
+      const v = res.headers[name];
+      return typeof v === 'string' ? v : null;
+    };
+    const stats = parseExportStats(header(EXPORT_STATS_HEADER));
+    const digest = header(LAYER_DIGEST_HEADER) ?? '';
+    const bytes = Number(header(LAYER_BYTES_HEADER));
+    // A tar holds the files' bytes, headers per name (a hard link is one, with no inode) and padding.
+    const headed = stats ? (stats.names ?? stats.entries) + 16 : 0;
+    const most = stats ? stats.bytes + headed * 4096 : 0;
     if (!stats || !/^sha256:[0-9a-f]{64}$/.test(digest) || !Number.isSafeInteger(bytes) || bytes <= 0 || bytes > most || (opts.maxBytes !== undefined && stats.allocated > opts.maxBytes * 2 + 1024 ** 2)) {
-      await res.body?.cancel().catch(() => undefined);
+      res.destroy();
       throw badAnswer(this.nodeId, `POST ${path}: not a layer's answer (${digest.slice(0, 80)}, ${bytes} bytes, ${JSON.stringify(stats)})`);
     }
-    if (!res.body) throw badAnswer(this.nodeId, `POST ${path}: no body`);
+    // The stats are the node's word: what bounds the tar is the room the snapshot has (a tar holds
+    // every byte of a sparse file, which the node's count of its disk does not) and this replica's
+    // own limit, checked before a byte of it is unpacked here.
+    const room = opts.maxBytes === undefined ? undefined : opts.maxBytes + headed * 4096;
+    if (room !== undefined && bytes > room) {
+      res.destroy();
+      throw new ExportTooLarge(bytes);
+    }
+    const cap = this.o.exportMaxBytes ?? EXPORT_MAX_BYTES;
+    if (bytes > cap) {
+      res.destroy();
+      throw new ServiceError('LIMIT_EXCEEDED', `sandbox ${id}'s files make a layer of ${bytes} bytes, over the ${cap} a snapshot may have`, { id, limit: 'snapshot_layer_bytes', max: cap });
+    }
+    sending(bytes);
     let idle: NodeJS.Timeout | undefined;
     const idleMs = this.o.exportIdleMs ?? EXPORT_IDLE_MS;
     const alive = () => {
       clearTimeout(idle);
-      idle = setTimeout(() => stalled.abort(new Error(`sent nothing for ${idleMs / 1000} s`)), idleMs);
+      idle = setTimeout(() => cut.abort(new Error(`sent nothing for ${idleMs / 1000} s`)), idleMs);
     };
-    const body = res.body as unknown as AsyncIterable<Uint8Array>;
+    const body = res as AsyncIterable<Buffer>;
     async function* watched(): AsyncIterable<Uint8Array> {
       alive();
       for await (const chunk of body) {
@@ -326,17 +429,21 @@ export class RemoteRuntime implements Runtime {
         yield chunk;
       }
     }
+    let got: { entries: number; fileBytes: number };
     try {
-      await unpack(watched(), dest, { digest, bytes }, { signal, maxEntries: SNAPSHOT_MAX_ENTRIES });
+      got = await unpack(watched(), dest, { digest, bytes }, { signal, maxEntries: SNAPSHOT_MAX_ENTRIES, maxFileBytes: opts.maxBytes, canonicalOnly: true });
     } catch (err) {
-      await res.body.cancel().catch(() => undefined);
+      res.destroy();
       // Refused as it came (a bad tar, length or digest): the node's fault; cut off: its outage.
       if (!signal.aborted) throw badAnswer(this.nodeId, `POST ${path}: ${describeCause(err)}`);
-      throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} broke off sending sandbox ${id}'s files; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(describeCause(stalled.signal.aborted ? stalled.signal.reason : err));
+      throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} broke off sending sandbox ${id}'s files; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(describeCause(signal.aborted ? signal.reason : err));
     } finally {
       clearTimeout(idle);
     }
-    return stats;
+    // Counted as it is here: tar writes every byte of a file (no holes), so this replica's disk
+    // holds at least the files' bytes, whatever the node said it allocated (the quota counts this).
+    if (opts.maxBytes !== undefined && got.fileBytes > opts.maxBytes) throw new ExportTooLarge(got.fileBytes);
+    return { bytes: got.fileBytes, allocated: Math.max(stats.allocated, got.fileBytes), entries: got.entries, frozenMs: stats.frozenMs };
   }
 
   /** Build steps write a layer into this machine's store: builds run where the layers are (issue 10, item 3). */
@@ -360,22 +467,11 @@ export class RemoteRuntime implements Runtime {
       // `timeout` below is the socket's idle time: a node that trickles its answer resets it, so
       // the whole handshake has a deadline of its own too.
       const deadline = setTimeout(() => req.destroy(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
-      const tls = this.base.protocol === 'https:';
-      const nodeHost = this.base.hostname.replace(/^\[|\]$/g, '');
+      const tls = this.tlsOptions();
       const req = (tls ? tlsRequest : request)({
         host: this.base.hostname,
         port: this.base.port || (tls ? 443 : 80),
-        // The node's name is checked against its certificate (not the CONNECT target's, which
-        // names the agent); SNI only for a DNS name.
-        ...(tls
-          ? {
-              ca: this.o.ca,
-              ...(isIP(nodeHost) ? {} : { servername: nodeHost }),
-              checkServerIdentity: (_host: string, cert: PeerCertificate) => checkServerIdentity(nodeHost, cert),
-              minVersion: 'TLSv1.2' as const,
-              agent: false,
-            }
-          : {}),
+        ...tls,
         method: 'CONNECT',
         path: `${id}.agent:1`,
         headers: { 'proxy-authorization': `Bearer ${token}`, host: `${id}.agent:1` },

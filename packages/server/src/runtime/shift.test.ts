@@ -112,6 +112,9 @@ test('mapIdRange moves a sandbox range to another and every id outside it to nob
   assert.deepEqual([st('out').uid, st('out').gid], [900_000_005, 900_000_005]);
   assert.deepEqual([lstatSync(outside).uid, lstatSync(outside).gid], [7, 7], 'the link is not followed');
   assert.equal(res.entries, 5);
+  linkSync(join(t, 'host-root'), join(t, 'second-name'));
+  const again = mapIdRange(t, 900_000_000, 900_000_000, 65536);
+  assert.deepEqual([again.entries, again.names], [5, 6], 'a hard link is a name, not an inode');
 });
 
 function lchownSyncSafe(p: string, uid: number, gid: number): void {

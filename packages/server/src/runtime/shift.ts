@@ -5,6 +5,8 @@ import { Worker } from 'node:worker_threads';
 export interface ShiftResult {
   /** Entries whose ownership was changed (the root included). */
   entries: number;
+  /** Names walked (the root included): a second link to an inode counts here, not in `entries`. */
+  names: number;
   /** Sum of the sizes of regular files (each inode once). */
   bytes: number;
   /** Bytes the filesystem allocated to every entry (each inode once): what the tree costs on disk. */
@@ -112,13 +114,14 @@ export function mapIdRangeOffThread(dir: string, from: number, to: number, count
 function rewriteOwnership(dir: string, map: (id: number, path: string) => number, maxEntries = Infinity): ShiftResult {
   const root = lstatSync(dir);
   const seen = new Set<number>();
-  const result: ShiftResult = { entries: 0, bytes: 0, allocated: 0 };
+  const result: ShiftResult = { entries: 0, names: 0, bytes: 0, allocated: 0 };
   const stack: string[] = [];
   // Every name counts against maxEntries, a second link to an inode too (links cost no inode).
   let names = 0;
 
   const visit = (path: string, isRoot: boolean): void => {
     if (++names > maxEntries) throw new TooManyEntries(maxEntries);
+    result.names = names;
     const st = isRoot ? root : lstatSync(path);
     const type = st.mode & S_IFMT;
     if (st.nlink > 1 && type !== S_IFDIR) {

@@ -154,9 +154,10 @@ export interface Runtime {
    * Copies the sandbox's own files (what it changed over its layers) into `dest`, an empty host
    * directory, as a layer in canonical ownership. A running sandbox is frozen for the copy and
    * thawed after; a paused or stopped one is copied as it is. `maxBytes`: refused (ExportTooLarge)
-   * without copying when the sandbox's disk holds more.
+   * without copying when the sandbox's disk holds more. `entries` counts inodes, `names` (when
+   * known) every name, hard links too: a node sends both to control (layer-export-wire.ts).
    */
-  exportLayer(id: string, dest: string, opts?: { maxBytes?: number }): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }>;
+  exportLayer(id: string, dest: string, opts?: { maxBytes?: number }): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number; names?: number }>;
   /** Gives a stopped sandbox a new empty disk of `diskGb` (its id, id range and address stay). */
   resetDisk(id: string, diskGb: number): Promise<void>;
   /**
@@ -191,9 +192,10 @@ export interface Runtime {
 /**
  * Unpacks a layer's tar from a hostile source into the empty directory `dest`, checking it as it
  * goes (images/layer-tar.ts unpackLayer, given by the caller: runtime/ does not import images/);
- * rejects when the tar is refused, is not `expect.bytes` long or has another digest.
+ * rejects when the tar is refused, is not `expect.bytes` long or has another digest. Resolves to
+ * what was unpacked: its entries and the bytes of its regular files.
  */
-export type LayerUnpacker = (source: AsyncIterable<Uint8Array>, dest: string, expect: { digest: string; bytes: number }, opts: { signal?: AbortSignal; maxEntries?: number }) => Promise<unknown>;
+export type LayerUnpacker = (source: AsyncIterable<Uint8Array>, dest: string, expect: { digest: string; bytes: number }, opts: { signal?: AbortSignal; maxEntries?: number; maxFileBytes?: number; canonicalOnly?: boolean }) => Promise<{ entries: number; fileBytes: number }>;
 
 /** exportLayer's refusal: the sandbox's disk holds more than `maxBytes` (its `used` bytes). */
 export class ExportTooLarge extends Error {

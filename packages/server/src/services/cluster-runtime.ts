@@ -27,6 +27,8 @@ export interface ClusterRuntimeOptions {
   agentReadyTimeoutMs?: number;
   /** Control's layers, which nodes fetch when they lack them (absent: nodes get this machine's paths). */
   layers?: LayerSource;
+  /** Most bytes of a snapshot's layer tar taken from a node (RemoteRuntimeOptions.exportMaxBytes). */
+  exportMaxBytes?: number;
   log?: (msg: string) => void;
 }
 
@@ -157,7 +159,7 @@ export class ClusterRuntime implements Runtime {
             this.guards.delete(known.remote);
             void known.remote.close();
           }
-          const remote = new RemoteRuntime({ nodeId: row.id, url: row.url, auth: this.o.auth, layers: this.o.layers, unpack: unpackLayer, ca: this.o.ca, log: this.log });
+          const remote = new RemoteRuntime({ nodeId: row.id, url: row.url, auth: this.o.auth, layers: this.o.layers, unpack: unpackLayer, ca: this.o.ca, exportMaxBytes: this.o.exportMaxBytes, log: this.log });
           this.nodes.set(row.id, { row, remote });
           if (this.oomWatchers.size > 0) this.startOom(row.id, remote);
         }

@@ -179,7 +179,11 @@ export class SnapshotService {
         },
         (line) => this.d.log(line),
       );
-      await this.d.madeLayer?.(layerId);
+      // Not announced, it is of no use to another replica and no row will reference it: gone now.
+      await this.d.madeLayer?.(layerId).catch(async (err: unknown) => {
+        await this.d.layers.remove(layerId).catch((e: unknown) => this.d.log('removing an unannounced snapshot layer failed', { layer: layerId, error: String(e) }));
+        throw err;
+      });
       return { layerId, sizeBytes: out.allocated, entries: out.entries, frozenMs: out.frozenMs, envVars, release };
     } catch (err) {
       release();

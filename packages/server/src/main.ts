@@ -658,6 +658,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
     settle: () => sandboxes.settle(),
     pool,
     madeLayer: publisher ? (id) => publisher.announce(id) : undefined,
+    // Replicas pin snapshot layers where every replica sees it (another may hold the layer).
+    sharedPins: coordination ? store.rates : undefined,
     log,
   });
   const sandboxes: SandboxService = new SandboxService({

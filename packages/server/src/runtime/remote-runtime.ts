@@ -124,7 +124,7 @@ export class RemoteRuntime implements Runtime {
   readonly nodeId: string;
   private readonly base: URL;
   private readonly log: (msg: string) => void;
-  /** An https:// node's connections (made when first needed, again after close()). */
+  /** This node's connections (made when first needed, again after close()). */
   private dispatcher: Dispatcher | undefined;
 
   constructor(private readonly o: RemoteRuntimeOptions) {
@@ -182,10 +182,15 @@ export class RemoteRuntime implements Runtime {
 
   /** A fetch's options, with the TLS dispatcher for an https:// node (fetch takes undici's `dispatcher`). */
   private init(init: RequestInit): RequestInit {
-    if (this.base.protocol !== 'https:') return init;
-    // Over TLS, every call checks the node's certificate (against the cluster's CA when given) and
-    // its name: a token goes only to the node it names.
-    this.dispatcher ??= new UndiciAgent({ connect: { ca: this.o.ca, minVersion: 'TLSv1.2' } });
+    // Every call has a deadline of its own (its signal): fetch's own 300 s for an answer's headers
+    // would cut a create whose deadline grew with the layers the node fetches first. Over TLS, every
+    // call checks the node's certificate (against the cluster's CA when given) and its name: a
+    // token goes only to the node it names.
+    this.dispatcher ??= new UndiciAgent({
+      headersTimeout: 0,
+      bodyTimeout: 0,
+      ...(this.base.protocol === 'https:' ? { connect: { ca: this.o.ca, minVersion: 'TLSv1.2' as const } } : {}),
+    });
     return { ...init, dispatcher: this.dispatcher } as RequestInit;
   }
 

@@ -11,6 +11,10 @@ import type { QuotaService } from './quotas.js';
 import type { TemplateService } from './templates.js';
 import type { WarmPool } from './warm-pool.js';
 
+/** Shared pins: their key in the store's counter, and how often a held one is recorded again (the counter forgets events after two minutes). */
+const PIN_KEY = 'snapshot-pin:';
+const SHARED_PIN_RENEW_MS = 30_000;
+
 export interface SnapshotServiceDeps {
   store: Store;
   runtime: Pick<Runtime, 'exportLayer'>;
@@ -27,6 +31,12 @@ export interface SnapshotServiceDeps {
   pool?: Pick<WarmPool, 'dropTemplate'>;
   /** A cluster's: a layer was just made here (other replicas are told where it is). */
   madeLayer?: (layerId: string) => Promise<void>;
+  /**
+   * A cluster's: pins every replica sees, kept as events of the store's windowed counter (renewed
+   * while held, removed after): a create or restore through another replica from a snapshot whose
+   * layer this replica holds keeps it from this replica's collection.
+   */
+  sharedPins?: Pick<Store['rates'], 'record' | 'count' | 'remove'>;
   log: (msg: string, extra?: Record<string, unknown>) => void;
 }
 
@@ -198,9 +208,27 @@ export class SnapshotService {
    */
   async pinned<T>(layers: string[], fn: () => Promise<T>): Promise<T> {
     for (const l of layers) this.pins.set(l, (this.pins.get(l) ?? 0) + 1);
+    const shared = this.d.sharedPins;
+    const recorded: string[] = [];
+    const record = async () => {
+      for (const l of layers) {
+        const id = `pin-${randomBytes(12).toString('hex')}`;
+        await shared!.record(`${PIN_KEY}${l}`, Date.now(), id);
+        recorded.push(id);
+      }
+    };
+    let renew: NodeJS.Timeout | undefined;
     try {
+      if (shared) {
+        // Recorded before fn reads the snapshot again: a collection that misses this pin ran after
+        // the snapshot's row was gone, and that read is then a 404.
+        await record();
+        renew = setInterval(() => void record().catch((err: unknown) => this.d.log('renewing a snapshot pin failed', { error: String(err) })), SHARED_PIN_RENEW_MS);
+      }
       return await fn();
     } finally {
+      clearInterval(renew);
+      for (const id of recorded) await shared!.remove(id).catch(() => undefined);
       for (const l of layers) {
         const n = (this.pins.get(l) ?? 1) - 1;
         if (n <= 0) this.pins.delete(l);
@@ -390,6 +418,8 @@ export class SnapshotService {
     const removed: string[] = [];
     for (const id of await this.d.layers.list()) {
       if (keep.has(id) || this.making.has(id) || this.pins.has(id)) continue;
+      // Pinned by another replica (a create from it under way there): renewed pins are recent.
+      if (this.d.sharedPins && (await this.d.sharedPins.count(`${PIN_KEY}${id}`, Date.now() - 3 * SHARED_PIN_RENEW_MS)).n > 0) continue;
       await this.d.layers.remove(id);
       removed.push(id);
     }

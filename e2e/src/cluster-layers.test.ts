@@ -15,7 +15,7 @@ import { layersDigestOf } from '../../packages/server/dist/services/node-members
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { makeTestTls } from '../../packages/server/dist/testing/tls.js';
-import { agent, api, createSandbox, startNode, startServer, TEST_DATA_DIR, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
+import { agent, api, createSandbox, startNode, startServer, stopAll, TEST_DATA_DIR, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
 
 const FETCHED_RE = /fetched layer ([0-9a-f]{12}) \(([\d.]+) MB\) from control in ([\d.]+) s/g;
 
@@ -62,12 +62,14 @@ describe('a node without the layers of a template fetches them from control, onc
   });
 
   after(async () => {
-    await control?.stop();
-    await node?.stop();
-    await pg?.stop();
-    keys.remove();
-    tls.remove();
-    rmSync(nodeLayers, { recursive: true, force: true });
+    await stopAll(
+      () => control?.stop(),
+      () => node?.stop(),
+      () => pg?.stop(),
+      () => keys.remove(),
+      () => tls.remove(),
+      () => rmSync(nodeLayers, { recursive: true, force: true }),
+    );
   });
 
   const fetched = () => [...readFileSync(node.logFile, 'utf8').matchAll(FETCHED_RE)].map((m) => ({ id: m[1]!, mb: Number(m[2]), seconds: Number(m[3]) }));

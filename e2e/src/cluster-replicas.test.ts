@@ -15,7 +15,7 @@ import { Sandbox } from '@sandboxd/sdk';
 import pg from 'pg';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
-import { api, createSandbox, crunContainers, freePort, startNode, startServer, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
+import { api, createSandbox, crunContainers, freePort, startNode, startServer, stopAll, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
 import { NODE_NETNS_RANGE } from './node-netns.js';
 import { clientFor, sbx } from './sdk-support.js';
 import { childEnv, resolveDomainTo } from './test-dns.js';
@@ -160,12 +160,14 @@ describe('a cluster of three namespaced nodes, two control replicas and an edge'
   });
 
   after(async () => {
-    await edge?.stop();
-    await b?.stop();
-    await a?.stop();
-    for (const n of nodes) await n.stop();
-    await postgres?.stop();
-    keys.remove();
+    await stopAll(
+      () => edge?.stop(),
+      () => b?.stop(),
+      () => a?.stop(),
+      ...nodes.map((n) => () => n.stop()),
+      () => postgres?.stop(),
+      () => keys.remove(),
+    );
   });
 
   test('a sandbox made through one replica is served by the other and by the edge; paused or deleted through one, every one sees it at once', async () => {

@@ -9,7 +9,7 @@ import { request, type IncomingMessage } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
-import { api, startServer, type TestServer } from './harness.js';
+import { api, startServer, stopAll, type TestServer } from './harness.js';
 
 /** Server-sent events of a stream, as they come. */
 function sse(url: string, apiKey: string): Promise<{ events: Array<{ event: string; data: any }>; close: () => void }> {
@@ -56,10 +56,12 @@ describe('uploads and build logs through two control replicas', { timeout: 900_0
   });
 
   after(async () => {
-    await a?.stop();
-    await b?.stop();
-    await pg?.stop();
-    keys.remove();
+    await stopAll(
+      () => a?.stop(),
+      () => b?.stop(),
+      () => pg?.stop(),
+      () => keys.remove(),
+    );
   });
 
   test('link of one, PUT to the other, build on the first copying it, log live and afterwards through the second', async () => {

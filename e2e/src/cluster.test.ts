@@ -15,7 +15,7 @@ import { Sandbox } from '@sandboxd/sdk';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { clientFor, sbx } from './sdk-support.js';
-import { agent, api, createSandbox, crunContainers, freePort, REPO_ROOT, startNode, startServer, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
+import { agent, api, createSandbox, crunContainers, freePort, REPO_ROOT, startNode, startServer, stopAll, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
 
 const LEASE_SECONDS = 3;
 
@@ -65,10 +65,12 @@ describe('a cluster: control over two nodes, on PostgreSQL', { timeout: 900_000 
   });
 
   after(async () => {
-    await control?.stop();
-    for (const n of nodes) await n.stop();
-    await pg?.stop();
-    keys.remove();
+    await stopAll(
+      () => control?.stop(),
+      ...nodes.map((n) => () => n.stop()),
+      () => pg?.stop(),
+      () => keys.remove(),
+    );
   });
 
   test('creates are spread over the nodes, and each sandbox is served through control', async () => {

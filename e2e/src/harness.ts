@@ -169,12 +169,7 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     throw new Error(`sandboxd did not become ready; see ${logFile}`);
   };
 
-  const waitExit = (signal: NodeJS.Signals) =>
-    new Promise<void>((res) => {
-      if (!child || child.exitCode !== null || child.signalCode !== null) return res();
-      child.once('exit', () => res());
-      child.kill(signal);
-    });
+  const waitExit = (signal: NodeJS.Signals) => endProcess(child, signal, `sandboxd ${opts.command ?? 'serve'}`, logFile);
 
   try {
     await launch();
@@ -249,6 +244,54 @@ export interface ApiResponse<T = any> {
   headers: Headers;
 }
 
+/** How long a daemon may take to end on SIGTERM before the harness kills it (and fails). */
+const STOP_GRACE_MS = 60_000;
+
+/**
+ * Sends `signal` and waits for the exit. A daemon that does not end within STOP_GRACE_MS of a
+ * SIGTERM is killed, and the call fails with the end of its log: a shutdown that hangs is a defect
+ * to see, not a test file that times out with its clean-up never run.
+ */
+export function endProcess(child: ChildProcess | undefined, signal: NodeJS.Signals, what: string, logFile: string): Promise<void> {
+  return new Promise<void>((res, rej) => {
+    if (!child || child.exitCode !== null || child.signalCode !== null) return res();
+    let hung: Error | undefined;
+    const timer =
+      signal === 'SIGKILL'
+        ? undefined
+        : setTimeout(() => {
+            const tail = existsSync(logFile) ? readFileSync(logFile, 'utf8').split('\n').slice(-30).join('\n') : '(no log)';
+            hung = new Error(`${what} did not end within ${STOP_GRACE_MS / 1000} s of ${signal}; killed. Its log's last lines:\n${tail}`);
+            child.kill('SIGKILL');
+          }, STOP_GRACE_MS);
+    child.once('exit', () => {
+      clearTimeout(timer);
+      if (hung) rej(hung);
+      else res();
+    });
+    child.kill(signal);
+  });
+}
+
+/**
+ * Runs every step of a clean-up in order, each even when an earlier one failed, then fails with
+ * all that did: one part that cannot stop must not leave the others (and their namespaces) behind.
+ */
+export async function stopAll(...steps: Array<() => unknown>): Promise<void> {
+  const errors: unknown[] = [];
+  for (const step of steps) {
+    try {
+      await step();
+    } catch (err) {
+      errors.push(err);
+    }
+  }
+  if (errors.length === 1) throw errors[0];
+  if (errors.length > 1) throw new AggregateError(errors, errors.map((e) => (e instanceof Error ? e.message : String(e))).join('\n'));
+}
+
+const API_TIMEOUT_MS = 180_000;
+
 /** One call to the lifecycle API with the server's key (override with headers). */
 export async function api<T = any>(
   server: Pick<TestServer, 'baseUrl' | 'apiKey'>,
@@ -261,6 +304,10 @@ export async function api<T = any>(
     method,
     headers: { 'x-api-key': server.apiKey, ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
     body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+    // No call of a test takes minutes: one that hangs fails here, with its path, not as a file timeout.
+    signal: AbortSignal.timeout(API_TIMEOUT_MS),
+  }).catch((err: unknown) => {
+    throw new Error(`${method} ${path} on ${server.baseUrl}: ${(err as Error).name === 'TimeoutError' ? `no answer within ${API_TIMEOUT_MS / 1000} s` : String(err)}`, { cause: err });
   });
   const text = await res.text();
   let parsed: unknown = text;
@@ -443,12 +490,7 @@ export async function startNode(o: NodeOptions): Promise<TestNode> {
     child.kill('SIGKILL');
     throw new Error(`sandboxd node did not start; see ${logFile}`);
   };
-  const exit = (signal: NodeJS.Signals) =>
-    new Promise<void>((res) => {
-      if (!child || child.exitCode !== null || child.signalCode !== null) return res();
-      child.once('exit', () => res());
-      child.kill(signal);
-    });
+  const exit = (signal: NodeJS.Signals) => endProcess(child, signal, `sandboxd node ${o.id}`, logFile);
   /**
    * What the node made, destroyed where it is (in its namespaces), then the namespace itself (its
    * mount namespace first: a mount there would keep a directory of the data dir busy). The data dir

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
-import { readMounts } from './mounts.js';
+import { readMounts, type MountEntry } from './mounts.js';
 import { cidrContains, gatewayIp, intToIp, type Subnet } from './net.js';
 import { INSPECTED_PORTS, policyTransaction, type EgressPolicy } from './egress-policy.js';
 import { procOk } from './proc.js';
@@ -11,20 +11,46 @@ import { procOk } from './proc.js';
  * crun refuses hybrid cgroups ("drop all controllers from cgroupv2") when a controller is bound to
  * the v2 mount at /sys/fs/cgroup/unified (hugetlb, on this machine). Mounting a v1 hierarchy for
  * each such controller moves it there and leaves the v2 mount empty.
+ *
+ * A v1 hierarchy is the kernel's, not a mount namespace's: when another namespace made it (a node
+ * in a mount namespace of its own, a pod, an earlier daemon's), it exists here without a mount,
+ * the v2 mount is already empty, and crun (which follows /proc/self/cgroup) would make plain
+ * directories on the tmpfs at /sys/fs/cgroup/<controller> that no one can remove (they hold a
+ * `cgroup.procs` file it wrote). So every hierarchy the kernel has is mounted here too.
  */
 export async function fixHybridCgroups(log: (m: string) => void): Promise<void> {
   const unified = '/sys/fs/cgroup/unified/cgroup.controllers';
-  if (!existsSync(unified)) return;
-  const controllers = (await readFile(unified, 'utf8')).trim().split(/\s+/).filter(Boolean);
-  if (controllers.length === 0) return;
-  const mounted = new Set((await readMounts()).map((m) => m.mountPoint));
-  for (const c of controllers) {
-    const dir = `/sys/fs/cgroup/${c}`;
-    if (mounted.has(dir)) continue;
+  const onV2 = existsSync(unified) ? (await readFile(unified, 'utf8')).trim().split(/\s+/).filter(Boolean) : [];
+  const missing = unmountedHierarchies(await readFile('/proc/cgroups', 'utf8'), await readMounts(), onV2);
+  for (const controllers of missing) {
+    const dir = `/sys/fs/cgroup/${controllers.join(',')}`;
     await mkdir(dir, { recursive: true });
-    await procOk('mount', ['-t', 'cgroup', '-o', c, 'cgroup', dir]);
-    log(`mounted the ${c} cgroup v1 hierarchy at ${dir} (crun refuses hybrid mode)`);
+    await procOk('mount', ['-t', 'cgroup', '-o', controllers.join(','), 'cgroup', dir]);
+    log(`mounted the ${controllers.join(',')} cgroup v1 hierarchy at ${dir} (crun refuses hybrid mode, and follows every hierarchy)`);
   }
+}
+
+/**
+ * The controller sets to mount at /sys/fs/cgroup/<set> on a v1 host: each controller bound to the
+ * v2 mount (`onV2`, alone), and each v1 hierarchy of /proc/cgroups (controllers sharing a
+ * hierarchy id, together) of which no controller is mounted in this mount namespace.
+ */
+export function unmountedHierarchies(procCgroups: string, mounts: MountEntry[], onV2: string[]): string[][] {
+  const mountedControllers = new Set(mounts.filter((m) => m.fsType === 'cgroup').flatMap((m) => m.superOptions.split(',')));
+  const byHierarchy = new Map<number, string[]>();
+  for (const line of procCgroups.split('\n')) {
+    const [name, hierarchy, , enabled] = line.trim().split(/\s+/);
+    if (!name || name.startsWith('#') || enabled !== '1') continue;
+    const id = Number(hierarchy);
+    if (!Number.isInteger(id) || id <= 0) continue;
+    byHierarchy.set(id, [...(byHierarchy.get(id) ?? []), name]);
+  }
+  const out: string[][] = onV2.filter((c) => !mountedControllers.has(c)).map((c) => [c]);
+  for (const controllers of byHierarchy.values()) {
+    if (controllers.some((c) => mountedControllers.has(c) || onV2.includes(c))) continue;
+    out.push(controllers.sort());
+  }
+  return out;
 }
 
 export async function enableIpForwarding(): Promise<void> {

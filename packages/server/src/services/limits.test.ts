@@ -4,6 +4,7 @@ import { ServiceError } from '@sandboxd/protocol';
 import { SqliteStore } from '../store/sqlite.js';
 import type { SandboxRow } from '../store/types.js';
 import { checkSize, checkTimeout, quotaError, resolveLimits, timeoutFor, type OrgLimits } from './limits.js';
+import { KeyedMutex } from './locks.js';
 import { QuotaService } from './quotas.js';
 
 const LIMITS: OrgLimits = {
@@ -134,6 +135,77 @@ test('admission is race-free: 10 concurrent admissions against a quota of 3 admi
     assert.equal((await q.usage('org_a')).sandboxes, 3);
     assert.equal((await q.usage('org_b')).sandboxes, 0, 'another organization is untouched');
     await q.admit('org_b', { sandboxes: 1, memoryMb: 512, diskGb: 2 }, async () => undefined);
+  } finally {
+    store.close();
+  }
+});
+
+/** A KeyedMutex that counts its turns, and fails them while `failing` is set (a store away). */
+class CountingMutex extends KeyedMutex {
+  turns = 0;
+  failing: Error | undefined;
+  override async run<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    this.turns++;
+    if (this.failing) throw this.failing;
+    return super.run(key, fn);
+  }
+}
+
+test('a burst of admissions takes the lock once per batch, not once each; each admitted claim runs, and each caller gets its own answer', async () => {
+  const store = SqliteStore.open(':memory:');
+  try {
+    const locks = new CountingMutex();
+    const q = new QuotaService(store, { ...LIMITS, max_sandboxes: 30, max_total_memory_mb: null, max_total_disk_gb: null }, locks);
+    const results = await Promise.allSettled(
+      Array.from({ length: 50 }, (_, i) =>
+        q.admit('org_a', { sandboxes: 1, memoryMb: 512, diskGb: 2 }, async () => {
+          await new Promise((r) => setTimeout(r, 5));
+          await store.sandboxes.insert(row(`sb${i}`, { status: 'creating' }));
+          return `sb${i}`;
+        }),
+      ),
+    );
+    const admitted = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+    assert.equal(admitted.length, 30);
+    assert.deepEqual(admitted, Array.from({ length: 30 }, (_, i) => `sb${i}`), 'in the order they came, each with its own claim\'s value');
+    assert.equal((await q.usage('org_a')).sandboxes, 30);
+    assert.ok(locks.turns <= 2, `the lock was taken ${locks.turns} times for 50 admissions`);
+    // Those that come while a batch holds the lock go in the next one, checked against what it admitted.
+    const before = locks.turns;
+    const late = await Promise.allSettled([q.admit('org_a', { sandboxes: 1, memoryMb: 1, diskGb: 1 }, async () => 'x')]);
+    assert.equal(late[0]!.status, 'rejected');
+    assert.equal(locks.turns, before + 1);
+  } finally {
+    store.close();
+  }
+});
+
+test("a claim that fails fails its own admission only; a lock that cannot be had fails those waiting, and the next admissions work", async () => {
+  const store = SqliteStore.open(':memory:');
+  try {
+    const locks = new CountingMutex();
+    const q = new QuotaService(store, { ...LIMITS, max_total_memory_mb: null, max_total_disk_gb: null }, locks);
+    const results = await Promise.allSettled(
+      [0, 1, 2].map((i) =>
+        q.admit('org_a', { sandboxes: 1, memoryMb: 1, diskGb: 1 }, async () => {
+          if (i === 1) throw new Error('the insert failed');
+          await store.sandboxes.insert(row(`sb${i}`, { status: 'creating' }));
+          return i;
+        }),
+      ),
+    );
+    assert.deepEqual(
+      results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).message)),
+      [0, 'the insert failed', 2],
+    );
+    locks.failing = new Error('store unavailable');
+    const failed = await Promise.allSettled([1, 2, 3].map(() => q.admit('org_a', { sandboxes: 0, memoryMb: 1, diskGb: 0 }, async () => 'in')));
+    assert.deepEqual(
+      failed.map((r) => (r.status === 'rejected' ? (r.reason as Error).message : 'admitted')),
+      ['store unavailable', 'store unavailable', 'store unavailable'],
+    );
+    locks.failing = undefined;
+    assert.equal(await q.admit('org_a', { sandboxes: 0, memoryMb: 1, diskGb: 0 }, async () => 'in'), 'in', 'nothing is stuck');
   } finally {
     store.close();
   }

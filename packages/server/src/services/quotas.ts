@@ -2,6 +2,14 @@ import type { Store } from '../store/types.js';
 import { KeyedMutex, type Mutex } from './locks.js';
 import { quotaError, resolveLimits, type Demand, type OrgLimits, type OrgUsage } from './limits.js';
 
+/** An admission waiting for its organization's next batch. */
+interface Admission {
+  demand: Demand;
+  claim: () => Promise<unknown>;
+  resolve: (v: unknown) => void;
+  reject: (err: unknown) => void;
+}
+
 /**
  * Per-organization limits (configured defaults + the organization's overrides, read at every
  * use so that `sandboxd orgs limits` applies at once) and the admission of anything that holds
@@ -40,20 +48,78 @@ export class QuotaService {
    * `claim` must make the demand visible to `usage` before it returns (insert the sandbox row in
    * state creating, the build row, or move a row to running), so N concurrent creates against a
    * quota of M < N admit exactly M. Past a quota: 409 ORG_QUOTA_EXCEEDED naming the limit.
+   *
+   * Admissions of one organization are taken in batches: every admission waiting when the lock is
+   * got is checked against one reading of the usage, to which each admitted demand is added in
+   * turn, and their claims run together before the lock is given back. A burst of creates then
+   * takes the lock (a few round trips to PostgreSQL on a cluster) a few times, not once each. A
+   * claim that fails leaves its demand counted for the rest of its batch: one may be refused that
+   * would have fit, none is admitted that does not.
    */
-  async admit<T>(orgId: string, demand: Demand, claim: () => Promise<T>): Promise<T> {
-    return this.locks.run(orgId, async () => {
-      const [limits, usage] = await Promise.all([this.limitsFor(orgId), this.usage(orgId)]);
-      const err = quotaError(limits, usage, demand);
-      if (err) throw err;
-      return claim();
+  admit<T>(orgId: string, demand: Demand, claim: () => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const waiting = this.waiting.get(orgId);
+      const entry: Admission = { demand, claim, resolve: resolve as (v: unknown) => void, reject };
+      if (waiting) {
+        waiting.push(entry);
+        return;
+      }
+      this.waiting.set(orgId, [entry]);
+      void this.admitWaiting(orgId);
     });
   }
 
+  private readonly waiting = new Map<string, Admission[]>();
+
+  /** Batches of the organization's waiting admissions, one per turn of its lock, until none waits. */
+  private async admitWaiting(orgId: string): Promise<void> {
+    for (;;) {
+      let batch: Admission[] = [];
+      try {
+        await this.locks.run(orgId, async () => {
+          // Those that came while the lock was being got are in this batch too.
+          batch = this.waiting.get(orgId) ?? [];
+          this.waiting.set(orgId, []);
+          if (batch.length === 0) return;
+          const [limits, usage] = await Promise.all([this.limitsFor(orgId), this.usage(orgId)]);
+          const claims: Array<Promise<void>> = [];
+          for (const a of batch) {
+            const err = quotaError(limits, usage, a.demand);
+            if (err) {
+              a.reject(err);
+              continue;
+            }
+            usage.sandboxes += a.demand.sandboxes;
+            usage.memoryMb += a.demand.memoryMb;
+            usage.diskGb += a.demand.diskGb;
+            claims.push(
+              (async () => a.claim())().then(
+                (v) => a.resolve(v),
+                (e: unknown) => a.reject(e),
+              ),
+            );
+          }
+          await Promise.all(claims);
+        });
+      } catch (err) {
+        // The lock or the usage could not be had (a store away): the batch fails with it, and so
+        // do those that waited for the lock with it (not yet taken into a batch).
+        if (batch.length === 0) {
+          batch = this.waiting.get(orgId) ?? [];
+          this.waiting.set(orgId, []);
+        }
+        for (const a of batch) a.reject(err);
+      }
+      if ((this.waiting.get(orgId)?.length ?? 0) === 0) {
+        this.waiting.delete(orgId);
+        return;
+      }
+    }
+  }
+
   /**
-   * Runs `change` with the organization's admissions held, for a holder that changes its rows
-   * without changing what it holds (a create's row taking its sandbox's id: for a moment both rows
-   * exist, and no admission may count them twice).
+   * Runs `change` with the organization's admissions held: a check and an insert that must be one
+   * step against everything admitted (a snapshot's storage, its size known only once copied).
    */
   async hold<T>(orgId: string, change: () => Promise<T>): Promise<T> {
     return this.locks.run(orgId, change);

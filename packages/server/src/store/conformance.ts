@@ -70,6 +70,27 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     s.close();
   });
 
+  test(`${name}: replace swaps a placeholder row for the sandbox's at once; the usage never counts both`, async () => {
+    const s = await open();
+    await s.sandboxes.insert(sandbox('placeholder', { status: 'creating', memoryMb: 512, diskGb: 2 }));
+    const own = sandbox('sbreal', { status: 'creating', memoryMb: 512, diskGb: 2, gatewayPort: 40030 });
+    // Readers that run while the swap is under way see one row, before or after it.
+    const seen: number[] = [];
+    const readers = Array.from({ length: 20 }, async () => seen.push((await s.sandboxes.usage('org_a')).active));
+    await Promise.all([s.sandboxes.replace('placeholder', own), ...readers]);
+    assert.deepEqual([...new Set(seen)], [1], `usage counted ${JSON.stringify(seen)}`);
+    assert.equal(await s.sandboxes.byId('placeholder'), undefined);
+    assert.deepEqual(await s.sandboxes.byId('sbreal'), own);
+    // A placeholder already gone (removed by a clean-up): the row is inserted all the same.
+    await s.sandboxes.replace('never-there', sandbox('sbother'));
+    assert.equal((await s.sandboxes.byId('sbother'))?.id, 'sbother');
+    // A row that cannot be inserted (its id taken) leaves the placeholder where it was.
+    await s.sandboxes.insert(sandbox('placeholder2', { status: 'creating' }));
+    await assert.rejects(s.sandboxes.replace('placeholder2', sandbox('sbreal')));
+    assert.equal((await s.sandboxes.byId('placeholder2'))?.id, 'placeholder2');
+    s.close();
+  });
+
   test(`${name}: updates are compare-and-set on version`, async () => {
     const s = await open();
     await s.sandboxes.insert(sandbox('sb1'));

@@ -300,6 +300,17 @@ class PgSandboxRepo implements SandboxRepo {
     const values = fields.map((f) => p.add(SANDBOX_COLUMNS[f].json ? jsonb(s[f]) : s[f]));
     await this.db.run(`INSERT INTO sandboxes (${fields.map((f) => SANDBOX_COLUMNS[f].column).join(', ')}) VALUES (${values.join(', ')})`, p.values);
   }
+  async replace(oldId: string, s: SandboxRow) {
+    // One statement: a reader's snapshot holds either row, never both nor neither.
+    const p = new Params();
+    const gone = p.add(oldId);
+    const fields = Object.keys(SANDBOX_COLUMNS) as (keyof SandboxRow)[];
+    const values = fields.map((f) => p.add(SANDBOX_COLUMNS[f].json ? jsonb(s[f]) : s[f]));
+    await this.db.run(
+      `WITH gone AS (DELETE FROM sandboxes WHERE id = ${gone}) INSERT INTO sandboxes (${fields.map((f) => SANDBOX_COLUMNS[f].column).join(', ')}) VALUES (${values.join(', ')})`,
+      p.values,
+    );
+  }
   async byId(id: string) {
     const r = await this.db.row('SELECT * FROM sandboxes WHERE id = $1', [id]);
     return r && sandboxFrom(r);

@@ -159,6 +159,12 @@ export interface TemplateRepo {
 
 export interface SandboxRepo {
   insert(row: SandboxRow): Promise<void>;
+  /**
+   * Removes the row `oldId` (if it exists) and inserts `row`, at once: no reader (an admission
+   * counting the organization's usage) sees both rows, or neither. A create's placeholder row
+   * taking its sandbox's id.
+   */
+  replace(oldId: string, row: SandboxRow): Promise<void>;
   byId(id: string): Promise<SandboxRow | undefined>;
   list(filter: SandboxListFilter): Promise<SandboxRow[]>;
   /** Every row not deleted (all orgs), for reconciliation and the gateway; with `nodeId`, that node's only. */

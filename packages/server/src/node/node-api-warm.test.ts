@@ -8,13 +8,14 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import type { FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance } from 'fastify';
 import { FsLayerStore } from '../images/layer-store.js';
 import { RemoteRuntime } from '../runtime/remote-runtime.js';
 import type { SandboxSpec } from '../runtime/types.js';
 import { NodeMembership } from '../services/node-membership.js';
 import { NodeWarmPool } from '../services/node-pool.js';
 import { OrphanCollector } from '../services/orphans.js';
+import { agentGet } from '../services/agent-client.js';
 import { clusterWarmKeyOf } from '../services/warm-pool.js';
 import { SqliteStore } from '../store/sqlite.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
@@ -108,7 +109,7 @@ test('the first ask boots one (cold), the pool refills, the next ask is served r
   assert.equal(held.length, 1);
   assert.ok(!held.includes(first.id), 'a sandbox handed out is no longer the pool\'s');
   const second = await remote.askWarm(askSpec(), { id: 'tpl-1', label: 'base' });
-  assert.deepEqual(second, { id: held[0], warm: true }, 'served the ready one');
+  assert.deepEqual(second, { id: held[0], warm: true, envSet: false }, 'served the ready one');
   assert.notEqual(second.id, first.id);
   assert.equal(pool.stats().hits, 1);
 
@@ -183,6 +184,13 @@ test('asks are read as an attacker would send them: unsigned, malformed or namin
     ['a relative layer path', { ...good, spec: { ...good.spec, lowerDirs: ['../etc'] } }],
     ['layer ids that do not match the paths', { ...good, spec: { ...good.spec, layerIds: [] } }],
     ['layers by reference on a node that takes paths', { ...good, spec: { ...good.spec, layers: [] } }],
+    ['agent_env not an object', { ...good, agent_env: ['A=1'] }],
+    ['an agent_env name with =', { ...good, agent_env: { 'A=B': 'x' } }],
+    ['an empty agent_env name', { ...good, agent_env: { '': 'x' } }],
+    ['an agent_env value that is not text', { ...good, agent_env: { A: 1 } }],
+    ['a NUL in an agent_env value', { ...good, agent_env: { A: 'x\u0000y' } }],
+    ['too many agent_env entries', { ...good, agent_env: Object.fromEntries(Array.from({ length: 4097 }, (_, i) => [`V${i}`, 'x'])) }],
+    ['too big an agent_env', { ...good, agent_env: { A: 'x'.repeat(600 * 1024) } }],
   ];
   for (const [what, body] of cases) {
     const r = await post(body, token);
@@ -192,6 +200,66 @@ test('asks are read as an attacker would send them: unsigned, malformed or namin
   assert.equal(pool.held().length + (await fake.list()).length, before, 'nothing was booted for a refused ask');
   const none = await post(good, token, `http://127.0.0.1:${(bare.server.address() as AddressInfo).port}`);
   assert.deepEqual([none.status, none.body.code], [404, 'ROUTE_NOT_FOUND'], 'a node without a pool has no such route (as one of an earlier version)');
+});
+
+test("with the create's env_vars, the node sets them on the agent before it answers; a sandbox whose agent does not take them is destroyed and the next one handed out", async () => {
+  const key = { id: 'tpl-env', label: 'base' };
+  const first = await remote.askWarm(askSpec(), key, { TOKEN: 'abc', 'odd name-1': 'x y' });
+  assert.equal(first.envSet, true);
+  const env = await agentGet((t) => fake.dialAgent(first.id, t), '/env', 2000);
+  assert.deepEqual((env.body as { env_vars: Record<string, string> }).env_vars, { TOKEN: 'abc', 'odd name-1': 'x y' });
+  // The pool refills for the key; its ready sandbox's agent stops answering.
+  const k = clusterWarmKeyOf(askSpec(), key.id, key.label).key;
+  await until('a ready sandbox of the key', () => (pool.readyByKey()[k] ?? 0) >= 1);
+  const broken = new Set(pool.held());
+  const dial = fake.dialAgent.bind(fake);
+  fake.dialAgent = (id, t) => (broken.has(id) ? Promise.reject(new Error('the agent is gone')) : dial(id, t));
+  try {
+    const next = await remote.askWarm(askSpec(), key, { TOKEN: 'def' });
+    assert.equal(next.envSet, true);
+    assert.ok(!broken.has(next.id), 'another sandbox than the broken one');
+    const got = await agentGet((t) => fake.dialAgent(next.id, t), '/env', 2000);
+    assert.deepEqual((got.body as { env_vars: Record<string, string> }).env_vars, { TOKEN: 'def' });
+    const left = new Set(await fake.list());
+    for (const id of broken) if (!pool.held().includes(id)) assert.ok(!left.has(id), `the broken sandbox ${id} was destroyed`);
+  } finally {
+    fake.dialAgent = dial;
+  }
+  // Without env_vars, as an ask was before: nothing is set, and the node does not say it was.
+  const plain = await remote.askWarm(askSpec(), key);
+  assert.equal(plain.envSet, false);
+  for (const id of [first.id, plain.id]) await fake.destroy(id);
+});
+
+test('a node of an earlier version refuses agent_env: the ask is made again without it, and control is told the env is not set', async () => {
+  const old = Fastify();
+  const asks: Array<Record<string, unknown>> = [];
+  old.post('/node/v1/warm', async (req, reply) => {
+    const body = req.body as Record<string, unknown>;
+    asks.push(body);
+    if ('agent_env' in body) return reply.code(400).send({ code: 'VALIDATION_ERROR', message: 'warm ask: unknown field "agent_env"' });
+    return { id: 'sbold0000000000000000001'.slice(0, 24), warm: true };
+  });
+  await old.listen({ host: '127.0.0.1', port: 0 });
+  try {
+    const r = new RemoteRuntime({ nodeId: 'node-w', url: `http://127.0.0.1:${(old.server.address() as AddressInfo).port}`, auth: signer });
+    const got = await r.askWarm(askSpec(), { id: 'tpl-old', label: 'base' }, { A: '1' });
+    assert.equal(got.envSet, false);
+    assert.deepEqual(
+      asks.map((a) => 'agent_env' in a),
+      [true, false],
+    );
+    // Env too big for an ask goes through the relay: it is not sent at all.
+    asks.length = 0;
+    const big = await r.askWarm(askSpec(), { id: 'tpl-old', label: 'base' }, { A: 'x'.repeat(300 * 1024) });
+    assert.equal(big.envSet, false);
+    assert.deepEqual(
+      asks.map((a) => 'agent_env' in a),
+      [false],
+    );
+  } finally {
+    await old.close();
+  }
 });
 
 test("control drops a template's ready sandboxes (deleted); other keys' stay; a bad or unsigned drop is refused", async () => {

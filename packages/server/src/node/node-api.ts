@@ -48,7 +48,14 @@ export interface NodeApiOptions {
    * sandbox of a spec, or one booted now. Absent: no such route (as on a node of an earlier version).
    */
   warm?: {
-    take(ask: { spec: SandboxSpec; lowerDirs: () => Promise<string[]>; poolId: string; label: string; signal?: AbortSignal }): Promise<{ id: string; warm: boolean }>;
+    take(ask: {
+      spec: SandboxSpec;
+      lowerDirs: () => Promise<string[]>;
+      poolId: string;
+      label: string;
+      signal?: AbortSignal;
+      agentEnv?: Record<string, string>;
+    }): Promise<{ id: string; warm: boolean; envSet?: true }>;
     drop(poolId: string): Promise<void>;
   };
   /** The longest a snapshot's layer tar may be (its files' bytes, holes included; default: no limit). */
@@ -201,8 +208,8 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     reply.raw.on('close', () => {
       if (!reply.raw.writableFinished) gone.abort();
     });
-    const { id, warm } = await pool.take({ spec: ask.spec, lowerDirs, poolId: ask.poolId, label: ask.label, signal: gone.signal });
-    return { id, warm };
+    const { id, warm, envSet } = await pool.take({ spec: ask.spec, lowerDirs, poolId: ask.poolId, label: ask.label, signal: gone.signal, ...(ask.agentEnv ? { agentEnv: ask.agentEnv } : {}) });
+    return { id, warm, ...(envSet ? { env_set: true } : {}) };
   });
   // A template deleted (or its pool id otherwise done with): its ready sandboxes go.
   if (pool) app.delete('/node/v1/warm/:pool', async (req, reply) => {

@@ -11,11 +11,17 @@ export interface ParsedWarmAsk {
   layers: { refs: LayerRef[] } | { paths: string[] };
   poolId: string;
   label: string;
+  /** The create's env_vars, set on the sandbox's agent before it is handed out (absent: control sets them). */
+  agentEnv?: Record<string, string>;
 }
 
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,255}$/;
 const MAX_ENV = 256;
 const MAX_ENV_BYTES = 256 * 1024;
+/** The create's env_vars as the API takes them (a name without '=' or NUL), within the node's body. */
+const AGENT_ENV_NAME_RE = /^[^=\0]{1,4096}$/;
+const MAX_AGENT_ENV = 4096;
+export const MAX_AGENT_ENV_BYTES = 512 * 1024;
 /** A pool id is a template id, `snap:<id>` or `fork:<layer>`: printable, no spaces, bounded. */
 const POOL_ID_RE = /^[\x21-\x7e]{1,200}$/;
 const SPEC_FIELDS = new Set(['layers', 'lowerDirs', 'layerIds', 'resources', 'internetAccess', 'egress', 'env']);
@@ -31,8 +37,9 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
  */
 export function parseWarmAsk(body: unknown, byReference: boolean): ParsedWarmAsk {
   if (!isObject(body)) throw bad('the body must be an object');
-  for (const k of Object.keys(body)) if (!['spec', 'pool_id', 'label'].includes(k)) throw bad(`unknown field ${JSON.stringify(k.slice(0, 40))}`);
+  for (const k of Object.keys(body)) if (!['spec', 'pool_id', 'label', 'agent_env'].includes(k)) throw bad(`unknown field ${JSON.stringify(k.slice(0, 40))}`);
   const { pool_id: poolId, label, spec: raw } = body;
+  const agentEnv = body.agent_env === undefined ? undefined : parseAgentEnv(body.agent_env);
   if (typeof poolId !== 'string' || !POOL_ID_RE.test(poolId)) throw bad('pool_id must be 1 to 200 printable characters');
   if (typeof label !== 'string' || label.length > 200) throw bad('label must be a string of at most 200 characters');
   if (!isObject(raw)) throw bad('spec must be an object');
@@ -97,5 +104,20 @@ export function parseWarmAsk(body: unknown, byReference: boolean): ParsedWarmAsk
     ...(egress ? { egress } : {}),
     env: Object.fromEntries(entries) as Record<string, string>,
   };
-  return { spec, layers, poolId, label };
+  return { spec, layers, poolId, label, ...(agentEnv ? { agentEnv } : {}) };
+}
+
+/** `agent_env`: what the agent's PUT /env takes, bounded. */
+function parseAgentEnv(v: unknown): Record<string, string> {
+  if (!isObject(v)) throw bad('agent_env must be an object of strings');
+  const entries = Object.entries(v);
+  if (entries.length > MAX_AGENT_ENV) throw bad(`agent_env: at most ${MAX_AGENT_ENV} variables`);
+  let bytes = 0;
+  for (const [k, val] of entries) {
+    if (!AGENT_ENV_NAME_RE.test(k)) throw bad(`agent_env: bad variable name ${JSON.stringify(k.slice(0, 40))}`);
+    if (typeof val !== 'string' || val.includes('\0')) throw bad(`agent_env: the value of ${JSON.stringify(k.slice(0, 40))} must be a string without NUL`);
+    bytes += Buffer.byteLength(k) + Buffer.byteLength(val);
+  }
+  if (bytes > MAX_AGENT_ENV_BYTES) throw bad(`agent_env: at most ${MAX_AGENT_ENV_BYTES} bytes`);
+  return Object.fromEntries(entries) as Record<string, string>;
 }

@@ -59,6 +59,15 @@ const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
 const STATUSES: ReadonlySet<unknown> = new Set(['running', 'paused', 'stopped', 'missing']);
 
 /** An answer of the node that is not what the node API answers: the node's fault (it may be compromised). */
+/** The env_vars a warm ask carries at most (the node's own bound is larger, its body 1 MiB); more are set through the relay. */
+const AGENT_ENV_ASK_MAX_BYTES = 256 * 1024;
+
+function envBytes(env: Record<string, string>): number {
+  let n = 0;
+  for (const [k, v] of Object.entries(env)) n += Buffer.byteLength(k) + Buffer.byteLength(v);
+  return n;
+}
+
 function badAnswer(nodeId: string, what: string): ServiceError {
   return new ServiceError('RUNTIME_ERROR', `node ${nodeId} answered something that is not an answer of a node`).withDetail(what);
 }
@@ -237,14 +246,28 @@ export class RemoteRuntime implements Runtime {
    * A running sandbox of `spec` from the node's warm pool, or booted there now: the node picks its
    * id (and so its hostname and SANDBOX_ID), so the spec goes without them. `warm`: it was ready.
    */
-  async askWarm(spec: SandboxSpec, pool: { id: string; label: string }): Promise<{ id: string; warm: boolean }> {
+  /**
+   * A ready sandbox of `spec` from the node (its pool's, or booted now). With `agentEnv` (the
+   * create's env_vars, when they fit in one ask), the node sets them on the agent before it
+   * answers, and says so (`envSet`): one call on the agent's socket there, instead of a relayed
+   * connection from here. A node of an earlier version refuses the field: asked again without it.
+   */
+  async askWarm(spec: SandboxSpec, pool: { id: string; label: string }, agentEnv?: Record<string, string>): Promise<{ id: string; warm: boolean; envSet: boolean }> {
     const { id: _id, hostname: _hostname, env, ...rest } = spec;
     const { SANDBOX_ID: _sandboxId, ...own } = env;
     const { body, bytes } = await this.wire({ ...rest, id: '', hostname: '', env: own });
     const { id: _i, hostname: _h, ...wired } = body as Record<string, unknown>;
-    const r = await this.call<{ id?: unknown; warm?: unknown } | null>('POST', '/node/v1/warm', { spec: wired, pool_id: pool.id, label: pool.label }, this.bootTimeout(bytes));
+    const ask = { spec: wired, pool_id: pool.id, label: pool.label };
+    const withEnv = agentEnv && envBytes(agentEnv) <= AGENT_ENV_ASK_MAX_BYTES ? { ...ask, agent_env: agentEnv } : undefined;
+    let r: { id?: unknown; warm?: unknown; env_set?: unknown } | null;
+    try {
+      r = await this.call('POST', '/node/v1/warm', withEnv ?? ask, this.bootTimeout(bytes));
+    } catch (err) {
+      if (!withEnv || !(err instanceof ServiceError && err.code === 'VALIDATION_ERROR')) throw err;
+      r = await this.call('POST', '/node/v1/warm', ask, this.bootTimeout(bytes));
+    }
     if (typeof r?.id !== 'string' || !ID_RE.test(r.id) || typeof r.warm !== 'boolean') throw badAnswer(this.nodeId, 'a ready sandbox');
-    return { id: r.id, warm: r.warm };
+    return { id: r.id, warm: r.warm, envSet: withEnv !== undefined && r.env_set === true };
   }
 
   /** The node's warm pool forgets `poolId` (a template deleted or rebuilt). */

@@ -177,10 +177,11 @@ export interface Runtime {
   nodeUp?(nodeId: string): boolean;
   /**
    * A cluster's: a running sandbox of `spec` (its id, hostname and SANDBOX_ID left to the node),
-   * taken from the warm pool of the node placement picks, or booted there now. Absent on one
-   * machine, whose services boot ahead themselves (services/warm-pool.ts).
+   * taken from the warm pool of the node placement picks, or booted there now; with `agentEnv`,
+   * its agent has taken them (PUT /env) before it is handed out. Absent on one machine, whose
+   * services boot ahead themselves (services/warm-pool.ts).
    */
-  takeReady?(spec: SandboxSpec, pool: { id: string; label: string }): Promise<string>;
+  takeReady?(spec: SandboxSpec, pool: { id: string; label: string }, agentEnv?: Record<string, string>): Promise<string>;
   /** A cluster's: whether `id`, not recorded yet, came ready from a node's pool (the create's `source`). */
   wasWarm?(id: string): boolean;
   /** A cluster's: the nodes' warm pools forget `poolId` (a template deleted or rebuilt), destroying its ready sandboxes. */

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
-import { ServiceError } from '@sandboxd/protocol';
+import { describeCause, ServiceError } from '@sandboxd/protocol';
 import { unpackLayer } from '../images/layer-tar.js';
 import type { ClusterSigner } from '../runtime/cluster-auth.js';
 import type { EgressPolicy } from '../runtime/egress-policy.js';
@@ -9,7 +9,7 @@ import { RemoteRuntime } from '../runtime/remote-runtime.js';
 import type { LayerSource, Runtime, RuntimeStatus, SandboxResources, SandboxSpec, SandboxStats, StepRunOptions } from '../runtime/types.js';
 import type { NodeRow, SandboxRow, SandboxUsage, Store } from '../store/types.js';
 import { clusterWarmKeyOf } from './warm-pool.js';
-import { waitForAgent } from './agent-client.js';
+import { agentJson, waitForAgent } from './agent-client.js';
 import { newSandboxId, withSandboxId } from './sandbox-identity.js';
 
 export interface ClusterRuntimeOptions {
@@ -32,6 +32,9 @@ export interface ClusterRuntimeOptions {
   log?: (msg: string) => void;
 }
 
+
+/** How long an agent may take to answer PUT /env before its sandbox is taken for broken (as a create waits). */
+const AGENT_ENV_TIMEOUT_MS = 2000;
 /** Placement: a node that holds a sandbox's layers is preferred while it is at most this much more committed (memory, as a fraction) than the least committed. */
 const LAYERS_PREFERENCE = 0.1;
 /**
@@ -447,7 +450,7 @@ export class ClusterRuntime implements Runtime {
    * reported ready sandboxes of its key), or booted there now: the node gives its id. Held as
    * reserved (claimed on the node, counted against it) until the services record it.
    */
-  async takeReady(spec: SandboxSpec, pool: { id: string; label: string }): Promise<string> {
+  async takeReady(spec: SandboxSpec, pool: { id: string; label: string }, agentEnv?: Record<string, string>): Promise<string> {
     const key = clusterWarmKeyOf(spec, pool.id).key;
     const ask = { nodeId: '', resources: spec.resources };
     const nodeId = await this.place(spec.resources, spec.layerIds, key, (picked) => {
@@ -458,7 +461,7 @@ export class ClusterRuntime implements Runtime {
     try {
       const known = this.nodes.get(nodeId);
       if (!known) throw new ServiceError('NODE_UNAVAILABLE', `node ${nodeId} has left the cluster`, { node: nodeId });
-      const { id, warm, ours } = await this.whileLeased<{ id: string; warm: boolean; ours?: boolean }>(nodeId, known.remote.askWarm(spec, pool)).catch((err: unknown) => {
+      const { id, warm, ours, envSet } = await this.whileLeased<{ id: string; warm: boolean; ours?: boolean; envSet?: boolean }>(nodeId, known.remote.askWarm(spec, pool, agentEnv)).catch((err: unknown) => {
         // A node of an earlier version has no warm pool to ask: it boots one of an id given here,
         // as every create did before (so control may be upgraded before its nodes).
         if (!(err instanceof ServiceError && err.code === 'ROUTE_NOT_FOUND')) throw err;
@@ -475,14 +478,31 @@ export class ClusterRuntime implements Runtime {
       if (warm) this.warmHits++;
       else this.warmMisses++;
       this.claimSoon();
+      // A node that did not set the env (of an earlier version, or env_vars too big for an ask):
+      // set here, through the relay, as every create did before.
+      if (agentEnv && !envSet) await this.setAgentEnv(nodeId, known, id, agentEnv);
       return id;
     } finally {
       this.asking.delete(ask);
     }
   }
 
+  /** PUT /env on the agent of `id` through its node's relay; a sandbox that does not take it is destroyed. */
+  private async setAgentEnv(nodeId: string, known: Known, id: string, env: Record<string, string>): Promise<void> {
+    try {
+      const res = await agentJson((timeoutMs) => known.remote.dialAgent(id, timeoutMs), 'PUT', '/env', { env_vars: env }, AGENT_ENV_TIMEOUT_MS);
+      if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
+    } catch (err) {
+      this.log(`node ${nodeId}: sandbox ${id} did not take its env (${describeCause(err)}); destroying it`);
+      await known.remote.destroy(id).catch(() => undefined);
+      this.reserved.delete(id);
+      this.nodeById.delete(id);
+      throw new ServiceError('RUNTIME_ERROR', 'the sandbox did not answer; try again').withDetail(`sandbox ${id} on node ${nodeId}: ${describeCause(err)}`);
+    }
+  }
+
   /** A sandbox booted on `nodeId` with an id picked here (`ours`), as creates were before the nodes' pools. */
-  private async bootOn(nodeId: string, known: Known, spec: SandboxSpec): Promise<{ id: string; warm: boolean; ours: true }> {
+  private async bootOn(nodeId: string, known: Known, spec: SandboxSpec): Promise<{ id: string; warm: boolean; ours: true; envSet?: boolean }> {
     const id = newSandboxId();
     this.nodeById.set(id, nodeId);
     this.reserved.set(id, { nodeId, resources: spec.resources });

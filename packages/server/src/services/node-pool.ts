@@ -1,7 +1,10 @@
 import type { Runtime, SandboxSpec } from '../runtime/types.js';
-import { waitForAgent } from './agent-client.js';
+import { agentJson, waitForAgent } from './agent-client.js';
 import { newSandboxId, withSandboxId } from './sandbox-identity.js';
 import { clusterWarmKeyOf, WarmPool, type WarmPoolOptions } from './warm-pool.js';
+
+/** How long an agent may take to answer PUT /env before the sandbox is taken for broken (as control waits). */
+const AGENT_ENV_TIMEOUT_MS = 2000;
 
 /** What control asks a node for: a running sandbox of a spec (its id, hostname and SANDBOX_ID are the node's to give). */
 export interface WarmAsk {
@@ -14,6 +17,12 @@ export interface WarmAsk {
   label: string;
   /** The asking call went away while it waited: the wait ends, and the boot it started is kept ready. */
   signal?: AbortSignal;
+  /**
+   * The create's env_vars, set on the agent here (one call on its socket, instead of one from
+   * control through the relay); a sandbox whose agent does not take them is destroyed, and the
+   * next one is taken, as control does.
+   */
+  agentEnv?: Record<string, string>;
 }
 
 export interface NodeWarmPoolOptions {
@@ -56,7 +65,7 @@ export class NodeWarmPool {
   }
 
   /** A running sandbox of the ask's key, its agent answering: a ready one, or one booted now. */
-  async take(ask: WarmAsk): Promise<{ id: string; warm: boolean }> {
+  async take(ask: WarmAsk): Promise<{ id: string; warm: boolean; envSet?: true }> {
     const k = clusterWarmKeyOf(ask.spec, ask.poolId, ask.label);
     const make = async () => {
       const id = newSandboxId();
@@ -75,9 +84,21 @@ export class NodeWarmPool {
         this.booting.delete(id);
       }
     };
-    let warm = false;
-    const id = await this.pool.acquire(k, make, { signal: ask.signal, onServed: (hit) => (warm = hit) });
-    return { id, warm };
+    for (let attempt = 1; ; attempt++) {
+      let warm = false;
+      const id = await this.pool.acquire(k, make, { signal: ask.signal, retry: attempt > 1, onServed: (hit) => (warm = hit) });
+      if (!ask.agentEnv) return { id, warm };
+      try {
+        const res = await agentJson((timeoutMs) => this.o.runtime.dialAgent(id, timeoutMs), 'PUT', '/env', { env_vars: ask.agentEnv }, AGENT_ENV_TIMEOUT_MS);
+        if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
+        return { id, warm, envSet: true };
+      } catch (err) {
+        const why = err instanceof Error ? err.message : String(err);
+        this.o.log('a ready sandbox did not take its env; taking the next one', { id, error: why });
+        await this.destroy(id).catch(() => undefined);
+        if (attempt >= 3) throw new Error(`${attempt} sandboxes in a row did not answer: ${why}`);
+      }
+    }
   }
 
   /** The sandboxes the pool holds (ready or booting): no one else's, not to be collected. */

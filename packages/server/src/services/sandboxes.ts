@@ -12,7 +12,7 @@ import type { TokenService } from './tokens.js';
 import type { QuotaService } from './quotas.js';
 import type { CapturedLayer, SnapshotService } from './snapshots.js';
 import { ExportTooLarge } from '../runtime/types.js';
-import { checkSize, checkTimeout, timeoutFor } from './limits.js';
+import { checkSize, checkTimeout, timeoutFor, type OrgLimits } from './limits.js';
 import { agentJson, waitForAgent, type AgentTarget } from './agent-client.js';
 import { warmKeyOf, WarmPool } from './warm-pool.js';
 import { newSandboxId, withSandboxId } from './sandbox-identity.js';
@@ -387,6 +387,9 @@ export class SandboxService {
     if (!templateRef) {
       throw new ServiceError('VALIDATION_ERROR', `either template_id or template_name must be provided (e.g. "${DEFAULT_TEMPLATE}"), or snapshot_id`);
     }
+    // The organization's limits are read while the template is looked up: two round trips at once.
+    const limits = this.d.quotas.limitsFor(orgId);
+    limits.catch(() => undefined);
     const template = await this.d.templates.resolve(templateRef, orgId);
     if (template.status !== 'active') {
       throw new ServiceError('TEMPLATE_NOT_READY', `template "${template.name}" is ${template.status}, not active`, { template: template.name });
@@ -408,6 +411,7 @@ export class SandboxService {
       },
       body,
       opts,
+      limits,
     );
   }
 
@@ -416,9 +420,10 @@ export class SandboxService {
     src: CreateSource,
     body: CreateSandboxBody,
     opts: { signal?: AbortSignal },
+    limitsRead?: Promise<OrgLimits>,
   ): Promise<{ sandbox: Sandbox; token: string; tokenExpiresAt: Date }> {
     const startedAt = performance.now();
-    const limits = await this.d.quotas.limitsFor(orgId);
+    const limits = await (limitsRead ?? this.d.quotas.limitsFor(orgId));
     checkSize(limits, src, src.snapshotId ? `snapshot ${src.snapshotId}` : `template "${src.templateName}"`);
     const timeoutSeconds = timeoutFor(limits, body.timeout_seconds);
     const named = body.allow_out !== undefined || body.deny_out !== undefined || body.internet_access !== undefined;
@@ -471,44 +476,38 @@ export class SandboxService {
     try {
       const { id, at, source } = await this.takeSandbox(row, src.poolId, opts.signal);
       undo.push('sandbox', () => this.d.runtime.destroy(id));
+      undo.push('route', async () => {
+        this.d.routes.delete(id);
+        await this.d.gateway.close(id);
+      });
+      const [port, { token, expiresAt }] = await Promise.all([this.d.gateway.open(id, null), this.d.tokens.issue(id, orgId)]);
       // Its lifetime starts when it is handed to the client, not when the create began to wait.
-      const own: SandboxRow = {
+      const running: SandboxRow = {
         ...row,
         id,
+        status: 'running',
+        gatewayPort: port,
         // On a cluster, the node placement put it on: its row counts what it holds there from now.
         nodeId: this.d.runtime.nodeOf?.(id) ?? row.nodeId,
         expiresAt: timeoutSeconds ? new Date(at.getTime() + timeoutSeconds * 1000).toISOString() : null,
         idleCheckAt: row.idleTimeoutSeconds ? new Date(at.getTime() + row.idleTimeoutSeconds * 1000).toISOString() : null,
         createdAt: at.toISOString(),
-        updatedAt: at.toISOString(),
+        updatedAt: new Date().toISOString(),
       };
-      // The placeholder takes the sandbox's id in one step of the store's: no admission counts
-      // both rows, and none has to wait for the swap.
-      await this.d.store.sandboxes.replace(row.id, own);
-      this.d.runtime.recorded?.(id);
+      // The placeholder becomes the sandbox's row, running, in one step of the store's: no
+      // admission counts both rows. No lock is taken for the id: no one could name it before
+      // this row, and from the row on nothing here waits (a verb that finds the row at once, from
+      // another replica, comes after the route and the event, as it would after the create).
+      await this.d.store.sandboxes.replace(row.id, running);
       undo.push('row', () => this.d.store.sandboxes.remove(id));
-      return await this.d.locks.run(id, async () => {
-        undo.push('route', async () => {
-          this.d.routes.delete(id);
-          await this.d.gateway.close(id);
-        });
-        this.route(own);
-        const port = await this.d.gateway.open(id, null);
-        const running = await this.d.store.sandboxes.update(id, own.version, {
-          status: 'running',
-          gatewayPort: port,
-          updatedAt: new Date().toISOString(),
-        });
-        if (!running) throw new ServiceError('INVALID_STATE', `sandbox ${id} was changed by another request while it was being created`, { id });
-        this.route(running);
-        const { token, expiresAt } = await this.d.tokens.issue(running.id, orgId);
-        undo.commit();
-        if (running.idleTimeoutSeconds) this.activity.set(id, Date.now());
-        this.event('created', running);
-        this.d.metrics?.creates.inc({ template: running.templateName, source: src.snapshotId ? 'snapshot' : src.poolId.startsWith('fork:') ? 'fork' : source });
-        this.d.metrics?.createDuration.observe({ source }, (performance.now() - startedAt) / 1000);
-        return { sandbox: this.render(running), token, tokenExpiresAt: expiresAt };
-      });
+      this.d.runtime.recorded?.(id);
+      this.route(running);
+      undo.commit();
+      if (running.idleTimeoutSeconds) this.activity.set(id, Date.now());
+      this.event('created', running);
+      this.d.metrics?.creates.inc({ template: running.templateName, source: src.snapshotId ? 'snapshot' : src.poolId.startsWith('fork:') ? 'fork' : source });
+      this.d.metrics?.createDuration.observe({ source }, (performance.now() - startedAt) / 1000);
+      return { sandbox: this.render(running), token, tokenExpiresAt: expiresAt };
     } catch (err) {
       await undo.run();
       // A ServiceError says what it is; a bug of ours stays one (500, renderError), and anything
@@ -662,7 +661,8 @@ export class SandboxService {
     // In a cluster the nodes hold the ready sandboxes (services/node-pool.ts): a boot here asks one of
     // them (placement picks it), and this process's pool holds none, only orders the creates.
     const takeReady = this.d.runtime.takeReady?.bind(this.d.runtime);
-    const make = takeReady ? () => takeReady(specFor('sb', boot, (l) => this.d.layerPath(l)), { id: poolId, label: row.templateName }) : async () => {
+    // A node sets the create's env_vars itself (on the agent's socket there, not through a relay).
+    const make = takeReady ? () => takeReady(specFor('sb', boot, (l) => this.d.layerPath(l)), { id: poolId, label: row.templateName }, row.envVars) : async () => {
       const id = newSandboxId();
       try {
         await this.d.runtime.create(specFor(id, boot, (l) => this.d.layerPath(l)));
@@ -678,8 +678,10 @@ export class SandboxService {
       if (this.d.runtime.wasWarm?.(id)) source = 'warm_pool';
       const at = new Date();
       try {
-        const res = await agentJson(this.agent(id), 'PUT', '/env', { env_vars: row.envVars }, 2000);
-        if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
+        if (!takeReady) {
+          const res = await agentJson(this.agent(id), 'PUT', '/env', { env_vars: row.envVars }, 2000);
+          if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
+        }
         if (row.egress) await this.d.runtime.setEgress(id, row.egress);
         return { id, at, source };
       } catch (err) {

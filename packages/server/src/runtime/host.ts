@@ -16,17 +16,26 @@ import { procOk } from './proc.js';
  * in a mount namespace of its own, a pod, an earlier daemon's), it exists here without a mount,
  * the v2 mount is already empty, and crun (which follows /proc/self/cgroup) would make plain
  * directories on the tmpfs at /sys/fs/cgroup/<controller> that no one can remove (they hold a
- * `cgroup.procs` file it wrote). So every hierarchy the kernel has is mounted here too.
+ * `cgroup.procs` file it wrote). So every controller hierarchy the kernel has (those of
+ * /proc/cgroups; named ones such as name=systemd are not there) is mounted here too.
  */
 export async function fixHybridCgroups(log: (m: string) => void): Promise<void> {
   const unified = '/sys/fs/cgroup/unified/cgroup.controllers';
   const onV2 = existsSync(unified) ? (await readFile(unified, 'utf8')).trim().split(/\s+/).filter(Boolean) : [];
-  const missing = unmountedHierarchies(await readFile('/proc/cgroups', 'utf8'), await readMounts(), onV2);
-  for (const controllers of missing) {
+  const procCgroups = await readFile('/proc/cgroups', 'utf8').catch(() => '');
+  for (const controllers of unmountedHierarchies(procCgroups, await readMounts(), onV2)) {
     const dir = `/sys/fs/cgroup/${controllers.join(',')}`;
-    await mkdir(dir, { recursive: true });
-    await procOk('mount', ['-t', 'cgroup', '-o', controllers.join(','), 'cgroup', dir]);
-    log(`mounted the ${controllers.join(',')} cgroup v1 hierarchy at ${dir} (crun refuses hybrid mode, and follows every hierarchy)`);
+    try {
+      await mkdir(dir, { recursive: true });
+      await procOk('mount', ['-t', 'cgroup', '-o', controllers.join(','), 'cgroup', dir]);
+      log(`mounted the ${controllers.join(',')} cgroup v1 hierarchy at ${dir} (crun refuses hybrid mode, and follows every hierarchy)`);
+    } catch (err) {
+      // Without it crun refuses every container: a controller on the v2 mount is fatal. One
+      // another namespace mounted (a read-only /sys/fs/cgroup, a user namespace) costs leftover
+      // directories at worst, as before: said, and the daemon starts.
+      if (controllers.some((c) => onV2.includes(c))) throw err;
+      log(`cannot mount the ${controllers.join(',')} cgroup v1 hierarchy at ${dir} (${String(err)}); crun may leave directories of sandboxes there`);
+    }
   }
 }
 
@@ -48,7 +57,8 @@ export function unmountedHierarchies(procCgroups: string, mounts: MountEntry[], 
   const out: string[][] = onV2.filter((c) => !mountedControllers.has(c)).map((c) => [c]);
   for (const controllers of byHierarchy.values()) {
     if (controllers.some((c) => mountedControllers.has(c) || onV2.includes(c))) continue;
-    out.push(controllers.sort());
+    // In the kernel's order (as /proc/self/cgroup names a comounted hierarchy, and crun with it).
+    out.push(controllers);
   }
   return out;
 }

@@ -54,20 +54,14 @@ const EXPORT_MIN_BYTES_PER_SECOND = 5e6;
 /** A create may fetch its layers first: its deadline grows by their size at this rate (bytes/s). */
 const LAYER_FETCH_BYTES_PER_SECOND = 20e6;
 
+/** The env_vars a warm ask carries at most, as JSON (the node's own bound is larger, its body 1 MiB); more are set through the relay. */
+const AGENT_ENV_ASK_MAX_BYTES = 256 * 1024;
+
 /** The most control reads of one answer of a node (a status list of 100k sandboxes is ~3 MiB). */
 const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
 const STATUSES: ReadonlySet<unknown> = new Set(['running', 'paused', 'stopped', 'missing']);
 
 /** An answer of the node that is not what the node API answers: the node's fault (it may be compromised). */
-/** The env_vars a warm ask carries at most (the node's own bound is larger, its body 1 MiB); more are set through the relay. */
-const AGENT_ENV_ASK_MAX_BYTES = 256 * 1024;
-
-function envBytes(env: Record<string, string>): number {
-  let n = 0;
-  for (const [k, v] of Object.entries(env)) n += Buffer.byteLength(k) + Buffer.byteLength(v);
-  return n;
-}
-
 function badAnswer(nodeId: string, what: string): ServiceError {
   return new ServiceError('RUNTIME_ERROR', `node ${nodeId} answered something that is not an answer of a node`).withDetail(what);
 }
@@ -245,12 +239,10 @@ export class RemoteRuntime implements Runtime {
   /**
    * A running sandbox of `spec` from the node's warm pool, or booted there now: the node picks its
    * id (and so its hostname and SANDBOX_ID), so the spec goes without them. `warm`: it was ready.
-   */
-  /**
-   * A ready sandbox of `spec` from the node (its pool's, or booted now). With `agentEnv` (the
-   * create's env_vars, when they fit in one ask), the node sets them on the agent before it
-   * answers, and says so (`envSet`): one call on the agent's socket there, instead of a relayed
-   * connection from here. A node of an earlier version refuses the field: asked again without it.
+   * With `agentEnv` (the create's env_vars, when they fit in one ask), the node sets them on the
+   * agent before it answers, and says so (`envSet`): one call on the agent's socket there, instead
+   * of a relayed connection from here. A node of an earlier version refuses the field: asked again
+   * without it.
    */
   async askWarm(spec: SandboxSpec, pool: { id: string; label: string }, agentEnv?: Record<string, string>): Promise<{ id: string; warm: boolean; envSet: boolean }> {
     const { id: _id, hostname: _hostname, env, ...rest } = spec;
@@ -258,7 +250,7 @@ export class RemoteRuntime implements Runtime {
     const { body, bytes } = await this.wire({ ...rest, id: '', hostname: '', env: own });
     const { id: _i, hostname: _h, ...wired } = body as Record<string, unknown>;
     const ask = { spec: wired, pool_id: pool.id, label: pool.label };
-    const withEnv = agentEnv && envBytes(agentEnv) <= AGENT_ENV_ASK_MAX_BYTES ? { ...ask, agent_env: agentEnv } : undefined;
+    const withEnv = agentEnv && Buffer.byteLength(JSON.stringify(agentEnv)) <= AGENT_ENV_ASK_MAX_BYTES ? { ...ask, agent_env: agentEnv } : undefined;
     let r: { id?: unknown; warm?: unknown; env_set?: unknown } | null;
     try {
       r = await this.call('POST', '/node/v1/warm', withEnv ?? ask, this.bootTimeout(bytes));

@@ -32,9 +32,16 @@ export interface ClusterRuntimeOptions {
   log?: (msg: string) => void;
 }
 
-
 /** How long an agent may take to answer PUT /env before its sandbox is taken for broken (as a create waits). */
 const AGENT_ENV_TIMEOUT_MS = 2000;
+
+/** A sandbox that did not take its create's env (set through the relay): destroyed, the next one is asked for. */
+class EnvRefused extends Error {
+  constructor(readonly error: ServiceError) {
+    super(error.message);
+  }
+}
+
 /** Placement: a node that holds a sandbox's layers is preferred while it is at most this much more committed (memory, as a fraction) than the least committed. */
 const LAYERS_PREFERENCE = 0.1;
 /**
@@ -451,6 +458,18 @@ export class ClusterRuntime implements Runtime {
    * reserved (claimed on the node, counted against it) until the services record it.
    */
   async takeReady(spec: SandboxSpec, pool: { id: string; label: string }, agentEnv?: Record<string, string>): Promise<string> {
+    // A sandbox that did not take the env here (the fallback below) is destroyed, and the next one
+    // asked for, as a create does on one machine; the third fails the create.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.takeOnce(spec, pool, agentEnv);
+      } catch (err) {
+        if (!(err instanceof EnvRefused) || attempt >= 3) throw err instanceof EnvRefused ? err.error : err;
+      }
+    }
+  }
+
+  private async takeOnce(spec: SandboxSpec, pool: { id: string; label: string }, agentEnv?: Record<string, string>): Promise<string> {
     const key = clusterWarmKeyOf(spec, pool.id).key;
     const ask = { nodeId: '', resources: spec.resources };
     const nodeId = await this.place(spec.resources, spec.layerIds, key, (picked) => {
@@ -469,7 +488,9 @@ export class ClusterRuntime implements Runtime {
       });
       // The node picks the id. One this process or the store knows already is another sandbox
       // (a node taken over naming one of another node's): taken, it would draw that sandbox's calls
-      // and agent traffic to this node, and the create's undo would destroy it. Refused, untouched.
+      // and agent traffic to this node, and the create's undo would destroy it. Refused, untouched
+      // from here. (The node set the env on it already, as it is told: a node taken over reads all
+      // it hosts anyway.)
       if (!ours && (this.nodeById.has(id) || this.reserved.has(id) || (await this.o.store.sandboxes.byId(id)))) {
         throw new ServiceError('RUNTIME_ERROR', `node ${nodeId} answered with a sandbox that is not a new one; try again`).withDetail(`node ${nodeId} answered ${id}, which is known already`);
       }
@@ -497,7 +518,7 @@ export class ClusterRuntime implements Runtime {
       await known.remote.destroy(id).catch(() => undefined);
       this.reserved.delete(id);
       this.nodeById.delete(id);
-      throw new ServiceError('RUNTIME_ERROR', 'the sandbox did not answer; try again').withDetail(`sandbox ${id} on node ${nodeId}: ${describeCause(err)}`);
+      throw new EnvRefused(new ServiceError('RUNTIME_ERROR', 'the sandbox did not answer; try again').withDetail(`sandbox ${id} on node ${nodeId}: ${describeCause(err)}`));
     }
   }
 

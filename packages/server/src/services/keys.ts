@@ -34,7 +34,16 @@ export class KeyService {
   constructor(private store: Store) {}
 
   async ensureOrg(name: string): Promise<OrgRow> {
-    return (await this.store.orgs.byName(name)) ?? (await this.store.orgs.create(name));
+    const found = await this.store.orgs.byName(name);
+    if (found) return found;
+    try {
+      return await this.store.orgs.create(name);
+    } catch (err) {
+      // Another replica starting at the same time made it first (the name is unique): that one.
+      const made = await this.store.orgs.byName(name);
+      if (made) return made;
+      throw err;
+    }
   }
 
   async createOrg(name: string): Promise<OrgRow> {
@@ -71,7 +80,14 @@ export class KeyService {
     if (existing && !existing.revokedAt) return existing;
     if (existing) throw new ServiceError('PERMISSION_DENIED', 'the bootstrap API key was revoked; set another SANDBOXD_BOOTSTRAP_API_KEY');
     const org = await this.ensureOrg(DEFAULT_ORG);
-    return (await this.createKey(org.id, { name: 'bootstrap', secret, scopes: [...ALL_SCOPES] })).key;
+    try {
+      return (await this.createKey(org.id, { name: 'bootstrap', secret, scopes: [...ALL_SCOPES] })).key;
+    } catch (err) {
+      // Replicas sharing the key, started together: another one recorded it first.
+      const made = await this.store.keys.byHash(hashSecret(secret));
+      if (made && !made.revokedAt) return made;
+      throw err;
+    }
   }
 
   async revoke(id: string): Promise<ApiKeyRow> {

@@ -91,13 +91,19 @@ export class NodeWarmPool {
       try {
         const res = await agentJson((timeoutMs) => this.o.runtime.dialAgent(id, timeoutMs), 'PUT', '/env', { env_vars: ask.agentEnv }, AGENT_ENV_TIMEOUT_MS);
         if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
-        return { id, warm, envSet: true };
       } catch (err) {
         const why = err instanceof Error ? err.message : String(err);
         this.o.log('a ready sandbox did not take its env; taking the next one', { id, error: why });
         await this.destroy(id).catch(() => undefined);
         if (attempt >= 3) throw new Error(`${attempt} sandboxes in a row did not answer: ${why}`);
+        continue;
       }
+      // Control went away meanwhile: the answer reaches no one, and the sandbox holds its create's env.
+      if (ask.signal?.aborted) {
+        await this.destroy(id).catch(() => undefined);
+        throw new Error('control went away before the sandbox was handed over');
+      }
+      return { id, warm, envSet: true };
     }
   }
 

@@ -2,6 +2,9 @@ import type { Store } from '../store/types.js';
 import { KeyedMutex, type Mutex } from './locks.js';
 import { quotaError, resolveLimits, type Demand, type OrgLimits, type OrgUsage } from './limits.js';
 
+/** Admissions checked in one turn of the lock at most (their claims run at once, on the store's pool). */
+const MAX_BATCH = 256;
+
 /** An admission waiting for its organization's next batch. */
 interface Admission {
   demand: Demand;
@@ -78,8 +81,8 @@ export class QuotaService {
       try {
         await this.locks.run(orgId, async () => {
           // Those that came while the lock was being got are in this batch too.
-          batch = this.waiting.get(orgId) ?? [];
-          this.waiting.set(orgId, []);
+          const waiting = this.waiting.get(orgId) ?? [];
+          batch = waiting.splice(0, MAX_BATCH);
           if (batch.length === 0) return;
           const [limits, usage] = await Promise.all([this.limitsFor(orgId), this.usage(orgId)]);
           const claims: Array<Promise<void>> = [];

@@ -16,6 +16,7 @@ import { ReplicaMutex } from './locks.js';
 import { QuotaService } from './quotas.js';
 import { SlidingWindowLimiter } from './rate-limit.js';
 import { RouteTable } from './routes.js';
+import { KeyService } from './keys.js';
 import { SandboxService } from './sandboxes.js';
 import { TemplateService } from './templates.js';
 import { TokenService } from './tokens.js';
@@ -232,5 +233,18 @@ test("the sweep passes over a sandbox whose verb runs in another replica (it sta
   } finally {
     await runtime.dispose();
     await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('replicas starting at the same instant share one default organization and one bootstrap key, whichever makes them first', async () => {
+  for (let round = 0; round < 5; round++) {
+    const [a, b] = await replicas();
+    const secret = `sbd_${'k'.repeat(20)}${round}`;
+    const keys = [new KeyService(a), new KeyService(b), new KeyService(a), new KeyService(b)];
+    const orgs = await Promise.all(keys.map((k) => k.ensureOrg('default')));
+    assert.equal(new Set(orgs.map((o) => o.id)).size, 1, 'one organization');
+    const made = await Promise.all(keys.map((k) => k.ensureBootstrapKey(secret)));
+    assert.equal(new Set(made.map((k) => k.id)).size, 1, 'one key');
+    assert.equal(made[0]!.orgId, orgs[0]!.id);
   }
 });

@@ -14,7 +14,7 @@ import type { CapturedLayer, SnapshotService } from './snapshots.js';
 import { ExportTooLarge } from '../runtime/types.js';
 import { checkSize, checkTimeout, timeoutFor, type OrgLimits } from './limits.js';
 import { agentJson, waitForAgent, type AgentTarget } from './agent-client.js';
-import { warmKeyOf, WarmPool } from './warm-pool.js';
+import { abandonedCreate, warmKeyOf, WarmPool } from './warm-pool.js';
 import { newSandboxId, withSandboxId } from './sandbox-identity.js';
 import type { Metrics } from './metrics.js';
 import { UndoStack } from '../runtime/undo.js';
@@ -498,8 +498,11 @@ export class SandboxService {
       // admission counts both rows. No lock is taken for the id: no one could name it before
       // this row, and from the row on nothing here waits (a verb that finds the row at once, from
       // another replica, comes after the route and the event, as it would after the create).
-      await this.d.store.sandboxes.replace(row.id, running);
+      // (Undone by removing the row, also when the store wrote it but its answer was lost.)
       undo.push('row', () => this.d.store.sandboxes.remove(id));
+      if (!(await this.d.store.sandboxes.replace(row.id, running))) {
+        throw new ServiceError('RUNTIME_ERROR', 'the create took too long and was taken for abandoned; try again').withDetail(`its placeholder row ${row.id} was removed by a clean-up`);
+      }
       this.d.runtime.recorded?.(id);
       this.route(running);
       undo.commit();
@@ -657,12 +660,10 @@ export class SandboxService {
     let source: 'warm_pool' | 'cold' = 'cold';
     // Booted (or taken from the pool) open, given the create's policy before it is handed out.
     const boot: SpecSource = { ...row, envVars: {}, egress: null };
-    const key = warmKeyOf(specFor('sb', boot, (l) => this.d.layerPath(l)), poolId, row.templateName);
-    // In a cluster the nodes hold the ready sandboxes (services/node-pool.ts): a boot here asks one of
-    // them (placement picks it), and this process's pool holds none, only orders the creates.
     const takeReady = this.d.runtime.takeReady?.bind(this.d.runtime);
-    // A node sets the create's env_vars itself (on the agent's socket there, not through a relay).
-    const make = takeReady ? () => takeReady(specFor('sb', boot, (l) => this.d.layerPath(l)), { id: poolId, label: row.templateName }, row.envVars) : async () => {
+    if (takeReady) return this.takeFromNode(takeReady, row, boot, poolId, signal);
+    const key = warmKeyOf(specFor('sb', boot, (l) => this.d.layerPath(l)), poolId, row.templateName);
+    const make = async () => {
       const id = newSandboxId();
       try {
         await this.d.runtime.create(specFor(id, boot, (l) => this.d.layerPath(l)));
@@ -675,13 +676,10 @@ export class SandboxService {
     };
     for (let attempt = 1; ; attempt++) {
       const id = await this.pool.acquire(key, make, { signal, retry: attempt > 1, onServed: (hit) => (source = hit ? 'warm_pool' : 'cold') });
-      if (this.d.runtime.wasWarm?.(id)) source = 'warm_pool';
       const at = new Date();
       try {
-        if (!takeReady) {
-          const res = await agentJson(this.agent(id), 'PUT', '/env', { env_vars: row.envVars }, 2000);
-          if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
-        }
+        const res = await agentJson(this.agent(id), 'PUT', '/env', { env_vars: row.envVars }, 2000);
+        if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
         if (row.egress) await this.d.runtime.setEgress(id, row.egress);
         return { id, at, source };
       } catch (err) {
@@ -690,6 +688,34 @@ export class SandboxService {
         await this.d.runtime.destroy(id).catch(() => undefined);
         if (attempt >= 3) throw new Error(`${attempt} sandboxes in a row did not answer: ${why}`);
       }
+    }
+  }
+
+  /**
+   * A cluster's create: an ask of its own to the node placement picks (services/node-pool.ts holds
+   * the ready sandboxes there), which sets the create's env_vars on the agent itself (one call on
+   * its socket, not a relayed connection from here) before it answers. Never through this process's
+   * pool: a sandbox carrying one create's env must reach that create and no other (the pool hands
+   * whatever boot ends first to whichever create waits first). A client gone meanwhile: the sandbox
+   * is destroyed, nothing is created.
+   */
+  private async takeFromNode(
+    takeReady: NonNullable<Runtime['takeReady']>,
+    row: SandboxRow,
+    boot: SpecSource,
+    poolId: string,
+    signal: AbortSignal | undefined,
+  ): Promise<{ id: string; at: Date; source: 'warm_pool' | 'cold' }> {
+    if (signal?.aborted) throw abandonedCreate();
+    const id = await takeReady(specFor('sb', boot, (l) => this.d.layerPath(l)), { id: poolId, label: row.templateName }, row.envVars);
+    const at = new Date();
+    try {
+      if (signal?.aborted) throw abandonedCreate();
+      if (row.egress) await this.d.runtime.setEgress(id, row.egress);
+      return { id, at, source: this.d.runtime.wasWarm?.(id) ? 'warm_pool' : 'cold' };
+    } catch (err) {
+      await this.d.runtime.destroy(id).catch(() => undefined);
+      throw err;
     }
   }
 

@@ -478,6 +478,11 @@ export class WarmPool {
   }
 }
 
+/** The error of a create whose client went away while it waited for its sandbox. */
+export function abandonedCreate(): ServiceError {
+  return abandoned();
+}
+
 function abandoned(): ServiceError {
   return new ServiceError('INVALID_STATE', 'the create was abandoned: its client went away while it waited for a sandbox; nothing was created');
 }

@@ -77,14 +77,16 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     // Readers that run while the swap is under way see one row, before or after it.
     const seen: number[] = [];
     const readers = Array.from({ length: 20 }, async () => seen.push((await s.sandboxes.usage('org_a')).active));
-    await Promise.all([s.sandboxes.replace('placeholder', own), ...readers]);
+    const [replaced] = await Promise.all([s.sandboxes.replace('placeholder', own), ...readers]);
+    assert.equal(replaced, true);
     assert.deepEqual([...new Set(seen)], [1], `usage counted ${JSON.stringify(seen)}`);
     assert.equal(await s.sandboxes.byId('placeholder'), undefined);
     assert.deepEqual(await s.sandboxes.byId('sbreal'), own);
-    // A placeholder already gone (removed by a clean-up): the row is inserted all the same.
-    await s.sandboxes.replace('never-there', sandbox('sbother'));
-    assert.equal((await s.sandboxes.byId('sbother'))?.id, 'sbother');
-    // A row that cannot be inserted (its id taken) leaves the placeholder where it was.
+    // A placeholder already gone (a clean-up took it, and its quota went to another create): nothing.
+    assert.equal(await s.sandboxes.replace('never-there', sandbox('sbother')), false);
+    assert.equal(await s.sandboxes.byId('sbother'), undefined);
+    assert.equal((await s.sandboxes.usage('org_a')).active, 1);
+    // A row that cannot be written (its id taken) leaves the placeholder where it was.
     await s.sandboxes.insert(sandbox('placeholder2', { status: 'creating' }));
     await assert.rejects(s.sandboxes.replace('placeholder2', sandbox('sbreal')));
     assert.equal((await s.sandboxes.byId('placeholder2'))?.id, 'placeholder2');

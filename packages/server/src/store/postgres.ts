@@ -301,15 +301,12 @@ class PgSandboxRepo implements SandboxRepo {
     await this.db.run(`INSERT INTO sandboxes (${fields.map((f) => SANDBOX_COLUMNS[f].column).join(', ')}) VALUES (${values.join(', ')})`, p.values);
   }
   async replace(oldId: string, s: SandboxRow) {
-    // One statement: a reader's snapshot holds either row, never both nor neither.
+    // One statement on the row itself: a reader's snapshot holds it before or after, never both
+    // rows nor neither; none to update when a clean-up took the placeholder.
     const p = new Params();
-    const gone = p.add(oldId);
     const fields = Object.keys(SANDBOX_COLUMNS) as (keyof SandboxRow)[];
-    const values = fields.map((f) => p.add(SANDBOX_COLUMNS[f].json ? jsonb(s[f]) : s[f]));
-    await this.db.run(
-      `WITH gone AS (DELETE FROM sandboxes WHERE id = ${gone}) INSERT INTO sandboxes (${fields.map((f) => SANDBOX_COLUMNS[f].column).join(', ')}) VALUES (${values.join(', ')})`,
-      p.values,
-    );
+    const sets = fields.map((f) => `${SANDBOX_COLUMNS[f].column} = ${p.add(SANDBOX_COLUMNS[f].json ? jsonb(s[f]) : s[f])}`);
+    return (await this.db.run(`UPDATE sandboxes SET ${sets.join(', ')} WHERE id = ${p.add(oldId)}`, p.values)) === 1;
   }
   async byId(id: string) {
     const r = await this.db.row('SELECT * FROM sandboxes WHERE id = $1', [id]);

@@ -57,10 +57,6 @@ export class Statements {
     return st;
   }
 
-  /** Runs `fn` in one transaction (better-sqlite3's: synchronous, rolled back if it throws). */
-  transaction<T>(fn: () => T): T {
-    return this.db.transaction(fn)();
-  }
 }
 
 /**
@@ -351,19 +347,15 @@ class SqliteTemplateRepo implements TemplateRepo {
 class SqliteSandboxRepo implements SandboxRepo {
   constructor(private db: Statements) {}
   async insert(s: SandboxRow) {
-    this.insertNow(s);
-  }
-  private insertNow(s: SandboxRow) {
     const cols = Object.keys(SANDBOX_COLUMNS) as (keyof SandboxRow)[];
     this.db
       .prepare(`INSERT INTO sandboxes (${cols.map((c) => SANDBOX_COLUMNS[c]).join(',')}) VALUES (${cols.map(() => '?').join(',')})`)
       .run(...cols.map((c) => sqlValue(s[c])));
   }
   async replace(oldId: string, s: SandboxRow) {
-    this.db.transaction(() => {
-      this.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(oldId);
-      this.insertNow(s);
-    });
+    const cols = Object.keys(SANDBOX_COLUMNS) as (keyof SandboxRow)[];
+    const st = this.db.prepare(`UPDATE sandboxes SET ${cols.map((c) => `${SANDBOX_COLUMNS[c]} = ?`).join(', ')} WHERE id = ?`);
+    return st.run(...cols.map((c) => sqlValue(s[c])), oldId).changes === 1;
   }
   async byId(id: string) {
     const r = this.db.prepare('SELECT * FROM sandboxes WHERE id = ?').get(id) as Raw | undefined;

@@ -160,11 +160,12 @@ export interface TemplateRepo {
 export interface SandboxRepo {
   insert(row: SandboxRow): Promise<void>;
   /**
-   * Removes the row `oldId` (if it exists) and inserts `row`, at once: no reader (an admission
+   * Removes the row `oldId` and inserts `row` in its place, at once: no reader (an admission
    * counting the organization's usage) sees both rows, or neither. A create's placeholder row
-   * taking its sandbox's id.
+   * taking its sandbox's id. When `oldId` is not there (a clean-up took it for abandoned, and its
+   * quota went to another create), nothing is inserted: false.
    */
-  replace(oldId: string, row: SandboxRow): Promise<void>;
+  replace(oldId: string, row: SandboxRow): Promise<boolean>;
   byId(id: string): Promise<SandboxRow | undefined>;
   list(filter: SandboxListFilter): Promise<SandboxRow[]>;
   /** Every row not deleted (all orgs), for reconciliation and the gateway; with `nodeId`, that node's only. */

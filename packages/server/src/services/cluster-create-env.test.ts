@@ -1,0 +1,67 @@
+// A cluster's create asks a node for a sandbox that carries the create's env_vars (the node sets
+// them on the agent there). Each create must get the sandbox of its own ask, never another's, even
+// when the asks end in the other order: here two organizations create from the same template at
+// once, the first ask slow and the second fast. FakeRuntime behind the lifecycle API (inject); its
+// takeReady boots, sets the env on the fake agent's socket, and answers, as a node does.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { Runtime } from '../runtime/types.js';
+import { buildFakeApp } from '../testing/fake-app.js';
+import { agentGet, agentJson, waitForAgent } from './agent-client.js';
+import { newSandboxId, withSandboxId } from './sandbox-identity.js';
+
+test("concurrent creates on a cluster each get the sandbox of their own ask, with their own env_vars, whichever ask ends first", async () => {
+  const f = await buildFakeApp();
+  try {
+    const asked: Array<Record<string, string> | undefined> = [];
+    (f.runtime as Runtime).takeReady = async (spec, _pool, agentEnv) => {
+      asked.push(agentEnv);
+      const id = newSandboxId();
+      await f.runtime.create(withSandboxId(spec, id));
+      await waitForAgent((t) => f.runtime.dialAgent(id, t), 5000);
+      // The first create's node is slow to answer; the second's answers at once.
+      if (agentEnv?.WHO === 'first') await new Promise((r) => setTimeout(r, 200));
+      const put = await agentJson((t) => f.runtime.dialAgent(id, t), 'PUT', '/env', { env_vars: agentEnv ?? {} }, 2000);
+      assert.equal(put.status, 200);
+      return id;
+    };
+    const [first, second] = await Promise.all([
+      f.call(f.orgs.a.key, 'POST', '/v1/sandboxes', { template_name: 'base', env_vars: { WHO: 'first', SECRET: 'org-a' } }),
+      (async () => {
+        await new Promise((r) => setTimeout(r, 20));
+        return f.call(f.orgs.b.key, 'POST', '/v1/sandboxes', { template_name: 'base', env_vars: { WHO: 'second', SECRET: 'org-b' } });
+      })(),
+    ]);
+    assert.equal(first.status, 201, JSON.stringify(first.body));
+    assert.equal(second.status, 201, JSON.stringify(second.body));
+    assert.equal(asked.length, 2, 'one ask per create');
+    const envOf = async (id: string) => ((await agentGet((t) => f.runtime.dialAgent(id, t), '/env', 2000)).body as { env_vars: Record<string, string> }).env_vars;
+    assert.deepEqual(await envOf(first.body.id), { WHO: 'first', SECRET: 'org-a' }, "org a's sandbox holds org a's env");
+    assert.deepEqual(await envOf(second.body.id), { WHO: 'second', SECRET: 'org-b' }, "org b's sandbox holds org b's env");
+    assert.equal((await f.store.sandboxes.byId(first.body.id))?.orgId, f.orgs.a.id);
+    assert.equal((await f.store.sandboxes.byId(second.body.id))?.orgId, f.orgs.b.id);
+  } finally {
+    await f.close();
+  }
+});
+
+test('a cluster create whose client went away while its node answered destroys the sandbox: nothing is created', async () => {
+  const f = await buildFakeApp();
+  try {
+    const abort = new AbortController();
+    let made: string | undefined;
+    (f.runtime as Runtime).takeReady = async (spec) => {
+      made = newSandboxId();
+      await f.runtime.create(withSandboxId(spec, made));
+      abort.abort();
+      return made;
+    };
+    const org = f.orgs.a.id;
+    await assert.rejects(f.services.sandboxes.create(org, { template_name: 'base' }, { signal: abort.signal }), /abandoned/);
+    assert.ok(made);
+    assert.deepEqual(await f.runtime.list(), [], 'the sandbox the node gave is destroyed');
+    assert.equal((await f.services.quotas.usage(org)).sandboxes, 0, 'no row holds the quota');
+  } finally {
+    await f.close();
+  }
+});

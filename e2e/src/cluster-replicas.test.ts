@@ -155,7 +155,12 @@ describe('a cluster of three namespaced nodes, two control replicas and an edge'
       const env = { ...clusterEnv(bind), SANDBOXD_HOST: '0.0.0.0', SANDBOXD_CONTROL_URL: `http://${nodes[0]!.netns!.hostAddress}:${port}` };
       return startServer({ command: 'control', templates: ['base', 'code-interpreter'], env, port });
     };
-    [a, b] = await Promise.all([replica(ADDR.a), replica(ADDR.b)]);
+    // Both kept for the clean-up even when the other failed to start (a replica left running
+    // would keep this file's process alive until its timeout).
+    const started = await Promise.allSettled([replica(ADDR.a), replica(ADDR.b)]);
+    if (started[0].status === 'fulfilled') a = started[0].value;
+    if (started[1].status === 'fulfilled') b = started[1].value;
+    for (const s of started) if (s.status === 'rejected') throw s.reason;
     edge = await startServer({ command: 'edge', env: clusterEnv(ADDR.edge), readyTimeoutMs: 60_000 });
   });
 

@@ -25,7 +25,7 @@ import { FsBlobStore } from '../images/blob-store.js';
 import type { Runtime } from '../runtime/types.js';
 
 /** What only a cluster's runtime has (runtime/types.ts): absent from one machine's. */
-const CLUSTER_ONLY = new Set(['nodeOf', 'nodeUp', 'recorded', 'takeReady', 'wasWarm', 'dropWarm']);
+const CLUSTER_ONLY = new Set(['nodeOf', 'nodeUp', 'recorded', 'prepareTake', 'takeReady', 'wasWarm', 'dropWarm']);
 
 /**
  * The HTTP app over a real store, for the refusals: every one of them must happen before the

@@ -30,7 +30,7 @@ import type { Runtime } from '../runtime/types.js';
 import { describes, documentedSuccess, examplesOf, sseEvents, validator } from '../testing/openapi-check.js';
 
 /** What only a cluster's runtime has (runtime/types.ts): absent from one machine's. */
-const CLUSTER_ONLY = new Set(['nodeOf', 'nodeUp', 'recorded', 'takeReady', 'wasWarm', 'dropWarm']);
+const CLUSTER_ONLY = new Set(['nodeOf', 'nodeUp', 'recorded', 'prepareTake', 'takeReady', 'wasWarm', 'dropWarm']);
 
 const dir = mkdtempSync(join(tmpdir(), 'sbd-openapi-'));
 after(() => rmSync(dir, { recursive: true, force: true }));

@@ -182,6 +182,8 @@ export interface Runtime {
    * services boot ahead themselves (services/warm-pool.ts).
    */
   takeReady?(spec: SandboxSpec, pool: { id: string; label: string }, agentEnv?: Record<string, string>): Promise<string>;
+  /** A cluster's: a create is about to take a sandbox (takeReady): what placement reads of the store may be read now, while it is admitted. */
+  prepareTake?(): void;
   /** A cluster's: whether `id`, not recorded yet, came ready from a node's pool (the create's `source`). */
   wasWarm?(id: string): boolean;
   /** A cluster's: the nodes' warm pools forget `poolId` (a template deleted or rebuilt), destroying its ready sandboxes. */

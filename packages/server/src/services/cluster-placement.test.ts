@@ -119,3 +119,33 @@ test('a node whose layers change reports a new digest, and placement follows', a
   }
   assert.equal(placed, 'node-a', 'the node that fetched a layer is preferred for it');
 });
+
+test("a create placed with the read its prepareTake began counts what this process recorded since: a burst sharing one read is not piled on one node", async () => {
+  const c = new ClusterRuntime({ store, auth: signer, refreshMs: 50, claimEveryMs: 0, usageReuseMs: 60_000 });
+  await c.setupHost();
+  try {
+    for (const r of await store.sandboxes.live()) await store.sandboxes.remove(r.id);
+    const layer = await mkdtemp(join(dir, 'layer-'));
+    const spec = {
+      id: 'sb',
+      hostname: 'sandbox-',
+      lowerDirs: [layer],
+      resources: { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 },
+      internetAccess: false,
+      env: { SANDBOX_ID: 'sb' },
+    };
+    // The read begins with both nodes empty: a tie, which node-a wins by name.
+    c.prepareTake();
+    const first = await c.takeReady(spec, { id: 'tpl', label: 'tpl' });
+    const on = c.nodeOf(first);
+    assert.equal(on, 'node-a');
+    await commit(first, on, 256);
+    c.recorded(first);
+    // The read (begun before the row) does not hold it; placement counts it all the same.
+    assert.equal(await c.place(spec.resources), 'node-b');
+    await c.destroy(first);
+    await store.sandboxes.remove(first);
+  } finally {
+    await c.close();
+  }
+});

@@ -21,6 +21,8 @@ export interface ClusterRuntimeOptions {
   overcommit?: { cpu: number; memory: number };
   /** How old the node list may be before a call reads it again (default 2 s). */
   refreshMs?: number;
+  /** How old a read of the nodes' commitments begun by prepareTake may be for placement to use it (default 100 ms). */
+  usageReuseMs?: number;
   /** How often this process claims on each node what it holds there unrecorded (default 30 s; 0: never). */
   claimEveryMs?: number;
   /** How long a sandbox booted on a node without a warm pool (an earlier version) may take to answer (default 15 s). */
@@ -41,6 +43,13 @@ class EnvRefused extends Error {
     super(error.message);
   }
 }
+
+/** Creates that start within this many ms share one read of the nodes' commitments (prepareTake). */
+const USAGE_SHARE_MS = 5;
+/** Placement uses a read of the commitments begun at most this long ago (a create's own prepareTake's). */
+const USAGE_REUSE_MS = 100;
+/** How long a recorded sandbox is remembered for reads begun before its row (well past USAGE_REUSE_MS). */
+const LATELY_MS = 2000;
 
 /** Placement: a node that holds a sandbox's layers is preferred while it is at most this much more committed (memory, as a fraction) than the least committed. */
 const LAYERS_PREFERENCE = 0.1;
@@ -82,6 +91,10 @@ export class ClusterRuntime implements Runtime {
   private readonly reserved = new Map<string, { nodeId: string; resources: SandboxResources; warm?: boolean }>();
   /** Asks for a ready sandbox under way: the node is picked, the id not known yet; they count against the node as reserved ones do. */
   private readonly asking = new Set<{ nodeId: string; resources: SandboxResources }>();
+  /** Sandboxes recorded in the last LATELY_MS, in order: a read of the commitments begun before may lack them. */
+  private readonly lately = new Map<string, { nodeId: string; resources: SandboxResources; at: number }>();
+  /** The read of the nodes' commitments the last prepareTake began. */
+  private prepared: { startedAt: number; usage: Promise<Record<string, SandboxUsage>> } | undefined;
   /**
    * Ready sandboxes this process took from each node, per warm key, since the node's last report
    * (its row's version): placement counts them off what the node reported, so a burst goes to a
@@ -223,7 +236,33 @@ export class ClusterRuntime implements Runtime {
    * on counting it, or placement sees that node emptier than it is and sends it the next ones too.
    */
   recorded(id: string): void {
+    const r = this.reserved.get(id);
     this.reserved.delete(id);
+    if (!r) return;
+    const now = performance.now();
+    this.lately.set(id, { nodeId: r.nodeId, resources: r.resources, at: now });
+    const keep = Math.max(LATELY_MS, 2 * (this.o.usageReuseMs ?? USAGE_REUSE_MS));
+    for (const [k, v] of this.lately) {
+      if (now - v.at <= keep) break;
+      this.lately.delete(k);
+    }
+  }
+
+  /**
+   * A create is about to take a sandbox: what placement needs of the store (each node's
+   * commitments) is read now, while the create is admitted, instead of after. Creates that start
+   * within USAGE_SHARE_MS share one read.
+   */
+  prepareTake(): void {
+    const now = performance.now();
+    if (this.prepared && now - this.prepared.startedAt <= USAGE_SHARE_MS) return;
+    this.prepared = this.readUsage(now);
+  }
+
+  private readUsage(now: number): { startedAt: number; usage: Promise<Record<string, SandboxUsage>> } {
+    const usage = this.o.store.sandboxes.usageByNode();
+    usage.catch(() => undefined);
+    return { startedAt: now, usage };
   }
 
   /**
@@ -369,9 +408,15 @@ export class ClusterRuntime implements Runtime {
    */
   async place(resources: SandboxResources, layerIds: string[] = [], warmKey?: string, hold?: (nodeId: string) => void): Promise<string> {
     await this.refresh();
-    const usage = await this.o.store.sandboxes.usageByNode();
+    // The read prepareTake began for this create (or one begun now). What this process placed and
+    // has not recorded is added (reserved, asking), and so is what it recorded since the read
+    // began: those rows may be missing from it. (At the boundary one may count twice: never less.)
+    const now = performance.now();
+    const read = this.prepared && now - this.prepared.startedAt <= (this.o.usageReuseMs ?? USAGE_REUSE_MS) ? this.prepared : this.readUsage(now);
+    const usage = await read.usage;
     const extra = new Map<string, SandboxUsage>();
-    for (const r of [...this.reserved.values(), ...this.asking]) {
+    const since = [...this.lately.values()].filter((r) => r.at >= read.startedAt);
+    for (const r of [...this.reserved.values(), ...this.asking, ...since]) {
       const u = extra.get(r.nodeId) ?? { active: 0, activeVcpu: 0, activeMemoryMb: 0, stopped: 0, diskGb: 0 };
       u.active += 1;
       u.activeVcpu += r.resources.vcpu;

@@ -423,6 +423,8 @@ export class SandboxService {
     limitsRead?: Promise<OrgLimits>,
   ): Promise<{ sandbox: Sandbox; token: string; tokenExpiresAt: Date }> {
     const startedAt = performance.now();
+    // A cluster reads where the sandbox may go while the create is checked and admitted.
+    this.d.runtime.prepareTake?.();
     const limits = await (limitsRead ?? this.d.quotas.limitsFor(orgId));
     checkSize(limits, src, src.snapshotId ? `snapshot ${src.snapshotId}` : `template "${src.templateName}"`);
     const timeoutSeconds = timeoutFor(limits, body.timeout_seconds);

@@ -6,6 +6,7 @@ import type { SandboxRow } from '../store/types.js';
 import { checkSize, checkTimeout, quotaError, resolveLimits, timeoutFor, type OrgLimits } from './limits.js';
 import { KeyedMutex } from './locks.js';
 import { QuotaService } from './quotas.js';
+import { SlidingWindowLimiter } from './rate-limit.js';
 
 const LIMITS: OrgLimits = {
   max_vcpu: 2,
@@ -222,6 +223,25 @@ test("an organization's overrides apply at the next admission", async () => {
     await store.orgs.setLimits(org.id, { max_sandboxes: null });
     assert.equal(await q.admit(org.id, { sandboxes: 1, memoryMb: 1, diskGb: 1 }, async () => 'in'), 'in');
     assert.equal((await q.limitsFor(org.id)).max_sandboxes, null);
+  } finally {
+    store.close();
+  }
+});
+
+test('the creation rate limit is taken in the admission, after the quota: a burst past it gets 429s, one quota refused takes no slot', async () => {
+  const store = SqliteStore.open(':memory:');
+  try {
+    const limiter = new SlidingWindowLimiter(3, 60_000, 'sandbox creation rate limit');
+    const q = new QuotaService(store, { ...LIMITS, max_total_memory_mb: null, max_total_disk_gb: null, max_sandboxes: 100 });
+    const results = await Promise.allSettled(Array.from({ length: 5 }, (_, i) => q.admit('org_a', { sandboxes: 1, memoryMb: 1, diskGb: 1 }, async () => i, { rate: limiter })));
+    assert.deepEqual(
+      results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as ServiceError).code)),
+      [0, 1, 2, 'RATE_LIMIT_EXCEEDED', 'RATE_LIMIT_EXCEEDED'],
+    );
+    assert.equal(limiter.usage('org_a'), 3);
+    const tight = new QuotaService(store, { ...LIMITS, max_sandboxes: 0 });
+    await assert.rejects(tight.admit('org_b', { sandboxes: 1, memoryMb: 1, diskGb: 1 }, async () => 'in', { rate: limiter }), { code: 'ORG_QUOTA_EXCEEDED' });
+    assert.equal(limiter.usage('org_b'), 0, 'a create the quota refused takes no slot');
   } finally {
     store.close();
   }

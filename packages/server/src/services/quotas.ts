@@ -1,5 +1,6 @@
 import type { Store } from '../store/types.js';
 import { KeyedMutex, type Mutex } from './locks.js';
+import type { RateLimiter } from './rate-limit.js';
 import { quotaError, resolveLimits, type Demand, type OrgLimits, type OrgUsage } from './limits.js';
 
 /** Admissions checked in one turn of the lock at most (their claims run at once, on the store's pool). */
@@ -8,6 +9,8 @@ const MAX_BATCH = 256;
 /** An admission waiting for its organization's next batch. */
 interface Admission {
   demand: Demand;
+  /** The rate limit the admission takes a slot of once its quota admits it (a create's). */
+  rate?: RateLimiter;
   claim: () => Promise<unknown>;
   resolve: (v: unknown) => void;
   reject: (err: unknown) => void;
@@ -59,10 +62,10 @@ export class QuotaService {
    * claim that fails leaves its demand counted for the rest of its batch: one may be refused that
    * would have fit, none is admitted that does not.
    */
-  admit<T>(orgId: string, demand: Demand, claim: () => Promise<T>): Promise<T> {
+  admit<T>(orgId: string, demand: Demand, claim: () => Promise<T>, opts: { rate?: RateLimiter } = {}): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       const waiting = this.waiting.get(orgId);
-      const entry: Admission = { demand, claim, resolve: resolve as (v: unknown) => void, reject };
+      const entry: Admission = { demand, claim, resolve: resolve as (v: unknown) => void, reject, ...(opts.rate ? { rate: opts.rate } : {}) };
       if (waiting) {
         waiting.push(entry);
         return;
@@ -84,10 +87,20 @@ export class QuotaService {
           const waiting = this.waiting.get(orgId) ?? [];
           batch = waiting.splice(0, MAX_BATCH);
           if (batch.length === 0) return;
-          const [limits, usage] = await Promise.all([this.limitsFor(orgId), this.usage(orgId)]);
+          // A batch's rate-limited admissions share one limiter (the organization's creates): its
+          // window is read with the usage, and its slots recorded with the claims.
+          const rate = batch.find((a) => a.rate)?.rate;
+          const [limits, usage, window] = await Promise.all([this.limitsFor(orgId), this.usage(orgId), rate?.window?.(orgId)]);
           const claims: Array<Promise<void>> = [];
           for (const a of batch) {
-            const err = quotaError(limits, usage, a.demand);
+            let err: unknown = quotaError(limits, usage, a.demand);
+            if (!err && a.rate) {
+              if (window && a.rate === rate) err = window.take();
+              else
+                await Promise.resolve(a.rate.take(orgId)).catch((e: unknown) => {
+                  err = e;
+                });
+            }
             if (err) {
               a.reject(err);
               continue;
@@ -102,7 +115,9 @@ export class QuotaService {
               ),
             );
           }
-          await Promise.all(claims);
+          // The lock is held until every claim is in (a failed record of the slots costs the limit
+          // those slots, not the creates).
+          await Promise.allSettled([...claims, window?.commit()]);
         });
       } catch (err) {
         // The lock or the usage could not be had (a store away): the batch fails with it, and so

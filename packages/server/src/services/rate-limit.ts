@@ -7,6 +7,19 @@ export interface RateLimiter {
   /** Records one event for `key`, or throws 429 with the seconds until a slot frees up. */
   take(key: string): void | Promise<void>;
   usage(key: string): number | Promise<number>;
+  /**
+   * The window of `key` as it is now, for takes the caller serializes per key itself (the
+   * organization's admission lock): read once, then taken from in turn, then recorded together.
+   */
+  window?(key: string): Promise<RateWindow>;
+}
+
+/** A window read once (RateLimiter.window): its takes are decided here and recorded by commit. */
+export interface RateWindow {
+  /** The 429 for one more event, or undefined when it fits (then it counts as taken). */
+  take(): ServiceError | undefined;
+  /** Records the events taken. */
+  commit(): Promise<void>;
 }
 
 function exceeded(what: string, limit: number, windowMs: number, retryAfter: number): ServiceError {
@@ -32,6 +45,21 @@ export class SlidingWindowLimiter implements RateLimiter {
 
   usage(key: string, now = Date.now()): number {
     return (this.events.get(key) ?? []).filter((t) => t > now - this.windowMs).length;
+  }
+
+  async window(key: string): Promise<RateWindow> {
+    return {
+      take: () => {
+        try {
+          this.take(key);
+          return undefined;
+        } catch (err) {
+          if (err instanceof ServiceError) return err;
+          throw err;
+        }
+      },
+      commit: async () => undefined,
+    };
   }
 }
 
@@ -69,5 +97,33 @@ export class SharedWindowLimiter implements RateLimiter {
 
   async usage(key: string, now = Date.now()): Promise<number> {
     return (await this.store.rates.count(`${this.scope}:${key}`, now - this.windowMs)).n;
+  }
+
+  /**
+   * One count of the window, then takes decided against it: exact only while the caller keeps
+   * every other take of `key` out (every replica's: the organization's admission lock), which is
+   * what saves the record-then-count of take (two round trips in a row).
+   */
+  async window(key: string, now = Date.now()): Promise<RateWindow> {
+    const k = `${this.scope}:${key}`;
+    const { n, oldest } = await this.store.rates.count(k, now - this.windowMs);
+    let taken = 0;
+    return {
+      take: () => {
+        if (n + taken >= this.limit) {
+          const retryAfter = Math.max(1, Math.ceil(((oldest ?? now) + this.windowMs - now) / 1000));
+          return exceeded(this.what, this.limit, this.windowMs, retryAfter);
+        }
+        taken++;
+        return undefined;
+      },
+      commit: async () => {
+        await Promise.all(Array.from({ length: taken }, () => this.store.rates.record(k, now, randomUUID())));
+        if (now - this.lastPurge > this.windowMs) {
+          this.lastPurge = now;
+          await this.store.rates.purge(now - 2 * this.windowMs).catch(() => 0);
+        }
+      },
+    };
   }
 }

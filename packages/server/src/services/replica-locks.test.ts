@@ -14,7 +14,7 @@ import { EventBus } from './events.js';
 import type { OrgLimits } from './limits.js';
 import { ReplicaMutex } from './locks.js';
 import { QuotaService } from './quotas.js';
-import { SlidingWindowLimiter } from './rate-limit.js';
+import { SharedWindowLimiter, SlidingWindowLimiter } from './rate-limit.js';
 import { RouteTable } from './routes.js';
 import { KeyService } from './keys.js';
 import { SandboxService } from './sandboxes.js';
@@ -247,4 +247,37 @@ test('replicas starting at the same instant share one default organization and o
     assert.equal(new Set(made.map((k) => k.id)).size, 1, 'one key');
     assert.equal(made[0]!.orgId, orgs[0]!.id);
   }
+});
+
+test("two replicas admitting creates at the same instant take exactly the creation rate limit's last slots, one read of its window per batch; a create the quota refuses takes none", async () => {
+  const [a, b] = await replicas();
+  const org = await a.orgs.create('rated');
+  const open = { ...LIMITS, max_sandboxes: null, max_total_memory_mb: null, max_total_disk_gb: null };
+  const quotas = [new QuotaService(a, open, new ReplicaMutex(a.coordination, 'org-quota')), new QuotaService(b, open, new ReplicaMutex(b.coordination, 'org-quota'))];
+  const limiters = [new SharedWindowLimiter(a, 4, 60_000, 'creates'), new SharedWindowLimiter(b, 4, 60_000, 'creates')];
+  // One slot used already.
+  await limiters[0]!.take(org.id);
+  const stores = [a, b];
+  const results = await Promise.allSettled(
+    Array.from({ length: 10 }, (_, i) =>
+      quotas[i % 2]!.admit(
+        org.id,
+        { sandboxes: 1, memoryMb: 512, diskGb: 2 },
+        async () => {
+          await sleep(10);
+          await stores[i % 2]!.sandboxes.insert(row(`sbr${i}`, org.id));
+        },
+        { rate: limiters[i % 2]! },
+      ),
+    ),
+  );
+  const admitted = results.filter((r) => r.status === 'fulfilled').length;
+  assert.equal(admitted, 3, `1 taken + 3 admitted = the limit of 4 (admitted ${admitted})`);
+  for (const r of results) if (r.status === 'rejected') assert.equal((r.reason as ServiceError).code, 'RATE_LIMIT_EXCEEDED');
+  assert.equal(await limiters[1]!.usage(org.id), 4, 'each admitted create recorded one slot');
+  // Past a quota: refused with the quota's 409, and no slot is taken.
+  const full = await a.orgs.create('full');
+  const tight = new QuotaService(a, { ...LIMITS, max_sandboxes: 0 }, new ReplicaMutex(a.coordination, 'org-quota'));
+  await assert.rejects(tight.admit(full.id, { sandboxes: 1, memoryMb: 1, diskGb: 1 }, async () => 'in', { rate: limiters[0]! }), { code: 'ORG_QUOTA_EXCEEDED' });
+  assert.equal(await limiters[0]!.usage(full.id), 0);
 });

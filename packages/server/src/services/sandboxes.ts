@@ -433,8 +433,6 @@ export class SandboxService {
     if (body.internet_access === false && (body.allow_out?.length || body.deny_out?.length)) {
       throw new ServiceError('VALIDATION_ERROR', 'allow_out and deny_out need internet_access: a sandbox created without it has no network at all');
     }
-    await this.d.createLimiter.take(orgId);
-
     const now = new Date();
     const row: SandboxRow = {
       id: newSandboxId(),
@@ -472,7 +470,9 @@ export class SandboxService {
     // waits for its sandbox. Its id is a placeholder until then: a create gets the first sandbox
     // ready for its key (warm-pool.ts), which was booted with an id of its own. The pool's
     // sandboxes are handed out only once admitted, so the pool never counts against anyone.
-    await this.d.quotas.admit(orgId, { sandboxes: 1, memoryMb: row.memoryMb, diskGb: row.diskGb }, () => this.d.store.sandboxes.insert(row));
+    // The creation rate limit is taken in the same step, once the quota admits it (a create the
+    // quota refuses takes no slot of it): under the organization's lock, one read of its window.
+    await this.d.quotas.admit(orgId, { sandboxes: 1, memoryMb: row.memoryMb, diskGb: row.diskGb }, () => this.d.store.sandboxes.insert(row), { rate: this.d.createLimiter });
     const undo = new UndoStack((msg) => this.d.log(`create: ${msg}`, { id: row.id }));
     undo.push('placeholder row', () => this.d.store.sandboxes.remove(row.id));
     try {

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { effectiveEnv, EnvStore, validateEnvVars } from './store.js';
@@ -41,6 +41,34 @@ test('the env set is seeded from create-time env_vars once, persisted, and survi
     const all = second.all();
     all.MUTATED = 'no';
     assert.equal(second.all().MUTATED, undefined, 'all() is a copy');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('a set the same as the last one written is not written again; after a failed write the same set is', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'envstore-'));
+  try {
+    const file = join(dir, 'state', 'env.json');
+    const store = new EnvStore(file, {});
+    // The boot's write of the empty set: a PUT of it (a create's, most often) waits for it, writes nothing.
+    assert.deepEqual(await store.replace({}), {});
+    const first = await stat(file);
+    assert.deepEqual(await store.replace({}), {});
+    assert.equal((await stat(file)).ino, first.ino, 'the same set: the file was not replaced');
+    await store.replace({ A: '1' });
+    const second = await stat(file);
+    assert.notEqual(second.ino, first.ino, 'another set: written (a new file renamed over the old)');
+    await store.merge({ A: '1' });
+    assert.equal((await stat(file)).ino, second.ino, 'a merge that changes nothing writes nothing');
+    // A write that fails (its directory made unwritable: a file where the directory was) fails its
+    // caller; the same set asked again is written then, not taken as written.
+    await rm(join(dir, 'state'), { recursive: true });
+    await writeFile(join(dir, 'state'), 'not a directory');
+    await assert.rejects(store.replace({ B: '2' }), { code: 'INTERNAL_ERROR' });
+    await rm(join(dir, 'state'));
+    assert.deepEqual(await store.replace({ B: '2' }), { B: '2' });
+    assert.deepEqual(JSON.parse(await readFile(file, 'utf8')).env_vars, { B: '2' });
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

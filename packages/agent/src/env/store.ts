@@ -13,6 +13,8 @@ import { describeCause, ServiceError } from '../proto.js';
 export class EnvStore {
   private vars: Record<string, string>;
   private writing: Promise<void> = Promise.resolve();
+  /** What the last write queued, and its outcome (undefined once a write failed: the next one writes). */
+  private queued: { snapshot: string; done: Promise<void> } | undefined;
 
   constructor(
     private readonly file: string,
@@ -20,7 +22,8 @@ export class EnvStore {
   ) {
     const loaded = readState(file);
     this.vars = loaded ?? { ...createEnv };
-    if (loaded === null) void this.persist();
+    // (A write that fails is said; the next change writes again.)
+    if (loaded === null) this.persist().catch((err: unknown) => logLine(`${file}: ${describeCause(err)}`));
   }
 
   all(): Record<string, string> {
@@ -49,22 +52,32 @@ export class EnvStore {
     return true;
   }
 
-  /** Writes are serialised and atomic (temp file + rename), so a crash never leaves half a file. */
+  /**
+   * Writes are serialised and atomic (temp file + rename), so a crash never leaves half a file. A
+   * set the same as the last one written (or being written) is not written again, only waited for:
+   * a create's PUT of its env on a sandbox fresh from the warm pool is most often of the empty set
+   * the agent wrote when it started, and it is on the create's path.
+   */
   private persist(): Promise<void> {
     const snapshot = JSON.stringify({ version: 1, env_vars: this.vars });
+    if (this.queued?.snapshot === snapshot) return this.queued.done;
     const tmp = `${this.file}.tmp`;
-    this.writing = this.writing.then(async () => {
-      try {
-        mkdirSync(dirname(this.file), { recursive: true });
-        await writeFile(tmp, snapshot, { mode: 0o600 });
-        await rename(tmp, this.file);
-      } catch (err) {
-        throw new ServiceError('INTERNAL_ERROR', 'could not save the env set').withDetail(describeCause(err));
-      }
-    });
-    const result = this.writing;
-    this.writing = this.writing.catch(() => undefined);
-    return result;
+    const queued = {
+      snapshot,
+      done: this.writing.then(async () => {
+        try {
+          mkdirSync(dirname(this.file), { recursive: true });
+          await writeFile(tmp, snapshot, { mode: 0o600 });
+          await rename(tmp, this.file);
+        } catch (err) {
+          if (this.queued === queued) this.queued = undefined;
+          throw new ServiceError('INTERNAL_ERROR', 'could not save the env set').withDetail(describeCause(err));
+        }
+      }),
+    };
+    this.queued = queued;
+    this.writing = queued.done.catch(() => undefined);
+    return queued.done;
   }
 }
 

@@ -176,8 +176,25 @@ describe('layers from control to a node', () => {
     assert.equal((await fetch(ref!.url, { headers: { authorization: `Bearer ${ref!.token}` } }).then(async (r) => (await r.arrayBuffer(), r.status))), 200);
     for (const bad of ['not json', '{"url":"file:///etc","digest":"sha256:' + '0'.repeat(64) + '","bytes":1}', '{"url":"http://x","digest":"md5:1","bytes":1}', '{"url":"http://x","digest":"sha256:' + '0'.repeat(64) + '","bytes":-1}']) {
       await kv.set(`layer-holder/${LAYER}`, bad);
-      await assert.rejects(other.refs([LAYER], 'node-l'), { code: 'INVALID_STATE' }, bad);
+      // (A replica that found the ref lately sends it as found: one that looks now.)
+      await assert.rejects(new LayerPublisher({ contents: empty, signer, controlUrl: 'http://127.0.0.1:9', kv }).refs([LAYER], 'node-l'), { code: 'INVALID_STATE' }, bad);
     }
+  });
+
+  test("a layer's ref, once found, is sent without looking again for a while (one look per layer, not per create); after it, looked for again", async () => {
+    let looks = 0;
+    const counted = { has: (id: string) => (looks++, contents.has(id)), of: (id: string) => contents.of(id) } as unknown as LayerContents;
+    const publisher = new LayerPublisher({ contents: counted, signer, controlUrl });
+    const first = await publisher.refs([LAYER, OTHER], 'node-l');
+    assert.equal(looks, 2);
+    const again = await Promise.all([publisher.refs([LAYER, OTHER], 'node-l'), publisher.refs([LAYER], 'node-m')]);
+    assert.equal(looks, 2, 'found lately: not looked for again');
+    assert.deepEqual(again[0], first, 'the same refs, tokens included (the signer keeps its tokens too)');
+    assert.equal(await signer.checkLayerToken(again[1][0]!.token, LAYER), 'node-m', "each node gets a token of its own");
+    const fresh = new LayerPublisher({ contents: counted, signer, controlUrl, refsFreshMs: 0 });
+    await fresh.refs([LAYER], 'node-l');
+    await fresh.refs([LAYER], 'node-l');
+    assert.equal(looks, 4, 'past its freshness, looked for at every ask');
   });
 
   test("control's layer route behind TLS: fetched with the cluster's CA, refused without it", async () => {

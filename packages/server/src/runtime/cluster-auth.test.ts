@@ -98,6 +98,36 @@ test('the claims: issuer, audience, expiry, iat, and the lifetime the node enfor
   await keys.verifier.verify(await signed((j) => good(j).setIssuedAt(now() + 3)), 'node-a');
 });
 
+test('a token checked once is taken on its signature again, but never past its time: its exp, or its lifetime from iat, with the tolerance', async () => {
+  let clock = Date.now();
+  const verifier = new ClusterVerifier(keys.verifyPem, { now: () => clock });
+  const start = clock;
+  const token = await signed(good);
+  await verifier.verify(token, 'node-a');
+  clock = start + 30_000;
+  await verifier.verify(token, 'node-a');
+  await assert.rejects(verifier.verify(token, 'node-b'), /not valid for this node/, 'checked for node-a: not for node-b');
+  clock = start + (NODE_TOKEN_TTL_SECONDS + 3) * 1000;
+  await verifier.verify(token, 'node-a');
+  clock = start + (NODE_TOKEN_TTL_SECONDS + 7) * 1000;
+  await assert.rejects(verifier.verify(token, 'node-a'), /expired/, 'past its exp and the tolerance: refused though it passed before');
+  await assert.rejects(verifier.verify(token, 'node-a'), /expired/, 'and again');
+  // An exp sooner than the lifetime ends it sooner.
+  clock = start;
+  const short = await signed((j) => good(j).setExpirationTime(Math.floor(start / 1000) + 10));
+  await verifier.verify(short, 'node-a');
+  clock = start + 12_000;
+  await verifier.verify(short, 'node-a');
+  clock = start + 17_000;
+  await assert.rejects(verifier.verify(short, 'node-a'), /expired/);
+  // A long exp does not stretch the lifetime from iat.
+  clock = start;
+  const long = await signed((j) => good(j).setExpirationTime('365d'));
+  await verifier.verify(long, 'node-a');
+  clock = start + (NODE_TOKEN_TTL_SECONDS + 7) * 1000;
+  await assert.rejects(verifier.verify(long, 'node-a'), (err: unknown) => err instanceof ServiceError && err.code === 'AUTHENTICATION_ERROR');
+});
+
 test('a node cannot mint a token: its verifier has no signing, and no private key can be given to it', async () => {
   assert.deepEqual(Object.getOwnPropertyNames(ClusterVerifier.prototype).sort(), ['constructor', 'verify']);
   assert.deepEqual(Object.keys(keys.verifier), [], 'no field to read a key from');

@@ -51,6 +51,20 @@ export async function waitForAgent(socketPath: AgentTarget, timeoutMs: number): 
 }
 
 /**
+ * Waits until the agent answers, then readies it for the create it is booted for: a PUT that
+ * merges nothing into its env set (a change of nothing, which the agent does not write) runs the
+ * way a create's PUT of its env_vars goes through the agent once, ahead of the create. The first
+ * such request of an agent takes about twice as long as the ones after it, and a create waits for
+ * it (measured: 3.2 ms, then 1.6).
+ */
+export async function waitForAgentPrimed(target: AgentTarget, timeoutMs: number): Promise<void> {
+  const started = Date.now();
+  await waitForAgent(target, timeoutMs);
+  const res = await agentJson(target, 'PUT', '/env', { env_vars: {}, merge: true }, Math.max(1000, timeoutMs - (Date.now() - started)));
+  if (res.status !== 200) throw new Error(`agent answered ${res.status} to an empty merge of its env set`);
+}
+
+/**
  * One request to the agent over its unix socket, with an optional JSON body. The whole exchange,
  * body included, ends within `timeoutMs`, and at most `maxBytes` of the answer are read: past
  * either, the request is destroyed and the promise rejects. Never throws synchronously.

@@ -65,3 +65,45 @@ test('a cluster create whose client went away while its node answered destroys t
     await f.close();
   }
 });
+
+test("a cluster create asks its node while it is admitted when its organization's last admission left room; refused after all, the sandbox its node gave is destroyed; near a limit the node is asked only once admitted", async () => {
+  const f = await buildFakeApp();
+  try {
+    const org = f.orgs.a.id;
+    await f.store.orgs.setLimits(org, { max_sandboxes: 4 });
+    const asks: Array<{ id: string; rowsWhenAsked: number }> = [];
+    (f.runtime as Runtime).takeReady = async (spec) => {
+      // Counted before anything is awaited: whether this create's own row was in yet.
+      const rowsWhenAsked = f.store.sandboxes.usage(org).then((u) => u.active);
+      const id = newSandboxId();
+      await f.runtime.create(withSandboxId(spec, id));
+      asks.push({ id, rowsWhenAsked: await rowsWhenAsked });
+      return id;
+    };
+    // No reading of the organization yet: admitted first, then asked (its row is in when asked).
+    assert.equal((await f.call(f.orgs.a.key, 'POST', '/v1/sandboxes', { template_name: 'base' })).status, 201);
+    assert.equal(asks[0]!.rowsWhenAsked, 1, 'the first create was admitted before its node was asked');
+    // 1 of 4 held: room for two more and then some. Asked while admitted: its row was not in yet.
+    assert.equal((await f.call(f.orgs.a.key, 'POST', '/v1/sandboxes', { template_name: 'base' })).status, 201);
+    assert.equal(asks[1]!.rowsWhenAsked, 1, 'the second create asked its node before its own row was in');
+    // The limit lowered meanwhile (as another replica's creates would take the room): this process
+    // still thinks there is room and asks, but the admission reads the truth and refuses.
+    await f.store.orgs.setLimits(org, { max_sandboxes: 2 });
+    const refused = await f.call(f.orgs.a.key, 'POST', '/v1/sandboxes', { template_name: 'base' });
+    assert.equal(refused.status, 409, JSON.stringify(refused.body));
+    assert.equal(refused.body.code, 'ORG_QUOTA_EXCEEDED');
+    // (Refused at once; the ask it began goes on, and its sandbox goes when it comes.)
+    for (let i = 0; i < 100 && asks.length < 3; i++) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(asks.length, 3, 'its node was asked');
+    const given = asks[2]!.id;
+    for (let i = 0; i < 100 && (await f.runtime.list()).includes(given); i++) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(!(await f.runtime.list()).includes(given), 'the sandbox the node gave the refused create is destroyed');
+    assert.equal((await f.store.sandboxes.byId(given)), undefined, 'and it has no row');
+    assert.equal((await f.services.quotas.usage(org)).sandboxes, 2, 'the two created hold the quota, nothing else');
+    // At the limit now: the next create is refused without asking any node.
+    assert.equal((await f.call(f.orgs.a.key, 'POST', '/v1/sandboxes', { template_name: 'base' })).status, 409);
+    assert.equal(asks.length, 3, 'no node was asked for a create the last admission left no room for');
+  } finally {
+    await f.close();
+  }
+});

@@ -246,3 +246,36 @@ test('the creation rate limit is taken in the admission, after the quota: a burs
     store.close();
   }
 });
+
+test('likelyAdmits: only from a reading of the last 2 s that left room for the demand twice over beside those waiting, quotas and creation rate both', async () => {
+  const store = SqliteStore.open(':memory:');
+  // An admission is answered as its claim ends; its batch's reading is kept once the batch ends.
+  const settled = () => new Promise((r) => setImmediate(r));
+  try {
+    const limiter = new SlidingWindowLimiter(4, 60_000, 'sandbox creation rate limit');
+    const q = new QuotaService(store, { ...LIMITS, max_sandboxes: 10, max_total_memory_mb: 1000, max_total_disk_gb: null });
+    const one = { sandboxes: 1, memoryMb: 100, diskGb: 1 };
+    assert.equal(q.likelyAdmits('org_a', one), false, 'no reading yet');
+    await q.admit('org_a', one, async () => 'in', { rate: limiter });
+    await settled();
+    assert.equal(q.likelyAdmits('org_a', one), true, '1 of 4 creates this minute, 100 of 1000 MB');
+    assert.equal(q.likelyAdmits('org_a', { ...one, memoryMb: 460 }), false, 'twice 460 MB does not fit beside 100 in 1000');
+    assert.equal(q.likelyAdmits('org_a', { ...one, memoryMb: 450 }), true, 'twice 450 does');
+    assert.equal(q.likelyAdmits('org_b', one), false, "another organization's reading is not this one's");
+    await q.admit('org_a', one, async () => 'in', { rate: limiter });
+    await settled();
+    assert.equal(q.likelyAdmits('org_a', one), true, '2 of 4: room for two more');
+    await q.admit('org_a', one, async () => 'in', { rate: limiter });
+    await settled();
+    assert.equal(q.likelyAdmits('org_a', one), false, '3 of 4 creates this minute: one left is not ample room');
+    // A reading goes stale.
+    const fresh = new QuotaService(store, { ...LIMITS, max_sandboxes: 10, max_total_memory_mb: null, max_total_disk_gb: null });
+    await fresh.admit('org_c', one, async () => 'in', { rate: new SlidingWindowLimiter(100, 60_000, 'x') });
+    await settled();
+    assert.equal(fresh.likelyAdmits('org_c', one), true);
+    (fresh as unknown as { readings: Map<string, { at: number }> }).readings.get('org_c')!.at -= 2500;
+    assert.equal(fresh.likelyAdmits('org_c', one), false, 'a reading older than 2 s is not used');
+  } finally {
+    store.close();
+  }
+});

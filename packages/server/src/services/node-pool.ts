@@ -1,5 +1,5 @@
 import type { Runtime, SandboxSpec } from '../runtime/types.js';
-import { agentJson, waitForAgent } from './agent-client.js';
+import { agentJson, waitForAgentPrimed } from './agent-client.js';
 import { newSandboxId, withSandboxId } from './sandbox-identity.js';
 import { clusterWarmKeyOf, WarmPool, type WarmPoolOptions } from './warm-pool.js';
 
@@ -74,7 +74,7 @@ export class NodeWarmPool {
       try {
         settled = await this.o.layerUse?.use(id, ask.spec.layerIds ?? []);
         await this.o.runtime.create(withSandboxId({ ...ask.spec, lowerDirs: await ask.lowerDirs() }, id));
-        await waitForAgent((timeoutMs) => this.o.runtime.dialAgent(id, timeoutMs), this.o.agentReadyTimeoutMs);
+        await waitForAgentPrimed((timeoutMs) => this.o.runtime.dialAgent(id, timeoutMs), this.o.agentReadyTimeoutMs);
         return id;
       } catch (err) {
         await this.destroy(id).catch(() => undefined);

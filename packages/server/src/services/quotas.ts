@@ -6,6 +6,17 @@ import { quotaError, resolveLimits, type Demand, type OrgLimits, type OrgUsage }
 /** Admissions checked in one turn of the lock at most (their claims run at once, on the store's pool). */
 const MAX_BATCH = 256;
 
+/** How long the last batch's reading of an organization serves likelyAdmits. */
+const READING_FRESH_MS = 2000;
+
+/** What an organization's last batch left: its limits, its usage with the batch's admissions, its rate room. */
+interface Reading {
+  at: number;
+  limits: OrgLimits;
+  usage: OrgUsage;
+  rateLeft: number;
+}
+
 /** An admission waiting for its organization's next batch. */
 interface Admission {
   demand: Demand;
@@ -76,6 +87,22 @@ export class QuotaService {
   }
 
   private readonly waiting = new Map<string, Admission[]>();
+  private readonly readings = new Map<string, Reading>();
+
+  /**
+   * Whether an admission of `demand` is all but sure to pass: the organization's last batch, read
+   * within the last 2 s, left room for it twice over beside those waiting (quotas and creation
+   * rate both). A hint only, never a decision: a caller may begin slow work the admission would
+   * allow (a cluster's create asks its node) while it is being admitted, and undoes it when it is
+   * refused; near a limit, or with no recent reading, the caller waits for the admission first.
+   */
+  likelyAdmits(orgId: string, demand: Demand): boolean {
+    const seen = this.readings.get(orgId);
+    if (!seen || Date.now() - seen.at > READING_FRESH_MS) return false;
+    const k = 2 + (this.waiting.get(orgId)?.length ?? 0);
+    if (seen.rateLeft < k) return false;
+    return quotaError(seen.limits, seen.usage, { sandboxes: k * demand.sandboxes, memoryMb: k * demand.memoryMb, diskGb: k * demand.diskGb }) === undefined;
+  }
 
   /** Batches of the organization's waiting admissions, one per turn of its lock, until none waits. */
   private async admitWaiting(orgId: string): Promise<void> {
@@ -118,6 +145,7 @@ export class QuotaService {
           // The lock is held until every claim is in (a failed record of the slots costs the limit
           // those slots, not the creates).
           await Promise.allSettled([...claims, window?.commit()]);
+          this.readings.set(orgId, { at: Date.now(), limits, usage, rateLeft: window ? window.remaining() : (this.readings.get(orgId)?.rateLeft ?? 0) });
         });
       } catch (err) {
         // The lock or the usage could not be had (a store away): the batch fails with it, and so

@@ -20,6 +20,8 @@ export interface RateWindow {
   take(): ServiceError | undefined;
   /** Records the events taken. */
   commit(): Promise<void>;
+  /** The events the window still has room for after those taken. */
+  remaining(): number;
 }
 
 function exceeded(what: string, limit: number, windowMs: number, retryAfter: number): ServiceError {
@@ -59,6 +61,7 @@ export class SlidingWindowLimiter implements RateLimiter {
         }
       },
       commit: async () => undefined,
+      remaining: () => Math.max(0, this.limit - this.usage(key)),
     };
   }
 }
@@ -124,6 +127,7 @@ export class SharedWindowLimiter implements RateLimiter {
           await this.store.rates.purge(now - 2 * this.windowMs).catch(() => 0);
         }
       },
+      remaining: () => Math.max(0, this.limit - n - taken),
     };
   }
 }

@@ -13,7 +13,7 @@ import type { QuotaService } from './quotas.js';
 import type { CapturedLayer, SnapshotService } from './snapshots.js';
 import { ExportTooLarge } from '../runtime/types.js';
 import { checkSize, checkTimeout, timeoutFor, type OrgLimits } from './limits.js';
-import { agentJson, waitForAgent, type AgentTarget } from './agent-client.js';
+import { agentJson, waitForAgent, waitForAgentPrimed, type AgentTarget } from './agent-client.js';
 import { abandonedCreate, warmKeyOf, WarmPool } from './warm-pool.js';
 import { newSandboxId, withSandboxId } from './sandbox-identity.js';
 import type { Metrics } from './metrics.js';
@@ -472,11 +472,32 @@ export class SandboxService {
     // sandboxes are handed out only once admitted, so the pool never counts against anyone.
     // The creation rate limit is taken in the same step, once the quota admits it (a create the
     // quota refuses takes no slot of it): under the organization's lock, one read of its window.
-    await this.d.quotas.admit(orgId, { sandboxes: 1, memoryMb: row.memoryMb, diskGb: row.diskGb }, () => this.d.store.sandboxes.insert(row), { rate: this.d.createLimiter });
+    const demand = { sandboxes: 1, memoryMb: row.memoryMb, diskGb: row.diskGb };
+    // On a cluster the node's answer is the slow part: it is asked while the create is admitted
+    // (two or three round trips to PostgreSQL), when the organization's last admission left ample
+    // room for it. Refused after all (another replica's creates took the room): the sandbox is
+    // destroyed when it comes, and nothing of it stays (it has no row; a node that lost the call
+    // removes it as no one's). Near a limit, the node is asked only once admitted.
+    const early = this.d.runtime.takeReady !== undefined && this.d.quotas.likelyAdmits(orgId, demand);
+    const admitted = this.d.quotas.admit(orgId, demand, () => this.d.store.sandboxes.insert(row), { rate: this.d.createLimiter });
+    const taking = early ? this.takeSandbox(row, src.poolId, opts.signal) : undefined;
+    // (Awaited below once admitted; a node's refusal that comes first is not left unhandled.)
+    taking?.catch(() => undefined);
+    try {
+      await admitted;
+    } catch (err) {
+      if (taking) {
+        void taking.then(
+          (t) => this.d.runtime.destroy(t.id).catch((e: unknown) => this.d.log('destroying the sandbox of a refused create failed', { id: t.id, error: String(e) })),
+          () => undefined,
+        );
+      }
+      throw err;
+    }
     const undo = new UndoStack((msg) => this.d.log(`create: ${msg}`, { id: row.id }));
     undo.push('placeholder row', () => this.d.store.sandboxes.remove(row.id));
     try {
-      const { id, at, source } = await this.takeSandbox(row, src.poolId, opts.signal);
+      const { id, at, source } = await (taking ?? this.takeSandbox(row, src.poolId, opts.signal));
       undo.push('sandbox', () => this.d.runtime.destroy(id));
       undo.push('route', async () => {
         this.d.routes.delete(id);
@@ -669,7 +690,7 @@ export class SandboxService {
       const id = newSandboxId();
       try {
         await this.d.runtime.create(specFor(id, boot, (l) => this.d.layerPath(l)));
-        await waitForAgent(this.agent(id), this.d.agentReadyTimeoutMs);
+        await waitForAgentPrimed(this.agent(id), this.d.agentReadyTimeoutMs);
         return id;
       } catch (err) {
         await this.d.runtime.destroy(id).catch(() => undefined);

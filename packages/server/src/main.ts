@@ -640,7 +640,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' 
   );
   poolRef.pool = pool;
   // One replica at a time admits for an organization, and works on a sandbox; one machine locks in-process.
-  const quotas = new QuotaService(store, config.limits, coordination ? new ReplicaMutex(coordination, 'org-quota') : new KeyedMutex());
+  const quotas = new QuotaService(store, config.limits, coordination ? new ReplicaMutex(coordination, 'org-quota') : new KeyedMutex(), log);
   // Snapshot and fork layers: always this data dir's own, so always collected when unused.
   const snapshotLayers = new FsLayerStore(join(config.dataDir, 'snapshot-layers'), { log });
   await snapshotLayers.cleanupStale();

@@ -106,12 +106,14 @@ test('a token checked once is taken on its signature again, but never past its t
   await verifier.verify(token, 'node-a');
   clock = start + 30_000;
   await verifier.verify(token, 'node-a');
+  assert.equal(verifier.signatureChecks, 1, 'the second time, taken on the first check');
   await assert.rejects(verifier.verify(token, 'node-b'), /not valid for this node/, 'checked for node-a: not for node-b');
   clock = start + (NODE_TOKEN_TTL_SECONDS + 3) * 1000;
   await verifier.verify(token, 'node-a');
   clock = start + (NODE_TOKEN_TTL_SECONDS + 7) * 1000;
   await assert.rejects(verifier.verify(token, 'node-a'), /expired/, 'past its exp and the tolerance: refused though it passed before');
   await assert.rejects(verifier.verify(token, 'node-a'), /expired/, 'and again');
+  assert.ok(verifier.signatureChecks >= 4, 'past its time, checked again in full each time');
   // An exp sooner than the lifetime ends it sooner.
   clock = start;
   const short = await signed((j) => good(j).setExpirationTime(Math.floor(start / 1000) + 10));
@@ -129,7 +131,7 @@ test('a token checked once is taken on its signature again, but never past its t
 });
 
 test('a node cannot mint a token: its verifier has no signing, and no private key can be given to it', async () => {
-  assert.deepEqual(Object.getOwnPropertyNames(ClusterVerifier.prototype).sort(), ['constructor', 'verify']);
+  assert.deepEqual(Object.getOwnPropertyNames(ClusterVerifier.prototype).sort(), ['constructor', 'signatureChecks', 'verify']);
   assert.deepEqual(Object.keys(keys.verifier), [], 'no field to read a key from');
   assert.equal(JSON.stringify(keys.verifier), '{}');
   assert.equal((keys.verifier as unknown as { tokenFor?: unknown }).tokenFor, undefined);

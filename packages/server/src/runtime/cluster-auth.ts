@@ -206,6 +206,12 @@ export class ClusterVerifier {
    * same signature and claims, so only the time is checked again.
    */
   readonly #checked = new Map<string, number>();
+  #signatureChecks = 0;
+
+  /** How many signatures this verifier checked (tokens taken from what it checked already are not). */
+  get signatureChecks(): number {
+    return this.#signatureChecks;
+  }
 
   readonly #now: () => number;
 
@@ -231,6 +237,7 @@ export class ClusterVerifier {
       const now = this.#now();
       if (goodUntil !== undefined && now < goodUntil) return;
       this.#checked.delete(key);
+      this.#signatureChecks++;
       const { payload } = await jwtVerify(token, this.#key, {
         issuer: ISSUER,
         audience: `${AUDIENCE_PREFIX}${nodeId}`,

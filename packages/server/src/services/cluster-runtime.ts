@@ -628,11 +628,16 @@ export class ClusterRuntime implements Runtime {
   }
 
   async destroy(id: string): Promise<void> {
-    const r = await this.holder(id);
-    if (r) await r.destroy(id);
-    this.reserved.delete(id);
-    this.nodeById.delete(id);
-    this.listedOn.delete(id);
+    try {
+      const r = await this.holder(id);
+      if (r) await r.destroy(id);
+    } finally {
+      // Also when the node could not be told: a sandbox no row holds is then claimed no more, and
+      // its node collects it after the grace (one with a row is found again through the store).
+      this.reserved.delete(id);
+      this.nodeById.delete(id);
+      this.listedOn.delete(id);
+    }
   }
 
   async status(id: string): Promise<RuntimeStatus> {

@@ -268,6 +268,30 @@ test('likelyAdmits: only from a reading of the last 2 s that left room for the d
     await q.admit('org_a', one, async () => 'in', { rate: limiter });
     await settled();
     assert.equal(q.likelyAdmits('org_a', one), false, '3 of 4 creates this minute: one left is not ample room');
+    // A batch under way counts too, not only those waiting for the next: 3 of 6 held when read,
+    // then three whose claims are slow taken into a batch, then one waiting for the next batch.
+    const six = new QuotaService(store, { ...LIMITS, max_sandboxes: 6, max_total_memory_mb: null, max_total_disk_gb: null });
+    const rate = new SlidingWindowLimiter(100, 60_000, 'x');
+    await six.admit('org_d', one, async () => 'in', { rate });
+    await settled();
+    assert.equal(six.likelyAdmits('org_d', one), true, '1 of 6');
+    let open!: () => void;
+    const gate = new Promise<void>((r) => (open = r));
+    const slow = Array.from({ length: 3 }, () => six.admit('org_d', one, () => gate, { rate }));
+    await settled();
+    assert.equal(six.likelyAdmits('org_d', one), true, '1 held and 3 being admitted: room for 2 more');
+    const next = six.admit('org_d', one, async () => 'in', { rate });
+    assert.equal(six.likelyAdmits('org_d', one), false, '1 held, 3 being admitted, 1 waiting: room for 1 only');
+    open();
+    await Promise.all([...slow, next]);
+    // A batch that takes no rate slot (a start's, a build's) leaves the rate room as old as it was.
+    const rated = new QuotaService(store, { ...LIMITS, max_sandboxes: 10, max_total_memory_mb: null, max_total_disk_gb: null });
+    await rated.admit('org_e', one, async () => 'in', { rate });
+    await settled();
+    (rated as unknown as { readings: Map<string, { rateAt: number }> }).readings.get('org_e')!.rateAt -= 2500;
+    await rated.admit('org_e', one, async () => 'in');
+    await settled();
+    assert.equal(rated.likelyAdmits('org_e', one), false, 'the usage is fresh, the rate room is not');
     // A reading goes stale.
     const fresh = new QuotaService(store, { ...LIMITS, max_sandboxes: 10, max_total_memory_mb: null, max_total_disk_gb: null });
     await fresh.admit('org_c', one, async () => 'in', { rate: new SlidingWindowLimiter(100, 60_000, 'x') });

@@ -1,6 +1,6 @@
 import type { Store } from '../store/types.js';
 import { KeyedMutex, type Mutex } from './locks.js';
-import type { RateLimiter } from './rate-limit.js';
+import type { RateLimiter, RateWindow } from './rate-limit.js';
 import { quotaError, resolveLimits, type Demand, type OrgLimits, type OrgUsage } from './limits.js';
 
 /** Admissions checked in one turn of the lock at most (their claims run at once, on the store's pool). */
@@ -15,7 +15,12 @@ interface Reading {
   limits: OrgLimits;
   usage: OrgUsage;
   rateLeft: number;
+  /** When the rate room was read (a batch without creates reads no window). */
+  rateAt: number;
 }
+
+/** Past this many organizations' readings, the stale ones are let go. */
+const READINGS_KEPT = 4096;
 
 /** An admission waiting for its organization's next batch. */
 interface Admission {
@@ -41,6 +46,7 @@ export class QuotaService {
     // services' per-sandbox locks). In this process on one machine; across a cluster's replicas,
     // a ReplicaMutex. Held for the check and the insert only, never across a boot.
     private readonly locks: Mutex = new KeyedMutex(),
+    private readonly log: (msg: string, fields?: Record<string, unknown>) => void = () => undefined,
   ) {}
 
   async limitsFor(orgId: string): Promise<OrgLimits> {
@@ -88,6 +94,8 @@ export class QuotaService {
 
   private readonly waiting = new Map<string, Admission[]>();
   private readonly readings = new Map<string, Reading>();
+  /** The admissions of the batch each organization has under way (taken from waiting, not yet in a reading). */
+  private readonly inBatch = new Map<string, number>();
 
   /**
    * Whether an admission of `demand` is all but sure to pass: the organization's last batch, read
@@ -98,8 +106,9 @@ export class QuotaService {
    */
   likelyAdmits(orgId: string, demand: Demand): boolean {
     const seen = this.readings.get(orgId);
-    if (!seen || Date.now() - seen.at > READING_FRESH_MS) return false;
-    const k = 2 + (this.waiting.get(orgId)?.length ?? 0);
+    const now = Date.now();
+    if (!seen || now - seen.at > READING_FRESH_MS || now - seen.rateAt > READING_FRESH_MS) return false;
+    const k = 2 + (this.waiting.get(orgId)?.length ?? 0) + (this.inBatch.get(orgId) ?? 0);
     if (seen.rateLeft < k) return false;
     return quotaError(seen.limits, seen.usage, { sandboxes: k * demand.sandboxes, memoryMb: k * demand.memoryMb, diskGb: k * demand.diskGb }) === undefined;
   }
@@ -114,6 +123,7 @@ export class QuotaService {
           const waiting = this.waiting.get(orgId) ?? [];
           batch = waiting.splice(0, MAX_BATCH);
           if (batch.length === 0) return;
+          this.inBatch.set(orgId, batch.length);
           // A batch's rate-limited admissions share one limiter (the organization's creates): its
           // window is read with the usage, and its slots recorded with the claims.
           const rate = batch.find((a) => a.rate)?.rate;
@@ -144,10 +154,15 @@ export class QuotaService {
           }
           // The lock is held until every claim is in (a failed record of the slots costs the limit
           // those slots, not the creates).
-          await Promise.allSettled([...claims, window?.commit()]);
-          this.readings.set(orgId, { at: Date.now(), limits, usage, rateLeft: window ? window.remaining() : (this.readings.get(orgId)?.rateLeft ?? 0) });
+          const [recorded] = await Promise.allSettled([window?.commit(), ...claims]);
+          if (recorded.status === 'rejected') {
+            this.log('the creation rate limit could not record the slots its admissions took (they count for nothing against it)', { org: orgId, error: String(recorded.reason) });
+          }
+          this.keepReading(orgId, limits, usage, window);
         });
+        this.inBatch.delete(orgId);
       } catch (err) {
+        this.inBatch.delete(orgId);
         // The lock or the usage could not be had (a store away): the batch fails with it, and so
         // do those that waited for the lock with it (not yet taken into a batch).
         if (batch.length === 0) {
@@ -161,6 +176,22 @@ export class QuotaService {
         return;
       }
     }
+  }
+
+  private keepReading(orgId: string, limits: OrgLimits, usage: OrgUsage, window: RateWindow | undefined): void {
+    const now = Date.now();
+    const before = this.readings.get(orgId);
+    if (!before && this.readings.size >= READINGS_KEPT) {
+      for (const [k, r] of this.readings) if (now - r.at > READING_FRESH_MS) this.readings.delete(k);
+    }
+    this.readings.set(orgId, {
+      at: now,
+      limits,
+      usage,
+      // A batch of no creates reads no window: the room read before stays as old as it was.
+      rateLeft: window ? window.remaining() : (before?.rateLeft ?? 0),
+      rateAt: window ? now : (before?.rateAt ?? 0),
+    });
   }
 
   /**

@@ -74,7 +74,7 @@ export class NodeWarmPool {
       try {
         settled = await this.o.layerUse?.use(id, ask.spec.layerIds ?? []);
         await this.o.runtime.create(withSandboxId({ ...ask.spec, lowerDirs: await ask.lowerDirs() }, id));
-        await waitForAgentPrimed((timeoutMs) => this.o.runtime.dialAgent(id, timeoutMs), this.o.agentReadyTimeoutMs);
+        await waitForAgentPrimed((timeoutMs) => this.o.runtime.dialAgent(id, timeoutMs), this.o.agentReadyTimeoutMs, () => this.pool.waiting(k.key) === 0);
         return id;
       } catch (err) {
         await this.destroy(id).catch(() => undefined);

@@ -690,7 +690,7 @@ export class SandboxService {
       const id = newSandboxId();
       try {
         await this.d.runtime.create(specFor(id, boot, (l) => this.d.layerPath(l)));
-        await waitForAgentPrimed(this.agent(id), this.d.agentReadyTimeoutMs);
+        await waitForAgentPrimed(this.agent(id), this.d.agentReadyTimeoutMs, () => this.pool.waiting(key.key) === 0);
         return id;
       } catch (err) {
         await this.d.runtime.destroy(id).catch(() => undefined);

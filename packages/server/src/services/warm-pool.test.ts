@@ -448,3 +448,21 @@ describe('the pool with an injected clock', () => {
     await shut(p, boots);
   });
 });
+
+test('waiting: how many creates wait for a boot of a key (what a boot asks before it primes its agent)', async () => {
+  const clock = { t: 0 };
+  const boots = new Boots();
+  const { p } = pool({ clock, minPerKey: 0 });
+  const k = key('a');
+  assert.equal(p.waiting(k.key), 0, 'an unknown key: none');
+  const first = p.acquire(k, boots.make());
+  const second = p.acquire(k, boots.make());
+  await flush();
+  assert.equal(p.waiting(k.key), 2, 'nothing ready: both wait');
+  await boots.finish(0);
+  assert.equal(p.waiting(k.key), 1, 'the first boot went to the first create');
+  await boots.finishAll();
+  await Promise.all([first, second]);
+  assert.equal(p.waiting(k.key), 0);
+  await shut(p, boots);
+});

@@ -223,6 +223,11 @@ export class WarmPool {
     return [...this.states.values()].flatMap((s) => s.ready.map((e) => e.id));
   }
 
+  /** Creates waiting for a sandbox of `key` (none is ready): the next boot to end goes to the first. */
+  waiting(key: string): number {
+    return this.states.get(key)?.waiters.length ?? 0;
+  }
+
   stats(): WarmKeyStats[] {
     const now = this.now();
     return [...this.states.values()].map((s) => ({

@@ -13,19 +13,22 @@ export default tseslint.config(
       'no-empty': ['error', { allowEmptyCatch: true }],
     },
   },
-  // The server's layers, one way: http and gateway → services → builder → images → runtime; store
-  // beside them; node/ (a node's API) → runtime. A lower layer never reaches up (runtime is what a node runs: it must not need the
-  // services, the store or the API). Tests may use the fixtures of testing/.
+  // The server's layers, one way: roles → http and gateway → services → placement → node → builder →
+  // images → runtime; store beside them. A lower layer never reaches up (runtime is what a node runs:
+  // it must not need the services, the store or the API). Tests may use the fixtures of testing/.
   ...layerRules({
-    runtime: ['services', 'http', 'gateway', 'store', 'images', 'builder', 'config', 'main', 'auth', 'node'],
-    images: ['services', 'http', 'gateway', 'store', 'builder', 'config', 'main', 'auth', 'node'],
-    store: ['services', 'http', 'gateway', 'runtime', 'images', 'builder', 'config', 'main', 'auth', 'node'],
-    builder: ['services', 'http', 'gateway', 'store', 'config', 'main', 'auth', 'node'],
-    services: ['http', 'gateway', 'main', 'node'],
-    // A node's API: the runtime of its machine, nothing of the services.
-    node: ['services', 'http', 'gateway', 'store', 'main', 'auth'],
-    gateway: ['http', 'main', 'runtime', 'images', 'builder', 'store'],
-    http: ['main', 'runtime', 'images', 'builder'],
+    runtime: ['services', 'http', 'gateway', 'store', 'images', 'builder', 'config', 'main', 'auth', 'node', 'placement', 'roles'],
+    images: ['services', 'http', 'gateway', 'store', 'builder', 'config', 'main', 'auth', 'node', 'placement', 'roles'],
+    store: ['services', 'http', 'gateway', 'runtime', 'images', 'builder', 'config', 'main', 'auth', 'node', 'placement', 'roles'],
+    builder: ['services', 'http', 'gateway', 'store', 'config', 'main', 'auth', 'node', 'placement', 'roles'],
+    // A node: its machine's runtime, warm pool and layers; nothing of the services or placement. It
+    // speaks the registry's row shapes (types only): it runs without a store.
+    node: ['services', 'http', 'gateway', 'main', 'auth', 'placement', 'roles', { dir: 'store', allowTypeImports: true }],
+    placement: ['services', 'http', 'gateway', 'main', 'auth', 'roles'],
+    services: ['http', 'gateway', 'main', 'roles'],
+    gateway: ['http', 'main', 'runtime', 'images', 'builder', 'store', 'node', 'placement', 'roles'],
+    http: ['main', 'runtime', 'images', 'builder', 'node', 'placement', 'roles'],
+    roles: ['main'],
   }),
   // Scripts that run in the browser (the /docs page's initializer).
   { files: ['packages/server/docs-ui/**/*.js'], languageOptions: { globals: { window: 'readonly' } } },
@@ -40,10 +43,14 @@ function layerRules(layers) {
       'no-restricted-imports': [
         'error',
         {
-          patterns: banned.map((b) => ({
-            group: [`**/${b}/*`, `**/${b}.js`, `../${b}`, `../../${b}`],
-            message: `${dir}/ must not import ${b}: the server's layers point one way (eslint.config.js)`,
-          })),
+          patterns: banned.map((entry) => {
+            const b = typeof entry === 'string' ? entry : entry.dir;
+            return {
+              group: [`**/${b}/*`, `**/${b}.js`, `../${b}`, `../../${b}`],
+              message: `${dir}/ must not import ${b}: the server's layers point one way (eslint.config.js)`,
+              ...(typeof entry === 'string' ? {} : { allowTypeImports: entry.allowTypeImports }),
+            };
+          }),
         },
       ],
     },

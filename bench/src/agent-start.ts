@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { TEST_DATA_DIR } from '../../e2e/dist/harness.js';
 import { loadConfig } from '../../packages/server/dist/config.js';
-import { agentJson, waitForAgent } from '../../packages/server/dist/services/agent-client.js';
+import { agentJson, waitForAgent } from '../../packages/server/dist/node/agent-client.js';
 import { baseLayer } from '../../packages/server/dist/testing/fixtures.js';
 import { bareCrunSamples } from './baselines.js';
 import { withBenchRuntime } from './bench-runtime.js';

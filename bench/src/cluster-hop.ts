@@ -1,7 +1,7 @@
 // bench/cluster-hop: what the node hop costs a call to an agent. One sandbox, `/commands/run` of
 // `true` over keep-alive connections (as the gateway pools them), first straight to the agent's unix
 // socket (what the all-in-one daemon does: the baseline), then through the node API's relay on
-// loopback (what control or an edge does for a sandbox on a node: RemoteRuntime.dialAgent), then
+// loopback (what control or an edge does for a sandbox on a node: RemoteNode.dialAgent), then
 // with a new relayed connection for every call (a pool's cold start). Same run, same sandbox.
 // Usage (root, after npm run build): node bench/dist/cluster-hop.js [N=300]
 import { Agent, request, type ClientRequestArgs } from 'node:http';
@@ -9,7 +9,8 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
 import { nodeApi } from '../../packages/server/dist/node/node-api.js';
-import { RemoteRuntime } from '../../packages/server/dist/runtime/remote-runtime.js';
+import { RemoteNode } from '../../packages/server/dist/node/remote-node.js';
+import { nodeOver } from '../../packages/server/dist/testing/fake-node.js';
 import { testClusterKeys } from '../../packages/server/dist/testing/cluster-keys.js';
 import { baseLayer } from '../../packages/server/dist/testing/fixtures.js';
 import { withBenchRuntime } from './bench-runtime.js';
@@ -56,9 +57,9 @@ async function samples(agent: Agent): Promise<number[]> {
 
 await withBenchRuntime(`hop${process.pid % 1000}`, `10.93.${process.pid % 250}.0/24`, async ({ rt }) => {
   const { signer, verifier } = testClusterKeys();
-  const app = nodeApi({ nodeId: 'bench-node', runtime: rt, auth: verifier });
+  const app = nodeApi({ node: nodeOver(rt, 'bench-node'), byReference: false, auth: verifier });
   await app.listen({ host: '127.0.0.1', port: 0 });
-  const remote = new RemoteRuntime({ nodeId: 'bench-node', url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, auth: signer });
+  const remote = new RemoteNode({ id: 'bench-node', url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, auth: signer });
   const id = `hop${process.pid % 10000}`;
   await rt.create({ id, lowerDirs: [(await baseLayer()).path], resources: { vcpu: 1, memoryMb: 512, diskGb: 1, pidsMax: 256 }, internetAccess: false, hostname: id, env: { PATH: '/usr/bin:/bin' } });
   try {

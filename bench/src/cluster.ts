@@ -29,7 +29,7 @@ import { performance } from 'node:perf_hooks';
 import type { Duplex } from 'node:stream';
 import { promisify } from 'node:util';
 import { api, freePort, startNode, startServer, type TestNode, type TestServer } from '../../e2e/dist/harness.js';
-import { RemoteRuntime } from '../../packages/server/dist/runtime/remote-runtime.js';
+import { RemoteNode } from '../../packages/server/dist/node/remote-node.js';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { percentile, row } from './stats.js';
@@ -241,7 +241,7 @@ try {
   const sb = (await api(control, 'POST', '/v1/sandboxes', CREATE)).body;
   const holder = holderOf(nodes, sb.id);
   const socketPath = join(holder.dataDir, 'sandboxes', sb.id, 'agent.sock');
-  const remote = new RemoteRuntime({ nodeId: holder.id, url: holder.url, auth: keys.signer });
+  const remote = new RemoteNode({ id: holder.id, url: holder.url, auth: keys.signer });
   const keptAlive = () => new Agent({ keepAlive: true, maxSockets: 1 });
   const [straight, relayed, viaEdge, viaControl] = [
     { agent: keptAlive(), send: (a: Agent) => runOnAgent(a, socketPath), samples: [] },

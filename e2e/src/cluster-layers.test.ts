@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pgLib from 'pg';
 import { digestLayerTree } from '../../packages/server/dist/images/layer-tar.js';
-import { layersDigestOf } from '../../packages/server/dist/services/node-membership.js';
+import { layersDigestOf } from '../../packages/server/dist/node/membership.js';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { makeTestTls } from '../../packages/server/dist/testing/tls.js';

@@ -3,7 +3,8 @@ import { parseArgs } from 'node:util';
 import { ServiceError } from '@sandboxd/protocol';
 import { loadConfig } from './config.js';
 import { KeyService, parseScopes } from './services/keys.js';
-import { openImages, openStore, runEdge, runNode, serve } from './main.js';
+import { start } from './main.js';
+import { openImages, openStore } from './roles/shared.js';
 import { keygen, nodeCredential } from './cli-cluster.js';
 import { drainNode, listNodes, nodeTableRows, removeNode, setNodeStatus } from './cli-nodes.js';
 import { LIMIT_OPTIONS, applyLimitFlags, describeLimits, listRow } from './cli-limits.js';
@@ -232,29 +233,15 @@ async function imagesCommand(args: string[]): Promise<number> {
 
 async function main(argv: string[]): Promise<number> {
   const [cmd] = argv;
-  if (cmd === undefined || cmd === 'serve') {
-    await serve();
+  if (cmd === undefined || cmd === 'serve' || cmd === 'control') {
+    await start(cmd ?? 'serve');
     return -1;
   }
-  if (cmd === 'control') {
-    await serve(process.env, 'control');
-    return -1;
-  }
-  if (cmd === 'edge') {
-    const edge = await runEdge();
+  if (cmd === 'edge' || cmd === 'node') {
+    const role = (await start(cmd))!;
     const stop = (signal: string) => {
-      process.stderr.write(`sandboxd edge: ${signal}: shutting down\n`);
-      void edge.close().then(() => process.exit(0));
-    };
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
-    return -1;
-  }
-  if (cmd === 'node') {
-    const node = await runNode();
-    const stop = (signal: string) => {
-      process.stderr.write(`sandboxd node: ${signal}: shutting down; sandboxes keep running\n`);
-      void node.close().then(() => process.exit(0));
+      process.stderr.write(`sandboxd ${cmd}: ${signal}: shutting down${cmd === 'node' ? '; sandboxes keep running' : ''}\n`);
+      void role.close().then(() => process.exit(0));
     };
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));

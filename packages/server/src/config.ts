@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { LIMIT_MINIMUMS, type LimitName, type OrgLimits } from './services/limits.js';
 import { signingKeyFromPem, verifyKeyFromPem } from './runtime/cluster-auth.js';
 import { normalizeCidr } from './runtime/net.js';
-import { budgetSandboxes, READY_SANDBOX_COST_MB } from './services/pool-sizing.js';
+import { budgetSandboxes, READY_SANDBOX_COST_MB } from './node/pool-sizing.js';
 import { describeUrl, isPostgresUrl } from './store/postgres-url.js';
 
 /** Every setting of the daemon. Only this file reads process.env. */

@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { safeUrl } from '../logging.js';
 import { describeCause, ServiceError, type ApiScope } from '@sandboxd/protocol';
 import type { Config } from '../config.js';
-import type { GatewayControl } from '../services/sandboxes.js';
+import type { GatewayControl } from '../services/sandboxes/index.js';
 import type { RouteEntry, RouteTable } from '../services/routes.js';
 import { requireScope, type KeyService } from '../services/keys.js';
 import type { PreviewClaims, TokenService } from '../services/tokens.js';

@@ -11,7 +11,8 @@ import type { SandboxRow, TemplateRow } from '../store/types.js';
 import { KeyService } from '../services/keys.js';
 import { TemplateService } from '../services/templates.js';
 import { TokenService } from '../services/tokens.js';
-import { SandboxService } from '../services/sandboxes.js';
+import { SandboxService } from '../services/sandboxes/index.js';
+import { fixedPlacement, nodeOver, refusingRuntime } from '../testing/fake-node.js';
 import { SlidingWindowLimiter } from '../services/rate-limit.js';
 import { EventBus } from '../services/events.js';
 import { KeyedMutex } from '../services/locks.js';
@@ -22,10 +23,6 @@ import { fileBuildLogs } from '../services/build-logs.js';
 import { TemplateBuildService } from '../services/template-builds.js';
 import { QuotaService } from '../services/quotas.js';
 import { FsBlobStore } from '../images/blob-store.js';
-import type { Runtime } from '../runtime/types.js';
-
-/** What only a cluster's runtime has (runtime/types.ts): absent from one machine's. */
-const CLUSTER_ONLY = new Set(['nodeOf', 'nodeUp', 'recorded', 'prepareTake', 'takeReady', 'wasWarm', 'dropWarm']);
 
 /**
  * The HTTP app over a real store, for the refusals: every one of them must happen before the
@@ -54,24 +51,13 @@ async function setup() {
   const store = SqliteStore.open(':memory:');
   const keys = new KeyService(store);
   const templates = new TemplateService(store);
-  // One machine's runtime: a cluster's optional methods are absent.
-  const runtime = new Proxy({}, {
-    get: (_t, name) =>
-      name === 'agentSocket'
-        ? (id: string) => join(dir, id, 'agent.sock')
-        : CLUSTER_ONLY.has(String(name))
-          ? undefined
-          : () => {
-            runtimeCalls++;
-            return Promise.reject(new Error('the runtime must not be reached by a refused request'));
-          },
-  }) as Runtime;
+  const runtime = refusingRuntime(dir, () => runtimeCalls++);
   const createLimiter = new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'creates');
   const quotas = new QuotaService(store, config.limits);
   const tokens = new TokenService(join(dir, 'jwt.pem'), 60);
   const sandboxes = new SandboxService({
     store,
-    runtime,
+    placement: fixedPlacement(store, nodeOver(runtime, 'test')),
     tokens,
     templates,
     layerPath: (id) => id,
@@ -83,7 +69,6 @@ async function setup() {
     quotas,
     agentReadyTimeoutMs: 100,
     tombstoneSeconds: 60,
-    nodeId: 'test',
     log: () => {},
   });
   const uploads = new UploadService(store, localUploadBlobs(new FsBlobStore(join(dir, 'blobs'))), uploadKeyFromFile(join(dir, 'upload.key')), 'http://127.0.0.1:1');

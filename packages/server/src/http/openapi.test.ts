@@ -15,7 +15,8 @@ import { SqliteStore } from '../store/sqlite.js';
 import { KeyService } from '../services/keys.js';
 import { TemplateService } from '../services/templates.js';
 import { TokenService } from '../services/tokens.js';
-import { SandboxService } from '../services/sandboxes.js';
+import { SandboxService } from '../services/sandboxes/index.js';
+import { fixedPlacement, nodeOver, refusingRuntime } from '../testing/fake-node.js';
 import { SlidingWindowLimiter } from '../services/rate-limit.js';
 import { EventBus } from '../services/events.js';
 import { KeyedMutex } from '../services/locks.js';
@@ -26,11 +27,8 @@ import { fileBuildLogs } from '../services/build-logs.js';
 import { TemplateBuildService } from '../services/template-builds.js';
 import { QuotaService } from '../services/quotas.js';
 import { FsBlobStore } from '../images/blob-store.js';
-import type { Runtime } from '../runtime/types.js';
 import { describes, documentedSuccess, examplesOf, sseEvents, validator } from '../testing/openapi-check.js';
 
-/** What only a cluster's runtime has (runtime/types.ts): absent from one machine's. */
-const CLUSTER_ONLY = new Set(['nodeOf', 'nodeUp', 'recorded', 'prepareTake', 'takeReady', 'wasWarm', 'dropWarm']);
 
 const dir = mkdtempSync(join(tmpdir(), 'sbd-openapi-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -43,19 +41,12 @@ async function app() {
   const templates = new TemplateService(store);
   const tokens = new TokenService(join(dir, 'jwt.pem'), 60);
   // No container is reached (a sandbox's socket path is only recorded).
-  // One machine's runtime: a cluster's optional methods are absent.
-  const unreachable = new Proxy(
-    {},
-    {
-      get: (_t, name) =>
-        name === 'agentSocket' ? (id: string) => join(dir, `${id}.sock`) : CLUSTER_ONLY.has(String(name)) ? undefined : () => Promise.reject(new Error('runtime not used in this test')),
-    },
-  ) as Runtime;
+  const unreachable = refusingRuntime(dir);
   const createLimiter = new SlidingWindowLimiter(10, 60_000, 'creates');
   const quotas = new QuotaService(store, config.limits);
   const sandboxes = new SandboxService({
     store,
-    runtime: unreachable,
+    placement: fixedPlacement(store, nodeOver(unreachable, 'test')),
     tokens,
     templates,
     layerPath: (id) => id,
@@ -67,7 +58,6 @@ async function app() {
     quotas,
     agentReadyTimeoutMs: 100,
     tombstoneSeconds: 60,
-    nodeId: 'test',
     log: () => {},
   });
   const uploads = new UploadService(store, localUploadBlobs(new FsBlobStore(join(dir, 'blobs'))), uploadKeyFromFile(join(dir, 'upload.key')), 'http://127.0.0.1:1');

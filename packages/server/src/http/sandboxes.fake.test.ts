@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { Sandbox } from '@sandboxd/protocol';
-import { agentGet } from '../services/agent-client.js';
+import { agentGet } from '../node/agent-client.js';
 import { buildFakeApp, type FakeApp } from '../testing/fake-app.js';
 import { validator } from '../testing/openapi-check.js';
 

@@ -11,7 +11,6 @@ import pg from 'pg';
 import { buildApp } from './app.js';
 import { loadConfig } from '../config.js';
 import { FsBlobStore } from '../images/blob-store.js';
-import type { Runtime } from '../runtime/types.js';
 import { storeBuildLogs } from '../services/build-logs.js';
 import { EventBus } from '../services/events.js';
 import { KeyService } from '../services/keys.js';
@@ -19,7 +18,8 @@ import { KeyedMutex } from '../services/locks.js';
 import { QuotaService } from '../services/quotas.js';
 import { SlidingWindowLimiter } from '../services/rate-limit.js';
 import { RouteTable } from '../services/routes.js';
-import { SandboxService } from '../services/sandboxes.js';
+import { SandboxService } from '../services/sandboxes/index.js';
+import { fixedPlacement, nodeOver, refusingRuntime } from '../testing/fake-node.js';
 import { BUILD_ABANDONED_MS, TemplateBuildService, type BuildEngine } from '../services/template-builds.js';
 import { TemplateService } from '../services/templates.js';
 import { TokenService } from '../services/tokens.js';
@@ -84,18 +84,12 @@ async function replica(dbUrl: string, engine: BuildEngine): Promise<Replica> {
   const keys = new KeyService(store);
   const templates = new TemplateService(store);
   const tokens = new TokenService(join(dir, 'jwt.pem'), 60);
-  const runtime = new Proxy(
-    {},
-    {
-      get: (_t, name) =>
-        name === 'agentSocket' ? (id: string) => join(dir, `${id}.sock`) : name === 'nodeOf' || name === 'nodeUp' ? undefined : () => Promise.reject(new Error('no sandbox in this test')),
-    },
-  ) as Runtime;
+  const runtime = refusingRuntime(dir);
   const createLimiter = new SlidingWindowLimiter(10, 60_000, 'creates');
   const quotas = new QuotaService(store, config.limits);
   const sandboxes = new SandboxService({
     store,
-    runtime,
+    placement: fixedPlacement(store, nodeOver(runtime, 'test')),
     tokens,
     templates,
     layerPath: (id) => id,
@@ -107,7 +101,6 @@ async function replica(dbUrl: string, engine: BuildEngine): Promise<Replica> {
     quotas,
     agentReadyTimeoutMs: 100,
     tombstoneSeconds: 60,
-    nodeId: 'test',
     log: () => {},
   });
   const blobs = new StoreUploadBlobs(store, new FsBlobStore(join(dir, 'blobs')));

@@ -7,9 +7,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
-import { RemoteRuntime } from '../runtime/remote-runtime.js';
+import { RemoteNode } from './remote-node.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
+import { nodeOver } from '../testing/fake-node.js';
 import { nodeApi } from './node-api.js';
 
 /** Control signs with the private key; the node holds the public one only. */
@@ -23,7 +24,7 @@ before(async () => {
   dir = await mkdtemp(join(tmpdir(), 'sbd-claims-'));
   const fake = new FakeRuntime({ socketDir: join(dir, 's') });
   await fake.setupHost();
-  app = nodeApi({ nodeId: 'node-c', runtime: fake, auth: verifier, orphans: { claim: (owner, ids, ttlMs) => void claims.push({ owner, ids, ttlMs }) } });
+  app = nodeApi({ node: nodeOver(fake, 'node-c'), byReference: false, auth: verifier, orphans: { claim: (owner, ids, ttlMs) => void claims.push({ owner, ids, ttlMs }) } });
   await app.listen({ host: '127.0.0.1', port: 0 });
   url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
 });
@@ -34,7 +35,7 @@ after(async () => {
 });
 
 test("control's claim reaches the collector; anyone else's, or a malformed one, does not", async () => {
-  const remote = new RemoteRuntime({ nodeId: 'node-c', url, auth: signer });
+  const remote = new RemoteNode({ id: 'node-c', url, auth: signer });
   await remote.claim('replica-1', ['sba', 'sbb'], 120);
   assert.deepEqual(claims, [{ owner: 'replica-1', ids: ['sba', 'sbb'], ttlMs: 120_000 }]);
   const put = async (path: string, body: unknown, token?: string) =>

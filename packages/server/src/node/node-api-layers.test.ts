@@ -15,7 +15,7 @@ import { LayerContents, readContentRecord } from '../images/layer-content.js';
 import { LayerFetcher } from '../images/layer-fetch.js';
 import { FsLayerStore } from '../images/layer-store.js';
 import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
-import { RemoteRuntime } from '../runtime/remote-runtime.js';
+import { RemoteNode } from './remote-node.js';
 import type { LayerRef, LayerSource, SandboxSpec } from '../runtime/types.js';
 import type { Services } from '../services/index.js';
 import { LayerPublisher, LayerServer } from '../services/layer-publisher.js';
@@ -23,8 +23,9 @@ import { SqliteStore } from '../store/sqlite.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
 import { makeTestTls } from '../testing/tls.js';
-import { layersDigestOf } from '../services/node-membership.js';
+import { layersDigestOf } from './membership.js';
 import { LayerCache } from './layer-cache.js';
+import { nodeOver } from '../testing/fake-node.js';
 import { nodeApi } from './node-api.js';
 
 const { signer, verifier } = testClusterKeys();
@@ -103,7 +104,7 @@ describe('layers from control to a node', () => {
     cache = new LayerCache({ store: nodeStore, recordsDir: join(dir, 'layer-use'), sandboxes: () => fake.list(), budgetBytes: 1, maxIdleMs: 0, intervalMs: 0, now: () => Date.now() + aheadMs, log: (l) => logs.push(l) });
     await cache.start();
     const layers = new LayerFetcher({ store: nodeStore, maxBytes: 1e9, timeoutMs: 30_000, onFetched: () => cache.nudge(), log: (l) => logs.push(l) });
-    node = nodeApi({ nodeId: 'node-l', runtime: fake, auth: verifier, layers, layerUse: cache, layerIds: () => nodeStore.list() });
+    node = nodeApi({ node: nodeOver(fake, 'node-l', { layers, layerUse: cache, layerIds: () => nodeStore.list() }), byReference: true, auth: verifier });
     await node.listen({ host: '127.0.0.1', port: 0 });
     nodeUrl = `http://127.0.0.1:${(node.server.address() as AddressInfo).port}`;
   });
@@ -115,12 +116,14 @@ describe('layers from control to a node', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  const remote = (source: LayerSource = new LayerPublisher({ contents, signer, controlUrl })) => new RemoteRuntime({ nodeId: 'node-l', url: nodeUrl, auth: signer, layers: source });
+  const remote = (source: LayerSource = new LayerPublisher({ contents, signer, controlUrl })) => new RemoteNode({ id: 'node-l', url: nodeUrl, auth: signer, layers: source });
+  /** A take of a sandbox of `layerIds` (the node picks its id). */
+  const take = async (rt: RemoteNode, layerIds = [LAYER]) => (await rt.take({ spec: spec('', layerIds), poolId: `p-${layerIds.join('-')}`, label: 'layers', env: {}, egress: null })).id;
 
-  test("a create boots from the node's own copy, fetched once and verified; later creates do not fetch", async () => {
+  test("a take boots from the node's own copy, fetched once and verified; later takes do not fetch", async () => {
     const rt = remote();
-    await Promise.all([rt.create(spec('sb-one')), rt.create(spec('sb-two'))]);
-    await rt.create(spec('sb-three'));
+    await Promise.all([take(rt), take(rt)]);
+    await take(rt);
     assert.deepEqual(served, [LAYER], 'one download for three creates, two of them at once');
     assert.ok(booted.length === 3 && booted.every((s) => s.lowerDirs[0] === nodeStore.path(LAYER)), JSON.stringify(booted.map((s) => s.lowerDirs)));
     const record = await readContentRecord(dirname(nodeStore.path(LAYER)));
@@ -131,14 +134,14 @@ describe('layers from control to a node', () => {
 
   test('a layer whose bytes do not match the digest control named is refused, and nothing is left of it', async () => {
     const liar = { refs: async (ids: string[], nodeId: string): Promise<LayerRef[]> => (await new LayerPublisher({ contents, signer, controlUrl }).refs(ids, nodeId)).map((r) => ({ ...r, digest: `sha256:${'0'.repeat(64)}` })) };
-    await assert.rejects(remote(liar).create(spec('sb-liar', [OTHER])), (err: { code?: string; detail?: string }) => err.code === 'RUNTIME_ERROR' && /digest/.test(String(err.detail)));
+    await assert.rejects(take(remote(liar), [OTHER]), (err: { code?: string; detail?: string }) => err.code === 'RUNTIME_ERROR' && /digest/.test(String(err.detail)));
     assert.equal(await nodeStore.has(OTHER), false);
     assert.deepEqual(readdirSync(nodeStore.root).filter((n) => n.startsWith('.tmp-')), []);
   });
 
   test('the node takes no path from the wire', async () => {
-    const res = await fetch(`${nodeUrl}/node/v1/sandboxes/sb-path`, {
-      method: 'PUT',
+    const res = await fetch(`${nodeUrl}/node/v1/sandboxes/sb-path/start`, {
+      method: 'POST',
       headers: { authorization: `Bearer ${await signer.tokenFor('node-l')}`, 'content-type': 'application/json' },
       body: JSON.stringify({ ...spec('sb-path'), layerIds: undefined }),
     });
@@ -223,9 +226,9 @@ describe('layers from control to a node', () => {
       const res = await fetch(`${nodeUrl}/node/v1/layers`, { headers: { authorization: `Bearer ${await signer.tokenFor('node-l')}` } });
       return ((await res.json()) as { ids: string[] }).ids;
     };
-    await rt.create(spec('sb-cached'));
+    const cached = await take(rt);
     const sandboxes = await fake.list();
-    assert.ok(sandboxes.length >= 2 && sandboxes.includes('sb-cached'), JSON.stringify(sandboxes));
+    assert.ok(sandboxes.length >= 2 && sandboxes.includes(cached), JSON.stringify(sandboxes));
     // Long past the minimum age: only the sandboxes' records hold the layer now.
     aheadMs = 3_600_000;
     assert.deepEqual(await cache.pass(), []);
@@ -249,11 +252,11 @@ describe('layers from control to a node', () => {
       // The first may be the pass the fetch asked for, begun before the clock moved.
       during = [...(await cache.pass()), ...(await cache.pass())];
     };
-    await rt.create(spec('sb-again')).finally(() => (duringCreate = undefined));
+    const again = await take(rt).finally(() => (duringCreate = undefined));
     assert.deepEqual(during, []);
     assert.equal(served.filter((id) => id === LAYER).length, downloads + 1, 'fetched again');
     assert.equal(booted.at(-1)!.lowerDirs[0], nodeStore.path(LAYER));
     assert.ok(await nodeStore.has(LAYER));
-    await rt.destroy('sb-again');
+    await rt.destroy(again);
   });
 });

@@ -13,6 +13,7 @@ import type { FastifyInstance } from 'fastify';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { baseLayer } from '../testing/fixtures.js';
 import { aptReleaseUrl, assertNoLeaks, createTestRuntime, sh, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
+import { nodeOver } from '../testing/fake-node.js';
 import { nodeApi } from './node-api.js';
 
 const tag = String(process.pid % 100000);
@@ -42,7 +43,7 @@ describe('a sandbox reaches no node API, on its own node or another', { timeout:
     lower = (await baseLayer()).path;
     t = await createTestRuntime();
     for (const host of ['127.0.0.1', '0.0.0.0']) {
-      const app = nodeApi({ nodeId: 'node-a', runtime: t.rt, auth: verifier });
+      const app = nodeApi({ node: nodeOver(t.rt, 'node-a'), byReference: false, auth: verifier });
       await app.listen({ host, port: 0 });
       apps.push(app);
     }

@@ -15,6 +15,7 @@ import { signingKeyFromPem } from '../runtime/cluster-auth.js';
 import type { Runtime } from '../runtime/types.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
+import { nodeOver } from '../testing/fake-node.js';
 import { nodeApi } from './node-api.js';
 
 /** Control's key pair: the node under attack holds the public key only, as every node does. */
@@ -55,7 +56,7 @@ describe('node API red team: auth, relay, bodies', { timeout: 120_000 }, () => {
     dir = await mkdtemp(join(tmpdir(), 'sbd-node-red-'));
     fake = new FakeRuntime({ socketDir: join(dir, 's') });
     await fake.setupHost();
-    app = nodeApi({ nodeId: 'node-r', runtime: fake, auth: verifier, log: (m) => logged.push(m), exportsDir: join(dir, 'exports') });
+    app = nodeApi({ node: nodeOver(fake, 'node-r'), byReference: false, auth: verifier, log: (m) => logged.push(m), exportsDir: join(dir, 'exports') });
     await app.listen({ host: '127.0.0.1', port: 0 });
     port = (app.server.address() as AddressInfo).port;
   });
@@ -134,7 +135,7 @@ describe('node API red team: auth, relay, bodies', { timeout: 120_000 }, () => {
 
   test('a refused CONNECT does not keep its connection open for as long as the client likes', async () => {
     // A node of its own: fetch's kept-alive connections to the other one would count too.
-    const lone = nodeApi({ nodeId: 'node-r', runtime: fake, auth: verifier });
+    const lone = nodeApi({ node: nodeOver(fake, 'node-r'), byReference: false, auth: verifier });
     await lone.listen({ host: '127.0.0.1', port: 0 });
     const socks: Socket[] = [];
     try {
@@ -211,7 +212,7 @@ describe('node API red team: auth, relay, bodies', { timeout: 120_000 }, () => {
       s.on('close', () => open.delete(s));
     });
     await new Promise<void>((r) => agent.listen(sock, r));
-    const bare = nodeApi({ nodeId: 'node-r', runtime: { agentSocket: () => sock } as unknown as Runtime, auth: verifier });
+    const bare = nodeApi({ node: nodeOver({ agentSocket: () => sock } as unknown as Runtime, 'node-r'), byReference: false, auth: verifier });
     await bare.listen({ host: '127.0.0.1', port: 0 });
     const p = (bare.server.address() as AddressInfo).port;
     try {

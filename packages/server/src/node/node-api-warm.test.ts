@@ -1,23 +1,23 @@
 // A node's warm pool behind its API (POST /node/v1/warm): control asks for a sandbox of a spec and
-// the node answers with a ready one (or one booted now), whose id it picked; its ready sandboxes
-// are reported in the heartbeat and never collected as no one's. FakeRuntime behind a real node
-// API: no root, no container.
+// the node answers with a ready one (or one booted now), whose id it picked, holding the create's
+// env and policy; its ready sandboxes are reported in the heartbeat and never collected as no
+// one's. A LocalNode on the FakeRuntime behind a real node API: no root, no container.
 import assert from 'node:assert/strict';
 import { mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import Fastify, { type FastifyInstance } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import { FsLayerStore } from '../images/layer-store.js';
-import { RemoteRuntime } from '../runtime/remote-runtime.js';
 import type { SandboxSpec } from '../runtime/types.js';
-import { NodeMembership } from '../services/node-membership.js';
-import { NodeWarmPool } from '../services/node-pool.js';
-import { OrphanCollector } from '../services/orphans.js';
-import { agentGet } from '../services/agent-client.js';
-import { clusterWarmKeyOf } from '../services/warm-pool.js';
 import { SqliteStore } from '../store/sqlite.js';
+import { agentGet, agentJson } from './agent-client.js';
+import { LocalNode } from './local-node.js';
+import { NodeMembership } from './membership.js';
+import { OrphanCollector } from './orphans.js';
+import { RemoteNode } from './remote-node.js';
+import { warmKeyOf } from './warm-pool.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
 import { LayerCache } from './layer-cache.js';
@@ -29,11 +29,10 @@ let dir: string;
 /** The one layer of the specs (the fake wants its directory to exist). */
 let layerDir: string;
 let fake: FakeRuntime;
-let pool: NodeWarmPool;
+let pool: LocalNode;
 let app: FastifyInstance;
-let bare: FastifyInstance;
 let url: string;
-let remote: RemoteRuntime;
+let remote: RemoteNode;
 /** The spec of each sandbox the fake booted, as the node made it. */
 const booted = new Map<string, SandboxSpec>();
 
@@ -69,31 +68,34 @@ before(async () => {
     booted.set(spec.id, spec);
     return create(spec);
   };
-  pool = new NodeWarmPool({
+  pool = new LocalNode({
+    id: 'node-w',
     runtime: fake,
     pool: { minPerKey: 1, maxMemoryMb: 1000, horizonSeconds: 0, shrinkAfterMs: 60_000, bootConcurrency: 2, refillDelayMs: 0, tickMs: 0 },
     agentReadyTimeoutMs: 5000,
     log: () => undefined,
   });
-  app = nodeApi({ nodeId: 'node-w', runtime: fake, auth: verifier, warm: pool });
+  app = nodeApi({ node: pool, auth: verifier, byReference: false });
   await app.listen({ host: '127.0.0.1', port: 0 });
   url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
-  remote = new RemoteRuntime({ nodeId: 'node-w', url, auth: signer });
-  bare = nodeApi({ nodeId: 'node-w', runtime: fake, auth: verifier });
-  await bare.listen({ host: '127.0.0.1', port: 0 });
+  remote = new RemoteNode({ id: 'node-w', url, auth: signer });
 });
+
+/** Control's ask of a sandbox of `spec` for pool `poolId`, with the create's env and policy. */
+function ask(spec: SandboxSpec, poolId: string, label: string, env: Record<string, string> = {}, egress: SandboxSpec['egress'] | null = null) {
+  return remote.take({ spec, poolId, label, env, egress });
+}
 
 after(async () => {
   await pool?.close();
   await app?.close();
-  await bare?.close();
   await fake?.dispose();
   store.close();
   await rm(dir, { recursive: true, force: true });
 });
 
 test('the first ask boots one (cold), the pool refills, the next ask is served ready; the node picks the ids', async () => {
-  const first = await remote.askWarm(askSpec(), { id: 'tpl-1', label: 'base' });
+  const first = await ask(askSpec(), 'tpl-1', 'base');
   assert.equal(first.warm, false, 'nothing was ready yet');
   const spec = booted.get(first.id)!;
   assert.match(first.id, /^sb[a-z0-9]{20}$/);
@@ -103,39 +105,39 @@ test('the first ask boots one (cold), the pool refills, the next ask is served r
   assert.deepEqual(spec.lowerDirs, [layerDir]);
   assert.equal(await fake.status(first.id), 'running');
 
-  const key = clusterWarmKeyOf(askSpec(), 'tpl-1').key;
+  const key = warmKeyOf(askSpec(), 'tpl-1').key;
   await until('the pool refilled to its minimum', () => pool.readyByKey()[key] === 1);
   const held = pool.held();
   assert.equal(held.length, 1);
   assert.ok(!held.includes(first.id), 'a sandbox handed out is no longer the pool\'s');
-  const second = await remote.askWarm(askSpec(), { id: 'tpl-1', label: 'base' });
-  assert.deepEqual(second, { id: held[0], warm: true, envSet: false }, 'served the ready one');
+  const second = await ask(askSpec(), 'tpl-1', 'base');
+  assert.deepEqual(second, { id: held[0], warm: true }, 'served the ready one');
   assert.notEqual(second.id, first.id);
-  assert.equal(pool.stats().hits, 1);
+  assert.equal(pool.warmStats().hits, 1);
 
   // Another spec is another key: not served from this one's ready sandboxes. (Another template:
   // other resources under the same template would be a rebuilt one, whose old key the pool retires.)
-  const other = await remote.askWarm(askSpec({ resources: { vcpu: 2, memoryMb: 1024, diskGb: 1, pidsMax: 512 } }), { id: 'tpl-2', label: 'big' });
+  const other = await ask(askSpec({ resources: { vcpu: 2, memoryMb: 1024, diskGb: 1, pidsMax: 512 } }), 'tpl-2', 'big');
   assert.equal(other.warm, false);
   assert.equal(booted.get(other.id)!.resources.vcpu, 2);
   for (const id of [first.id, second.id, other.id]) await fake.destroy(id);
 });
 
 test('the heartbeat reports the ready sandboxes per key; the collector leaves them alone and takes a handed-out one no one claimed', async () => {
-  const key = clusterWarmKeyOf(askSpec(), 'tpl-1').key;
+  const key = warmKeyOf(askSpec(), 'tpl-1').key;
   await until('ready again', () => pool.readyByKey()[key] === 1);
   await store.nodes.register({ id: 'node-w', url, capacity: { vcpu: 2, memoryMb: 2048, diskGb: 10, maxSandboxes: 10 } }, 30_000);
-  const m = new NodeMembership({ store, runtime: fake, id: 'node-w', url, capacity: { vcpu: 2, memoryMb: 2048, diskGb: 10, maxSandboxes: 10 }, leaseMs: 30_000, warm: () => pool.readyByKey() });
+  const m = new NodeMembership({ store, node: pool, id: 'node-w', url, capacity: { vcpu: 2, memoryMb: 2048, diskGb: 10, maxSandboxes: 10 }, leaseMs: 30_000, warm: () => pool.readyByKey() });
   const row = await m.beat();
   m.stop();
   assert.equal(row?.warm[key], 1, JSON.stringify(row?.warm));
   assert.deepEqual((await store.nodes.byId('node-w'))?.warm, pool.readyByKey());
 
-  const handed = await remote.askWarm(askSpec(), { id: 'tpl-1', label: 'base' });
+  const handed = await ask(askSpec(), 'tpl-1', 'base');
   assert.equal(handed.warm, true);
   await until('ready again', () => pool.readyByKey()[key] === 1);
   const ready = pool.held();
-  const orphans = new OrphanCollector({ nodeId: 'node-w', runtime: fake, store, graceMs: 1000, held: () => pool.held(), log: () => undefined });
+  const orphans = new OrphanCollector({ nodeId: 'node-w', node: pool, store, graceMs: 1000, held: () => pool.held(), log: () => undefined });
   const t0 = Date.now();
   await orphans.collect(t0);
   await orphans.collect(t0 + 2000);
@@ -189,8 +191,9 @@ test('asks are read as an attacker would send them: unsigned, malformed or namin
     ['an empty agent_env name', { ...good, agent_env: { '': 'x' } }],
     ['an agent_env value that is not text', { ...good, agent_env: { A: 1 } }],
     ['a NUL in an agent_env value', { ...good, agent_env: { A: 'x\u0000y' } }],
-    ['too many agent_env entries', { ...good, agent_env: Object.fromEntries(Array.from({ length: 4097 }, (_, i) => [`V${i}`, 'x'])) }],
-    ['too big an agent_env', { ...good, agent_env: { A: 'x'.repeat(600 * 1024) } }],
+    ['too big an agent_env', { ...good, agent_env: { A: 'x'.repeat(13 * 1024 * 1024) } }],
+    ['an egress that is not a policy', { ...good, egress: { internet: true } }],
+    ['a bad egress entry', { ...good, egress: { internet: true, allow: ['::1'], deny: [] } }],
   ];
   for (const [what, body] of cases) {
     const r = await post(body, token);
@@ -198,81 +201,54 @@ test('asks are read as an attacker would send them: unsigned, malformed or namin
     assert.equal(r.body.code, 'VALIDATION_ERROR', what);
   }
   assert.equal(pool.held().length + (await fake.list()).length, before, 'nothing was booted for a refused ask');
-  const none = await post(good, token, `http://127.0.0.1:${(bare.server.address() as AddressInfo).port}`);
-  assert.deepEqual([none.status, none.body.code], [404, 'ROUTE_NOT_FOUND'], 'a node without a pool has no such route (as one of an earlier version)');
 });
 
-test("with the create's env_vars, the node sets them on the agent before it answers; a sandbox whose agent does not take them is destroyed and the next one handed out", async () => {
+test("the node sets the create's env_vars on the agent and its policy on the network before it answers; a sandbox whose agent does not take them is destroyed and the next one handed out", async () => {
   const key = { id: 'tpl-env', label: 'base' };
-  const first = await remote.askWarm(askSpec(), key, { TOKEN: 'abc', 'odd name-1': 'x y' });
-  assert.equal(first.envSet, true);
+  const policy = { internet: true, allow: [], deny: ['203.0.113.0/24'] };
+  const first = await ask(askSpec({ internetAccess: true }), key.id, key.label, { TOKEN: 'abc', 'odd name-1': 'x y' }, policy);
   const env = await agentGet((t) => fake.dialAgent(first.id, t), '/env', 2000);
   assert.deepEqual((env.body as { env_vars: Record<string, string> }).env_vars, { TOKEN: 'abc', 'odd name-1': 'x y' });
+  assert.deepEqual(fake.egressOf(first.id), policy, 'the policy is set before the answer');
+  // As big an env as the public API takes goes in the ask.
+  const big = { BIG: 'x'.repeat(2 * 1024 * 1024), ...Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`V${i}`, String(i)])) };
+  const bigOne = await ask(askSpec({ internetAccess: true }), key.id, key.label, big);
+  const bigEnv = (await agentJson((t) => fake.dialAgent(bigOne.id, t), 'GET', '/env', undefined, 5000, 16 * 1024 * 1024)).body as { env_vars: Record<string, string> };
+  assert.equal(bigEnv.env_vars.BIG?.length, 2 * 1024 * 1024);
+  assert.equal(bigEnv.env_vars.V4999, '4999');
   // The pool refills for the key; its ready sandbox's agent stops answering.
-  const k = clusterWarmKeyOf(askSpec(), key.id, key.label).key;
+  const k = warmKeyOf(askSpec({ internetAccess: true }), key.id, key.label).key;
   await until('a ready sandbox of the key', () => (pool.readyByKey()[k] ?? 0) >= 1);
   const broken = new Set(pool.held());
   const dial = fake.dialAgent.bind(fake);
   fake.dialAgent = (id, t) => (broken.has(id) ? Promise.reject(new Error('the agent is gone')) : dial(id, t));
   try {
-    const next = await remote.askWarm(askSpec(), key, { TOKEN: 'def' });
-    assert.equal(next.envSet, true);
+    const next = await ask(askSpec({ internetAccess: true }), key.id, key.label, { TOKEN: 'def' });
     assert.ok(!broken.has(next.id), 'another sandbox than the broken one');
     const got = await agentGet((t) => fake.dialAgent(next.id, t), '/env', 2000);
     assert.deepEqual((got.body as { env_vars: Record<string, string> }).env_vars, { TOKEN: 'def' });
     const left = new Set(await fake.list());
     for (const id of broken) if (!pool.held().includes(id)) assert.ok(!left.has(id), `the broken sandbox ${id} was destroyed`);
+    await fake.destroy(next.id);
   } finally {
     fake.dialAgent = dial;
   }
-  // Without env_vars, as an ask was before: nothing is set, and the node does not say it was.
-  const plain = await remote.askWarm(askSpec(), key);
-  assert.equal(plain.envSet, false);
-  for (const id of [first.id, plain.id]) await fake.destroy(id);
-});
-
-test('a node of an earlier version refuses agent_env: the ask is made again without it, and control is told the env is not set', async () => {
-  const old = Fastify();
-  const asks: Array<Record<string, unknown>> = [];
-  old.post('/node/v1/warm', async (req, reply) => {
-    const body = req.body as Record<string, unknown>;
-    asks.push(body);
-    if ('agent_env' in body) return reply.code(400).send({ code: 'VALIDATION_ERROR', message: 'warm ask: unknown field "agent_env"' });
-    return { id: 'sbold0000000000000000001'.slice(0, 24), warm: true };
-  });
-  await old.listen({ host: '127.0.0.1', port: 0 });
-  try {
-    const r = new RemoteRuntime({ nodeId: 'node-w', url: `http://127.0.0.1:${(old.server.address() as AddressInfo).port}`, auth: signer });
-    const got = await r.askWarm(askSpec(), { id: 'tpl-old', label: 'base' }, { A: '1' });
-    assert.equal(got.envSet, false);
-    assert.deepEqual(
-      asks.map((a) => 'agent_env' in a),
-      [true, false],
-    );
-    // Env too big for an ask goes through the relay: it is not sent at all.
-    asks.length = 0;
-    const big = await r.askWarm(askSpec(), { id: 'tpl-old', label: 'base' }, { A: 'x'.repeat(300 * 1024) });
-    assert.equal(big.envSet, false);
-    assert.deepEqual(
-      asks.map((a) => 'agent_env' in a),
-      [false],
-    );
-  } finally {
-    await old.close();
-  }
+  for (const id of [first.id, bigOne.id]) await fake.destroy(id);
 });
 
 test("control drops a template's ready sandboxes (deleted); other keys' stay; a bad or unsigned drop is refused", async () => {
-  const key = clusterWarmKeyOf(askSpec(), 'tpl-1').key;
-  const other = clusterWarmKeyOf(askSpec({ resources: { vcpu: 2, memoryMb: 1024, diskGb: 1, pidsMax: 512 } }), 'tpl-2').key;
+  const key = warmKeyOf(askSpec(), 'tpl-1').key;
+  const other = warmKeyOf(askSpec({ resources: { vcpu: 2, memoryMb: 1024, diskGb: 1, pidsMax: 512 } }), 'tpl-2').key;
   await until('both keys ready', () => pool.readyByKey()[key] === 1 && pool.readyByKey()[other] === 1);
   const ready = pool.held();
+  const keys = Object.keys(pool.readyByKey()).sort();
   const del = async (path: string, token?: string) => (await fetch(`${url}${path}`, { method: 'DELETE', headers: token ? { authorization: `Bearer ${token}` } : {} })).status;
   assert.equal(await del('/node/v1/warm/tpl-1'), 401, 'no token');
   assert.equal(await del(`/node/v1/warm/${encodeURIComponent('a b')}`, await signer.tokenFor('node-w')), 400, 'a pool id with a space');
-  assert.deepEqual(Object.keys(pool.readyByKey()).sort(), [key, other].sort(), 'nothing dropped by a refused call');
+  assert.deepEqual(Object.keys(pool.readyByKey()).sort(), keys, 'nothing dropped by a refused call');
   await remote.dropWarm('tpl-1');
-  assert.deepEqual(pool.readyByKey(), { [other]: 1 }, "tpl-1's ready sandbox is gone, tpl-2's stays");
+  assert.equal(pool.readyByKey()[key], undefined, "tpl-1's ready sandbox is gone");
+  assert.equal(pool.readyByKey()[other], 1, "tpl-2's stays");
   const gone = ready.filter((id) => !pool.held().includes(id));
   assert.equal(gone.length, 1);
   assert.equal(await fake.status(gone[0]!), 'missing', 'destroyed');
@@ -284,31 +260,35 @@ test("the pool's sandboxes hold their layers in the node's layer cache: recorded
   await cache.start();
   const recorded = async () => (await readdir(join(dir, 'layer-use')).catch(() => [] as string[])).filter((n) => n.endsWith('.json')).map((n) => n.slice(0, -5));
   let atResolve: string[] | undefined;
-  const own = new NodeWarmPool({
+  const own = new LocalNode({
+    id: 'node-held',
     runtime: fake,
     pool: { minPerKey: 1, maxMemoryMb: 1000, horizonSeconds: 0, shrinkAfterMs: 60_000, bootConcurrency: 1, refillDelayMs: 0, tickMs: 0 },
     agentReadyTimeoutMs: 5000,
     layerUse: cache,
+    layers: {
+      resolve: async () => {
+        atResolve = await recorded();
+        return [layerDir];
+      },
+    },
     log: () => undefined,
   });
   try {
-    const lowerDirs = async () => {
-      atResolve = await recorded();
-      return [layerDir];
-    };
-    const spec = askSpec({ layerIds: ['l-held'] });
-    const got = await own.take({ spec, lowerDirs, poolId: 'tpl-held', label: 'base' });
+    const ref = { id: 'l-held', digest: `sha256:${'0'.repeat(64)}`, bytes: 1, url: 'http://127.0.0.1:9/never', token: 'unused' };
+    const spec = { ...askSpec({ layerIds: ['l-held'] }), lowerDirs: [], layerRefs: [ref] };
+    const got = await own.take({ spec, poolId: 'tpl-held', label: 'base', env: {}, egress: null });
     assert.ok(atResolve?.includes(got.id), 'the record was there before the layers were resolved');
     const record = JSON.parse(await readFile(join(dir, 'layer-use', `${got.id}.json`), 'utf8')) as { layers: string[] };
     assert.deepEqual(record.layers, ['l-held']);
-    const key = clusterWarmKeyOf(spec, 'tpl-held').key;
+    const key = warmKeyOf(spec, 'tpl-held').key;
     await until('the pool refilled', () => own.readyByKey()[key] === 1);
     const ready = own.held()[0]!;
     assert.ok((await recorded()).includes(ready));
-    await own.drop('tpl-held');
+    await own.dropWarm('tpl-held');
     assert.ok(!(await recorded()).includes(ready), 'a dropped sandbox no longer holds its layers');
     assert.ok((await recorded()).includes(got.id), 'the one handed out still does (control destroys it through the node API)');
-    await fake.destroy(got.id);
+    await own.destroy(got.id);
   } finally {
     await own.close();
     await cache.stop();

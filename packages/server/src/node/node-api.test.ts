@@ -8,7 +8,9 @@ import { SignJWT } from 'jose';
 import { ServiceError } from '@sandboxd/protocol';
 import type { FastifyInstance } from 'fastify';
 import { signingKeyFromPem } from '../runtime/cluster-auth.js';
-import { RemoteRuntime } from '../runtime/remote-runtime.js';
+import { LocalNode } from './local-node.js';
+import { RemoteNode } from './remote-node.js';
+import { withSandboxId } from './sandbox-identity.js';
 import { unpackLayer } from '../images/layer-tar.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { baseLayer } from '../testing/fixtures.js';
@@ -31,24 +33,27 @@ function getOver(stream: Duplex, path: string): Promise<{ status: number; body: 
   });
 }
 
-describe('node API + RemoteRuntime: a CrunRuntime driven across the network', { timeout: 300_000 }, () => {
+describe('node API + RemoteNode: a LocalNode on CrunRuntime driven across the network', { timeout: 300_000 }, () => {
   let t: TestRuntime;
   let lower: string;
   let app: FastifyInstance;
   let url: string;
-  let remote: RemoteRuntime;
+  let remote: RemoteNode;
+  let local: LocalNode;
 
   before(async () => {
     lower = (await baseLayer()).path;
     t = await createTestRuntime();
-    app = nodeApi({ nodeId: 'node-a', runtime: t.rt, auth: verifier });
+    local = new LocalNode({ id: 'node-a', runtime: t.rt, pool: { minPerKey: 0, maxMemoryMb: 0, horizonSeconds: 0, shrinkAfterMs: 0, bootConcurrency: 2, tickMs: 0 }, agentReadyTimeoutMs: 10_000, log: () => undefined });
+    app = nodeApi({ node: local, auth: verifier, byReference: false });
     await app.listen({ host: '127.0.0.1', port: 0 });
     url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
-    remote = new RemoteRuntime({ nodeId: 'node-a', url, auth: signer, unpack: unpackLayer });
+    remote = new RemoteNode({ id: 'node-a', url, auth: signer, unpack: unpackLayer });
   });
 
   after(async () => {
     await app?.close();
+    await local?.close();
     if (t) {
       for (const id of await t.rt.list()) await t.rt.destroy(id);
       await assertNoLeaks(t.rt);
@@ -56,16 +61,15 @@ describe('node API + RemoteRuntime: a CrunRuntime driven across the network', { 
     }
   });
 
-  test('every verb goes through: create, agent, pause/resume, stats, stop/start, destroy', async () => {
-    await remote.setupHost();
-    const id = 'rem1';
-    const spec = testSpec(id, [lower], { resources: { vcpu: 1, memoryMb: 128, diskGb: 1, pidsMax: 128 } });
+  test('every verb goes through: take, agent, pause/resume, stats, stop/start, destroy', async () => {
+    await remote.ping();
+    const spec = { ...testSpec('', [lower], { resources: { vcpu: 1, memoryMb: 128, diskGb: 1, pidsMax: 128 }, layerIds: ['base'] }), env: {} };
     const kills: Array<[string, number]> = [];
     const stopWatching = remote.watchOom((sid, n) => kills.push([sid, n]));
     await t.rt.oomWatchReady();
+    let id = '';
     try {
-      await remote.create(spec);
-      await remote.create(spec); // idempotent, as in process
+      ({ id } = await remote.take({ spec, poolId: 'base', label: 'base', env: { FROM: 'control' }, egress: null }));
       assert.equal(await remote.status(id), 'running');
       assert.deepEqual([...(await remote.statuses([id, 'nosuch']))], [[id, 'running'], ['nosuch', 'missing']]);
       assert.ok((await remote.list()).includes(id));
@@ -94,14 +98,14 @@ describe('node API + RemoteRuntime: a CrunRuntime driven across the network', { 
       await remote.stop(id);
       assert.equal(await remote.status(id), 'stopped');
       await assert.rejects(remote.pause(id), (err: unknown) => err instanceof ServiceError && err.code === 'SANDBOX_STOPPED', 'the node error comes back as it was');
-      await remote.start(spec);
+      await remote.start(withSandboxId(spec, id));
       assert.equal(await remote.status(id), 'running');
       await remote.destroy(id);
       await remote.destroy(id);
       assert.equal(await remote.status(id), 'missing');
     } finally {
       stopWatching();
-      await t.rt.destroy(id);
+      if (id) await t.rt.destroy(id);
     }
   });
 
@@ -141,7 +145,7 @@ describe('node API + RemoteRuntime: a CrunRuntime driven across the network', { 
   });
 
   test('a node that is down is an outage of that node, at once', async () => {
-    const gone = new RemoteRuntime({ nodeId: 'node-a', url: 'http://127.0.0.1:9', auth: signer });
+    const gone = new RemoteNode({ id: 'node-a', url: 'http://127.0.0.1:9', auth: signer });
     const t0 = performance.now();
     await assert.rejects(gone.status('rem2'), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE' && /node node-a cannot be reached/.test(err.message));
     await assert.rejects(gone.dialAgent('rem2'), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE');

@@ -4,38 +4,34 @@ import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type { IncomingMessage } from 'node:http';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { isProgrammingError, ServiceError } from '@sandboxd/protocol';
+import { ServiceError } from '@sandboxd/protocol';
 import { bearer, type ClusterVerifier } from '../runtime/cluster-auth.js';
 import { CANONICAL_ID_OFFSET, ID_RANGE } from '../runtime/ids.js';
 import { ID_RE } from '../runtime/sandbox-paths.js';
 import type { EgressPolicy } from '../runtime/egress-policy.js';
-import { ExportTooLarge, type LayerRef, type Runtime, type SandboxSpec } from '../runtime/types.js';
+import { ExportTooLarge } from '../runtime/types.js';
 import { parseLayerRefs } from '../images/layer-fetch.js';
 import { digestLayerTree, packLayer } from '../images/layer-tar.js';
 import { EXPORT_STATS_HEADER, LAYER_BYTES_HEADER, LAYER_DIGEST_HEADER } from '../runtime/layer-export-wire.js';
+import type { LocalNode } from './local-node.js';
+import type { NodeSpec } from './types.js';
 import { parseWarmAsk } from './warm-ask.js';
+import { nodeErrorAnswer } from './wire-errors.js';
 
 export interface NodeApiOptions {
-  nodeId: string;
-  runtime: Runtime;
+  /** This machine as a node: its runtime, warm pool and layers. */
+  node: Pick<LocalNode, 'id' | 'take' | 'dropWarm' | 'start' | 'pause' | 'resume' | 'stop' | 'destroy' | 'status' | 'statuses' | 'list' | 'stats' | 'listeningPorts' | 'setEgress' | 'resetDisk' | 'exportLayer' | 'agentSocket' | 'watchOom' | 'layerIds'>;
   /** The cluster's public key: a node checks tokens, it cannot make them. */
   auth: ClusterVerifier;
   log?: (msg: string) => void;
   /** What control replicas hold here unrecorded (absent: claims are taken and ignored: no collector runs). */
   orphans?: { claim(owner: string, ids: string[], ttlMs: number): void };
-  /** The ids of the layers this node holds (control reads them when the digest in a heartbeat changes). */
-  layerIds?: () => Promise<string[]>;
   /**
-   * This node's layers (images/layer-fetch.ts): with it, a spec names its layers by reference and
-   * they come from this node's own layers directory, fetched when missing; a spec naming paths is
-   * refused. Without it (tests of one machine), specs name this machine's paths.
+   * Specs name their layers by reference (a node with a layers directory of its own, which fetches
+   * what it lacks); a spec naming paths is refused. false (tests of one machine): specs name this
+   * machine's paths.
    */
-  layers?: { resolve(refs: LayerRef[]): Promise<string[]> };
-  /**
-   * Which layers each sandbox uses (node/layer-cache.ts): told before a create or start resolves its
-   * layers, so they are not evicted from under it, and told when a sandbox is destroyed.
-   */
-  layerUse?: { use(id: string, layerIds: string[]): Promise<() => void>; release(id: string): Promise<void> };
+  byReference: boolean;
   /**
    * A directory of this node's own where a sandbox's files are copied for a snapshot before they go
    * to control as a layer's tar (absent: snapshots are refused here).
@@ -43,24 +39,12 @@ export interface NodeApiOptions {
   exportsDir?: string;
   /** The API over TLS with this certificate and key (PEM); absent: plain HTTP. */
   https?: { cert: string; key: string };
-  /**
-   * This node's warm pool (services/node-pool.ts): `POST /node/v1/warm` answers with a ready
-   * sandbox of a spec, or one booted now. Absent: no such route (as on a node of an earlier version).
-   */
-  warm?: {
-    take(ask: {
-      spec: SandboxSpec;
-      lowerDirs: () => Promise<string[]>;
-      poolId: string;
-      label: string;
-      signal?: AbortSignal;
-      agentEnv?: Record<string, string>;
-    }): Promise<{ id: string; warm: boolean; envSet?: true }>;
-    drop(poolId: string): Promise<void>;
-  };
   /** The longest a snapshot's layer tar may be (its files' bytes, holes included; default: no limit). */
   exportMaxBytes?: number;
 }
+
+/** The largest body of a call (a create's env_vars may be as large as the public API takes: 10 MiB). */
+const NODE_BODY_LIMIT = 16 * 1024 * 1024;
 
 /** The most sandbox ids one claim names (a claim replaces the owner's last one). */
 const MAX_CLAIMED = 20_000;
@@ -71,25 +55,25 @@ const AGENT_CONNECT_TIMEOUT_MS = 5000;
 const AGENT_TARGET_RE = /^([a-z0-9][a-z0-9-]{0,62})\.agent:1$/;
 
 /**
- * A node's API: the `Runtime` of this machine, for control to drive across the network. Every call
- * carries a token control signed for this node, checked with the cluster's public key
- * (ClusterVerifier); every verb keeps the runtime's own contract (keyed by sandbox id, idempotent),
- * so control may call again after a timeout. Errors go back as `{code, message, detail}` and are
- * thrown again on the control side as they were here.
+ * A node's API: this machine's LocalNode, for control to drive across the network (RemoteNode is
+ * its client, with the same contract). Every call carries a token control signed for this node,
+ * checked with the cluster's public key (ClusterVerifier); every verb keeps the contract (keyed by
+ * sandbox id, idempotent), so control may call again after a timeout. Errors go back as
+ * node/wire-errors.ts says, and are thrown again on the control side as they were here.
  *
  * Besides the verbs, the node relays connections to its sandboxes' agents: `CONNECT <id>.agent:1`
  * with the token, answered `200` and then the agent's bytes both ways (HTTP, upgrades, tunnels).
  */
 export function nodeApi(o: NodeApiOptions): FastifyInstance {
   const log = o.log ?? (() => undefined);
-  const rt = o.runtime;
+  const rt = o.node;
   // Over TLS the server is an https.Server: the routes and the CONNECT relay are the same.
   const app = o.https
-    ? (Fastify({ bodyLimit: 1024 * 1024, https: { cert: o.https.cert, key: o.https.key, minVersion: 'TLSv1.2' } }) as unknown as FastifyInstance)
-    : Fastify({ bodyLimit: 1024 * 1024 });
+    ? (Fastify({ bodyLimit: NODE_BODY_LIMIT, https: { cert: o.https.cert, key: o.https.key, minVersion: 'TLSv1.2' } }) as unknown as FastifyInstance)
+    : Fastify({ bodyLimit: NODE_BODY_LIMIT });
 
   app.addHook('onRequest', async (req) => {
-    await o.auth.verify(bearer(req.headers.authorization), o.nodeId);
+    await o.auth.verify(bearer(req.headers.authorization), rt.id);
   });
   app.setErrorHandler((err, _req, reply) => sendError(reply, err, log));
   app.setNotFoundHandler((req, reply) => sendError(reply, new ServiceError('ROUTE_NOT_FOUND', `no node route ${req.method} ${req.url}`), log));
@@ -99,37 +83,26 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     if (typeof id !== 'string' || !ID_RE.test(id)) throw new ServiceError('VALIDATION_ERROR', 'bad sandbox id');
     return id;
   };
-  // A create or start: its spec, its layers held for it (before they are resolved) while it runs.
-  const boot = async (req: FastifyRequest, verb: (spec: SandboxSpec) => Promise<void>): Promise<void> => {
-    const body = req.body as (SandboxSpec & { layers?: unknown }) | undefined;
+  // A start's spec, its layers by reference (fetched by the node when it lacks them) or by path.
+  const specOf = (req: FastifyRequest): NodeSpec => {
+    const body = req.body as (NodeSpec & { layers?: unknown }) | undefined;
     if (!body || typeof body !== 'object' || body.id !== idOf(req)) throw new ServiceError('VALIDATION_ERROR', 'the body must be the sandbox spec of the id in the path');
-    if (!o.layers) return verb(body);
+    if (!o.byReference) return body;
     // Paths of control's machine mean nothing here, and must not name this one's files.
     if (body.lowerDirs !== undefined) throw new ServiceError('VALIDATION_ERROR', 'this node takes layers by reference (layers), not by path (lowerDirs)');
     const refs = parseLayerRefs(body.layers);
     const { layers: _refs, ...spec } = body;
-    const layerIds = refs.map((r) => r.id);
-    const settled = await o.layerUse?.use(body.id, layerIds);
-    try {
-      return await verb({ ...spec, lowerDirs: await o.layers.resolve(refs), layerIds });
-    } finally {
-      settled?.();
-    }
+    return { ...spec, lowerDirs: [], layerIds: refs.map((r) => r.id), layerRefs: refs };
   };
   // The verb's own result (void) is awaited in the argument: a 204 once it is done.
   const done = (reply: FastifyReply, _done?: void) => reply.code(204).send();
 
-  app.get('/node/v1/health', async () => ({ node_id: o.nodeId }));
-  app.put('/node/v1/sandboxes/:id', async (req, reply) => done(reply, await boot(req, (spec) => rt.create(spec))));
-  app.post('/node/v1/sandboxes/:id/start', async (req, reply) => done(reply, await boot(req, (spec) => rt.start(spec))));
+  app.get('/node/v1/health', async () => ({ node_id: rt.id }));
+  app.post('/node/v1/sandboxes/:id/start', async (req, reply) => done(reply, await rt.start(specOf(req))));
   app.post('/node/v1/sandboxes/:id/pause', async (req, reply) => done(reply, await rt.pause(idOf(req))));
   app.post('/node/v1/sandboxes/:id/resume', async (req, reply) => done(reply, await rt.resume(idOf(req))));
   app.post('/node/v1/sandboxes/:id/stop', async (req, reply) => done(reply, await rt.stop(idOf(req))));
-  app.delete('/node/v1/sandboxes/:id', async (req, reply) => {
-    const id = idOf(req);
-    await rt.destroy(id);
-    return done(reply, await o.layerUse?.release(id));
-  });
+  app.delete('/node/v1/sandboxes/:id', async (req, reply) => done(reply, await rt.destroy(idOf(req))));
   app.get('/node/v1/sandboxes/:id/status', async (req) => ({ status: await rt.status(idOf(req)) }));
   app.get('/node/v1/sandboxes/:id/stats', async (req) => rt.stats(idOf(req)));
   app.get('/node/v1/sandboxes/:id/ports', async (req) => ({ ports: await rt.listeningPorts(idOf(req)) }));
@@ -196,29 +169,27 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
       throw err;
     }
   });
-  // A running sandbox of a spec for control, from this node's warm pool or booted now; the node
-  // gives its id. Control that went away while it waited ends the wait (what it started is kept ready).
-  // Without a pool the route is not there, as on a node of an earlier version (control then boots itself).
-  const pool = o.warm;
-  if (pool) app.post('/node/v1/warm', async (req, reply) => {
-    const ask = parseWarmAsk(req.body, o.layers !== undefined);
-    const { layers } = ask;
-    const lowerDirs = 'refs' in layers ? () => o.layers!.resolve(layers.refs) : () => Promise.resolve(layers.paths);
+  // A running sandbox of a spec for control, from this node's warm pool or booted now, with the
+  // create's env and policy set; the node gives its id. Control that went away while it waited
+  // ends the wait (what it started is kept ready), or destroys what was not handed over yet.
+  app.post('/node/v1/warm', async (req, reply) => {
+    const ask = parseWarmAsk(req.body, o.byReference);
     const gone = new AbortController();
     reply.raw.on('close', () => {
       if (!reply.raw.writableFinished) gone.abort();
     });
-    const { id, warm, envSet } = await pool.take({ spec: ask.spec, lowerDirs, poolId: ask.poolId, label: ask.label, signal: gone.signal, ...(ask.agentEnv ? { agentEnv: ask.agentEnv } : {}) });
-    return { id, warm, ...(envSet ? { env_set: true } : {}) };
+    const spec: NodeSpec = 'refs' in ask.layers ? { ...ask.spec, layerRefs: ask.layers.refs } : { ...ask.spec, lowerDirs: ask.layers.paths };
+    const { id, warm } = await rt.take({ spec, poolId: ask.poolId, label: ask.label, env: ask.agentEnv ?? {}, egress: ask.egress ?? null, signal: gone.signal });
+    return { id, warm, env_set: true };
   });
   // A template deleted (or its pool id otherwise done with): its ready sandboxes go.
-  if (pool) app.delete('/node/v1/warm/:pool', async (req, reply) => {
+  app.delete('/node/v1/warm/:pool', async (req, reply) => {
     const poolId = (req.params as { pool?: unknown }).pool;
     if (typeof poolId !== 'string' || !/^[\x21-\x7e]{1,200}$/.test(poolId)) throw new ServiceError('VALIDATION_ERROR', 'bad pool id');
-    return done(reply, await pool.drop(poolId));
+    return done(reply, await rt.dropWarm(poolId));
   });
   app.get('/node/v1/sandboxes', async () => ({ ids: await rt.list() }));
-  app.get('/node/v1/layers', async () => ({ ids: o.layerIds ? await o.layerIds() : [] }));
+  app.get('/node/v1/layers', async () => ({ ids: await rt.layerIds() }));
   // A control replica's sandboxes here that the store does not record yet (its creates under way,
   // its warm pool): not collected as no one's while the claim lasts (services/orphans.ts).
   app.put('/node/v1/claims/:owner', async (req, reply) => {
@@ -274,13 +245,13 @@ async function relayToAgent(o: NodeApiOptions, req: IncomingMessage, client: Dup
     setTimeout(() => client.destroy(), 1000).unref();
   };
   try {
-    await o.auth.verify(bearer(req.headers['proxy-authorization'] ?? req.headers.authorization), o.nodeId);
+    await o.auth.verify(bearer(req.headers['proxy-authorization'] ?? req.headers.authorization), o.node.id);
   } catch {
     return refuse(401, 'Unauthorized');
   }
   const m = AGENT_TARGET_RE.exec(req.url ?? '');
   if (!m) return refuse(400, 'Bad Request');
-  const upstream: Socket = connect(o.runtime.agentSocket(m[1]!));
+  const upstream: Socket = connect(o.node.agentSocket(m[1]!));
   const timer = setTimeout(() => upstream.destroy(new Error('the agent did not accept in time')), AGENT_CONNECT_TIMEOUT_MS);
   upstream.once('error', () => {
     clearTimeout(timer);
@@ -300,15 +271,12 @@ async function relayToAgent(o: NodeApiOptions, req: IncomingMessage, client: Dup
 }
 
 function sendError(reply: FastifyReply, err: unknown, log: (msg: string) => void): FastifyReply {
-  if (err instanceof ServiceError) {
-    return reply.code(err.status).send({ code: err.code, message: err.message, detail: err.detail, extra: err.extra });
+  // Fastify's own refusals of a request (a body too large, not JSON) are the caller's mistake.
+  const fe = err as { statusCode?: number; code?: unknown; message?: string };
+  if (!(err instanceof ServiceError) && typeof fe.code === 'string' && fe.code.startsWith('FST_') && typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
+    err = new ServiceError(fe.statusCode === 413 ? 'PAYLOAD_TOO_LARGE' : 'VALIDATION_ERROR', fe.message ?? 'bad request');
   }
-  const fe = err as { statusCode?: number; message?: string; validation?: unknown };
-  if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
-    return reply.code(400).send({ code: 'VALIDATION_ERROR', message: fe.message ?? 'bad request' });
-  }
-  log(`node api: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-  // A bug of ours stays a bug on the other side (a 500, not a "try again").
-  if (isProgrammingError(err)) return reply.code(500).send({ code: 'INTERNAL_ERROR', message: 'internal error on the node', detail: String(err), programming: true });
-  return reply.code(503).send({ code: 'RUNTIME_ERROR', message: 'the node failed on this sandbox; try again', detail: err instanceof Error ? err.message : String(err) });
+  const { status, body } = nodeErrorAnswer(err);
+  if (!(err instanceof ServiceError)) log(`node api: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+  return reply.code(status).send(body);
 }

@@ -11,6 +11,7 @@ import type { FastifyInstance } from 'fastify';
 import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
 import type { Runtime } from '../runtime/types.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
+import { nodeOver } from '../testing/fake-node.js';
 import { nodeApi } from './node-api.js';
 
 const MIB = 1024 * 1024;
@@ -40,7 +41,7 @@ describe("a node's export of a sandbox holding a sparse file", { timeout: 60_000
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'sbd-node-sparse-'));
-    app = nodeApi({ nodeId: 'node-s', runtime: runtimeOf(), auth: verifier, exportsDir: join(dir, 'exports'), exportMaxBytes: 256 * MIB });
+    app = nodeApi({ node: nodeOver(runtimeOf(), 'node-s'), byReference: false, auth: verifier, exportsDir: join(dir, 'exports'), exportMaxBytes: 256 * MIB });
     await app.listen({ host: '127.0.0.1', port: 0 });
     port = (app.server.address() as AddressInfo).port;
   });
@@ -92,7 +93,7 @@ describe("a node's export of a sandbox holding a sparse file", { timeout: 60_000
     test(`a control that leaves ${when}: the node reads no more of it, and the copy goes`, async () => {
       // A node with no limit of its own: the digest would read 16 GiB of holes.
       const exports = join(dir, 'exports-unlimited');
-      unlimited ??= nodeApi({ nodeId: 'node-s', runtime: runtimeOf(), auth: verifier, exportsDir: exports });
+      unlimited ??= nodeApi({ node: nodeOver(runtimeOf(), 'node-s'), byReference: false, auth: verifier, exportsDir: exports });
       if (!unlimited.server.listening) await unlimited.listen({ host: '127.0.0.1', port: 0 });
       const p = (unlimited.server.address() as AddressInfo).port;
       const ac = new AbortController();

@@ -1,4 +1,4 @@
-// Red team of RemoteRuntime.exportLayer's bounds: what a node says its copy counted is its word,
+// Red team of RemoteNode.exportLayer's bounds: what a node says its copy counted is its word,
 // not a limit. A well-formed layer tar far larger than the snapshot may store (a hostile node, or an
 // honest one sending a tenant's sparse file at its full length) is refused before a byte of it lands
 // on control's disk, and what the snapshot is counted as is what control unpacked. Root (chown).
@@ -14,7 +14,7 @@ import { ServiceError } from '@sandboxd/protocol';
 import { digestLayerTree, packLayer, unpackLayer } from '../images/layer-tar.js';
 import { CANONICAL_ID_OFFSET, LEGACY_ID_OFFSET } from '../runtime/ids.js';
 import { EXPORT_STATS_HEADER, LAYER_BYTES_HEADER, LAYER_DIGEST_HEADER } from '../runtime/layer-export-wire.js';
-import { RemoteRuntime } from '../runtime/remote-runtime.js';
+import { RemoteNode } from './remote-node.js';
 import { ExportTooLarge } from '../runtime/types.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 
@@ -70,32 +70,32 @@ describe("a snapshot's layer from a node: bounded by what may be stored, counted
 
   test('a tar larger than the room the snapshot has is ExportTooLarge, whatever the node says it allocated', async () => {
     handler = claiming({ bytes: 4 * MIB, allocated: 0, entries: 2 });
-    await assert.rejects(new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: MIB }), (err: unknown) => err instanceof ExportTooLarge && err.used >= 4 * MIB);
+    await assert.rejects(new RemoteNode({ id: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: MIB }), (err: unknown) => err instanceof ExportTooLarge && err.used >= 4 * MIB);
     assert.deepEqual(await readdir(dest), [], 'nothing of it unpacked');
   });
 
   test('a node that claims a huge byte count gets no more room for it', async () => {
     handler = claiming({ bytes: 2 ** 50, allocated: 0, entries: 2 });
-    await assert.rejects(new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: MIB }), (err: unknown) => err instanceof ExportTooLarge);
+    await assert.rejects(new RemoteNode({ id: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: MIB }), (err: unknown) => err instanceof ExportTooLarge);
     assert.deepEqual(await readdir(dest), []);
   });
 
   test('a node that claims every entry it may (room for their headers) still sends no more file bytes than the room', async () => {
     handler = claiming({ bytes: 4 * MIB, allocated: 0, entries: 2_000_000 });
-    await assert.rejects(new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: MIB }), (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR');
+    await assert.rejects(new RemoteNode({ id: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: MIB }), (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR');
     assert.deepEqual(await readdir(dest), [], 'refused at the header of the file, before tar saw it');
   });
 
   test('with no room given, the tar is still bounded (exportMaxBytes): LIMIT_EXCEEDED, nothing unpacked', async () => {
     handler = claiming({ bytes: 2 ** 50, allocated: 0, entries: 2 });
-    const rt = new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer, exportMaxBytes: 2 * MIB });
+    const rt = new RemoteNode({ id: 'node-b', url, auth: signer, unpack: unpackLayer, exportMaxBytes: 2 * MIB });
     await assert.rejects(rt.exportLayer('a1', dest), (err: unknown) => err instanceof ServiceError && err.code === 'LIMIT_EXCEEDED');
     assert.deepEqual(await readdir(dest), []);
   });
 
   test('what the snapshot is counted as is what was unpacked, not what the node claims', async () => {
     handler = claiming({ bytes: 4 * MIB, allocated: 0, entries: 0 });
-    const got = await new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: 16 * MIB });
+    const got = await new RemoteNode({ id: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: 16 * MIB });
     assert.ok(got.allocated >= 4 * MIB, `counted as ${got.allocated} bytes, not the node's 0`);
     assert.equal(got.bytes, 4 * MIB);
     assert.equal(got.entries, 2);
@@ -117,20 +117,20 @@ describe("a snapshot's layer from a node: bounded by what may be stored, counted
 
   test('no answer in time (the copy): NODE_UNAVAILABLE', async () => {
     handler = () => undefined;
-    const rt = new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer, exportAnswerMs: 300 });
+    const rt = new RemoteNode({ id: 'node-b', url, auth: signer, unpack: unpackLayer, exportAnswerMs: 300 });
     await assert.rejects(rt.exportLayer('a1', dest), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE');
   });
 
   test('the deadline of the answer does not cut a tar that is coming steadily after it', async () => {
     handler = steady(512 * 1024, 100);
-    const rt = new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer, exportAnswerMs: 300, exportIdleMs: 2000 });
+    const rt = new RemoteNode({ id: 'node-b', url, auth: signer, unpack: unpackLayer, exportAnswerMs: 300, exportIdleMs: 2000 });
     const got = await rt.exportLayer('a1', dest);
     assert.equal(got.bytes, 4 * MIB);
   });
 
   test('a trickle that is never idle long enough to be cut off is cut by its length at the least rate', async () => {
     handler = steady(512, 100);
-    const rt = new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer, exportIdleMs: 400, exportMinBytesPerSecond: 1e7 });
+    const rt = new RemoteNode({ id: 'node-b', url, auth: signer, unpack: unpackLayer, exportIdleMs: 400, exportMinBytesPerSecond: 1e7 });
     const t0 = performance.now();
     await assert.rejects(rt.exportLayer('a1', dest), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE' && /not sent in/.test(err.detail ?? ''));
     assert.ok(performance.now() - t0 < 5000);
@@ -141,7 +141,7 @@ describe("a snapshot's layer from a node: bounded by what may be stored, counted
       res.writeHead(400, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ code: 'LIMIT_EXCEEDED', message: 'too large', extra: { export_used_bytes: used } }));
     };
-    const rt = new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer });
+    const rt = new RemoteNode({ id: 'node-b', url, auth: signer, unpack: unpackLayer });
     handler = refusal(12345);
     await assert.rejects(rt.exportLayer('a1', dest), (err: unknown) => !(err instanceof ExportTooLarge) && err instanceof ServiceError && err.code === 'LIMIT_EXCEEDED');
     handler = refusal(5);
@@ -165,7 +165,7 @@ describe("a snapshot's layer from a node: bounded by what may be stored, counted
       res.writeHead(200, { 'content-type': 'application/x-tar', [LAYER_DIGEST_HEADER]: d, [LAYER_BYTES_HEADER]: String(links.length), [EXPORT_STATS_HEADER]: JSON.stringify({ bytes: 1, allocated: 8192, entries: 2, names: 302, frozenMs: 0 }) });
       res.end(links);
     };
-    const got = await new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: 16 * MIB });
+    const got = await new RemoteNode({ id: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest, { maxBytes: 16 * MIB });
     assert.equal(got.entries, 302);
     // Names fewer than inodes, or more than a snapshot may hold: not a count of a copy.
     for (const names of [1, 2_000_001, 2.5]) {
@@ -174,7 +174,7 @@ describe("a snapshot's layer from a node: bounded by what may be stored, counted
         res.end(links);
       };
       const other = await mkdtemp(join(work, 'dest-'));
-      await assert.rejects(new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', other), (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR', String(names));
+      await assert.rejects(new RemoteNode({ id: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', other), (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR', String(names));
       assert.deepEqual(await readdir(other), []);
     }
   });
@@ -192,7 +192,7 @@ describe("a snapshot's layer from a node: bounded by what may be stored, counted
       res.writeHead(200, { [LAYER_DIGEST_HEADER]: d, [LAYER_BYTES_HEADER]: String(legacy.length), [EXPORT_STATS_HEADER]: JSON.stringify({ bytes: 1, allocated: 8192, entries: 2, frozenMs: 0 }) });
       res.end(legacy);
     };
-    await assert.rejects(new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest), (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR');
+    await assert.rejects(new RemoteNode({ id: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest), (err: unknown) => err instanceof ServiceError && err.code === 'RUNTIME_ERROR');
     assert.deepEqual(await readdir(dest), []);
   });
 
@@ -208,7 +208,7 @@ describe("a snapshot's layer from a node: bounded by what may be stored, counted
     await new Promise<void>((r) => raw.listen(0, '127.0.0.1', r));
     const rawUrl = `http://127.0.0.1:${(raw.address() as AddressInfo).port}`;
     try {
-      const rt = new RemoteRuntime({ nodeId: 'node-b', url: rawUrl, auth: signer, unpack: unpackLayer, exportAnswerMs: 800 });
+      const rt = new RemoteNode({ id: 'node-b', url: rawUrl, auth: signer, unpack: unpackLayer, exportAnswerMs: 800 });
       for (const id of ['slow1', 'huge']) {
         const t0 = performance.now();
         await assert.rejects(rt.exportLayer(id, dest), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE', id);
@@ -224,7 +224,7 @@ describe("a snapshot's layer from a node: bounded by what may be stored, counted
   test("a node's copy that takes over 5 min is waited for (fetch's own 300 s headers timeout cut it)", { skip: !process.env.SANDBOXD_SLOW_TESTS, timeout: 400_000 }, async () => {
     const answer = claiming({ bytes: 4 * MIB, allocated: 4 * MIB, entries: 2 });
     handler = (q, res) => void setTimeout(() => answer(q, res), 310_000);
-    const got = await new RemoteRuntime({ nodeId: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest);
+    const got = await new RemoteNode({ id: 'node-b', url, auth: signer, unpack: unpackLayer }).exportLayer('a1', dest);
     assert.equal(got.bytes, 4 * MIB);
   });
 });

@@ -1,4 +1,4 @@
-// Red team of RemoteRuntime.exportLayer: a compromised node sending a snapshot's layer. Whatever it
+// Red team of RemoteNode.exportLayer: a compromised node sending a snapshot's layer. Whatever it
 // sends, control gets an error of that node in bounded time, and nothing of it stays in the
 // destination (the snapshot service removes the directory; here it must be left empty).
 import assert from 'node:assert/strict';
@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { ServiceError } from '@sandboxd/protocol';
 import { unpackLayer } from '../images/layer-tar.js';
 import { EXPORT_STATS_HEADER, LAYER_BYTES_HEADER, LAYER_DIGEST_HEADER } from '../runtime/layer-export-wire.js';
-import { RemoteRuntime } from '../runtime/remote-runtime.js';
+import { RemoteNode } from './remote-node.js';
 import { ExportTooLarge } from '../runtime/types.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 
@@ -24,7 +24,7 @@ describe("a snapshot's layer from a hostile node: refused, and nothing of it lef
   let handler: Handler = (_q, s) => s.end();
   const sockets = new Set<Socket>();
   const { signer } = testClusterKeys();
-  const remote = (o: { exportIdleMs?: number } = {}) => new RemoteRuntime({ nodeId: 'node-h', url, auth: signer, unpack: unpackLayer, exportIdleMs: o.exportIdleMs });
+  const remote = (o: { exportIdleMs?: number } = {}) => new RemoteNode({ id: 'node-h', url, auth: signer, unpack: unpackLayer, exportIdleMs: o.exportIdleMs });
   const nodeFault = (err: unknown) => err instanceof ServiceError && (err.code === 'RUNTIME_ERROR' || err.code === 'NODE_UNAVAILABLE');
   let dest: string;
 
@@ -46,7 +46,7 @@ describe("a snapshot's layer from a hostile node: refused, and nothing of it lef
   });
 
   test('without an unpacker, no snapshot is taken from a node', async () => {
-    await assert.rejects(new RemoteRuntime({ nodeId: 'node-h', url, auth: signer }).exportLayer('a1', dest), (err: unknown) => err instanceof ServiceError && err.code === 'INVALID_STATE');
+    await assert.rejects(new RemoteNode({ id: 'node-h', url, auth: signer }).exportLayer('a1', dest), (err: unknown) => err instanceof ServiceError && err.code === 'INVALID_STATE');
   });
 
   const stats = JSON.stringify({ bytes: 5, allocated: 4096, entries: 2, frozenMs: 0 });

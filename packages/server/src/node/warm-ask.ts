@@ -11,8 +11,10 @@ export interface ParsedWarmAsk {
   layers: { refs: LayerRef[] } | { paths: string[] };
   poolId: string;
   label: string;
-  /** The create's env_vars, set on the sandbox's agent before it is handed out (absent: control sets them). */
+  /** The create's env_vars, set on the sandbox's agent before it is handed out. */
   agentEnv?: Record<string, string>;
+  /** The create's egress policy, set before it is handed out. */
+  egress?: SandboxSpec['egress'];
 }
 
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,255}$/;
@@ -20,8 +22,9 @@ const MAX_ENV = 256;
 const MAX_ENV_BYTES = 256 * 1024;
 /** The create's env_vars as the API takes them (a name without '=' or NUL), within the node's body. */
 const AGENT_ENV_NAME_RE = /^[^=\0]{1,4096}$/;
-const MAX_AGENT_ENV = 4096;
-export const MAX_AGENT_ENV_BYTES = 512 * 1024;
+const MAX_AGENT_ENV = 200_000;
+/** As much as the public API's body (10 MiB) can carry. */
+export const MAX_AGENT_ENV_BYTES = 12 * 1024 * 1024;
 /** A pool id is a template id, `snap:<id>` or `fork:<layer>`: printable, no spaces, bounded. */
 const POOL_ID_RE = /^[\x21-\x7e]{1,200}$/;
 const SPEC_FIELDS = new Set(['layers', 'lowerDirs', 'layerIds', 'resources', 'internetAccess', 'egress', 'env']);
@@ -37,9 +40,10 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
  */
 export function parseWarmAsk(body: unknown, byReference: boolean): ParsedWarmAsk {
   if (!isObject(body)) throw bad('the body must be an object');
-  for (const k of Object.keys(body)) if (!['spec', 'pool_id', 'label', 'agent_env'].includes(k)) throw bad(`unknown field ${JSON.stringify(k.slice(0, 40))}`);
+  for (const k of Object.keys(body)) if (!['spec', 'pool_id', 'label', 'agent_env', 'egress'].includes(k)) throw bad(`unknown field ${JSON.stringify(k.slice(0, 40))}`);
   const { pool_id: poolId, label, spec: raw } = body;
   const agentEnv = body.agent_env === undefined ? undefined : parseAgentEnv(body.agent_env);
+  const askEgress = body.egress === undefined ? undefined : parseEgress(body.egress, 'egress');
   if (typeof poolId !== 'string' || !POOL_ID_RE.test(poolId)) throw bad('pool_id must be 1 to 200 printable characters');
   if (typeof label !== 'string' || label.length > 200) throw bad('label must be a string of at most 200 characters');
   if (!isObject(raw)) throw bad('spec must be an object');
@@ -73,13 +77,7 @@ export function parseWarmAsk(body: unknown, byReference: boolean): ParsedWarmAsk
   if (!num(r.pidsMax, 8, 4_194_304, true)) throw bad('spec.resources.pidsMax must be an integer from 8');
 
   if (typeof raw.internetAccess !== 'boolean') throw bad('spec.internetAccess must be a boolean');
-  let egress: SandboxSpec['egress'];
-  if (raw.egress !== undefined) {
-    const e = raw.egress;
-    const strings = (v: unknown): v is string[] => Array.isArray(v) && v.length <= 1000 && v.every((x) => typeof x === 'string');
-    if (!isObject(e) || typeof e.internet !== 'boolean' || !strings(e.allow) || !strings(e.deny) || Object.keys(e).length !== 3) throw bad('spec.egress must be an egress policy');
-    egress = { internet: e.internet, allow: normalizeEntries(e.allow, 'spec.egress.allow'), deny: normalizeEntries(e.deny, 'spec.egress.deny') };
-  }
+  const egress = raw.egress === undefined ? undefined : parseEgress(raw.egress, 'spec.egress');
 
   const env = raw.env;
   if (!isObject(env)) throw bad('spec.env must be an object of strings');
@@ -104,7 +102,14 @@ export function parseWarmAsk(body: unknown, byReference: boolean): ParsedWarmAsk
     ...(egress ? { egress } : {}),
     env: Object.fromEntries(entries) as Record<string, string>,
   };
-  return { spec, layers, poolId, label, ...(agentEnv ? { agentEnv } : {}) };
+  return { spec, layers, poolId, label, ...(agentEnv ? { agentEnv } : {}), ...(askEgress ? { egress: askEgress } : {}) };
+}
+
+/** An egress policy ({internet, allow, deny}), its entries normalized as the API's are. */
+function parseEgress(e: unknown, field: string): NonNullable<SandboxSpec['egress']> {
+  const strings = (v: unknown): v is string[] => Array.isArray(v) && v.length <= 1000 && v.every((x) => typeof x === 'string');
+  if (!isObject(e) || typeof e.internet !== 'boolean' || !strings(e.allow) || !strings(e.deny) || Object.keys(e).length !== 3) throw bad(`${field} must be an egress policy`);
+  return { internet: e.internet, allow: normalizeEntries(e.allow, `${field}.allow`), deny: normalizeEntries(e.deny, `${field}.deny`) };
 }
 
 /** `agent_env`: what the agent's PUT /env takes, bounded. */

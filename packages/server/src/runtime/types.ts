@@ -2,9 +2,9 @@ import type { Socket } from 'node:net';
 import type { EgressPolicy } from './egress-policy.js';
 import type { ListeningPort } from './listening.js';
 /**
- * The boundary between the services and whatever runs sandboxes. Today one in-process
- * implementation (CrunRuntime); later a node client for a remote node. Every call is keyed by
- * sandbox id and is idempotent: calling it again after a crash or a timeout is safe.
+ * The machine-level verbs of one host that runs sandboxes (CrunRuntime): nothing about clusters.
+ * A node (node/types.ts) is built on one. Every call is keyed by sandbox id and is idempotent:
+ * calling it again after a crash or a timeout is safe.
  */
 
 export interface SandboxResources {
@@ -25,8 +25,8 @@ export interface SandboxSpec {
    */
   lowerDirs: string[];
   /**
-   * The layer ids of lowerDirs, in the same order: what a remote runtime sends a node instead of
-   * this machine's paths (the node maps them to its own layers directory, fetching what it lacks).
+   * The layer ids of lowerDirs, in the same order: what a node is sent instead of this machine's
+   * paths (it maps them to its own layers directory, fetching what it lacks), and the warm pool's key.
    */
   layerIds?: string[];
   resources: SandboxResources;
@@ -58,6 +58,15 @@ export interface LayerRef {
 /** Control's side of moving layers: the refs of a sandbox's layers for one node. */
 export interface LayerSource {
   refs(layerIds: string[], nodeId: string): Promise<LayerRef[]>;
+}
+
+/** What exportLayer copied: its files' bytes, the disk they take, their inodes, how long the sandbox was frozen, and (when known) every name, hard links too. */
+export interface ExportStats {
+  bytes: number;
+  allocated: number;
+  entries: number;
+  frozenMs: number;
+  names?: number;
 }
 
 export type RuntimeStatus = 'running' | 'paused' | 'stopped' | 'missing';
@@ -109,13 +118,11 @@ export interface Runtime {
    * stopped one on its disk.
    */
   create(spec: SandboxSpec): Promise<void>;
-  /** Host path of the agent's unix socket (on this machine; a remote runtime has none: dialAgent). */
+  /** Host path of the agent's unix socket. */
   agentSocket(id: string): string;
   /**
-   * A connection to the sandbox's agent, wherever it runs: its unix socket here, or relayed by the
-   * node that holds it. Rejects when it cannot be had within `timeoutMs`: with the socket's error
-   * (ECONNREFUSED, ENOENT) or AGENT_UNAVAILABLE when the agent is not there, RUNTIME_ERROR when its
-   * node cannot be reached.
+   * A connection to the sandbox's agent (its unix socket). Rejects when it cannot be had within
+   * `timeoutMs`: with the socket's error (ECONNREFUSED, ENOENT) or AGENT_UNAVAILABLE.
    */
   dialAgent(id: string, timeoutMs?: number): Promise<Socket>;
   /** Freezes every process (memory kept). */
@@ -157,37 +164,9 @@ export interface Runtime {
    * without copying when the sandbox's disk holds more. `entries` counts inodes, `names` (when
    * known) every name, hard links too: a node sends both to control (layer-export-wire.ts).
    */
-  exportLayer(id: string, dest: string, opts?: { maxBytes?: number }): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number; names?: number }>;
+  exportLayer(id: string, dest: string, opts?: { maxBytes?: number }): Promise<ExportStats>;
   /** Gives a stopped sandbox a new empty disk of `diskGb` (its id, id range and address stay). */
   resetDisk(id: string, diskGb: number): Promise<void>;
-  /**
-   * The node that holds sandbox `id`, for a runtime that spans several (a cluster); undefined for one
-   * machine. The services call it as they record the sandbox (the node its row names).
-   */
-  nodeOf?(id: string): string | undefined;
-  /**
-   * A cluster's: the services recorded sandbox `id` (its row, on its node, is in the store): from
-   * now on the row counts its resources against the node, not the runtime's own reservation.
-   */
-  recorded?(id: string): void;
-  /**
-   * A cluster's: whether the node `nodeId` is up as last seen (registered, its lease running), so a
-   * listing can say which sandboxes cannot be served now. Absent on one machine.
-   */
-  nodeUp?(nodeId: string): boolean;
-  /**
-   * A cluster's: a running sandbox of `spec` (its id, hostname and SANDBOX_ID left to the node),
-   * taken from the warm pool of the node placement picks, or booted there now; with `agentEnv`,
-   * its agent has taken them (PUT /env) before it is handed out. Absent on one machine, whose
-   * services boot ahead themselves (services/warm-pool.ts).
-   */
-  takeReady?(spec: SandboxSpec, pool: { id: string; label: string }, agentEnv?: Record<string, string>): Promise<string>;
-  /** A cluster's: a create is about to take a sandbox (takeReady): what placement reads of the store may be read now, while it is admitted. */
-  prepareTake?(): void;
-  /** A cluster's: whether `id`, not recorded yet, came ready from a node's pool (the create's `source`). */
-  wasWarm?(id: string): boolean;
-  /** A cluster's: the nodes' warm pools forget `poolId` (a template deleted or rebuilt), destroying its ready sandboxes. */
-  dropWarm?(poolId: string): Promise<void>;
   /** Runs one build step to completion in a throwaway container with sandbox isolation. */
   runStep(opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }>;
 }

@@ -6,13 +6,13 @@ import type { Store } from '../store/types.js';
 import type { EventBus } from './events.js';
 import type { KeyService } from './keys.js';
 import type { RateLimiter } from './rate-limit.js';
-import type { SandboxService } from './sandboxes.js';
+import type { SandboxService } from './sandboxes/index.js';
 import type { TemplateService } from './templates.js';
 import type { TemplateBuildService } from './template-builds.js';
 import type { TokenService } from './tokens.js';
 import type { UploadService } from './uploads.js';
 import type { QuotaService } from './quotas.js';
-import type { WarmPool } from './warm-pool.js';
+import type { Placement } from '../placement/placement.js';
 import type { Metrics } from './metrics.js';
 import type { SnapshotService } from './snapshots.js';
 
@@ -29,7 +29,8 @@ export interface Services {
   createLimiter: RateLimiter;
   quotas: QuotaService;
   builds?: TemplateBuildService;
-  pool?: WarmPool;
+  /** The nodes, whose warm pools forget a deleted template (absent: no pool to tell). */
+  placement?: Pick<Placement, 'dropWarm'>;
   uploads?: UploadService;
   /** Caps on open connections per client and per organization (absent: none, e.g. in unit tests). */
   connections?: ConnectionLimits;

@@ -8,7 +8,7 @@ import { buildFakeApp } from '../testing/fake-app.js';
 import { EventBus } from './events.js';
 import { KeyedMutex } from './locks.js';
 import { RouteTable } from './routes.js';
-import { SandboxService } from './sandboxes.js';
+import { SandboxService } from './sandboxes/index.js';
 
 test("a replica's start-up reconcile during another replica's pause waits for it, and leaves the sandbox paused, row and container alike", async () => {
   const f = await buildFakeApp();
@@ -20,7 +20,7 @@ test("a replica's start-up reconcile during another replica's pause waits for it
     const s = f.services;
     const starting = new SandboxService({
       store: f.store,
-      runtime: f.runtime,
+      placement: f.placement,
       tokens: s.tokens,
       templates: s.templates,
       layerPath: (l) => l,
@@ -32,9 +32,8 @@ test("a replica's start-up reconcile during another replica's pause waits for it
       quotas: s.quotas,
       agentReadyTimeoutMs: 5000,
       tombstoneSeconds: 60,
-      nodeId: 'fake-node',
       log: () => undefined,
-      cluster: { used: () => undefined, interrupted: () => undefined, changed: () => undefined },
+      replicas: { shared: true, used: () => undefined, interrupted: () => undefined, changed: () => undefined },
     });
     // The other replica's pause, as transition() does it: the runtime first, then the row.
     let paused!: () => void;

@@ -17,7 +17,8 @@ import { QuotaService } from './quotas.js';
 import { SharedWindowLimiter, SlidingWindowLimiter } from './rate-limit.js';
 import { RouteTable } from './routes.js';
 import { KeyService } from './keys.js';
-import { SandboxService } from './sandboxes.js';
+import { SandboxService } from './sandboxes/index.js';
+import { fixedPlacement, nodeOver } from '../testing/fake-node.js';
 import { TemplateService } from './templates.js';
 import { TokenService } from './tokens.js';
 
@@ -198,7 +199,7 @@ test("the sweep passes over a sandbox whose verb runs in another replica (it sta
     await a.sandboxes.insert({ ...row('sbdue', org.id), status: 'stopped', timeoutSeconds: 60, expiresAt: new Date(Date.now() - 1000).toISOString() });
     const sweeper = new SandboxService({
       store: b,
-      runtime,
+      placement: fixedPlacement(b, nodeOver(runtime, 'n')),
       tokens: new TokenService(join(dir, 'jwt.pem'), 60),
       templates: new TemplateService(b),
       layerPath: (l) => l,
@@ -210,9 +211,8 @@ test("the sweep passes over a sandbox whose verb runs in another replica (it sta
       quotas: new QuotaService(b, LIMITS, new ReplicaMutex(b.coordination, 'org-quota')),
       agentReadyTimeoutMs: 1000,
       tombstoneSeconds: 60,
-      nodeId: 'n',
       log: () => undefined,
-      cluster: { used: () => undefined, interrupted: () => undefined, changed: () => undefined },
+      replicas: { shared: true, used: () => undefined, interrupted: () => undefined, changed: () => undefined },
     });
     // Replica a works on it (a snapshot's long copy, say).
     let release!: () => void;

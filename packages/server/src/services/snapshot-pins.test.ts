@@ -31,7 +31,7 @@ describe('snapshot layers pinned across replicas', () => {
       sandbox: undefined as never,
       settle: async () => undefined,
       layers: new FsLayerStore(join(dir, name)),
-      runtime: undefined as never,
+      placement: undefined as never,
       ...(shared ? { sharedPins: store.rates } : {}),
       log: () => undefined,
     });

@@ -1,5 +1,6 @@
 // SnapshotService.capture: a layer made and then not announced (a cluster's madeLayer failed: the
 // store unreachable, the digest not computed) is removed at once, not left for a later collection.
+import type { Node } from '../node/types.js';
 import assert from 'node:assert/strict';
 import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -28,11 +29,15 @@ describe('SnapshotService.capture when the layer cannot be announced', () => {
       sandbox: undefined as never,
       settle: async () => undefined,
       layers,
-      runtime: {
-        exportLayer: async (_id: string, dest: string) => {
-          await writeFile(join(dest, 'f'), 'x');
-          return { bytes: 1, allocated: 4096, entries: 2, frozenMs: 0 };
-        },
+      placement: {
+        node: () =>
+          ({
+            exportLayer: async (_id: string, dest: string) => {
+              await writeFile(join(dest, 'f'), 'x');
+              return { bytes: 1, allocated: 4096, entries: 2, frozenMs: 0 };
+            },
+          }) as unknown as Node,
+        dropWarm: async () => undefined,
       },
       madeLayer: () => Promise.reject(new Error('the store cannot be reached')),
       log: () => undefined,

@@ -4,12 +4,12 @@ import { join } from 'node:path';
 import { ServiceError, type Snapshot } from '@sandboxd/protocol';
 import { BUILTIN_TEMPLATES } from '../images/builtin.js';
 import { sha256Hex, type FsLayerStore } from '../images/layer-store.js';
-import { ExportTooLarge, type Runtime } from '../runtime/types.js';
+import type { Placement } from '../placement/placement.js';
+import { ExportTooLarge } from '../runtime/types.js';
 import type { SandboxRow, SnapshotRow, Store, TemplateRow } from '../store/types.js';
 import type { Mutex } from './locks.js';
 import type { QuotaService } from './quotas.js';
 import type { TemplateService } from './templates.js';
-import type { WarmPool } from './warm-pool.js';
 
 /** Shared pins: their key in the store's counter, and how often a held one is recorded again (the counter forgets events after two minutes). */
 const PIN_KEY = 'snapshot-pin:';
@@ -17,7 +17,8 @@ const SHARED_PIN_RENEW_MS = 30_000;
 
 export interface SnapshotServiceDeps {
   store: Store;
-  runtime: Pick<Runtime, 'exportLayer'>;
+  /** The nodes: a sandbox's files are copied out through the one its row names, and their warm pools forget a deleted snapshot. */
+  placement: Pick<Placement, 'node' | 'dropWarm'>;
   /** The sandboxes' per-id locks (the same the lifecycle takes): a snapshot is one operation on its sandbox. */
   locks: Mutex;
   quotas: QuotaService;
@@ -28,7 +29,6 @@ export interface SnapshotServiceDeps {
   sandbox: (orgId: string, id: string) => Promise<SandboxRow>;
   /** Waits for the teardowns of deleted sandboxes under way (their overlays still hold their layers). */
   settle: () => Promise<void>;
-  pool?: Pick<WarmPool, 'dropTemplate'>;
   /** A cluster's: a layer was just made here (other replicas are told where it is). */
   madeLayer?: (layerId: string) => Promise<void>;
   /**
@@ -183,7 +183,7 @@ export class SnapshotService {
       await this.d.layers.ensureLayer(
         layerId,
         async (tree) => {
-          out = await this.d.runtime.exportLayer(row.id, tree, { maxBytes });
+          out = await this.d.placement.node(row.nodeId).exportLayer(row.id, tree, { maxBytes });
           envVars = readEnvSet(tree) ?? row.envVars;
           return { kind, sizeBytes: out.allocated, entries: out.entries, extra: { sandboxId: row.id, orgId: row.orgId, bytes: out.bytes } };
         },
@@ -326,8 +326,8 @@ export class SnapshotService {
   async remove(orgId: string, id: string): Promise<void> {
     const row = await this.get(orgId, id);
     await this.d.store.snapshots.remove(row.id);
-    // Ready sandboxes the pool booted from it hold its layers.
-    await this.d.pool?.dropTemplate(`snap:${row.id}`);
+    // Ready sandboxes the pools booted from it hold its layers.
+    await this.d.placement.dropWarm(`snap:${row.id}`);
     this.collectSoon();
   }
 

@@ -14,7 +14,8 @@ export type FakeCommandHandler = (sandboxId: string, command: string, args: stri
 
 export const echoCommand: FakeCommandHandler = (_id, command, args) => ({ stdout: `${[command, ...args].join(' ')}\n` });
 
-const BODY_MAX_BYTES = 1024 * 1024;
+/** As the real agent: 10 MiB of JSON. */
+const BODY_MAX_BYTES = 10 * 1024 * 1024;
 
 export class FakeAgent {
   private readonly server: Server;

@@ -14,11 +14,14 @@ import { KeyedMutex } from '../services/locks.js';
 import { QuotaService } from '../services/quotas.js';
 import { SlidingWindowLimiter } from '../services/rate-limit.js';
 import { RouteTable } from '../services/routes.js';
-import { SandboxService } from '../services/sandboxes.js';
+import { SandboxService } from '../services/sandboxes/index.js';
 import { TemplateService } from '../services/templates.js';
 import { TokenService } from '../services/tokens.js';
 import { SqliteStore } from '../store/sqlite.js';
-import { FakeRuntime } from './fake-runtime.js';
+import type { LocalNode } from '../node/local-node.js';
+import type { Placement } from '../placement/placement.js';
+import type { FakeRuntime } from './fake-runtime.js';
+import { fakeNode, fixedPlacement } from './fake-node.js';
 
 export interface FakeAppOrg {
   id: string;
@@ -29,6 +32,9 @@ export interface FakeAppOrg {
 export interface FakeApp {
   app: FastifyInstance;
   runtime: FakeRuntime;
+  /** This process's node, on the FakeRuntime, and the placement over it. */
+  node: LocalNode;
+  placement: Placement;
   store: SqliteStore;
   services: Services;
   /** Two organizations: a sandbox of one is another's 403. */
@@ -40,7 +46,8 @@ export interface FakeApp {
 
 /**
  * The lifecycle API as the daemon wires it (main.ts), minus what needs root: an in-memory SQLite
- * store, the FakeRuntime (no container: its agents answer on real unix sockets), the real gateway
+ * store, this process's node on the FakeRuntime (no container: its agents answer on real unix
+ * sockets) behind the real placement, the real gateway
  * in host mode (which opens no port per sandbox), and the built-in `base` template on a layer
  * directory that exists but holds nothing. No warm pool ahead of time, no snapshots, no builds.
  */
@@ -48,8 +55,10 @@ export async function buildFakeApp(env: NodeJS.ProcessEnv = {}): Promise<FakeApp
   const dir = await mkdtemp(join(tmpdir(), 'sbd-fake-app-'));
   const config = loadConfig({ SANDBOXD_DATA_DIR: dir, SANDBOXD_GATEWAY_DOMAIN: 'sandbox.test', ...env }, { cpus: 4, memoryMb: 8192, diskGb: 100 });
   const store = SqliteStore.open(':memory:');
-  const runtime = new FakeRuntime({ socketDir: join(dir, 'sockets') });
+  const { node, runtime } = fakeNode({ socketDir: join(dir, 'sockets'), agentReadyTimeoutMs: config.agentReadyTimeoutMs });
   await runtime.setupHost();
+  const placement = fixedPlacement(store, node);
+  await placement.start();
   const layersDir = join(dir, 'layers');
   const keys = new KeyService(store);
   const templates = new TemplateService(store);
@@ -66,7 +75,7 @@ export async function buildFakeApp(env: NodeJS.ProcessEnv = {}): Promise<FakeApp
   const quotas = new QuotaService(store, config.limits);
   const sandboxes = new SandboxService({
     store,
-    runtime,
+    placement,
     tokens,
     templates,
     layerPath: (id) => join(layersDir, id),
@@ -79,10 +88,9 @@ export async function buildFakeApp(env: NodeJS.ProcessEnv = {}): Promise<FakeApp
     agentReadyTimeoutMs: config.agentReadyTimeoutMs,
     tombstoneSeconds: config.tombstoneSeconds,
     pausedRetentionSeconds: config.pausedRetentionSeconds,
-    nodeId: 'fake-node',
     log: () => undefined,
   });
-  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, connections };
+  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, connections, placement };
   const app = await buildApp({ services });
   const org = async (name: string): Promise<FakeAppOrg> => {
     const o = await keys.ensureOrg(name);
@@ -92,6 +100,8 @@ export async function buildFakeApp(env: NodeJS.ProcessEnv = {}): Promise<FakeApp
   return {
     app,
     runtime,
+    node,
+    placement,
     store,
     services,
     orgs,
@@ -103,6 +113,7 @@ export async function buildFakeApp(env: NodeJS.ProcessEnv = {}): Promise<FakeApp
       await app.close();
       await sandboxes.settle();
       await gateway.closeAll();
+      await placement.close();
       await runtime.dispose();
       store.close();
       await rm(dir, { recursive: true, force: true });

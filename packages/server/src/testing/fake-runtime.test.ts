@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { AgentHealthResponse, CommandResponse, EnvResponse } from '@sandboxd/protocol';
 import { runtimeConformance } from '../runtime/conformance.js';
-import { agentGet, agentJson } from '../services/agent-client.js';
+import { agentGet, agentJson } from '../node/agent-client.js';
 import { echoCommand } from './fake-agent.js';
 import { FakeRuntime } from './fake-runtime.js';
 import { validator } from './openapi-check.js';

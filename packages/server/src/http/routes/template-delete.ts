@@ -13,7 +13,7 @@ export function deleteTemplateRoute(app: FastifyInstance, s: Services): void {
       const org = principalOf(req).orgId;
       const t = await s.templates.resolve(req.params.nameOrId, org);
       await builds.deleteTemplate(org, t);
-      await s.pool?.dropTemplate(t.id);
+      await s.placement?.dropWarm(t.id);
       await s.gcLayers?.();
       return { id: t.id, status: 'deleted', request_id: req.id };
     },

@@ -12,9 +12,11 @@ import { ServiceError } from '@sandboxd/protocol';
 import { nodeApi } from '../node/node-api.js';
 import { SqliteStore } from '../store/sqlite.js';
 import type { SandboxRow } from '../store/types.js';
+import { registeredPlacement } from '../testing/cluster.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
+import { nodeOver } from '../testing/fake-node.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
-import { ClusterRuntime } from './cluster-runtime.js';
+import type { Placement } from './placement.js';
 
 const { signer, verifier } = testClusterKeys();
 const store = SqliteStore.open(':memory:');
@@ -22,20 +24,19 @@ const capacity = { vcpu: 2, memoryMb: 2048, diskGb: 10, maxSandboxes: 10 };
 let dir: string;
 let fake: FakeRuntime;
 let app: FastifyInstance;
-let cluster: ClusterRuntime;
+let cluster: Placement;
 
 before(async () => {
   dir = await mkdtemp(join(tmpdir(), 'sbd-back-'));
   fake = new FakeRuntime({ socketDir: join(dir, 's') });
   await fake.setupHost();
-  app = nodeApi({ nodeId: 'node-z', runtime: fake, auth: verifier });
+  app = nodeApi({ node: nodeOver(fake, 'node-z'), byReference: false, auth: verifier });
   await app.listen({ host: '127.0.0.1', port: 0 });
   // Registered with a lease that runs out at once, and no heartbeat.
   await store.nodes.register({ id: 'node-z', url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, capacity }, 1);
   // This process reads the node list once a minute of its own accord.
-  cluster = new ClusterRuntime({ store, auth: signer, refreshMs: 60_000, claimEveryMs: 0 });
   await new Promise((r) => setTimeout(r, 20));
-  await cluster.setupHost();
+  ({ placement: cluster } = await registeredPlacement(store, signer, { refreshMs: 60_000 }));
 });
 
 after(async () => {
@@ -57,9 +58,9 @@ test("a node back since the last read is served at once; one still away answers 
   };
   await store.sandboxes.insert(row);
   await new Promise((r) => setTimeout(r, 300));
-  await assert.rejects(cluster.status(id), (e: unknown) => e instanceof ServiceError && e.code === 'NODE_UNAVAILABLE', 'away');
+  await assert.rejects(cluster.node('node-z').status(id), (e: unknown) => e instanceof ServiceError && e.code === 'NODE_UNAVAILABLE', 'away');
   await store.nodes.heartbeat('node-z', { usage: { sandboxes: 1, vcpu: 1, memoryMb: 256, diskGb: 1 }, warm: {}, layersDigest: null }, 30_000);
   await new Promise((r) => setTimeout(r, 300));
-  assert.equal(await cluster.status(id), 'running', 'back: served without waiting for the next read of the list');
+  assert.equal(await cluster.node('node-z').status(id), 'running', 'back: served without waiting for the next read of the list');
   await fake.destroy(id);
 });

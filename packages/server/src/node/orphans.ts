@@ -1,4 +1,4 @@
-import type { Runtime } from '../runtime/types.js';
+import type { Node } from './types.js';
 import type { Store } from '../store/types.js';
 
 /** At most this many owners' claims (the node API bounds the ids in one). */
@@ -7,7 +7,7 @@ const MAX_CLAIM_TTL_MS = 10 * 60_000;
 
 export interface OrphanCollectorOptions {
   nodeId: string;
-  runtime: Pick<Runtime, 'list' | 'destroy'>;
+  node: Pick<Node, 'list' | 'destroy'>;
   /** What the store records on this node: the store itself, or control's registry (NodeRegistry.liveIds). */
   store?: Pick<Store, 'sandboxes'>;
   liveIds?: () => Promise<string[]>;
@@ -78,7 +78,7 @@ export class OrphanCollector {
 
   private async look(now: number): Promise<void> {
     this.expire(now);
-    const held = await this.o.runtime.list();
+    const held = await this.o.node.list();
     // Read after the listing: a create recorded between the two is seen as owned.
     const owned = new Set(this.o.liveIds ? await this.o.liveIds() : (await this.o.store!.sandboxes.live(this.o.nodeId)).map((r) => r.id));
     // Read after the listing too: a ready sandbox handed out meanwhile is control's from now (its
@@ -99,7 +99,7 @@ export class OrphanCollector {
       if (now - since < this.o.graceMs) continue;
       this.o.log('destroying a sandbox no one owns: no row of this node and no claim for it since the grace period began', { id, unowned_since: new Date(since).toISOString() });
       try {
-        await this.o.runtime.destroy(id);
+        await this.o.node.destroy(id);
         this.unowned.delete(id);
         this.destroyed.push(id);
         if (this.destroyed.length > 1000) this.destroyed.splice(0, this.destroyed.length - 1000);

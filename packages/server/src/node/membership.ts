@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
-import type { Runtime } from '../runtime/types.js';
 import type { NodeCapacity, NodeRegistration, NodeReport, NodeRow, SandboxUsage, Store } from '../store/types.js';
+import type { Node } from './types.js';
 
 /**
  * Where a node keeps its entry and reads what the store says of its sandboxes: the store itself
@@ -31,7 +31,8 @@ export interface NodeMembershipOptions {
   /** The registry (absent: the store's, `store` then required). */
   registry?: NodeRegistry;
   store?: Store;
-  runtime: Pick<Runtime, 'list'>;
+  /** The node whose sandboxes it reports. */
+  node: Pick<Node, 'list'>;
   id: string;
   url: string;
   capacity: NodeCapacity;
@@ -102,7 +103,7 @@ export class NodeMembership {
     const mine = now;
     this.beatingSince = mine;
     try {
-      const [ids, used, layers] = await Promise.all([this.o.runtime.list(), this.registry.usage(this.o.id), this.o.layers?.().catch(() => undefined)]);
+      const [ids, used, layers] = await Promise.all([this.o.node.list(), this.registry.usage(this.o.id), this.o.layers?.().catch(() => undefined)]);
       const row = await this.registry.heartbeat(
         this.o.id,
         { usage: { sandboxes: ids.length, vcpu: used?.activeVcpu ?? 0, memoryMb: used?.activeMemoryMb ?? 0, diskGb: used?.diskGb ?? 0 }, warm: this.o.warm?.() ?? {}, layersDigest: layers ? layersDigestOf(layers) : null },

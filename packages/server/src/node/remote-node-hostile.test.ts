@@ -1,4 +1,4 @@
-// Red team of RemoteRuntime: a compromised node answering control. Whatever it sends, control
+// Red team of RemoteNode: a compromised node answering control. Whatever it sends, control
 // gets an error of that node (RUNTIME_ERROR) in bounded time and memory, never a hang, a crash
 // or a value of the wrong shape passed on as the runtime's answer.
 import assert from 'node:assert/strict';
@@ -8,18 +8,18 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ServiceError } from '@sandboxd/protocol';
 import { testClusterKeys } from '../testing/cluster-keys.js';
-import { RemoteRuntime } from './remote-runtime.js';
+import { RemoteNode } from './remote-node.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 
-describe('RemoteRuntime against a hostile node', { timeout: process.env.SANDBOXD_SLOW_TESTS ? 420_000 : 60_000 }, () => {
+describe('RemoteNode against a hostile node', { timeout: process.env.SANDBOXD_SLOW_TESTS ? 420_000 : 60_000 }, () => {
   let server: Server;
   let url: string;
   let handler: Handler = (_q, s) => s.end();
   let sent = 0;
   const sockets = new Set<Socket>();
   const { signer } = testClusterKeys();
-  const remote = (o: { callTimeoutMs?: number } = {}) => new RemoteRuntime({ nodeId: 'node-h', url, auth: signer, callTimeoutMs: o.callTimeoutMs ?? 5000 });
+  const remote = (o: { callTimeoutMs?: number } = {}) => new RemoteNode({ id: 'node-h', url, auth: signer, callTimeoutMs: o.callTimeoutMs ?? 5000 });
   // A faulty answer is that node's outage: RUNTIME_ERROR, or NODE_UNAVAILABLE when it cannot be read in time and size.
   const nodeFault = (err: unknown) => err instanceof ServiceError && (err.code === 'RUNTIME_ERROR' || err.code === 'NODE_UNAVAILABLE');
 
@@ -86,7 +86,7 @@ describe('RemoteRuntime against a hostile node', { timeout: process.env.SANDBOXD
     answer('{"cpuUsageNs":"lots"}');
     await assert.rejects(remote().stats('a1'), nodeFault, 'stats that are not numbers');
     answer('{"node_id":"node-other"}');
-    await assert.rejects(remote().setupHost(), /is node-other, not node-h/, 'a node claiming another id');
+    await assert.rejects(remote().ping(), /is node-other, not node-h/, 'a node claiming another id');
   });
 
   test('an error answer with a huge or odd body is still the node\'s error', async () => {

@@ -4,11 +4,11 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { loadConfig } from './config.js';
-import { openStore } from './main.js';
-import { PostgresStore } from './store/postgres.js';
-import { SqliteStore } from './store/sqlite.js';
-import { startPostgres } from './testing/postgres.js';
+import { loadConfig } from '../config.js';
+import { openStore } from './shared.js';
+import { PostgresStore } from '../store/postgres.js';
+import { SqliteStore } from '../store/sqlite.js';
+import { startPostgres } from '../testing/postgres.js';
 
 const HOST = { cpus: 2, memoryMb: 4096, diskGb: 20 };
 

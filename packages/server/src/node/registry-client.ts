@@ -1,6 +1,6 @@
 import { describeCause, ServiceError } from '@sandboxd/protocol';
 import { Agent as UndiciAgent, type Dispatcher } from 'undici';
-import type { NodeRegistry } from './node-membership.js';
+import type { NodeRegistry } from './membership.js';
 import type { NodeRegistration, NodeReport, NodeRow, SandboxUsage } from '../store/types.js';
 
 export interface RegistryClientOptions {

@@ -15,9 +15,9 @@ import { SqliteStore } from '../store/sqlite.js';
 import type { SandboxRow } from '../store/types.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
-import type { Services } from './index.js';
-import { NodeMembership } from './node-membership.js';
-import { NodeRegistryAuth } from './node-registry.js';
+import type { Services } from '../services/index.js';
+import { NodeMembership } from './membership.js';
+import { NodeRegistryAuth } from '../services/node-registry.js';
 import { RegistryClient } from './registry-client.js';
 
 describe("the nodes' registry through control", { timeout: 60_000 }, () => {
@@ -54,14 +54,14 @@ describe("the nodes' registry through control", { timeout: 60_000 }, () => {
 
   test('a node registers and heartbeats with its credential; the store has its entry; it reads only its own sandboxes', async () => {
     const client = new RegistryClient({ controlUrl: url, credential: await signer.nodeCredentialFor('node-a') });
-    const m = new NodeMembership({ registry: client, runtime: fake, id: 'node-a', url: 'http://10.0.0.7:7070', capacity, leaseMs: 30_000, layers: async () => ['a'.repeat(64)] });
+    const m = new NodeMembership({ registry: client, node: fake, id: 'node-a', url: 'http://10.0.0.7:7070', capacity, leaseMs: 30_000, layers: async () => ['a'.repeat(64)] });
     const row = await m.start();
     m.stop();
     assert.equal(row.status, 'active');
     const stored = await store.nodes.byId('node-a');
     assert.equal(stored?.url, 'http://10.0.0.7:7070');
     assert.deepEqual(stored?.capacity, capacity);
-    const beat = await new NodeMembership({ registry: client, runtime: fake, id: 'node-a', url: 'http://10.0.0.7:7070', capacity, leaseMs: 30_000, layers: async () => ['a'.repeat(64)] }).beat();
+    const beat = await new NodeMembership({ registry: client, node: fake, id: 'node-a', url: 'http://10.0.0.7:7070', capacity, leaseMs: 30_000, layers: async () => ['a'.repeat(64)] }).beat();
     assert.equal(beat?.id, 'node-a');
     assert.match((await store.nodes.byId('node-a'))!.layersDigest ?? '', /^sha256:/);
 
@@ -123,7 +123,7 @@ describe("the nodes' registry through control", { timeout: 60_000 }, () => {
 
   test('a node an operator removed is told so, and stops heartbeating', async () => {
     const client = new RegistryClient({ controlUrl: url, credential: await signer.nodeCredentialFor('node-c') });
-    const m = new NodeMembership({ registry: client, runtime: fake, id: 'node-c', url: 'http://10.0.0.8:7070', capacity, leaseMs: 30_000 });
+    const m = new NodeMembership({ registry: client, node: fake, id: 'node-c', url: 'http://10.0.0.8:7070', capacity, leaseMs: 30_000 });
     await m.start();
     await store.nodes.remove('node-c');
     assert.equal(await m.beat(), undefined);
@@ -134,7 +134,7 @@ describe("the nodes' registry through control", { timeout: 60_000 }, () => {
   test('control away: the node keeps trying to register, and registers once control answers', async () => {
     const away = new RegistryClient({ controlUrl: 'http://127.0.0.1:9', credential: await signer.nodeCredentialFor('node-d') });
     await assert.rejects(away.register({ id: 'node-d', url: 'http://10.0.0.9:7070', capacity }, 30_000), (err: unknown) => err instanceof ServiceError && err.code === 'STORE_UNAVAILABLE');
-    const m = new NodeMembership({ registry: away, runtime: fake, id: 'node-d', url: 'http://10.0.0.9:7070', capacity, leaseMs: 30_000 });
+    const m = new NodeMembership({ registry: away, node: fake, id: 'node-d', url: 'http://10.0.0.9:7070', capacity, leaseMs: 30_000 });
     const started = m.startWhenReachable(50);
     await new Promise((r) => setTimeout(r, 200));
     m.stop();

@@ -3,17 +3,21 @@ import { request as tlsRequest } from 'node:https';
 import { isIP, type Socket } from 'node:net';
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { Agent as UndiciAgent, type Dispatcher } from 'undici';
-import { describeCause, isErrorCode, ServiceError } from '@sandboxd/protocol';
-import type { ClusterSigner } from './cluster-auth.js';
-import { EXPORT_STATS_HEADER, LAYER_BYTES_HEADER, LAYER_DIGEST_HEADER, parseExportStats } from './layer-export-wire.js';
-import type { EgressPolicy } from './egress-policy.js';
-import type { ListeningPort } from './listening.js';
-import { checkId, checkSpec, ID_RE } from './sandbox-paths.js';
-import { ExportTooLarge, type LayerSource, type LayerUnpacker, type Runtime, type RuntimeStatus, type SandboxSpec, type SandboxStats, type StepRunOptions } from './types.js';
-import { SNAPSHOT_COPY_TIMEOUT_MS, SNAPSHOT_MAX_ENTRIES } from './verbs/export-layer.js';
+import { describeCause, ServiceError } from '@sandboxd/protocol';
+import type { ClusterSigner } from '../runtime/cluster-auth.js';
+import { EXPORT_STATS_HEADER, LAYER_BYTES_HEADER, LAYER_DIGEST_HEADER, parseExportStats } from '../runtime/layer-export-wire.js';
+import type { EgressPolicy } from '../runtime/egress-policy.js';
+import type { ListeningPort } from '../runtime/listening.js';
+import { checkId, checkSpec, ID_RE } from '../runtime/sandbox-paths.js';
+import { ExportTooLarge, type ExportStats, type LayerSource, type LayerUnpacker, type RuntimeStatus, type SandboxStats } from '../runtime/types.js';
+import { SNAPSHOT_COPY_TIMEOUT_MS, SNAPSHOT_MAX_ENTRIES } from '../runtime/verbs/export-layer.js';
+import type { Node, NodeSpec, Taken, TakeAsk } from './types.js';
+import { abandonedCreate } from './warm-pool.js';
+import { errorFromNode } from './wire-errors.js';
 
-export interface RemoteRuntimeOptions {
-  nodeId: string;
+export interface RemoteNodeOptions {
+  /** The node's name in the cluster (its tokens name it). */
+  id: string;
   /** The node's API, e.g. `http://10.0.0.7:7070`. */
   url: string;
   auth: ClusterSigner;
@@ -53,9 +57,6 @@ const EXPORT_MIN_BYTES_PER_SECOND = 5e6;
 
 /** A create may fetch its layers first: its deadline grows by their size at this rate (bytes/s). */
 const LAYER_FETCH_BYTES_PER_SECOND = 20e6;
-
-/** The env_vars a warm ask carries at most, as JSON (the node's own bound is larger, its body 1 MiB); more are set through the relay. */
-const AGENT_ENV_ASK_MAX_BYTES = 256 * 1024;
 
 /** The most control reads of one answer of a node (a status list of 100k sandboxes is ~3 MiB). */
 const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
@@ -118,32 +119,34 @@ async function readStreamCapped(res: IncomingMessage, max: number): Promise<stri
 }
 
 /**
- * The `Runtime` of another machine, driven through its node API (node/node-api.ts). Every verb is
- * the same call as in process, keyed by sandbox id and idempotent, so a call that timed out may
- * be made again. A node that cannot be reached is an outage of that node (NODE_UNAVAILABLE, 503);
- * the node's own errors come back as they were thrown there.
+ * A node of the cluster, driven through its node API (node/node-api.ts): the same contract as the
+ * LocalNode it serves there. Every verb is keyed by sandbox id and idempotent, so a call that timed
+ * out may be made again. A node that cannot be reached is an outage of that node
+ * (NODE_UNAVAILABLE, 503); the node's own errors come back as they were thrown there.
  */
-export class RemoteRuntime implements Runtime {
-  readonly nodeId: string;
+export class RemoteNode implements Node {
+  readonly id: string;
   private readonly base: URL;
   private readonly log: (msg: string) => void;
   /** This node's connections (made when first needed, again after close()). */
   private dispatcher: Dispatcher | undefined;
 
-  constructor(private readonly o: RemoteRuntimeOptions) {
-    this.nodeId = o.nodeId;
+  constructor(private readonly o: RemoteNodeOptions) {
+    this.id = o.id;
     this.base = new URL(o.url);
     if (this.base.protocol !== 'http:' && this.base.protocol !== 'https:') throw new Error(`node url must be http: or https: (${o.url})`);
 
     this.log = o.log ?? (() => undefined);
   }
 
-  private async call<T>(method: string, path: string, body?: unknown, timeoutMs = this.o.callTimeoutMs ?? 30_000): Promise<T> {
-    const headers: Record<string, string> = { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}` };
+  /** `gone`: the caller went away (a create's client): the call is cut, and fails as abandoned. */
+  private async call<T>(method: string, path: string, body?: unknown, timeoutMs = this.o.callTimeoutMs ?? 30_000, gone?: AbortSignal): Promise<T> {
+    if (gone?.aborted) throw abandonedCreate();
+    const headers: Record<string, string> = { authorization: `Bearer ${await this.o.auth.tokenFor(this.id)}` };
     if (body !== undefined) headers['content-type'] = 'application/json';
     let res: Response | undefined;
     let text = '';
-    const deadline = AbortSignal.timeout(timeoutMs);
+    const deadline = gone ? AbortSignal.any([AbortSignal.timeout(timeoutMs), gone]) : AbortSignal.timeout(timeoutMs);
     // Once more at once when the connection failed (not the deadline): a kept-alive connection
     // that died with a network cut fails the first call after it, and every verb is idempotent.
     for (let attempt = 1; ; attempt++) {
@@ -153,15 +156,16 @@ export class RemoteRuntime implements Runtime {
         text = await readCapped(res, MAX_ANSWER_BYTES);
         break;
       } catch (err) {
+        if (gone?.aborted) throw abandonedCreate();
         if (attempt < 2 && !deadline.aborted) continue;
-        throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} cannot be reached; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(`${method} ${path}: ${describeCause(err)}`);
+        throw new ServiceError('NODE_UNAVAILABLE', `node ${this.id} cannot be reached; try again`, { node: this.id, retry_after: 5 }).withDetail(`${method} ${path}: ${describeCause(err)}`);
       }
     }
     if (res.ok) {
       try {
         return (text ? JSON.parse(text) : undefined) as T;
       } catch {
-        throw badAnswer(this.nodeId, `${method} ${path}: not JSON`);
+        throw badAnswer(this.id, `${method} ${path}: not JSON`);
       }
     }
     throw this.failure(res.status, text);
@@ -197,20 +201,9 @@ export class RemoteRuntime implements Runtime {
     return { ...init, dispatcher: this.dispatcher } as RequestInit;
   }
 
-  /** A node's error answer, as the error it threw there (a bug of the node's stays a bug). */
+  /** A node's error answer, as the error it threw there (node/wire-errors.ts). */
   private failure(status: number, text: string): Error {
-    let e: { code?: unknown; message?: unknown; detail?: unknown; extra?: unknown; programming?: unknown } = {};
-    try {
-      e = JSON.parse(text) as typeof e;
-    } catch {
-      /* not the node's shape */
-    }
-    if (e.programming === true) return new Error(`node ${this.nodeId}: ${String(e.detail ?? e.message)}`);
-    const code = isErrorCode(e.code) ? e.code : 'RUNTIME_ERROR';
-    const extra = e.extra && typeof e.extra === 'object' ? (e.extra as Record<string, unknown>) : {};
-    const err = new ServiceError(code, typeof e.message === 'string' ? e.message : `node ${this.nodeId} answered ${status}`, extra);
-    if (typeof e.detail === 'string') err.withDetail(`node ${this.nodeId}: ${e.detail}`);
-    return err;
+    return errorFromNode(this.id, status, text);
   }
 
   private sandbox(id: string, verb = ''): string {
@@ -218,48 +211,37 @@ export class RemoteRuntime implements Runtime {
     return `/node/v1/sandboxes/${id}${verb}`;
   }
 
-  /** The node prepares its own host; here: whether it answers, with our token. */
-  async setupHost(): Promise<void> {
+  /** Whether the node answers, with our token, as the node this client names. */
+  async ping(): Promise<void> {
     const h = await this.call<{ node_id?: unknown } | null>('GET', '/node/v1/health');
-    if (h?.node_id !== this.nodeId) throw new Error(`the node at ${this.o.url} is ${String(h?.node_id)}, not ${this.nodeId}`);
-  }
-
-  async create(spec: SandboxSpec): Promise<void> {
-    checkSpec(spec);
-    const { body, bytes } = await this.wire(spec);
-    await this.call('PUT', this.sandbox(spec.id), body, this.bootTimeout(bytes));
-  }
-
-  async start(spec: SandboxSpec): Promise<void> {
-    checkSpec(spec);
-    const { body, bytes } = await this.wire(spec);
-    await this.call('POST', this.sandbox(spec.id, '/start'), body, this.bootTimeout(bytes));
+    if (h?.node_id !== this.id) throw new Error(`the node at ${this.o.url} is ${String(h?.node_id)}, not ${this.id}`);
   }
 
   /**
-   * A running sandbox of `spec` from the node's warm pool, or booted there now: the node picks its
-   * id (and so its hostname and SANDBOX_ID), so the spec goes without them. `warm`: it was ready.
-   * With `agentEnv` (the create's env_vars, when they fit in one ask), the node sets them on the
-   * agent before it answers, and says so (`envSet`): one call on the agent's socket there, instead
-   * of a relayed connection from here. A node of an earlier version refuses the field: asked again
-   * without it.
+   * A running sandbox of the ask's spec from the node's warm pool, or booted there now: the node
+   * picks its id (and so its hostname and SANDBOX_ID), so the spec goes without them; the node sets
+   * the ask's env and policy before it answers.
    */
-  async askWarm(spec: SandboxSpec, pool: { id: string; label: string }, agentEnv?: Record<string, string>): Promise<{ id: string; warm: boolean; envSet: boolean }> {
-    const { id: _id, hostname: _hostname, env, ...rest } = spec;
+  async take(ask: TakeAsk): Promise<Taken> {
+    const { id: _id, hostname: _hostname, env, ...rest } = ask.spec;
     const { SANDBOX_ID: _sandboxId, ...own } = env;
     const { body, bytes } = await this.wire({ ...rest, id: '', hostname: '', env: own });
     const { id: _i, hostname: _h, ...wired } = body as Record<string, unknown>;
-    const ask = { spec: wired, pool_id: pool.id, label: pool.label };
-    const withEnv = agentEnv && Buffer.byteLength(JSON.stringify(agentEnv)) <= AGENT_ENV_ASK_MAX_BYTES ? { ...ask, agent_env: agentEnv } : undefined;
-    let r: { id?: unknown; warm?: unknown; env_set?: unknown } | null;
-    try {
-      r = await this.call('POST', '/node/v1/warm', withEnv ?? ask, this.bootTimeout(bytes));
-    } catch (err) {
-      if (!withEnv || !(err instanceof ServiceError && err.code === 'VALIDATION_ERROR')) throw err;
-      r = await this.call('POST', '/node/v1/warm', ask, this.bootTimeout(bytes));
-    }
-    if (typeof r?.id !== 'string' || !ID_RE.test(r.id) || typeof r.warm !== 'boolean') throw badAnswer(this.nodeId, 'a ready sandbox');
-    return { id: r.id, warm: r.warm, envSet: withEnv !== undefined && r.env_set === true };
+    const r = await this.call<{ id?: unknown; warm?: unknown } | null>(
+      'POST',
+      '/node/v1/warm',
+      { spec: wired, pool_id: ask.poolId, label: ask.label, agent_env: ask.env, ...(ask.egress ? { egress: ask.egress } : {}) },
+      this.bootTimeout(bytes),
+      ask.signal,
+    );
+    if (typeof r?.id !== 'string' || !ID_RE.test(r.id) || typeof r.warm !== 'boolean') throw badAnswer(this.id, 'a ready sandbox');
+    return { id: r.id, warm: r.warm };
+  }
+
+  async start(spec: NodeSpec): Promise<void> {
+    checkSpec(spec);
+    const { body, bytes } = await this.wire(spec);
+    await this.call('POST', this.sandbox(spec.id, '/start'), body, this.bootTimeout(bytes));
   }
 
   /** The node's warm pool forgets `poolId` (a template deleted or rebuilt). */
@@ -267,13 +249,16 @@ export class RemoteRuntime implements Runtime {
     await this.call('DELETE', `/node/v1/warm/${encodeURIComponent(poolId)}`, undefined, 10_000);
   }
 
-  /** The spec as the node takes it: layers by reference (see RemoteRuntimeOptions.layers). */
-  private async wire(spec: SandboxSpec): Promise<{ body: unknown; bytes: number }> {
-    if (!this.o.layers) return { body: spec, bytes: 0 };
+  /** The spec as the node takes it: layers by reference (see RemoteNodeOptions.layers). */
+  private async wire(spec: NodeSpec): Promise<{ body: unknown; bytes: number }> {
+    if (!this.o.layers) {
+      const { layerRefs: _refs, ...paths } = spec;
+      return { body: paths, bytes: 0 };
+    }
     const ids = spec.layerIds;
     if (!ids || ids.length !== spec.lowerDirs.length) throw new ServiceError('INVALID_STATE', "this sandbox's layers are not known by id, so no node can be sent them");
-    const layers = await this.o.layers.refs(ids, this.nodeId);
-    const { lowerDirs: _paths, layerIds: _ids, ...rest } = spec;
+    const layers = await this.o.layers.refs(ids, this.id);
+    const { lowerDirs: _paths, layerIds: _ids, layerRefs: _refs, ...rest } = spec;
     return { body: { ...rest, layers }, bytes: layers.reduce((n, l) => n + l.bytes, 0) };
   }
 
@@ -299,19 +284,19 @@ export class RemoteRuntime implements Runtime {
 
   async status(id: string): Promise<RuntimeStatus> {
     const st = (await this.call<{ status?: unknown } | null>('GET', this.sandbox(id, '/status')))?.status;
-    if (!STATUSES.has(st)) throw badAnswer(this.nodeId, `status of ${id}`);
+    if (!STATUSES.has(st)) throw badAnswer(this.id, `status of ${id}`);
     return st as RuntimeStatus;
   }
 
   async statuses(ids: string[]): Promise<Map<string, RuntimeStatus>> {
     for (const id of ids) checkId(id);
     const r = (await this.call<{ statuses?: unknown } | null>('POST', '/node/v1/statuses', { ids }))?.statuses;
-    if (!r || typeof r !== 'object') throw badAnswer(this.nodeId, 'statuses');
+    if (!r || typeof r !== 'object') throw badAnswer(this.id, 'statuses');
     const byId = r as Record<string, unknown>;
     return new Map(
       ids.map((id) => {
         const st = Object.hasOwn(byId, id) ? byId[id] : 'missing';
-        if (!STATUSES.has(st)) throw badAnswer(this.nodeId, `status of ${id}`);
+        if (!STATUSES.has(st)) throw badAnswer(this.id, `status of ${id}`);
         return [id, st as RuntimeStatus];
       }),
     );
@@ -325,25 +310,25 @@ export class RemoteRuntime implements Runtime {
   /** The ids of the layers the node holds. */
   async layerIds(): Promise<string[]> {
     const ids = (await this.call<{ ids?: unknown } | null>('GET', '/node/v1/layers', undefined, 10_000))?.ids;
-    if (!Array.isArray(ids) || ids.length > 100_000 || !ids.every((id) => typeof id === 'string' && /^[0-9a-f]{64}$/.test(id))) throw badAnswer(this.nodeId, 'list of layers');
+    if (!Array.isArray(ids) || ids.length > 100_000 || !ids.every((id) => typeof id === 'string' && /^[0-9a-f]{64}$/.test(id))) throw badAnswer(this.id, 'list of layers');
     return ids as string[];
   }
 
   async list(): Promise<string[]> {
     const ids = (await this.call<{ ids?: unknown } | null>('GET', '/node/v1/sandboxes'))?.ids;
-    if (!Array.isArray(ids) || !ids.every((id) => typeof id === 'string' && ID_RE.test(id))) throw badAnswer(this.nodeId, 'list of sandboxes');
+    if (!Array.isArray(ids) || !ids.every((id) => typeof id === 'string' && ID_RE.test(id))) throw badAnswer(this.id, 'list of sandboxes');
     return ids as string[];
   }
 
   async stats(id: string): Promise<SandboxStats> {
     const s = await this.call<Record<string, unknown> | null>('GET', this.sandbox(id, '/stats'));
-    if (!s || typeof s !== 'object' || !Object.values(s).every((v) => typeof v === 'number' && Number.isFinite(v))) throw badAnswer(this.nodeId, `stats of ${id}`);
+    if (!s || typeof s !== 'object' || !Object.values(s).every((v) => typeof v === 'number' && Number.isFinite(v))) throw badAnswer(this.id, `stats of ${id}`);
     return s as unknown as SandboxStats;
   }
 
   async listeningPorts(id: string): Promise<ListeningPort[]> {
     const ports = (await this.call<{ ports?: unknown } | null>('GET', this.sandbox(id, '/ports')))?.ports;
-    if (!Array.isArray(ports)) throw badAnswer(this.nodeId, `ports of ${id}`);
+    if (!Array.isArray(ports)) throw badAnswer(this.id, `ports of ${id}`);
     return ports as ListeningPort[];
   }
 
@@ -360,7 +345,7 @@ export class RemoteRuntime implements Runtime {
    * into `dest` through the tar guard, its length and digest checked against what the node declared
    * (a node's tar is hostile input: images/layer-tar.ts).
    */
-  async exportLayer(id: string, dest: string, opts: { maxBytes?: number } = {}): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }> {
+  async exportLayer(id: string, dest: string, opts: { maxBytes?: number } = {}): Promise<ExportStats> {
     const path = this.sandbox(id, '/layer');
     const unpack = this.o.unpack;
     if (!unpack) throw new ServiceError('INVALID_STATE', 'snapshots of sandboxes on nodes are not taken here (no layer unpacker)');
@@ -389,15 +374,15 @@ export class RemoteRuntime implements Runtime {
     unpack: LayerUnpacker,
     cut: AbortController,
     sending: (bytes: number) => void,
-  ): Promise<{ bytes: number; allocated: number; entries: number; frozenMs: number }> {
+  ): Promise<ExportStats> {
     const signal = cut.signal;
     let res: IncomingMessage;
     try {
       // node:http, not fetch: fetch gives up on an answer's headers after 300 s of its own, and the
       // node's copy may take twice that (exportAnswerMs is the deadline here).
-      res = await postForStream(new URL(path, this.base), { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}`, 'content-type': 'application/json' }, JSON.stringify(opts.maxBytes === undefined ? {} : { max_bytes: opts.maxBytes }), signal, this.tlsOptions());
+      res = await postForStream(new URL(path, this.base), { authorization: `Bearer ${await this.o.auth.tokenFor(this.id)}`, 'content-type': 'application/json' }, JSON.stringify(opts.maxBytes === undefined ? {} : { max_bytes: opts.maxBytes }), signal, this.tlsOptions());
     } catch (err) {
-      throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} cannot be reached; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(`POST ${path}: ${describeCause(err)}`);
+      throw new ServiceError('NODE_UNAVAILABLE', `node ${this.id} cannot be reached; try again`, { node: this.id, retry_after: 5 }).withDetail(`POST ${path}: ${describeCause(err)}`);
     }
     const status = res.statusCode ?? 0;
     if (status < 200 || status > 299) {
@@ -419,7 +404,7 @@ export class RemoteRuntime implements Runtime {
     const most = stats ? stats.bytes + headed * 4096 : 0;
     if (!stats || !/^sha256:[0-9a-f]{64}$/.test(digest) || !Number.isSafeInteger(bytes) || bytes <= 0 || bytes > most || (opts.maxBytes !== undefined && stats.allocated > opts.maxBytes * 2 + 1024 ** 2)) {
       res.destroy();
-      throw badAnswer(this.nodeId, `POST ${path}: not a layer's answer (${digest.slice(0, 80)}, ${bytes} bytes, ${JSON.stringify(stats)})`);
+      throw badAnswer(this.id, `POST ${path}: not a layer's answer (${digest.slice(0, 80)}, ${bytes} bytes, ${JSON.stringify(stats)})`);
     }
     // The stats are the node's word: what bounds the tar is the room the snapshot has (a tar holds
     // every byte of a sparse file, which the node's count of its disk does not) and this replica's
@@ -455,8 +440,8 @@ export class RemoteRuntime implements Runtime {
     } catch (err) {
       res.destroy();
       // Refused as it came (a bad tar, length or digest): the node's fault; cut off: its outage.
-      if (!signal.aborted) throw badAnswer(this.nodeId, `POST ${path}: ${describeCause(err)}`);
-      throw new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} broke off sending sandbox ${id}'s files; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(describeCause(signal.aborted ? signal.reason : err));
+      if (!signal.aborted) throw badAnswer(this.id, `POST ${path}: ${describeCause(err)}`);
+      throw new ServiceError('NODE_UNAVAILABLE', `node ${this.id} broke off sending sandbox ${id}'s files; try again`, { node: this.id, retry_after: 5 }).withDetail(describeCause(signal.aborted ? signal.reason : err));
     } finally {
       clearTimeout(idle);
     }
@@ -466,23 +451,13 @@ export class RemoteRuntime implements Runtime {
     return { bytes: got.fileBytes, allocated: Math.max(stats.allocated, got.fileBytes), entries: got.entries, frozenMs: stats.frozenMs };
   }
 
-  /** Build steps write a layer into this machine's store: builds run where the layers are (issue 10, item 3). */
-  runStep(_opts: StepRunOptions): Promise<{ exitCode: number; timedOut: boolean }> {
-    return Promise.reject(new ServiceError('INVALID_STATE', 'template builds are not available on a remote node yet'));
-  }
-
-  /** Agent sockets are files of the node's machine: reach an agent with dialAgent(). */
-  agentSocket(id: string): string {
-    throw new ServiceError('RUNTIME_ERROR', `sandbox ${id} runs on node ${this.nodeId}: its agent is reached through the node`);
-  }
-
   /**
    * A connection to the sandbox's agent, relayed by its node (`CONNECT <id>.agent:1`): after it
    * resolves, the stream speaks the agent's protocol as its unix socket does.
    */
   async dialAgent(id: string, timeoutMs = 10_000): Promise<Socket> {
     checkId(id);
-    const token = await this.o.auth.tokenFor(this.nodeId);
+    const token = await this.o.auth.tokenFor(this.id);
     return new Promise((resolve, reject) => {
       // `timeout` below is the socket's idle time: a node that trickles its answer resets it, so
       // the whole handshake has a deadline of its own too.
@@ -502,7 +477,7 @@ export class RemoteRuntime implements Runtime {
         if (res.statusCode !== 200) {
           socket.destroy();
           const code = res.statusCode === 502 ? 'AGENT_UNAVAILABLE' : 'RUNTIME_ERROR';
-          reject(new ServiceError(code, `node ${this.nodeId} could not reach the agent of sandbox ${id}`).withDetail(`CONNECT answered ${res.statusCode}`));
+          reject(new ServiceError(code, `node ${this.id} could not reach the agent of sandbox ${id}`).withDetail(`CONNECT answered ${res.statusCode}`));
           return;
         }
         if (head.length > 0) socket.unshift(head);
@@ -513,7 +488,7 @@ export class RemoteRuntime implements Runtime {
       });
       req.once('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
       req.once('close', () => clearTimeout(deadline));
-      req.once('error', (err) => reject(new ServiceError('NODE_UNAVAILABLE', `node ${this.nodeId} cannot be reached; try again`, { node: this.nodeId, retry_after: 5 }).withDetail(describeCause(err))));
+      req.once('error', (err) => reject(new ServiceError('NODE_UNAVAILABLE', `node ${this.id} cannot be reached; try again`, { node: this.id, retry_after: 5 }).withDetail(describeCause(err))));
       req.end();
     });
   }
@@ -527,7 +502,7 @@ export class RemoteRuntime implements Runtime {
           const res = await fetch(
             new URL('/node/v1/oom-events', this.base),
             this.init({
-              headers: { authorization: `Bearer ${await this.o.auth.tokenFor(this.nodeId)}` },
+              headers: { authorization: `Bearer ${await this.o.auth.tokenFor(this.id)}` },
               signal: ac.signal,
             }),
           );
@@ -553,7 +528,7 @@ export class RemoteRuntime implements Runtime {
           }
         } catch (err) {
           if (ac.signal.aborted) return;
-          this.log(`node ${this.nodeId}: oom events: ${describeCause(err)}; again in ${delay} ms`);
+          this.log(`node ${this.id}: oom events: ${describeCause(err)}; again in ${delay} ms`);
         }
         await new Promise((r) => setTimeout(r, delay));
       }

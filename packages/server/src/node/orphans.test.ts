@@ -10,9 +10,9 @@ function setup(o: { held: string[]; rows: Array<{ id: string; nodeId: string }>;
   const collector = new OrphanCollector({
     nodeId: 'n1',
     graceMs: 60_000,
-    runtime: {
+    node: {
       list: async () => [...held],
-      destroy: async (id) => {
+      destroy: async (id: string) => {
         destroyed.push(id);
         held.delete(id);
       },

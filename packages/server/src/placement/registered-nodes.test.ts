@@ -5,14 +5,17 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { ServiceError } from '@sandboxd/protocol';
+import { NodeMembership } from '../node/membership.js';
 import { nodeApi } from '../node/node-api.js';
-import { testClusterKeys } from '../testing/cluster-keys.js';
-import type { Runtime } from '../runtime/types.js';
+import type { Node } from '../node/types.js';
 import { SqliteStore } from '../store/sqlite.js';
+import { registeredPlacement } from '../testing/cluster.js';
+import { testClusterKeys } from '../testing/cluster-keys.js';
+import { nodeOver } from '../testing/fake-node.js';
 import { baseLayer } from '../testing/fixtures.js';
 import { assertNoLeaks, createTestRuntime, testSpec, type TestRuntime } from '../testing/runtime-fixtures.js';
-import { ClusterRuntime } from './cluster-runtime.js';
-import { NodeMembership } from './node-membership.js';
+import type { Placement } from './placement.js';
+import type { RegisteredNodes } from './registered-nodes.js';
 
 const { signer, verifier } = testClusterKeys();
 const LEASE_MS = 1500;
@@ -25,9 +28,9 @@ interface TestNode {
   membership: NodeMembership;
 }
 
-/** /health of a sandbox's agent through the cluster's dialer. */
-async function health(rt: Runtime, id: string): Promise<number> {
-  const sock = await rt.dialAgent(id, 5000);
+/** /health of a sandbox's agent through its node. */
+async function health(node: Node, id: string): Promise<number> {
+  const sock = await node.dialAgent(id, 5000);
   return new Promise((resolve, reject) => {
     const req = request({ createConnection: () => sock, path: '/health', headers: { host: 'agent' } }, (res) => {
       res.resume();
@@ -38,14 +41,15 @@ async function health(rt: Runtime, id: string): Promise<number> {
   });
 }
 
-describe('ClusterRuntime: placement over registered nodes, and nodes that go away', { timeout: 300_000 }, () => {
+describe('Placement over registered nodes (CrunRuntime behind real node APIs), and nodes that go away', { timeout: 300_000 }, () => {
   const store = SqliteStore.open(':memory:');
   const nodes: TestNode[] = [];
   let lower: string;
-  let cluster: ClusterRuntime;
+  let cluster: Placement;
+  let nodes_: RegisteredNodes;
 
   const serveNode = async (n: TestNode) => {
-    n.app = nodeApi({ nodeId: n.id, runtime: n.t.rt, auth: verifier });
+    n.app = nodeApi({ node: nodeOver(n.t.rt, n.id), byReference: false, auth: verifier });
     await n.app.listen({ host: '127.0.0.1', port: n.port });
     n.port = (n.app.server.address() as AddressInfo).port;
   };
@@ -56,12 +60,11 @@ describe('ClusterRuntime: placement over registered nodes, and nodes that go awa
       const t = await createTestRuntime();
       const n: TestNode = { id, t, port: 0, membership: undefined as unknown as NodeMembership };
       await serveNode(n);
-      n.membership = new NodeMembership({ store, runtime: t.rt, id, url: `http://127.0.0.1:${n.port}`, capacity: { vcpu: 2, memoryMb: 1024, diskGb: 20, maxSandboxes: 3 }, leaseMs: LEASE_MS });
+      n.membership = new NodeMembership({ store, node: t.rt, id, url: `http://127.0.0.1:${n.port}`, capacity: { vcpu: 2, memoryMb: 1024, diskGb: 20, maxSandboxes: 3 }, leaseMs: LEASE_MS });
       await n.membership.start();
       nodes.push(n);
     }
-    cluster = new ClusterRuntime({ store, auth: signer, refreshMs: 100 });
-    await cluster.setupHost();
+    ({ placement: cluster, nodes: nodes_ } = await registeredPlacement(store, signer, { refreshMs: 100 }));
   });
 
   after(async () => {
@@ -76,10 +79,15 @@ describe('ClusterRuntime: placement over registered nodes, and nodes that go awa
     store.close();
   });
 
-  const spec = (id: string) => testSpec(id, [lower], { resources: { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 128 } });
+  const spec = () => ({ ...testSpec('', [lower], { resources: { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 128 }, layerIds: ['base'] }), env: {} });
+  /** A sandbox as a create takes it. */
+  const take = () => cluster.take({ spec: spec(), poolId: 'base', label: 'base', env: {}, egress: null });
+  /** Where each sandbox is, as its row says. */
+  const on = new Map<string, string>();
+  const nodeOf = (id: string) => cluster.node(on.get(id)!);
   /** What the services do once a sandbox is handed out: its row, on its node. */
-  const record = async (id: string) => {
-    const nodeId = cluster.nodeOf(id)!;
+  const record = async ({ id, nodeId }: { id: string; nodeId: string }) => {
+    on.set(id, nodeId);
     const now = new Date().toISOString();
     await store.sandboxes.insert({
       id, orgId: 'org_a', templateId: 't', templateName: 'base', status: 'running', region: 'local', internetAccess: false, egress: null, timeoutSeconds: null, expiresAt: null,
@@ -92,30 +100,31 @@ describe('ClusterRuntime: placement over registered nodes, and nodes that go awa
 
   test('creates spread over the nodes by what they hold; each sandbox is reached on its node', async () => {
     const placed: string[] = [];
-    for (const id of ['cl1', 'cl2', 'cl3', 'cl4']) {
-      await cluster.create(spec(id));
-      placed.push(await record(id));
-      assert.equal(await health(cluster, id), 200);
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const t = await take();
+      ids.push(t.id);
+      placed.push(await record(t));
+      assert.equal(await health(nodeOf(t.id), t.id), 200);
     }
     assert.deepEqual(placed.slice().sort(), ['node-a', 'node-a', 'node-b', 'node-b'], 'two on each: the least committed node first');
     for (const n of nodes) assert.deepEqual((await n.t.rt.list()).length, 2, `${n.id} holds what placement says`);
-    assert.deepEqual(await cluster.list(), ['cl1', 'cl2', 'cl3', 'cl4']);
-    const st = await cluster.statuses(['cl1', 'cl4', 'nosuch']);
-    assert.deepEqual([...st], [['cl1', 'running'], ['cl4', 'running'], ['nosuch', 'missing']]);
+    assert.deepEqual((await cluster.list()).map((l) => l.id).sort(), ids.slice().sort());
+    const st = await nodeOf(ids[0]!).statuses([ids[0]!, 'nosuch']);
+    assert.deepEqual([...st], [[ids[0], 'running'], ['nosuch', 'missing']]);
   });
 
   test('a cordoned node takes nothing new; with no room anywhere a create is 503 NO_CAPACITY', async () => {
     await store.nodes.setStatus('node-b', 'cordoned');
-    await cluster.refresh(true);
-    await cluster.create(spec('cl5'));
-    assert.equal(await record('cl5'), 'node-a', 'node-b is cordoned');
+    await nodes_.refresh(true);
+    assert.equal(await record(await take()), 'node-a', 'node-b is cordoned');
     // node-a now holds 3 of its 3; node-b is cordoned.
-    await assert.rejects(cluster.create(spec('cl6')), (err: unknown) => err instanceof ServiceError && err.code === 'NO_CAPACITY' && err.status === 503);
-    assert.equal(cluster.nodeOf('cl6'), undefined, 'a refused create leaves no placement');
+    const before = (await cluster.list()).length;
+    await assert.rejects(take(), (err: unknown) => err instanceof ServiceError && err.code === 'NO_CAPACITY' && err.status === 503);
+    assert.equal((await cluster.list()).length, before, 'a refused take makes nothing');
     await store.nodes.setStatus('node-b', 'active');
-    await cluster.refresh(true);
-    await cluster.create(spec('cl6'));
-    assert.equal(await record('cl6'), 'node-b');
+    await nodes_.refresh(true);
+    assert.equal(await record(await take()), 'node-b');
   });
 
   test('a node whose lease ran out: its sandboxes answer NODE_UNAVAILABLE, the others go on; back, it serves them again', async () => {
@@ -128,7 +137,7 @@ describe('ClusterRuntime: placement over registered nodes, and nodes that go awa
     let lostAfterMs = 0;
     for (;;) {
       try {
-        await cluster.status(onB[0]!);
+        await cluster.node('node-b').status(onB[0]!);
       } catch (err) {
         if (err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE') {
           lostAfterMs = Date.now() - t0;
@@ -139,23 +148,23 @@ describe('ClusterRuntime: placement over registered nodes, and nodes that go awa
       await sleep(50);
     }
     assert.ok(lostAfterMs <= 2 * LEASE_MS + 500, `unavailable after ${lostAfterMs} ms (lease ${LEASE_MS} ms)`);
-    await assert.rejects(cluster.dialAgent(onB[0]!), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE');
-    assert.equal(await health(cluster, onA[0]!), 200, "node-a's sandboxes are served as before");
+    await assert.rejects(cluster.node('node-b').dialAgent(onB[0]!), (err: unknown) => err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE');
+    assert.equal(await health(cluster.node('node-a'), onA[0]!), 200, "node-a's sandboxes are served as before");
     // The sandboxes on node-b kept running; a new node process serves them again.
     assert.equal(await b.t.rt.status(onB[0]!), 'running');
     await serveNode(b);
-    b.membership = new NodeMembership({ store, runtime: b.t.rt, id: 'node-b', url: `http://127.0.0.1:${b.port}`, capacity: { vcpu: 2, memoryMb: 1024, diskGb: 20, maxSandboxes: 3 }, leaseMs: LEASE_MS });
+    b.membership = new NodeMembership({ store, node: b.t.rt, id: 'node-b', url: `http://127.0.0.1:${b.port}`, capacity: { vcpu: 2, memoryMb: 1024, diskGb: 20, maxSandboxes: 3 }, leaseMs: LEASE_MS });
     await b.membership.start();
-    await cluster.refresh(true);
-    for (const id of onB) assert.equal(await health(cluster, id), 200, `${id} is served again`);
+    await nodes_.refresh(true);
+    for (const id of onB) assert.equal(await health(cluster.node('node-b'), id), 200, `${id} is served again`);
   });
 
   test('destroy goes to the node that holds the sandbox; an unknown id is already gone', async () => {
-    for (const id of await cluster.list()) {
-      await cluster.destroy(id);
+    for (const { id, nodeId } of await cluster.list()) {
+      await cluster.node(nodeId).destroy(id);
       await store.sandboxes.remove(id);
     }
-    await cluster.destroy('nosuch');
+    await cluster.node('node-a').destroy('nosuch');
     assert.deepEqual(await cluster.list(), []);
     for (const n of nodes) assert.deepEqual(await n.t.rt.list(), []);
   });

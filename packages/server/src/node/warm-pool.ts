@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { ServiceError } from '@sandboxd/protocol';
-import type { Runtime, SandboxSpec } from '../runtime/types.js';
+import type { SandboxSpec } from '../runtime/types.js';
 import { budgetSandboxes, RateEstimate, READY_SANDBOX_COST_MB, targetsFor } from './pool-sizing.js';
 
 export interface WarmKey {
@@ -15,24 +15,19 @@ export interface WarmKey {
 
 const hash = (v: unknown) => createHash('sha256').update(JSON.stringify(v)).digest('hex').slice(0, 24);
 
-export function warmKeyOf(spec: SandboxSpec, templateId: string, label = templateId): WarmKey {
-  const { env, id: _id, hostname: _hostname, internetAccess, egress: _egress, ...rest } = spec;
-  const generation = hash({ ...rest, env: Object.fromEntries(Object.entries(env).filter(([k]) => k !== 'SANDBOX_ID').sort()) });
+/**
+ * The key of a spec: its layers by id (not by the paths of one machine or another: control and a
+ * node agree on it), resources, env without SANDBOX_ID, and network setting.
+ */
+export function warmKeyOf(spec: SandboxSpec & { layerRefs?: unknown }, templateId: string, label = templateId): WarmKey {
+  const { env, id: _id, hostname: _hostname, internetAccess, egress: _egress, lowerDirs: _paths, layerRefs: _refs, layerIds, ...rest } = spec;
+  const generation = hash({ ...rest, layerIds: [...(layerIds ?? [])], env: Object.fromEntries(Object.entries(env).filter(([k]) => k !== 'SANDBOX_ID').sort()) });
   return { key: hash({ generation, internetAccess }), generation, templateId, label: `${label} (${internetAccess ? 'internet' : 'no network'})` };
 }
 
-/**
- * The key of a spec in a cluster, the same on control (which places a create on the node that
- * reported ready sandboxes of it) and on the node (whose pool holds them): its layers by id, not by
- * the paths of one machine or another.
- */
-export function clusterWarmKeyOf(spec: SandboxSpec, poolId: string, label = poolId): WarmKey {
-  return warmKeyOf({ ...spec, lowerDirs: [], layerIds: [...(spec.layerIds ?? [])] }, poolId, label);
-}
-
 export interface WarmPoolOptions {
-  /** With `dropWarm` (a cluster's), dropTemplate tells the nodes' pools too. */
-  runtime: Pick<Runtime, 'destroy' | 'dropWarm'>;
+  /** Destroys a sandbox the pool booted and no longer wants. */
+  runtime: { destroy(id: string): Promise<void> };
   log: (msg: string, extra?: Record<string, unknown>) => void;
   /** Ready sandboxes per key once it was asked for, whatever its rate; 0: none are held, every create boots. */
   minPerKey: number;
@@ -212,10 +207,10 @@ export class WarmPool {
     });
   }
 
-  /** Forgets a template (deleted or rebuilt): its ready sandboxes are destroyed (and the nodes', in a cluster). */
+  /** Forgets a template (deleted or rebuilt): its ready sandboxes are destroyed. */
   async dropTemplate(templateId: string): Promise<void> {
     for (const s of this.states.values()) if (s.k.templateId === templateId) this.retire(s);
-    await Promise.all([this.destroying, this.o.runtime.dropWarm?.(templateId)]);
+    await this.destroying;
   }
 
   /** Ids currently held ready (not yet sandboxes of anyone). */

@@ -1,30 +1,31 @@
-// A cluster's create asks a node for a sandbox that carries the create's env_vars (the node sets
-// them on the agent there). Each create must get the sandbox of its own ask, never another's, even
-// when the asks end in the other order: here two organizations create from the same template at
-// once, the first ask slow and the second fast. FakeRuntime behind the lifecycle API (inject); its
-// takeReady boots, sets the env on the fake agent's socket, and answers, as a node does.
+// Creates (create.ts) on the fake node, through the lifecycle API (inject): a create asks its node
+// for a sandbox that carries the create's env_vars (the node sets them on the agent). Each create
+// must get the sandbox of its own ask, never another's, even when the asks end in the other order;
+// a client gone meanwhile creates nothing; the node is asked while the create is admitted only
+// when the organization has ample room.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { Runtime } from '../runtime/types.js';
-import { buildFakeApp } from '../testing/fake-app.js';
-import { agentGet, agentJson, waitForAgent } from './agent-client.js';
-import { newSandboxId, withSandboxId } from './sandbox-identity.js';
+import { agentGet } from '../../node/agent-client.js';
+import type { TakeAsk } from '../../node/types.js';
+import { buildFakeApp, type FakeApp } from '../../testing/fake-app.js';
 
-test("concurrent creates on a cluster each get the sandbox of their own ask, with their own env_vars, whichever ask ends first", async () => {
+/** Wraps the fake node's take: `around` runs it (`take`) and may wait or look before and after. */
+function aroundTake(f: FakeApp, around: (ask: TakeAsk, take: () => Promise<{ id: string; warm: boolean }>) => Promise<{ id: string; warm: boolean }>): void {
+  const take = f.node.take.bind(f.node);
+  f.node.take = (ask) => around(ask, () => take(ask));
+}
+
+test("concurrent creates each get the sandbox of their own ask, with their own env_vars, whichever ask ends first", async () => {
   const f = await buildFakeApp();
   try {
-    const asked: Array<Record<string, string> | undefined> = [];
-    (f.runtime as Runtime).takeReady = async (spec, _pool, agentEnv) => {
-      asked.push(agentEnv);
-      const id = newSandboxId();
-      await f.runtime.create(withSandboxId(spec, id));
-      await waitForAgent((t) => f.runtime.dialAgent(id, t), 5000);
+    const asked: Array<Record<string, string>> = [];
+    aroundTake(f, async (ask, take) => {
+      asked.push(ask.env);
+      const got = await take();
       // The first create's node is slow to answer; the second's answers at once.
-      if (agentEnv?.WHO === 'first') await new Promise((r) => setTimeout(r, 200));
-      const put = await agentJson((t) => f.runtime.dialAgent(id, t), 'PUT', '/env', { env_vars: agentEnv ?? {} }, 2000);
-      assert.equal(put.status, 200);
-      return id;
-    };
+      if (ask.env.WHO === 'first') await new Promise((r) => setTimeout(r, 200));
+      return got;
+    });
     const [first, second] = await Promise.all([
       f.call(f.orgs.a.key, 'POST', '/v1/sandboxes', { template_name: 'base', env_vars: { WHO: 'first', SECRET: 'org-a' } }),
       (async () => {
@@ -45,17 +46,17 @@ test("concurrent creates on a cluster each get the sandbox of their own ask, wit
   }
 });
 
-test('a cluster create whose client went away while its node answered destroys the sandbox: nothing is created', async () => {
+test('a create whose client went away while its node answered destroys the sandbox: nothing is created', async () => {
   const f = await buildFakeApp();
   try {
     const abort = new AbortController();
     let made: string | undefined;
-    (f.runtime as Runtime).takeReady = async (spec) => {
-      made = newSandboxId();
-      await f.runtime.create(withSandboxId(spec, made));
+    aroundTake(f, async (_ask, take) => {
+      const got = await take();
+      made = got.id;
       abort.abort();
-      return made;
-    };
+      return got;
+    });
     const org = f.orgs.a.id;
     await assert.rejects(f.services.sandboxes.create(org, { template_name: 'base' }, { signal: abort.signal }), /abandoned/);
     assert.ok(made);
@@ -66,20 +67,19 @@ test('a cluster create whose client went away while its node answered destroys t
   }
 });
 
-test("a cluster create asks its node while it is admitted when its organization's last admission left room; refused after all, the sandbox its node gave is destroyed; near a limit the node is asked only once admitted", async () => {
+test("a create asks its node while it is admitted when its organization's last admission left room; refused after all, the sandbox its node gave is destroyed; near a limit the node is asked only once admitted", async () => {
   const f = await buildFakeApp();
   try {
     const org = f.orgs.a.id;
     await f.store.orgs.setLimits(org, { max_sandboxes: 4 });
     const asks: Array<{ id: string; rowsWhenAsked: number }> = [];
-    (f.runtime as Runtime).takeReady = async (spec) => {
+    aroundTake(f, async (_ask, take) => {
       // Counted before anything is awaited: whether this create's own row was in yet.
       const rowsWhenAsked = f.store.sandboxes.usage(org).then((u) => u.active);
-      const id = newSandboxId();
-      await f.runtime.create(withSandboxId(spec, id));
-      asks.push({ id, rowsWhenAsked: await rowsWhenAsked });
-      return id;
-    };
+      const got = await take();
+      asks.push({ id: got.id, rowsWhenAsked: await rowsWhenAsked });
+      return got;
+    });
     // No reading of the organization yet: admitted first, then asked (its row is in when asked).
     assert.equal((await f.call(f.orgs.a.key, 'POST', '/v1/sandboxes', { template_name: 'base' })).status, 201);
     assert.equal(asks[0]!.rowsWhenAsked, 1, 'the first create was admitted before its node was asked');

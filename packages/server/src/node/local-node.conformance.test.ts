@@ -1,0 +1,49 @@
+// Root test with real containers: the node conformance suite against LocalNode over CrunRuntime,
+// the all-in-one daemon's node and what `sandboxd node` serves.
+import { nodeConformance } from './conformance.js';
+import { LocalNode } from './local-node.js';
+import { baseLayer } from '../testing/fixtures.js';
+import { CONFORMANCE_POOL } from '../testing/node-harness.js';
+import { assertNoLeaks, createTestRuntime, testSpec } from '../testing/runtime-fixtures.js';
+
+nodeConformance('LocalNode over CrunRuntime', async () => {
+  const lower = (await baseLayer()).path;
+  let failing = false;
+  const t = await createTestRuntime({
+    // The last step of a boot with a network: the container already runs when it fails.
+    stepHook: (_id, step) => {
+      if (failing && step === 'network-finish') throw new Error(`injected failure at ${step}`);
+    },
+  });
+  const node = new LocalNode({ id: 'node-crun', runtime: t.rt, pool: CONFORMANCE_POOL, agentReadyTimeoutMs: 10_000, log: () => undefined });
+  const run = async (id: string, argv: string[], input?: string) => t.rt.exec(id, argv, input === undefined ? {} : { input });
+  return {
+    node,
+    spec: (over) => ({ ...testSpec('', [lower], { layerIds: ['base'] }), hostname: '', env: {}, ...over }),
+    failBoots: (fail) => void (failing = fail),
+    writeFile: async (id, path, content) => {
+      const r = await run(id, ['/bin/sh', '-c', 'mkdir -p "$(dirname "$1")" && cat > "$1"', 'sh', path], content);
+      if (r.code !== 0) throw new Error(`writing ${path} in ${id}: ${r.stderr}`);
+    },
+    readFile: async (id, path) => {
+      const r = await run(id, ['/bin/cat', '--', path]);
+      return r.code === 0 ? r.stdout : undefined;
+    },
+    egressOf: async (id) => t.rt.egressOf(id),
+    oomKill: async (id) => {
+      await t.rt.oomWatchReady();
+      // dd touches a 400 MiB buffer: more than the sandbox's 128 MB, and it cannot swap.
+      const r = await run(id, ['/bin/sh', '-c', 'dd if=/dev/zero of=/dev/null bs=400M count=1']);
+      if (r.code === 0) throw new Error(`dd was not killed in ${id}`);
+    },
+    finish: async () => {
+      try {
+        await node.close();
+        for (const id of await t.rt.list()) await t.rt.destroy(id);
+        await assertNoLeaks(t.rt);
+      } finally {
+        await t.teardown();
+      }
+    },
+  };
+});

@@ -1,0 +1,207 @@
+import type { Socket } from 'node:net';
+import type { EgressPolicy } from '../runtime/egress-policy.js';
+import type { ListeningPort } from '../runtime/listening.js';
+import type { ExportStats, LayerRef, Runtime, RuntimeStatus, SandboxStats } from '../runtime/types.js';
+import { AGENT_ANSWER_MAX_BYTES, agentJson, waitForAgentPrimed } from './agent-client.js';
+import { newSandboxId, withSandboxId } from './sandbox-identity.js';
+import type { Node, NodeSpec, Taken, TakeAsk, WarmStats } from './types.js';
+import { abandonedCreate, warmKeyOf, WarmPool, type WarmKeyStats, type WarmPoolOptions } from './warm-pool.js';
+
+/** How long an agent may take to answer PUT /env before its sandbox is taken for broken. */
+const AGENT_ENV_TIMEOUT_MS = 2000;
+/** Sandboxes in a row whose agent does not take its env before a take fails. */
+const TAKE_ATTEMPTS = 3;
+
+/** Which layers each sandbox of this node uses (node/layer-cache.ts evicts only what none uses). */
+export interface LayerUse {
+  /** Told before a boot resolves its layers; returns what to call once the boot is over. */
+  use(id: string, layerIds: string[]): Promise<() => void>;
+  release(id: string): Promise<void>;
+}
+
+export interface LocalNodeOptions {
+  /** Its name: the host name on one machine, SANDBOXD_NODE_ID on a node of a cluster. */
+  id: string;
+  runtime: Runtime;
+  /** The warm pool's sizing (SANDBOXD_WARM_POOL_*, SANDBOXD_BOOT_CONCURRENCY). */
+  pool: Omit<WarmPoolOptions, 'runtime' | 'log'>;
+  agentReadyTimeoutMs: number;
+  /**
+   * Fetches the layers a spec names by reference (`layerRefs`) into this node's layers directory
+   * (images/layer-fetch.ts). Absent: specs name this machine's paths (`lowerDirs`).
+   */
+  layers?: { resolve(refs: LayerRef[]): Promise<string[]> };
+  /** The layer cache's record of which sandbox uses which layers (absent: none kept). */
+  layerUse?: LayerUse;
+  /** The layers this node holds (absent: none reported). */
+  layerIds?: () => Promise<string[]>;
+  log: (msg: string, extra?: Record<string, unknown>) => void;
+}
+
+/**
+ * This machine as a node: its runtime, the warm pool that boots sandboxes ahead on it, and (on a
+ * node of a cluster) the layers it fetches and keeps. The all-in-one daemon holds one; `sandboxd
+ * node` serves one over the node API. A ready sandbox has its id and no row in any store until a
+ * take hands it out: it is the node's own (`held`), never collected as anyone's leftover.
+ */
+export class LocalNode implements Node {
+  readonly id: string;
+  private readonly pool: WarmPool;
+  private readonly runtime: Runtime;
+  /** Boots under way (their ids are not the pool's until they are ready). */
+  private readonly booting = new Set<string>();
+
+  constructor(private readonly o: LocalNodeOptions) {
+    this.id = o.id;
+    this.runtime = o.runtime;
+    this.pool = new WarmPool({ ...o.pool, runtime: { destroy: (id) => this.destroy(id) }, log: o.log });
+  }
+
+  /**
+   * Per key (what a sandbox boots), asks wait in arrival order and each takes the first sandbox
+   * ready for it (warm-pool.ts). Its agent then takes the ask's env (which proves it answers) and
+   * the ask's policy is set; one that fails is destroyed and the next one taken, ahead of later
+   * asks; the third such failure fails the take.
+   */
+  async take(ask: TakeAsk): Promise<Taken> {
+    const k = warmKeyOf(ask.spec, ask.poolId, ask.label);
+    const make = async () => {
+      const id = newSandboxId();
+      this.booting.add(id);
+      let settled: (() => void) | undefined;
+      try {
+        settled = await this.o.layerUse?.use(id, ask.spec.layerIds ?? []);
+        await this.runtime.create(withSandboxId({ ...ask.spec, lowerDirs: await this.lowerDirs(ask.spec) }, id));
+        await waitForAgentPrimed((timeoutMs) => this.runtime.dialAgent(id, timeoutMs), this.o.agentReadyTimeoutMs, () => this.pool.waiting(k.key) === 0);
+        return id;
+      } catch (err) {
+        await this.destroy(id).catch(() => undefined);
+        throw err;
+      } finally {
+        settled?.();
+        this.booting.delete(id);
+      }
+    };
+    for (let attempt = 1; ; attempt++) {
+      let warm = false;
+      const id = await this.pool.acquire(k, make, { signal: ask.signal, retry: attempt > 1, onServed: (hit) => (warm = hit) });
+      try {
+        // The agent answers with the env set it holds: as large as the one sent.
+        const body = { env_vars: ask.env };
+        const answerMax = AGENT_ANSWER_MAX_BYTES + 2 * Buffer.byteLength(JSON.stringify(body));
+        const res = await agentJson((timeoutMs) => this.runtime.dialAgent(id, timeoutMs), 'PUT', '/env', body, AGENT_ENV_TIMEOUT_MS, answerMax);
+        if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
+        if (ask.egress) await this.runtime.setEgress(id, ask.egress);
+      } catch (err) {
+        const why = err instanceof Error ? err.message : String(err);
+        this.o.log('a ready sandbox did not answer; taking the next one', { id, error: why });
+        await this.destroy(id).catch(() => undefined);
+        if (attempt >= TAKE_ATTEMPTS) throw new Error(`${attempt} sandboxes in a row did not answer: ${why}`);
+        continue;
+      }
+      // The asker went away meanwhile: no one would hold this sandbox, which carries its env.
+      if (ask.signal?.aborted) {
+        await this.destroy(id).catch(() => undefined);
+        throw abandonedCreate();
+      }
+      return { id, warm };
+    }
+  }
+
+  /** This machine's paths of a spec's layers: fetched first when it names them by reference. */
+  private async lowerDirs(spec: NodeSpec): Promise<string[]> {
+    if (!spec.layerRefs) return spec.lowerDirs;
+    if (!this.o.layers) throw new Error('this node takes layers by path, not by reference');
+    return this.o.layers.resolve(spec.layerRefs);
+  }
+
+  dropWarm(poolId: string): Promise<void> {
+    return this.pool.dropTemplate(poolId);
+  }
+
+  async start(spec: NodeSpec): Promise<void> {
+    const settled = await this.o.layerUse?.use(spec.id, spec.layerIds ?? []);
+    try {
+      await this.runtime.start({ ...spec, lowerDirs: await this.lowerDirs(spec) });
+    } finally {
+      settled?.();
+    }
+  }
+
+  pause(id: string): Promise<void> {
+    return this.runtime.pause(id);
+  }
+  resume(id: string): Promise<void> {
+    return this.runtime.resume(id);
+  }
+  stop(id: string): Promise<void> {
+    return this.runtime.stop(id);
+  }
+  async destroy(id: string): Promise<void> {
+    await this.runtime.destroy(id);
+    await this.o.layerUse?.release(id);
+  }
+  status(id: string): Promise<RuntimeStatus> {
+    return this.runtime.status(id);
+  }
+  statuses(ids: string[]): Promise<Map<string, RuntimeStatus>> {
+    return this.runtime.statuses(ids);
+  }
+  list(): Promise<string[]> {
+    return this.runtime.list();
+  }
+  stats(id: string): Promise<SandboxStats> {
+    return this.runtime.stats(id);
+  }
+  listeningPorts(id: string): Promise<ListeningPort[]> {
+    return this.runtime.listeningPorts(id);
+  }
+  setEgress(id: string, policy: EgressPolicy): Promise<void> {
+    return this.runtime.setEgress(id, policy);
+  }
+  resetDisk(id: string, diskGb: number): Promise<void> {
+    return this.runtime.resetDisk(id, diskGb);
+  }
+  exportLayer(id: string, dest: string, opts?: { maxBytes?: number }): Promise<ExportStats> {
+    return this.runtime.exportLayer(id, dest, opts);
+  }
+  dialAgent(id: string, timeoutMs?: number): Promise<Socket> {
+    return this.runtime.dialAgent(id, timeoutMs);
+  }
+  /** The agent's socket on this machine (the node API relays connections to it). */
+  agentSocket(id: string): string {
+    return this.runtime.agentSocket(id);
+  }
+  watchOom(onKill: (id: string, kills: number) => void): () => void {
+    return this.runtime.watchOom(onKill);
+  }
+  async layerIds(): Promise<string[]> {
+    return this.o.layerIds ? this.o.layerIds() : [];
+  }
+
+  /** The sandboxes the warm pool holds (ready or booting): no one else's, never collected. */
+  held(): string[] {
+    return [...this.booting, ...this.pool.ids()];
+  }
+
+  /** Ready sandboxes per key (keys with none left out): what a node's heartbeat reports, and placement prefers. */
+  readyByKey(): Record<string, number> {
+    return Object.fromEntries(this.pool.stats().filter((s) => s.ready > 0).map((s) => [s.key, s.ready]));
+  }
+
+  /** The warm pool's keys with their targets and rates. */
+  poolKeys(): WarmKeyStats[] {
+    return this.pool.stats();
+  }
+
+  warmStats(): WarmStats {
+    const keys = this.pool.stats();
+    return { ready: keys.reduce((n, k) => n + k.ready, 0), booting: keys.reduce((n, k) => n + k.booting, 0), hits: this.pool.hits, misses: this.pool.misses };
+  }
+
+  /** Waiting asks fail, boots in flight finish, every ready sandbox is destroyed; the runtime lets go of its spares. */
+  async close(): Promise<void> {
+    await this.pool.close();
+    await this.runtime.close();
+  }
+}

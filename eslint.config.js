@@ -13,39 +13,8 @@ export default tseslint.config(
       'no-empty': ['error', { allowEmptyCatch: true }],
     },
   },
-  // The server's layers, one way: http and gateway → services → builder → images → runtime; store
-  // beside them; node/ (a node's API) → runtime. A lower layer never reaches up (runtime is what a node runs: it must not need the
-  // services, the store or the API). Tests may use the fixtures of testing/.
-  ...layerRules({
-    runtime: ['services', 'http', 'gateway', 'store', 'images', 'builder', 'config', 'main', 'auth', 'node'],
-    images: ['services', 'http', 'gateway', 'store', 'builder', 'config', 'main', 'auth', 'node'],
-    store: ['services', 'http', 'gateway', 'runtime', 'images', 'builder', 'config', 'main', 'auth', 'node'],
-    builder: ['services', 'http', 'gateway', 'store', 'config', 'main', 'auth', 'node'],
-    services: ['http', 'gateway', 'main', 'node'],
-    // A node's API: the runtime of its machine, nothing of the services.
-    node: ['services', 'http', 'gateway', 'store', 'main', 'auth'],
-    gateway: ['http', 'main', 'runtime', 'images', 'builder', 'store'],
-    http: ['main', 'runtime', 'images', 'builder'],
-  }),
+  // Which module may import which (the server's layers, the packages' boundaries, no cycles):
+  // scripts/check-imports.mjs, run by `npm run lint` after eslint.
   // Scripts that run in the browser (the /docs page's initializer).
   { files: ['packages/server/docs-ui/**/*.js'], languageOptions: { globals: { window: 'readonly' } } },
 );
-
-/** One no-restricted-imports rule per folder of packages/server/src: the folders it must not import. */
-function layerRules(layers) {
-  return Object.entries(layers).map(([dir, banned]) => ({
-    files: [`packages/server/src/${dir}/**/*.ts`],
-    ignores: ['**/*.test.ts'],
-    rules: {
-      'no-restricted-imports': [
-        'error',
-        {
-          patterns: banned.map((b) => ({
-            group: [`**/${b}/*`, `**/${b}.js`, `../${b}`, `../../${b}`],
-            message: `${dir}/ must not import ${b}: the server's layers point one way (eslint.config.js)`,
-          })),
-        },
-      ],
-    },
-  }));
-}

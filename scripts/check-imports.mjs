@@ -14,8 +14,8 @@ const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
 /**
  * packages/server/src, top to bottom. A module (a folder, or a file at the top) imports only the
- * modules of the levels below its own; modules of one level import each other only as SAME_LEVEL
- * says. A folder or file not named here fails the check until it is placed.
+ * modules of the levels below its own, but those NO_SKIP keeps from it; modules of one level import
+ * each other only as SAME_LEVEL says. A folder or file not named here fails the check until it is placed.
  */
 const SERVER_LAYERS = [
   ['cli.ts', 'cli-*.ts'],
@@ -40,6 +40,12 @@ const SERVER_LAYERS = [
 const SAME_LEVEL = [
   // `sandboxd` dispatches to its subcommands.
   ['cli.ts', 'cli-*.ts'],
+];
+
+/** Layers further down that a layer may not reach past the ones between, though the order alone would allow it. */
+const NO_SKIP = [
+  [['http/', 'gateway/'], ['node/', 'builder/', 'images/', 'runtime/'], 'it asks services/, which hold the rules, and never the machine'],
+  [['services/'], ['node/'], 'a node is reached through placement/, which chooses it'],
 ];
 
 /**
@@ -182,7 +188,10 @@ function layerRule(from, to) {
   if (fromSide) return b === SERVER_LAYERS.length - 1 ? null : `${fromSide} imports none of the server's modules but the leaves (${SERVER_LAYERS.at(-1).join(', ')})`;
   if (a < 0) return `${from} is not in the layer order: place it in SERVER_LAYERS`;
   if (b < 0) return `${to} is not in the layer order: place it in SERVER_LAYERS`;
-  if (a < b) return null;
+  if (a < b) {
+    const skip = NO_SKIP.find(([f, t]) => f.some((p) => matches(p, from)) && t.some((p) => matches(p, to)));
+    return skip ? `${from} may not import ${to}: ${skip[2]} (NO_SKIP)` : null;
+  }
   if (a === b) return SAME_LEVEL.some(([f, t]) => matches(f, from) && matches(t, to)) ? null : `${from} and ${to} are one level (${describe(from)}) and SAME_LEVEL does not let the one import the other`;
   return `${from} is below ${to} in SERVER_LAYERS; a module imports only the levels below its own`;
 }

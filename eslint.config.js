@@ -13,46 +13,8 @@ export default tseslint.config(
       'no-empty': ['error', { allowEmptyCatch: true }],
     },
   },
-  // The server's layers, one way: roles → http and gateway → services → placement → node → builder →
-  // images → runtime; store beside them. A lower layer never reaches up (runtime is what a node runs:
-  // it must not need the services, the store or the API). Tests may use the fixtures of testing/.
-  ...layerRules({
-    runtime: ['services', 'http', 'gateway', 'store', 'images', 'builder', 'config', 'main', 'auth', 'node', 'placement', 'roles'],
-    images: ['services', 'http', 'gateway', 'store', 'builder', 'config', 'main', 'auth', 'node', 'placement', 'roles'],
-    store: ['services', 'http', 'gateway', 'runtime', 'images', 'builder', 'config', 'main', 'auth', 'node', 'placement', 'roles'],
-    builder: ['services', 'http', 'gateway', 'store', 'config', 'main', 'auth', 'node', 'placement', 'roles'],
-    // A node: its machine's runtime, warm pool and layers; nothing of the services or placement. It
-    // speaks the registry's row shapes (types only): it runs without a store.
-    node: ['services', 'http', 'gateway', 'main', 'auth', 'placement', 'roles', { dir: 'store', allowTypeImports: true }],
-    placement: ['services', 'http', 'gateway', 'main', 'auth', 'roles'],
-    services: ['http', 'gateway', 'main', 'roles'],
-    gateway: ['http', 'main', 'runtime', 'images', 'builder', 'store', 'node', 'placement', 'roles'],
-    http: ['main', 'runtime', 'images', 'builder', 'node', 'placement', 'roles'],
-    roles: ['main'],
-  }),
+  // Which module may import which (the server's layers, the packages' boundaries, no cycles):
+  // scripts/check-imports.mjs, run by `npm run lint` after eslint.
   // Scripts that run in the browser (the /docs page's initializer).
   { files: ['packages/server/docs-ui/**/*.js'], languageOptions: { globals: { window: 'readonly' } } },
 );
-
-/** One no-restricted-imports rule per folder of packages/server/src: the folders it must not import. */
-function layerRules(layers) {
-  return Object.entries(layers).map(([dir, banned]) => ({
-    files: [`packages/server/src/${dir}/**/*.ts`],
-    ignores: ['**/*.test.ts'],
-    rules: {
-      'no-restricted-imports': [
-        'error',
-        {
-          patterns: banned.map((entry) => {
-            const b = typeof entry === 'string' ? entry : entry.dir;
-            return {
-              group: [`**/${b}/*`, `**/${b}.js`, `../${b}`, `../../${b}`],
-              message: `${dir}/ must not import ${b}: the server's layers point one way (eslint.config.js)`,
-              ...(typeof entry === 'string' ? {} : { allowTypeImports: entry.allowTypeImports }),
-            };
-          }),
-        },
-      ],
-    },
-  }));
-}

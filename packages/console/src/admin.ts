@@ -5,7 +5,7 @@
 
 import { call } from './api.js';
 import { actionButton, h, relative, type Notice } from './dom.js';
-import type { Page, PageContext } from './main.js';
+import type { Page, PageContext } from './page.js';
 
 interface Org {
   id: string;

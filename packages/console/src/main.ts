@@ -10,24 +10,7 @@ import { adminPage } from './admin.js';
 import { sandboxPage } from './sandbox.js';
 import { sandboxesPage } from './sandboxes.js';
 import { templatesPage } from './templates.js';
-
-export interface Account {
-  organization: { id: string; name: string };
-  key: { id: string; name: string; scopes: string[] };
-  operator: boolean;
-}
-
-/** What a page gets: where to draw, the signed-in account, and how to end the session. */
-export interface PageContext {
-  main: HTMLElement;
-  notice: Notice;
-  account: Account;
-  /** A call failed with 401: the key is gone; back to the sign-in form. */
-  unauthorized(err: unknown): boolean;
-}
-
-/** Draws a page into ctx.main; returns what to undo when the page is left (streams, timers). */
-export type Page = (ctx: PageContext, arg: string) => (() => void) | undefined | Promise<(() => void) | undefined>;
+import type { Account, Page, PageContext } from './page.js';
 
 const app = document.getElementById('app')!;
 

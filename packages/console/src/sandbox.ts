@@ -6,7 +6,7 @@ import { LineChart } from './chart.js';
 import { bytes, h, relative } from './dom.js';
 import { fileBrowser } from './files.js';
 import { openStream } from './live.js';
-import type { Page } from './main.js';
+import type { Page } from './page.js';
 import { SANDBOX_EVENTS, sandboxActions } from './sandboxes.js';
 
 interface Metrics {

@@ -6,7 +6,7 @@
 import { ApiError, call, listAll, type SandboxRow, type Template } from './api.js';
 import { actionButton, h, relative } from './dom.js';
 import { openStream } from './live.js';
-import type { Page, PageContext } from './main.js';
+import type { Page, PageContext } from './page.js';
 
 export const SANDBOX_EVENTS = ['created', 'paused', 'resumed', 'stopped', 'started', 'deleted', 'expired', 'oom_killed'];
 

@@ -5,7 +5,7 @@
 
 import { ApiError, call } from './api.js';
 import { actionButton, h, relative } from './dom.js';
-import type { Page, PageContext } from './main.js';
+import type { Page, PageContext } from './page.js';
 
 interface TemplateInfo {
   id: string;

@@ -89,3 +89,26 @@ test('rendering never throws: an extra that cannot be serialized, odd headers, o
   assert.equal(describeCause(hostile), '[object Object]');
   assert.match(describeCause(new TypeError('t')), /^TypeError: t\n/);
 });
+
+test("an outage a lower layer names by its code (the store's STORE_UNAVAILABLE): 503 with its wait; what the thrower said stays in the log", () => {
+  class StoreDown extends Error {
+    readonly code = 'STORE_UNAVAILABLE';
+  }
+  const thrown = new StoreDown('connect ECONNREFUSED 10.1.2.3:5432 (user sandboxd)');
+  const r = renderError(thrown, 'req_4');
+  assert.equal(r.status, 503);
+  assert.equal(r.body.code, 'STORE_UNAVAILABLE');
+  assert.equal(r.body.message, 'the service cannot reach its database now; retry shortly');
+  assert.equal(r.body.retry_after, 2);
+  assert.equal(r.headers['retry-after'], '2');
+  assert.doesNotMatch(JSON.stringify(r.body), /10\.1\.2\.3|user sandboxd/);
+  assert.equal(r.incident?.kind, 'outage');
+  assert.equal(r.incident?.cause, thrown, 'the log gets the error as the thrower made it, with its stack');
+  assert.match(r.incident?.detail ?? '', /10\.1\.2\.3/);
+  // Only an outage of the list is read off a code: a code of any other kind, or none of the registry, is a bug.
+  for (const code of ['NOT_FOUND', 'RUNTIME_ERROR', 'ECONNREFUSED']) {
+    const other = renderError(Object.assign(new Error('x'), { code }));
+    assert.equal(other.status, 500, code);
+    assert.equal(other.body.code, 'INTERNAL_ERROR', code);
+  }
+});

@@ -1,12 +1,13 @@
 import { randomBytes } from 'node:crypto';
-import { ServiceError, type ErrorBody } from './errors.js';
+import { isErrorCode, ServiceError, type ErrorBody, type ErrorCode } from './errors.js';
 
 /**
  * The one error renderer of the three servers (control plane, gateway, agent). What was thrown while
  * serving a request becomes one of three answers:
  * - a user's mistake (a ServiceError of status < 500): its code, status and message, as thrown;
  * - an outage (a ServiceError of status 502 or 503: the runtime, the host or the agent could not do it
- *   now): its code and public message, `retry_after` in the body and `Retry-After`, and an incident id;
+ *   now, or an error that names one of NAMED_OUTAGES in its `code`): its code and public message,
+ *   `retry_after` in the body and `Retry-After`, and an incident id;
  * - a bug (anything else, INTERNAL_ERROR included): 500 INTERNAL_ERROR with an incident id and
  *   nothing of what was thrown.
  * For the last two the server logs `incident` (id, kind, cause and the thrower's `detail`), so the
@@ -30,6 +31,24 @@ export interface Incident {
 
 /** Seconds an outage asks a client to wait when the thrower did not say. */
 export const OUTAGE_RETRY_AFTER_SECONDS = 1;
+
+/**
+ * Outages thrown by layers that do not speak the API (the server's store), as errors of their own
+ * that their callers test for, carrying a code of the registry: what each is rendered with. Every
+ * server renders them alike, none has to import the thrower to know one, and what the thrower said
+ * (a database's host, its user) goes to the log only.
+ */
+const NAMED_OUTAGES: Partial<Record<ErrorCode, { message: string; retryAfterSeconds: number }>> = {
+  STORE_UNAVAILABLE: { message: 'the service cannot reach its database now; retry shortly', retryAfterSeconds: 2 },
+};
+
+function namedOutage(err: unknown): unknown {
+  if (!(err instanceof Error) || err instanceof ServiceError) return err;
+  const code = (err as { code?: unknown }).code;
+  const outage = isErrorCode(code) ? NAMED_OUTAGES[code] : undefined;
+  if (!outage) return err;
+  return new ServiceError(code as ErrorCode, outage.message, { retry_after: outage.retryAfterSeconds }).withDetail(err.message);
+}
 
 /** `inc_` and 16 hex digits: unique enough to grep one log for. */
 export function newIncidentId(): string {
@@ -75,7 +94,8 @@ export function renderError(err: unknown, requestId?: string): RenderedError {
   }
 }
 
-function render(err: unknown, requestId?: string): RenderedError {
+function render(thrown: unknown, requestId?: string): RenderedError {
+  const err = namedOutage(thrown);
   if (err instanceof ServiceError && err.status < 500) {
     return { status: err.status, headers: stringHeaders(err.headers), body: err.toBody(requestId) };
   }
@@ -88,7 +108,8 @@ function render(err: unknown, requestId?: string): RenderedError {
       status: err.status,
       headers: { ...stringHeaders(err.headers), 'retry-after': String(retryAfter) },
       body,
-      incident: { id, kind: 'outage', cause: err, detail: err.detail ? `${err.message}: ${err.detail}` : err.message },
+      // What was thrown, not what it was rendered as: a named outage's stack and cause are the log's.
+      incident: { id, kind: 'outage', cause: thrown, detail: err.detail ? `${err.message}: ${err.detail}` : err.message },
     };
   }
   return bug(err, requestId, id);

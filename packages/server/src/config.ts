@@ -9,6 +9,7 @@ import { signingKeyFromPem, verifyKeyFromPem } from './runtime/cluster-auth.js';
 import { normalizeCidr } from './runtime/net.js';
 import { budgetSandboxes, READY_SANDBOX_COST_MB } from './node/pool-sizing.js';
 import { describeUrl, isPostgresUrl } from './store/postgres-url.js';
+import type { GatewayConfig } from './gateway/gateway.js';
 
 /** Every setting of the daemon. Only this file reads process.env. */
 export interface Config {
@@ -25,22 +26,7 @@ export interface Config {
   bootstrapApiKey: string | undefined;
   /** The URL clients use to reach the API (printed, used for presigned upload URLs). */
   publicUrl: string;
-  gateway: {
-    /** 'port': one loopback port per sandbox (default). 'host': routing by Host `<id>.<domain>`. */
-    mode: 'port' | 'host';
-    bindHost: string;
-    /** Hostname put in public_host URLs. */
-    publicHostname: string;
-    portMin: number;
-    portMax: number;
-    /** Host mode: the wildcard domain and the one port the gateway listens on. */
-    domain: string;
-    hostModePort: number;
-    /** A WebSocket tunnel, or a response body in progress, with no byte either way for this long is closed. */
-    idleTimeoutMs: number;
-    /** How long the gateway waits for an agent's response headers (executions may run up to a day). */
-    responseHeadersTimeoutMs: number;
-  };
+  gateway: GatewayConfig;
   /** Preview ports one organization may hold (each takes a gateway port in port mode). */
   maxPreviewsPerOrg: number;
   /** Caps on open connections (services/connections.ts). */

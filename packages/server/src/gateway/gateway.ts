@@ -3,7 +3,6 @@ import type { Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { safeUrl } from '../logging.js';
 import { describeCause, ServiceError, type ApiScope } from '@sandboxd/protocol';
-import type { Config } from '../config.js';
 import type { GatewayControl } from '../services/sandboxes/index.js';
 import type { RouteEntry, RouteTable } from '../services/routes.js';
 import { requireScope, type KeyService } from '../services/keys.js';
@@ -13,8 +12,26 @@ import { DialAgent, PREVIEW_COOKIE_PREFIX, PREVIEW_TOKEN_HEADER, proxyToAgent, s
 import { openTunnel, rawError, subprotocolCredential } from './tunnel.js';
 import { openPreviewUpgrade, PortTunnelAgent } from './port-tunnel.js';
 
+/** The gateway's settings, declared with the gateway: config.ts fills them in, and the gateway needs nothing else of it. */
+export interface GatewayConfig {
+  /** 'port': one loopback port per sandbox (default). 'host': routing by Host `<id>.<domain>`. */
+  mode: 'port' | 'host';
+  bindHost: string;
+  /** Hostname put in public_host URLs. */
+  publicHostname: string;
+  portMin: number;
+  portMax: number;
+  /** Host mode: the wildcard domain and the one port the gateway listens on. */
+  domain: string;
+  hostModePort: number;
+  /** A WebSocket tunnel, or a response body in progress, with no byte either way for this long is closed. */
+  idleTimeoutMs: number;
+  /** How long the gateway waits for an agent's response headers (executions may run up to a day). */
+  responseHeadersTimeoutMs: number;
+}
+
 export interface GatewayDeps {
-  config: Config['gateway'];
+  config: GatewayConfig;
   routes: RouteTable;
   tokens: TokenService;
   keys: KeyService;

@@ -2,7 +2,6 @@ import { Agent, request, type AgentOptions, type ClientRequestArgs, type Incomin
 import type { Duplex } from 'node:stream';
 import type { AgentDial } from '../services/routes.js';
 import { renderError, ServiceError, type Incident } from '@sandboxd/protocol';
-import { outageAsServiceError } from '../services/outage.js';
 
 /** Headers that describe one hop, plus our credentials: never forwarded to the agent. */
 export const HOP_HEADERS = new Set([
@@ -259,7 +258,7 @@ export function reportIncident(onIncident: OnIncident | undefined, incident: Inc
 
 /** A JSON error (renderError) to a client whose response has not started; never throws. */
 export function sendError(res: ServerResponse, err: unknown, requestId: string, onIncident?: OnIncident): void {
-  const r = renderError(outageAsServiceError(err), requestId);
+  const r = renderError(err, requestId);
   if (r.incident) reportIncident(onIncident, r.incident, requestId);
   const text = JSON.stringify(r.body);
   try {

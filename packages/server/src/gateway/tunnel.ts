@@ -3,7 +3,6 @@ import type { Socket } from 'node:net';
 import type { AgentDial } from '../services/routes.js';
 import { renderError, ServiceError } from '@sandboxd/protocol';
 import { AGENT_DIAL_TIMEOUT_MS, agentUnavailable, mayBeAgentGone, reportIncident, type OnIncident } from './proxy.js';
-import { outageAsServiceError } from '../services/outage.js';
 
 /** The subprotocol a browser's WebSocket offers its credential in: `sandboxd.auth.<token or API key>`. */
 export const AUTH_SUBPROTOCOL_PREFIX = 'sandboxd.auth.';
@@ -138,7 +137,7 @@ export function relayAnswerHead(upstream: Socket, client: Socket, dropped: RegEx
 
 /** An HTTP error written on a raw (upgrade) socket, which is then closed; never throws. */
 export function rawError(socket: Socket, err: unknown, requestId: string, onIncident?: OnIncident): void {
-  const r = renderError(outageAsServiceError(err), requestId);
+  const r = renderError(err, requestId);
   if (r.incident) reportIncident(onIncident, r.incident, requestId);
   const text = JSON.stringify(r.body);
   if (!socket.writable) {

@@ -1,6 +1,5 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { renderError, ServiceError } from '@sandboxd/protocol';
-import { outageAsServiceError, StoreUnavailableError } from '../store/errors.js';
 
 /**
  * Fastify's own errors about the request (validation, body parsing) as the registry's codes;
@@ -8,7 +7,6 @@ import { outageAsServiceError, StoreUnavailableError } from '../store/errors.js'
  */
 export function toServiceError(err: unknown): unknown {
   if (err instanceof ServiceError) return err;
-  if (err instanceof StoreUnavailableError) return outageAsServiceError(err);
   const fe = err as FastifyError & { validationContext?: string };
   if (fe && Array.isArray(fe.validation)) {
     // Ajv's message omits which property was not allowed; name it.

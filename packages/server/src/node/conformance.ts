@@ -9,7 +9,7 @@ import { ServiceError } from '@sandboxd/protocol';
 import type { EgressPolicy } from '../runtime/egress-policy.js';
 import { ExportTooLarge } from '../runtime/types.js';
 import { agentJson } from './agent-client.js';
-import { withSandboxId } from './sandbox-identity.js';
+import { withSandboxId } from '../runtime/sandbox-identity.js';
 import type { Node, NodeSpec, Taken, TakeAsk } from './types.js';
 
 /** What the suite needs of an implementation beyond the contract: specs it can boot, and hands inside. */

@@ -2,8 +2,9 @@ import type { Socket } from 'node:net';
 import type { EgressPolicy } from '../runtime/egress-policy.js';
 import type { ListeningPort } from '../runtime/listening.js';
 import type { ExportStats, LayerRef, Runtime, RuntimeStatus, SandboxStats } from '../runtime/types.js';
-import { AGENT_ANSWER_MAX_BYTES, agentJson, waitForAgentPrimed } from './agent-client.js';
-import { newSandboxId, withSandboxId } from './sandbox-identity.js';
+import { ServiceError } from '@sandboxd/protocol';
+import { AGENT_ANSWER_MAX_BYTES, agentJson, waitForAgent, waitForAgentPrimed } from './agent-client.js';
+import { newSandboxId, withSandboxId } from '../runtime/sandbox-identity.js';
 import type { Node, NodeSpec, Taken, TakeAsk, WarmStats } from './types.js';
 import { abandonedCreate, warmKeyOf, WarmPool, type WarmKeyStats, type WarmPoolOptions } from './warm-pool.js';
 
@@ -119,12 +120,23 @@ export class LocalNode implements Node {
     return this.pool.dropTemplate(poolId);
   }
 
+  /**
+   * Boots a stopped sandbox again on its disk and waits for its agent. The agent runs the tenant's
+   * disk, so it may never answer properly: then the container is stopped again (the sandbox stays
+   * stopped, nothing keeps running) and the caller gets a 502 saying so.
+   */
   async start(spec: NodeSpec): Promise<void> {
     const settled = await this.o.layerUse?.use(spec.id, spec.layerIds ?? []);
     try {
       await this.runtime.start({ ...spec, lowerDirs: await this.lowerDirs(spec) });
     } finally {
       settled?.();
+    }
+    try {
+      await waitForAgent((timeoutMs) => this.runtime.dialAgent(spec.id, timeoutMs), this.o.agentReadyTimeoutMs);
+    } catch (err) {
+      await this.runtime.stop(spec.id).catch((e: unknown) => this.o.log('stopping a sandbox whose agent failed failed', { id: spec.id, error: String(e) }));
+      throw new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent did not become ready, so it was stopped again`, { id: spec.id }).withDetail(err instanceof Error ? err.message : String(err));
     }
   }
 

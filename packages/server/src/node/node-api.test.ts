@@ -10,7 +10,7 @@ import type { FastifyInstance } from 'fastify';
 import { signingKeyFromPem } from '../runtime/cluster-auth.js';
 import { LocalNode } from './local-node.js';
 import { RemoteNode } from './remote-node.js';
-import { withSandboxId } from './sandbox-identity.js';
+import { withSandboxId } from '../runtime/sandbox-identity.js';
 import { unpackLayer } from '../images/layer-tar.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { baseLayer } from '../testing/fixtures.js';

@@ -55,7 +55,10 @@ export interface Node {
   take(ask: TakeAsk): Promise<Taken>;
   /** The warm pool forgets `poolId` (a template deleted or rebuilt, a fork done): its ready sandboxes go. */
   dropWarm(poolId: string): Promise<void>;
-  /** Boots a stopped sandbox again on its preserved disk (remounting what is missing); resolves once its container runs. */
+  /**
+   * Boots a stopped sandbox again on its preserved disk (remounting what is missing); resolves once
+   * its agent answers. An agent that never does: the sandbox is stopped again, AGENT_UNAVAILABLE.
+   */
   start(spec: NodeSpec): Promise<void>;
   /** Freezes every process (memory kept). */
   pause(id: string): Promise<void>;

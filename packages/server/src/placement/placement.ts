@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { ServiceError } from '@sandboxd/protocol';
 import type { Node, Taken, TakeAsk, WarmStats } from '../node/types.js';
-import { warmKeyOf } from '../node/warm-pool.js';
+import { abandonedCreate, warmKeyOf } from '../node/warm-pool.js';
 import type { SandboxResources } from '../runtime/types.js';
 import type { SandboxUsage } from '../store/types.js';
 import { addUsage, choose, type Overcommit } from './choose.js';
@@ -127,6 +127,11 @@ export class Placement {
       if (warm) this.hits++;
       else this.misses++;
       this.claimSoon();
+      // The asker went away while its node answered: no one would hold the sandbox.
+      if (ask.signal?.aborted) {
+        await this.discard({ id, nodeId }).catch((err: unknown) => this.o.log(`destroying the sandbox of an abandoned take failed: ${String(err)}`));
+        throw abandonedCreate();
+      }
       return { id, nodeId, warm };
     } finally {
       this.asking.delete(hold);

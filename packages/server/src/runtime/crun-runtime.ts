@@ -3,7 +3,7 @@ import { dialUnix } from './agent-socket.js';
 import type { ListeningPort } from './listening.js';
 import { RuntimeContext, type CrunRuntimeOptions } from './context.js';
 import type { EgressPolicy } from './egress-policy.js';
-import type { ProcResult } from './proc.js';
+import type { ProcResult } from './spawner.js';
 import { checkId, ID_RE, type SandboxPaths } from './sandbox-paths.js';
 import type { Subnet } from './net.js';
 import { ServiceError } from '@sandboxd/protocol';

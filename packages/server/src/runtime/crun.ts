@@ -1,8 +1,8 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { ServiceError } from '@sandboxd/protocol';
-import { proc, toolError, type ProcResult } from './proc.js';
-import { spawner } from './spawner.js';
+import { proc, toolError } from './proc.js';
+import { spawner, type ProcResult } from './spawner.js';
 
 export type CrunStatus = 'created' | 'running' | 'paused' | 'stopped';
 

@@ -3,14 +3,7 @@ import { readFile } from 'node:fs/promises';
 import type { Writable } from 'node:stream';
 import { spawn, type StdioOptions } from 'node:child_process';
 import { ServiceError } from '@sandboxd/protocol';
-import { spawner } from './spawner.js';
-
-export interface ProcResult {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-}
+import { spawner, type ProcResult } from './spawner.js';
 
 export interface ProcOptions {
   input?: string;

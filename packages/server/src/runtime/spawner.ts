@@ -1,6 +1,13 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import type { ProcResult } from './proc.js';
+
+/** How a host tool ended: the helper's answer and proc()'s (proc.ts runs tools through the helper, so the type is defined here). */
+export interface ProcResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
 
 export interface SpawnRequest {
   id: number;

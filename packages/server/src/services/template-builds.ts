@@ -9,7 +9,6 @@ import type { Metrics } from './metrics.js';
 import type { QuotaService } from './quotas.js';
 import { checkSize, type OrgLimits } from './limits.js';
 
-export type { BuildEngine, BuildEngineHooks, BuildEngineInput, BuildEngineResult, CopyInput } from '../builder/types.js';
 import type { BuildEngine, CopyInput } from '../builder/types.js';
 
 export interface BuildLimits {

@@ -5,7 +5,6 @@ import { ALLOWED_BASE_IMAGES } from '../images/refs.js';
 /** The base images a `from` step may name (service-spec.md). */
 export const ALLOWED_IMAGES = ALLOWED_BASE_IMAGES;
 
-export type { BuildStep } from '../builder/types.js';
 import type { BuildStep } from '../builder/types.js';
 
 export interface BuildRequest {

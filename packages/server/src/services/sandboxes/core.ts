@@ -1,5 +1,4 @@
 import { ServiceError, type NetworkPolicy, type Sandbox, type SandboxEventKind } from '@sandboxd/protocol';
-import type { Node } from '../../node/types.js';
 import type { Placement } from '../../placement/placement.js';
 import type { SandboxSpec } from '../../runtime/types.js';
 import type { SandboxRow, Store } from '../../store/types.js';
@@ -115,7 +114,7 @@ export class SandboxCore {
   }
 
   /** The node a sandbox's row names. */
-  node(row: Pick<SandboxRow, 'nodeId'>): Node {
+  node(row: Pick<SandboxRow, 'nodeId'>): ReturnType<Placement['node']> {
     return this.d.placement.node(row.nodeId);
   }
 

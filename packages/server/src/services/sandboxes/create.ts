@@ -1,7 +1,6 @@
 import { describeCause, isProgrammingError, ServiceError, type CreateSandboxBody, type ForkBody, type Sandbox } from '@sandboxd/protocol';
 import { DEFAULT_TEMPLATE } from '../../images/builtin.js';
-import { newSandboxId } from '../../node/sandbox-identity.js';
-import { abandonedCreate } from '../../node/warm-pool.js';
+import { newSandboxId } from '../../runtime/sandbox-identity.js';
 import type { Placed } from '../../placement/placement.js';
 import { ExportTooLarge } from '../../runtime/types.js';
 import { UndoStack } from '../../runtime/undo.js';
@@ -176,8 +175,6 @@ export class Creates {
       const { id } = placed;
       const at = new Date();
       undo.push('sandbox', () => d.placement.discard(placed));
-      // The client went away while its node answered: no one would hold the sandbox.
-      if (opts.signal?.aborted) throw abandonedCreate();
       undo.push('route', async () => {
         d.routes.delete(id);
         await d.gateway.close(id);

@@ -1,5 +1,4 @@
 import { ServiceError } from '@sandboxd/protocol';
-import { waitForAgent } from '../../node/agent-client.js';
 import type { SandboxRow } from '../../store/types.js';
 import { checkTimeout } from '../limits.js';
 import { Slots } from '../locks.js';
@@ -146,21 +145,11 @@ export class Lifecycle {
   }
 
   /**
-   * Boots a stopped sandbox on its disk and waits for its agent. The agent runs the tenant's disk,
-   * so it may never answer properly: then the container is stopped again (the sandbox stays
-   * stopped, nothing keeps running) and the caller gets a 502 saying so.
+   * Boots a stopped sandbox on its disk, on its node, once its agent answers (an agent that does not:
+   * the node stops it again, and the caller gets AGENT_UNAVAILABLE).
    */
   async bootAgain(r: SandboxRow): Promise<void> {
-    const node = this.c.node(r);
-    await node.start(this.c.spec(r));
-    try {
-      await waitForAgent((timeoutMs) => node.dialAgent(r.id, timeoutMs), this.c.d.agentReadyTimeoutMs);
-    } catch (err) {
-      await node.stop(r.id).catch((e: unknown) => this.c.d.log('stopping a sandbox whose agent failed failed', { id: r.id, error: String(e) }));
-      throw new ServiceError('AGENT_UNAVAILABLE', `the sandbox's agent did not become ready, so it was stopped again`, { id: r.id }).withDetail(
-        err instanceof Error ? err.message : String(err),
-      );
-    }
+    await this.c.node(r).start(this.c.spec(r));
   }
 
   async delete(orgId: string, id: string, reason = 'deleted'): Promise<SandboxRow> {

@@ -1,6 +1,6 @@
 import { DEFAULT_EGRESS, isRestricted, normalizeEntries } from '../../runtime/egress-policy.js';
 import type { SandboxSpec } from '../../runtime/types.js';
-import { withSandboxId } from '../../node/sandbox-identity.js';
+import { withSandboxId } from '../../runtime/sandbox-identity.js';
 import type { SandboxRow } from '../../store/types.js';
 
 /** What a create starts from: a template, a snapshot, or a fork's source. */

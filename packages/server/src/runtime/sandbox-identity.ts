@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { SandboxSpec } from '../runtime/types.js';
+import type { SandboxSpec } from './types.js';
 
 /**
  * A new sandbox id. Whoever boots a sandbox picks it: the services on one machine, a node's warm

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { StoreUnavailableError } from './errors.js';
-import { PG_MIGRATIONS } from './pg-migrations.js';
+import { migrationsFor } from './migrations.js';
 
 export type Raw = Record<string, unknown>;
 
@@ -74,17 +74,18 @@ const MIGRATION_LOCK = '8314318008351287154';
  * transaction-scoped advisory lock: a second replica waits for the first, then finds nothing to do.
  */
 export async function migrate(pool: pg.Pool): Promise<void> {
+  const steps = migrationsFor('postgres');
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
     await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
     await client.query('CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())');
     const current = Number((await client.query<Raw>('SELECT coalesce(max(version), 0) AS v FROM schema_migrations')).rows[0]!.v);
-    if (current > PG_MIGRATIONS.length) {
-      throw new Error(`the database's schema is at version ${current}, newer than this sandboxd knows (${PG_MIGRATIONS.length}): run a newer sandboxd`);
+    if (current > steps.length) {
+      throw new Error(`the database's schema is at version ${current}, newer than this sandboxd knows (${steps.length}): run a newer sandboxd`);
     }
-    for (let i = current; i < PG_MIGRATIONS.length; i++) {
-      await client.query(PG_MIGRATIONS[i]!);
+    for (let i = current; i < steps.length; i++) {
+      await client.query(steps[i]!);
       await client.query('INSERT INTO schema_migrations (version) VALUES ($1)', [i + 1]);
     }
     await client.query('COMMIT');

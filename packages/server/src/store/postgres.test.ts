@@ -4,7 +4,7 @@ import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { storeConformance } from './conformance.js';
 import { StoreUnavailableError } from './errors.js';
-import { PG_MIGRATIONS } from './pg-migrations.js';
+import { migrationsFor } from './migrations.js';
 import { PostgresStore } from './postgres.js';
 import { PgDb } from './postgres-db.js';
 import { SqliteStore } from './sqlite.js';
@@ -47,12 +47,12 @@ test('replicas that open one database at once migrate it once, and each of them 
   const stores = await Promise.all([1, 2, 3, 4].map(() => PostgresStore.open(url)));
   opened.push(...stores);
   const applied = await query(url, 'SELECT version FROM schema_migrations ORDER BY version');
-  assert.deepEqual(applied.map((r) => r.version), PG_MIGRATIONS.map((_, i) => i + 1));
+  assert.deepEqual(applied.map((r) => r.version), migrationsFor('postgres').map((_, i) => i + 1));
   await stores[0]!.orgs.create('acme');
   assert.equal((await stores[3]!.orgs.byName('acme'))?.name, 'acme');
   // A later start finds nothing to do.
   opened.push(await PostgresStore.open(url));
-  assert.equal((await query(url, 'SELECT count(*)::int AS n FROM schema_migrations'))[0]!.n, PG_MIGRATIONS.length);
+  assert.equal((await query(url, 'SELECT count(*)::int AS n FROM schema_migrations'))[0]!.n, migrationsFor('postgres').length);
 });
 
 test('rows order and page by bytes, as in SQLite, in a database whose own collation is linguistic (ICU en-US)', async () => {

@@ -2,7 +2,7 @@ import Database from 'better-sqlite3';
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { MIGRATIONS } from './migrations.js';
+import { migrationsFor } from './migrations.js';
 import { SqliteBlobRepo, SqliteBuildLogRepo } from './sqlite-files.js';
 import { checkLeaseMs, checkNodeFilter, checkNodeId, checkNodeRegistration, checkNodeReport, checkNodeStatus, checkNow } from './types.js';
 import type {
@@ -90,10 +90,11 @@ export function openDatabase(file: string): Db {
 }
 
 export function migrate(db: Db): void {
+  const steps = migrationsFor('sqlite');
   const current = db.pragma('user_version', { simple: true }) as number;
-  for (let i = current; i < MIGRATIONS.length; i++) {
+  for (let i = current; i < steps.length; i++) {
     db.transaction(() => {
-      db.exec(MIGRATIONS[i]!);
+      db.exec(steps[i]!);
       db.pragma(`user_version = ${i + 1}`);
     })();
   }

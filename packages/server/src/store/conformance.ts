@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { NodeCapacity, NodeRegistration, NodeReport, SandboxRow, SnapshotRow, Store } from './types.js';
 
-/** One suite every Store implementation must pass (SQLite today; PostgreSQL later). */
+/** One suite every Store implementation must pass (SQLite and PostgreSQL). */
 export function storeConformance(name: string, open: () => Promise<Store>): void {
   const sandbox = (id: string, over: Partial<SandboxRow> = {}): SandboxRow => ({
     id,
@@ -102,6 +102,13 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     assert.equal(await s.sandboxes.update('sb1', 0, { status: 'stopped' }), undefined, 'stale version loses');
     assert.equal((await s.sandboxes.byId('sb1'))?.status, 'paused');
     s.close();
+  });
+
+  test(`${name}: an update names only fields of the row: any other key is refused before it reaches SQL`, async () => {
+    const store = await open();
+    await assert.rejects(store.sandboxes.update('sb1', 0, { 'status = NULL; --': 'x' } as never), /not a field that can be changed/);
+    await assert.rejects(store.sandboxes.update('sb1', 0, { version: 9 } as never), /not a field that can be changed: version/);
+    await assert.rejects(store.builds.update('b1', { id: 'b2' } as never), /not a field that can be changed: id/);
   });
 
   test(`${name}: list pages newest first with a stable cursor, per organization`, async () => {

@@ -1,6 +1,6 @@
 import { Params, type SqlDb } from './db.js';
 import { nodeFrom } from './rows.js';
-import { checkLeaseMs, checkNodeId, checkNodeRegistration, checkNodeReport, checkNodeStatus, checkNow } from '../types.js';
+import { checkLeaseMs, checkNodeId, checkNodeRegistration, checkNodeReport, checkNodeStatus, checkNow } from './checks.js';
 import type { NodeRegistration, NodeReport, NodeRepo, NodeStatus } from '../types.js';
 
 export class SqlNodeRepo implements NodeRepo {

@@ -1,6 +1,7 @@
 import { insertSql, olderThan, Params, setSql, type SqlDb } from './db.js';
 import { flag, previewFrom, SANDBOX_FIELDS, sandboxFrom, usageFrom } from './rows.js';
-import { checkNodeFilter, type PreviewRepo, type PreviewRow, type SandboxListFilter, type SandboxRepo, type SandboxRow, type SandboxUsage } from '../types.js';
+import { checkNodeFilter } from './checks.js';
+import type { PreviewRepo, PreviewRow, SandboxListFilter, SandboxRepo, SandboxRow, SandboxUsage } from '../types.js';
 
 /** The condition that keeps a sandbox query to one node's rows (none: every node's). */
 function onNode(p: Params, nodeId: string | undefined): string {

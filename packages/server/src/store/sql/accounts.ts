@@ -22,8 +22,8 @@ export class SqlOrgRepo implements OrgRepo {
     return (await this.db.all('SELECT * FROM organizations ORDER BY created_at')).map(orgFrom);
   }
   async remove(id: string) {
-    // By hand as well as by the foreign key's cascade: SQLite enforces foreign keys only on a connection that asks it to.
-    await this.db.run('DELETE FROM org_limits WHERE org_id = $1', [id]);
+    // Its org_limits row goes with it, in the same statement: ON DELETE CASCADE in both schemas
+    // (SQLite's connection turns foreign keys on, see sqlite.ts).
     await this.db.run('DELETE FROM organizations WHERE id = $1', [id]);
   }
   async limits(id: string) {

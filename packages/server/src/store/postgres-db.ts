@@ -1,8 +1,7 @@
 import pg from 'pg';
 import { StoreUnavailableError } from './errors.js';
-import { PG_MIGRATIONS } from './pg-migrations.js';
-
-export type Raw = Record<string, unknown>;
+import { migrationsFor } from './migrations.js';
+import type { Dialect, Params, Raw, SqlDb } from './sql/db.js';
 
 /**
  * Errors that say the server cannot be reached now, not that the statement was wrong: connection
@@ -26,12 +25,41 @@ export function storeError(err: unknown): unknown {
   return new StoreUnavailableError(`the PostgreSQL store is unavailable: ${(err as Error).message}`, { cause: err });
 }
 
+/** A timestamptz as the rows carry times: toISOString()'s text, in UTC to the millisecond. */
+const iso = (t: string): string => `to_char((${t}) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
+
+/**
+ * PostgreSQL's ways: times from the database server's clock, the one that every replica and node
+ * on other machines shares (a lease does not hang on how well their clocks agree).
+ */
+const POSTGRES: Dialect = {
+  clock(p: Params, now: string | undefined, leaseMs?: number) {
+    const at = `coalesce(${p.add(now ?? null)}::timestamptz, now())`;
+    const lease = leaseMs === undefined ? '' : iso(`${at} + ${p.add(leaseMs)}::bigint * interval '1 millisecond'`);
+    return { at: iso(at), lease };
+  },
+  arrayTexts: (table, column) => `SELECT DISTINCT jsonb_array_elements_text(${column}) AS value FROM ${table}`,
+  isUniqueViolation: (err) => (err as { code?: unknown }).code === '23505',
+};
+
+const JSON_OIDS = new Set<number>([pg.types.builtins.JSON, pg.types.builtins.JSONB]);
+
+/**
+ * The pool's type parsers: json and jsonb as their text, which the row mappers parse as they do
+ * SQLite's JSON columns (one reading for both; pg's own parse would hand back objects).
+ */
+export const PG_TYPES: pg.CustomTypesConfig = {
+  getTypeParser: (oid, format) => (JSON_OIDS.has(oid) ? (text: string) => text : pg.types.getTypeParser(oid, format)),
+};
+
 /**
  * The pool behind the repositories. A query takes a connection, runs, gives it back; a connection
  * whose server went away is dropped (not given back), so queries after the server returns open new
  * ones and succeed without a restart of the daemon.
  */
-export class PgDb {
+export class PgDb implements SqlDb {
+  readonly dialect = POSTGRES;
+
   constructor(private readonly pool: pg.Pool) {}
 
   async query(sql: string, args: unknown[] = []): Promise<pg.QueryResult<Raw>> {
@@ -52,11 +80,11 @@ export class PgDb {
     }
   }
 
-  async rows(sql: string, args: unknown[] = []): Promise<Raw[]> {
+  async all(sql: string, args: unknown[] = []): Promise<Raw[]> {
     return (await this.query(sql, args)).rows;
   }
 
-  async row(sql: string, args: unknown[] = []): Promise<Raw | undefined> {
+  async get(sql: string, args: unknown[] = []): Promise<Raw | undefined> {
     return (await this.query(sql, args)).rows[0];
   }
 
@@ -74,17 +102,18 @@ const MIGRATION_LOCK = '8314318008351287154';
  * transaction-scoped advisory lock: a second replica waits for the first, then finds nothing to do.
  */
 export async function migrate(pool: pg.Pool): Promise<void> {
+  const steps = migrationsFor('postgres');
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
     await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
     await client.query('CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())');
     const current = Number((await client.query<Raw>('SELECT coalesce(max(version), 0) AS v FROM schema_migrations')).rows[0]!.v);
-    if (current > PG_MIGRATIONS.length) {
-      throw new Error(`the database's schema is at version ${current}, newer than this sandboxd knows (${PG_MIGRATIONS.length}): run a newer sandboxd`);
+    if (current > steps.length) {
+      throw new Error(`the database's schema is at version ${current}, newer than this sandboxd knows (${steps.length}): run a newer sandboxd`);
     }
-    for (let i = current; i < PG_MIGRATIONS.length; i++) {
-      await client.query(PG_MIGRATIONS[i]!);
+    for (let i = current; i < steps.length; i++) {
+      await client.query(steps[i]!);
       await client.query('INSERT INTO schema_migrations (version) VALUES ($1)', [i + 1]);
     }
     await client.query('COMMIT');
@@ -93,14 +122,5 @@ export async function migrate(pool: pg.Pool): Promise<void> {
     await client.query('ROLLBACK').catch(() => undefined);
     client.release(err as Error);
     throw err;
-  }
-}
-
-/** Builds a statement's `$n` placeholders as its values are added. */
-export class Params {
-  readonly values: unknown[] = [];
-  add(v: unknown): string {
-    this.values.push(v);
-    return `$${this.values.length}`;
   }
 }

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import Database from 'better-sqlite3';
-import { MIGRATIONS } from './migrations.js';
+import { migrationsFor } from './migrations.js';
 import { SqliteStore } from './sqlite.js';
 import { storeConformance } from './conformance.js';
 
@@ -31,10 +31,11 @@ test('upload rows written before uploads had to be verified are dropped by the m
   const dir = await mkdtemp(join(tmpdir(), 'sbd-db-'));
   try {
     const file = join(dir, 'sandboxd.db');
-    const drop = MIGRATIONS.findIndex((m) => /DELETE FROM uploads/.test(m));
+    const steps = migrationsFor('sqlite');
+    const drop = steps.findIndex((m) => /DELETE FROM uploads/.test(m));
     assert.ok(drop > 0);
     const db = new Database(file);
-    for (let i = 0; i < drop; i++) db.exec(MIGRATIONS[i]!);
+    for (let i = 0; i < drop; i++) db.exec(steps[i]!);
     db.pragma(`user_version = ${drop}`);
     db.prepare('INSERT INTO uploads (org_id, file_id, path, sha256, size, kind, created_at) VALUES (?,?,?,?,?,?,?)').run('org_b', 'f_x', 'a.txt', 'x', 1, 'file', 'now');
     db.close();
@@ -52,10 +53,11 @@ test("keys of the operator's organization lose the admin every key got by defaul
   const dir = await mkdtemp(join(tmpdir(), 'sbd-db-'));
   try {
     const file = join(dir, 'sandboxd.db');
-    const strip = MIGRATIONS.findIndex((m) => /json_group_array\(value\)/.test(m) && /'admin'/.test(m));
+    const steps = migrationsFor('sqlite');
+    const strip = steps.findIndex((m) => /json_group_array\(value\)/.test(m) && /'admin'/.test(m));
     assert.ok(strip > 0);
     const db = new Database(file);
-    for (let i = 0; i < strip; i++) db.exec(MIGRATIONS[i]!);
+    for (let i = 0; i < strip; i++) db.exec(steps[i]!);
     db.pragma(`user_version = ${strip}`);
     const org = db.prepare('INSERT INTO organizations (id, name, created_at) VALUES (?, ?, ?)');
     org.run('org_def', 'default', 'now');

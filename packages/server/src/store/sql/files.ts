@@ -1,11 +1,15 @@
-import type { PgDb } from './postgres-db.js';
-import { sliceRows } from './log-rows.js';
-import { checkBlobSha256, checkWhole, type BlobRepo, type BuildLogRepo } from './types.js';
+import type { Raw, SqlDb } from './db.js';
+import { checkBlobSha256, checkWhole } from './checks.js';
+import type { BlobRepo, BuildLogRepo } from '../types.js';
 
 const bytes = (data: Uint8Array): Buffer => Buffer.from(data.buffer, data.byteOffset, data.byteLength);
 
-export class PgBlobRepo implements BlobRepo {
-  constructor(private db: PgDb) {}
+/*
+ * Each statement guards itself (`... AND sha256 IS NULL`, `WHERE EXISTS`): with replicas, or with
+ * SQLite's calls interleaving at each await, another writer may come between two of them.
+ */
+export class SqlBlobRepo implements BlobRepo {
+  constructor(private readonly db: SqlDb) {}
   async begin(id: string, at: string) {
     await this.db.run('INSERT INTO upload_blobs (id, sha256, size, created_at) VALUES ($1, NULL, NULL, $2)', [id, at]);
   }
@@ -29,8 +33,8 @@ export class PgBlobRepo implements BlobRepo {
       if (changed === 0) throw new Error(`blob ${id} is not being written`);
       return 'stored' as const;
     } catch (err) {
-      // Another replica committed the same content between the look and the write.
-      if ((err as { code?: unknown }).code !== '23505') throw err;
+      // Another commit of the same content between the look and the write.
+      if (!this.db.dialect.isUniqueViolation(err)) throw err;
       await this.discard(id);
       return 'exists' as const;
     }
@@ -41,28 +45,38 @@ export class PgBlobRepo implements BlobRepo {
     await this.db.run('DELETE FROM upload_blobs WHERE id = $1 AND sha256 IS NULL', [id]);
   }
   async stat(sha256: string) {
-    const r = await this.db.row('SELECT size FROM upload_blobs WHERE sha256 = $1', [checkBlobSha256(sha256)]);
+    const r = await this.db.get('SELECT size FROM upload_blobs WHERE sha256 = $1', [checkBlobSha256(sha256)]);
     return r && { size: Number(r.size) };
   }
   async chunks(sha256: string, fromSeq: number, limit: number) {
-    const rows = await this.db.rows(
+    const rows = await this.db.all(
       'SELECT c.data FROM upload_blob_chunks c JOIN upload_blobs b ON b.id = c.blob_id WHERE b.sha256 = $1 AND c.seq >= $2 ORDER BY c.seq LIMIT $3',
       [checkBlobSha256(sha256), checkWhole(fromSeq, "a chunk's number"), checkWhole(limit, 'a chunk count', 1)],
     );
     return rows.map((r) => r.data as Buffer);
   }
   async purgeUncommitted(before: string) {
-    const ids = (await this.db.rows('SELECT id FROM upload_blobs WHERE sha256 IS NULL AND created_at < $1', [before])).map((r) => String(r.id));
+    const ids = (await this.db.all('SELECT id FROM upload_blobs WHERE sha256 IS NULL AND created_at < $1', [before])).map((r) => String(r.id));
     for (const id of ids) await this.discard(id);
     return ids.length;
   }
 }
 
-export class PgBuildLogRepo implements BuildLogRepo {
-  constructor(private db: PgDb) {}
+/** The bytes [offset, offset + maxBytes) of log rows that cover them, in order. */
+function sliceRows(rows: Raw[], offset: number, maxBytes: number): Buffer {
+  const parts = rows.map((r) => {
+    const start = Number(r.start_offset);
+    const data = r.data as Buffer;
+    return data.subarray(Math.max(0, offset - start), Math.max(0, offset + maxBytes - start));
+  });
+  return Buffer.concat(parts);
+}
+
+export class SqlBuildLogRepo implements BuildLogRepo {
+  constructor(private readonly db: SqlDb) {}
   async append(buildId: string, data: Uint8Array) {
     // One writer per build; two at once would collide on the primary key rather than overlap.
-    const r = await this.db.row(
+    const r = await this.db.get(
       `INSERT INTO build_logs (build_id, start_offset, end_offset, data)
        SELECT $1, s, s + $2, $3 FROM (SELECT coalesce(max(end_offset), 0) AS s FROM build_logs WHERE build_id = $1) t RETURNING end_offset`,
       [buildId, data.byteLength, bytes(data)],
@@ -72,9 +86,9 @@ export class PgBuildLogRepo implements BuildLogRepo {
   async read(buildId: string, offset: number, maxBytes: number) {
     checkWhole(offset, 'a log offset');
     checkWhole(maxBytes, 'a log read length', 1);
-    const size = Number((await this.db.row('SELECT coalesce(max(end_offset), 0) AS n FROM build_logs WHERE build_id = $1', [buildId]))!.n);
+    const size = Number((await this.db.get('SELECT coalesce(max(end_offset), 0) AS n FROM build_logs WHERE build_id = $1', [buildId]))!.n);
     if (offset >= size) return { data: Buffer.alloc(0), size };
-    const rows = await this.db.rows('SELECT start_offset, data FROM build_logs WHERE build_id = $1 AND end_offset > $2 AND start_offset < $3 ORDER BY start_offset', [
+    const rows = await this.db.all('SELECT start_offset, data FROM build_logs WHERE build_id = $1 AND end_offset > $2 AND start_offset < $3 ORDER BY start_offset', [
       buildId,
       offset,
       offset + maxBytes,

@@ -1,15 +1,14 @@
 /**
- * Ordered schema migrations of the PostgreSQL store; each applied one is a row of
- * schema_migrations. Never edit a shipped one. The schema is SQLite's (migrations.ts) as it stands
- * now, in PostgreSQL's types; SQLite's data-only steps (dropping unverified uploads, stripping
- * admin from keys) fixed rows of installations older than this store, so they have no counterpart.
+ * PostgreSQL's first step: the store made with the schema SQLite had come to in its first twelve
+ * steps (migrations-sqlite-first.ts), in PostgreSQL's types. SQLite's data-only steps (dropping
+ * unverified uploads, stripping admin from keys) fixed rows of installations older than this store,
+ * so they have no counterpart. A step of the one list (migrations.ts) in PostgreSQL only; never edit it.
  *
  * Timestamps stay ISO-8601 text, as in SQLite: the rows carry them as strings, and callers compare
  * and page by them. Text that is compared or ordered is COLLATE "C" (byte order, SQLite's): ISO
  * text in byte order is time order, and ids page the same whatever the database's own collation.
  */
-export const PG_MIGRATIONS: string[] = [
-  `
+export const POSTGRES_FIRST = `
   CREATE TABLE organizations (
     id text COLLATE "C" PRIMARY KEY,
     name text COLLATE "C" NOT NULL UNIQUE,
@@ -208,76 +207,4 @@ export const PG_MIGRATIONS: string[] = [
     FOR EACH ROW WHEN (NEW.status = 'deleted') EXECUTE FUNCTION previews_go_with_sandbox();
   CREATE TRIGGER previews_go_with_removed_sandbox AFTER DELETE ON sandboxes
     FOR EACH ROW EXECUTE FUNCTION previews_go_with_sandbox();
-  `,
-];
-
-/** Sandboxes found by their node (issue 10), as in migrations.ts. */
-PG_MIGRATIONS.push(`
-  CREATE INDEX IF NOT EXISTS sandboxes_node_status ON sandboxes (node_id, status);
-`);
-
-/** The cluster's nodes (issue 10), as in migrations.ts. */
-PG_MIGRATIONS.push(`
-  CREATE TABLE nodes (
-    id text COLLATE "C" PRIMARY KEY,
-    url text NOT NULL,
-    status text NOT NULL CHECK (status IN ('active', 'cordoned', 'draining')),
-    capacity_vcpu bigint NOT NULL,
-    capacity_memory_mb bigint NOT NULL,
-    capacity_disk_gb bigint NOT NULL,
-    capacity_max_sandboxes bigint NOT NULL,
-    usage_sandboxes bigint NOT NULL DEFAULT 0,
-    usage_vcpu bigint NOT NULL DEFAULT 0,
-    usage_memory_mb bigint NOT NULL DEFAULT 0,
-    usage_disk_gb bigint NOT NULL DEFAULT 0,
-    warm jsonb NOT NULL DEFAULT '{}',
-    layers_digest text,
-    version integer NOT NULL,
-    heartbeat_at text COLLATE "C" NOT NULL,
-    lease_expires_at text COLLATE "C" NOT NULL,
-    registered_at text COLLATE "C" NOT NULL,
-    updated_at text COLLATE "C" NOT NULL
-  );
-  CREATE INDEX nodes_lease ON nodes (lease_expires_at);
-`);
-
-/** Rate-limited events (issue 10), as in migrations.ts. */
-PG_MIGRATIONS.push(`
-  CREATE TABLE rate_events (
-    id text COLLATE "C" PRIMARY KEY,
-    key text COLLATE "C" NOT NULL,
-    at bigint NOT NULL
-  );
-  CREATE INDEX rate_events_key_at ON rate_events (key, at);
-`);
-
-/** Uploaded files' bytes and build logs (issue 10), as in migrations.ts. */
-PG_MIGRATIONS.push(`
-  CREATE TABLE upload_blobs (
-    id text COLLATE "C" PRIMARY KEY,
-    sha256 text COLLATE "C" UNIQUE,
-    size bigint,
-    created_at text COLLATE "C" NOT NULL
-  );
-  CREATE INDEX upload_blobs_uncommitted ON upload_blobs (created_at) WHERE sha256 IS NULL;
-  CREATE TABLE upload_blob_chunks (
-    blob_id text COLLATE "C" NOT NULL,
-    seq integer NOT NULL,
-    data bytea NOT NULL,
-    PRIMARY KEY (blob_id, seq)
-  );
-  -- Uploads are mostly compressed already (tarballs): kept out of line without a second try at it.
-  ALTER TABLE upload_blob_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
-  CREATE TABLE build_logs (
-    build_id text COLLATE "C" NOT NULL,
-    start_offset bigint NOT NULL,
-    end_offset bigint NOT NULL,
-    data bytea NOT NULL,
-    PRIMARY KEY (build_id, start_offset)
-  );
-`);
-
-/** A build's heartbeat (issue 10), as in migrations.ts. */
-PG_MIGRATIONS.push(`
-  ALTER TABLE builds ADD COLUMN heartbeat_at text COLLATE "C";
-`);
+  `;

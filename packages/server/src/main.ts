@@ -492,7 +492,7 @@ export async function runEdge(env: NodeJS.ProcessEnv = process.env): Promise<{ c
 /**
  * `serve`: the whole service on this machine (its own runtime). `control`: the same API and gateway
  * for a cluster, over the nodes of the registry (ClusterRuntime) and the cluster's PostgreSQL; any
- * number of replicas (see the README's Running a cluster).
+ * number of replicas (see docs/cluster.md).
  */
 export async function serve(env: NodeJS.ProcessEnv = process.env, role: 'serve' | 'control' = 'serve'): Promise<void> {
   const config = loadConfig(env);

@@ -195,7 +195,7 @@ async function main(): Promise<number> {
       const perCycle = ((last.heapKiB - warmWindow.heapKiB) * 1024) / (last.cp.cycles - warmWindow.cp.cycles);
       console.log(
         `daemon JS heap after GC ${(warmWindow.heapKiB / 1024).toFixed(2)} → ${(last.heapKiB / 1024).toFixed(2)} MiB since warm-up: ` +
-          `${perCycle >= 0 ? '+' : ''}${perCycle.toFixed(0)} bytes per cycle (not judged: a bounded cache grows too; see the README's soak row)`,
+          `${perCycle >= 0 ? '+' : ''}${perCycle.toFixed(0)} bytes per cycle (not judged: a bounded cache grows too; see docs/performance.md)`,
       );
     }
     if (warm && after.length) {

@@ -33,10 +33,18 @@ describe('/console in a browser', { timeout: 300_000 }, () => {
     const refused = errors.splice(0).filter((e) => !/401/.test(e));
     assert.deepEqual(refused, []);
     await page.screenshot({ path: join(SCREENSHOTS, 'console-sign-in.png') });
+    // The manual and the API reference are one click away, signed in or not.
+    assert.equal(await page.locator('#sign-in #nav-manual').getAttribute('href'), '/manual');
+    assert.equal(await page.locator('#sign-in #nav-api-reference').getAttribute('href'), '/docs');
 
     await page.fill('#api-key', env.server.apiKey);
     await page.click('#sign-in button[type=submit]');
     await page.locator('#live.on').waitFor({ timeout: 30_000 });
+    assert.equal(await page.locator('header nav #nav-manual').getAttribute('href'), '/manual');
+    assert.equal(await page.locator('header nav #nav-api-reference').getAttribute('href'), '/docs');
+    const manual = await fetch(`${env.server.baseUrl}/manual`);
+    assert.equal(manual.status, 200);
+    assert.match(await manual.text(), /href="\/manual\/lifecycle-api\.md"/, 'the manual lists its pages');
 
     // A sandbox made elsewhere (the API) appears without a reload.
     const other = await createSandbox(env.server, { template_name: 'base' });

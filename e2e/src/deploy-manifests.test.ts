@@ -511,7 +511,7 @@ describe('deploy/kubernetes: the manifests', () => {
         const r = renderOf(name);
         const { workload: d, container: c } = roleContainer(r, 'control');
         assert.equal(d.kind, 'Deployment');
-        assert.ok(d.spec.replicas >= 2, 'control is replicated (README, Running a cluster)');
+        assert.ok(d.spec.replicas >= 2, 'control is replicated (docs/cluster.md)');
         assert.notEqual(d.spec.strategy?.type, 'Recreate', 'a rollout keeps replicas serving');
         const config = mustConfig(containerEnv(r, c, filledIn), 'control');
         const port = (n: number) => (c.ports ?? []).find((p: any) => p.containerPort === n);

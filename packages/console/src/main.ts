@@ -2,7 +2,7 @@
 // a URL), then pages routed by the URL's fragment: #/ the sandboxes, #/sandboxes/<id> one sandbox,
 // #/templates the templates and their builds, #/admin keys and organizations (operators only).
 // Talks to the lifecycle API of the origin it is served from, and to each sandbox's agent API at
-// its public_host.
+// its public_host. Every page links the manual (/manual) and the API reference (/docs).
 
 import { ApiError, call, KEY } from './api.js';
 import { h, Notice } from './dom.js';
@@ -14,11 +14,16 @@ import type { Account, Page, PageContext } from './page.js';
 
 const app = document.getElementById('app')!;
 
+/** The manual (the repository's docs/, served by the daemon) and the API reference, on every page. */
+const helpLinks = (): HTMLAnchorElement[] => [h('a', { href: '/manual', id: 'nav-manual' }, 'Manual'), h('a', { href: '/docs', id: 'nav-api-reference' }, 'API reference')];
+
 function signInPage(reason = ''): void {
   app.replaceChildren();
   const input = h('input', { type: 'password', id: 'api-key', autocomplete: 'off', placeholder: 'sbd_…', 'aria-label': 'API key', required: '' });
   const notice = new Notice();
-  const form = h('form', { id: 'sign-in', class: 'card' }, h('h1', {}, 'sandboxd'), h('label', { for: 'api-key' }, 'API key'), input, h('button', { type: 'submit' }, 'Sign in'), notice.el);
+  const [manual, reference] = helpLinks();
+  const help = h('p', { class: 'muted help' }, manual, ' · ', reference);
+  const form = h('form', { id: 'sign-in', class: 'card' }, h('h1', {}, 'sandboxd'), h('label', { for: 'api-key' }, 'API key'), input, h('button', { type: 'submit' }, 'Sign in'), notice.el, help);
   app.append(form);
   if (reason) notice.say(reason, 'error');
   form.addEventListener('submit', (ev) => {
@@ -52,7 +57,7 @@ function shell(account: Account): void {
   ]);
   if (account.operator) links.set('admin', h('a', { href: '#/admin', id: 'nav-admin' }, 'Keys & orgs'));
   const who = h('span', { class: 'who', title: `key ${account.key.name} (${account.key.scopes.join(', ')})` }, account.organization.name);
-  app.replaceChildren(h('header', {}, h('h1', {}, h('a', { href: '#/', class: 'brand' }, 'sandboxd')), h('nav', {}, ...links.values(), h('a', { href: '/docs' }, 'API reference'), who, signOut)), notice.el, main);
+  app.replaceChildren(h('header', {}, h('h1', {}, h('a', { href: '#/', class: 'brand' }, 'sandboxd')), h('nav', {}, ...links.values(), ...helpLinks(), who, signOut)), notice.el, main);
 
   let leave: (() => void) | undefined;
   let generation = 0;

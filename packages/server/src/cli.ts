@@ -23,8 +23,8 @@ Usage:
                                                     of replicas
   sandboxd node                                     run this machine as a node of a cluster: its
                                                     runtime, served to control (root; needs
-                                                    SANDBOXD_CLUSTER_VERIFY_KEY_FILE, see "Running
-                                                    a cluster")
+                                                    SANDBOXD_CLUSTER_VERIFY_KEY_FILE, see
+                                                    docs/cluster.md)
   sandboxd cluster keygen --out DIR                 a new key pair of a cluster: DIR/cluster-signing.pem
                                                     (0600, control's and edge's) and DIR/cluster-verify.pem
                                                     (public, for every node); overwrites nothing
@@ -58,7 +58,7 @@ Scopes: sandboxes:read, sandboxes:write, templates:read, templates:write, metric
 (default: the sandboxes and templates scopes). metrics:read reads the node-wide /metrics. admin stands
 for every scope; on a key of the operator's organization (default) it also opens the admin API
 (/v1/admin: organizations and keys).
-Configuration comes from the environment (SANDBOXD_DATA_DIR, ...; see the README).`;
+Configuration comes from the environment (SANDBOXD_DATA_DIR, ...; see docs/configuration.md).`;
 
 function table(rows: Array<Record<string, string>>): string {
   if (rows.length === 0) return '(none)';

@@ -10,6 +10,7 @@ import { registerRoutes } from './routes/index.js';
 import { buildOpenApi, collectRoutes } from './openapi.js';
 import { docsRoutes } from './docs.js';
 import { consoleRoutes } from './console.js';
+import { manualRoutes } from './manual.js';
 
 const JSON_BODY_LIMIT = 10 * 1024 * 1024;
 
@@ -110,5 +111,6 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   app.get('/openapi.json', async () => openapi());
   docsRoutes(app, openapi);
   consoleRoutes(app, opts.services.config.gateway);
+  manualRoutes(app);
   return app;
 }

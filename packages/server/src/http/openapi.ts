@@ -114,7 +114,7 @@ const declaredResponse = (schema: RouteOptions['schema'], doc: SuccessDoc | unde
 export function buildOpenApi(routes: CollectedRoute[], version: string): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const r of routes) {
-    if (r.url === '/openapi.json' || r.url.startsWith('/internal/') || r.url === '/docs' || r.url.startsWith('/docs/') || r.url === '/' || r.url === '/console' || r.url.startsWith('/console/') || r.url.includes('*')) continue;
+    if (r.url === '/openapi.json' || r.url.startsWith('/internal/') || r.url === '/docs' || r.url.startsWith('/docs/') || r.url === '/' || r.url === '/console' || r.url.startsWith('/console/') || r.url === '/manual' || r.url.startsWith('/manual/') || r.url.includes('*')) continue;
     const path = r.url.replace(/:([A-Za-z_]+)/g, '{$1}');
     const doc = OPERATIONS[`${r.method} ${path}`];
     const success = RESPONSES[`${r.method} ${path}`];

@@ -78,11 +78,6 @@ const SERVER_TEST_ONLY = 'testing/';
  * file: a new import of the same kind is still an error.
  */
 const SERVER_EXCEPTIONS = [
-  {
-    from: 'services/index.ts',
-    to: 'config.ts',
-    why: 'builds every service from the whole Config; the re-cut of services/ into roles/ and placement/ (issue 26) moves that composition up',
-  },
 ];
 
 /**

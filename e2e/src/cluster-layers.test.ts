@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pgLib from 'pg';
 import { digestLayerTree } from '../../packages/server/dist/images/layer-tar.js';
@@ -33,7 +33,11 @@ describe('a node without the layers of a template fetches them from control, onc
   before(async () => {
     pg = await startPostgres();
     const dbUrl = await pg.createDatabase();
-    mkdirSync(nodeLayers, { recursive: true, mode: 0o700 });
+    // The folder of the nodes' data dirs stays searchable (a sandbox's files are reached through it):
+    // only the layers directory itself is private. (Made 0700 in one step with its parent, it
+    // failed every node started after it on a machine that had never run the suite.)
+    mkdirSync(dirname(nodeLayers), { recursive: true });
+    mkdirSync(nodeLayers, { mode: 0o700 });
     dbUrlOf = dbUrl;
     // No warm pool on the node: each create below boots, so the first is the one that meets the
     // missing layers. Its API over TLS, with a certificate of the cluster's CA: every call below

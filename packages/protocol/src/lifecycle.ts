@@ -97,8 +97,8 @@ export const Sandbox = Type.Object({
   updated_at: Type.String(),
   resources: Resources,
   /**
-   * A cluster's: false while the node that holds the sandbox is away (its calls answer 503
-   * NODE_UNAVAILABLE until it is back); absent on one machine.
+   * False while the node that holds the sandbox is away (its calls answer 503 NODE_UNAVAILABLE
+   * until it is back); one machine's is always there.
    */
   available: Type.Optional(Type.Boolean()),
   auth_token: Type.Optional(Type.String()),

@@ -8,7 +8,9 @@ import { after, before, test } from 'node:test';
 import { SqliteStore } from '../store/sqlite.js';
 import { ConnectionLimits } from '../services/connections.js';
 import { KeyService } from '../services/keys.js';
-import { RouteTable, unixDial, type RouteEntry } from '../services/routes.js';
+import { RouteTable } from './routes.js';
+import type { RouteEntry } from '../services/routes.js';
+import { unixDial } from '../testing/fake-node.js';
 import { TokenService } from '../services/tokens.js';
 import { Gateway, previewCookieName } from './gateway.js';
 

@@ -5,7 +5,7 @@ import { ServiceError } from '@sandboxd/protocol';
 import { refusalOf } from '../services/connections.js';
 import { errorHandler } from './errors.js';
 import { safeUrl, type Logger } from '../logging.js';
-import type { Services } from '../services/index.js';
+import type { Services } from './services.js';
 import { registerRoutes } from './routes/index.js';
 import { buildOpenApi, collectRoutes } from './openapi.js';
 import { docsRoutes } from './docs.js';

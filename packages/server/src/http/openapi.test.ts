@@ -20,7 +20,7 @@ import { fixedPlacement, nodeOver, refusingRuntime } from '../testing/fake-node.
 import { SlidingWindowLimiter } from '../services/rate-limit.js';
 import { EventBus } from '../services/events.js';
 import { KeyedMutex } from '../services/locks.js';
-import { RouteTable } from '../services/routes.js';
+import { RouteTable } from '../gateway/routes.js';
 import { UploadService, uploadKeyFromFile } from '../services/uploads.js';
 import { localUploadBlobs } from '../services/upload-blobs.js';
 import { fileBuildLogs } from '../services/build-logs.js';

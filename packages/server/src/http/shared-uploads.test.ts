@@ -17,7 +17,7 @@ import { KeyService } from '../services/keys.js';
 import { KeyedMutex } from '../services/locks.js';
 import { QuotaService } from '../services/quotas.js';
 import { SlidingWindowLimiter } from '../services/rate-limit.js';
-import { RouteTable } from '../services/routes.js';
+import { RouteTable } from '../gateway/routes.js';
 import { SandboxService } from '../services/sandboxes/index.js';
 import { fixedPlacement, nodeOver, refusingRuntime } from '../testing/fake-node.js';
 import { BUILD_ABANDONED_MS, TemplateBuildService } from '../services/template-builds.js';

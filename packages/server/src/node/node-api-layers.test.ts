@@ -17,7 +17,7 @@ import { FsLayerStore } from '../images/layer-store.js';
 import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
 import { RemoteNode } from './remote-node.js';
 import type { LayerRef, LayerSource, SandboxSpec } from '../runtime/types.js';
-import type { Services } from '../services/index.js';
+import type { Services } from '../http/services.js';
 import { LayerPublisher, LayerServer } from '../services/layer-publisher.js';
 import { SqliteStore } from '../store/sqlite.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';

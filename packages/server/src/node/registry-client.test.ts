@@ -15,7 +15,7 @@ import { SqliteStore } from '../store/sqlite.js';
 import type { SandboxRow } from '../store/types.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
-import type { Services } from '../services/index.js';
+import type { Services } from '../http/services.js';
 import { NodeMembership } from './membership.js';
 import { NodeRegistryAuth } from '../services/node-registry.js';
 import { RegistryClient } from './registry-client.js';

@@ -1,4 +1,4 @@
-// Red team of RemoteNode.exportLayer's bounds: what a node says its copy counted is its word,
+// RemoteNode.exportLayer's bounds: what a node says its copy counted is its word,
 // not a limit. A well-formed layer tar far larger than the snapshot may store (a hostile node, or an
 // honest one sending a tenant's sparse file at its full length) is refused before a byte of it lands
 // on control's disk, and what the snapshot is counted as is what control unpacked. Root (chown).

@@ -1,4 +1,4 @@
-// Red team of RemoteNode: a compromised node answering control. Whatever it sends, control
+// RemoteNode against a compromised node answering control. Whatever it sends, control
 // gets an error of that node (RUNTIME_ERROR) in bounded time and memory, never a hang, a crash
 // or a value of the wrong shape passed on as the runtime's answer.
 import assert from 'node:assert/strict';

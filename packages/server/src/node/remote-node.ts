@@ -1,19 +1,17 @@
-import { request, type IncomingMessage } from 'node:http';
+import { request } from 'node:http';
 import { request as tlsRequest } from 'node:https';
 import { isIP, type Socket } from 'node:net';
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { Agent as UndiciAgent, type Dispatcher } from 'undici';
 import { describeCause, ServiceError } from '@sandboxd/protocol';
 import type { ClusterSigner } from '../runtime/cluster-auth.js';
-import { EXPORT_STATS_HEADER, LAYER_BYTES_HEADER, LAYER_DIGEST_HEADER, parseExportStats } from '../runtime/layer-export-wire.js';
 import type { EgressPolicy } from '../runtime/egress-policy.js';
 import type { ListeningPort } from '../runtime/listening.js';
 import { checkId, checkSpec, ID_RE } from '../runtime/sandbox-paths.js';
-import { ExportTooLarge, type ExportStats, type LayerSource, type LayerUnpacker, type RuntimeStatus, type SandboxStats } from '../runtime/types.js';
-import { SNAPSHOT_COPY_TIMEOUT_MS, SNAPSHOT_MAX_ENTRIES } from '../runtime/verbs/export-layer.js';
+import type { ExportStats, LayerSource, LayerUnpacker, RuntimeStatus, SandboxStats } from '../runtime/types.js';
 import type { Node, NodeSpec, Taken, TakeAsk } from './types.js';
-import { abandonedCreate } from './warm-pool.js';
-import { errorFromNode } from './wire-errors.js';
+import { receiveExport, type TlsRequestOptions } from './remote-export.js';
+import { badNodeAnswer, errorFromNode } from './wire-errors.js';
 
 export interface RemoteNodeOptions {
   /** The node's name in the cluster (its tokens name it). */
@@ -48,12 +46,6 @@ export interface RemoteNodeOptions {
   layers?: LayerSource;
 }
 
-/** A snapshot's layer on its way from a node: a pause in it this long ends it (default). */
-const EXPORT_IDLE_MS = 60_000;
-/** A snapshot's layer tar from a node: at most this long (default of exportMaxBytes). */
-const EXPORT_MAX_BYTES = 32 * 1024 ** 3;
-/** A snapshot's layer tar comes at least this fast on average (default of exportMinBytesPerSecond). */
-const EXPORT_MIN_BYTES_PER_SECOND = 5e6;
 
 /** A create may fetch its layers first: its deadline grows by their size at this rate (bytes/s). */
 const LAYER_FETCH_BYTES_PER_SECOND = 20e6;
@@ -62,10 +54,6 @@ const LAYER_FETCH_BYTES_PER_SECOND = 20e6;
 const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
 const STATUSES: ReadonlySet<unknown> = new Set(['running', 'paused', 'stopped', 'missing']);
 
-/** An answer of the node that is not what the node API answers: the node's fault (it may be compromised). */
-function badAnswer(nodeId: string, what: string): ServiceError {
-  return new ServiceError('RUNTIME_ERROR', `node ${nodeId} answered something that is not an answer of a node`).withDetail(what);
-}
 
 /** The body, at most `max` bytes (read within the call's deadline, which the fetch signal carries). */
 async function readCapped(res: Response, max: number): Promise<string> {
@@ -83,39 +71,16 @@ async function readCapped(res: Response, max: number): Promise<string> {
   return Buffer.concat(chunks).toString('utf8');
 }
 
-/** A POST whose answer is read as a stream: resolves with the answer once its headers are in. */
-/** What an https:// request to a node sets: its certificate checked against the cluster's CA and the node's own name. */
-interface TlsRequestOptions {
-  ca?: string;
-  servername?: string;
-  checkServerIdentity: (host: string, cert: PeerCertificate) => Error | undefined;
-  minVersion: 'TLSv1.2';
-  agent: false;
-}
-
-function postForStream(url: URL, headers: Record<string, string>, body: string, signal: AbortSignal, tls?: TlsRequestOptions): Promise<IncomingMessage> {
-  return new Promise((resolve, reject) => {
-    const options = { method: 'POST', headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) }, signal };
-    const req = tls ? tlsRequest(url, { ...options, ...tls }, resolve) : request(url, options, resolve);
-    // Kept: an abort after the answer came errors the request too (a rejection then is a no-op).
-    req.on('error', reject);
-    req.end(body);
-  });
-}
-
-/** At most `max` bytes of an answer, as text (within the caller's deadline, through its signal). */
-async function readStreamCapped(res: IncomingMessage, max: number): Promise<string> {
-  const chunks: Buffer[] = [];
-  let n = 0;
-  for await (const chunk of res as AsyncIterable<Buffer>) {
-    n += chunk.length;
-    if (n > max) {
-      res.destroy();
-      throw new Error(`an answer over ${max} bytes`);
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks).toString('utf8');
+/**
+ * A node's refusal of a take's ask (a 4xx) is no mistake of the create's client: the ask is
+ * control's, and a node of an earlier release than control refuses what it does not know. It is
+ * the node's outage to the client (503), and says so to the operator.
+ */
+function refusedAsk(nodeId: string, err: unknown): unknown {
+  if (!(err instanceof ServiceError) || err.status >= 500) return err;
+  return new ServiceError('RUNTIME_ERROR', `node ${nodeId} could not take the sandbox; try again`, { node: nodeId, retry_after: 5 }).withDetail(
+    `node ${nodeId} refused the ask (${err.code}: ${err.message}); a node of an earlier release than control refuses asks it does not know: upgrade the nodes before control`,
+  );
 }
 
 /**
@@ -139,14 +104,12 @@ export class RemoteNode implements Node {
     this.log = o.log ?? (() => undefined);
   }
 
-  /** `gone`: the caller went away (a create's client): the call is cut, and fails as abandoned. */
-  private async call<T>(method: string, path: string, body?: unknown, timeoutMs = this.o.callTimeoutMs ?? 30_000, gone?: AbortSignal): Promise<T> {
-    if (gone?.aborted) throw abandonedCreate();
+  private async call<T>(method: string, path: string, body?: unknown, timeoutMs = this.o.callTimeoutMs ?? 30_000): Promise<T> {
     const headers: Record<string, string> = { authorization: `Bearer ${await this.o.auth.tokenFor(this.id)}` };
     if (body !== undefined) headers['content-type'] = 'application/json';
     let res: Response | undefined;
     let text = '';
-    const deadline = gone ? AbortSignal.any([AbortSignal.timeout(timeoutMs), gone]) : AbortSignal.timeout(timeoutMs);
+    const deadline = AbortSignal.timeout(timeoutMs);
     // Once more at once when the connection failed (not the deadline): a kept-alive connection
     // that died with a network cut fails the first call after it, and every verb is idempotent.
     for (let attempt = 1; ; attempt++) {
@@ -156,7 +119,6 @@ export class RemoteNode implements Node {
         text = await readCapped(res, MAX_ANSWER_BYTES);
         break;
       } catch (err) {
-        if (gone?.aborted) throw abandonedCreate();
         if (attempt < 2 && !deadline.aborted) continue;
         throw new ServiceError('NODE_UNAVAILABLE', `node ${this.id} cannot be reached; try again`, { node: this.id, retry_after: 5 }).withDetail(`${method} ${path}: ${describeCause(err)}`);
       }
@@ -165,7 +127,7 @@ export class RemoteNode implements Node {
       try {
         return (text ? JSON.parse(text) : undefined) as T;
       } catch {
-        throw badAnswer(this.id, `${method} ${path}: not JSON`);
+        throw badNodeAnswer(this.id, `${method} ${path}: not JSON`);
       }
     }
     throw this.failure(res.status, text);
@@ -227,14 +189,16 @@ export class RemoteNode implements Node {
     const { SANDBOX_ID: _sandboxId, ...own } = env;
     const { body, bytes } = await this.wire({ ...rest, id: '', hostname: '', env: own });
     const { id: _i, hostname: _h, ...wired } = body as Record<string, unknown>;
-    const r = await this.call<{ id?: unknown; warm?: unknown } | null>(
-      'POST',
-      '/node/v1/warm',
-      { spec: wired, pool_id: ask.poolId, label: ask.label, agent_env: ask.env, ...(ask.egress ? { egress: ask.egress } : {}) },
-      this.bootTimeout(bytes),
-      ask.signal,
-    );
-    if (typeof r?.id !== 'string' || !ID_RE.test(r.id) || typeof r.warm !== 'boolean') throw badAnswer(this.id, 'a ready sandbox');
+    // Not cut when the asker goes away: once asked, the node's answer is read, and placement
+    // destroys a sandbox no one waits for (node/local-node.ts ends a wait for a boot by itself
+    // when control's connection closes).
+    let r: { id?: unknown; warm?: unknown } | null;
+    try {
+      r = await this.call('POST', '/node/v1/warm', { spec: wired, pool_id: ask.poolId, label: ask.label, agent_env: ask.env, ...(ask.egress ? { egress: ask.egress } : {}) }, this.bootTimeout(bytes));
+    } catch (err) {
+      throw refusedAsk(this.id, err);
+    }
+    if (typeof r?.id !== 'string' || !ID_RE.test(r.id) || typeof r.warm !== 'boolean') throw badNodeAnswer(this.id, 'a ready sandbox');
     return { id: r.id, warm: r.warm };
   }
 
@@ -284,19 +248,19 @@ export class RemoteNode implements Node {
 
   async status(id: string): Promise<RuntimeStatus> {
     const st = (await this.call<{ status?: unknown } | null>('GET', this.sandbox(id, '/status')))?.status;
-    if (!STATUSES.has(st)) throw badAnswer(this.id, `status of ${id}`);
+    if (!STATUSES.has(st)) throw badNodeAnswer(this.id, `status of ${id}`);
     return st as RuntimeStatus;
   }
 
   async statuses(ids: string[]): Promise<Map<string, RuntimeStatus>> {
     for (const id of ids) checkId(id);
     const r = (await this.call<{ statuses?: unknown } | null>('POST', '/node/v1/statuses', { ids }))?.statuses;
-    if (!r || typeof r !== 'object') throw badAnswer(this.id, 'statuses');
+    if (!r || typeof r !== 'object') throw badNodeAnswer(this.id, 'statuses');
     const byId = r as Record<string, unknown>;
     return new Map(
       ids.map((id) => {
         const st = Object.hasOwn(byId, id) ? byId[id] : 'missing';
-        if (!STATUSES.has(st)) throw badAnswer(this.id, `status of ${id}`);
+        if (!STATUSES.has(st)) throw badNodeAnswer(this.id, `status of ${id}`);
         return [id, st as RuntimeStatus];
       }),
     );
@@ -310,25 +274,25 @@ export class RemoteNode implements Node {
   /** The ids of the layers the node holds. */
   async layerIds(): Promise<string[]> {
     const ids = (await this.call<{ ids?: unknown } | null>('GET', '/node/v1/layers', undefined, 10_000))?.ids;
-    if (!Array.isArray(ids) || ids.length > 100_000 || !ids.every((id) => typeof id === 'string' && /^[0-9a-f]{64}$/.test(id))) throw badAnswer(this.id, 'list of layers');
+    if (!Array.isArray(ids) || ids.length > 100_000 || !ids.every((id) => typeof id === 'string' && /^[0-9a-f]{64}$/.test(id))) throw badNodeAnswer(this.id, 'list of layers');
     return ids as string[];
   }
 
   async list(): Promise<string[]> {
     const ids = (await this.call<{ ids?: unknown } | null>('GET', '/node/v1/sandboxes'))?.ids;
-    if (!Array.isArray(ids) || !ids.every((id) => typeof id === 'string' && ID_RE.test(id))) throw badAnswer(this.id, 'list of sandboxes');
+    if (!Array.isArray(ids) || !ids.every((id) => typeof id === 'string' && ID_RE.test(id))) throw badNodeAnswer(this.id, 'list of sandboxes');
     return ids as string[];
   }
 
   async stats(id: string): Promise<SandboxStats> {
     const s = await this.call<Record<string, unknown> | null>('GET', this.sandbox(id, '/stats'));
-    if (!s || typeof s !== 'object' || !Object.values(s).every((v) => typeof v === 'number' && Number.isFinite(v))) throw badAnswer(this.id, `stats of ${id}`);
+    if (!s || typeof s !== 'object' || !Object.values(s).every((v) => typeof v === 'number' && Number.isFinite(v))) throw badNodeAnswer(this.id, `stats of ${id}`);
     return s as unknown as SandboxStats;
   }
 
   async listeningPorts(id: string): Promise<ListeningPort[]> {
     const ports = (await this.call<{ ports?: unknown } | null>('GET', this.sandbox(id, '/ports')))?.ports;
-    if (!Array.isArray(ports)) throw badAnswer(this.id, `ports of ${id}`);
+    if (!Array.isArray(ports)) throw badNodeAnswer(this.id, `ports of ${id}`);
     return ports as ListeningPort[];
   }
 
@@ -342,113 +306,26 @@ export class RemoteNode implements Node {
 
   /**
    * The node copies the sandbox's files and sends them as a layer's tar (node-api.ts), unpacked here
-   * into `dest` through the tar guard, its length and digest checked against what the node declared
-   * (a node's tar is hostile input: images/layer-tar.ts).
+   * into `dest` through the tar guard (node/remote-export.ts).
    */
   async exportLayer(id: string, dest: string, opts: { maxBytes?: number } = {}): Promise<ExportStats> {
     const path = this.sandbox(id, '/layer');
     const unpack = this.o.unpack;
     if (!unpack) throw new ServiceError('INVALID_STATE', 'snapshots of sandboxes on nodes are not taken here (no layer unpacker)');
-    // The copy (and its digest) takes its time before the answer; then the tar has a time by its
-    // length, and a node that stalls is cut off: aborting ends the fetch and the body's stream. (One
-    // deadline for both cut off a large snapshot whose copy took its time.)
-    const cut = new AbortController();
-    const answerMs = this.o.exportAnswerMs ?? SNAPSHOT_COPY_TIMEOUT_MS + 60_000;
-    let deadline = setTimeout(() => cut.abort(new Error(`no answer in ${answerMs / 1000} s`)), answerMs);
-    try {
-      return await this.receiveLayer(id, path, dest, opts, unpack, cut, (bytes) => {
-        clearTimeout(deadline);
-        const sendMs = (this.o.exportIdleMs ?? EXPORT_IDLE_MS) + Math.ceil((bytes / (this.o.exportMinBytesPerSecond ?? EXPORT_MIN_BYTES_PER_SECOND)) * 1000);
-        deadline = setTimeout(() => cut.abort(new Error(`${bytes} bytes not sent in ${sendMs / 1000} s`)), sendMs);
-      });
-    } finally {
-      clearTimeout(deadline);
-    }
-  }
-
-  private async receiveLayer(
-    id: string,
-    path: string,
-    dest: string,
-    opts: { maxBytes?: number },
-    unpack: LayerUnpacker,
-    cut: AbortController,
-    sending: (bytes: number) => void,
-  ): Promise<ExportStats> {
-    const signal = cut.signal;
-    let res: IncomingMessage;
-    try {
-      // node:http, not fetch: fetch gives up on an answer's headers after 300 s of its own, and the
-      // node's copy may take twice that (exportAnswerMs is the deadline here).
-      res = await postForStream(new URL(path, this.base), { authorization: `Bearer ${await this.o.auth.tokenFor(this.id)}`, 'content-type': 'application/json' }, JSON.stringify(opts.maxBytes === undefined ? {} : { max_bytes: opts.maxBytes }), signal, this.tlsOptions());
-    } catch (err) {
-      throw new ServiceError('NODE_UNAVAILABLE', `node ${this.id} cannot be reached; try again`, { node: this.id, retry_after: 5 }).withDetail(`POST ${path}: ${describeCause(err)}`);
-    }
-    const status = res.statusCode ?? 0;
-    if (status < 200 || status > 299) {
-      const err = this.failure(status, await readStreamCapped(res, 64 * 1024).catch(() => ''));
-      // Only a refusal of the limit asked for is one (ExportTooLarge is a quota's answer upstream).
-      const used = err instanceof ServiceError ? err.extra?.export_used_bytes : undefined;
-      if (opts.maxBytes !== undefined && typeof used === 'number' && Number.isSafeInteger(used) && used > opts.maxBytes) throw new ExportTooLarge(used);
-      throw err;
-    }
-    const header = (name: string) => {
-      const v = res.headers[name];
-      return typeof v === 'string' ? v : null;
-    };
-    const stats = parseExportStats(header(EXPORT_STATS_HEADER));
-    const digest = header(LAYER_DIGEST_HEADER) ?? '';
-    const bytes = Number(header(LAYER_BYTES_HEADER));
-    // A tar holds the files' bytes, headers per name (a hard link is one, with no inode) and padding.
-    const headed = stats ? (stats.names ?? stats.entries) + 16 : 0;
-    const most = stats ? stats.bytes + headed * 4096 : 0;
-    if (!stats || !/^sha256:[0-9a-f]{64}$/.test(digest) || !Number.isSafeInteger(bytes) || bytes <= 0 || bytes > most || (opts.maxBytes !== undefined && stats.allocated > opts.maxBytes * 2 + 1024 ** 2)) {
-      res.destroy();
-      throw badAnswer(this.id, `POST ${path}: not a layer's answer (${digest.slice(0, 80)}, ${bytes} bytes, ${JSON.stringify(stats)})`);
-    }
-    // The stats are the node's word: what bounds the tar is the room the snapshot has (a tar holds
-    // every byte of a sparse file, which the node's count of its disk does not) and this replica's
-    // own limit, checked before a byte of it is unpacked here.
-    const room = opts.maxBytes === undefined ? undefined : opts.maxBytes + headed * 4096;
-    if (room !== undefined && bytes > room) {
-      res.destroy();
-      throw new ExportTooLarge(bytes);
-    }
-    const cap = this.o.exportMaxBytes ?? EXPORT_MAX_BYTES;
-    if (bytes > cap) {
-      res.destroy();
-      throw new ServiceError('LIMIT_EXCEEDED', `sandbox ${id}'s files make a layer of ${bytes} bytes, over the ${cap} a snapshot may have`, { id, limit: 'snapshot_layer_bytes', max: cap });
-    }
-    sending(bytes);
-    let idle: NodeJS.Timeout | undefined;
-    const idleMs = this.o.exportIdleMs ?? EXPORT_IDLE_MS;
-    const alive = () => {
-      clearTimeout(idle);
-      idle = setTimeout(() => cut.abort(new Error(`sent nothing for ${idleMs / 1000} s`)), idleMs);
-    };
-    const body = res as AsyncIterable<Buffer>;
-    async function* watched(): AsyncIterable<Uint8Array> {
-      alive();
-      for await (const chunk of body) {
-        alive();
-        yield chunk;
-      }
-    }
-    let got: { entries: number; fileBytes: number };
-    try {
-      got = await unpack(watched(), dest, { digest, bytes }, { signal, maxEntries: SNAPSHOT_MAX_ENTRIES, maxFileBytes: opts.maxBytes, canonicalOnly: true });
-    } catch (err) {
-      res.destroy();
-      // Refused as it came (a bad tar, length or digest): the node's fault; cut off: its outage.
-      if (!signal.aborted) throw badAnswer(this.id, `POST ${path}: ${describeCause(err)}`);
-      throw new ServiceError('NODE_UNAVAILABLE', `node ${this.id} broke off sending sandbox ${id}'s files; try again`, { node: this.id, retry_after: 5 }).withDetail(describeCause(signal.aborted ? signal.reason : err));
-    } finally {
-      clearTimeout(idle);
-    }
-    // Counted as it is here: tar writes every byte of a file (no holes), so this replica's disk
-    // holds at least the files' bytes, whatever the node said it allocated (the quota counts this).
-    if (opts.maxBytes !== undefined && got.fileBytes > opts.maxBytes) throw new ExportTooLarge(got.fileBytes);
-    return { bytes: got.fileBytes, allocated: Math.max(stats.allocated, got.fileBytes), entries: got.entries, frozenMs: stats.frozenMs };
+    return receiveExport({
+      nodeId: this.id,
+      sandboxId: id,
+      url: new URL(path, this.base),
+      token: await this.o.auth.tokenFor(this.id),
+      tls: this.tlsOptions(),
+      dest,
+      maxBytes: opts.maxBytes,
+      unpack,
+      answerMs: this.o.exportAnswerMs,
+      idleMs: this.o.exportIdleMs,
+      minBytesPerSecond: this.o.exportMinBytesPerSecond,
+      capBytes: this.o.exportMaxBytes,
+    });
   }
 
   /**

@@ -19,7 +19,7 @@ import { EventBus } from '../services/events.js';
 import { KeyedMutex } from '../services/locks.js';
 import { QuotaService } from '../services/quotas.js';
 import { SlidingWindowLimiter } from '../services/rate-limit.js';
-import { RouteTable } from '../services/routes.js';
+import { RouteTable } from '../gateway/routes.js';
 import { SandboxService } from '../services/sandboxes/index.js';
 import { TemplateService } from '../services/templates.js';
 import { TokenService } from '../services/tokens.js';

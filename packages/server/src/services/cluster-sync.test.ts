@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import type { Coordination } from '../store/types.js';
 import { ClusterSync } from './cluster-sync.js';
 import { EventBus, type SandboxEventMessage } from './events.js';
-import { RouteTable } from './routes.js';
+import { RouteTable } from '../gateway/routes.js';
 
 /** A bus whose messages the test sends itself, handed to the subscriber as they are (no guard around it). */
 function fakeBus() {

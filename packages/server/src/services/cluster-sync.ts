@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { SANDBOX_EVENT_KINDS, type SandboxEventKind } from '@sandboxd/protocol';
 import type { Coordination } from '../store/types.js';
 import type { EventBus, SandboxEventMessage } from './events.js';
-import type { RouteTable } from './routes.js';
+import type { Routes } from './routes.js';
 
 /** How often one sandbox's use is told to the other replicas, at most. */
 const ACTIVITY_EVERY_MS = 5_000;
@@ -18,7 +18,7 @@ type Message =
 
 export interface ClusterSyncDeps {
   coordination: Coordination;
-  routes: RouteTable;
+  routes: Routes;
   events: EventBus;
   /** Another replica saw the sandbox used at `at` (its idle clock). */
   activity: (id: string, at: number) => void;

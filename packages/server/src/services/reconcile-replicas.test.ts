@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import { buildFakeApp } from '../testing/fake-app.js';
 import { EventBus } from './events.js';
 import { KeyedMutex } from './locks.js';
-import { RouteTable } from './routes.js';
+import { RouteTable } from '../gateway/routes.js';
 import { SandboxService } from './sandboxes/index.js';
 
 test("a replica's start-up reconcile during another replica's pause waits for it, and leaves the sandbox paused, row and container alike", async () => {

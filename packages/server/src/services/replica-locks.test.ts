@@ -15,7 +15,7 @@ import type { OrgLimits } from './limits.js';
 import { ReplicaMutex } from './locks.js';
 import { QuotaService } from './quotas.js';
 import { SharedWindowLimiter, SlidingWindowLimiter } from './rate-limit.js';
-import { RouteTable } from './routes.js';
+import { RouteTable } from '../gateway/routes.js';
 import { KeyService } from './keys.js';
 import { SandboxService } from './sandboxes/index.js';
 import { fixedPlacement, nodeOver } from '../testing/fake-node.js';

@@ -8,6 +8,7 @@ import type { Placement } from '../placement/placement.js';
 import { ExportTooLarge } from '../runtime/types.js';
 import type { SandboxRow, SnapshotRow, Store, TemplateRow } from '../store/types.js';
 import type { Mutex } from './locks.js';
+import { page, pageStart } from './pages.js';
 import type { QuotaService } from './quotas.js';
 import type { TemplateService } from './templates.js';
 
@@ -143,22 +144,9 @@ export class SnapshotService {
 
   async list(orgId: string, q: { limit?: number; cursor?: string; sandbox_id?: string }) {
     const limit = q.limit ?? 100;
-    let after: { createdAt: string; id: string } | undefined;
-    if (q.cursor) {
-      try {
-        const [createdAt, id] = JSON.parse(Buffer.from(q.cursor, 'base64url').toString('utf8')) as [string, string];
-        if (typeof createdAt !== 'string' || typeof id !== 'string') throw new Error('bad cursor');
-        after = { createdAt, id };
-      } catch {
-        throw new ServiceError('VALIDATION_ERROR', 'cursor is not a value returned as next_cursor');
-      }
-    }
-    const rows = await this.d.store.snapshots.list({ orgId, sandboxId: q.sandbox_id, after, limit: limit + 1 });
-    const hasMore = rows.length > limit;
-    const page = rows.slice(0, limit);
-    const last = page[page.length - 1];
-    const nextCursor = hasMore && last ? Buffer.from(JSON.stringify([last.createdAt, last.id])).toString('base64url') : null;
-    return { data: page.map((r) => this.render(r)), hasMore, nextCursor };
+    const rows = await this.d.store.snapshots.list({ orgId, sandboxId: q.sandbox_id, after: pageStart(q.cursor), limit: limit + 1 });
+    const { page: shown, hasMore, nextCursor } = page(rows, limit);
+    return { data: shown.map((r) => this.render(r)), hasMore, nextCursor };
   }
 
   /**

@@ -2,7 +2,9 @@ import { availableParallelism } from 'node:os';
 import { LocalNode, type LocalNodeOptions } from '../node/local-node.js';
 import { FixedNodes } from '../placement/node-set.js';
 import { Placement } from '../placement/placement.js';
+import { dialUnix } from '../runtime/agent-socket.js';
 import type { Runtime } from '../runtime/types.js';
+import type { AgentDial } from '../services/routes.js';
 import type { Store } from '../store/types.js';
 import { FakeRuntime } from './fake-runtime.js';
 
@@ -49,4 +51,9 @@ export function refusingRuntime(dir: string, onCall: (verb: string) => void = ()
       };
     },
   });
+}
+
+/** The dialer of an agent's unix socket on this machine (what a LocalNode's dialAgent does). */
+export function unixDial(socketPath: string): AgentDial {
+  return (timeoutMs) => dialUnix(socketPath, timeoutMs);
 }

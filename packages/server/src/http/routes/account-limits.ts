@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 import { timeoutFor } from '../../services/limits.js';
 import { AccountInfo } from '@sandboxd/protocol';
 import { authenticated, guard, principalOf } from '../auth.js';

@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AdminKeysQuery, CreateKeyBody, CreateOrgBody, KeyIdParams, ServiceError } from '@sandboxd/protocol';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 import type { ApiKeyRow, OrgRow } from '../../store/types.js';
 import { guard, principalOf } from '../auth.js';
 

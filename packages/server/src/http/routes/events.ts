@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 import type { SandboxEventMessage } from '../../services/events.js';
 import { EventsQuery, EventsTokenBody, EventsTokenResult } from '@sandboxd/protocol';
 import { eventsGuard, guard, principalOf, requireEventsScope } from '../auth.js';

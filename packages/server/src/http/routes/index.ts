@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 import { healthRoute } from './health.js';
 import { createSandboxRoute } from './sandbox-create.js';
 import { getSandboxRoute } from './sandbox-get.js';

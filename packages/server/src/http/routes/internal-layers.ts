@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { ServiceError } from '@sandboxd/protocol';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 
 const LAYER_ID_RE = /^[0-9a-f]{64}$/;
 

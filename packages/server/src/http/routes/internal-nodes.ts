@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ServiceError } from '@sandboxd/protocol';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 import type { NodeCapacity, NodeReport, NodeRow, NodeUsage } from '../../store/types.js';
 
 const NODE_ID_RE = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { MetricsStreamQuery, SandboxMetrics, SandboxPorts, SandboxPreview, ServiceError, SetPreviewBody } from '@sandboxd/protocol';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 import { eventsGuard, guard, principalOf, requireEventsScope } from '../auth.js';
 import { SandboxIdParams, SandboxPortParams } from './params.js';
 

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 import { guard, principalOf } from '../auth.js';
 import { SandboxIdParams } from './params.js';
 

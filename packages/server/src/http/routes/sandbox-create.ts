@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { CreateSandboxBody } from '@sandboxd/protocol';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 import { guard, principalOf } from '../auth.js';
 
 export function createSandboxRoute(app: FastifyInstance, s: Services): void {

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { ListSandboxesQuery } from '@sandboxd/protocol';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 import { guard, principalOf } from '../auth.js';
 
 export function listSandboxesRoute(app: FastifyInstance, s: Services): void {

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { NetworkPolicyResult, SetNetworkBody } from '@sandboxd/protocol';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 import { guard, principalOf } from '../auth.js';
 import { SandboxIdParams } from './params.js';
 

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { CreateSnapshotBody, ForkBody, ListSnapshotsQuery, PromoteSnapshotBody, RestoreBody, ServiceError } from '@sandboxd/protocol';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 import { SnapshotService } from '../../services/snapshots.js';
 import { renderTemplate } from '../../services/templates.js';
 import { guard, principalOf } from '../auth.js';

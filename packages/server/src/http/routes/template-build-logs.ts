@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { ServerResponse } from 'node:http';
 import { Type, type Static } from '@sinclair/typebox';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 import { guard, principalOf } from '../auth.js';
 import { levelOf } from '../../services/template-builds.js';
 import { SandboxIdParams } from './params.js';

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { TemplateListQuery } from '@sandboxd/protocol';
 import type { Static } from '@sinclair/typebox';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 import { renderTemplate } from '../../services/templates.js';
 import { guard, principalOf } from '../auth.js';
 

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { Readable } from 'node:stream';
-import type { Services } from '../../services/index.js';
+import type { Services } from '../services.js';
 import { MAX_UPLOAD_BYTES } from '../../services/uploads.js';
 
 /** The presigned PUT: no API key (the URL is the credential); the body streams to the blob store. */

@@ -7,7 +7,7 @@ import type { Mutex } from '../locks.js';
 import type { Metrics } from '../metrics.js';
 import type { QuotaService } from '../quotas.js';
 import type { RateLimiter } from '../rate-limit.js';
-import type { RouteEntry, RouteTable } from '../routes.js';
+import type { RouteEntry, Routes } from '../routes.js';
 import type { SnapshotService } from '../snapshots.js';
 import type { TemplateService } from '../templates.js';
 import type { TokenService } from '../tokens.js';
@@ -57,7 +57,8 @@ export interface SandboxServiceDeps {
   templates: TemplateService;
   layerPath: (layerId: string) => string;
   gateway: GatewayControl;
-  routes: RouteTable;
+  /** The gateway's routes (gateway/routes.ts). */
+  routes: Routes;
   events: EventBus;
   locks: Mutex;
   createLimiter: RateLimiter;

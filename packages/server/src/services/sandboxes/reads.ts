@@ -1,4 +1,5 @@
 import { ServiceError, type Sandbox, type SandboxMetrics } from '@sandboxd/protocol';
+import { page, pageStart } from '../pages.js';
 import type { SandboxCore } from './core.js';
 
 /** Reads about sandboxes: the organization's list, and one sandbox's resource use now. */
@@ -7,25 +8,13 @@ export class Reads {
 
   async list(orgId: string, q: { limit?: number; status?: string; template?: string; region?: string; cursor?: string }): Promise<{ data: Sandbox[]; hasMore: boolean; nextCursor: string | null }> {
     const limit = q.limit ?? 100;
-    let after: { createdAt: string; id: string } | undefined;
-    if (q.cursor) {
-      try {
-        const [createdAt, id] = JSON.parse(Buffer.from(q.cursor, 'base64url').toString('utf8')) as [string, string];
-        if (typeof createdAt !== 'string' || typeof id !== 'string') throw new Error('bad cursor');
-        after = { createdAt, id };
-      } catch {
-        throw new ServiceError('VALIDATION_ERROR', 'cursor is not a value returned as next_cursor');
-      }
-    }
+    const after = pageStart(q.cursor);
     if (q.status && !['running', 'paused', 'stopped'].includes(q.status)) {
       throw new ServiceError('VALIDATION_ERROR', 'status must be one of running, paused, stopped');
     }
     const rows = await this.c.d.store.sandboxes.list({ orgId, status: q.status, template: q.template, region: q.region, after, limit: limit + 1 });
-    const hasMore = rows.length > limit;
-    const page = rows.slice(0, limit);
-    const last = page[page.length - 1];
-    const nextCursor = hasMore && last ? Buffer.from(JSON.stringify([last.createdAt, last.id])).toString('base64url') : null;
-    return { data: page.map((r) => this.c.render(r)), hasMore, nextCursor };
+    const { page: shown, hasMore, nextCursor } = page(rows, limit);
+    return { data: shown.map((r) => this.c.render(r)), hasMore, nextCursor };
   }
 
   /** One sandbox's resource use now; a stopped one has its disk only. */

@@ -175,19 +175,37 @@ export class Upkeep {
   }
 
   /**
-   * What each node says of the rows on it: one query per node, not one per sandbox; a node that
-   * cannot answer now (away) leaves its sandboxes 'unknown', left as they are.
+   * What each node says of the rows on it: one query per node, not one per sandbox. When that
+   * fails, each sandbox is asked alone (one whose state cannot be read must not leave the others
+   * unmended), but a node that is away is not asked again per sandbox: its sandboxes are left
+   * 'unknown', as they are.
    */
   private async statuses(rows: SandboxRow[]): Promise<Map<string, RuntimeStatus | 'unknown'>> {
+    const { d } = this.c;
     const byNode = new Map<string, SandboxRow[]>();
     for (const r of rows) byNode.set(r.nodeId, [...(byNode.get(r.nodeId) ?? []), r]);
     const out = new Map<string, RuntimeStatus | 'unknown'>();
     for (const [nodeId, group] of byNode) {
+      const node = d.placement.node(nodeId);
       try {
-        for (const [id, st] of await this.c.d.placement.node(nodeId).statuses(group.map((r) => r.id))) out.set(id, st);
+        for (const [id, st] of await node.statuses(group.map((r) => r.id))) out.set(id, st);
+        continue;
       } catch (err) {
-        this.c.d.log('the state of the sandboxes of a node cannot be known now; they are left as they are', { node: nodeId, error: String(err) });
-        for (const r of group) out.set(r.id, 'unknown');
+        const away = err instanceof ServiceError && err.code === 'NODE_UNAVAILABLE';
+        d.log(away ? 'a node is away: the state of its sandboxes cannot be known now; they are left as they are' : 'the node could not tell every sandbox state at once; asking each', { node: nodeId, error: String(err) });
+        if (away) {
+          for (const r of group) out.set(r.id, 'unknown');
+          continue;
+        }
+      }
+      for (const r of group) {
+        out.set(
+          r.id,
+          await node.status(r.id).catch((e: unknown) => {
+            d.log('the state of a sandbox cannot be known now; it is left as it is', { id: r.id, error: String(e) });
+            return 'unknown' as const;
+          }),
+        );
       }
     }
     return out;

@@ -1,20 +1,19 @@
-import type { LayerServer } from './layer-publisher.js';
-import type { NodeRegistryAuth } from './node-registry.js';
+import type { LayerServer } from '../services/layer-publisher.js';
+import type { NodeRegistryAuth } from '../services/node-registry.js';
 import type { Config } from '../config.js';
-import type { ConnectionLimits } from './connections.js';
+import type { ConnectionLimits } from '../services/connections.js';
 import type { Store } from '../store/types.js';
-import type { EventBus } from './events.js';
-import type { KeyService } from './keys.js';
-import type { RateLimiter } from './rate-limit.js';
-import type { SandboxService } from './sandboxes/index.js';
-import type { TemplateService } from './templates.js';
-import type { TemplateBuildService } from './template-builds.js';
-import type { TokenService } from './tokens.js';
-import type { UploadService } from './uploads.js';
-import type { QuotaService } from './quotas.js';
-import type { Placement } from '../placement/placement.js';
-import type { Metrics } from './metrics.js';
-import type { SnapshotService } from './snapshots.js';
+import type { EventBus } from '../services/events.js';
+import type { KeyService } from '../services/keys.js';
+import type { RateLimiter } from '../services/rate-limit.js';
+import type { SandboxService } from '../services/sandboxes/index.js';
+import type { TemplateService } from '../services/templates.js';
+import type { TemplateBuildService } from '../services/template-builds.js';
+import type { TokenService } from '../services/tokens.js';
+import type { UploadService } from '../services/uploads.js';
+import type { QuotaService } from '../services/quotas.js';
+import type { Metrics } from '../services/metrics.js';
+import type { SnapshotService } from '../services/snapshots.js';
 
 /** Everything the HTTP layer may call. */
 export interface Services {
@@ -30,7 +29,7 @@ export interface Services {
   quotas: QuotaService;
   builds?: TemplateBuildService;
   /** The nodes, whose warm pools forget a deleted template (absent: no pool to tell). */
-  placement?: Pick<Placement, 'dropWarm'>;
+  placement?: { dropWarm(poolId: string): Promise<void> };
   uploads?: UploadService;
   /** Caps on open connections per client and per organization (absent: none, e.g. in unit tests). */
   connections?: ConnectionLimits;

@@ -1,4 +1,4 @@
-// Red team of the node API, without containers: tokens control never signs, hostile CONNECTs and
+// The node API against hostile callers, without containers: tokens control never signs, hostile CONNECTs and
 // bodies of the wrong shape, against the node API in front of a FakeRuntime (or a bare agent
 // socket of our own), over real HTTP on loopback.
 import assert from 'node:assert/strict';
@@ -45,7 +45,7 @@ function raw(port: number, bytes: string, waitMs = 2000): Promise<{ text: string
 
 const statusOf = (text: string) => Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1] ?? 0);
 
-describe('node API red team: auth, relay, bodies', { timeout: 120_000 }, () => {
+describe('node API against hostile callers: auth, relay, bodies', { timeout: 120_000 }, () => {
   let dir: string;
   let fake: FakeRuntime;
   let app: FastifyInstance;

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { RouteTable, type RouteEntry } from './routes.js';
+import { RouteTable } from './routes.js';
+import type { RouteEntry } from '../services/routes.js';
 
 function entry(status: RouteEntry['status'], orgId = 'org-a'): RouteEntry {
   return { sandboxId: 'sb1', orgId, status, dial: () => Promise.reject(new Error('no agent here')), port: null };

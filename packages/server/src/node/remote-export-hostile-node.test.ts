@@ -1,4 +1,4 @@
-// Red team of RemoteNode.exportLayer: a compromised node sending a snapshot's layer. Whatever it
+// RemoteNode.exportLayer against a compromised node sending a snapshot's layer. Whatever it
 // sends, control gets an error of that node in bounded time, and nothing of it stays in the
 // destination (the snapshot service removes the directory; here it must be left empty).
 import assert from 'node:assert/strict';
@@ -29,7 +29,7 @@ describe("a snapshot's layer from a hostile node: refused, and nothing of it lef
   let dest: string;
 
   before(async () => {
-    dest = await mkdtemp(join(tmpdir(), 'sbd-export-redteam-'));
+    dest = await mkdtemp(join(tmpdir(), 'sbd-export-hostile-'));
     server = createServer((q, s) => handler(q, s));
     server.on('connection', (s) => {
       sockets.add(s);

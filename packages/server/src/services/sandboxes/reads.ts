@@ -10,9 +10,10 @@ export class Reads {
     let after: { createdAt: string; id: string } | undefined;
     if (q.cursor) {
       try {
-        const [createdAt, id] = JSON.parse(Buffer.from(q.cursor, 'base64url').toString('utf8')) as [string, string];
-        if (typeof createdAt !== 'string' || typeof id !== 'string') throw new Error('bad cursor');
-        after = { createdAt, id };
+        // Exactly what next_cursor holds: a string would destructure into its first two characters.
+        const parsed: unknown = JSON.parse(Buffer.from(q.cursor, 'base64url').toString('utf8'));
+        if (!Array.isArray(parsed) || parsed.length !== 2 || typeof parsed[0] !== 'string' || typeof parsed[1] !== 'string') throw new Error('bad cursor');
+        after = { createdAt: parsed[0], id: parsed[1] };
       } catch {
         throw new ServiceError('VALIDATION_ERROR', 'cursor is not a value returned as next_cursor');
       }

@@ -18,9 +18,10 @@ export function page<T extends PageStart>(rows: T[], limit: number): { page: T[]
 export function pageStart(cursor: string | undefined): PageStart | undefined {
   if (!cursor) return undefined;
   try {
-    const [createdAt, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as [unknown, unknown];
-    if (typeof createdAt !== 'string' || typeof id !== 'string') throw new Error('bad cursor');
-    return { createdAt, id };
+    // Exactly what next_cursor holds: a string would destructure into its first two characters.
+    const parsed: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+    if (!Array.isArray(parsed) || parsed.length !== 2 || typeof parsed[0] !== 'string' || typeof parsed[1] !== 'string') throw new Error('bad cursor');
+    return { createdAt: parsed[0], id: parsed[1] };
   } catch {
     throw new ServiceError('VALIDATION_ERROR', 'cursor is not a value returned as next_cursor');
   }

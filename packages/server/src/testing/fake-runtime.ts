@@ -30,6 +30,8 @@ interface FakeSandbox {
   /** Its own files (what it changed over its layers), by absolute path inside. */
   files: Map<string, string>;
   diskGb: number;
+  /** What its processes listen on (a test sets it: `listen`); gone with them when it stops. */
+  listening: ListeningPort[];
   /** With internet access: its egress policy (undefined: the default). */
   network?: { egress?: EgressPolicy };
   oomKills: number;
@@ -89,6 +91,13 @@ export class FakeRuntime implements Runtime {
     for (const l of [...this.oomListeners]) l(id, kills);
   }
 
+  /** What the sandbox's processes listen on from now on (as its kernel's socket tables would say), until it stops. */
+  listen(id: string, ports: ListeningPort[]): void {
+    const sb = this.need(id);
+    if (sb.status === 'stopped') throw new Error(`sandbox ${id} is not running: nothing runs to listen`);
+    sb.listening = ports.map((p) => ({ ...p }));
+  }
+
   /** The policy the sandbox's network has (undefined: the default, or no network). */
   egressOf(id: string): EgressPolicy | undefined {
     return this.sandboxes.get(id)?.network?.egress;
@@ -123,7 +132,7 @@ export class FakeRuntime implements Runtime {
       // As CrunRuntime: what an id holds before its create is taken for the leftovers of an
       // interrupted one, and removed.
       if (old) await this.remove(spec.id);
-      await this.boot(spec, { spec, status: 'running', files: new Map(), diskGb: spec.resources.diskGb, oomKills: 0, network: spec.internetAccess ? { egress: restricted(spec.egress) } : undefined }, 'create');
+      await this.boot(spec, { spec, status: 'running', files: new Map(), diskGb: spec.resources.diskGb, listening: [], oomKills: 0, network: spec.internetAccess ? { egress: restricted(spec.egress) } : undefined }, 'create');
     });
   }
 
@@ -186,6 +195,7 @@ export class FakeRuntime implements Runtime {
       this.injected('stop', id);
       await sb.agent?.close();
       sb.agent = undefined;
+      sb.listening = [];
       sb.status = 'stopped';
     });
   }
@@ -239,8 +249,7 @@ export class FakeRuntime implements Runtime {
 
   async listeningPorts(id: string): Promise<ListeningPort[]> {
     checkId(id);
-    // Nothing runs inside to listen.
-    return [];
+    return (this.sandboxes.get(id)?.listening ?? []).map((p) => ({ ...p }));
   }
 
   watchOom(onKill: (id: string, kills: number) => void): () => void {

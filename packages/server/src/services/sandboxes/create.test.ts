@@ -2,12 +2,15 @@
 // for a sandbox that carries the create's env_vars (the node sets them on the agent). Each create
 // must get the sandbox of its own ask, never another's, even when the asks end in the other order;
 // a client gone meanwhile creates nothing; the node is asked while the create is admitted only
-// when the organization has ample room.
+// when the organization has ample room. On the service itself: a create that fails after its take
+// undoes everything (no row, no route, no sandbox on the node), and what is refused before any
+// node is asked.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { agentGet } from '../../node/agent-client.js';
 import type { TakeAsk } from '../../node/types.js';
 import { buildFakeApp, type FakeApp } from '../../testing/fake-app.js';
+import { buildSandboxHarness, rejectsWith, type SandboxHarness } from '../../testing/sandbox-harness.js';
 
 /** Wraps the fake node's take: `around` runs it (`take`) and may wait or look before and after. */
 function aroundTake(f: FakeApp, around: (ask: TakeAsk, take: () => Promise<{ id: string; warm: boolean }>) => Promise<{ id: string; warm: boolean }>): void {
@@ -107,3 +110,98 @@ test("a create asks its node while it is admitted when its organization's last a
     await f.close();
   }
 });
+
+/** Runs `fn` on a fresh service harness, recording the sandboxes its node hands out. */
+async function withTakes(fn: (h: SandboxHarness, taken: string[]) => Promise<void>): Promise<void> {
+  const h = await buildSandboxHarness();
+  const taken: string[] = [];
+  const take = h.node.take.bind(h.node);
+  h.node.take = async (ask) => {
+    const t = await take(ask);
+    taken.push(t.id);
+    return t;
+  };
+  try {
+    await fn(h, taken);
+  } finally {
+    await h.close();
+  }
+}
+
+/** Nothing of the organization's creates is left: no row (placeholder or not), no route, nothing on the node, no quota held. */
+async function nothingLeft(h: SandboxHarness, org: string, taken: string[]): Promise<void> {
+  assert.deepEqual((await h.store.sandboxes.live()).filter((r) => r.orgId === org), [], 'no row');
+  for (const id of taken) {
+    assert.equal(await h.store.sandboxes.byId(id), undefined, `no row for ${id}`);
+    assert.equal(h.routes.get(id), undefined, `no route for ${id}`);
+    assert.equal(h.gateway.opened.has(id), false, `no public_host for ${id}`);
+  }
+  assert.deepEqual(await h.runtime.list(), [], 'nothing on the node');
+  assert.equal((await h.quotas.usage(org)).sandboxes, 0, 'no quota held');
+  assert.ok(!h.events.some((e) => e.kind === 'created'), 'no create reported');
+}
+
+test('a create whose gateway fails to open after its take is undone: no row, no route, no sandbox on the node', () =>
+  withTakes(async (h, taken) => {
+    h.gateway.failOpen = new Error('listen EADDRINUSE 0.0.0.0:40000');
+    const err = await rejectsWith(h.create(h.orgs.a), 'RUNTIME_ERROR');
+    assert.ok(!err.message.includes('EADDRINUSE'), 'the cause stays in the detail');
+    assert.equal(taken.length, 1, 'the node gave a sandbox');
+    assert.ok(h.gateway.closed.includes(taken[0]!), 'its public_host is closed again');
+    await nothingLeft(h, h.orgs.a, taken);
+    h.gateway.failOpen = undefined;
+    assert.equal((await h.create(h.orgs.a)).sandbox.status, 'running', 'the next create works');
+  }));
+
+test("a create whose placeholder a clean-up took (the store's replace refuses) is undone, as is one whose replace was written but not answered", () =>
+  withTakes(async (h, taken) => {
+    const replace = h.store.sandboxes.replace.bind(h.store.sandboxes);
+    h.store.sandboxes.replace = async () => false;
+    await rejectsWith(h.create(h.orgs.a), 'RUNTIME_ERROR').then((e) => assert.match(e.message, /abandoned/));
+    await nothingLeft(h, h.orgs.a, taken);
+    h.store.sandboxes.replace = async (oldId, row) => {
+      await replace(oldId, row);
+      throw new Error('connection reset while reading the answer');
+    };
+    await rejectsWith(h.create(h.orgs.a), 'RUNTIME_ERROR');
+    assert.equal(taken.length, 2);
+    await nothingLeft(h, h.orgs.a, taken);
+    h.store.sandboxes.replace = replace;
+  }));
+
+test('what is refused before any node is asked: no template, a bad network, too big, too long, forks and snapshots without snapshots', () =>
+  withTakes(async (h, taken) => {
+    const org = h.orgs.a;
+    const { sandbox } = await h.sandboxes.create(org, { template_name: 'base' });
+    taken.length = 0;
+    await h.store.orgs.setLimits(org, { max_timeout_seconds: 3600 });
+    await rejectsWith(h.sandboxes.create(org, {}), 'VALIDATION_ERROR');
+    await rejectsWith(h.sandboxes.create(org, { template_name: 'no-such-template' }), 'TEMPLATE_NOT_FOUND');
+    await rejectsWith(h.create(org, { internet_access: false, allow_out: ['pypi.org'] }), 'VALIDATION_ERROR');
+    await rejectsWith(h.create(org, { deny_out: ['example.com:443'] }), 'VALIDATION_ERROR', { field: 'deny_out' });
+    await rejectsWith(h.create(org, { timeout_seconds: 3601 }), 'LIMIT_EXCEEDED', { limit: 'max_timeout_seconds' });
+    await h.store.orgs.setLimits(org, { max_memory_mb: 256 });
+    await rejectsWith(h.create(org), 'LIMIT_EXCEEDED', { limit: 'max_memory_mb', max: 256, requested: 512 });
+    await rejectsWith(h.sandboxes.create(org, { snapshot_id: 'snap1', template_name: 'base' }), 'VALIDATION_ERROR');
+    await rejectsWith(h.sandboxes.create(org, { snapshot_id: 'snap1' }), 'RUNTIME_ERROR');
+    await rejectsWith(h.sandboxes.fork(org, sandbox.id, { count: 2 }), 'RUNTIME_ERROR');
+    assert.deepEqual(taken, [], 'no node was asked');
+    assert.deepEqual(await h.runtime.list(), [sandbox.id], 'the source alone is on the node');
+    assert.deepEqual((await h.store.sandboxes.live()).map((r) => r.id), [sandbox.id], 'and alone in the store');
+  }));
+
+test('a create records the node placement chose, its gateway port and a token for it, and reports it', () =>
+  withTakes(async (h, taken) => {
+    const created = await h.create(h.orgs.a, { timeout_seconds: 300, env_vars: { A: '1' } });
+    const id = created.sandbox.id;
+    assert.deepEqual(taken, [id], "the sandbox is the node's, under the node's id");
+    const row = await h.row(id);
+    assert.deepEqual([row.status, row.nodeId, row.gatewayPort], ['running', 'fake-node', h.gateway.opened.get(id)]);
+    assert.equal(created.sandbox.public_host, `http://127.0.0.1:${row.gatewayPort}`);
+    assert.ok(Math.abs(Date.parse(row.expiresAt!) - Date.now() - 300_000) < 5000);
+    assert.deepEqual(row.envVars, { A: '1' });
+    assert.equal((await h.tokens.verify(created.token, id)).orgId, h.orgs.a);
+    assert.equal(h.routes.get(id)?.status, 'running');
+    assert.deepEqual(h.events.map((e) => [e.kind, e.data.id]), [['created', id]]);
+    assert.equal((await h.quotas.usage(h.orgs.a)).sandboxes, 1);
+  }));

@@ -11,7 +11,7 @@ import { LIMIT_NAMES, type OrgLimits } from '../services/limits.js';
 import { KeyedMutex } from '../services/locks.js';
 import { QuotaService } from '../services/quotas.js';
 import { SlidingWindowLimiter } from '../services/rate-limit.js';
-import { RouteTable } from '../services/routes.js';
+import { RouteTable } from '../gateway/routes.js';
 import { SandboxService, type GatewayControl, type Replicas, type SandboxServiceDeps } from '../services/sandboxes/index.js';
 import type { Created } from '../services/sandboxes/create.js';
 import { TemplateService } from '../services/templates.js';

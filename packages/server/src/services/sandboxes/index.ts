@@ -6,6 +6,7 @@ import { Creates, type Created } from './create.js';
 import { Lifecycle } from './lifecycle.js';
 import { Network, type PreviewInfo } from './network.js';
 import { Reads } from './reads.js';
+import { Reconcile } from './reconcile.js';
 import { Upkeep } from './upkeep.js';
 
 export { ALONE, routeOf, type GatewayControl, type Replicas, type SandboxServiceDeps } from './core.js';
@@ -24,6 +25,7 @@ export class SandboxService {
   private readonly creates: Creates;
   private readonly lifecycle: Lifecycle;
   private readonly upkeep: Upkeep;
+  private readonly reconciles: Reconcile;
   private readonly net: Network;
   private readonly reads: Reads;
 
@@ -32,6 +34,7 @@ export class SandboxService {
     this.lifecycle = new Lifecycle(this.core);
     this.creates = new Creates(this.core, this.lifecycle);
     this.upkeep = new Upkeep(this.core, this.lifecycle);
+    this.reconciles = new Reconcile(this.core, this.lifecycle);
     this.net = new Network(this.core);
     this.reads = new Reads(this.core);
   }
@@ -120,8 +123,9 @@ export class SandboxService {
 
   // ---- upkeep ----------------------------------------------------------------------------------
 
+  /** After a (re)start: the nodes made to match the store (reconcile.ts). */
   reconcile() {
-    return this.upkeep.reconcile();
+    return this.reconciles.run();
   }
   sweep(): Promise<number> {
     return this.upkeep.sweep();

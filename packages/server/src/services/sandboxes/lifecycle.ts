@@ -215,6 +215,27 @@ export class Lifecycle {
     });
   }
 
+  /**
+   * A running or paused sandbox that cannot run (its agent exited from inside, or it could not be
+   * brought back at a restart) is stopped, so that what the API says is true; its URL then answers
+   * 409 SANDBOX_STOPPED.
+   */
+  async markStopped(row: SandboxRow, reason: string): Promise<void> {
+    const { d } = this.c;
+    try {
+      await this.c.node(row).stop(row.id);
+      const next = await d.store.sandboxes.update(row.id, row.version, { status: 'stopped', updatedAt: new Date().toISOString() });
+      if (next) {
+        this.c.route(next);
+        // Its URL answers 409 SANDBOX_STOPPED, as every stopped sandbox's does.
+        await d.gateway.open(next.id, next.gatewayPort);
+        this.c.event('stopped', next, reason);
+      }
+    } catch (err) {
+      d.log('marking a sandbox stopped failed', { id: row.id, error: String(err) });
+    }
+  }
+
   async refreshToken(orgId: string, id: string) {
     const row = await this.c.get(orgId, id);
     return this.c.d.tokens.issue(row.id, row.orgId);

@@ -1,5 +1,5 @@
-// Root test with real containers: the node conformance suite against LocalNode over CrunRuntime,
-// the all-in-one daemon's node and what `sandboxd node` serves.
+// Root test with real containers and the real agent: the node conformance suite against LocalNode
+// over CrunRuntime, the all-in-one daemon's node and what `sandboxd node` serves.
 import { nodeConformance } from './conformance.js';
 import { LocalNode } from './local-node.js';
 import { baseLayer } from '../testing/fixtures.js';
@@ -10,6 +10,8 @@ nodeConformance('LocalNode over CrunRuntime', async () => {
   const lower = (await baseLayer()).path;
   let failing = false;
   const t = await createTestRuntime({
+    // The real agent: a take sets its env set (PUT /env), which the suite reads back.
+    agentBundlePath: new URL('../../../agent/bundle/agent.cjs', import.meta.url).pathname,
     // The last step of a boot with a network: the container already runs when it fails.
     stepHook: (_id, step) => {
       if (failing && step === 'network-finish') throw new Error(`injected failure at ${step}`);

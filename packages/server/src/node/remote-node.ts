@@ -11,6 +11,7 @@ import { checkId, checkSpec, ID_RE } from '../runtime/sandbox-paths.js';
 import type { ExportStats, LayerSource, LayerUnpacker, RuntimeStatus, SandboxStats } from '../runtime/types.js';
 import type { Node, NodeSpec, Taken, TakeAsk } from './types.js';
 import { receiveExport, type TlsRequestOptions } from './remote-export.js';
+import { abandonedCreate } from './warm-pool.js';
 import { badNodeAnswer, errorFromNode } from './wire-errors.js';
 
 export interface RemoteNodeOptions {
@@ -189,9 +190,9 @@ export class RemoteNode implements Node {
     const { SANDBOX_ID: _sandboxId, ...own } = env;
     const { body, bytes } = await this.wire({ ...rest, id: '', hostname: '', env: own });
     const { id: _i, hostname: _h, ...wired } = body as Record<string, unknown>;
-    // Not cut when the asker goes away: once asked, the node's answer is read, and placement
-    // destroys a sandbox no one waits for (node/local-node.ts ends a wait for a boot by itself
-    // when control's connection closes).
+    // Not cut when the asker goes away: once asked, the node's answer is read, and a sandbox no
+    // one waits for any more is destroyed (cut, the answer might be lost with the sandbox running).
+    if (ask.signal?.aborted) throw abandonedCreate();
     let r: { id?: unknown; warm?: unknown } | null;
     try {
       r = await this.call('POST', '/node/v1/warm', { spec: wired, pool_id: ask.poolId, label: ask.label, agent_env: ask.env, ...(ask.egress ? { egress: ask.egress } : {}) }, this.bootTimeout(bytes));
@@ -199,6 +200,10 @@ export class RemoteNode implements Node {
       throw refusedAsk(this.id, err);
     }
     if (typeof r?.id !== 'string' || !ID_RE.test(r.id) || typeof r.warm !== 'boolean') throw badNodeAnswer(this.id, 'a ready sandbox');
+    if (ask.signal?.aborted) {
+      await this.destroy(r.id).catch((err: unknown) => this.log(`destroying sandbox ${String(r.id)} of an abandoned take failed: ${String(err)}`));
+      throw abandonedCreate();
+    }
     return { id: r.id, warm: r.warm };
   }
 

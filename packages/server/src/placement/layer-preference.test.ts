@@ -132,7 +132,9 @@ test("a take placed with the read its prepare() began counts what this process r
       id: '',
       hostname: '',
       lowerDirs: [layer],
-      layerIds: ['tpl-layer'],
+      // A layer both nodes hold: whether or not their layer sets (read in the background) are in,
+      // it does not break the tie.
+      layerIds: [L1],
       resources: { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 },
       internetAccess: false,
       env: {},

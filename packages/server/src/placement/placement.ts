@@ -127,7 +127,7 @@ export class Placement {
       if (warm) this.hits++;
       else this.misses++;
       this.claimSoon();
-      // The asker went away while its node answered: no one would hold the sandbox.
+      // The asker went away as its node answered: no one would hold the sandbox.
       if (ask.signal?.aborted) {
         await this.discard({ id, nodeId }).catch((err: unknown) => this.o.log(`destroying the sandbox of an abandoned take failed: ${String(err)}`));
         throw abandonedCreate();

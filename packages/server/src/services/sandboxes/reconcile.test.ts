@@ -2,6 +2,7 @@
 // replicas and without, and gives each preview its gateway port back.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { ServiceError } from '@sandboxd/protocol';
 import type { SandboxRow } from '../../store/types.js';
 import { buildSandboxHarness, rejectsWith, type SandboxHarness, type SandboxHarnessOptions } from '../../testing/sandbox-harness.js';
 import { ABANDONED_CREATE_MS } from './index.js';
@@ -63,7 +64,7 @@ test('reconcile makes the node match the store: lost, booted again, paused and r
     assert.equal(h.routes.get(lost), undefined);
   }));
 
-test('reconcile: a sandbox that cannot be booted again is stopped (and said so); one whose node cannot tell is left as it is, and routed', () =>
+test('reconcile: a sandbox that cannot be booted again is stopped (and said so); one whose node is away is left as it is, and routed; one whose node cannot tell them all at once is asked alone', () =>
   on({ agentReadyTimeoutMs: 300 }, async (h) => {
     const org = h.orgs.a;
     const broken = (await h.create(org)).sandbox.id;
@@ -82,7 +83,7 @@ test('reconcile: a sandbox that cannot be booted again is stopped (and said so);
       assert.match(said?.data.reason ?? '', /could not be restarted/);
 
       h.node.statuses = async () => {
-        throw new Error('the node does not answer');
+        throw new ServiceError('NODE_UNAVAILABLE', 'the node does not answer');
       };
       await h.runtime.stop(away);
       h.routes.delete(away);
@@ -92,6 +93,14 @@ test('reconcile: a sandbox that cannot be booted again is stopped (and said so);
       assert.equal(await h.runtime.status(away), 'stopped', 'and not booted: nothing is done on a guess');
       assert.equal(h.routes.get(away)?.status, 'running', 'routed as it is');
       assert.equal(again.cleaned, 0, 'what the node holds is not taken for leftovers');
+
+      // The node answers, but not for all at once (one state it cannot read): each is asked alone.
+      h.node.statuses = async () => {
+        throw new Error('crun state failed for one sandbox');
+      };
+      const third = await h.sandboxes.reconcile();
+      assert.equal(third.rebooted, 1, JSON.stringify(third));
+      assert.equal(await h.runtime.status(away), 'running', 'booted again on its disk');
     } finally {
       h.runtime.dialAgent = dial;
       h.node.statuses = statuses;

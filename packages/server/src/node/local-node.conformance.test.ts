@@ -4,7 +4,7 @@ import { nodeConformance } from './conformance.js';
 import { LocalNode } from './local-node.js';
 import { baseLayer } from '../testing/fixtures.js';
 import { CONFORMANCE_POOL } from '../testing/node-harness.js';
-import { assertNoLeaks, createTestRuntime, testSpec } from '../testing/runtime-fixtures.js';
+import { assertNoLeaks, createTestRuntime, crunHands, testSpec } from '../testing/runtime-fixtures.js';
 
 nodeConformance('LocalNode over CrunRuntime', async () => {
   const lower = (await baseLayer()).path;
@@ -18,26 +18,13 @@ nodeConformance('LocalNode over CrunRuntime', async () => {
     },
   });
   const node = new LocalNode({ id: 'node-crun', runtime: t.rt, pool: CONFORMANCE_POOL, agentReadyTimeoutMs: 10_000, log: () => undefined });
-  const run = async (id: string, argv: string[], input?: string) => t.rt.exec(id, argv, input === undefined ? {} : { input });
+  const hands = crunHands(t.rt);
   return {
     node,
     spec: (over) => ({ ...testSpec('', [lower], { layerIds: ['base'] }), hostname: '', env: {}, ...over }),
     failBoots: (fail) => void (failing = fail),
-    writeFile: async (id, path, content) => {
-      const r = await run(id, ['/bin/sh', '-c', 'mkdir -p "$(dirname "$1")" && cat > "$1"', 'sh', path], content);
-      if (r.code !== 0) throw new Error(`writing ${path} in ${id}: ${r.stderr}`);
-    },
-    readFile: async (id, path) => {
-      const r = await run(id, ['/bin/cat', '--', path]);
-      return r.code === 0 ? r.stdout : undefined;
-    },
+    ...hands,
     egressOf: async (id) => t.rt.egressOf(id),
-    oomKill: async (id) => {
-      await t.rt.oomWatchReady();
-      // dd touches a 400 MiB buffer: more than the sandbox's 128 MB, and it cannot swap.
-      const r = await run(id, ['/bin/sh', '-c', 'dd if=/dev/zero of=/dev/null bs=400M count=1']);
-      if (r.code === 0) throw new Error(`dd was not killed in ${id}`);
-    },
     finish: async () => {
       try {
         await node.close();

@@ -1,19 +1,12 @@
 // How a node sends a snapshot's layer to control (POST /node/v1/sandboxes/:id/layer): the tar is the
 // body, and these headers carry its digest and length and what the copy counted.
+import type { ExportStats } from './types.js';
 import { SNAPSHOT_MAX_ENTRIES } from './verbs/export-layer.js';
 
 export const LAYER_DIGEST_HEADER = 'x-sandboxd-layer-digest';
 export const LAYER_BYTES_HEADER = 'x-sandboxd-layer-bytes';
 export const EXPORT_STATS_HEADER = 'x-sandboxd-export';
 
-export interface ExportStats {
-  bytes: number;
-  allocated: number;
-  entries: number;
-  frozenMs: number;
-  /** Names in the copy (hard links count; a tar has a header for each), when the node says. */
-  names?: number;
-}
 
 /** What a node says its copy counted: four finite numbers ≥ 0 (entries within the copy's limit), or undefined. */
 export function parseExportStats(header: string | null): ExportStats | undefined {

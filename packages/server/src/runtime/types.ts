@@ -66,6 +66,7 @@ export interface ExportStats {
   allocated: number;
   entries: number;
   frozenMs: number;
+  /** Names in the copy (hard links count; a tar has a header for each), when known. */
   names?: number;
 }
 

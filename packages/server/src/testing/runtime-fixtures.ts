@@ -214,3 +214,31 @@ export async function assertNoLeaks(rt: CrunRuntime): Promise<void> {
   }
   assert.deepEqual(cg, [], 'no cgroups below our parent');
 }
+
+/**
+ * Hands inside the running sandboxes of a CrunRuntime, as the conformance suites want them: a
+ * file written or read as a process inside would, and something killed for lack of memory.
+ */
+export function crunHands(rt: CrunRuntime): {
+  writeFile(id: string, path: string, content: string): Promise<void>;
+  readFile(id: string, path: string): Promise<string | undefined>;
+  oomKill(id: string): Promise<void>;
+} {
+  const run = async (id: string, argv: string[], input?: string) => rt.exec(id, argv, input === undefined ? {} : { input });
+  return {
+    writeFile: async (id, path, content) => {
+      const r = await run(id, ['/bin/sh', '-c', 'mkdir -p "$(dirname "$1")" && cat > "$1"', 'sh', path], content);
+      if (r.code !== 0) throw new Error(`writing ${path} in ${id}: ${r.stderr}`);
+    },
+    readFile: async (id, path) => {
+      const r = await run(id, ['/bin/cat', '--', path]);
+      return r.code === 0 ? r.stdout : undefined;
+    },
+    oomKill: async (id) => {
+      await rt.oomWatchReady();
+      // dd touches a 400 MiB buffer: more than the sandbox's 128 MB, and it cannot swap.
+      const r = await run(id, ['/bin/sh', '-c', 'dd if=/dev/zero of=/dev/null bs=400M count=1']);
+      if (r.code === 0) throw new Error(`dd was not killed in ${id}`);
+    },
+  };
+}

@@ -13,7 +13,7 @@ import type { TokenService } from '../services/tokens.js';
 import type { UploadService } from '../services/uploads.js';
 import type { QuotaService } from '../services/quotas.js';
 import type { Metrics } from '../services/metrics.js';
-import type { SnapshotService } from '../services/snapshots.js';
+import type { SnapshotService } from '../services/snapshots/index.js';
 
 /** Everything the HTTP layer may call. */
 export interface Services {

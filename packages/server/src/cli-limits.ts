@@ -2,7 +2,7 @@ import { ServiceError } from '@sandboxd/protocol';
 import type { LimitOverrides, OrgRow, Store } from './store/types.js';
 import { LIMIT_MINIMUMS, LIMIT_NAMES, resolveLimits, timeoutFor, type LimitName, type OrgLimits } from './services/limits.js';
 import { QuotaService } from './services/quotas.js';
-import { snapshotStorageUsed } from './services/snapshots.js';
+import { snapshotStorageUsed } from './services/snapshots/index.js';
 import { FsLayerStore } from './images/layer-store.js';
 import { join } from 'node:path';
 

@@ -36,7 +36,7 @@ export interface Config {
   eventsTokenTtlSeconds: number;
   rateLimit: { sandboxCreatesPerMinute: number };
   /**
-   * Where creates get their sandboxes (services/warm-pool.ts). minPerKey: ready sandboxes kept per
+   * Where creates get their sandboxes (node/warm-pool.ts). minPerKey: ready sandboxes kept per
    * template and network setting once asked for (0: none held, every create boots); the pool holds
    * ⌈creation rate × horizonSeconds⌉ when that is more, within maxMemoryMb; excess ready for
    * shrinkAfterSeconds is destroyed. bootConcurrency: boots at once (creates and refills).

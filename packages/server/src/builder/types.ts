@@ -1,5 +1,5 @@
 // What a template build is, as the builder runs it: normalized steps in, cached layers out. The
-// services (template-builds.ts) own the request, its validation and its record; the builder owns this.
+// services (template-builds/) own the request, its validation and its record; the builder owns this.
 
 /** A build step after normalization of both request shapes. */
 export type BuildStep =

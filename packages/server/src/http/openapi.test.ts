@@ -24,7 +24,7 @@ import { RouteTable } from '../gateway/routes.js';
 import { UploadService, uploadKeyFromFile } from '../services/uploads.js';
 import { localUploadBlobs } from '../services/upload-blobs.js';
 import { fileBuildLogs } from '../services/build-logs.js';
-import { TemplateBuildService } from '../services/template-builds.js';
+import { TemplateBuildService } from '../services/template-builds/index.js';
 import { QuotaService } from '../services/quotas.js';
 import { FsBlobStore } from '../images/blob-store.js';
 import { describes, documentedSuccess, examplesOf, sseEvents, validator } from '../testing/openapi-check.js';

@@ -8,12 +8,12 @@ import type { KeyService } from '../services/keys.js';
 import type { RateLimiter } from '../services/rate-limit.js';
 import type { SandboxService } from '../services/sandboxes/index.js';
 import type { TemplateService } from '../services/templates.js';
-import type { TemplateBuildService } from '../services/template-builds.js';
+import type { TemplateBuildService } from '../services/template-builds/index.js';
 import type { TokenService } from '../services/tokens.js';
 import type { UploadService } from '../services/uploads.js';
 import type { QuotaService } from '../services/quotas.js';
 import type { Metrics } from '../services/metrics.js';
-import type { SnapshotService } from '../services/snapshots.js';
+import type { SnapshotService } from '../services/snapshots/index.js';
 
 /** Everything the HTTP layer may call. */
 export interface Services {

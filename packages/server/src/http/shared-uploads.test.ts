@@ -20,7 +20,7 @@ import { SlidingWindowLimiter } from '../services/rate-limit.js';
 import { RouteTable } from '../gateway/routes.js';
 import { SandboxService } from '../services/sandboxes/index.js';
 import { fixedPlacement, nodeOver, refusingRuntime } from '../testing/fake-node.js';
-import { BUILD_ABANDONED_MS, TemplateBuildService } from '../services/template-builds.js';
+import { BUILD_ABANDONED_MS, TemplateBuildService } from '../services/template-builds/index.js';
 import type { BuildEngine } from '../builder/types.js';
 import { TemplateService } from '../services/templates.js';
 import { TokenService } from '../services/tokens.js';

@@ -6,7 +6,9 @@ import { ServiceError } from '@sandboxd/protocol';
 import { AGENT_ANSWER_MAX_BYTES, agentJson, waitForAgent, waitForAgentPrimed } from './agent-client.js';
 import { newSandboxId, withSandboxId } from '../runtime/sandbox-identity.js';
 import type { Node, NodeSpec, Taken, TakeAsk, WarmStats } from './types.js';
-import { abandonedCreate, warmKeyOf, WarmPool, type WarmKeyStats, type WarmPoolOptions } from './warm-pool.js';
+import { abandonedCreate, warmKeyOf } from './warm-key.js';
+import type { WarmKeyStats } from './warm-keys.js';
+import { WarmPool, type WarmPoolOptions } from './warm-pool.js';
 
 /** How long an agent may take to answer PUT /env before its sandbox is taken for broken. */
 const AGENT_ENV_TIMEOUT_MS = 2000;

@@ -17,7 +17,7 @@ import { LocalNode } from './local-node.js';
 import { NodeMembership } from './membership.js';
 import { OrphanCollector } from './orphans.js';
 import { RemoteNode } from './remote-node.js';
-import { warmKeyOf } from './warm-pool.js';
+import { warmKeyOf } from './warm-key.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
 import { LayerCache } from './layer-cache.js';

@@ -11,7 +11,7 @@ import { checkId, checkSpec, ID_RE } from '../runtime/sandbox-paths.js';
 import type { ExportStats, LayerSource, LayerUnpacker, RuntimeStatus, SandboxStats } from '../runtime/types.js';
 import type { Node, NodeSpec, Taken, TakeAsk } from './types.js';
 import { receiveExport, type TlsRequestOptions } from './remote-export.js';
-import { abandonedCreate } from './warm-pool.js';
+import { abandonedCreate } from './warm-key.js';
 import { badNodeAnswer, errorFromNode } from './wire-errors.js';
 
 export interface RemoteNodeOptions {

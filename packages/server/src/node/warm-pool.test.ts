@@ -2,7 +2,8 @@ import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { ServiceError } from '@sandboxd/protocol';
 import { apportion, budgetSandboxes, RateEstimate, targetsFor } from './pool-sizing.js';
-import { WarmPool, type WarmKey, type WarmPoolOptions } from './warm-pool.js';
+import type { WarmKey } from './warm-key.js';
+import { WarmPool, type WarmPoolOptions } from './warm-pool.js';
 
 const flush = async () => {
   for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));

@@ -1,29 +1,7 @@
-import { createHash } from 'node:crypto';
 import { ServiceError } from '@sandboxd/protocol';
-import type { SandboxSpec } from '../runtime/types.js';
-import { budgetSandboxes, RateEstimate, READY_SANDBOX_COST_MB, targetsFor } from './pool-sizing.js';
-
-export interface WarmKey {
-  /** Identity of what the sandbox boots (template id, layers, resources, env, network). */
-  key: string;
-  /** The same without the network setting: another generation of a template is a rebuilt one. */
-  generation: string;
-  templateId: string;
-  /** For logs: the template's name and network setting. */
-  label: string;
-}
-
-const hash = (v: unknown) => createHash('sha256').update(JSON.stringify(v)).digest('hex').slice(0, 24);
-
-/**
- * The key of a spec: its layers by id (not by the paths of one machine or another: control and a
- * node agree on it), resources, env without SANDBOX_ID, and network setting.
- */
-export function warmKeyOf(spec: SandboxSpec & { layerRefs?: unknown }, templateId: string, label = templateId): WarmKey {
-  const { env, id: _id, hostname: _hostname, internetAccess, egress: _egress, lowerDirs: _paths, layerRefs: _refs, layerIds, ...rest } = spec;
-  const generation = hash({ ...rest, layerIds: [...(layerIds ?? [])], env: Object.fromEntries(Object.entries(env).filter(([k]) => k !== 'SANDBOX_ID').sort()) });
-  return { key: hash({ generation, internetAccess }), generation, templateId, label: `${label} (${internetAccess ? 'internet' : 'no network'})` };
-}
+import { budgetSandboxes, READY_SANDBOX_COST_MB, targetsFor } from './pool-sizing.js';
+import { abandonedCreate, type WarmKey } from './warm-key.js';
+import { WarmKeys, type KeyState, type WarmKeyStats } from './warm-keys.js';
 
 export interface WarmPoolOptions {
   /** Destroys a sandbox the pool booted and no longer wants. */
@@ -68,44 +46,6 @@ export interface AcquireOptions {
   onServed?: (hit: boolean) => void;
 }
 
-interface Waiter {
-  seq: number;
-  /** Set when a ready sandbox was handed to it. */
-  served?: boolean;
-  resolve: (id: string) => void;
-  reject: (err: unknown) => void;
-  detach: () => void;
-}
-
-interface KeyState {
-  k: WarmKey;
-  make: () => Promise<string>;
-  lastUsed: number;
-  ready: Array<{ id: string; since: number }>;
-  waiters: Waiter[];
-  /** Boots in flight for this key (each one's sandbox goes to the first waiter, or is kept ready). */
-  booting: number;
-  rate: RateEstimate;
-  longRate: RateEstimate;
-  target: number;
-  loggedTarget: number;
-  excessSince: number | undefined;
-  /** Replaced (template rebuilt or deleted, or least used of too many keys): serves its waiters, keeps nothing. */
-  retired: boolean;
-  failures: number;
-  backoffUntil: number;
-}
-
-export interface WarmKeyStats {
-  label: string;
-  key: string;
-  ready: number;
-  booting: number;
-  waiting: number;
-  target: number;
-  ratePerSecond: number;
-}
-
 /**
  * Every create gets its sandbox here: one booted ahead of time, or one booted now. Per key (what a
  * sandbox boots: template, layers, resources, network), creates wait in arrival order and each
@@ -121,8 +61,8 @@ export interface WarmKeyStats {
  * which the reconciliation at start removes.
  */
 export class WarmPool {
-  private readonly states = new Map<string, KeyState>();
-  private seq = 1;
+  /** The keys, their waiting creates and the hand-off of each sandbox (warm-keys.ts). */
+  private readonly keys: WarmKeys;
   private running = 0;
   private refilling = 0;
   private closed = false;
@@ -149,6 +89,7 @@ export class WarmPool {
       costMb: READY_SANDBOX_COST_MB,
       ...opts,
     };
+    this.keys = new WarmKeys(this.o, (id) => this.destroy(id));
     if (!(this.o.bootConcurrency >= 1)) throw new Error(`bootConcurrency must be at least 1, got ${opts.bootConcurrency}`);
     if (this.o.tickMs > 0) {
       this.tickTimer = setInterval(() => this.tick(), this.o.tickMs);
@@ -170,37 +111,21 @@ export class WarmPool {
    * creates that arrived before have theirs. `make` boots one (and destroys it if it fails).
    */
   acquire(k: WarmKey, make: () => Promise<string>, opts: AcquireOptions = {}): Promise<string> {
-    if (this.closed) return Promise.reject(new ServiceError('RUNTIME_ERROR', 'sandboxd is shutting down; retry in a moment'));
-    if (opts.signal?.aborted) return Promise.reject(abandoned());
+    if (this.closed) return Promise.reject(shuttingDown());
+    if (opts.signal?.aborted) return Promise.reject(abandonedCreate());
     const now = this.now();
-    const s = this.stateFor(k, make, now);
+    const s = this.keys.stateFor(k, make, now);
     if (!opts.retry) {
       s.rate.observe(now);
       s.longRate.observe(now);
     }
     this.retarget(now);
     return new Promise<string>((resolve, reject) => {
-      const onAbort = () => {
-        const i = s.waiters.indexOf(w);
-        if (i < 0) return;
-        s.waiters.splice(i, 1);
-        reject(abandoned());
-        this.pump();
-      };
-      const w: Waiter = {
-        seq: opts.retry ? 0 : this.seq++,
-        resolve,
-        reject,
-        detach: () => opts.signal?.removeEventListener('abort', onAbort),
-      };
-      opts.signal?.addEventListener('abort', onAbort, { once: true });
-      if (opts.retry) s.waiters.unshift(w);
-      else s.waiters.push(w);
-      this.serve(s);
+      const served = this.keys.wait(s, resolve, reject, opts, () => this.pump());
       if (!opts.retry) {
-        if (w.served) this.hits++;
+        if (served) this.hits++;
         else this.misses++;
-        opts.onServed?.(w.served === true);
+        opts.onServed?.(served);
       }
       this.pump();
       this.refillSoon();
@@ -209,31 +134,22 @@ export class WarmPool {
 
   /** Forgets a template (deleted or rebuilt): its ready sandboxes are destroyed. */
   async dropTemplate(templateId: string): Promise<void> {
-    for (const s of this.states.values()) if (s.k.templateId === templateId) this.retire(s);
+    for (const s of this.keys.values()) if (s.k.templateId === templateId) this.keys.retire(s);
     await this.destroying;
   }
 
   /** Ids currently held ready (not yet sandboxes of anyone). */
   ids(): string[] {
-    return [...this.states.values()].flatMap((s) => s.ready.map((e) => e.id));
+    return this.keys.ids();
   }
 
   /** Creates waiting for a sandbox of `key` (none is ready): the next boot to end goes to the first. */
   waiting(key: string): number {
-    return this.states.get(key)?.waiters.length ?? 0;
+    return this.keys.waiting(key);
   }
 
   stats(): WarmKeyStats[] {
-    const now = this.now();
-    return [...this.states.values()].map((s) => ({
-      label: s.k.label,
-      key: s.k.key,
-      ready: s.ready.length,
-      booting: s.booting,
-      waiting: s.waiters.length,
-      target: s.target,
-      ratePerSecond: s.rate.perSecond(now),
-    }));
+    return this.keys.stats(this.now());
   }
 
   /**
@@ -244,21 +160,11 @@ export class WarmPool {
     if (this.closed) return;
     const now = this.now();
     this.retarget(now);
-    for (const s of this.states.values()) {
-      const excess = s.ready.length - s.target;
-      if (excess <= 0) {
-        s.excessSince = undefined;
-      } else if (s.excessSince === undefined) {
-        s.excessSince = now;
-      }
-      if (excess > 0 && (s.retired || now - s.excessSince! >= this.o.shrinkAfterMs)) {
-        // The oldest go first: the ones left are the freshest.
-        for (const e of s.ready.splice(0, excess)) this.destroy(e.id);
-        s.excessSince = undefined;
-      }
+    for (const s of this.keys.values()) {
+      this.keys.shrink(s, now, this.o.shrinkAfterMs);
       this.logTarget(s);
     }
-    this.forgetRetired();
+    this.keys.forgetRetired();
     this.pump();
   }
 
@@ -267,73 +173,17 @@ export class WarmPool {
     this.closed = true;
     if (this.tickTimer) clearInterval(this.tickTimer);
     if (this.refillTimer) clearTimeout(this.refillTimer);
-    for (const s of this.states.values()) {
-      for (const w of s.waiters.splice(0)) {
-        w.detach();
-        w.reject(new ServiceError('RUNTIME_ERROR', 'sandboxd is shutting down; retry in a moment'));
-      }
-      for (const e of s.ready.splice(0)) this.destroy(e.id);
-    }
+    this.keys.empty(shuttingDown);
     while (this.running > 0) await new Promise<void>((r) => this.idle.push(r));
     await this.destroying;
   }
 
-  // ---- keys ----------------------------------------------------------------------------------------
-
-  private stateFor(k: WarmKey, make: () => Promise<string>, now: number): KeyState {
-    let s = this.states.get(k.key);
-    if (!s) {
-      s = {
-        k,
-        make,
-        lastUsed: now,
-        ready: [],
-        waiters: [],
-        booting: 0,
-        rate: new RateEstimate(this.o.rateTauMs),
-        longRate: new RateEstimate(this.o.longRateTauMs),
-        target: 0,
-        loggedTarget: 0,
-        excessSince: undefined,
-        retired: false,
-        failures: 0,
-        backoffUntil: 0,
-      };
-      this.states.set(k.key, s);
-      // Another generation of the same template is a rebuilt one: it will not be asked for again.
-      for (const other of this.states.values()) if (other !== s && other.k.templateId === k.templateId && other.k.generation !== k.generation) this.retire(other);
-    }
-    // Asked for again after it was retired (least used of too many keys): it is wanted after all.
-    s.retired = false;
-    s.make = make;
-    s.lastUsed = now;
-    this.trimKeys();
-    return s;
-  }
-
-  private retire(s: KeyState): void {
-    s.retired = true;
-    s.target = 0;
-    for (const e of s.ready.splice(0)) this.destroy(e.id);
-    this.forgetRetired();
-  }
-
-  private forgetRetired(): void {
-    for (const [key, s] of this.states) if (s.retired && s.waiters.length === 0 && s.booting === 0) this.states.delete(key);
-  }
-
-  /** Least recently used keys beyond `maxKeys` are retired (never one that creates are waiting on). */
-  private trimKeys(): void {
-    const live = [...this.states.values()].filter((s) => !s.retired);
-    if (live.length <= this.o.maxKeys) return;
-    const idle = live.filter((s) => s.waiters.length === 0).sort((a, b) => a.lastUsed - b.lastUsed);
-    for (const s of idle.slice(0, live.length - this.o.maxKeys)) this.retire(s);
-  }
+  // ---- sizing --------------------------------------------------------------------------------------
 
   private retarget(now: number): void {
     const rates = new Map<string, number>();
     const longRates = new Map<string, number>();
-    for (const s of this.states.values()) {
+    for (const s of this.keys.values()) {
       if (s.retired) continue;
       rates.set(s.k.key, s.rate.perSecond(now));
       longRates.set(s.k.key, s.longRate.perSecond(now));
@@ -342,7 +192,7 @@ export class WarmPool {
     const targets = this.holds
       ? targetsFor(rates, policy, longRates)
       : new Map<string, number>();
-    for (const s of this.states.values()) s.target = s.retired ? 0 : (targets.get(s.k.key) ?? 0);
+    for (const s of this.keys.values()) s.target = s.retired ? 0 : (targets.get(s.k.key) ?? 0);
   }
 
   /** Says when a key's target moved by a quarter (or at least 2) since it was last said. */
@@ -357,25 +207,14 @@ export class WarmPool {
     s.loggedTarget = s.target;
   }
 
-  // ---- hand-off and boots --------------------------------------------------------------------------
-
-  /** Ready sandboxes go to waiting creates, oldest of each first. */
-  private serve(s: KeyState): void {
-    while (s.ready.length > 0 && s.waiters.length > 0) {
-      const e = s.ready.shift()!;
-      const w = s.waiters.shift()!;
-      w.served = true;
-      w.detach();
-      w.resolve(e.id);
-    }
-  }
+  // ---- boots and refills ---------------------------------------------------------------------------
 
   /** Starts boots while slots are free: uncovered waiting creates first (oldest first), then refills. */
   private pump(): void {
     if (this.closed) return;
     const now = this.now();
     while (this.running < this.o.bootConcurrency) {
-      const demand = this.oldestUncovered();
+      const demand = this.keys.oldestUncovered();
       if (demand) {
         this.boot(demand, false);
         continue;
@@ -386,21 +225,10 @@ export class WarmPool {
     }
   }
 
-  /** The key whose first waiter without a boot in flight for it arrived first. */
-  private oldestUncovered(): KeyState | undefined {
-    let best: KeyState | undefined;
-    let bestSeq = Infinity;
-    for (const s of this.states.values()) {
-      const w = s.waiters[s.booting];
-      if (w && w.seq < bestSeq) [best, bestSeq] = [s, w.seq];
-    }
-    return best;
-  }
-
   private neediestRefill(now: number): KeyState | undefined {
     let best: KeyState | undefined;
     let bestDeficit = 0;
-    for (const s of this.states.values()) {
+    for (const s of this.keys.values()) {
       if (s.retired || now < s.backoffUntil || now < s.lastUsed + this.o.refillDelayMs) continue;
       const deficit = s.target + s.waiters.length - s.ready.length - s.booting;
       if (deficit > bestDeficit) [best, bestDeficit] = [s, deficit];
@@ -432,7 +260,7 @@ export class WarmPool {
         this.running--;
         if (refill) this.refilling--;
         if (this.running === 0) for (const r of this.idle.splice(0)) r();
-        this.forgetRetired();
+        this.keys.forgetRetired();
         this.pump();
       });
   }
@@ -442,11 +270,8 @@ export class WarmPool {
     s.failures = 0;
     s.backoffUntil = 0;
     if (this.closed) return this.destroy(id);
-    const w = s.waiters.shift();
-    if (w) {
-      w.detach();
-      w.resolve(id);
-    } else if (!s.retired && this.holds) {
+    if (this.keys.handOff(s, id)) return;
+    if (!s.retired && this.holds) {
       s.ready.push({ id, since: this.now() });
     } else {
       this.destroy(id);
@@ -463,11 +288,7 @@ export class WarmPool {
     s.failures++;
     s.backoffUntil = this.now() + Math.min(60_000, 1000 * 2 ** (s.failures - 1));
     this.o.log(`warm pool: a boot for ${s.k.label} failed`, { error: err instanceof Error ? err.message : String(err), failures: s.failures });
-    if (s.waiters.length > s.booting) {
-      const w = s.waiters.shift()!;
-      w.detach();
-      w.reject(err);
-    }
+    this.keys.failUncovered(s, err);
   }
 
   /** Destroys run one after another, in the background: a shrink must not take the CPU from creates. */
@@ -478,11 +299,6 @@ export class WarmPool {
   }
 }
 
-/** The error of a create whose client went away while it waited for its sandbox. */
-export function abandonedCreate(): ServiceError {
-  return abandoned();
-}
-
-function abandoned(): ServiceError {
-  return new ServiceError('INVALID_STATE', 'the create was abandoned: its client went away while it waited for a sandbox; nothing was created');
+function shuttingDown(): ServiceError {
+  return new ServiceError('RUNTIME_ERROR', 'sandboxd is shutting down; retry in a moment');
 }

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { ServiceError } from '@sandboxd/protocol';
 import type { Node, Taken, TakeAsk, WarmStats } from '../node/types.js';
-import { abandonedCreate, warmKeyOf } from '../node/warm-pool.js';
+import { abandonedCreate, warmKeyOf } from '../node/warm-key.js';
 import type { SandboxResources } from '../runtime/types.js';
 import type { SandboxUsage } from '../store/types.js';
 import { addUsage, choose, type Overcommit } from './choose.js';

@@ -13,7 +13,7 @@ import type { LocalNode } from '../node/local-node.js';
 import { NodeMembership } from '../node/membership.js';
 import { nodeApi } from '../node/node-api.js';
 import { RemoteNode } from '../node/remote-node.js';
-import { warmKeyOf } from '../node/warm-pool.js';
+import { warmKeyOf } from '../node/warm-key.js';
 import type { SandboxSpec } from '../runtime/types.js';
 import { SqliteStore } from '../store/sqlite.js';
 import type { SandboxRow } from '../store/types.js';

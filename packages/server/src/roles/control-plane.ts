@@ -27,8 +27,8 @@ import { SharedWindowLimiter, SlidingWindowLimiter, type RateLimiter } from '../
 import { RouteTable } from '../gateway/routes.js';
 import type { RouteEntry } from '../services/routes.js';
 import { SandboxService } from '../services/sandboxes/index.js';
-import { SnapshotService } from '../services/snapshots.js';
-import { BUILD_HEARTBEAT_MS, TemplateBuildService } from '../services/template-builds.js';
+import { SnapshotService } from '../services/snapshots/index.js';
+import { BUILD_HEARTBEAT_MS, TemplateBuildService } from '../services/template-builds/index.js';
 import { TemplateService } from '../services/templates.js';
 import { TokenService } from '../services/tokens.js';
 import { localUploadBlobs, StoreUploadBlobs } from '../services/upload-blobs.js';

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { SqliteStore } from '../store/sqlite.js';
 import { fileBuildLogs, LOG_ROW_BYTES, storeBuildLogs, STORE_LOG_GATHER_MS } from './build-logs.js';
-import { BuildLogWriter } from './template-builds.js';
+import { BuildLogWriter } from './template-builds/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbd-build-logs-'));
 after(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { CreateSnapshotBody, ForkBody, ListSnapshotsQuery, PromoteSnapshotBody, RestoreBody, ServiceError } from '@sandboxd/protocol';
 import type { Services } from '../services.js';
-import { SnapshotService } from '../../services/snapshots.js';
+import { SnapshotService } from '../../services/snapshots/index.js';
 import { renderTemplate } from '../../services/templates.js';
 import { guard, principalOf } from '../auth.js';
 import { SandboxIdParams } from './params.js';

@@ -3,7 +3,7 @@ import type { ServerResponse } from 'node:http';
 import { Type, type Static } from '@sinclair/typebox';
 import type { Services } from '../services.js';
 import { guard, principalOf } from '../auth.js';
-import { levelOf } from '../../services/template-builds.js';
+import { levelOf } from '../../services/template-builds/index.js';
 import { SandboxIdParams } from './params.js';
 
 const LogsQuery = Type.Object({

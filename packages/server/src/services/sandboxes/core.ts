@@ -8,7 +8,7 @@ import type { Metrics } from '../metrics.js';
 import type { QuotaService } from '../quotas.js';
 import type { RateLimiter } from '../rate-limit.js';
 import type { RouteEntry, Routes } from '../routes.js';
-import type { SnapshotService } from '../snapshots.js';
+import type { SnapshotService } from '../snapshots/index.js';
 import type { TemplateService } from '../templates.js';
 import type { TokenService } from '../tokens.js';
 import { specFor } from './spec.js';

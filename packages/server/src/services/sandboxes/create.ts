@@ -6,7 +6,7 @@ import { ExportTooLarge } from '../../runtime/types.js';
 import { UndoStack } from '../../runtime/undo.js';
 import type { SandboxRow } from '../../store/types.js';
 import { checkSize, timeoutFor, type OrgLimits } from '../limits.js';
-import type { CapturedLayer } from '../snapshots.js';
+import type { CapturedLayer } from '../snapshots/index.js';
 import type { SandboxCore } from './core.js';
 import { needSnapshots, type Lifecycle } from './lifecycle.js';
 import { bootSpec, egressFrom, type CreateSource } from './spec.js';

@@ -1,14 +1,14 @@
 // SnapshotService.capture: a layer made and then not announced (a cluster's madeLayer failed: the
 // store unreachable, the digest not computed) is removed at once, not left for a later collection.
-import type { Node } from '../node/types.js';
+import type { Node } from '../../node/types.js';
 import assert from 'node:assert/strict';
 import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { FsLayerStore } from '../images/layer-store.js';
-import type { SandboxRow } from '../store/types.js';
-import { SnapshotService } from './snapshots.js';
+import { FsLayerStore } from '../../images/layer-store.js';
+import type { SandboxRow } from '../../store/types.js';
+import { SnapshotService } from './index.js';
 
 describe('SnapshotService.capture when the layer cannot be announced', () => {
   let dir: string;

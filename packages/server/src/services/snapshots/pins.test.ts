@@ -7,9 +7,9 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { FsLayerStore } from '../images/layer-store.js';
-import { SqliteStore } from '../store/sqlite.js';
-import { SnapshotService } from './snapshots.js';
+import { FsLayerStore } from '../../images/layer-store.js';
+import { SqliteStore } from '../../store/sqlite.js';
+import { SnapshotService } from './index.js';
 
 describe('snapshot layers pinned across replicas', () => {
   let dir: string;

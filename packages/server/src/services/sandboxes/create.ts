@@ -1,14 +1,12 @@
-import { describeCause, isProgrammingError, ServiceError, type CreateSandboxBody, type ForkBody, type Sandbox } from '@sandboxd/protocol';
+import { describeCause, isProgrammingError, ServiceError, type CreateSandboxBody, type Sandbox } from '@sandboxd/protocol';
 import { DEFAULT_TEMPLATE } from '../../images/builtin.js';
 import { newSandboxId } from '../../runtime/sandbox-identity.js';
 import type { Placed } from '../../placement/placement.js';
-import { ExportTooLarge } from '../../runtime/types.js';
 import { UndoStack } from '../../runtime/undo.js';
 import type { SandboxRow } from '../../store/types.js';
 import { checkSize, timeoutFor, type OrgLimits } from '../limits.js';
-import type { CapturedLayer } from '../snapshots/index.js';
 import type { SandboxCore } from './core.js';
-import { needSnapshots, type Lifecycle } from './lifecycle.js';
+import { needSnapshots } from './lifecycle.js';
 import { bootSpec, egressFrom, type CreateSource } from './spec.js';
 
 export interface Created {
@@ -18,17 +16,14 @@ export interface Created {
 }
 
 /**
- * Creates: from a template, from a snapshot, or as forks of a running sandbox. Every create is
+ * Creates: from a template or from a snapshot (forks of a running sandbox: fork.ts). Every create is
  * admitted against its organization's quota and rate (its placeholder row counts from then on),
  * takes a running sandbox from the node placement chooses (placement/, node/: ready from a warm
  * pool or booted now, with the create's env and policy), opens its gateway and signs its token;
  * anything that fails on the way is undone.
  */
 export class Creates {
-  constructor(
-    private readonly c: SandboxCore,
-    private readonly lifecycle: Lifecycle,
-  ) {}
+  constructor(private readonly c: SandboxCore) {}
 
   /** `signal`: the client went away; honoured only while the create still waits for a sandbox. */
   async create(orgId: string, body: CreateSandboxBody, opts: { signal?: AbortSignal } = {}): Promise<Created> {
@@ -94,7 +89,8 @@ export class Creates {
     );
   }
 
-  private async createFrom(orgId: string, src: CreateSource, body: CreateSandboxBody, opts: { signal?: AbortSignal }, limitsRead?: Promise<OrgLimits>): Promise<Created> {
+  /** A create from `src` (a template's, a snapshot's, a fork's source) as `body` asks. */
+  async createFrom(orgId: string, src: CreateSource, body: CreateSandboxBody, opts: { signal?: AbortSignal }, limitsRead?: Promise<OrgLimits>): Promise<Created> {
     const { d } = this.c;
     const startedAt = performance.now();
     // Placement reads where the sandbox may go while the create is checked and admitted.
@@ -228,87 +224,5 @@ export class Creates {
   private take(row: SandboxRow, poolId: string, signal: AbortSignal | undefined): Promise<Placed> {
     const { d } = this.c;
     return d.placement.take({ spec: bootSpec(row, (l) => d.layerPath(l)), poolId, label: row.templateName, env: row.envVars, egress: row.egress, signal });
-  }
-
-  /**
-   * `POST /v1/sandboxes/{id}/fork`: `count` new running sandboxes with the source's files as they
-   * are now (one copy, frozen for it if it runs), each with its own id, token, disk, network and
-   * deadline: the caller's, or the source's. All or none: a fork that fails half-way deletes the
-   * sandboxes it made.
-   */
-  async fork(orgId: string, id: string, body: ForkBody, opts: { signal?: AbortSignal } = {}): Promise<Created[]> {
-    const { d } = this.c;
-    const snapshots = needSnapshots(this.c);
-    const count = body.count ?? 1;
-    await this.c.get(orgId, id);
-    await snapshots.checkStorage(orgId, 0);
-    const { src, captured } = await d.locks.run(id, async () => {
-      const r = await this.c.get(orgId, id);
-      if (r.status !== 'running' && r.status !== 'paused' && r.status !== 'stopped') {
-        throw new ServiceError('INVALID_STATE', `cannot fork a sandbox whose current state is ${r.status}`, { id, current_state: r.status });
-      }
-      // The copy counts against the organization's snapshot storage for as long as a fork mounts it.
-      let c: CapturedLayer;
-      try {
-        c = await snapshots.capture(r, 'fork', await snapshots.room(orgId));
-      } catch (err) {
-        if (err instanceof ExportTooLarge) await snapshots.checkStorage(orgId, err.used);
-        throw err;
-      }
-      try {
-        await snapshots.checkStorage(orgId, c.sizeBytes);
-      } catch (err) {
-        await snapshots.discard(c);
-        throw err;
-      }
-      return { src: r, captured: c };
-    });
-    const source: CreateSource = {
-      templateId: src.templateId,
-      templateName: src.templateName,
-      vcpu: src.vcpu,
-      memoryMb: src.memoryMb,
-      diskGb: src.diskGb,
-      layers: [captured.layerId, ...src.layers],
-      templateEnv: src.templateEnv,
-      envVars: captured.envVars,
-      snapshotId: null,
-      lineage: [src.id, ...src.lineage].slice(0, 100),
-      poolId: `fork:${captured.layerId}`,
-      egress: src.internetAccess ? src.egress : undefined,
-    };
-    const createBody: CreateSandboxBody = {
-      region: src.region,
-      timeout_seconds: body.timeout_seconds !== undefined ? body.timeout_seconds : src.timeoutSeconds,
-      internet_access: body.internet_access ?? (body.allow_out !== undefined || body.deny_out !== undefined ? undefined : src.internetAccess),
-      allow_out: body.allow_out,
-      deny_out: body.deny_out,
-      env_vars: body.env_vars,
-      on_timeout: body.on_timeout ?? src.onTimeout,
-      idle_timeout_seconds: body.idle_timeout_seconds !== undefined ? body.idle_timeout_seconds : src.idleTimeoutSeconds,
-      auto_resume: body.auto_resume ?? src.autoResume,
-    };
-    // Without internet_access named, the fork gets the source's network and policy (both, or none).
-    if (body.internet_access === undefined && body.allow_out === undefined && body.deny_out === undefined) {
-      createBody.internet_access = src.internetAccess;
-    } else {
-      source.egress = undefined;
-    }
-    const results = await Promise.allSettled(Array.from({ length: count }, () => this.createFrom(orgId, source, createBody, opts)));
-    // The pools keep nothing for a key no create will ask for again.
-    await d.placement.dropWarm(source.poolId);
-    const made = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
-    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-    if (failed) {
-      for (const m of made) {
-        await this.lifecycle.delete(orgId, m.sandbox.id, 'fork_failed').catch((err: unknown) => d.log('removing a fork of a failed fork failed', { id: m.sandbox.id, error: String(err) }));
-      }
-      captured.release();
-      void snapshots.collectSoon();
-      throw failed.reason;
-    }
-    captured.release();
-    d.log('sandbox forked', { id, forks: made.map((m) => m.sandbox.id), bytes: captured.sizeBytes, frozen_ms: Math.round(captured.frozenMs) });
-    return made;
   }
 }

@@ -3,6 +3,7 @@ import type { SandboxSpec } from '../../runtime/types.js';
 import type { SandboxRow } from '../../store/types.js';
 import { SandboxCore, type SandboxServiceDeps } from './core.js';
 import { Creates, type Created } from './create.js';
+import { Forks } from './fork.js';
 import { Lifecycle } from './lifecycle.js';
 import { Network, type PreviewInfo } from './network.js';
 import { Reads } from './reads.js';
@@ -23,6 +24,7 @@ export { ABANDONED_CREATE_MS } from './upkeep.js';
 export class SandboxService {
   private readonly core: SandboxCore;
   private readonly creates: Creates;
+  private readonly forks: Forks;
   private readonly lifecycle: Lifecycle;
   private readonly upkeep: Upkeep;
   private readonly reconciles: Reconcile;
@@ -32,7 +34,8 @@ export class SandboxService {
   constructor(d: SandboxServiceDeps) {
     this.core = new SandboxCore(d);
     this.lifecycle = new Lifecycle(this.core);
-    this.creates = new Creates(this.core, this.lifecycle);
+    this.creates = new Creates(this.core);
+    this.forks = new Forks(this.core, this.creates, this.lifecycle);
     this.upkeep = new Upkeep(this.core, this.lifecycle);
     this.reconciles = new Reconcile(this.core, this.lifecycle);
     this.net = new Network(this.core);
@@ -66,7 +69,7 @@ export class SandboxService {
     return this.creates.create(orgId, body, opts);
   }
   fork(orgId: string, id: string, body: ForkBody, opts: { signal?: AbortSignal } = {}): Promise<Created[]> {
-    return this.creates.fork(orgId, id, body, opts);
+    return this.forks.fork(orgId, id, body, opts);
   }
 
   // ---- lifecycle verbs -------------------------------------------------------------------------

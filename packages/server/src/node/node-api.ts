@@ -213,6 +213,14 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     if (!Array.isArray(ids) || ids.length > 100_000 || !ids.every((i) => typeof i === 'string' && ID_RE.test(i))) throw new ServiceError('VALIDATION_ERROR', 'ids must be a list of sandbox ids');
     return { statuses: Object.fromEntries(await rt.statuses(ids as string[])) };
   });
+  // What control holds open here (event streams, relayed connections) is the server's no longer:
+  // a close ends it, or the server would wait for every control replica to let go first (a node
+  // told to stop would stay up, unreachable, until killed with its pool undrained).
+  const held = new Set<{ end: () => void }>();
+  app.addHook('preClose', async () => {
+    for (const h of held) h.end();
+    held.clear();
+  });
   // OOM kills as they happen, one server-sent event each, for as long as control listens.
   app.get('/node/v1/oom-events', (req, reply) => {
     reply.hijack();
@@ -221,13 +229,19 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     res.write(': oom events\n\n');
     const stop = rt.watchOom((id, kills) => res.write(`data: ${JSON.stringify({ id, kills })}\n\n`));
     const ping = setInterval(() => res.write(': ping\n\n'), 15_000);
+    const stream = { end: () => res.destroy() };
+    held.add(stream);
     req.raw.on('close', () => {
+      held.delete(stream);
       clearInterval(ping);
       stop();
     });
   });
 
   app.server.on('connect', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const relay = { end: () => socket.destroy() };
+    held.add(relay);
+    socket.once('close', () => held.delete(relay));
     void relayToAgent(o, req, socket, head).catch((err: unknown) => {
       log(`agent relay: ${String(err)}`);
       socket.destroy();

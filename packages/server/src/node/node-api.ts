@@ -180,6 +180,12 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     });
     const spec: NodeSpec = 'refs' in ask.layers ? { ...ask.spec, layerRefs: ask.layers.refs } : { ...ask.spec, lowerDirs: ask.layers.paths };
     const { id, warm } = await rt.take({ spec, poolId: ask.poolId, label: ask.label, env: ask.agentEnv ?? {}, egress: ask.egress ?? null, signal: gone.signal });
+    // Control went away as the sandbox was handed over (it gave up waiting): the answer would reach
+    // no one, and the sandbox, holding the create's env, would be no one's until collected.
+    if (gone.signal.aborted) {
+      await rt.destroy(id).catch((err: unknown) => log(`destroying sandbox ${id}, whose asker left, failed: ${String(err)}`));
+      throw new ServiceError('INVALID_STATE', 'the asker went away: the sandbox was destroyed');
+    }
     return { id, warm, env_set: true };
   });
   // A template deleted (or its pool id otherwise done with): its ready sandboxes go.

@@ -21,6 +21,8 @@ export interface RemoteNodeOptions {
   url: string;
   auth: ClusterSigner;
   log?: (msg: string) => void;
+  /** How long the node has to take a connection (default 1 s): past it, it is away. */
+  connectTimeoutMs?: number;
   /** Per call; a create or start boots a container (default 120 s, others 30 s). */
   bootTimeoutMs?: number;
   callTimeoutMs?: number;
@@ -47,6 +49,9 @@ export interface RemoteNodeOptions {
   layers?: LayerSource;
 }
 
+
+/** How long a node has to take a connection (default of connectTimeoutMs). */
+const CONNECT_TIMEOUT_MS = 1000;
 
 /** A create may fetch its layers first: its deadline grows by their size at this rate (bytes/s). */
 const LAYER_FETCH_BYTES_PER_SECOND = 20e6;
@@ -156,10 +161,12 @@ export class RemoteNode implements Node {
     // would cut a create whose deadline grew with the layers the node fetches first. Over TLS, every
     // call checks the node's certificate (against the cluster's CA when given) and its name: a
     // token goes only to the node it names.
+    // A node that does not take the connection within a second is away: the caller (placement)
+    // asks another instead of waiting for the call's own deadline.
     this.dispatcher ??= new UndiciAgent({
       headersTimeout: 0,
       bodyTimeout: 0,
-      ...(this.base.protocol === 'https:' ? { connect: { ca: this.o.ca, minVersion: 'TLSv1.2' as const } } : {}),
+      connect: { timeout: this.o.connectTimeoutMs ?? CONNECT_TIMEOUT_MS, ...(this.base.protocol === 'https:' ? { ca: this.o.ca, minVersion: 'TLSv1.2' as const } : {}) },
     });
     return { ...init, dispatcher: this.dispatcher } as RequestInit;
   }

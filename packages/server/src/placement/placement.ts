@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { ServiceError } from '@sandboxd/protocol';
+import { isProgrammingError, ServiceError } from '@sandboxd/protocol';
 import type { Node, Taken, TakeAsk, WarmStats } from '../node/types.js';
 import { abandonedCreate, warmKeyOf } from '../node/warm-key.js';
 import type { SandboxResources } from '../runtime/types.js';
@@ -31,6 +31,19 @@ export interface Placed extends Taken {
   nodeId: string;
 }
 
+/** Nodes one take asks at most before it fails with the last one's error. */
+const MAX_TAKE_TRIES = 3;
+
+/**
+ * Whether another node may succeed where one failed: an outage of that node (away, failing, its
+ * boot or layer fetch broken, an answer not a node's), not the asker's doing (an abandoned take)
+ * and not a bug of ours.
+ */
+function failsOver(err: unknown): boolean {
+  if (err instanceof ServiceError) return err.status >= 500 && err.code !== 'INTERNAL_ERROR';
+  return err instanceof Error && !isProgrammingError(err);
+}
+
 /** Takes that start within this many ms share one read of the nodes' commitments (prepare). */
 const USAGE_SHARE_MS = 5;
 const USAGE_REUSE_MS = 100;
@@ -53,7 +66,7 @@ export class Placement {
   /** Sandboxes taken here and not yet recorded by the services, with what they hold. */
   private readonly reserved = new Map<string, { nodeId: string; resources: SandboxResources }>();
   /** Takes under way: the node is picked, the id not known yet; they count against the node as reserved ones do. */
-  private readonly asking = new Set<{ nodeId: string; resources: SandboxResources }>();
+  private readonly asking = new Set<{ nodeId: string; resources: SandboxResources; ask: TakeAsk }>();
   /** Sandboxes recorded in the last LATELY_MS, in order: a read of the commitments begun before may lack them. */
   private readonly lately = new Map<string, { nodeId: string; resources: SandboxResources; at: number }>();
   /** The read of the nodes' commitments the last prepare() began. */
@@ -109,14 +122,35 @@ export class Placement {
    * of it (discard).
    */
   async take(ask: TakeAsk): Promise<Placed> {
-    const resources = ask.spec.resources;
+    // A node that cannot take it (away, failing, refusing) is passed over for the next best one:
+    // each node at most once per take, and at most MAX_TAKE_TRIES of them.
+    const tried = new Set<string>();
+    for (;;) {
+      const nodeId = await this.chooseFor(ask, tried);
+      try {
+        return await this.takeOn(nodeId, ask);
+      } catch (err) {
+        tried.add(nodeId);
+        if (!failsOver(err) || tried.size >= MAX_TAKE_TRIES || ask.signal?.aborted) throw err;
+        // No other node may take it: the node's own error says more than NO_CAPACITY would.
+        if ((await this.o.nodes.candidates()).every((c) => tried.has(c.id))) throw err;
+        this.o.log(`node ${nodeId} could not take a sandbox (${err instanceof Error ? err.message : String(err)}); asking another`);
+      }
+    }
+  }
+
+  /** The node chosen for the take, not one of `tried`, held for it (counted against it) as it is chosen. */
+  private chooseFor(ask: TakeAsk, tried: ReadonlySet<string>): Promise<string> {
     const key = warmKeyOf(ask.spec, ask.poolId).key;
-    const hold = { nodeId: '', resources };
-    const nodeId = await this.choose(resources, ask.spec.layerIds ?? [], key, (picked) => {
-      hold.nodeId = picked;
-      this.asking.add(hold);
+    const hold = (picked: string) => {
+      this.asking.add({ nodeId: picked, resources: ask.spec.resources, ask });
       this.o.nodes.noteTaken(picked, key);
-    });
+    };
+    return this.choose(ask.spec.resources, ask.spec.layerIds ?? [], key, hold, tried);
+  }
+
+  private async takeOn(nodeId: string, ask: TakeAsk): Promise<Placed> {
+    const resources = ask.spec.resources;
     try {
       const { id, warm } = await this.node(nodeId).take(ask);
       if (this.o.isNew && (this.reserved.has(id) || !(await this.o.isNew(id)))) {
@@ -134,7 +168,7 @@ export class Placement {
       }
       return { id, nodeId, warm };
     } finally {
-      this.asking.delete(hold);
+      for (const a of this.asking) if (a.ask === ask && a.nodeId === nodeId) this.asking.delete(a);
     }
   }
 
@@ -145,8 +179,8 @@ export class Placement {
    * then counts for the next choice (concurrent takes of a burst otherwise all see the same
    * commitments, and go to the same node).
    */
-  async choose(resources: SandboxResources, layerIds: string[] = [], warmKey?: string, hold?: (nodeId: string) => void): Promise<string> {
-    const candidates = await this.o.nodes.candidates();
+  async choose(resources: SandboxResources, layerIds: string[] = [], warmKey?: string, hold?: (nodeId: string) => void, passOver: ReadonlySet<string> = new Set()): Promise<string> {
+    const candidates = (await this.o.nodes.candidates()).filter((c) => !passOver.has(c.id));
     const read = candidates.some((c) => c.capacity) ? this.usageRead() : undefined;
     const rows = read ? await read.usage : {};
     // From here to the hold nothing awaits: a take of the same burst that chooses next counts this one.

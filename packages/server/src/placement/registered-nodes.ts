@@ -39,6 +39,9 @@ export class RegisteredNodes implements NodeSet {
   private refreshTimer: NodeJS.Timeout | undefined;
   /** The last read of the node list failed (the store is away). */
   private storeAway = false;
+  /** When the store was first seen away, and when it answered again (0: not since this process started). */
+  private storeAwaySince = 0;
+  private storeBackAt = 0;
   /** Nodes seen lost at the last read, so that onLost is told once per loss. */
   private readonly lost = new Set<string>();
   /** Calls under way to each node, to fail at once when its lease runs out. */
@@ -73,10 +76,14 @@ export class RegisteredNodes implements NodeSet {
     let rows: NodeRow[];
     try {
       rows = await this.o.store.nodes.list();
+      if (this.storeAway) this.storeBackAt = Date.now();
       this.storeAway = false;
     } catch (err) {
       if (this.nodes.size === 0) throw err;
-      if (!this.storeAway) this.o.log(`the node list cannot be read (${String(err)}); serving the nodes as last read`);
+      if (!this.storeAway) {
+        this.o.log(`the node list cannot be read (${String(err)}); serving the nodes as last read`);
+        this.storeAwaySince = Date.now();
+      }
       this.storeAway = true;
       this.refreshedAt = Date.now();
       return;
@@ -112,7 +119,14 @@ export class RegisteredNodes implements NodeSet {
    * list is a second old; one that stopped is seen at the first read after its lease ran out.
    */
   private leased(row: NodeRow): boolean {
-    return Date.parse(row.leaseExpiresAt) > (this.refreshedAt || Date.now());
+    const at = this.refreshedAt || Date.now();
+    const expires = Date.parse(row.leaseExpiresAt);
+    if (expires > at) return true;
+    // The store was away: no node could renew its lease meanwhile (its heartbeats go to the store).
+    // A lease that still ran when the store went away counts again from its return, whole; a node
+    // lost before the outage stays lost.
+    const lengthMs = expires - Date.parse(row.heartbeatAt);
+    return this.storeBackAt > 0 && expires > this.storeAwaySince && at < this.storeBackAt + lengthMs;
   }
 
   up(nodeId: string): boolean {

@@ -717,7 +717,7 @@ describe('deploy/systemd: the units and their environment files', () => {
     assert.equal(node!.SANDBOXD_DATABASE_URL, undefined, 'no database URL on a node');
     const nodeConfig = mustConfig(Object.fromEntries(Object.entries(node!).map(([k, v]) => [k, filledIn(k, v)])), 'node.env.example');
     assert.equal(nodeConfig.databaseUrl, undefined);
-    assert.ok(nodeConfig.node.credential && nodeConfig.node.controlUrl, 'a credential and where control is');
+    assert.ok(nodeConfig.node.credential && nodeConfig.node.controlUrls.length > 0, 'a credential and where control is');
     assert.ok(control!.SANDBOXD_HOST === '0.0.0.0', 'control listens beyond loopback');
     const config = mustConfig(Object.fromEntries(Object.entries(control!).map(([k, v]) => [k, filledIn(k, v)])), 'control.env.example');
     assert.notEqual(config.gateway.publicHostname, '127.0.0.1', "sandboxes' public_host must name a reachable host");

@@ -121,8 +121,11 @@ export interface NodeConfig {
    * it, the node registers and heartbeats through control (`controlUrl`), with no database credentials.
    */
   credential: string | null;
-  /** SANDBOXD_CONTROL_URL as given (null: not set), where a node with a credential reaches control. */
-  controlUrl: string | null;
+  /**
+   * SANDBOXD_CONTROL_URL as given (none: not set), where a node with a credential reaches control:
+   * one address (the replicas' service, or a balancer) or a comma-separated list of replicas.
+   */
+  controlUrls: string[];
   /** A node: its API over TLS (SANDBOXD_NODE_TLS_CERT_FILE and SANDBOXD_NODE_TLS_KEY_FILE, PEM); null: plain HTTP. */
   tls: { cert: string; key: string } | null;
   /** Control and edge: the CA bundle (PEM) that nodes' TLS certificates are checked against (SANDBOXD_CLUSTER_CA_FILE); null: the system's. */
@@ -314,9 +317,8 @@ function nodeFrom(env: NodeJS.ProcessEnv): NodeConfig {
     }
   }
   if (credential !== null && !/^[\w-]+\.[\w-]+\.[\w-]+$/.test(credential)) throw new ConfigError('the node credential (SANDBOXD_NODE_CREDENTIAL_FILE) is not one: make it with `sandboxd cluster node-credential <node id>`');
-  const controlUrl = env.SANDBOXD_CONTROL_URL?.trim().replace(/\/+$/, '') || null;
-  if (controlUrl !== null && !/^https?:\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?(\/[^?#]*)?$/.test(controlUrl)) throw new ConfigError(`SANDBOXD_CONTROL_URL must be http(s)://host:port, got "${controlUrl}"`);
-  return { id, listen: { host, port }, url, ...clusterKeysFrom(env), credential, controlUrl, tls, clusterCa, overcommit, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1), orphanGraceSeconds: int(env, 'SANDBOXD_NODE_ORPHAN_GRACE_SECONDS', 300, 10, 86_400), claimSeconds: int(env, 'SANDBOXD_CLUSTER_CLAIM_SECONDS', 30, 1, 150) };
+  const controlUrls = controlUrlsFrom(env);
+  return { id, listen: { host, port }, url, ...clusterKeysFrom(env), credential, controlUrls, tls, clusterCa, overcommit, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1), orphanGraceSeconds: int(env, 'SANDBOXD_NODE_ORPHAN_GRACE_SECONDS', 300, 10, 86_400), claimSeconds: int(env, 'SANDBOXD_CLUSTER_CLAIM_SECONDS', 30, 1, 150) };
 }
 
 /**
@@ -474,11 +476,22 @@ function nodeLayerCacheFrom(env: NodeJS.ProcessEnv, host: HostFacts): Config['no
   };
 }
 
-/** SANDBOXD_CONTROL_URL and SANDBOXD_LAYER_FETCH_*. */
+/** SANDBOXD_CONTROL_URL: one address, or a comma-separated list (a node tries each in turn). */
+function controlUrlsFrom(env: NodeJS.ProcessEnv): string[] {
+  const urls = (env.SANDBOXD_CONTROL_URL ?? '')
+    .split(',')
+    .map((u) => u.trim().replace(/\/+$/, ''))
+    .filter((u) => u !== '');
+  for (const u of urls) {
+    if (!/^https?:\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?(\/[^?#]*)?$/.test(u)) throw new ConfigError(`SANDBOXD_CONTROL_URL must be http(s)://host:port, or a comma-separated list of them, got "${u}"`);
+  }
+  return urls;
+}
+
+/** SANDBOXD_CONTROL_URL (control's own address: the first) and SANDBOXD_LAYER_FETCH_*. */
 function layerTransferFrom(env: NodeJS.ProcessEnv, host: string, port: number): Config['layerTransfer'] {
   const shown = host === '0.0.0.0' || host === '::' ? hostname() : host.includes(':') ? `[${host}]` : host;
-  const controlUrl = (env.SANDBOXD_CONTROL_URL || `http://${shown}:${port}`).replace(/\/+$/, '');
-  if (!/^https?:\/\/[^/?#]+(\/[^?#]*)?$/.test(controlUrl)) throw new ConfigError(`SANDBOXD_CONTROL_URL must be http(s)://host:port, got "${controlUrl}"`);
+  const controlUrl = controlUrlsFrom(env)[0] ?? `http://${shown}:${port}`;
   return {
     controlUrl,
     maxBytes: int(env, 'SANDBOXD_LAYER_FETCH_MAX_GB', 32, 1, 4096) * 1024 ** 3,

@@ -53,7 +53,7 @@ describe("the nodes' registry through control", { timeout: 60_000 }, () => {
   };
 
   test('a node registers and heartbeats with its credential; the store has its entry; it reads only its own sandboxes', async () => {
-    const client = new RegistryClient({ controlUrl: url, credential: await signer.nodeCredentialFor('node-a') });
+    const client = new RegistryClient({ controlUrls: [url], credential: await signer.nodeCredentialFor('node-a') });
     const m = new NodeMembership({ registry: client, node: fake, id: 'node-a', url: 'http://10.0.0.7:7070', capacity, leaseMs: 30_000, layers: async () => ['a'.repeat(64)] });
     const row = await m.start();
     m.stop();
@@ -122,7 +122,7 @@ describe("the nodes' registry through control", { timeout: 60_000 }, () => {
   });
 
   test('a node an operator removed is told so, and stops heartbeating', async () => {
-    const client = new RegistryClient({ controlUrl: url, credential: await signer.nodeCredentialFor('node-c') });
+    const client = new RegistryClient({ controlUrls: [url], credential: await signer.nodeCredentialFor('node-c') });
     const m = new NodeMembership({ registry: client, node: fake, id: 'node-c', url: 'http://10.0.0.8:7070', capacity, leaseMs: 30_000 });
     await m.start();
     await store.nodes.remove('node-c');
@@ -131,8 +131,22 @@ describe("the nodes' registry through control", { timeout: 60_000 }, () => {
     m.stop();
   });
 
+  test('a node given several replicas reaches control through any that answers, and stays with it', async () => {
+    const logs: string[] = [];
+    const client = new RegistryClient({ controlUrls: ['http://127.0.0.1:9', url], credential: await signer.nodeCredentialFor('node-e'), log: (l) => logs.push(l) });
+    const m = new NodeMembership({ registry: client, node: fake, id: 'node-e', url: 'http://10.0.0.10:7070', capacity, leaseMs: 30_000 });
+    const row = await m.start();
+    m.stop();
+    assert.equal(row.id, 'node-e', 'registered through the second replica');
+    assert.equal((await store.nodes.byId('node-e'))?.url, 'http://10.0.0.10:7070');
+    assert.equal(logs.length, 1, logs.join('\n'));
+    assert.match(logs[0]!, /answers at http:\/\/127\.0\.0\.1:\d+ \(http:\/\/127\.0\.0\.1:9 did not\)/);
+    assert.equal((await client.heartbeat('node-e', { usage: { sandboxes: 0, vcpu: 0, memoryMb: 0, diskGb: 0 }, warm: {}, layersDigest: null }, 30_000))?.id, 'node-e');
+    assert.equal(logs.length, 1, 'the next call goes to the replica that answered');
+  });
+
   test('control away: the node keeps trying to register, and registers once control answers', async () => {
-    const away = new RegistryClient({ controlUrl: 'http://127.0.0.1:9', credential: await signer.nodeCredentialFor('node-d') });
+    const away = new RegistryClient({ controlUrls: ['http://127.0.0.1:9'], credential: await signer.nodeCredentialFor('node-d') });
     await assert.rejects(away.register({ id: 'node-d', url: 'http://10.0.0.9:7070', capacity }, 30_000), (err: unknown) => err instanceof ServiceError && err.code === 'STORE_UNAVAILABLE');
     const m = new NodeMembership({ registry: away, node: fake, id: 'node-d', url: 'http://10.0.0.9:7070', capacity, leaseMs: 30_000 });
     const started = m.startWhenReachable(50);

@@ -4,13 +4,17 @@ import type { NodeRegistry } from './membership.js';
 import type { NodeRegistration, NodeReport, NodeRow, SandboxUsage } from '../store/types.js';
 
 export interface RegistryClientOptions {
-  /** Control's API (any replica), e.g. `http://control.sandboxd:8080`. */
-  controlUrl: string;
+  /**
+   * Control's API: the replicas' service (e.g. `http://control.sandboxd:8080`), or each replica:
+   * a call that cannot reach one (or that one answers 5xx) is made to the next.
+   */
+  controlUrls: string[];
   /** This node's registry credential (`sandboxd cluster node-credential <id>`). */
   credential: string;
   timeoutMs?: number;
   /** For an https:// control URL: the CA bundle (PEM) its certificate is checked against (absent: the system's). */
   ca?: string;
+  log?: (msg: string) => void;
 }
 
 /** The most of an answer a node reads (ids of the live sandboxes it holds: ~30 bytes each). */
@@ -21,19 +25,42 @@ const MAX_ANSWER_BYTES = 8 * 1024 * 1024;
  * credentials, only its registry credential, which opens its own entry and nothing else.
  */
 export class RegistryClient implements NodeRegistry {
-  private readonly base: URL;
+  private readonly bases: URL[];
+  /** The replica the last call reached: the next call begins there. */
+  private current = 0;
   private readonly dispatcher: Dispatcher | undefined;
 
   constructor(private readonly o: RegistryClientOptions) {
-    this.base = new URL(o.controlUrl);
-    if (this.base.protocol !== 'http:' && this.base.protocol !== 'https:') throw new Error(`the control URL must be http(s): (${o.controlUrl})`);
-    if (this.base.protocol === 'https:' && o.ca) this.dispatcher = new UndiciAgent({ connect: { ca: o.ca, minVersion: 'TLSv1.2' } });
+    if (o.controlUrls.length === 0) throw new Error('no control URL');
+    this.bases = o.controlUrls.map((u) => {
+      const base = new URL(u);
+      if (base.protocol !== 'http:' && base.protocol !== 'https:') throw new Error(`the control URL must be http(s): (${u})`);
+      return base;
+    });
+    if (o.ca && this.bases.some((b) => b.protocol === 'https:')) this.dispatcher = new UndiciAgent({ connect: { ca: o.ca, minVersion: 'TLSv1.2' } });
   }
 
+  /** The call made to each replica in turn, from the one that answered last, until one answers (below 500). */
   private async call(method: string, path: string, body?: unknown): Promise<{ status: number; json: unknown }> {
+    let last: unknown;
+    for (let i = 0; i < this.bases.length; i++) {
+      const at = (this.current + i) % this.bases.length;
+      try {
+        const answer = await this.callOne(this.bases[at]!, method, path, body);
+        if (at !== this.current) this.o.log?.(`control's registry answers at ${this.bases[at]!.origin} (${this.bases[this.current]!.origin} did not)`);
+        this.current = at;
+        return answer;
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw last;
+  }
+
+  private async callOne(base: URL, method: string, path: string, body?: unknown): Promise<{ status: number; json: unknown }> {
     let res: Response;
     try {
-      res = await fetch(new URL(path, this.base), {
+      res = await fetch(new URL(path, base), {
         method,
         headers: { authorization: `Bearer ${this.o.credential}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
         body: body === undefined ? undefined : JSON.stringify(body),
@@ -41,7 +68,7 @@ export class RegistryClient implements NodeRegistry {
         ...(this.dispatcher ? { dispatcher: this.dispatcher } : {}),
       } as RequestInit);
     } catch (err) {
-      throw new ServiceError('STORE_UNAVAILABLE', `control's registry at ${this.base.origin} cannot be reached`).withDetail(`${method} ${path}: ${describeCause(err)}`);
+      throw new ServiceError('STORE_UNAVAILABLE', `control's registry at ${base.origin} cannot be reached`).withDetail(`${method} ${path}: ${describeCause(err)}`);
     }
     const text = await res.text();
     if (text.length > MAX_ANSWER_BYTES) throw new ServiceError('STORE_UNAVAILABLE', `control's registry answered over ${MAX_ANSWER_BYTES} bytes`);

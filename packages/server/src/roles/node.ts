@@ -80,10 +80,10 @@ export async function runNode(config: Config, log: Log): Promise<{ close: () => 
   let store: Store | undefined;
   let registry: NodeRegistry | undefined;
   if (config.node.credential) {
-    if (!config.node.controlUrl) throw new Error('a node with a registry credential needs SANDBOXD_CONTROL_URL: where it reaches control (any replica)');
+    if (config.node.controlUrls.length === 0) throw new Error('a node with a registry credential needs SANDBOXD_CONTROL_URL: where it reaches control (the replicas\' service, or a comma-separated list of replicas)');
     if (config.databaseUrl) log('SANDBOXD_NODE_CREDENTIAL_FILE is set: this node registers through control, and does not use SANDBOXD_DATABASE_URL');
-    registry = new RegistryClient({ controlUrl: config.node.controlUrl, credential: config.node.credential, ca: config.node.clusterCa ?? undefined });
-    log(`node ${config.node.id} registers through control at ${config.node.controlUrl}`);
+    registry = new RegistryClient({ controlUrls: config.node.controlUrls, credential: config.node.credential, ca: config.node.clusterCa ?? undefined, log });
+    log(`node ${config.node.id} registers through control at ${config.node.controlUrls.join(', ')}`);
   } else if (config.databaseUrl) {
     store = await openStore(config, log);
     registry = storeRegistry(store);

@@ -15,7 +15,7 @@ import { digestLayerTree, packLayer } from '../images/layer-tar.js';
 import { EXPORT_STATS_HEADER, LAYER_BYTES_HEADER, LAYER_DIGEST_HEADER } from '../runtime/layer-export-wire.js';
 import type { LocalNode } from './local-node.js';
 import type { NodeSpec } from './types.js';
-import { parseWarmAsk } from './warm-ask.js';
+import { parseWarmAsk, STAGES_HEADER } from './warm-ask.js';
 import { nodeErrorAnswer } from './wire-errors.js';
 
 export interface NodeApiOptions {
@@ -41,6 +41,26 @@ export interface NodeApiOptions {
   https?: { cert: string; key: string };
   /** The longest a snapshot's layer tar may be (its files' bytes, holes included; default: no limit). */
   exportMaxBytes?: number;
+}
+
+const STAGE_BEAT_MS = 1000;
+
+/** `work`'s answer in stages (STAGES_HEADER): what the node is alive to say before it is done. */
+async function answerInStages(reply: FastifyReply, work: () => Promise<unknown>, log: (msg: string) => void): Promise<void> {
+  reply.hijack();
+  const res = reply.raw;
+  res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' });
+  res.write(' ');
+  const beat = setInterval(() => res.write(' '), STAGE_BEAT_MS);
+  try {
+    res.end(JSON.stringify({ status: 200, body: await work() }));
+  } catch (err) {
+    if (!(err instanceof ServiceError)) log(`node api: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+    const { status, body } = nodeErrorAnswer(err);
+    res.end(JSON.stringify({ status, body }));
+  } finally {
+    clearInterval(beat);
+  }
 }
 
 /** The largest body of a call (a create's env_vars may be as large as the public API takes: 10 MiB). */
@@ -179,14 +199,18 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
       if (!reply.raw.writableFinished) gone.abort();
     });
     const spec: NodeSpec = 'refs' in ask.layers ? { ...ask.spec, layerRefs: ask.layers.refs } : { ...ask.spec, lowerDirs: ask.layers.paths };
-    const { id, warm } = await rt.take({ spec, poolId: ask.poolId, label: ask.label, env: ask.agentEnv ?? {}, egress: ask.egress ?? null, signal: gone.signal });
-    // Control went away as the sandbox was handed over (it gave up waiting): the answer would reach
-    // no one, and the sandbox, holding the create's env, would be no one's until collected.
-    if (gone.signal.aborted) {
-      await rt.destroy(id).catch((err: unknown) => log(`destroying sandbox ${id}, whose asker left, failed: ${String(err)}`));
-      throw new ServiceError('INVALID_STATE', 'the asker went away: the sandbox was destroyed');
-    }
-    return { id, warm, env_set: true };
+    const take = async () => {
+      const { id, warm } = await rt.take({ spec, poolId: ask.poolId, label: ask.label, env: ask.agentEnv ?? {}, egress: ask.egress ?? null, signal: gone.signal });
+      // Control went away as the sandbox was handed over (it gave up waiting): the answer would
+      // reach no one, and the sandbox, holding the create's env, would be no one's until collected.
+      if (gone.signal.aborted) {
+        await rt.destroy(id).catch((err: unknown) => log(`destroying sandbox ${id}, whose asker left, failed: ${String(err)}`));
+        throw new ServiceError('INVALID_STATE', 'the asker went away: the sandbox was destroyed');
+      }
+      return { id, warm, env_set: true };
+    };
+    if (req.headers[STAGES_HEADER] !== '1') return take();
+    return answerInStages(reply, take, log);
   });
   // A template deleted (or its pool id otherwise done with): its ready sandboxes go.
   app.delete('/node/v1/warm/:pool', async (req, reply) => {

@@ -11,6 +11,7 @@ import { checkId, checkSpec, ID_RE } from '../runtime/sandbox-paths.js';
 import type { ExportStats, LayerSource, LayerUnpacker, RuntimeStatus, SandboxStats } from '../runtime/types.js';
 import type { Node, NodeSpec, Taken, TakeAsk } from './types.js';
 import { receiveExport, type TlsRequestOptions } from './remote-export.js';
+import { STAGES_HEADER } from './warm-ask.js';
 import { abandonedCreate } from './warm-key.js';
 import { badNodeAnswer, errorFromNode } from './wire-errors.js';
 
@@ -23,6 +24,8 @@ export interface RemoteNodeOptions {
   log?: (msg: string) => void;
   /** How long the node has to take a connection (default 1 s): past it, it is away. */
   connectTimeoutMs?: number;
+  /** A take's answer comes in stages: a node silent for this long (default 3 s) has stopped. */
+  stageSilenceMs?: number;
   /** Per call; a create or start boots a container (default 120 s, others 30 s). */
   bootTimeoutMs?: number;
   callTimeoutMs?: number;
@@ -52,6 +55,16 @@ export interface RemoteNodeOptions {
 
 /** How long a node has to take a connection (default of connectTimeoutMs). */
 const CONNECT_TIMEOUT_MS = 1000;
+/** A node answering in stages that says nothing for this long has stopped (default of stageSilenceMs; it beats every second). */
+const STAGE_SILENCE_MS = 3000;
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
 
 /** A create may fetch its layers first: its deadline grows by their size at this rate (bytes/s). */
 const LAYER_FETCH_BYTES_PER_SECOND = 20e6;
@@ -61,12 +74,13 @@ const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
 const STATUSES: ReadonlySet<unknown> = new Set(['running', 'paused', 'stopped', 'missing']);
 
 
-/** The body, at most `max` bytes (read within the call's deadline, which the fetch signal carries). */
-async function readCapped(res: Response, max: number): Promise<string> {
+/** The body, at most `max` bytes (read within the call's deadline, which the fetch signal carries); `heard` on each chunk. */
+async function readCapped(res: Response, max: number, heard: () => void = () => undefined): Promise<string> {
   if (!res.body) return '';
   const chunks: Buffer[] = [];
   let n = 0;
   for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    heard();
     n += chunk.length;
     if (n > max) {
       await res.body.cancel().catch(() => undefined);
@@ -110,33 +124,57 @@ export class RemoteNode implements Node {
     this.log = o.log ?? (() => undefined);
   }
 
-  private async call<T>(method: string, path: string, body?: unknown, timeoutMs = this.o.callTimeoutMs ?? 30_000): Promise<T> {
+  /**
+   * `stages`: the node answers in stages (node/warm-ask.ts STAGES_HEADER), and one that has said
+   * nothing for STAGE_SILENCE_MS (no headers, then no beat) has stopped: it is given up at once, as
+   * a node that cannot be reached, instead of at the call's deadline.
+   */
+  private async call<T>(method: string, path: string, body?: unknown, timeoutMs = this.o.callTimeoutMs ?? 30_000, stages = false): Promise<T> {
     const headers: Record<string, string> = { authorization: `Bearer ${await this.o.auth.tokenFor(this.id)}` };
     if (body !== undefined) headers['content-type'] = 'application/json';
+    if (stages) headers[STAGES_HEADER] = '1';
     let res: Response | undefined;
     let text = '';
     const deadline = AbortSignal.timeout(timeoutMs);
     // Once more at once when the connection failed (not the deadline): a kept-alive connection
     // that died with a network cut fails the first call after it, and every verb is idempotent.
     for (let attempt = 1; ; attempt++) {
+      const silent = new AbortController();
+      let quiet: NodeJS.Timeout | undefined;
+      const heard = () => {
+        clearTimeout(quiet);
+        if (stages) quiet = setTimeout(() => silent.abort(new Error(`the node said nothing for ${this.o.stageSilenceMs ?? STAGE_SILENCE_MS} ms`)), this.o.stageSilenceMs ?? STAGE_SILENCE_MS);
+      };
       try {
-        res = await fetch(new URL(path, this.base), this.init({ method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: deadline }));
+        heard();
+        res = await fetch(new URL(path, this.base), this.init({ method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.any([deadline, silent.signal]) }));
+        heard();
         // Bounded in size and (through the signal) in time: a node must not fill or hold control.
-        text = await readCapped(res, MAX_ANSWER_BYTES);
+        text = await readCapped(res, MAX_ANSWER_BYTES, heard);
         break;
       } catch (err) {
-        if (attempt < 2 && !deadline.aborted) continue;
-        throw new ServiceError('NODE_UNAVAILABLE', `node ${this.id} cannot be reached; try again`, { node: this.id, retry_after: 5 }).withDetail(`${method} ${path}: ${describeCause(err)}`);
+        if (attempt < 2 && !deadline.aborted && !silent.signal.aborted) continue;
+        throw new ServiceError('NODE_UNAVAILABLE', `node ${this.id} cannot be reached; try again`, { node: this.id, retry_after: 5 }).withDetail(`${method} ${path}: ${describeCause(silent.signal.aborted ? silent.signal.reason : err)}`);
+      } finally {
+        clearTimeout(quiet);
       }
     }
-    if (res.ok) {
+    let status = res.status;
+    if (res.ok && stages) {
+      // {status, body}: the answer the node would have given at once.
+      const staged = parseJson(text) as { status?: unknown; body?: unknown } | undefined;
+      if (!staged || typeof staged.status !== 'number') throw badNodeAnswer(this.id, `${method} ${path}: not an answer in stages`);
+      status = staged.status;
+      text = JSON.stringify(staged.body ?? null);
+    }
+    if (status >= 200 && status < 300) {
       try {
         return (text ? JSON.parse(text) : undefined) as T;
       } catch {
         throw badNodeAnswer(this.id, `${method} ${path}: not JSON`);
       }
     }
-    throw this.failure(res.status, text);
+    throw this.failure(status, text);
   }
 
   /**
@@ -202,7 +240,7 @@ export class RemoteNode implements Node {
     if (ask.signal?.aborted) throw abandonedCreate();
     let r: { id?: unknown; warm?: unknown } | null;
     try {
-      r = await this.call('POST', '/node/v1/warm', { spec: wired, pool_id: ask.poolId, label: ask.label, agent_env: ask.env, ...(ask.egress ? { egress: ask.egress } : {}) }, this.bootTimeout(bytes));
+      r = await this.call('POST', '/node/v1/warm', { spec: wired, pool_id: ask.poolId, label: ask.label, agent_env: ask.env, ...(ask.egress ? { egress: ask.egress } : {}) }, this.bootTimeout(bytes), true);
     } catch (err) {
       throw refusedAsk(this.id, err);
     }

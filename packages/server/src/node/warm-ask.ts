@@ -3,6 +3,12 @@ import { normalizeEntries } from '../runtime/egress-policy.js';
 import type { LayerRef, SandboxSpec } from '../runtime/types.js';
 import { parseLayerRefs } from '../images/layer-fetch.js';
 
+/**
+ * Control asks for the answer of an ask in stages: the headers at once, a space every second while
+ * the node works, then `{status, body}`; so a node that hangs is told from one that boots.
+ */
+export const STAGES_HEADER = 'x-sandboxd-stages';
+
 /** An ask of `POST /node/v1/warm`, its fields checked one by one. */
 export interface ParsedWarmAsk {
   /** Without identity (id and hostname empty, no SANDBOX_ID): the node gives them. */

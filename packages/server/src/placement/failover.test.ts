@@ -4,6 +4,7 @@
 // take or a bug is not retried elsewhere. Fake runtimes behind real node APIs, no root.
 import assert from 'node:assert/strict';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -107,6 +108,29 @@ test('when every node fails, the take fails with the last node\'s error, not NO_
     assert.equal(logs.filter((l) => /could not take a sandbox/.test(l)).length, 1, 'one failover, then no node left to ask');
   } finally {
     for (const h of heals) h();
+  }
+});
+
+test('a node that takes the connection and then says nothing (its process stopped, SIGSTOP) is given up within seconds, not at its lease, and the next node takes it', async () => {
+  // A listening socket whose process does not answer: the kernel takes the connection, no one reads.
+  const hung = createServer(() => undefined);
+  await new Promise<void>((r) => hung.listen(0, '127.0.0.1', r));
+  await store.nodes.register({ id: 'node-0-hung', url: `http://127.0.0.1:${(hung.address() as AddressInfo).port}`, capacity }, 60_000);
+  await registered.refresh(true);
+  logs.length = 0;
+  try {
+    const t0 = performance.now();
+    const got = await take();
+    const ms = performance.now() - t0;
+    assert.notEqual(got.nodeId, 'node-0-hung');
+    assert.ok(ms < 6000, `failed over after ${Math.round(ms)} ms (the hung node's lease runs 60 s)`);
+    assert.ok(logs.some((l) => /node node-0-hung could not take a sandbox/.test(l)), logs.join('\n'));
+    await placement.discard(got);
+  } finally {
+    await store.nodes.remove('node-0-hung');
+    await registered.refresh(true);
+    hung.closeAllConnections();
+    await new Promise((r) => hung.close(r));
   }
 });
 

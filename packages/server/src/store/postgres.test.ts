@@ -265,3 +265,19 @@ test('a rate limit shared through the store: two replicas racing admit at most t
   await lb.take('org_b', now);
   await la.take('org_a', now + 61_000);
 });
+
+test('replicas that record the same built-in template at once: each succeeds, one row', async () => {
+  const url = await server.createDatabase();
+  const stores = await Promise.all([1, 2, 3, 4].map(() => PostgresStore.open(url)));
+  opened.push(...stores);
+  const at = new Date().toISOString();
+  for (let round = 0; round < 200; round++) {
+    const row = {
+      id: `tpl_race${round}`, orgId: null, name: `race-${round}`, displayName: 'Race', description: '', category: 'base', language: 'shell', vcpu: 1, memoryMb: 512, diskGb: 2,
+      status: 'active' as const, isPublic: true, buildId: null, features: [], tags: [], layers: [], env: {}, workdir: null, errorMessage: null, createdAt: at, updatedAt: at,
+    };
+    // Each replica's insert sees no row by id yet; the others' conflict on the name instead.
+    await Promise.all(stores.map((s) => s.templates.upsert(row)));
+  }
+  assert.equal((await query(url, "SELECT count(*)::int AS n FROM templates WHERE name LIKE 'race-%'"))[0]!.n, 200);
+});

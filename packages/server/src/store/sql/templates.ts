@@ -14,7 +14,15 @@ export class SqlTemplateRepo implements TemplateRepo {
       .map(columnOf)
       .filter((c) => !TEMPLATE_KEPT.has(c))
       .map((c) => `${c} = excluded.${c}`);
-    await this.db.run(`${insert} ON CONFLICT (id) DO UPDATE SET ${sets.join(', ')}`, p.values);
+    const sql = `${insert} ON CONFLICT (id) DO UPDATE SET ${sets.join(', ')}`;
+    try {
+      await this.db.run(sql, p.values);
+    } catch (err) {
+      // Two replicas recording the same built-in at once (PostgreSQL): the other's row is not yet
+      // visible to the conflict on id, and its name then conflicts instead. Once more, it is.
+      if (!this.db.dialect.isUniqueViolation(err)) throw err;
+      await this.db.run(sql, p.values);
+    }
   }
   async byId(id: string) {
     const r = await this.db.get('SELECT * FROM templates WHERE id = $1', [id]);

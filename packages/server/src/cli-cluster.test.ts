@@ -110,7 +110,23 @@ test('sandboxd cluster node-credential ID --out FILE: 0600, good for that node o
   const token = readFileSync(out, 'utf8').trim();
   return (async () => {
     const signer = new ClusterSigner(readFileSync(signing, 'utf8'));
-    assert.equal(await signer.checkNodeCredential(token), 'node-a');
+    const claims = await signer.checkNodeCredential(token);
+    assert.equal(claims.nodeId, 'node-a');
+    assert.equal(claims.expiresAt! - claims.issuedAt, 30 * 86_400, 'good for 30 days unless told');
+    assert.match(r.stdout, new RegExp(`good until ${new Date(claims.expiresAt! * 1000).toISOString()}`));
+    // --days: from 1 to 365 whole days.
+    const week = join(root, 'cred', 'week');
+    const w = cli(['node-credential', 'node-a', '--out', week, '--days', '7', '--json'], { SANDBOXD_CLUSTER_SIGNING_KEY_FILE: signing });
+    assert.equal(w.status, 0, w.stderr);
+    const weekClaims = await signer.checkNodeCredential(readFileSync(week, 'utf8').trim());
+    assert.equal(weekClaims.expiresAt! - weekClaims.issuedAt, 7 * 86_400);
+    assert.equal(JSON.parse(w.stdout).expires_at, new Date(weekClaims.expiresAt! * 1000).toISOString());
+    for (const days of ['0', '366', '1.5', 'x']) {
+      const bad = cli(['node-credential', 'node-a', '--out', join(root, 'cred', `days-${days}`), '--days', days], { SANDBOXD_CLUSTER_SIGNING_KEY_FILE: signing });
+      assert.equal(bad.status, 1, `--days ${days}`);
+      assert.match(bad.stderr, /--days takes a whole number of days/, `--days ${days}`);
+      assert.equal(existsSync(join(root, 'cred', `days-${days}`)), false, `--days ${days}: nothing written`);
+    }
     // Not a call token: a node's verifier refuses it.
     await assert.rejects(new ClusterVerifier(readFileSync(verify, 'utf8')).verify(token, 'node-a'));
     assert.notEqual(cli(['node-credential', 'node-a', '--out', out], { SANDBOXD_CLUSTER_SIGNING_KEY_FILE: signing }).status, 0, 'the file is there: nothing overwritten');

@@ -1,7 +1,7 @@
 import { closeSync, existsSync, fchmodSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
-import { ClusterSigner, generateClusterKeyPair } from './runtime/cluster-auth.js';
+import { ClusterSigner, generateClusterKeyPair, NODE_CREDENTIAL_DAYS, NODE_CREDENTIAL_MAX_DAYS } from './runtime/cluster-auth.js';
 
 export const SIGNING_KEY_FILE = 'cluster-signing.pem';
 export const VERIFY_KEY_FILE = 'cluster-verify.pem';
@@ -47,11 +47,16 @@ export function keygen(outDir: string): { signing: string; verify: string } {
 }
 
 /**
- * `sandboxd cluster node-credential ID --out FILE`: node ID's registry credential, signed with the
- * cluster's private key, written 0600 to FILE (never over a file there). With it (and
- * SANDBOXD_CONTROL_URL) the node registers through control and needs no database credentials.
+ * `sandboxd cluster node-credential ID --out FILE [--days N]`: node ID's registry credential,
+ * signed with the cluster's private key, good for `days` (1 to NODE_CREDENTIAL_MAX_DAYS), written
+ * 0600 to FILE (never over a file there). With it (and SANDBOXD_CONTROL_URL) the node registers
+ * through control and needs no database credentials; it renews it itself past half its life. One
+ * made after `sandboxd nodes remove ID` admits the removed node again.
  */
-export async function nodeCredential(nodeId: string, signingKeyFile: string, outFile: string): Promise<string> {
+export async function nodeCredential(nodeId: string, signingKeyFile: string, outFile: string, days: number = NODE_CREDENTIAL_DAYS): Promise<{ file: string; expiresAt: string }> {
+  if (!Number.isInteger(days) || days < 1 || days > NODE_CREDENTIAL_MAX_DAYS) {
+    throw new ServiceError('VALIDATION_ERROR', `--days takes a whole number of days from 1 to ${NODE_CREDENTIAL_MAX_DAYS} (a node renews its credential past half its life), not ${days}`);
+  }
   let pem: string;
   try {
     pem = readFileSync(signingKeyFile, 'utf8');
@@ -59,8 +64,9 @@ export async function nodeCredential(nodeId: string, signingKeyFile: string, out
     throw new ServiceError('VALIDATION_ERROR', `the signing key cannot be read: ${(err as Error).message}`);
   }
   let token: string;
+  const now = Date.now();
   try {
-    token = await new ClusterSigner(pem).nodeCredentialFor(nodeId);
+    token = await new ClusterSigner(pem).nodeCredentialFor(nodeId, { lifetimeSeconds: days * 86_400, now });
   } catch (err) {
     throw new ServiceError('VALIDATION_ERROR', (err as Error).message);
   }
@@ -78,5 +84,5 @@ export async function nodeCredential(nodeId: string, signingKeyFile: string, out
   } finally {
     closeSync(fd);
   }
-  return file;
+  return { file, expiresAt: new Date((Math.floor(now / 1000) + days * 86_400) * 1000).toISOString() };
 }

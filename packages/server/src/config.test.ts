@@ -149,7 +149,7 @@ test('a cluster node: its id, where its API listens and is reached', async () =>
   assert.deepEqual([d.listen, d.url, d.signingKey, d.signingKeyFile, d.verifyKey], [{ host: '127.0.0.1', port: 7070 }, 'http://127.0.0.1:7070', null, null, null]);
   assert.deepEqual(loadConfig({ SANDBOXD_OVERCOMMIT_CPU: '8', SANDBOXD_OVERCOMMIT_MEMORY: '1' }, BIG).node.overcommit, { cpu: 8, memory: 1 });
   const n = loadConfig({ SANDBOXD_NODE_ID: 'node-7', SANDBOXD_NODE_LISTEN: '0.0.0.0:7171', SANDBOXD_NODE_URL: 'http://10.0.0.7:7171/' }, BIG).node;
-  assert.deepEqual(n, { id: 'node-7', listen: { host: '0.0.0.0', port: 7171 }, url: 'http://10.0.0.7:7171', signingKey: null, signingKeyFile: null, verifyKey: null, credential: null, controlUrls: [], tls: null, clusterCa: null, overcommit: { cpu: 16, memory: 1.5 }, leaseSeconds: 15, maxSandboxes: 1000, orphanGraceSeconds: 300, claimSeconds: 30 });
+  assert.deepEqual(n, { id: 'node-7', listen: { host: '0.0.0.0', port: 7171 }, url: 'http://10.0.0.7:7171', signingKey: null, signingKeyFile: null, verifyKey: null, credential: null, credentialFile: null, controlUrls: [], tls: null, clusterCa: null, overcommit: { cpu: 16, memory: 1.5 }, leaseSeconds: 15, maxSandboxes: 1000, orphanGraceSeconds: 300, claimSeconds: 30 });
   for (const [env, re] of [
     [{ SANDBOXD_NODE_ID: 'Node_1' }, /SANDBOXD_NODE_ID must be lowercase/],
     [{ SANDBOXD_NODE_ID: 'a'.repeat(64) }, /SANDBOXD_NODE_ID/],

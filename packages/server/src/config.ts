@@ -121,6 +121,8 @@ export interface NodeConfig {
    * it, the node registers and heartbeats through control (`controlUrl`), with no database credentials.
    */
   credential: string | null;
+  /** The file the credential was read from (SANDBOXD_NODE_CREDENTIAL_FILE): the node writes its renewed credential there. */
+  credentialFile: string | null;
   /**
    * SANDBOXD_CONTROL_URL as given (none: not set), where a node with a credential reaches control:
    * one address (the replicas' service, or a balancer) or a comma-separated list of replicas.
@@ -318,7 +320,7 @@ function nodeFrom(env: NodeJS.ProcessEnv): NodeConfig {
   }
   if (credential !== null && !/^[\w-]+\.[\w-]+\.[\w-]+$/.test(credential)) throw new ConfigError('the node credential (SANDBOXD_NODE_CREDENTIAL_FILE) is not one: make it with `sandboxd cluster node-credential <node id>`');
   const controlUrls = controlUrlsFrom(env);
-  return { id, listen: { host, port }, url, ...clusterKeysFrom(env), credential, controlUrls, tls, clusterCa, overcommit, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1), orphanGraceSeconds: int(env, 'SANDBOXD_NODE_ORPHAN_GRACE_SECONDS', 300, 10, 86_400), claimSeconds: int(env, 'SANDBOXD_CLUSTER_CLAIM_SECONDS', 30, 1, 150) };
+  return { id, listen: { host, port }, url, ...clusterKeysFrom(env), credential, credentialFile: env.SANDBOXD_NODE_CREDENTIAL_FILE || null, controlUrls, tls, clusterCa, overcommit, leaseSeconds: int(env, 'SANDBOXD_NODE_LEASE_SECONDS', 15, 3, 3600), maxSandboxes: int(env, 'SANDBOXD_NODE_MAX_SANDBOXES', 1000, 1), orphanGraceSeconds: int(env, 'SANDBOXD_NODE_ORPHAN_GRACE_SECONDS', 300, 10, 86_400), claimSeconds: int(env, 'SANDBOXD_CLUSTER_CLAIM_SECONDS', 30, 1, 150) };
 }
 
 /**

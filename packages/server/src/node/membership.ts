@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import type { NodeCapacity, NodeRegistration, NodeReport, NodeRow, SandboxUsage, Store } from '../store/types.js';
+import { ServiceError } from '@sandboxd/protocol';
+import type { NodeCapacity, NodeRegistration, NodeReport, NodeRow, NodeStatus, SandboxUsage, Store } from '../store/types.js';
 import type { Node } from './types.js';
 
 /**
@@ -17,10 +18,18 @@ export interface NodeRegistry {
   liveIds(id: string): Promise<string[]>;
 }
 
-/** The registry as the store itself. */
+/**
+ * The registry as the store itself. A node an operator removed registers again only once admitted
+ * (`sandboxd nodes admit`): a node with the database's credentials has nothing else to show.
+ */
 export function storeRegistry(store: Pick<Store, 'nodes' | 'sandboxes'>): NodeRegistry {
   return {
-    register: (reg, leaseMs) => store.nodes.register(reg, leaseMs),
+    register: async (reg, leaseMs) => {
+      const row = await store.nodes.registerUnlessRemoved(reg, leaseMs);
+      if (row) return row;
+      const at = await store.nodes.removedAt(reg.id);
+      throw new ServiceError('PERMISSION_DENIED', `node ${reg.id} was removed from the cluster${at ? ` at ${at}` : ''} (\`sandboxd nodes remove\`): it registers again once an operator admits it (\`sandboxd nodes admit ${reg.id}\`)`);
+    },
     heartbeat: (id, report, leaseMs) => store.nodes.heartbeat(id, report, leaseMs),
     usage: async (id) => (await store.sandboxes.usageByNode())[id],
     liveIds: async (id) => (await store.sandboxes.live(id)).map((r) => r.id),
@@ -41,8 +50,15 @@ export interface NodeMembershipOptions {
   layers?: () => Promise<string[]>;
   /** Ready sandboxes of the node's warm pool, per key: reported, so that placement prefers a node with one of the key asked. */
   warm?: () => Record<string, number>;
+  /** Sandboxes here that no one owns, as the orphan collector counts them (undefined: not counted yet): reported, for the operator. */
+  orphans?: () => number | undefined;
+  /** Told the status an operator gave the node, as its registration and each heartbeat answer it (a draining node empties its warm pool). */
+  onStatus?: (status: NodeStatus) => void;
   log?: (msg: string, extra?: Record<string, unknown>) => void;
 }
+
+/** How often a node whose heartbeats keep failing says so again. */
+const FAILURE_LOG_EVERY_MS = 60_000;
 
 /** The digest a node reports of the set of layers it holds (ids sorted, one per line). */
 export function layersDigestOf(ids: string[]): string {
@@ -58,6 +74,9 @@ export class NodeMembership {
   private timer?: NodeJS.Timeout;
   /** When the heartbeat under way began (0: none). */
   private beatingSince = 0;
+  /** Heartbeats failed in a row, and when the last of them was logged. */
+  private failures = 0;
+  private failureLoggedAt = 0;
   private stopped = false;
   private readonly log: NonNullable<NodeMembershipOptions['log']>;
 
@@ -72,6 +91,7 @@ export class NodeMembership {
   async start(): Promise<NodeRow> {
     const row = await this.registry.register({ id: this.o.id, url: this.o.url, capacity: this.o.capacity }, this.o.leaseMs);
     this.log(`node ${row.id} registered (${row.status}) at ${row.url}, lease ${Math.round(this.o.leaseMs / 1000)} s`);
+    this.o.onStatus?.(row.status);
     this.timer = setInterval(() => void this.beat(), Math.max(500, Math.floor(this.o.leaseMs / 3)));
     return row;
   }
@@ -104,19 +124,36 @@ export class NodeMembership {
     this.beatingSince = mine;
     try {
       const [ids, used, layers] = await Promise.all([this.o.node.list(), this.registry.usage(this.o.id), this.o.layers?.().catch(() => undefined)]);
+      const orphans = this.o.orphans?.();
       const row = await this.registry.heartbeat(
         this.o.id,
-        { usage: { sandboxes: ids.length, vcpu: used?.activeVcpu ?? 0, memoryMb: used?.activeMemoryMb ?? 0, diskGb: used?.diskGb ?? 0 }, warm: this.o.warm?.() ?? {}, layersDigest: layers ? layersDigestOf(layers) : null },
+        {
+          usage: { sandboxes: ids.length, vcpu: used?.activeVcpu ?? 0, memoryMb: used?.activeMemoryMb ?? 0, diskGb: used?.diskGb ?? 0 },
+          warm: this.o.warm?.() ?? {},
+          layersDigest: layers ? layersDigestOf(layers) : null,
+          ...(orphans === undefined ? {} : { orphans }),
+        },
         this.o.leaseMs,
       );
       if (!row) {
-        this.log(`node ${this.o.id} was removed from the cluster by an operator: no more heartbeats (register it again by restarting the node)`);
+        this.log(
+          `node ${this.o.id} was removed from the cluster by an operator: no more heartbeats (to bring it back, admit it again: \`sandboxd nodes admit ${this.o.id}\` for a node on the database, a new credential from \`sandboxd cluster node-credential ${this.o.id}\` for one registering through control; then restart it)`,
+        );
         this.stop();
+      } else {
+        this.o.onStatus?.(row.status);
       }
+      if (this.failures > 0) this.log(`node ${this.o.id}: heartbeats go through again (${this.failures} missed)`);
+      this.failures = 0;
       return row;
     } catch (err) {
-      // The lease covers a few missed beats (a restart of PostgreSQL).
-      this.log(`node ${this.o.id}: heartbeat failed: ${String(err)}`);
+      // The lease covers a few missed beats (a restart of PostgreSQL). A beat goes every third of
+      // the lease: an outage is said when it begins and then once a minute, not at every beat.
+      this.failures++;
+      if (this.failures === 1 || Date.now() - this.failureLoggedAt >= FAILURE_LOG_EVERY_MS) {
+        this.failureLoggedAt = Date.now();
+        this.log(`node ${this.o.id}: heartbeat failed${this.failures > 1 ? ` (${this.failures} in a row)` : ''}: ${String(err)}`);
+      }
       return undefined;
     } finally {
       if (this.beatingSince === mine) this.beatingSince = 0;

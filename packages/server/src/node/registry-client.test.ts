@@ -35,7 +35,7 @@ describe("the nodes' registry through control", { timeout: 60_000 }, () => {
     await fake.setupHost();
     app = Fastify();
     app.setErrorHandler((err: { status?: number; code?: string; message?: string }, _req, reply) => reply.code(err instanceof ServiceError ? err.status : 500).send({ code: err.code, message: err.message }));
-    internalNodeRoutes(app, { store, nodeRegistry: new NodeRegistryAuth(signer) } as unknown as Services);
+    internalNodeRoutes(app, { store, nodeRegistry: new NodeRegistryAuth(signer, store.nodes) } as unknown as Services);
     await app.listen({ host: '127.0.0.1', port: 0 });
     url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
   });

@@ -34,7 +34,7 @@ export async function runControl(config: Config, log: Log, logger: Logger): Prom
   await images.cleanupStale();
   const signer = new ClusterSigner(config.node.signingKey);
   // Nodes without database credentials register through here, each with its own credential.
-  const nodeRegistry = new NodeRegistryAuth(signer);
+  const nodeRegistry = new NodeRegistryAuth(signer, store.nodes, log);
   // The nodes fetch the layers they lack from this replica (its own layers directory).
   const contents = new LayerContents(images.layers, log);
   const layerServing = new LayerServer(contents, signer);

@@ -1,5 +1,5 @@
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
-import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
+import { SignJWT, decodeJwt, jwtVerify, errors as joseErrors } from 'jose';
 import { ServiceError } from '@sandboxd/protocol';
 
 /** How long a token control sends a node stays valid: short, a stolen one is soon worth nothing. */
@@ -21,10 +21,16 @@ const LAYER_TYP = 'sandboxd-layer+jwt';
 /**
  * A node's credential for control's registry (it registers and heartbeats through control, not in
  * the database): long-lived, a type of its own, naming the node as its subject. It is good only
- * for that node's own entry; a new key pair revokes every credential.
+ * for that node's own entry, until its exp (the node renews it past half its life); a removal of
+ * the node (services/node-registry.ts) refuses those issued before it, a new key pair every one.
  */
 const NODE_CREDENTIAL_TYP = 'sandboxd-node-credential+jwt';
 const NODE_CREDENTIAL_AUDIENCE = 'sandboxd-control:registry';
+/** How long a registry credential lasts unless told (`sandboxd cluster node-credential --days`). */
+export const NODE_CREDENTIAL_DAYS = 30;
+/** The longest a registry credential may last: one that leaks is refused a year on at the latest. */
+export const NODE_CREDENTIAL_MAX_DAYS = 365;
+const DAY_SECONDS = 86_400;
 const NODE_ID_RE = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 /** The one algorithm of the roles' tokens: Ed25519 signatures (RFC 8037). */
 const ALG = 'EdDSA';
@@ -149,20 +155,34 @@ export class ClusterSigner {
     }
   }
 
-  /** The registry credential of node `nodeId` (`sandboxd cluster node-credential`). */
-  async nodeCredentialFor(nodeId: string): Promise<string> {
+  /**
+   * The registry credential of node `nodeId` (`sandboxd cluster node-credential`, and control's
+   * renewals), good for `lifetimeSeconds` (whole, at most NODE_CREDENTIAL_MAX_DAYS; default
+   * NODE_CREDENTIAL_DAYS) from `now` (ms; tests date one back).
+   */
+  async nodeCredentialFor(nodeId: string, opts: { lifetimeSeconds?: number; now?: number } = {}): Promise<string> {
     if (!NODE_ID_RE.test(nodeId)) throw new TypeError(`not a node id: ${JSON.stringify(nodeId)}`);
+    const lifetime = opts.lifetimeSeconds ?? NODE_CREDENTIAL_DAYS * DAY_SECONDS;
+    if (!Number.isInteger(lifetime) || lifetime < 1 || lifetime > NODE_CREDENTIAL_MAX_DAYS * DAY_SECONDS) {
+      throw new TypeError(`a registry credential lasts from 1 s to ${NODE_CREDENTIAL_MAX_DAYS} days, not ${lifetime} s`);
+    }
+    const iat = Math.floor((opts.now ?? Date.now()) / 1000);
     return new SignJWT({})
       .setProtectedHeader({ alg: ALG, typ: NODE_CREDENTIAL_TYP })
       .setIssuer(ISSUER)
       .setSubject(nodeId)
       .setAudience(NODE_CREDENTIAL_AUDIENCE)
-      .setIssuedAt()
+      .setIssuedAt(iat)
+      .setExpirationTime(iat + lifetime)
       .sign(this.#key);
   }
 
-  /** The node a registry credential names; AUTHENTICATION_ERROR unless it is a valid one. */
-  async checkNodeCredential(token: string | undefined): Promise<string> {
+  /**
+   * What a valid registry credential says: AUTHENTICATION_ERROR unless it is one, and one that has
+   * not expired. One without exp (made before credentials expired) passes, with no expiresAt: the
+   * node renews it at once, and the registry says so in its log.
+   */
+  async checkNodeCredential(token: string | undefined): Promise<NodeCredentialClaims> {
     if (!token) throw new ServiceError('AUTHENTICATION_ERROR', "the registry is for the cluster's nodes: no credential");
     try {
       const { payload } = await jwtVerify(token, this.#public, {
@@ -170,11 +190,20 @@ export class ClusterSigner {
         audience: NODE_CREDENTIAL_AUDIENCE,
         algorithms: [ALG],
         typ: NODE_CREDENTIAL_TYP,
+        clockTolerance: CLOCK_TOLERANCE_SECONDS,
         requiredClaims: ['iat', 'sub'],
       });
       if (!NODE_ID_RE.test(payload.sub!)) throw new Error('not a node id');
-      return payload.sub!;
-    } catch {
+      return { nodeId: payload.sub!, issuedAt: payload.iat!, expiresAt: payload.exp };
+    } catch (err) {
+      // jose checks the times once the signature holds: an expired one's claims are control's own.
+      if (err instanceof joseErrors.JWTExpired && typeof err.payload.sub === 'string' && NODE_ID_RE.test(err.payload.sub) && typeof err.payload.exp === 'number') {
+        const id = err.payload.sub;
+        throw new ServiceError(
+          'AUTHENTICATION_ERROR',
+          `node ${id}'s registry credential expired at ${new Date(err.payload.exp * 1000).toISOString()} (a node renews its own past half its life; this one was not): make it a new one where the signing key is (\`sandboxd cluster node-credential ${id} --out FILE\`), put it in the node's SANDBOXD_NODE_CREDENTIAL_FILE and restart the node`,
+        );
+      }
       throw new ServiceError('AUTHENTICATION_ERROR', "the registry is for the cluster's nodes: the credential is not valid");
     }
   }
@@ -255,6 +284,28 @@ export class ClusterVerifier {
       const why = err instanceof joseErrors.JWTExpired ? 'the token has expired' : 'the token is not valid for this node';
       throw new ServiceError('AUTHENTICATION_ERROR', `a node takes calls from control only: ${why}`);
     }
+  }
+}
+
+/** What a registry credential says of its node and times (seconds since the epoch). */
+export interface NodeCredentialClaims {
+  nodeId: string;
+  issuedAt: number;
+  /** Absent in a credential made before credentials expired. */
+  expiresAt: number | undefined;
+}
+
+/**
+ * A registry credential's claims, read without checking its signature (control checks it at every
+ * call): for the node, to know when to renew what it was given. undefined: it is not one.
+ */
+export function readNodeCredential(token: string): NodeCredentialClaims | undefined {
+  try {
+    const p = decodeJwt(token);
+    if (typeof p.sub !== 'string' || !NODE_ID_RE.test(p.sub) || typeof p.iat !== 'number') return undefined;
+    return { nodeId: p.sub, issuedAt: p.iat, expiresAt: typeof p.exp === 'number' ? p.exp : undefined };
+  } catch {
+    return undefined;
   }
 }
 

@@ -102,6 +102,56 @@ export function clusterConformance(name: string, open: () => Promise<Store>): vo
     s.close();
   });
 
+  test(`${name}: nodes: a removal outlives the node's row; it refuses a registration but with a credential made after it; admit forgets it`, async () => {
+    const s = await open();
+    assert.equal(await s.nodes.removedAt('n1'), undefined);
+    await s.nodes.register(node('n1'), 30_000, T0);
+    assert.equal(await s.nodes.recordRemoval('n1', plus(1000)), plus(1000));
+    assert.equal(await s.nodes.remove('n1'), true);
+    assert.equal(await s.nodes.removedAt('n1'), plus(1000), 'kept with the row gone');
+    // A node on the database (no credential) is refused whatever the time; one with a credential
+    // made at or before the removal too; nothing is written.
+    for (const issuedAt of [undefined, T0, plus(1000)]) {
+      assert.equal(await s.nodes.registerUnlessRemoved(node('n1'), 30_000, issuedAt, plus(2000)), undefined, `credential of ${issuedAt ?? 'none'}`);
+    }
+    assert.equal(await s.nodes.byId('n1'), undefined);
+    // A credential made after it: registered, as register() registers.
+    const back = await s.nodes.registerUnlessRemoved(node('n1'), 30_000, plus(1001), plus(2000));
+    assert.deepEqual([back?.status, back?.version, back?.registeredAt, back?.leaseExpiresAt], ['active', 0, plus(2000), plus(32_000)]);
+    assert.deepEqual(await s.nodes.byId('n1'), back);
+    await s.nodes.setStatus('n1', 'cordoned');
+    const again = await s.nodes.registerUnlessRemoved(node('n1', { url: 'https://node-1.internal:7443' }), 10_000, plus(1001), plus(3000));
+    assert.deepEqual([again?.url, again?.status, again?.version, again?.registeredAt], ['https://node-1.internal:7443', 'cordoned', 2, plus(2000)], 'a known node: its new URL, the status kept');
+
+    // Removed again while its row is there: the registration changes nothing of the row.
+    assert.equal(await s.nodes.recordRemoval('n1', plus(4000)), plus(4000), 'a later removal moves the time');
+    assert.equal(await s.nodes.registerUnlessRemoved(node('n1'), 60_000, plus(1001), plus(5000)), undefined);
+    assert.deepEqual(await s.nodes.byId('n1'), again, 'untouched');
+    assert.equal(await s.nodes.recordRemoval('n1', plus(500)), plus(4000), 'an earlier one never moves it back');
+    assert.ok(await s.nodes.registerUnlessRemoved(node('n2'), 30_000, undefined, plus(5000)), 'another node is not concerned');
+
+    assert.equal(await s.nodes.admit('n1'), true);
+    assert.equal(await s.nodes.admit('n1'), false);
+    assert.equal(await s.nodes.removedAt('n1'), undefined);
+    assert.equal((await s.nodes.registerUnlessRemoved(node('n1'), 30_000, undefined, plus(6000)))?.leaseExpiresAt, plus(36_000), 'admitted: it registers');
+
+    // Without now, the store's clock, written as toISOString() writes times.
+    const t = Date.now();
+    const stamped = await s.nodes.recordRemoval('n3');
+    assert.equal(new Date(stamped).toISOString(), stamped);
+    assert.ok(Math.abs(Date.parse(stamped) - t) < 5000, stamped);
+
+    for (const id of ['', 'Node1', 'x'.repeat(64), 42, null]) {
+      await assert.rejects(s.nodes.recordRemoval(id as string), TypeError);
+      await assert.rejects(s.nodes.removedAt(id as string), TypeError);
+      await assert.rejects(s.nodes.admit(id as string), TypeError);
+      await assert.rejects(s.nodes.registerUnlessRemoved(node(id as string), 30_000), TypeError);
+    }
+    await assert.rejects(s.nodes.registerUnlessRemoved(node('n1'), 30_000, 'yesterday'), TypeError);
+    await assert.rejects(s.nodes.recordRemoval('n1', 'not a time'), TypeError);
+    s.close();
+  });
+
   test(`${name}: nodes: live() holds those whose lease runs past now, whatever their status; list() every node; both by id in byte order`, async () => {
     const s = await open();
     // By bytes '-' < '0' < '9' < 'a'; a linguistic collation would put a-2 after a1.

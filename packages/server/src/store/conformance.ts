@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { clusterConformance } from './conformance-cluster.js';
+import { replicaConformance } from './conformance-replicas.js';
 import type { SandboxRow, SnapshotRow, Store } from './types.js';
 
 /** One suite every Store implementation must pass (SQLite and PostgreSQL). */
@@ -377,4 +378,5 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
   });
 
   clusterConformance(name, open);
+  replicaConformance(name, open);
 }

@@ -125,6 +125,43 @@ export const MIGRATIONS: Migration[] = [
   both('build heartbeat', (t) => `
   ALTER TABLE builds ADD COLUMN heartbeat_at ${t.ordered};
 `),
+
+  /**
+   * Nodes an operator removed (issue 29): kept apart from `nodes`, whose row goes, so that the
+   * registry refuses the node's credentials issued before the removal, and a node on the database
+   * until `sandboxd nodes admit`.
+   */
+  both('node removals', (t) => `
+  CREATE TABLE node_removals (
+    id ${t.ordered} PRIMARY KEY,
+    removed_at ${t.ordered} NOT NULL
+  );
+`),
+
+  /**
+   * The processes that serve from the store (issue 29): the all-in-one daemon, each control
+   * replica and each edge records itself and beats, so that `sandboxd cluster status` shows which
+   * run and which went away without a word.
+   */
+  both('replicas', (t) => `
+  CREATE TABLE replicas (
+    id ${t.ordered} PRIMARY KEY,
+    role ${t.text} NOT NULL,
+    hostname ${t.text} NOT NULL,
+    pid ${t.bigint} NOT NULL,
+    url ${t.text} NOT NULL,
+    version ${t.text} NOT NULL,
+    started_at ${t.ordered} NOT NULL,
+    seen_at ${t.ordered} NOT NULL,
+    stopped_at ${t.ordered}
+  );
+  CREATE INDEX replicas_seen ON replicas (seen_at);
+`),
+
+  /** What a node reports of the sandboxes it holds that no one owns (issue 29): null until it says. */
+  both('node orphans', (t) => `
+  ALTER TABLE nodes ADD COLUMN orphans ${t.bigint};
+`),
 ];
 
 /** The SQL of a dialect's steps, in order: its version N means the first N are applied. */

@@ -33,6 +33,8 @@ const iso = (t: string): string => `to_char((${t}) AT TIME ZONE 'UTC', 'YYYY-MM-
  * on other machines shares (a lease does not hang on how well their clocks agree).
  */
 const POSTGRES: Dialect = {
+  name: 'postgres',
+  schemaVersion: 'SELECT coalesce(max(version), 0) AS version FROM schema_migrations',
   clock(p: Params, now: string | undefined, leaseMs?: number) {
     const at = `coalesce(${p.add(now ?? null)}::timestamptz, now())`;
     const lease = leaseMs === undefined ? '' : iso(`${at} + ${p.add(leaseMs)}::bigint * interval '1 millisecond'`);

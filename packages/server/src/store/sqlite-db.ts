@@ -3,6 +3,8 @@ import type { Dialect, Params, Raw, SqlDb } from './sql/db.js';
 
 /** SQLite's ways: times from this process's clock (on one machine, the database's too), JSON arrays through json_each. */
 const SQLITE: Dialect = {
+  name: 'sqlite',
+  schemaVersion: 'SELECT user_version AS version FROM pragma_user_version',
   clock(p: Params, now: string | undefined, leaseMs?: number) {
     const at = now ?? new Date().toISOString();
     return { at: p.add(at), lease: leaseMs === undefined ? '' : p.add(new Date(Date.parse(at) + leaseMs).toISOString()) };

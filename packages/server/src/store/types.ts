@@ -270,6 +270,10 @@ export interface Store {
   previews: PreviewRepo;
   snapshots: SnapshotRepo;
   nodes: NodeRepo;
+  /** The processes that serve from this store (the all-in-one daemon, control replicas, edges), each as it last said it runs. */
+  replicas: ReplicaRepo;
+  /** Which database this is, and how far its schema is: for `sandboxd cluster status`. */
+  schema(): Promise<StoreSchema>;
   /** Small persistent key/value settings (e.g. counters of the build rate limit). */
   kv: {
     get(key: string): Promise<string | undefined>;
@@ -400,7 +404,8 @@ export interface BuildLogRepo {
 
 /**
  * What the operator wants of a node: `active` takes new sandboxes; `cordoned` takes nothing new;
- * `draining` takes nothing new and its sandboxes are let end. The node never sets it.
+ * `draining` takes nothing new, holds no warm pool, and its stopped and paused sandboxes are moved
+ * to other nodes (services/sandboxes/evacuate.ts). The node never sets it.
  */
 export type NodeStatus = 'active' | 'cordoned' | 'draining';
 
@@ -431,6 +436,12 @@ export interface NodeReport {
   layersDigest: string | null;
   /** Sent when it changed (a disk grown, say); else the registered one stays. */
   capacity?: NodeCapacity;
+  /**
+   * Sandboxes the node holds that no live row of it names and no control replica claims, as its
+   * orphan collector last found them (it destroys each after its grace). Absent: not counted (a
+   * node of an earlier release).
+   */
+  orphans?: number;
 }
 
 /** What a node says of itself when it starts. */
@@ -451,6 +462,8 @@ export interface NodeRow {
   usage: NodeUsage;
   warm: Record<string, number>;
   layersDigest: string | null;
+  /** What its last heartbeat reported of sandboxes no one owns (NodeReport.orphans); absent: it did not say. */
+  orphans?: number;
   /** Moves on every write of the row (registration, heartbeat, status). */
   version: number;
   heartbeatAt: string;
@@ -487,4 +500,67 @@ export interface NodeRepo {
   setStatus(id: string, status: NodeStatus): Promise<boolean>;
   /** Forgets the node; whether it existed. Its sandboxes' rows are left as they are. */
   remove(id: string): Promise<boolean>;
+  /**
+   * register(), unless an operator's removal of the node is recorded (recordRemoval) at or after
+   * `issuedAt` (ISO: when the node's registry credential was made; absent: any removal counts):
+   * then undefined, and nothing is written. One statement: a removal recorded meanwhile is seen.
+   */
+  registerUnlessRemoved(node: NodeRegistration, leaseMs: number, issuedAt?: string, now?: string): Promise<NodeRow | undefined>;
+  /**
+   * Records that an operator removed the node (`sandboxd nodes remove`), at `now` (again: the
+   * later time); returns it. It outlives the node's row: the node does not come back by itself.
+   */
+  recordRemoval(id: string, now?: string): Promise<string>;
+  /** When the node's removal was recorded; undefined: none is (never removed, or admitted since). */
+  removedAt(id: string): Promise<string | undefined>;
+  /** Forgets the node's removal (`sandboxd nodes admit`); whether one was recorded. */
+  admit(id: string): Promise<boolean>;
+}
+
+/** Which database a store is, the schema version it is at, and the one this code brings it to. */
+export interface StoreSchema {
+  dialect: 'sqlite' | 'postgres';
+  version: number;
+  /** The steps this code knows: a database past it was written by a later release. */
+  latest: number;
+}
+
+/** What a process serving from the store is: `serve` (the all-in-one daemon), a control replica, an edge. */
+export type ReplicaRole = 'serve' | 'control' | 'edge';
+
+export const REPLICA_ROLES: readonly ReplicaRole[] = ['serve', 'control', 'edge'];
+
+/** What a process says of itself: written when it starts and again on every beat. */
+export interface ReplicaEntry {
+  /** Unique per process: its host name, its pid and a few random characters. */
+  id: string;
+  role: ReplicaRole;
+  hostname: string;
+  pid: number;
+  /** Where it serves: its API (control, the all-in-one), its probes (an edge). */
+  url: string;
+  version: string;
+  startedAt: string;
+}
+
+export interface ReplicaRow extends ReplicaEntry {
+  /** Its last beat, by the store's clock. */
+  seenAt: string;
+  /** Set when it shut down in order; null while it runs (or since it died without saying so). */
+  stoppedAt: string | null;
+}
+
+/**
+ * The processes that serve from the store, each recording itself (services/replica-presence.ts).
+ * Times are the store's clock unless `now` is given, as for nodes.
+ */
+export interface ReplicaRepo {
+  /** Writes the entry with `seenAt` = now (a stopped one that beats again runs again). */
+  beat(entry: ReplicaEntry, now?: string): Promise<void>;
+  /** It shut down in order: whether it was known. */
+  stopped(id: string, now?: string): Promise<boolean>;
+  /** Every one, by role then start, and the store's clock as it read them (ages are measured on it). */
+  list(): Promise<{ now: string; replicas: ReplicaRow[] }>;
+  /** Forgets those not seen since `before`; how many. */
+  forget(before: string): Promise<number>;
 }

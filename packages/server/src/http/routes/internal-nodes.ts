@@ -45,7 +45,15 @@ function reportOf(v: unknown): NodeReport {
   }
   const digest = r.layersDigest;
   if (digest !== null && (typeof digest !== 'string' || !/^sha256:[0-9a-f]{64}$/.test(digest))) throw bad('report.layersDigest must be a sha256 digest or null');
-  return { usage, warm, layersDigest: digest, ...(r.capacity === undefined ? {} : { capacity: capacityOf(r.capacity) }) };
+  const orphans = r.orphans;
+  if (orphans !== undefined && (typeof orphans !== 'number' || !Number.isInteger(orphans) || orphans < 0 || orphans > 1e6)) throw bad('report.orphans must be a whole number');
+  return {
+    usage,
+    warm,
+    layersDigest: digest,
+    ...(r.capacity === undefined ? {} : { capacity: capacityOf(r.capacity) }),
+    ...(orphans === undefined ? {} : { orphans }),
+  };
 }
 
 /** What a node is told of its entry: no more than it needs (its status, and the lease it holds). */
@@ -60,26 +68,30 @@ function entry(row: NodeRow): Record<string, unknown> {
  * Everything in a body is a node's claim, checked field by field. Not part of the public API.
  */
 export function internalNodeRoutes(app: FastifyInstance, s: Services): void {
-  const nodeOf = async (req: FastifyRequest<{ Params: { id: string } }>): Promise<string> => {
-    const registry = s.nodeRegistry;
-    if (!registry) throw new ServiceError('ROUTE_NOT_FOUND', "the nodes' registry is control's");
+  const registryOf = () => {
+    if (!s.nodeRegistry) throw new ServiceError('ROUTE_NOT_FOUND', "the nodes' registry is control's");
+    return s.nodeRegistry;
+  };
+  const nodeOf = async (req: FastifyRequest<{ Params: { id: string } }>) => {
+    const registry = registryOf();
     const id = req.params.id;
     if (!NODE_ID_RE.test(id)) throw bad('bad node id');
     return registry.authorize(req.headers.authorization, id);
   };
 
   app.put<{ Params: { id: string } }>('/internal/v1/nodes/:id', async (req) => {
-    const id = await nodeOf(req);
+    const claims = await nodeOf(req);
+    const id = claims.nodeId;
     const body = object(req.body, 'the body');
     const url = body.url;
     if (typeof url !== 'string' || url.length > 300 || !/^https?:\/\/[^/?#\s@]+$/.test(url)) throw bad('url must be http(s)://host:port');
-    const row = await s.store.nodes.register({ id, url, capacity: capacityOf(body.capacity) }, leaseOf(body.lease_ms));
+    const row = await registryOf().register(claims, { url, capacity: capacityOf(body.capacity) }, leaseOf(body.lease_ms));
     req.log.info({ node: id, url, status: row.status }, 'a node registered through the registry');
     return entry(row);
   });
 
   app.post<{ Params: { id: string } }>('/internal/v1/nodes/:id/heartbeat', async (req) => {
-    const id = await nodeOf(req);
+    const { nodeId: id } = await nodeOf(req);
     const body = object(req.body, 'the body');
     const row = await s.store.nodes.heartbeat(id, reportOf(body.report), leaseOf(body.lease_ms));
     if (!row) throw new ServiceError('NOT_FOUND', `node ${id} was removed from the cluster`);
@@ -87,8 +99,16 @@ export function internalNodeRoutes(app: FastifyInstance, s: Services): void {
   });
 
   app.get<{ Params: { id: string } }>('/internal/v1/nodes/:id/sandboxes', async (req) => {
-    const id = await nodeOf(req);
+    const { nodeId: id } = await nodeOf(req);
     const [usage, live] = await Promise.all([s.store.sandboxes.usageByNode(), s.store.sandboxes.live(id)]);
     return { usage: usage[id] ?? null, ids: live.map((r) => r.id) };
+  });
+
+  // A node renews its credential past half its life (node/registry-client.ts), with the one it holds.
+  app.post<{ Params: { id: string } }>('/internal/v1/nodes/:id/credential', async (req) => {
+    const claims = await nodeOf(req);
+    const renewed = await registryOf().renew(claims);
+    req.log.info({ node: claims.nodeId, expires_at: renewed.expiresAt }, 'a node renewed its registry credential');
+    return { credential: renewed.credential, expires_at: renewed.expiresAt };
   });
 }

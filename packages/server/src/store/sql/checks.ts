@@ -1,4 +1,4 @@
-import { NODE_STATUSES, type NodeCapacity, type NodeRegistration, type NodeReport, type NodeStatus } from '../types.js';
+import { NODE_STATUSES, REPLICA_ROLES, type NodeCapacity, type NodeRegistration, type NodeReport, type NodeStatus, type ReplicaEntry } from '../types.js';
 
 /*
  * The checks the repositories make of their input before any SQL: what a node sends is checked
@@ -108,6 +108,7 @@ export function checkNodeReport(v: unknown): NodeReport {
     warm: Object.fromEntries(warm) as Record<string, number>,
     layersDigest: r.layersDigest,
     ...(r.capacity === undefined ? {} : { capacity: checkNodeCapacity(r.capacity) }),
+    ...(r.orphans === undefined ? {} : { orphans: count(r.orphans, 'orphans') }),
   };
 }
 
@@ -121,4 +122,29 @@ export function checkWhole(v: unknown, what: string, min = 0): number {
 export function checkBlobSha256(v: unknown): string {
   if (typeof v !== 'string' || !/^[0-9a-f]{64}$/.test(v)) throw new TypeError(`a blob's sha256 is 64 lowercase hex digits, not ${shown(v)}`);
   return v;
+}
+
+const PRINTABLE = /^[\x20-\x7e]+$/;
+
+function text(v: unknown, what: string, max: number): string {
+  if (typeof v !== 'string' || v.length === 0 || v.length > max || !PRINTABLE.test(v)) throw new TypeError(`${what} is 1 to ${max} printable characters, not ${shown(v)}`);
+  return v;
+}
+
+/** What a serving process says of itself (ReplicaRepo.beat). */
+export function checkReplicaEntry(v: unknown): ReplicaEntry {
+  const e = record(v, 'a replica entry');
+  if (!REPLICA_ROLES.includes(e.role as ReplicaEntry['role'])) throw new TypeError(`a replica's role is one of ${REPLICA_ROLES.join(', ')}, not ${shown(e.role)}`);
+  if (!Number.isSafeInteger(e.pid) || (e.pid as number) < 1) throw new TypeError(`a replica's pid is a whole number from 1, not ${String(e.pid)}`);
+  const startedAt = checkNow(e.startedAt);
+  if (startedAt === undefined) throw new TypeError("a replica's start time is an ISO-8601 time");
+  return {
+    id: text(e.id, "a replica's id", 200),
+    role: e.role as ReplicaEntry['role'],
+    hostname: text(e.hostname, "a replica's host name", 255),
+    pid: e.pid as number,
+    url: text(e.url, "a replica's URL", MAX_URL_LENGTH),
+    version: text(e.version, "a replica's version", 100),
+    startedAt,
+  };
 }

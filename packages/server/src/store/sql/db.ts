@@ -17,6 +17,9 @@ export interface SqlDb {
 
 /** The few things the two databases' SQL says differently. */
 export interface Dialect {
+  readonly name: 'sqlite' | 'postgres';
+  /** A query of the number of schema steps the database has taken, as `version`. */
+  readonly schemaVersion: string;
   /**
    * The time a node statement runs at (`now`, else the store's clock) and, given `leaseMs`, when a
    * lease from it ends: SQL that yields them as toISOString() writes times; adds its values to `p`.

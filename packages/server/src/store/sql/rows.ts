@@ -6,6 +6,8 @@ import type {
   NodeStatus,
   OrgRow,
   PreviewRow,
+  ReplicaRole,
+  ReplicaRow,
   SandboxRow,
   SandboxUsage,
   SnapshotRow,
@@ -219,10 +221,25 @@ export function nodeFrom(r: Raw): NodeRow {
     usage: { sandboxes: Number(r.usage_sandboxes), vcpu: Number(r.usage_vcpu), memoryMb: Number(r.usage_memory_mb), diskGb: Number(r.usage_disk_gb) },
     warm: json<Record<string, number>>(r.warm),
     layersDigest: str(r.layers_digest),
+    ...(r.orphans === null || r.orphans === undefined ? {} : { orphans: Number(r.orphans) }),
     version: Number(r.version),
     heartbeatAt: String(r.heartbeat_at),
     leaseExpiresAt: String(r.lease_expires_at),
     registeredAt: String(r.registered_at),
     updatedAt: String(r.updated_at),
+  };
+}
+
+export function replicaFrom(r: Raw): ReplicaRow {
+  return {
+    id: String(r.id),
+    role: String(r.role) as ReplicaRole,
+    hostname: String(r.hostname),
+    pid: Number(r.pid),
+    url: String(r.url),
+    version: String(r.version),
+    startedAt: String(r.started_at),
+    seenAt: String(r.seen_at),
+    stoppedAt: str(r.stopped_at),
   };
 }

@@ -2,9 +2,11 @@ import type { SqlDb } from './db.js';
 import { SqlApiKeyRepo, sqlKv, SqlOrgRepo, sqlRates } from './accounts.js';
 import { SqlBlobRepo, SqlBuildLogRepo } from './files.js';
 import { SqlNodeRepo } from './nodes.js';
+import { SqlReplicaRepo } from './replicas.js';
+import { migrationsFor } from '../migrations.js';
 import { SqlPreviewRepo, SqlSandboxRepo } from './sandboxes.js';
 import { SqlBuildRepo, SqlSnapshotRepo, SqlTemplateRepo, SqlUploadRepo } from './templates.js';
-import type { BlobRepo, BuildLogRepo, BuildRepo, NodeRepo, OrgRepo, PreviewRepo, SandboxRepo, SnapshotRepo, Store, TemplateRepo, UploadRepo, ApiKeyRepo } from '../types.js';
+import type { BlobRepo, BuildLogRepo, BuildRepo, NodeRepo, OrgRepo, PreviewRepo, ReplicaRepo, SandboxRepo, SnapshotRepo, Store, StoreSchema, TemplateRepo, UploadRepo, ApiKeyRepo } from '../types.js';
 
 /** The repositories of a Store on either database; SqliteStore and PostgresStore add how to open and close one. */
 export abstract class SqlStore implements Store {
@@ -19,6 +21,7 @@ export abstract class SqlStore implements Store {
   readonly previews: PreviewRepo;
   readonly snapshots: SnapshotRepo;
   readonly nodes: NodeRepo;
+  readonly replicas: ReplicaRepo;
   readonly kv: Store['kv'];
   readonly rates: Store['rates'];
 
@@ -34,9 +37,16 @@ export abstract class SqlStore implements Store {
     this.previews = new SqlPreviewRepo(db);
     this.snapshots = new SqlSnapshotRepo(db);
     this.nodes = new SqlNodeRepo(db);
+    this.replicas = new SqlReplicaRepo(db);
+    this.schema = async () => {
+      const r = await db.get(db.dialect.schemaVersion);
+      return { dialect: db.dialect.name, version: Number(r?.version ?? 0), latest: migrationsFor(db.dialect.name).length };
+    };
     this.kv = sqlKv(db);
     this.rates = sqlRates(db);
   }
+
+  readonly schema: () => Promise<StoreSchema>;
 
   abstract close(): void;
 }

@@ -4,12 +4,13 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { API_SCOPES } from '@sandboxd/protocol';
-import { api, type TestServer } from './harness.js';
+import { api, createSandbox, type TestServer } from './harness.js';
 import { browserEnv, SCREENSHOTS, watchErrors } from './browser-support.js';
 
 // Issue 14, item 5: the console's templates page (the list, a build started from the page with its
 // log followed live to its end) and its keys & organizations page (create an organization and a
 // key, the secret shown once, revoke), in a real browser; a key without admin sees no such page.
+// Issue 29, item 6: the operator's nodes page and the node a sandbox's page names.
 
 const env = browserEnv();
 
@@ -144,17 +145,61 @@ describe('/console templates and admin in a browser', { timeout: 900_000 }, () =
     await close();
   });
 
-  test('a key without admin has no keys & orgs page', async () => {
+  test("nodes: the operator's nodes page shows the one machine; a sandbox's page names the node that holds it", async () => {
+    const sb = await createSandbox(env.server, { template_name: 'base', timeout_seconds: 600 });
+    try {
+      const nodes = await api(env.server, 'GET', '/v1/admin/nodes');
+      assert.equal(nodes.status, 200);
+      assert.equal(nodes.body.mode, 'all-in-one');
+      const node = nodes.body.data[0].id as string;
+      const { page, errors, close } = await signIn(env.browser, env.server, env.server.apiKey);
+      await page.goto(`${env.server.baseUrl}/console#/sandboxes/${sb.id}`);
+      await page.locator('#sandbox-state[data-status="running"]').waitFor();
+      assert.equal((await page.locator('#sandbox-node').innerText()).trim(), node);
+
+      // The node's link leads to the nodes page: this machine, up, in process, holding the sandbox.
+      await page.locator('#sandbox-node a').click();
+      const row = page.locator(`#node-rows tr[data-node="${node}"][data-up="true"]`);
+      await row.waitFor();
+      assert.equal(await page.locator('#nodes-summary').getAttribute('data-mode'), 'all-in-one');
+      const cells = await row.locator('td').allInnerTexts();
+      assert.equal(cells[1], 'active');
+      assert.equal(cells[2], 'in process');
+      assert.ok(Number(cells[3]) >= 1, `the sandboxes it holds: ${cells[3]}`);
+      assert.equal(cells[9], 'this process');
+      assert.ok(await page.locator('#nav-nodes.current').count(), 'the nodes link is the current one');
+      await page.screenshot({ path: join(SCREENSHOTS, 'console-nodes.png'), fullPage: true });
+      assert.deepEqual(errors, []);
+      await close();
+    } finally {
+      await api(env.server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+    }
+  });
+
+  test('a key without admin has no keys & orgs page, no nodes page, and sees no node on a sandbox', async () => {
     const made = await api(env.server, 'POST', '/v1/admin/keys', { org: 'default', name: 'no-admin' });
     assert.equal(made.status, 201);
     assert.ok(!made.body.scopes.includes('admin'));
-    const { page, errors, close } = await signIn(env.browser, env.server, made.body.secret);
-    await page.locator('#nav-templates').waitFor();
-    assert.equal(await page.locator('#nav-admin').count(), 0);
-    await page.goto(`${env.server.baseUrl}/console#/admin`);
-    await page.locator('#page', { hasText: 'No such page' }).waitFor();
-    assert.equal(await page.locator('#org-rows').count(), 0);
-    assert.deepEqual(errors, []);
-    await close();
+    const sb = await createSandbox(env.server, { template_name: 'base', timeout_seconds: 600 });
+    try {
+      const { page, errors, close } = await signIn(env.browser, env.server, made.body.secret);
+      await page.locator('#nav-templates').waitFor();
+      assert.equal(await page.locator('#nav-admin').count(), 0);
+      assert.equal(await page.locator('#nav-nodes').count(), 0);
+      await page.goto(`${env.server.baseUrl}/console#/admin`);
+      await page.locator('#page', { hasText: 'No such page' }).waitFor();
+      assert.equal(await page.locator('#org-rows').count(), 0);
+      await page.goto(`${env.server.baseUrl}/console#/nodes`);
+      await page.locator('#page', { hasText: 'No such page' }).waitFor();
+      assert.equal(await page.locator('#node-rows').count(), 0);
+      // The same organization's sandbox: its page, without the node.
+      await page.goto(`${env.server.baseUrl}/console#/sandboxes/${sb.id}`);
+      await page.locator('#sandbox-state[data-status="running"]').waitFor();
+      assert.equal(await page.locator('#sandbox-node').count(), 0);
+      assert.deepEqual(errors, []);
+      await close();
+    } finally {
+      await api(env.server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+    }
   });
 });

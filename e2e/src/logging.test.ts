@@ -5,9 +5,12 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { agent, api, createSandbox, startServer, REPO_ROOT, type TestServer } from './harness.js';
+import { loggedDuring, shown } from './log-lines.js';
 
 // Issue 14, item 2: one JSON object per line off a terminal, every request logged once with its
-// id and timing, and no credential in any line.
+// id and timing, and no credential in any line. Issue 29, item 6: off a terminal, where the daemon
+// listens is a log event like any other (no plain banner inside the JSON stream, no key), and an
+// idle daemon says next to nothing at info.
 
 let server: TestServer;
 
@@ -84,9 +87,33 @@ describe('structured logs', () => {
       assert.ok(secret && secret.length > 16, what);
       assert.ok(!text.includes(secret), `the ${what} is not in the log`);
     }
-    const bootstrapLines = text.split('\n').filter((l) => l.includes(server.apiKey));
-    assert.ok(bootstrapLines.every((l) => !l.startsWith('{')), 'the bootstrap key only in the banner printed for the operator');
+    assert.ok(!text.includes(server.apiKey), 'the bootstrap key is in no line: off a terminal there is no banner');
     await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+  });
+
+  test('off a terminal, where it listens is one event (and where the key is, never the key); every line of stdout and stderr is JSON', () => {
+    const text = readFileSync(server.logFile, 'utf8');
+    const plain = text.split('\n').filter((l) => l && !l.startsWith('{'));
+    assert.deepEqual(plain, [], 'no plain text inside the JSON stream');
+    const listening = events(server.logFile).filter((e) => e.msg === 'sandboxd is listening');
+    assert.equal(listening.length, 1);
+    assert.deepEqual(
+      [listening[0]!.level, listening[0]!.url, listening[0]!.console, listening[0]!.api_key_in],
+      ['info', server.baseUrl, `${server.baseUrl}/console`, 'SANDBOXD_BOOTSTRAP_API_KEY'],
+    );
+  });
+
+  test('an idle daemon, after some work, writes at most a line at info in 10 s', async () => {
+    // Some work first: a warm pool that refilled and whose target then decays (a line every few
+    // seconds, were it at info), sandboxes gone.
+    for (let i = 0; i < 3; i++) {
+      const sb = await createSandbox(server, { template_name: 'base' });
+      assert.equal((await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+    const [{ events: said, plain }] = await loggedDuring([server.logFile], 10_000);
+    assert.deepEqual(plain, []);
+    assert.ok(said.length <= 1, `info lines of an idle daemon:\n${said.map(shown).join('\n')}`);
   });
 
   test('SANDBOXD_LOG_LEVEL=warn drops the request lines; SANDBOXD_LOG_FORMAT=text gives readable lines; a bad level is refused at start', async () => {

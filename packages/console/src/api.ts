@@ -16,6 +16,8 @@ export interface SandboxRow {
   resources?: { vcpu?: number; memory_mb?: number; disk_gb?: number };
   /** A cluster's: false while its node is away. */
   available?: boolean;
+  /** The node that holds it: in answers to the operator's keys only. */
+  node?: string;
 }
 
 export interface Template {

@@ -1,12 +1,14 @@
 // The sandboxd web console: sign in with an API key (kept in this tab's session storage, never in
 // a URL), then pages routed by the URL's fragment: #/ the sandboxes, #/sandboxes/<id> one sandbox,
-// #/templates the templates and their builds, #/admin keys and organizations (operators only).
+// #/templates the templates and their builds, #/admin keys and organizations and #/nodes the nodes
+// (operators only).
 // Talks to the lifecycle API of the origin it is served from, and to each sandbox's agent API at
 // its public_host. Every page links the manual (/manual) and the API reference (/docs).
 
 import { ApiError, call, KEY } from './api.js';
 import { h, Notice } from './dom.js';
 import { adminPage } from './admin.js';
+import { nodesPage } from './nodes.js';
 import { sandboxPage } from './sandbox.js';
 import { sandboxesPage } from './sandboxes.js';
 import { templatesPage } from './templates.js';
@@ -45,7 +47,11 @@ const ROUTES: Array<{ re: RegExp; page: Page; nav: string }> = [
   { re: /^#\/sandboxes\/([\w-]{1,128})$/, page: sandboxPage, nav: 'sandboxes' },
   { re: /^#\/templates$/, page: templatesPage, nav: 'templates' },
   { re: /^#\/admin$/, page: adminPage, nav: 'admin' },
+  { re: /^#\/nodes$/, page: nodesPage, nav: 'nodes' },
 ];
+
+/** The pages of the operator's keys only (the admin API's). */
+const OPERATOR_PAGES = new Set(['admin', 'nodes']);
 
 function shell(account: Account): void {
   const notice = new Notice();
@@ -55,7 +61,10 @@ function shell(account: Account): void {
     ['sandboxes', h('a', { href: '#/', id: 'nav-sandboxes' }, 'Sandboxes')],
     ['templates', h('a', { href: '#/templates', id: 'nav-templates' }, 'Templates')],
   ]);
-  if (account.operator) links.set('admin', h('a', { href: '#/admin', id: 'nav-admin' }, 'Keys & orgs'));
+  if (account.operator) {
+    links.set('admin', h('a', { href: '#/admin', id: 'nav-admin' }, 'Keys & orgs'));
+    links.set('nodes', h('a', { href: '#/nodes', id: 'nav-nodes' }, 'Nodes'));
+  }
   const who = h('span', { class: 'who', title: `key ${account.key.name} (${account.key.scopes.join(', ')})` }, account.organization.name);
   app.replaceChildren(h('header', {}, h('h1', {}, h('a', { href: '#/', class: 'brand' }, 'sandboxd')), h('nav', {}, ...links.values(), ...helpLinks(), who, signOut)), notice.el, main);
 
@@ -78,7 +87,7 @@ function shell(account: Account): void {
     notice.say('');
     main.replaceChildren();
     const hash = location.hash || '#/';
-    const r = ROUTES.find((x) => x.re.test(hash) && (x.nav !== 'admin' || account.operator));
+    const r = ROUTES.find((x) => x.re.test(hash) && (!OPERATOR_PAGES.has(x.nav) || account.operator));
     for (const [name, a] of links) a.classList.toggle('current', name === r?.nav);
     if (!r) {
       main.append(h('p', {}, 'No such page. '), h('a', { href: '#/' }, 'Back to the sandboxes'));

@@ -91,6 +91,8 @@ export const sandboxPage: Page = async (ctx, id) => {
         h('dd', { title: sb.expires_at ?? '' }, relative(sb.expires_at)),
         h('dt', {}, 'When unused'),
         h('dd', { id: 'sleep-settings' }, sleepText(sb)),
+        // The operator's keys are told which node holds it.
+        ...(sb.node ? [h('dt', {}, 'Node'), h('dd', { id: 'sandbox-node', class: 'mono' }, h('a', { href: '#/nodes' }, sb.node))] : []),
       ),
       sandboxActions(ctx, sb, refresh, gone),
     );

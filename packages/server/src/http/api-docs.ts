@@ -22,7 +22,7 @@ export const TAGS: Array<{ name: string; description: string }> = [
   { name: 'templates', description: 'The templates sandboxes are made from: list, inspect, delete.' },
   { name: 'builds', description: 'Build custom templates from steps, upload their files, follow their logs.' },
   { name: 'account', description: "The caller's organization: its limits and usage." },
-  { name: 'admin', description: "Organizations and API keys: for keys of the operator's organization with the admin scope." },
+  { name: 'admin', description: "Organizations, API keys and the nodes: for keys of the operator's organization with the admin scope." },
   { name: 'service', description: 'Health and Prometheus metrics of the service.' },
   { name: 'code', description: "Agent API (at a sandbox's public_host): run code, in stateful contexts or fresh processes." },
   { name: 'commands', description: 'Agent API: run commands, in the foreground or the background.' },
@@ -184,6 +184,20 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     errors: [],
   },
   'GET /v1/account/limits': { tag: 'account', summary: 'Limits and usage', description: "Every limit of the caller's organization (null: none) and what it holds against each.", errors: [] },
+  'POST /v1/admin/nodes/{id}/drain': {
+    tag: 'admin',
+    summary: "Drain a cluster's node",
+    description:
+      "The node takes no new sandbox and empties its warm pool; its stopped and paused sandboxes move to other nodes (their files copied, as a snapshot's are; each keeps its id, token, URL, network and deadline; a paused one's processes start anew). Its running ones are listed and left to end by their deadlines or their owners, unless `stop_running` stops them first (then they move stopped). A call moves what it can in about 20 s and says what is `left`: call again until nothing is; a sandbox that cannot move stays where it was, as it was (`failed`). `sandboxd nodes drain` does this.",
+    errors: ['PERMISSION_DENIED', 'VALIDATION_ERROR', 'NOT_FOUND'],
+  },
+  'GET /v1/admin/nodes': {
+    tag: 'admin',
+    summary: 'List the nodes',
+    description:
+      "The machines that hold sandboxes, each with its status, whether it is up (its lease runs) and its last heartbeat, its URL, its capacity, what the store's sandboxes on it hold, and what it reported: the sandboxes its runtime holds, its ready warm-pool sandboxes, and those no one owns (orphans). In a cluster, the nodes of control's registry (`mode: \"cluster\"`); on the all-in-one daemon, its one machine, served in its process (`mode: \"all-in-one\"`, `in_process`, no lease or URL, what it holds read now). The sandboxes' own answers name their node (`node`) for these keys.",
+    errors: ['PERMISSION_DENIED'],
+  },
   'GET /v1/admin/orgs': { tag: 'admin', summary: 'List organizations', description: 'Every organization.', errors: ['PERMISSION_DENIED'] },
   'POST /v1/admin/orgs': { tag: 'admin', summary: 'Create an organization', description: 'A new organization, to create keys for.', errors: ['PERMISSION_DENIED', 'VALIDATION_ERROR', 'ALREADY_EXISTS'] },
   'GET /v1/admin/keys': { tag: 'admin', summary: 'List API keys', description: 'Every key (of one organization with `org`), revoked ones included, never a secret.', errors: ['PERMISSION_DENIED', 'VALIDATION_ERROR', 'ORG_NOT_FOUND'] },

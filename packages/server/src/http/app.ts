@@ -14,6 +14,13 @@ import { manualRoutes } from './manual.js';
 
 const JSON_BODY_LIMIT = 10 * 1024 * 1024;
 
+/**
+ * Routes that machines call every second or few on an idle service (each node's heartbeat and its
+ * read of what it holds, through control's registry; probes): their answers are logged at debug,
+ * so that info says what happened. A failure among them is logged at info like any other.
+ */
+const ROUTINE_ROUTES = new Set(['/health', '/internal/v1/nodes/:id/heartbeat', '/internal/v1/nodes/:id/sandboxes']);
+
 export interface AppOptions {
   services: Services;
   /** The daemon's logger: every request is logged at info, once, when answered (absent: none). */
@@ -69,12 +76,14 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
       const startedAt = performance.now();
       reply.raw.once('close', () => {
         const params = req.params as Record<string, unknown> | undefined;
-        req.log.info(
+        const route = req.routeOptions.url ?? null;
+        const status = reply.raw.headersSent ? reply.raw.statusCode : 499;
+        req.log[status < 400 && route !== null && ROUTINE_ROUTES.has(route) ? 'debug' : 'info'](
           {
             method: req.method,
-            route: req.routeOptions.url ?? null,
+            route,
             url: safeUrl(req.url),
-            status: reply.raw.headersSent ? reply.raw.statusCode : 499,
+            status,
             ms: Math.round((performance.now() - startedAt) * 100) / 100,
             ...(req.principal ? { org: req.principal.orgId } : {}),
             ...(typeof params?.id === 'string' && params.id.startsWith('sb') ? { sandbox_id: params.id } : {}),

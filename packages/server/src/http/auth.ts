@@ -38,6 +38,14 @@ export function guard(keys: KeyService, scope: ApiScope) {
   };
 }
 
+/** The admin API's preHandler: a key with `admin` (401, 403), of the operator's organization (403). */
+export function operatorOnly(keys: KeyService) {
+  return async (req: FastifyRequest): Promise<void> => {
+    await guard(keys, 'admin')(req);
+    await keys.requireOperator(principalOf(req));
+  };
+}
+
 /** A preHandler that only authenticates the key (401): for what any key may ask of itself. */
 export function authenticated(keys: KeyService) {
   return async (req: FastifyRequest): Promise<void> => {

@@ -381,6 +381,12 @@ test('what the routes really answer validates against the document', async () =>
   await call('POST', '/v1/sandboxes/sbq7k2m9x4v8t1w6z3r5np/token/refresh', '/v1/sandboxes/{id}/token/refresh');
   await call('GET', '/v1/sandboxes/sbq7k2m9x4v8t1w6z3r5np/metrics', '/v1/sandboxes/{id}/metrics');
   await call('POST', '/v1/events/token', '/v1/events/token', { sandbox_id: 'sbq7k2m9x4v8t1w6z3r5np' });
+  // A drain of the node it runs on (without a body): a running sandbox is listed and left there.
+  await store.nodes.register({ id: 'test', url: 'http://127.0.0.1:1', capacity: { vcpu: 1, memoryMb: 1024, diskGb: 1, maxSandboxes: 10 } }, 60_000);
+  const nodes = (await call('GET', '/v1/admin/nodes', '/v1/admin/nodes')).json();
+  assert.deepEqual(nodes.data.map((n: { id: string; committed: { active: number } }) => [n.id, n.committed.active]), [['test', 1]]);
+  const drain = (await call('POST', '/v1/admin/nodes/test/drain', '/v1/admin/nodes/{id}/drain')).json();
+  assert.deepEqual([drain.running.map((r: { id: string }) => r.id), drain.moved, drain.drained], [['sbq7k2m9x4v8t1w6z3r5np'], [], false]);
 
   const bytes = Buffer.from('print("hello")\n');
   const sha = createHash('sha256').update(bytes).digest('hex');

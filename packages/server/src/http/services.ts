@@ -1,5 +1,6 @@
 import type { LayerServer } from '../services/layer-publisher.js';
 import type { NodeRegistryAuth } from '../services/node-registry.js';
+import type { NodeViews } from '../services/node-views.js';
 import type { Config } from '../config.js';
 import type { ConnectionLimits } from '../services/connections.js';
 import type { Store } from '../store/types.js';
@@ -43,4 +44,6 @@ export interface Services {
   layerServing?: LayerServer;
   /** Control: checks the registry credentials of nodes that register through it (absent: the registry routes answer 404). */
   nodeRegistry?: NodeRegistryAuth;
+  /** The nodes as the admin API shows them (absent: the store's registry, as control's). */
+  nodeViews?: NodeViews;
 }

@@ -450,6 +450,35 @@ describe('the pool with an injected clock', () => {
   });
 });
 
+test('a pool not stocked (its node drains) destroys its ready sandboxes at once, refills nothing, and boots only for the asks that come; stocked again, it refills', async () => {
+  const clock = { t: 0 };
+  const boots = new Boots();
+  const { p, destroyed } = pool({ clock });
+  const k = key('base');
+  await Promise.all([p.acquire(k, boots.make()), boots.finishAll()]);
+  p.tick();
+  await boots.finishAll();
+  assert.equal(p.stats()[0]!.ready, 2, 'the floor is held');
+  assert.equal(p.stock(false), true);
+  assert.equal(p.stock(false), false, 'already so');
+  await flush();
+  assert.deepEqual([p.stats()[0]!.ready, destroyed.length], [0, 2], 'every ready one destroyed at once, not after shrinkAfterMs');
+  const started = boots.started.length;
+  clock.t += 60_000;
+  p.tick();
+  await flush();
+  assert.equal(boots.started.length, started, 'no refill');
+  const asked = p.acquire(k, boots.make());
+  await boots.finishAll();
+  await asked;
+  await flush();
+  assert.deepEqual([boots.started.length, p.stats()[0]!.ready], [started + 1, 0], 'one boot for the ask, nothing kept');
+  assert.equal(p.stock(true), true);
+  await boots.finishAll();
+  assert.equal(p.stats()[0]!.ready, 2, 'refilled to the floor');
+  await shut(p, boots);
+});
+
 test('waiting: how many creates wait for a boot of a key (what a boot asks before it primes its agent)', async () => {
   const clock = { t: 0 };
   const boots = new Boots();

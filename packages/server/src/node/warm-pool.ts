@@ -7,6 +7,8 @@ export interface WarmPoolOptions {
   /** Destroys a sandbox the pool booted and no longer wants. */
   runtime: { destroy(id: string): Promise<void> };
   log: (msg: string, extra?: Record<string, unknown>) => void;
+  /** Routine events (a key's target moving as its rate changes, every few seconds while demand decays): at debug, when given. */
+  debug?: (msg: string, extra?: Record<string, unknown>) => void;
   /** Ready sandboxes per key once it was asked for, whatever its rate; 0: none are held, every create boots. */
   minPerKey: number;
   /** Host memory the ready sandboxes may cost, all keys together (READY_SANDBOX_COST_MB each). */
@@ -66,6 +68,8 @@ export class WarmPool {
   private running = 0;
   private refilling = 0;
   private closed = false;
+  /** Off while the node drains: nothing is held ready (stock). */
+  private stocked = true;
   /** Creates a ready sandbox served at once, and creates that had to wait for a boot. */
   hits = 0;
   misses = 0;
@@ -88,6 +92,7 @@ export class WarmPool {
       tickMs: 1000,
       costMb: READY_SANDBOX_COST_MB,
       ...opts,
+      debug: opts.debug ?? (() => undefined),
     };
     this.keys = new WarmKeys(this.o, (id) => this.destroy(id));
     if (!(this.o.bootConcurrency >= 1)) throw new Error(`bootConcurrency must be at least 1, got ${opts.bootConcurrency}`);
@@ -99,7 +104,21 @@ export class WarmPool {
 
   /** Whether sandboxes are held ready at all (otherwise every create boots, still in order). */
   get holds(): boolean {
-    return this.o.minPerKey > 0 && this.budget > 0 && !this.closed;
+    return this.o.minPerKey > 0 && this.budget > 0 && this.stocked && !this.closed;
+  }
+
+  /**
+   * Whether the pool holds ready sandboxes at all (default: yes). Off, every ready one is destroyed
+   * now and no refill starts; asks are still served, each by a boot of its own. Returns whether
+   * this changed anything.
+   */
+  stock(on: boolean): boolean {
+    if (this.stocked === on) return false;
+    this.stocked = on;
+    this.retarget(this.now());
+    if (!on) for (const s of this.keys.values()) this.keys.shrink(s, this.now(), 0);
+    this.pump();
+    return true;
   }
 
   private get budget(): number {
@@ -199,7 +218,7 @@ export class WarmPool {
   private logTarget(s: KeyState): void {
     const moved = Math.abs(s.target - s.loggedTarget);
     if (moved === 0 || (moved < 2 && s.target !== this.o.minPerKey) || moved < s.loggedTarget / 4) return;
-    this.o.log(`warm pool: ${s.k.label} target ${s.loggedTarget} → ${s.target}`, {
+    this.o.debug(`warm pool: ${s.k.label} target ${s.loggedTarget} → ${s.target}`, {
       rate_per_s: Math.round(s.rate.perSecond(this.now()) * 100) / 100,
       ready: s.ready.length,
       booting: s.booting,

@@ -1,11 +1,11 @@
-import { hostname } from 'node:os';
+import { availableParallelism, hostname, totalmem } from 'node:os';
 import type { Config } from '../config.js';
 import type { Logger } from '../logging.js';
 import { FixedNodes } from '../placement/node-set.js';
 import { Placement } from '../placement/placement.js';
 import { runControlPlane } from './control-plane.js';
 import { localNode } from './local-node.js';
-import { openRuntime, prepareMachine } from './machine.js';
+import { diskGbOf, openRuntime, prepareMachine } from './machine.js';
 import { openImages, openStore, type Log } from './shared.js';
 
 /**
@@ -26,5 +26,12 @@ export async function runAllInOne(config: Config, log: Log, logger: Logger): Pro
   const node = localNode(config, hostname(), runtime, log);
   const placement = new Placement({ nodes: new FixedNodes([node]), usage: () => store.sandboxes.usageByNode(), log });
   await placement.start();
-  await runControlPlane({ config, log, logger, store, images, placement, buildRuntime: runtime, ownsBuildRuntime: false, replicated: false });
+  // The admin API shows this machine as the node it is, served in this process.
+  const inProcessNode = {
+    id: node.id,
+    capacity: { vcpu: availableParallelism(), memoryMb: Math.floor(totalmem() / 1024 / 1024), diskGb: diskGbOf(config.dataDir) },
+    list: () => node.list(),
+    readyByKey: () => node.readyByKey(),
+  };
+  await runControlPlane({ config, log, logger, store, images, placement, buildRuntime: runtime, ownsBuildRuntime: false, replicated: false, inProcessNode });
 }

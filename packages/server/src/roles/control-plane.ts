@@ -22,7 +22,9 @@ import { KeyService } from '../services/keys.js';
 import type { LayerPublisher } from '../services/layer-publisher.js';
 import { KeyedMutex, ReplicaMutex } from '../services/locks.js';
 import { Metrics, serveMetrics } from '../services/metrics.js';
+import { NodeViews, type InProcessNode } from '../services/node-views.js';
 import { QuotaService } from '../services/quotas.js';
+import { ReplicaPresence } from '../services/replica-presence.js';
 import { SharedWindowLimiter, SlidingWindowLimiter, type RateLimiter } from '../services/rate-limit.js';
 import { RouteTable } from '../gateway/routes.js';
 import type { RouteEntry } from '../services/routes.js';
@@ -34,6 +36,7 @@ import { TokenService } from '../services/tokens.js';
 import { localUploadBlobs, StoreUploadBlobs } from '../services/upload-blobs.js';
 import { sharedUploadKey, UploadService, uploadKeyFromFile } from '../services/uploads.js';
 import type { Store } from '../store/types.js';
+import { announce } from './banner.js';
 import { bootstrapKey, closeStore, loadRoute, sharedTokens, type Log, type openImages } from './shared.js';
 
 /** What a role that serves the API hands the control plane: its store, its images, its nodes, and where builds run. */
@@ -51,6 +54,8 @@ export interface ControlPlaneParts {
   ownsBuildRuntime: boolean;
   /** Replicas of control share the store: they coordinate through it (locks, signing keys, routes, rate windows). */
   replicated: boolean;
+  /** The all-in-one: its machine, the node it serves in process (the admin API shows it; a cluster's nodes are the registry's). */
+  inProcessNode?: InProcessNode;
   /** Control: its layers served to the nodes that lack them, and told to the other replicas when it makes one. */
   cluster?: { layerServing: NonNullable<Services['layerServing']>; nodeRegistry: NonNullable<Services['nodeRegistry']>; publisher: LayerPublisher };
 }
@@ -285,6 +290,7 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
     snapshots,
     layerServing: p.cluster?.layerServing,
     nodeRegistry: p.cluster?.nodeRegistry,
+    nodeViews: new NodeViews(store, p.inProcessNode),
   };
   const app = await buildApp({ services, logger });
   await app.listen({ host: config.host, port: config.port });
@@ -293,17 +299,10 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : config.port;
   const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
-  process.stdout.write(
-    [
-      '',
-      `sandboxd is listening on ${url}`,
-      `  API key:   ${apiKey}`,
-      `  try:       curl -s -H 'X-API-Key: ${apiKey}' ${url}/v1/templates`,
-      `  console:   ${url}/console    API reference: ${url}/docs`,
-      `  sandboxes: public_host on ${config.gateway.mode === 'port' ? `${config.gateway.publicHostname} ports ${config.gateway.portMin}-${config.gateway.portMax}` : `*.${config.gateway.domain}:${config.gateway.hostModePort}`}`,
-      '',
-    ].join('\n') + '\n',
-  );
+  // This process in the store's record of what serves from it (`sandboxd cluster status`).
+  const presence = new ReplicaPresence({ replicas: store.replicas, role: p.replicated ? 'control' : 'serve', url, version: config.version, log });
+  await presence.start();
+  announce(config, { url, apiKey }, log);
 
   let stopping = false;
   const shutdown = (signal: string) => {
@@ -331,6 +330,7 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
       // nodes keep theirs (only the connections to them close).
       await step('letting go of the nodes', () => placement.close());
       if (p.ownsBuildRuntime) await step("releasing the build runtime's spares", () => p.buildRuntime.close());
+      await step('saying in the store that this process stopped', () => presence.stop());
       await step('closing the store', () => closeStore(store));
       log('shut down');
       process.exit(0);

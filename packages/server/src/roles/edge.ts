@@ -10,6 +10,7 @@ import { EventBus } from '../services/events.js';
 import { KeyService } from '../services/keys.js';
 import { ReplicaMutex } from '../services/locks.js';
 import { QuotaService } from '../services/quotas.js';
+import { ReplicaPresence } from '../services/replica-presence.js';
 import { SlidingWindowLimiter } from '../services/rate-limit.js';
 import { RouteTable } from '../gateway/routes.js';
 import type { RouteEntry } from '../services/routes.js';
@@ -113,7 +114,11 @@ export async function runEdge(config: Config, log: Log, logger: Logger): Promise
     answer(404, { error: { code: 'ROUTE_NOT_FOUND', message: 'the edge answers /health and /ready here; sandboxes on the gateway port' } });
   });
   await new Promise<void>((resolve, reject) => probes.once('error', reject).listen(config.port, config.host, () => resolve()));
-  log(`edge probes on http://${config.host}:${config.port}/health and /ready`);
+  const probesUrl = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${config.port}`;
+  log(`edge probes on ${probesUrl}/health and /ready`);
+  // This edge in the store's record of what serves from it (`sandboxd cluster status`).
+  const presence = new ReplicaPresence({ replicas: store.replicas, role: 'edge', url: probesUrl, version: config.version, log });
+  await presence.start();
   let closing: Promise<void> | undefined;
   const close = () =>
     (closing ??= (async () => {
@@ -121,6 +126,7 @@ export async function runEdge(config: Config, log: Log, logger: Logger): Promise
       await new Promise((r) => probes.close(() => r(undefined)));
       await gateway.closeAll().catch((err: unknown) => log('closing sandbox connections failed', { error: String(err) }));
       await placement.close().catch(() => undefined);
+      await presence.stop().catch((err: unknown) => log('saying in the store that this edge stopped failed', { error: String(err) }));
       await closeStore(store).catch((err: unknown) => log('closing the store failed', { error: String(err) }));
       log('edge shut down');
     })());

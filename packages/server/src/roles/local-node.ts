@@ -25,6 +25,7 @@ export function localNode(
       horizonSeconds: config.warmPool.horizonSeconds,
       shrinkAfterMs: config.warmPool.shrinkAfterSeconds * 1000,
       bootConcurrency: config.warmPool.bootConcurrency,
+      debug: log.debug,
     },
     agentReadyTimeoutMs: config.agentReadyTimeoutMs,
     ...(layers ? { layers: { resolve: (refs) => layers.resolve(refs) }, layerUse: layers.use, layerIds: layers.ids } : {}),

@@ -14,10 +14,13 @@ import { PostgresStore } from '../store/postgres.js';
 import { SqliteStore } from '../store/sqlite.js';
 import type { Store } from '../store/types.js';
 
-/** One event of the daemon's, with its fields. */
-export type Log = (msg: string, extra?: Record<string, unknown>) => void;
+/**
+ * One event of the daemon's, with its fields; `debug`, where given, for routine ones that would
+ * fill the log at info (what changes every few seconds on an idle service).
+ */
+export type Log = ((msg: string, extra?: Record<string, unknown>) => void) & { debug?: (msg: string, extra?: Record<string, unknown>) => void };
 
-/** The daemon's logger of the configured level and format, and `log`: info, or warn when the message says something failed. */
+/** The daemon's logger of the configured level and format, and `log`: info, or warn when the message says something failed; `log.debug` at debug. */
 export function startLogging(config: Pick<Config, 'logLevel' | 'logFormat'>): { logger: Logger; log: Log } {
   const logger = createLogger(config.logLevel, { format: config.logFormat === 'auto' ? undefined : config.logFormat });
   const log: Log = (msg, extra) => {
@@ -25,6 +28,7 @@ export function startLogging(config: Pick<Config, 'logLevel' | 'logFormat'>): { 
     if (/\b(failed|warning|cannot|could not)\b/i.test(msg)) logger.warn(fields, msg);
     else logger.info(fields, msg);
   };
+  log.debug = (msg, extra) => logger.debug(extra ?? {}, msg);
   return { logger, log };
 }
 

@@ -127,15 +127,20 @@ export class KeyService {
     }
   }
 
+  /** Whether the key may use the admin API (requireOperator): a key without `admin` costs no read. */
+  async isOperator(p: Principal): Promise<boolean> {
+    if (!p.scopes.has('admin')) return false;
+    return this.requireOperator(p).then(
+      () => true,
+      () => false,
+    );
+  }
+
   /** Who a key is: its organization, its name and scopes, and whether it may use the admin API. */
   async whoami(p: Principal): Promise<{ org: OrgRow; keyName: string; scopes: string[]; operator: boolean }> {
     const [org, key] = await Promise.all([this.store.orgs.byId(p.orgId), this.store.keys.byId(p.keyId)]);
     if (!org || !key) throw new ServiceError('AUTHENTICATION_ERROR', 'this key no longer exists');
-    const operator = await this.requireOperator(p).then(
-      () => true,
-      () => false,
-    );
-    return { org, keyName: key.name, scopes: [...p.scopes].sort(), operator };
+    return { org, keyName: key.name, scopes: [...p.scopes].sort(), operator: await this.isOperator(p) };
   }
 
   /** Resolves a presented secret to its principal, or throws 401. */

@@ -1,8 +1,8 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import { AdminKeysQuery, CreateKeyBody, CreateOrgBody, KeyIdParams, ServiceError } from '@sandboxd/protocol';
 import type { Services } from '../services.js';
 import type { ApiKeyRow, OrgRow } from '../../store/types.js';
-import { guard, principalOf } from '../auth.js';
+import { operatorOnly, principalOf } from '../auth.js';
 
 const org = (o: OrgRow) => ({ id: o.id, name: o.name, created_at: o.createdAt });
 
@@ -24,10 +24,7 @@ const key = (k: ApiKeyRow, orgName: string | undefined) => ({
  * that answer only), revoke.
  */
 export function adminRoutes(app: FastifyInstance, s: Services): void {
-  const admin = async (req: FastifyRequest) => {
-    await guard(s.keys, 'admin')(req);
-    await s.keys.requireOperator(principalOf(req));
-  };
+  const admin = operatorOnly(s.keys);
   const orgNames = async () => new Map((await s.store.orgs.list()).map((o) => [o.id, o.name]));
 
   app.get('/v1/admin/orgs', { preHandler: admin }, async (req) => {

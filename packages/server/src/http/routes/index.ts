@@ -21,6 +21,8 @@ import { deleteTemplateRoute } from './template-delete.js';
 import { metricsRoutes } from './metrics.js';
 import { sandboxNetworkRoutes } from './sandbox-network.js';
 import { adminRoutes } from './admin.js';
+import { adminNodesRoute } from './admin-nodes.js';
+import { adminNodeDrainRoute } from './admin-node-drain.js';
 import { snapshotRoutes } from './snapshots.js';
 import { internalLayerRoutes } from './internal-layers.js';
 import { internalNodeRoutes } from './internal-nodes.js';
@@ -49,6 +51,8 @@ export async function registerRoutes(app: FastifyInstance, s: Services): Promise
     sandboxNetworkRoutes,
     snapshotRoutes,
     adminRoutes,
+    adminNodesRoute,
+    adminNodeDrainRoute,
     internalLayerRoutes,
     internalNodeRoutes,
   ]) {

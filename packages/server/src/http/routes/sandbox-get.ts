@@ -8,10 +8,12 @@ export function getSandboxRoute(app: FastifyInstance, s: Services): void {
     '/v1/sandboxes/:id',
     { schema: { params: SandboxIdParams }, preHandler: guard(s.keys, 'sandboxes:read') },
     async (req) => {
-      const row = await s.sandboxes.get(principalOf(req).orgId, req.params.id);
+      const p = principalOf(req);
+      const row = await s.sandboxes.get(p.orgId, req.params.id);
       // A lifecycle call about a sandbox is a use of it (its idle clock).
       s.sandboxes.touch(row.id);
-      return { ...s.sandboxes.render(row), request_id: req.id };
+      // Which node holds it is the operator's business, not a tenant's.
+      return { ...s.sandboxes.render(row, { node: await s.keys.isOperator(p) }), request_id: req.id };
     },
   );
 }

@@ -123,7 +123,8 @@ export class SandboxCore {
     return specFor(row.id, row, (l) => this.d.layerPath(l));
   }
 
-  render(row: SandboxRow): Sandbox {
+  /** The sandbox as the API shows it; `node`: with the node that holds it (for the operator's keys only). */
+  render(row: SandboxRow, opts: { node?: boolean } = {}): Sandbox {
     const publicHost = this.d.gateway.publicHost(row.id, row.gatewayPort);
     return {
       object: 'sandbox',
@@ -146,6 +147,7 @@ export class SandboxCore {
       updated_at: row.updatedAt,
       resources: { vcpu: row.vcpu, memory_mb: row.memoryMb, disk_gb: row.diskGb, disk_mb: row.diskGb * 1024 },
       available: this.d.placement.nodeUp(row.nodeId),
+      ...(opts.node ? { node: row.nodeId } : {}),
     };
   }
 

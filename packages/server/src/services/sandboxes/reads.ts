@@ -6,7 +6,11 @@ import type { SandboxCore } from './core.js';
 export class Reads {
   constructor(private readonly c: SandboxCore) {}
 
-  async list(orgId: string, q: { limit?: number; status?: string; template?: string; region?: string; cursor?: string }): Promise<{ data: Sandbox[]; hasMore: boolean; nextCursor: string | null }> {
+  async list(
+    orgId: string,
+    q: { limit?: number; status?: string; template?: string; region?: string; cursor?: string },
+    opts: { node?: boolean } = {},
+  ): Promise<{ data: Sandbox[]; hasMore: boolean; nextCursor: string | null }> {
     const limit = q.limit ?? 100;
     const after = pageStart(q.cursor);
     if (q.status && !['running', 'paused', 'stopped'].includes(q.status)) {
@@ -14,7 +18,7 @@ export class Reads {
     }
     const rows = await this.c.d.store.sandboxes.list({ orgId, status: q.status, template: q.template, region: q.region, after, limit: limit + 1 });
     const { page: shown, hasMore, nextCursor } = page(rows, limit);
-    return { data: shown.map((r) => this.c.render(r)), hasMore, nextCursor };
+    return { data: shown.map((r) => this.c.render(r, opts)), hasMore, nextCursor };
   }
 
   /** One sandbox's resource use now; a stopped one has its disk only. */

@@ -182,6 +182,34 @@ export function nodeConformance(name: string, setup: () => Promise<NodeHarness>)
       });
     });
 
+    test("receive: the spec's id booted on a new, empty disk, its agent answering; received again, what the node held of it goes first; a failed boot leaves nothing", async () => {
+      const id = `sbconfreceive${++seq}`;
+      const spec = withSandboxId(own(), id);
+      await withTaken([{ id, warm: false }], async () => {
+        await node.receive(spec);
+        assert.equal(await node.status(id), 'running');
+        await answers(id);
+        assert.ok((await node.list()).includes(id));
+        await h.writeFile(id, '/root/first.txt', 'first');
+        await node.stop(id);
+        // A move cut short and tried again: the node's copy is replaced.
+        await node.receive(spec);
+        await answers(id);
+        assert.equal(await h.readFile(id, '/root/first.txt'), undefined, 'a new empty disk');
+        await node.stop(id);
+        await node.start(spec);
+        await answers(id);
+        h.failBoots(true);
+        try {
+          // (With a network: a boot that fails at its last step, its container already running.)
+          await assert.rejects(node.receive(withSandboxId(own({ internetAccess: true }), id)));
+        } finally {
+          h.failBoots(false);
+        }
+        assert.equal(await node.status(id), 'missing', 'nothing of the id is left');
+      });
+    });
+
     test('an unknown id: status missing, destroy resolves, listeningPorts empty, no agent, every other verb NOT_FOUND', async () => {
       const id = 'sbconformancenosuch';
       assert.equal(await node.status(id), 'missing');

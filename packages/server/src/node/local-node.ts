@@ -142,6 +142,27 @@ export class LocalNode implements Node {
     }
   }
 
+  /**
+   * A sandbox moved here (a drain): what this node held of its id goes first, then it boots as a
+   * create does, with its own id, and answers; a boot or an agent that fails leaves nothing.
+   */
+  async receive(spec: NodeSpec): Promise<void> {
+    await this.destroy(spec.id);
+    let settled: (() => void) | undefined;
+    try {
+      settled = await this.o.layerUse?.use(spec.id, spec.layerIds ?? []);
+      await this.runtime.create({ ...spec, lowerDirs: await this.lowerDirs(spec) });
+      await waitForAgent((timeoutMs) => this.runtime.dialAgent(spec.id, timeoutMs), this.o.agentReadyTimeoutMs).catch((err: unknown) => {
+        throw new ServiceError('AGENT_UNAVAILABLE', "the moved sandbox's agent did not become ready", { id: spec.id }).withDetail(err instanceof Error ? err.message : String(err));
+      });
+    } catch (err) {
+      await this.destroy(spec.id).catch((e: unknown) => this.o.log('removing a sandbox whose move failed failed', { id: spec.id, error: String(e) }));
+      throw err;
+    } finally {
+      settled?.();
+    }
+  }
+
   pause(id: string): Promise<void> {
     return this.runtime.pause(id);
   }
@@ -196,6 +217,14 @@ export class LocalNode implements Node {
   /** The sandboxes the warm pool holds (ready or booting): no one else's, never collected. */
   held(): string[] {
     return [...this.booting, ...this.pool.ids()];
+  }
+
+  /**
+   * Whether the warm pool holds ready sandboxes (default true). A draining node holds none: its
+   * ready ones are destroyed now, and it boots only for the takes that still reach it.
+   */
+  holdWarm(hold: boolean): void {
+    if (this.pool.stock(hold)) this.o.log(hold ? 'the node no longer drains: its warm pool refills from the creates it gets' : 'the node is draining: its warm pool empties and boots nothing ahead');
   }
 
   /** Ready sandboxes per key (keys with none left out): what a node's heartbeat reports, and placement prefers. */

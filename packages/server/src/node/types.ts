@@ -60,6 +60,13 @@ export interface Node {
    * its agent answers. An agent that never does: the sandbox is stopped again, AGENT_UNAVAILABLE.
    */
   start(spec: NodeSpec): Promise<void>;
+  /**
+   * A sandbox moved here from another node (a drain): booted with the spec's id on a new, empty
+   * disk over the spec's layers (its files come as the top one); resolves once its agent answers.
+   * Whatever the node held of that id before (what an earlier move cut short left) is destroyed
+   * first: the caller names an id no row places on this node. A boot that fails leaves nothing.
+   */
+  receive(spec: NodeSpec): Promise<void>;
   /** Freezes every process (memory kept). */
   pause(id: string): Promise<void>;
   resume(id: string): Promise<void>;

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { isProgrammingError, ServiceError } from '@sandboxd/protocol';
-import type { Node, Taken, TakeAsk, WarmStats } from '../node/types.js';
+import type { Node, NodeSpec, Taken, TakeAsk, WarmStats } from '../node/types.js';
 import { abandonedCreate, warmKeyOf } from '../node/warm-key.js';
 import type { SandboxResources } from '../runtime/types.js';
 import type { SandboxUsage } from '../store/types.js';
@@ -65,8 +65,8 @@ export class Placement {
   readonly owner = randomUUID();
   /** Sandboxes taken here and not yet recorded by the services, with what they hold. */
   private readonly reserved = new Map<string, { nodeId: string; resources: SandboxResources }>();
-  /** Takes under way: the node is picked, the id not known yet; they count against the node as reserved ones do. */
-  private readonly asking = new Set<{ nodeId: string; resources: SandboxResources; ask: TakeAsk }>();
+  /** Takes (and moves) under way: the node is picked, the id not known yet; they count against the node as reserved ones do. */
+  private readonly asking = new Set<{ nodeId: string; resources: SandboxResources; ask: object }>();
   /** Sandboxes recorded in the last LATELY_MS, in order: a read of the commitments begun before may lack them. */
   private readonly lately = new Map<string, { nodeId: string; resources: SandboxResources; at: number }>();
   /** The read of the nodes' commitments the last prepare() began. */
@@ -169,6 +169,37 @@ export class Placement {
       return { id, nodeId, warm };
     } finally {
       for (const a of this.asking) if (a.ask === ask && a.nodeId === nodeId) this.asking.delete(a);
+    }
+  }
+
+  /**
+   * Sandbox `spec.id`, moved off the nodes of `passOver` (a drain): booted on the node chosen for
+   * it as a new sandbox's would be, its agent answering, and held as reserved as a take's is until
+   * the services record it there (recorded) or let go of it (discard). A node that cannot take it
+   * is passed over for the next, as for a take.
+   */
+  async receive(spec: NodeSpec, passOver: ReadonlySet<string>): Promise<Placed> {
+    const tried = new Set(passOver);
+    for (;;) {
+      const held = { nodeId: '', resources: spec.resources, ask: spec };
+      const hold = (picked: string) => {
+        held.nodeId = picked;
+        this.asking.add(held);
+      };
+      const nodeId = await this.choose(spec.resources, spec.layerIds ?? [], undefined, hold, tried);
+      try {
+        await this.node(nodeId).receive(spec);
+        this.reserved.set(spec.id, { nodeId, resources: spec.resources });
+        this.claimSoon();
+        return { id: spec.id, nodeId, warm: false };
+      } catch (err) {
+        tried.add(nodeId);
+        if (!failsOver(err) || tried.size - passOver.size >= MAX_TAKE_TRIES) throw err;
+        if ((await this.o.nodes.candidates()).every((c) => tried.has(c.id))) throw err;
+        this.o.log(`node ${nodeId} could not take sandbox ${spec.id} moved to it (${err instanceof Error ? err.message : String(err)}); asking another`);
+      } finally {
+        this.asking.delete(held);
+      }
     }
   }
 

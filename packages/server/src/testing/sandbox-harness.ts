@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ServiceError, type CreateSandboxBody } from '@sandboxd/protocol';
 import { BUILTIN_TEMPLATES } from '../images/builtin.js';
+import { FsLayerStore } from '../images/layer-store.js';
 import type { LocalNode } from '../node/local-node.js';
 import type { Placement } from '../placement/placement.js';
 import { EventBus, type SandboxEventMessage } from '../services/events.js';
@@ -14,6 +15,7 @@ import { SlidingWindowLimiter } from '../services/rate-limit.js';
 import { RouteTable } from '../gateway/routes.js';
 import { SandboxService, type GatewayControl, type Replicas, type SandboxServiceDeps } from '../services/sandboxes/index.js';
 import type { Created } from '../services/sandboxes/create.js';
+import { SnapshotService } from '../services/snapshots/index.js';
 import { TemplateService } from '../services/templates.js';
 import { TokenService } from '../services/tokens.js';
 import { SqliteStore } from '../store/sqlite.js';
@@ -105,6 +107,8 @@ export interface SandboxHarness {
   create(orgId: string, body?: Omit<CreateSandboxBody, 'template_name'>): Promise<Created>;
   /** The stored row of a sandbox (throws when there is none). */
   row(id: string): Promise<SandboxRow>;
+  /** With `snapshots`: where snapshot, fork and move layers are made. */
+  snapshotLayers?: FsLayerStore;
   close(): Promise<void>;
 }
 
@@ -112,13 +116,16 @@ export interface SandboxHarnessOptions extends Partial<Pick<SandboxServiceDeps, 
   replicas?: Replicas;
   /** The nodes placement holds (default one, `fake-node`), each on a FakeRuntime of its own. */
   nodeIds?: string[];
+  /** With a snapshot service (its layers in a store of the harness's own: `snapshotLayers`). */
+  snapshots?: boolean;
 }
 
 /**
  * The sandbox service as the all-in-one daemon composes it (roles/), minus HTTP and root: an
  * in-memory SQLite store, placement over fake nodes (the real LocalNode on the FakeRuntime, whose
  * agents answer on real unix sockets), the StubGateway, no limits (set them with
- * store.orgs.setLimits), no snapshots, and the built-in `base` template on an empty layer.
+ * store.orgs.setLimits), no snapshots unless asked for, and the built-in `base` template on an
+ * empty layer.
  */
 export async function buildSandboxHarness(o: SandboxHarnessOptions = {}): Promise<SandboxHarness> {
   const dir = await mkdtemp(join(tmpdir(), 'sbd-svc-'));
@@ -142,13 +149,18 @@ export async function buildSandboxHarness(o: SandboxHarnessOptions = {}): Promis
   const locks = new KeyedMutex();
   const noLimits = Object.fromEntries(LIMIT_NAMES.map((n) => [n, null])) as OrgLimits;
   const quotas = new QuotaService(store, noLimits);
-  const sandboxes = new SandboxService({
+  const snapshotLayers = o.snapshots ? new FsLayerStore(join(dir, 'snapshot-layers')) : undefined;
+  const snapshots = snapshotLayers
+    ? new SnapshotService({ store, placement, locks, quotas, templates, layers: snapshotLayers, sandbox: (orgId, id) => sandboxes.get(orgId, id), settle: () => sandboxes.settle(), log: () => undefined })
+    : undefined;
+  const sandboxes: SandboxService = new SandboxService({
     store,
     placement,
     tokens,
     templates,
-    layerPath: (id) => join(layersDir, id),
+    layerPath: (id) => (snapshots?.owns(id) ? snapshots.path(id) : join(layersDir, id)),
     gateway,
+    snapshots,
     routes,
     events: eventBus,
     locks,
@@ -182,8 +194,11 @@ export async function buildSandboxHarness(o: SandboxHarnessOptions = {}): Promis
       if (!row) throw new Error(`no row for sandbox ${id}`);
       return row;
     },
+    snapshotLayers,
     close: async () => {
       await sandboxes.settle();
+      // The deletes' teardowns start collections of unused layers: they end before the files go.
+      await snapshots?.collectSoon();
       await placement.close();
       for (const n of nodes) await n.runtime.dispose();
       store.close();

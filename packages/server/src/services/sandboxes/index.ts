@@ -3,6 +3,7 @@ import type { SandboxSpec } from '../../runtime/types.js';
 import type { SandboxRow } from '../../store/types.js';
 import { SandboxCore, type SandboxServiceDeps } from './core.js';
 import { Creates, type Created } from './create.js';
+import { Evacuations, type DrainOptions, type DrainReport } from './evacuate.js';
 import { Forks } from './fork.js';
 import { Lifecycle } from './lifecycle.js';
 import { Network, type PreviewInfo } from './network.js';
@@ -14,11 +15,12 @@ export { ALONE, routeOf, type GatewayControl, type Replicas, type SandboxService
 export { MAX_PREVIEWS_PER_SANDBOX, type PreviewInfo } from './network.js';
 export { AGENT_MALLOC_TUNABLES, egressFrom } from './spec.js';
 export { ABANDONED_CREATE_MS } from './upkeep.js';
+export { DRAIN_BUDGET_MS, type DrainOptions, type DrainReport } from './evacuate.js';
 
 /**
  * The sandboxes' rules, for the HTTP layer, the gateway and the other services: one face over the
  * jobs, each in a file of its own (creates and forks, lifecycle verbs, reconcile and sweep,
- * network and previews, reads), which share the core (core.ts). None knows HTTP or runs a tool:
+ * network and previews, reads, the moves of a drain), which share the core (core.ts). None knows HTTP or runs a tool:
  * the nodes do (placement/, node/).
  */
 export class SandboxService {
@@ -30,6 +32,7 @@ export class SandboxService {
   private readonly reconciles: Reconcile;
   private readonly net: Network;
   private readonly reads: Reads;
+  private readonly evacuations: Evacuations;
 
   constructor(d: SandboxServiceDeps) {
     this.core = new SandboxCore(d);
@@ -40,6 +43,7 @@ export class SandboxService {
     this.reconciles = new Reconcile(this.core, this.lifecycle);
     this.net = new Network(this.core);
     this.reads = new Reads(this.core);
+    this.evacuations = new Evacuations(this.core, this.lifecycle);
   }
 
   // ---- what a sandbox is -----------------------------------------------------------------------
@@ -47,8 +51,8 @@ export class SandboxService {
   get(orgId: string, id: string, opts: { allowDeleted?: boolean } = {}): Promise<SandboxRow> {
     return this.core.get(orgId, id, opts);
   }
-  render(row: SandboxRow): Sandbox {
-    return this.core.render(row);
+  render(row: SandboxRow, opts: { node?: boolean } = {}): Sandbox {
+    return this.core.render(row, opts);
   }
   network(row: SandboxRow): NetworkPolicy {
     return this.core.network(row);
@@ -56,8 +60,8 @@ export class SandboxService {
   spec(row: SandboxRow): SandboxSpec {
     return this.core.spec(row);
   }
-  list(orgId: string, q: { limit?: number; status?: string; template?: string; region?: string; cursor?: string }) {
-    return this.reads.list(orgId, q);
+  list(orgId: string, q: { limit?: number; status?: string; template?: string; region?: string; cursor?: string }, opts: { node?: boolean } = {}) {
+    return this.reads.list(orgId, q, opts);
   }
   metrics(orgId: string, id: string): Promise<SandboxMetrics> {
     return this.reads.metrics(orgId, id);
@@ -138,5 +142,12 @@ export class SandboxService {
   }
   watchOom(): () => void {
     return this.upkeep.watchOom();
+  }
+
+  // ---- the nodes under them --------------------------------------------------------------------
+
+  /** A node drained: it takes nothing new, its stopped and paused sandboxes move to others (evacuate.ts). */
+  drain(nodeId: string, opts: DrainOptions = {}): Promise<DrainReport> {
+    return this.evacuations.drain(nodeId, opts);
   }
 }

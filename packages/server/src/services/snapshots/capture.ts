@@ -19,6 +19,12 @@ export interface CapturedLayer {
   release: () => void;
 }
 
+/**
+ * Why a sandbox's files are copied: a snapshot, a fork, or a move to another node (its own disk,
+ * which counts against no snapshot storage: snapshotStorageUsed passes over it).
+ */
+export type CaptureKind = 'snapshot' | 'fork' | 'move';
+
 /** Sandboxes mount their layers through one overlay: the helper takes at most this many (idmap-mount.c MAX_LAYERS). */
 export const MAX_SNAPSHOT_DEPTH_LAYERS = 64;
 /** The agent's env set inside a sandbox (packages/agent: EnvStore under its state dir). */
@@ -29,7 +35,7 @@ function newSnapshotId(): string {
   return `snap_${randomBytes(12).toString('hex')}`;
 }
 
-/** A sandbox's files copied into a layer of this store: for a fork (services/sandboxes/create.ts), or a snapshot taken here. */
+/** A sandbox's files copied into a layer of this store: for a fork (services/sandboxes/fork.ts), a move off a draining node (evacuate.ts), or a snapshot taken here. */
 export class Captures {
   constructor(
     private readonly c: SnapshotCore,
@@ -41,7 +47,7 @@ export class Captures {
    * copy). The caller holds the sandbox's lock, and calls release() once a row references the
    * layer, or removes it (discard) when none will.
    */
-  async capture(row: SandboxRow, kind: 'snapshot' | 'fork', maxBytes?: number): Promise<CapturedLayer> {
+  async capture(row: SandboxRow, kind: CaptureKind, maxBytes?: number): Promise<CapturedLayer> {
     if (row.layers.length + 1 > MAX_SNAPSHOT_DEPTH_LAYERS) {
       throw new ServiceError(
         'LIMIT_EXCEEDED',

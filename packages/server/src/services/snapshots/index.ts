@@ -1,13 +1,13 @@
 import type { Snapshot } from '@sandboxd/protocol';
 import type { SandboxRow, SnapshotRow, TemplateRow } from '../../store/types.js';
-import { Captures, type CapturedLayer } from './capture.js';
+import { Captures, type CapturedLayer, type CaptureKind } from './capture.js';
 import { Collector } from './collect.js';
 import { SnapshotCore, type SnapshotServiceDeps } from './core.js';
 import { Pins } from './pins.js';
 import { builtinNames, Promotions } from './promote.js';
 import { StorageQuota } from './storage.js';
 
-export { MAX_SNAPSHOT_DEPTH_LAYERS, readEnvSet, type CapturedLayer } from './capture.js';
+export { MAX_SNAPSHOT_DEPTH_LAYERS, readEnvSet, type CapturedLayer, type CaptureKind } from './capture.js';
 export type { SnapshotServiceDeps } from './core.js';
 export { snapshotStorageUsed } from './storage.js';
 
@@ -60,7 +60,7 @@ export class SnapshotService {
 
   // ---- captures, pins and snapshots taken ------------------------------------------------------
 
-  capture(row: SandboxRow, kind: 'snapshot' | 'fork', maxBytes?: number): Promise<CapturedLayer> {
+  capture(row: SandboxRow, kind: CaptureKind, maxBytes?: number): Promise<CapturedLayer> {
     return this.captures.capture(row, kind, maxBytes);
   }
   pinned<T>(layers: string[], fn: () => Promise<T>): Promise<T> {

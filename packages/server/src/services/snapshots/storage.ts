@@ -9,7 +9,8 @@ const MIB = 1024 * 1024;
  * Bytes of the snapshot layer store an organization holds: every layer of this store that one of
  * its snapshots, templates (promoted from a snapshot) or sandboxes (made from a snapshot, or forks)
  * mounts, each counted once, for as long as anything mounts it. What `max_snapshot_storage_mb`
- * limits: a layer kept by a fork or a template after its snapshot is deleted still counts.
+ * limits: a layer kept by a fork or a template after its snapshot is deleted still counts. A
+ * sandbox's own disk taken along when it moved to another node (kind `move`) does not.
  */
 export async function snapshotStorageUsed(store: Store, layers: FsLayerStore, orgId: string, sizes = new Map<string, number>()): Promise<number> {
   const ids = new Set<string>();
@@ -22,7 +23,8 @@ export async function snapshotStorageUsed(store: Store, layers: FsLayerStore, or
     if (size === undefined) {
       const meta = await layers.meta(id);
       if (!meta) continue; // a layer of another store (a template's)
-      size = meta.sizeBytes;
+      // A sandbox moved off a draining node took its disk along as a layer: the operator's doing.
+      size = meta.kind === 'move' ? 0 : meta.sizeBytes;
       sizes.set(id, size);
     }
     total += size;

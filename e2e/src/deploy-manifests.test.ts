@@ -720,6 +720,12 @@ describe('deploy/systemd: the units and their environment files', () => {
     assert.ok(nodeConfig.node.credential && nodeConfig.node.controlUrls.length > 0, 'a credential and where control is');
     assert.ok(control!.SANDBOXD_HOST === '0.0.0.0', 'control listens beyond loopback');
     const config = mustConfig(Object.fromEntries(Object.entries(control!).map(([k, v]) => [k, filledIn(k, v)])), 'control.env.example');
-    assert.notEqual(config.gateway.publicHostname, '127.0.0.1', "sandboxes' public_host must name a reachable host");
+    // Several replicas and the edges serve every sandbox only in host mode, all on one domain and port.
+    const edge = parseEnvFile(readFileSync(join(SYSTEMD, 'edge.env.example'), 'utf8')).set;
+    const edgeConfig = mustConfig(Object.fromEntries(Object.entries(edge).map(([k, v]) => [k, filledIn(k, v)])), 'edge.env.example');
+    assert.equal(config.gateway.mode, 'host', "control's gateway in host mode");
+    assert.deepEqual([config.gateway.domain, config.gateway.hostModePort], [edgeConfig.gateway.domain, edgeConfig.gateway.hostModePort], "the edge's domain and port");
+    assert.equal(config.gateway.bindHost, '0.0.0.0', 'the gateway listens beyond loopback');
+    assert.notEqual(new URL(config.layerTransfer.controlUrl).hostname, '0.0.0.0', 'the nodes reach this replica at an address of its own');
   });
 });

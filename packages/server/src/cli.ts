@@ -6,8 +6,11 @@ import { KeyService, parseScopes } from './services/keys.js';
 import { start } from './main.js';
 import { openImages, openStore } from './roles/shared.js';
 import { keygen, nodeCredential } from './cli-cluster.js';
-import { drainNode, listNodes, nodeTableRows, removeNode, setNodeStatus } from './cli-nodes.js';
+import { readStatus, statusExitCode, statusJson, statusText } from './cli-status.js';
+import { admitNode, drainNode, drainSummary, listNodes, nodeTableRows, removeNode, setNodeStatus, type DrainAnswer } from './cli-nodes.js';
+import { controlApi } from './cli-control.js';
 import { LIMIT_OPTIONS, applyLimitFlags, describeLimits, listRow } from './cli-limits.js';
+import { applyEnvFile, CONTROL_ENV_FILE } from './cli-env.js';
 
 const USAGE = `sandboxd: self-hosted sandbox execution service
 
@@ -28,10 +31,18 @@ Usage:
   sandboxd cluster keygen --out DIR                 a new key pair of a cluster: DIR/cluster-signing.pem
                                                     (0600, control's and edge's) and DIR/cluster-verify.pem
                                                     (public, for every node); overwrites nothing
-  sandboxd cluster node-credential ID --out FILE    node ID's registry credential (0600), signed with
+  sandboxd cluster status [--json]                  the store, control replicas, edges, nodes with their
+                                                    leases, orphans, and a verdict; exits 1 when
+                                                    something is wrong (the store, no replica up, a node
+                                                    lost with sandboxes)
+  sandboxd cluster node-credential ID --out FILE [--days N]
+                                                    node ID's registry credential (0600), signed with
                                                     SANDBOXD_CLUSTER_SIGNING_KEY_FILE (or --signing-key):
                                                     the node registers through control with it
-                                                    (SANDBOXD_NODE_CREDENTIAL_FILE), no database access
+                                                    (SANDBOXD_NODE_CREDENTIAL_FILE), no database access;
+                                                    good for N days (default 30, at most 365), the node
+                                                    renews it past half that; one made after
+                                                    \`nodes remove ID\` admits that node again
   sandboxd orgs create NAME                         create an organization
   sandboxd orgs list                                every organization with its limits (* = set for it)
   sandboxd orgs limits NAME [--max-vcpu N] [--max-memory-mb N] [--max-disk-gb N]
@@ -47,8 +58,19 @@ Usage:
   sandboxd keys revoke KEY_ID
   sandboxd nodes list                               the cluster's nodes: status, up, what they hold
   sandboxd nodes cordon|uncordon NODE               takes nothing new / active again
-  sandboxd nodes drain NODE [--timeout SECONDS]     takes nothing new, and waits for its sandboxes to end
-  sandboxd nodes remove NODE [--force]              forgets it; its sandboxes are marked deleted
+  sandboxd nodes drain NODE [--stop-running] [--timeout SECONDS] [--url URL] [--api-key-file FILE]
+                                                    takes nothing new and empties its warm pool; control
+                                                    moves its stopped and paused sandboxes to other
+                                                    nodes (--stop-running: its running ones too, stopped
+                                                    first), then this waits for the running ones to end
+                                                    (--timeout: at most that long); run again, it goes
+                                                    on; control at URL (default SANDBOXD_HOST and
+                                                    SANDBOXD_PORT) with an admin key (default the
+                                                    bootstrap key)
+  sandboxd nodes remove NODE [--force]              forgets it; its sandboxes are marked deleted; it
+                                                    cannot register again with the credentials it had
+  sandboxd nodes admit NODE                         clears a removal: the node may register again (one
+                                                    through control: with its old credentials too)
   sandboxd images import REF FILE                   import a docker-save / OCI archive as base image REF
   sandboxd images pull REF                          pull REF from the configured registry
   sandboxd images list
@@ -58,7 +80,10 @@ Scopes: sandboxes:read, sandboxes:write, templates:read, templates:write, metric
 (default: the sandboxes and templates scopes). metrics:read reads the node-wide /metrics. admin stands
 for every scope; on a key of the operator's organization (default) it also opens the admin API
 (/v1/admin: organizations and keys).
-Configuration comes from the environment (SANDBOXD_DATA_DIR, ...; see docs/configuration.md).`;
+Configuration comes from the environment (SANDBOXD_DATA_DIR, ...; see docs/configuration.md).
+--env-file FILE (any command) adds the variables of FILE that the environment does not set. orgs,
+keys, nodes and cluster read ${CONTROL_ENV_FILE} (control's, in the systemd layout) when it exists
+and neither SANDBOXD_DATABASE_URL nor SANDBOXD_DATA_DIR is set.`;
 
 function table(rows: Array<Record<string, string>>): string {
   if (rows.length === 0) return '(none)';
@@ -136,7 +161,11 @@ async function admin(args: string[]): Promise<number> {
 }
 
 async function nodesCommand(args: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' }, force: { type: 'boolean' }, timeout: { type: 'string' } } });
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { json: { type: 'boolean' }, force: { type: 'boolean' }, timeout: { type: 'string' }, 'stop-running': { type: 'boolean' }, url: { type: 'string' }, 'api-key-file': { type: 'string' } },
+  });
   const [verb, id] = positionals;
   const store = await openStore(loadConfig());
   const out = (v: unknown, human: string) => process.stdout.write(`${values.json ? JSON.stringify(v, null, 2) : human}\n`);
@@ -150,18 +179,28 @@ async function nodesCommand(args: string[]): Promise<number> {
     } else if (verb === 'drain' && id) {
       const timeout = values.timeout === undefined ? undefined : Number(values.timeout);
       if (timeout !== undefined && !(Number.isFinite(timeout) && timeout >= 0)) throw new ServiceError('VALIDATION_ERROR', '--timeout takes seconds');
+      // The moves are control's (it holds the nodes and the layers): this asks it, call after call.
+      const control = controlApi(loadConfig(), { url: values.url, keyFile: values['api-key-file'] });
+      // A first ^C ends the drain after the call under way (what it began, control finishes); a second, at once.
       const ac = new AbortController();
       process.once('SIGINT', () => ac.abort());
-      const drained = await drainNode(store, id, {
+      const r = await drainNode((body) => control<DrainAnswer>('POST', `/v1/admin/nodes/${encodeURIComponent(id)}/drain`, body), {
+        stopRunning: values['stop-running'],
         timeoutMs: timeout === undefined ? undefined : timeout * 1000,
         signal: ac.signal,
-        onProgress: (left) => process.stderr.write(`node ${id}: draining, ${left} sandbox(es) left\n`),
+        onProgress: (p) => process.stderr.write(`node ${id}: draining: moved ${p.moved} of ${p.of}${p.failed ? ` (${p.failed} could not move)` : ''}; ${p.running} running left\n`),
       });
-      out({ id, drained }, drained ? `node ${id} is drained: no sandbox left on it` : `node ${id} is still draining (it takes nothing new)`);
-      return drained ? 0 : 1;
+      out({ id, ...r }, drainSummary(id, r));
+      return r.drained ? 0 : 1;
     } else if (verb === 'remove' && id) {
       const r = await removeNode(store, id, { force: values.force });
-      out({ id, removed: true, ...r }, `removed node ${id}; ${r.sandboxes} sandbox(es) on it marked deleted (node_removed)`);
+      out(
+        { id, removed: true, ...r },
+        `removed node ${id}; ${r.sandboxes} sandbox(es) on it marked deleted (node_removed); it cannot register again until admitted: a new credential (\`sandboxd cluster node-credential ${id}\`), or \`sandboxd nodes admit ${id}\` for a node on the database`,
+      );
+    } else if (verb === 'admit' && id) {
+      const r = await admitNode(store, id);
+      out({ id, ...r }, r.admitted ? `node ${id} may register again` : `node ${id} was not removed: nothing to admit`);
     } else {
       process.stderr.write(`${USAGE}\n`);
       return 2;
@@ -173,18 +212,24 @@ async function nodesCommand(args: string[]): Promise<number> {
 }
 
 async function clusterCommand(args: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { out: { type: 'string' }, json: { type: 'boolean' }, 'signing-key': { type: 'string' } } });
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { out: { type: 'string' }, json: { type: 'boolean' }, 'signing-key': { type: 'string' }, days: { type: 'string' } } });
+  if (positionals[0] === 'status' && positionals.length === 1) {
+    const outcome = await readStatus(loadConfig());
+    process.stdout.write(`${values.json ? JSON.stringify(statusJson(outcome), null, 2) : statusText(outcome, table)}\n`);
+    return statusExitCode(outcome);
+  }
   if (positionals[0] === 'node-credential' && positionals.length === 2 && values.out) {
     const key = values['signing-key'] ?? process.env.SANDBOXD_CLUSTER_SIGNING_KEY_FILE;
     if (!key) {
       process.stderr.write('sandboxd cluster node-credential: the signing key: --signing-key FILE or SANDBOXD_CLUSTER_SIGNING_KEY_FILE\n');
       return 2;
     }
-    const file = await nodeCredential(positionals[1]!, key, values.out);
+    if (values.days !== undefined && !/^\d{1,4}$/.test(values.days)) throw new ServiceError('VALIDATION_ERROR', `--days takes a whole number of days, not "${values.days.slice(0, 20)}"`);
+    const { file, expiresAt } = await nodeCredential(positionals[1]!, key, values.out, values.days === undefined ? undefined : Number(values.days));
     process.stdout.write(
       values.json
-        ? `${JSON.stringify({ node_id: positionals[1], credential_file: file }, null, 2)}\n`
-        : `wrote ${file} (mode 0600): node ${positionals[1]}'s registry credential (SANDBOXD_NODE_CREDENTIAL_FILE on that node, with SANDBOXD_CONTROL_URL)\n`,
+        ? `${JSON.stringify({ node_id: positionals[1], credential_file: file, expires_at: expiresAt }, null, 2)}\n`
+        : `wrote ${file} (mode 0600): node ${positionals[1]}'s registry credential (SANDBOXD_NODE_CREDENTIAL_FILE on that node, with SANDBOXD_CONTROL_URL), good until ${expiresAt}; the node renews it past half its life\n`,
     );
     return 0;
   }
@@ -231,7 +276,10 @@ async function imagesCommand(args: string[]): Promise<number> {
   return 2;
 }
 
-async function main(argv: string[]): Promise<number> {
+async function main(args: string[]): Promise<number> {
+  const chosen = applyEnvFile(args, process.env);
+  if (chosen.defaulted) process.stderr.write(`sandboxd: settings from ${chosen.file} (neither SANDBOXD_DATABASE_URL nor SANDBOXD_DATA_DIR is set)\n`);
+  const argv = chosen.argv;
   const [cmd] = argv;
   if (cmd === undefined || cmd === 'serve' || cmd === 'control') {
     await start(cmd ?? 'serve');

@@ -16,6 +16,7 @@ import pg from 'pg';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { api, createSandbox, crunContainers, freePort, startNode, startServer, stopAll, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
+import { until, viaGateway } from './cluster-support.js';
 import { NODE_NETNS_RANGE } from './node-netns.js';
 import { clientFor, sbx } from './sdk-support.js';
 import { childEnv, resolveDomainTo } from './test-dns.js';
@@ -33,52 +34,7 @@ const ADDR = { a: '127.0.0.2', b: '127.0.0.3', edge: '127.0.0.4' } as const;
 let GATEWAY_PORT = 0;
 
 /** A call to a sandbox's agent through one gateway, by Host header. */
-function via(address: string, host: string, method: string, path: string, token: string, body?: unknown): Promise<{ status: number; body: any }> {
-  const data = body === undefined ? undefined : JSON.stringify(body);
-  return new Promise((resolve, reject) => {
-    const req = request(
-      {
-        host: address,
-        port: GATEWAY_PORT,
-        method,
-        path,
-        agent: false,
-        headers: {
-          host,
-          authorization: `Bearer ${token}`,
-          ...(data ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } : {}),
-        },
-      },
-      (res) => {
-        let text = '';
-        res.on('data', (c) => (text += c));
-        res.on('end', () => {
-          let parsed: unknown = text;
-          try {
-            parsed = JSON.parse(text);
-          } catch {
-            /* a preview's app answers what it likes */
-          }
-          resolve({ status: res.statusCode ?? 0, body: parsed });
-        });
-      },
-    );
-    req.on('error', reject);
-    req.setTimeout(30_000, () => req.destroy(new Error('timed out')));
-    req.end(data);
-  });
-}
-
-async function until<T>(what: string, fn: () => Promise<T>, ok: (v: T) => boolean, ms = 5000): Promise<T> {
-  const deadline = Date.now() + ms;
-  let last: T;
-  do {
-    last = await fn();
-    if (ok(last)) return last;
-    await new Promise((r) => setTimeout(r, 100));
-  } while (Date.now() < deadline);
-  assert.fail(`${what}: still ${JSON.stringify(last).slice(0, 300)} after ${ms} ms`);
-}
+const via = (address: string, host: string, method: string, path: string, token: string, body?: unknown) => viaGateway(address, GATEWAY_PORT, host, method, path, token, body);
 
 /** Server-sent events of a stream, as they come. */
 function sse(url: string, apiKey: string): Promise<{ events: Array<{ event: string; data: any }>; close: () => void }> {

@@ -75,7 +75,7 @@ const SLOT_DIR = '/run/sandboxd-test-slots';
  * cgroup parent, bridge, subnet and gateway ports, which are host-global. A slot whose owner
  * process died is taken over.
  */
-function claimSlot(): { slot: number; release: () => void } {
+export function claimSlot(): { slot: number; release: () => void } {
   mkdirSync(SLOT_DIR, { recursive: true });
   for (let slot = 0; slot < 60; slot++) {
     const file = join(SLOT_DIR, String(slot));
@@ -379,6 +379,10 @@ export interface TestNode {
   netns?: NodeNetns;
   /** kill -9: its sandboxes keep running. */
   kill9(): Promise<void>;
+  /** SIGTERM, waiting for the exit (a failure when it takes over STOP_GRACE_MS); its data stays. */
+  shutdown(): Promise<void>;
+  /** Sends a signal that does not end it (SIGSTOP, SIGCONT: a node that hangs, and is back). */
+  signal(signal: 'SIGSTOP' | 'SIGCONT'): void;
   /** Starts the node process again (same id, port, data). */
   restart(): Promise<void>;
   /** Stops the process, destroys what its runtime still holds, removes its host setup and data. */
@@ -399,6 +403,11 @@ export interface NodeOptions {
    * end of its link (start PostgreSQL with `clients: [NODE_NETNS_RANGE]`).
    */
   netns?: boolean;
+  /**
+   * Its registry credential's file: it registers through control's replicas, at these API ports
+   * of the host (reached at the host's end of its link in a namespace), in this order.
+   */
+  registry?: { credentialFile: string; controlPorts: number[] };
 }
 
 /** The directories of cgroup `name` under /sys/fs/cgroup (each v1 hierarchy, or the v2 one). */
@@ -431,8 +440,9 @@ function runToEnd(argv: string[]): Promise<void> {
 
 /**
  * A `sandboxd node` process of a test's own (bridge, subnet, cgroup parent, data dir), registered
- * in `databaseUrl`'s registry when given, sharing the tests' layer directory (a cluster on one
- * machine: layers are not moved between machines yet). On the host's loopback, or with `netns` in
+ * in `databaseUrl`'s registry when given, sharing the tests' layer directory (the layers are
+ * there already, so it fetches none from control; SANDBOXD_LAYERS_DIR of its own in `env` makes it
+ * fetch them, as on a machine of its own). On the host's loopback, or with `netns` in
  * a network namespace of its own. `verifyKey`: the PEM of the cluster's public key
  * (SANDBOXD_CLUSTER_VERIFY_KEY), whose private key control signs with.
  */
@@ -468,6 +478,12 @@ export async function startNode(o: NodeOptions): Promise<TestNode> {
     // As test daemons: the node's warm pool holds no reserve at rest, only its floor per key asked.
     SANDBOXD_WARM_POOL_RESERVE: '0',
     ...(o.databaseUrl ? { SANDBOXD_DATABASE_URL: ns ? viaHost(o.databaseUrl, ns.hostAddress) : o.databaseUrl } : {}),
+    ...(o.registry
+      ? {
+          SANDBOXD_NODE_CREDENTIAL_FILE: o.registry.credentialFile,
+          SANDBOXD_CONTROL_URL: o.registry.controlPorts.map((p) => `http://${ns?.hostAddress ?? '127.0.0.1'}:${p}`).join(','),
+        }
+      : {}),
     ...o.env,
   };
   const settings: NodeRuntimeSettings = { dataDir, cgroupParent, bridge: env.SANDBOXD_BRIDGE!, subnet: env.SANDBOXD_SUBNET! };
@@ -484,7 +500,7 @@ export async function startNode(o: NodeOptions): Promise<TestNode> {
     child.once('exit', () => (exited = true));
     for (const deadline = Date.now() + 120_000; Date.now() < deadline; ) {
       if (exited) throw new Error(`sandboxd node exited during start; see ${logFile}`);
-      if (existsSync(logFile) && readFileSync(logFile, 'utf8').slice(-4096).includes(o.databaseUrl ? `node ${o.id} registered` : 'serves its runtime')) return;
+      if (existsSync(logFile) && readFileSync(logFile, 'utf8').slice(-4096).includes(o.databaseUrl || o.registry ? `node ${o.id} registered` : 'serves its runtime')) return;
       await new Promise((r) => setTimeout(r, 100));
     }
     child.kill('SIGKILL');
@@ -534,9 +550,15 @@ export async function startNode(o: NodeOptions): Promise<TestNode> {
     env,
     netns: ns,
     kill9: () => exit('SIGKILL'),
+    shutdown: () => exit('SIGTERM'),
+    signal: (signal) => {
+      if (child && child.exitCode === null && child.signalCode === null) child.kill(signal);
+    },
     restart: launch,
     stop: async () => {
       try {
+        // A node left stopped by a drill that failed would never end on SIGTERM.
+        if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGCONT');
         await exit('SIGTERM');
       } finally {
         await cleanUp();

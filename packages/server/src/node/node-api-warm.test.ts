@@ -4,7 +4,7 @@
 // one's. A LocalNode on the FakeRuntime behind a real node API: no root, no container.
 import assert from 'node:assert/strict';
 import { mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -295,4 +295,56 @@ test("the pool's sandboxes hold their layers in the node's layer cache: recorded
     await own.close();
     await cache.stop();
   }
+});
+
+test('a heartbeat that says the node drains empties its pool, which then boots only for the asks that still come; active again, it refills', async () => {
+  const capacity = { vcpu: 2, memoryMb: 2048, diskGb: 10, maxSandboxes: 10 };
+  await store.nodes.register({ id: 'node-w', url, capacity }, 30_000);
+  const key = warmKeyOf(askSpec(), 'tpl-1').key;
+  const first = await ask(askSpec(), 'tpl-1', 'base');
+  await until('ready', () => pool.readyByKey()[key] === 1);
+  const ready = pool.held();
+  // As roles/node.ts has it.
+  const m = new NodeMembership({ store, node: pool, id: 'node-w', url, capacity, leaseMs: 30_000, warm: () => pool.readyByKey(), onStatus: (s) => pool.holdWarm(s !== 'draining') });
+  try {
+    await store.nodes.setStatus('node-w', 'draining');
+    await m.beat();
+    assert.deepEqual(pool.held(), [], 'nothing held ready');
+    for (const id of ready) await until(`${id} destroyed`, () => !booted.has(id) || fake.calls.some((c) => c.verb === 'destroy' && c.id === id));
+    const cold = await ask(askSpec(), 'tpl-1', 'base');
+    assert.equal(cold.warm, false, 'an ask that still comes is served by a boot');
+    await new Promise((r) => setTimeout(r, 100));
+    assert.deepEqual(pool.held(), [], 'and nothing is booted ahead');
+    assert.deepEqual((await m.beat())?.warm, {}, 'its heartbeat reports none ready');
+    await store.nodes.setStatus('node-w', 'active');
+    await m.beat();
+    await until('refilled', () => pool.readyByKey()[key] === 1);
+    for (const id of [first.id, cold.id]) await fake.destroy(id);
+  } finally {
+    m.stop();
+  }
+});
+
+test('an ask whose connection control closed before the node read it (a node stopped and then going on) hands out nothing', async () => {
+  const before = new Set(await fake.list());
+  const body = JSON.stringify({ spec: askSpec(), pool_id: 'tpl-gone', label: 'gone', agent_env: {} });
+  const token = await signer.tokenFor('node-w');
+  // The ask and the end of what control sends arrive together, as a stopped node reads them.
+  await new Promise<void>((resolve, reject) => {
+    const sock = connect((app.server.address() as AddressInfo).port, '127.0.0.1', () => {
+      sock.end(`POST /node/v1/warm HTTP/1.1\r\nHost: node\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`, () => {
+        // This process is the node too: it stops for a while, and then reads both at once.
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 200);
+      });
+    });
+    sock.on('error', reject);
+    sock.on('close', () => resolve());
+    sock.resume();
+  });
+  // Whatever it booted is its pool's (ready for the next ask) or destroyed: none is handed out to no one.
+  await new Promise((r) => setTimeout(r, 500));
+  const held = new Set(pool.held());
+  const handedOut = (await fake.list()).filter((id) => !before.has(id) && !held.has(id));
+  assert.deepEqual(handedOut, []);
+  await pool.dropWarm('tpl-gone');
 });

@@ -20,12 +20,12 @@ import { nodeErrorAnswer } from './wire-errors.js';
 
 export interface NodeApiOptions {
   /** This machine as a node: its runtime, warm pool and layers. */
-  node: Pick<LocalNode, 'id' | 'take' | 'dropWarm' | 'start' | 'pause' | 'resume' | 'stop' | 'destroy' | 'status' | 'statuses' | 'list' | 'stats' | 'listeningPorts' | 'setEgress' | 'resetDisk' | 'exportLayer' | 'agentSocket' | 'watchOom' | 'layerIds'>;
+  node: Pick<LocalNode, 'id' | 'take' | 'dropWarm' | 'start' | 'receive' | 'pause' | 'resume' | 'stop' | 'destroy' | 'status' | 'statuses' | 'list' | 'stats' | 'listeningPorts' | 'setEgress' | 'resetDisk' | 'exportLayer' | 'agentSocket' | 'watchOom' | 'layerIds'>;
   /** The cluster's public key: a node checks tokens, it cannot make them. */
   auth: ClusterVerifier;
   log?: (msg: string) => void;
   /** What control replicas hold here unrecorded (absent: claims are taken and ignored: no collector runs). */
-  orphans?: { claim(owner: string, ids: string[], ttlMs: number): void };
+  orphans?: { claim(owner: string, ids: string[], ttlMs: number): void; handedOut?(id: string): void };
   /**
    * Specs name their layers by reference (a node with a layers directory of its own, which fetches
    * what it lacks); a spec naming paths is refused. false (tests of one machine): specs name this
@@ -119,6 +119,7 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
 
   app.get('/node/v1/health', async () => ({ node_id: rt.id }));
   app.post('/node/v1/sandboxes/:id/start', async (req, reply) => done(reply, await rt.start(specOf(req))));
+  app.post('/node/v1/sandboxes/:id/receive', async (req, reply) => done(reply, await rt.receive(specOf(req))));
   app.post('/node/v1/sandboxes/:id/pause', async (req, reply) => done(reply, await rt.pause(idOf(req))));
   app.post('/node/v1/sandboxes/:id/resume', async (req, reply) => done(reply, await rt.resume(idOf(req))));
   app.post('/node/v1/sandboxes/:id/stop', async (req, reply) => done(reply, await rt.stop(idOf(req))));
@@ -198,15 +199,30 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
     reply.raw.on('close', () => {
       if (!reply.raw.writableFinished) gone.abort();
     });
+    // Control closes the connection when it gives up (its deadline, or a stopped node's silence):
+    // the server keeps a half-closed connection open to answer it, so the end of what control sends
+    // is its leaving, too. A node that was stopped reads the ask and that end at once when it goes
+    // on, before this handler runs.
+    const sock = req.raw.socket;
+    const left = () => gone.abort();
+    if (sock.destroyed || sock.readableEnded) gone.abort();
+    else {
+      sock.once('end', left);
+      reply.raw.once('close', () => sock.off('end', left));
+    }
     const spec: NodeSpec = 'refs' in ask.layers ? { ...ask.spec, layerRefs: ask.layers.refs } : { ...ask.spec, lowerDirs: ask.layers.paths };
     const take = async () => {
       const { id, warm } = await rt.take({ spec, poolId: ask.poolId, label: ask.label, env: ask.agentEnv ?? {}, egress: ask.egress ?? null, signal: gone.signal });
       // Control went away as the sandbox was handed over (it gave up waiting): the answer would
       // reach no one, and the sandbox, holding the create's env, would be no one's until collected.
       if (gone.signal.aborted) {
+        log(`sandbox ${id}: control went away as it was handed over; destroyed`);
         await rt.destroy(id).catch((err: unknown) => log(`destroying sandbox ${id}, whose asker left, failed: ${String(err)}`));
         throw new ServiceError('INVALID_STATE', 'the asker went away: the sandbox was destroyed');
       }
+      // Whether the answer reaches control is not known here: the collector sees that control
+      // claims or records it soon (node/orphans.ts).
+      o.orphans?.handedOut?.(id);
       return { id, warm, env_set: true };
     };
     if (req.headers[STAGES_HEADER] !== '1') return take();

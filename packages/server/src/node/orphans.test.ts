@@ -3,13 +3,14 @@ import { test } from 'node:test';
 import { OrphanCollector } from './orphans.js';
 import type { SandboxRow } from '../store/types.js';
 
-function setup(o: { held: string[]; rows: Array<{ id: string; nodeId: string }>; failStore?: boolean }) {
+function setup(o: { held: string[]; rows: Array<{ id: string; nodeId: string }>; failStore?: boolean; handedGraceMs?: number }) {
   const held = new Set(o.held);
   const destroyed: string[] = [];
   const logs: string[] = [];
   const collector = new OrphanCollector({
     nodeId: 'n1',
     graceMs: 60_000,
+    ...(o.handedGraceMs === undefined ? {} : { handedGraceMs: o.handedGraceMs }),
     node: {
       list: async () => [...held],
       destroy: async (id: string) => {
@@ -87,4 +88,19 @@ test('claims are bounded in owners', () => {
   for (let i = 0; i < 64; i++) collector.claim(`o${i}`, [], 60_000);
   assert.throws(() => collector.claim('one-more', [], 60_000), RangeError);
   collector.claim('o3', ['a'], 60_000);
+});
+
+test('a sandbox handed out by a take that its asker neither claims nor records goes after the short grace; one claimed or recorded stays', async () => {
+  const t0 = 2_000_000;
+  const rows: Array<{ id: string; nodeId: string }> = [];
+  const { collector, destroyed, logs } = setup({ held: ['lost', 'claimed', 'recorded', 'old'], rows, handedGraceMs: 4000 });
+  await collector.collect(t0 - 10_000); // 'old' is seen unowned before any take
+  for (const id of ['lost', 'claimed', 'recorded']) collector.handedOut(id, t0);
+  collector.claim('control-a', ['claimed'], 60_000);
+  rows.push({ id: 'recorded', nodeId: 'n1' });
+  await collector.collect(t0 + 3000);
+  assert.deepEqual(destroyed, [], 'within the short grace');
+  await collector.collect(t0 + 4000);
+  assert.deepEqual(destroyed, ['lost'], 'the one no one took up, and only it: the others are owned, and "old" has the whole grace');
+  assert.match(logs.join('\n'), /handed out by a take/);
 });

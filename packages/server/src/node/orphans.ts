@@ -15,6 +15,13 @@ export interface OrphanCollectorOptions {
   graceMs: number;
   /** The node's own sandboxes (its warm pool's, ready or booting): no one else's, never collected. */
   held?: () => Iterable<string>;
+  /**
+   * How long a sandbox this node handed out (a take's answer) may stay without a row or a claim
+   * (default: none, the whole grace). Control claims what it takes within a claim interval and then
+   * records it; one whose asker had gone (it gave up on a node that was stopped, and the answer
+   * reached no one) is collected after this instead of the grace.
+   */
+  handedGraceMs?: number;
   /** How often to look (default: a quarter of the grace, between 5 s and 60 s). */
   intervalMs?: number;
   log: (msg: string, extra?: Record<string, unknown>) => void;
@@ -33,6 +40,8 @@ export class OrphanCollector {
   private readonly claims = new Map<string, { ids: Set<string>; expiresAt: number }>();
   /** Sandboxes found unowned, since when. */
   private readonly unowned = new Map<string, number>();
+  /** Sandboxes handed out by a take and not yet seen recorded or claimed, since when. */
+  private readonly handed = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
 
@@ -54,6 +63,16 @@ export class OrphanCollector {
     return false;
   }
 
+  /** A take handed sandbox `id` out: its asker claims or records it within handedGraceMs, or it is no one's. */
+  handedOut(id: string, now = Date.now()): void {
+    const grace = this.o.handedGraceMs;
+    if (grace === undefined) return;
+    this.handed.set(id, now);
+    // Bounded: the oldest go first (a node hands out far fewer than this within a grace).
+    if (this.handed.size > 10_000) this.handed.delete(this.handed.keys().next().value!);
+    setTimeout(() => void this.collect(), grace + 250).unref();
+  }
+
   start(): void {
     const every = this.o.intervalMs ?? Math.min(60_000, Math.max(5_000, this.o.graceMs / 4));
     this.timer = setInterval(() => void this.collect(), every);
@@ -73,6 +92,14 @@ export class OrphanCollector {
     return this.running;
   }
 
+  /**
+   * Sandboxes held here that no row names and no claim covers, as the last look found them (each
+   * goes once its grace is over): reported with every heartbeat, for the operator to see.
+   */
+  unownedCount(): number {
+    return this.unowned.size;
+  }
+
   /** What the last looks destroyed (for tests and the log). */
   readonly destroyed: string[] = [];
 
@@ -86,21 +113,32 @@ export class OrphanCollector {
     for (const id of this.o.held?.() ?? []) owned.add(id);
     const heldSet = new Set(held);
     for (const id of this.unowned.keys()) if (!heldSet.has(id)) this.unowned.delete(id);
+    for (const id of this.handed.keys()) if (!heldSet.has(id)) this.handed.delete(id);
     for (const id of held) {
       if (owned.has(id) || this.claimed(id)) {
         this.unowned.delete(id);
+        this.handed.delete(id);
         continue;
       }
-      const since = this.unowned.get(id);
+      const handedAt = this.handed.get(id);
+      const since = this.unowned.get(id) ?? handedAt;
       if (since === undefined) {
         this.unowned.set(id, now);
         continue;
       }
-      if (now - since < this.o.graceMs) continue;
-      this.o.log('destroying a sandbox no one owns: no row of this node and no claim for it since the grace period began', { id, unowned_since: new Date(since).toISOString() });
+      this.unowned.set(id, since);
+      const handedLate = handedAt !== undefined && now - handedAt >= this.o.handedGraceMs!;
+      if (!handedLate && now - since < this.o.graceMs) continue;
+      this.o.log(
+        handedLate
+          ? 'destroying a sandbox no one owns: handed out by a take, and neither recorded nor claimed since (its asker had gone)'
+          : 'destroying a sandbox no one owns: no row of this node and no claim for it since the grace period began',
+        { id, unowned_since: new Date(since).toISOString() },
+      );
       try {
         await this.o.node.destroy(id);
         this.unowned.delete(id);
+        this.handed.delete(id);
         this.destroyed.push(id);
         if (this.destroyed.length > 1000) this.destroyed.splice(0, this.destroyed.length - 1000);
       } catch (err) {

@@ -28,6 +28,12 @@ export interface RemoteNodeOptions {
   stageSilenceMs?: number;
   /** Per call; a create or start boots a container (default 120 s, others 30 s). */
   bootTimeoutMs?: number;
+  /**
+   * A relayed connection not answered within this (default 0.8 s) makes control ask the node's health
+   * (given as long again): a node that answers neither has stopped, and the connection fails then
+   * (NODE_UNAVAILABLE), not at its own deadline.
+   */
+  relayProbeMs?: number;
   callTimeoutMs?: number;
   /** How a snapshot's layer from the node is unpacked here (absent: snapshots are refused). */
   unpack?: LayerUnpacker;
@@ -57,6 +63,8 @@ export interface RemoteNodeOptions {
 const CONNECT_TIMEOUT_MS = 1000;
 /** A node answering in stages that says nothing for this long has stopped (default of stageSilenceMs; it beats every second). */
 const STAGE_SILENCE_MS = 3000;
+/** Default of relayProbeMs: a stopped node is told within 1.6 s; a live one answers its health in milliseconds. */
+const RELAY_PROBE_MS = 800;
 
 function parseJson(text: string): unknown {
   try {
@@ -115,6 +123,8 @@ export class RemoteNode implements Node {
   private readonly log: (msg: string) => void;
   /** This node's connections (made when first needed, again after close()). */
   private dispatcher: Dispatcher | undefined;
+  /** The health check under way (relayed connections waiting at once share it). */
+  private probing: Promise<boolean> | undefined;
 
   constructor(private readonly o: RemoteNodeOptions) {
     this.id = o.id;
@@ -256,6 +266,12 @@ export class RemoteNode implements Node {
     checkSpec(spec);
     const { body, bytes } = await this.wire(spec);
     await this.call('POST', this.sandbox(spec.id, '/start'), body, this.bootTimeout(bytes));
+  }
+
+  async receive(spec: NodeSpec): Promise<void> {
+    checkSpec(spec);
+    const { body, bytes } = await this.wire(spec);
+    await this.call('POST', this.sandbox(spec.id, '/receive'), body, this.bootTimeout(bytes));
   }
 
   /** The node's warm pool forgets `poolId` (a template deleted or rebuilt). */
@@ -410,14 +426,73 @@ export class RemoteNode implements Node {
         if (head.length > 0) socket.unshift(head);
         socket.setTimeout(0);
         socket.on('error', () => undefined);
+        this.watchRelay(socket as Socket, probeMs);
         // The connection CONNECT hands over is the TCP (or TLS) socket to the node.
         resolve(socket as Socket);
       });
       req.once('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
-      req.once('close', () => clearTimeout(deadline));
+      // A node may take seconds to answer (it waits up to 5 s for an agent that is slow to accept),
+      // but one that stopped (a hung process, a frozen machine: the kernel still takes the TCP
+      // connection) would hold the client until `timeoutMs`. A slow answer makes control ask the
+      // node's health: when that is not answered either, the node has stopped.
+      const probeMs = this.o.relayProbeMs ?? RELAY_PROBE_MS;
+      const probe = setTimeout(() => {
+        void this.answers(probeMs).then((alive) => {
+          if (!alive && !req.destroyed) req.destroy(new Error(`the node answered neither the connection nor its health check within ${2 * probeMs} ms`));
+        });
+      }, probeMs);
+      req.once('close', () => {
+        clearTimeout(deadline);
+        clearTimeout(probe);
+      });
       req.once('error', (err) => reject(new ServiceError('NODE_UNAVAILABLE', `node ${this.id} cannot be reached; try again`, { node: this.id, retry_after: 5 }).withDetail(describeCause(err))));
       req.end();
     });
+  }
+
+  /**
+   * A relayed connection is kept (the gateways keep them alive for the next request): a node that
+   * stops later leaves it open and silent. Bytes sent on it that get no answer within `probeMs` make
+   * control ask the node's health, again for as long as it stays silent (a command may run long
+   * with nothing to say); a node that answers neither has stopped, and the connection ends with
+   * NODE_UNAVAILABLE, which the gateway answers as it is. A socket's own counter tells whether
+   * anything came back: a listener of its own would start its data flowing before its reader.
+   */
+  private watchRelay(socket: Socket, probeMs: number): void {
+    let timer: NodeJS.Timeout | undefined;
+    let readWhenSent = 0;
+    const answered = () => socket.destroyed || socket.bytesRead > readWhenSent;
+    const check = () => {
+      timer = undefined;
+      if (answered()) return;
+      void this.answers(probeMs).then((alive) => {
+        if (answered()) return;
+        if (alive) timer = setTimeout(check, probeMs);
+        else socket.destroy(new ServiceError('NODE_UNAVAILABLE', `node ${this.id} stopped answering; try again`, { node: this.id, retry_after: 5 }).withDetail(`a relayed connection and the node's health check went unanswered for ${2 * probeMs} ms`));
+      });
+    };
+    const write = socket.write;
+    socket.write = function (this: Socket, ...args: Parameters<Socket['write']>): boolean {
+      // Watched from the first write the node has not answered yet (one it answered starts anew).
+      if ((!timer || socket.bytesRead > readWhenSent) && !socket.destroyed) {
+        clearTimeout(timer);
+        readWhenSent = socket.bytesRead;
+        timer = setTimeout(check, probeMs);
+      }
+      return write.apply(this, args);
+    } as Socket['write'];
+    socket.once('close', () => clearTimeout(timer));
+  }
+
+  /** Whether the node answers its health check within `ms` (one check at a time, shared). */
+  private answers(ms: number): Promise<boolean> {
+    this.probing ??= this.call('GET', '/node/v1/health', undefined, ms)
+      .then(
+        () => true,
+        () => false,
+      )
+      .finally(() => (this.probing = undefined));
+    return this.probing;
   }
 
   /** OOM kills the node reports, over one event stream kept open (reopened after a failure). */

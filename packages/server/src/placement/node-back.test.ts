@@ -64,3 +64,18 @@ test("a node back since the last read is served at once; one still away answers 
   assert.equal(await cluster.node('node-z').status(id), 'running', 'back: served without waiting for the next read of the list');
   await fake.destroy(id);
 });
+
+test('a create finds a node that registered since the last read, instead of "no node is up"', async () => {
+  // A cluster just started: this process read the list before any node had registered.
+  const fresh = SqliteStore.open(':memory:');
+  const { placement, nodes } = await registeredPlacement(fresh, signer, { refreshMs: 60_000 });
+  try {
+    assert.deepEqual(await nodes.candidates(), []);
+    await fresh.nodes.register({ id: 'node-y', url: 'http://127.0.0.1:9', capacity }, 30_000);
+    await new Promise((r) => setTimeout(r, 300));
+    assert.deepEqual((await nodes.candidates()).map((c) => c.id), ['node-y'], 'read again when none was up');
+  } finally {
+    await placement.close();
+    fresh.close();
+  }
+});

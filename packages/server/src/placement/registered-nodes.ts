@@ -136,6 +136,18 @@ export class RegisteredNodes implements NodeSet {
 
   async candidates(): Promise<Candidate[]> {
     await this.refresh();
+    const out = this.takers();
+    // None up in a list read a while ago: a node that registered since (a cluster just started, a
+    // node back) takes this create, not one up to refreshMs later. Read again, at most every quarter second.
+    if (out.length === 0 && !this.storeAway && Date.now() - this.refreshedAt >= 250) {
+      await this.refresh(true);
+      return this.takers();
+    }
+    return out;
+  }
+
+  /** The nodes of the list as last read that take new sandboxes. */
+  private takers(): Candidate[] {
     const out: Candidate[] = [];
     for (const k of this.nodes.values()) {
       if (k.row.status !== 'active' || !this.leased(k.row)) continue;
@@ -212,6 +224,7 @@ export class RegisteredNodes implements NodeSet {
       take: via((r, ask) => r.take(ask)),
       dropWarm: via((r, poolId) => r.dropWarm(poolId)),
       start: via((r, spec) => r.start(spec)),
+      receive: via((r, spec) => r.receive(spec)),
       pause: via((r, id) => r.pause(id)),
       resume: via((r, id) => r.resume(id)),
       stop: via((r, id) => r.stop(id)),

@@ -22,6 +22,10 @@ import { closeStore, openStore, type Log } from './shared.js';
  * key: a node holds nothing that signs for control, so one taken over cannot drive the others. Its
  * sandboxes keep running when it stops.
  */
+
+/** How long a node that stops gives the calls under way on its API before their connections are cut. */
+const NODE_API_CLOSE_GRACE_MS = 3000;
+
 export async function runNode(config: Config, log: Log): Promise<{ close: () => Promise<void> }> {
   if (config.node.signingKey) {
     throw new Error(
@@ -70,7 +74,7 @@ export async function runNode(config: Config, log: Log): Promise<{ close: () => 
     ...(config.node.tls ? { https: config.node.tls } : {}),
     // What this node fetches at most is what it sends at most (control holds the same limit).
     exportMaxBytes: config.layerTransfer.maxBytes,
-    orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs) },
+    orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs), handedOut: (id) => orphans?.handedOut(id) },
   });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
   log(`node ${config.node.id} serves its runtime at ${config.node.url} (listening on ${config.node.listen.host}:${config.node.listen.port})`);
@@ -82,7 +86,7 @@ export async function runNode(config: Config, log: Log): Promise<{ close: () => 
   if (config.node.credential) {
     if (config.node.controlUrls.length === 0) throw new Error('a node with a registry credential needs SANDBOXD_CONTROL_URL: where it reaches control (the replicas\' service, or a comma-separated list of replicas)');
     if (config.databaseUrl) log('SANDBOXD_NODE_CREDENTIAL_FILE is set: this node registers through control, and does not use SANDBOXD_DATABASE_URL');
-    registry = new RegistryClient({ controlUrls: config.node.controlUrls, credential: config.node.credential, ca: config.node.clusterCa ?? undefined, log });
+    registry = new RegistryClient({ controlUrls: config.node.controlUrls, credential: config.node.credential, credentialFile: config.node.credentialFile ?? undefined, ca: config.node.clusterCa ?? undefined, log });
     log(`node ${config.node.id} registers through control at ${config.node.controlUrls.join(', ')}`);
   } else if (config.databaseUrl) {
     store = await openStore(config, log);
@@ -105,10 +109,14 @@ export async function runNode(config: Config, log: Log): Promise<{ close: () => 
       leaseMs: config.node.leaseSeconds * 1000,
       layers: () => layerStore.list(),
       warm: () => node.readyByKey(),
+      // Counted once the collector runs (after registration).
+      orphans: () => orphans?.unownedCount(),
+      // A draining node's sandboxes are moved away: its pool holds nothing ready for creates that no longer come.
+      onStatus: (status) => node.holdWarm(status !== 'draining'),
       log,
     });
     // What no control replica owns (one died mid-create, or with its warm pool) goes after a grace.
-    const collector = new OrphanCollector({ nodeId: config.node.id, node, liveIds: () => reg.liveIds(config.node.id), graceMs: config.node.orphanGraceSeconds * 1000, held: () => node.held(), log });
+    const collector = new OrphanCollector({ nodeId: config.node.id, node, liveIds: () => reg.liveIds(config.node.id), graceMs: config.node.orphanGraceSeconds * 1000, handedGraceMs: Math.min(2 * config.node.claimSeconds * 1000, config.node.orphanGraceSeconds * 1000), held: () => node.held(), log });
     if (store) {
       await membership.start();
       orphans = collector;
@@ -125,16 +133,32 @@ export async function runNode(config: Config, log: Log): Promise<{ close: () => 
   } else {
     log('no SANDBOXD_NODE_CREDENTIAL_FILE and no SANDBOXD_DATABASE_URL: this node is not in a registry (control must be given its URL)');
   }
+  // A step of the shutdown that takes long is said (the node has a stop timeout to keep).
+  const step = async (what: string, fn: () => Promise<unknown> | unknown) => {
+    const t0 = Date.now();
+    await fn();
+    if (Date.now() - t0 >= 1000) log(`shutting down: ${what} took ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  };
   const close = () =>
     (closing ??= (async () => {
       membership?.stop();
-      await orphans?.stop();
-      await layerCache.stop();
-      if (store) await closeStore(store).catch((err: unknown) => log('closing the store failed', { error: String(err) }));
-      await app.close().catch((err: unknown) => log('closing the node API failed', { error: String(err) }));
+      await step('the orphan collector', () => orphans?.stop());
+      await step('the layer cache', () => layerCache.stop());
+      if (store) await step('the store', () => closeStore(store).catch((err: unknown) => log('closing the store failed', { error: String(err) })));
+      // What control holds open here (event streams, relays) ends at once (node-api.ts); a call
+      // under way gets a moment to end. What is left then is cut: a connection that never sent a
+      // request (one made while this node was stopped) would hold the close for a minute.
+      await step('the node API', async () => {
+        const cut = setTimeout(() => {
+          log(`closing the node API: connections still open after ${NODE_API_CLOSE_GRACE_MS / 1000} s are cut`);
+          app.server.closeAllConnections();
+        }, NODE_API_CLOSE_GRACE_MS);
+        await app.close().catch((err: unknown) => log('closing the node API failed', { error: String(err) }));
+        clearTimeout(cut);
+      });
       // Its ready sandboxes are no one's once it is gone (a node started again does not know them);
       // the runtime lets go of its spares.
-      await node.close().catch((err: unknown) => log('emptying the warm pool failed', { error: String(err) }));
+      await step('the warm pool', () => node.close().catch((err: unknown) => log('emptying the warm pool failed', { error: String(err) })));
       log('node shut down; its sandboxes keep running');
     })());
   return { close };

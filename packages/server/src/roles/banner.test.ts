@@ -6,11 +6,11 @@ import { announce } from './banner.js';
 const HOST = { cpus: 2, memoryMb: 4096, diskGb: 20 };
 const KEY = 'sbd_0123456789abcdefghijklmnopqrstuv';
 
-function said(env: Record<string, string>, tty: boolean) {
+function said(env: Record<string, string>, tty: boolean, banner = false) {
   const config = loadConfig({ SANDBOXD_DATA_DIR: '/var/lib/sbd-test', ...env }, HOST);
   const written: string[] = [];
   const events: Array<{ msg: string; extra?: Record<string, unknown> }> = [];
-  announce(config, { url: 'http://127.0.0.1:8080', apiKey: KEY }, (msg, extra) => events.push({ msg, extra }), { isTTY: tty, write: (s: string) => written.push(s) });
+  announce(config, { url: 'http://127.0.0.1:8080', apiKey: KEY }, (msg, extra) => events.push({ msg, extra }), { isTTY: tty, write: (s: string) => written.push(s) }, { banner });
   return { written: written.join(''), events };
 }
 
@@ -35,4 +35,11 @@ test('off a terminal: one log event with where it listens and where the key is, 
     assert.equal(events[0]!.extra!.api_key_in, keyIn);
     assert.ok(!JSON.stringify(events).includes(KEY));
   }
+});
+
+test('the all-in-one off a terminal: the banner with the key (npm start prints it wherever its output goes), and the event', () => {
+  const { written, events } = said({}, false, true);
+  assert.match(written, /API key: {3}sbd_0123456789abcdefghijklmnopqrstuv/);
+  assert.equal(events.length, 1);
+  assert.ok(!JSON.stringify(events).includes(KEY), 'the event never carries the key');
 });

@@ -24,16 +24,22 @@ export function bannerLines(config: Pick<Config, 'gateway'>, l: Listening): stri
 }
 
 /**
- * Says where the service listens and which key opens it. On a terminal (`npm start`), the banner
- * in plain text on stdout, the key included. Anywhere else (systemd's journal, a container's log,
- * a pipe) stdout and the JSON log lines usually end in one stream: there the same is one log event
- * instead, with the key's whereabouts and never the key, which no log line carries.
+ * Says where the service listens and which key opens it. On a terminal, the banner in plain text on
+ * stdout, the key included. Anywhere else (systemd's journal, a container's log, a pipe) stdout and
+ * the JSON log lines usually end in one stream: there the same is one log event, with the key's
+ * whereabouts and never the key, which no log line carries. `banner`: the banner too, off a
+ * terminal (the all-in-one: `npm start` prints where it listens and the key, wherever its output
+ * goes; a cluster's replicas run under a service manager, and keep their stream JSON).
  */
-export function announce(config: Pick<Config, 'gateway' | 'bootstrapApiKey' | 'dataDir'>, l: Listening, log: Log, out: { isTTY?: boolean; write(s: string): unknown } = process.stdout): void {
-  if (out.isTTY) {
-    out.write(`${bannerLines(config, l).join('\n')}\n`);
-    return;
-  }
+export function announce(
+  config: Pick<Config, 'gateway' | 'bootstrapApiKey' | 'dataDir'>,
+  l: Listening,
+  log: Log,
+  out: { isTTY?: boolean; write(s: string): unknown } = process.stdout,
+  opts: { banner?: boolean } = {},
+): void {
+  if (out.isTTY || opts.banner) out.write(`${bannerLines(config, l).join('\n')}\n`);
+  if (out.isTTY) return;
   const g = config.gateway;
   log('sandboxd is listening', {
     url: l.url,

@@ -302,7 +302,7 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
   // This process in the store's record of what serves from it (`sandboxd cluster status`).
   const presence = new ReplicaPresence({ replicas: store.replicas, role: p.replicated ? 'control' : 'serve', url, version: config.version, log });
   await presence.start();
-  announce(config, { url, apiKey }, log);
+  announce(config, { url, apiKey }, log, process.stdout, { banner: !p.replicated });
 
   let stopping = false;
   const shutdown = (signal: string) => {

@@ -16,6 +16,8 @@ export interface NodeRegistry {
   usage(id: string): Promise<SandboxUsage | undefined>;
   /** The ids of the live sandboxes the store records on node `id`. */
   liveIds(id: string): Promise<string[]>;
+  /** Which of `ids` (at most 1000) are rows of node `id` that were deleted: their removal there was missed. */
+  deletedIds?(id: string, ids: string[]): Promise<string[]>;
 }
 
 /**
@@ -33,6 +35,7 @@ export function storeRegistry(store: Pick<Store, 'nodes' | 'sandboxes'>): NodeRe
     heartbeat: (id, report, leaseMs) => store.nodes.heartbeat(id, report, leaseMs),
     usage: async (id) => (await store.sandboxes.usageByNode())[id],
     liveIds: async (id) => (await store.sandboxes.live(id)).map((r) => r.id),
+    deletedIds: (id, ids) => store.sandboxes.deletedAmong(id, ids),
   };
 }
 

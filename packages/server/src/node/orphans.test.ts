@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { OrphanCollector } from './orphans.js';
 import type { SandboxRow } from '../store/types.js';
 
-function setup(o: { held: string[]; rows: Array<{ id: string; nodeId: string }>; failStore?: boolean; handedGraceMs?: number }) {
+function setup(o: { held: string[]; rows: Array<{ id: string; nodeId: string }>; failStore?: boolean; handedGraceMs?: number; deleted?: string[] }) {
   const held = new Set(o.held);
   const destroyed: string[] = [];
   const logs: string[] = [];
@@ -11,6 +11,7 @@ function setup(o: { held: string[]; rows: Array<{ id: string; nodeId: string }>;
     nodeId: 'n1',
     graceMs: 60_000,
     ...(o.handedGraceMs === undefined ? {} : { handedGraceMs: o.handedGraceMs }),
+    ...(o.deleted === undefined ? {} : { deletedIds: async (ids: string[]) => ids.filter((id) => o.deleted!.includes(id)) }),
     node: {
       list: async () => [...held],
       destroy: async (id: string) => {
@@ -103,4 +104,12 @@ test('a sandbox handed out by a take that its asker neither claims nor records g
   await collector.collect(t0 + 4000);
   assert.deepEqual(destroyed, ['lost'], 'the one no one took up, and only it: the others are owned, and "old" has the whole grace');
   assert.match(logs.join('\n'), /handed out by a take/);
+});
+
+test("a sandbox whose row was deleted while its removal here was missed goes at the next look, without the grace", async () => {
+  const t0 = 3_000_000;
+  const { collector, destroyed, logs } = setup({ held: ['missed', 'unknown', 'own'], rows: [{ id: 'own', nodeId: 'n1' }], deleted: ['missed'] });
+  await collector.collect(t0);
+  assert.deepEqual(destroyed, ['missed'], 'the deleted one at once; the one no row names waits its grace');
+  assert.match(logs.join('\n'), /row was deleted/);
 });

@@ -11,6 +11,8 @@ export interface OrphanCollectorOptions {
   /** What the store records on this node: the store itself, or control's registry (NodeRegistry.liveIds). */
   store?: Pick<Store, 'sandboxes'>;
   liveIds?: () => Promise<string[]>;
+  /** Which of these (at most 1000) are this node's rows that were deleted: their removal here was missed, they go at once. */
+  deletedIds?: (ids: string[]) => Promise<string[]>;
   /** How long a sandbox may be unknown to the store and unclaimed before it goes. */
   graceMs: number;
   /** The node's own sandboxes (its warm pool's, ready or booting): no one else's, never collected. */
@@ -77,6 +79,9 @@ export class OrphanCollector {
     const every = this.o.intervalMs ?? Math.min(60_000, Math.max(5_000, this.o.graceMs / 4));
     this.timer = setInterval(() => void this.collect(), every);
     this.timer.unref();
+    // A look at once: what was deleted while this node was away goes now, and the grace of the
+    // others starts.
+    void this.collect();
   }
 
   async stop(): Promise<void> {
@@ -111,6 +116,9 @@ export class OrphanCollector {
     // Read after the listing too: a ready sandbox handed out meanwhile is control's from now (its
     // claim or row covers it, or its grace begins).
     for (const id of this.o.held?.() ?? []) owned.add(id);
+    // Rows deleted while their removal here failed (this node was away): no grace for those.
+    const unknown = held.filter((id) => !owned.has(id) && !this.claimed(id)).slice(0, 1000);
+    const deleted = new Set(unknown.length && this.o.deletedIds ? await this.o.deletedIds(unknown).catch(() => []) : []);
     const heldSet = new Set(held);
     for (const id of this.unowned.keys()) if (!heldSet.has(id)) this.unowned.delete(id);
     for (const id of this.handed.keys()) if (!heldSet.has(id)) this.handed.delete(id);
@@ -121,18 +129,17 @@ export class OrphanCollector {
         continue;
       }
       const handedAt = this.handed.get(id);
-      const since = this.unowned.get(id) ?? handedAt;
-      if (since === undefined) {
-        this.unowned.set(id, now);
-        continue;
-      }
+      const since = this.unowned.get(id) ?? handedAt ?? now;
       this.unowned.set(id, since);
+      if (since === now && !deleted.has(id)) continue;
       const handedLate = handedAt !== undefined && now - handedAt >= this.o.handedGraceMs!;
-      if (!handedLate && now - since < this.o.graceMs) continue;
+      if (!handedLate && !deleted.has(id) && now - since < this.o.graceMs) continue;
       this.o.log(
-        handedLate
-          ? 'destroying a sandbox no one owns: handed out by a take, and neither recorded nor claimed since (its asker had gone)'
-          : 'destroying a sandbox no one owns: no row of this node and no claim for it since the grace period began',
+        deleted.has(id)
+          ? 'destroying a sandbox whose row was deleted: its removal here was missed (this node was away)'
+          : handedLate
+            ? 'destroying a sandbox no one owns: handed out by a take, and neither recorded nor claimed since (its asker had gone)'
+            : 'destroying a sandbox no one owns: no row of this node and no claim for it since the grace period began',
         { id, unowned_since: new Date(since).toISOString() },
       );
       try {

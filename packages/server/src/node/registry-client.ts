@@ -204,6 +204,20 @@ export class RegistryClient implements NodeRegistry {
     return r === 'removed' ? undefined : r.usage;
   }
 
+  async deletedIds(id: string, ids: string[]): Promise<string[]> {
+    if (ids.length === 0) return [];
+    const path = `/internal/v1/nodes/${id}/deleted`;
+    const { status, json } = await this.call('POST', path, { ids });
+    // A control of an earlier release has no such route: nothing is known deleted, the grace applies.
+    if (status === 404 && (json as { code?: unknown } | undefined)?.code === 'ROUTE_NOT_FOUND') return [];
+    if (status !== 200) throw this.refused(status, json, path);
+    const r = json as { ids?: unknown } | undefined;
+    if (!r || !Array.isArray(r.ids) || !r.ids.every((x) => typeof x === 'string')) throw new Error(`control's registry answered ${path} with no sandbox list`);
+    // Only those it was asked of: an answer is never a list of what to destroy of its own.
+    const asked = new Set(ids);
+    return (r.ids as string[]).filter((x) => asked.has(x));
+  }
+
   async liveIds(id: string): Promise<string[]> {
     const r = await this.sandboxes(id);
     // Not "none": what the node holds is not the store's to empty by a refusal.

@@ -116,7 +116,7 @@ export async function runNode(config: Config, log: Log): Promise<{ close: () => 
       log,
     });
     // What no control replica owns (one died mid-create, or with its warm pool) goes after a grace.
-    const collector = new OrphanCollector({ nodeId: config.node.id, node, liveIds: () => reg.liveIds(config.node.id), graceMs: config.node.orphanGraceSeconds * 1000, handedGraceMs: Math.min(2 * config.node.claimSeconds * 1000, config.node.orphanGraceSeconds * 1000), held: () => node.held(), log });
+    const collector = new OrphanCollector({ nodeId: config.node.id, node, liveIds: () => reg.liveIds(config.node.id), deletedIds: reg.deletedIds ? (ids) => reg.deletedIds!(config.node.id, ids) : undefined, graceMs: config.node.orphanGraceSeconds * 1000, handedGraceMs: Math.min(2 * config.node.claimSeconds * 1000, config.node.orphanGraceSeconds * 1000), held: () => node.held(), log });
     if (store) {
       await membership.start();
       orphans = collector;

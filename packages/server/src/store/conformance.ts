@@ -95,6 +95,17 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     s.close();
   });
 
+  test(`${name}: deletedAmong names those of the ids that are a node's deleted rows, and no other`, async () => {
+    const s = await open();
+    const gone = { status: 'deleted' as const, deletedAt: '2026-01-02T00:00:00.000Z', deletedReason: 'deleted' as const };
+    await s.sandboxes.insert(sandbox('d-one', { nodeId: 'n1', ...gone }));
+    await s.sandboxes.insert(sandbox('d-two', { nodeId: 'n1', ...gone }));
+    await s.sandboxes.insert(sandbox('d-else', { nodeId: 'n2', ...gone }));
+    await s.sandboxes.insert(sandbox('live', { nodeId: 'n1' }));
+    assert.deepEqual(await s.sandboxes.deletedAmong('n1', ['live', 'd-two', 'd-else', 'unknown', 'd-one']), ['d-one', 'd-two']);
+    assert.deepEqual(await s.sandboxes.deletedAmong('n1', []), []);
+  });
+
   test(`${name}: updates are compare-and-set on version`, async () => {
     const s = await open();
     await s.sandboxes.insert(sandbox('sb1'));

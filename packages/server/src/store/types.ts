@@ -170,6 +170,8 @@ export interface SandboxRepo {
   list(filter: SandboxListFilter): Promise<SandboxRow[]>;
   /** Every row not deleted (all orgs), for reconciliation and the gateway; with `nodeId`, that node's only. */
   live(nodeId?: string): Promise<SandboxRow[]>;
+  /** Which of `ids` are rows of node `nodeId` that were deleted (a sandbox the node may still hold, its removal missed); at most 1000 ids. */
+  deletedAmong(nodeId: string, ids: string[]): Promise<string[]>;
   /** Compare-and-set on version: returns the new row, or undefined if the version moved. */
   update(id: string, version: number, patch: Partial<Omit<SandboxRow, 'id' | 'version'>>): Promise<SandboxRow | undefined>;
   /** Live rows whose deadline is at or before `now` (with `nodeId`, that node's only). */

@@ -104,6 +104,15 @@ export function internalNodeRoutes(app: FastifyInstance, s: Services): void {
     return { usage: usage[id] ?? null, ids: live.map((r) => r.id) };
   });
 
+  // Which of the sandboxes a node holds unowned were deleted (their removal on the node was missed:
+  // it was away): the node removes those at once rather than after the orphans' grace.
+  app.post<{ Params: { id: string } }>('/internal/v1/nodes/:id/deleted', async (req) => {
+    const { nodeId: id } = await nodeOf(req);
+    const ids = object(req.body, 'the body').ids;
+    if (!Array.isArray(ids) || ids.length > 1000 || !ids.every((x) => typeof x === 'string' && /^[a-z0-9][a-z0-9-]{0,62}$/.test(x))) throw bad('ids must be a list of at most 1000 sandbox ids');
+    return { ids: await s.store.sandboxes.deletedAmong(id, ids as string[]) };
+  });
+
   // A node renews its credential past half its life (node/registry-client.ts), with the one it holds.
   app.post<{ Params: { id: string } }>('/internal/v1/nodes/:id/credential', async (req) => {
     const claims = await nodeOf(req);

@@ -46,6 +46,14 @@ export class SqlSandboxRepo implements SandboxRepo {
     const p = new Params();
     return (await this.db.all(`SELECT * FROM sandboxes WHERE status <> 'deleted'${onNode(p, nodeId)}`, p.values)).map(sandboxFrom);
   }
+  async deletedAmong(nodeId: string, ids: string[]) {
+    if (ids.length === 0) return [];
+    if (ids.length > 1000) throw new RangeError('at most 1000 ids at a time');
+    const p = new Params();
+    const list = ids.map((id) => p.add(id)).join(', ');
+    const rows = await this.db.all(`SELECT id FROM sandboxes WHERE status = 'deleted' AND id IN (${list})${onNode(p, nodeId)} ORDER BY id`, p.values);
+    return rows.map((r) => String((r as { id: unknown }).id));
+  }
   async update(id: string, version: number, patch: Partial<Omit<SandboxRow, 'id' | 'version'>>) {
     const p = new Params();
     const sets = setSql(SANDBOX_FIELDS, patch, p, ['id', 'version']);

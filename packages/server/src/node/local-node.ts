@@ -147,9 +147,12 @@ export class LocalNode implements Node {
    * create does, with its own id, and answers; a boot or an agent that fails leaves nothing.
    */
   async receive(spec: NodeSpec): Promise<void> {
-    await this.destroy(spec.id);
+    // This node's own while it arrives (held(): no collector takes it for no one's); the row names
+    // the old node until the move is done, and control claims it here once this answers.
+    this.booting.add(spec.id);
     let settled: (() => void) | undefined;
     try {
+      await this.destroy(spec.id);
       settled = await this.o.layerUse?.use(spec.id, spec.layerIds ?? []);
       await this.runtime.create({ ...spec, lowerDirs: await this.lowerDirs(spec) });
       await waitForAgent((timeoutMs) => this.runtime.dialAgent(spec.id, timeoutMs), this.o.agentReadyTimeoutMs).catch((err: unknown) => {
@@ -160,6 +163,7 @@ export class LocalNode implements Node {
       throw err;
     } finally {
       settled?.();
+      this.booting.delete(spec.id);
     }
   }
 

@@ -25,7 +25,7 @@ export interface NodeApiOptions {
   auth: ClusterVerifier;
   log?: (msg: string) => void;
   /** What control replicas hold here unrecorded (absent: claims are taken and ignored: no collector runs). */
-  orphans?: { claim(owner: string, ids: string[], ttlMs: number): void; handedOut?(id: string): void };
+  orphans?: { claim(owner: string, ids: string[], ttlMs: number): void; handedOut?(id: string): void; forget?(id: string): void };
   /**
    * Specs name their layers by reference (a node with a layers directory of its own, which fetches
    * what it lacks); a spec naming paths is refused. false (tests of one machine): specs name this
@@ -119,7 +119,13 @@ export function nodeApi(o: NodeApiOptions): FastifyInstance {
 
   app.get('/node/v1/health', async () => ({ node_id: rt.id }));
   app.post('/node/v1/sandboxes/:id/start', async (req, reply) => done(reply, await rt.start(specOf(req))));
-  app.post('/node/v1/sandboxes/:id/receive', async (req, reply) => done(reply, await rt.receive(specOf(req))));
+  app.post('/node/v1/sandboxes/:id/receive', async (req, reply) => {
+    const spec = specOf(req);
+    await rt.receive(spec);
+    // A copy made anew: the grace an earlier one of the id had run through does not carry over.
+    o.orphans?.forget?.(spec.id);
+    return done(reply);
+  });
   app.post('/node/v1/sandboxes/:id/pause', async (req, reply) => done(reply, await rt.pause(idOf(req))));
   app.post('/node/v1/sandboxes/:id/resume', async (req, reply) => done(reply, await rt.resume(idOf(req))));
   app.post('/node/v1/sandboxes/:id/stop', async (req, reply) => done(reply, await rt.stop(idOf(req))));

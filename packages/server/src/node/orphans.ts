@@ -75,6 +75,12 @@ export class OrphanCollector {
     setTimeout(() => void this.collect(), grace + 250).unref();
   }
 
+  /** Sandbox `id` was made anew here (a move's copy): what was seen of an earlier one of that id is forgotten. */
+  forget(id: string): void {
+    this.unowned.delete(id);
+    this.handed.delete(id);
+  }
+
   start(): void {
     const every = this.o.intervalMs ?? Math.min(60_000, Math.max(5_000, this.o.graceMs / 4));
     this.timer = setInterval(() => void this.collect(), every);
@@ -118,7 +124,8 @@ export class OrphanCollector {
     for (const id of this.o.held?.() ?? []) owned.add(id);
     // Rows deleted while their removal here failed (this node was away): no grace for those.
     const unknown = held.filter((id) => !owned.has(id) && !this.claimed(id)).slice(0, 1000);
-    const deleted = new Set(unknown.length && this.o.deletedIds ? await this.o.deletedIds(unknown).catch(() => []) : []);
+    const asked = new Set(unknown);
+    const deleted = new Set((unknown.length && this.o.deletedIds ? await this.o.deletedIds(unknown).catch(() => []) : []).filter((id) => asked.has(id)));
     const heldSet = new Set(held);
     for (const id of this.unowned.keys()) if (!heldSet.has(id)) this.unowned.delete(id);
     for (const id of this.handed.keys()) if (!heldSet.has(id)) this.handed.delete(id);

@@ -142,4 +142,24 @@ describe('a relayed connection to a node that stopped', () => {
     sock.destroy();
     await node.close();
   });
+
+  test('a silent connection of a live node that keeps being written to is checked less and less often, with one timer', async () => {
+    const { url, state } = await echoNode();
+    const node = new RemoteNode({ id: 'node-upload', url, auth: signer, relayProbeMs: 100 });
+    const sock = await node.dialAgent('sbx1', 20_000);
+    assert.equal(await echoOnce(sock, 'hello'), 'hello');
+    // An upload the sandbox answers only at its end: the client writes, the relay says nothing.
+    state.delayMs = 60_000;
+    const before = state.healthChecks;
+    for (const end = Date.now() + 2500; Date.now() < end; ) {
+      sock.write('x'.repeat(1024));
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    const checks = state.healthChecks - before;
+    assert.ok(!sock.destroyed, 'the connection of a live node stays');
+    // 0.1 s, then 0.2, 0.4, 0.8 s... apart: a handful in 2.5 s (one every 0.1 s would be 25; a pile of timers, hundreds).
+    assert.ok(checks >= 3 && checks <= 6, `${checks} health checks in 2.5 s`);
+    sock.destroy();
+    await node.close();
+  });
 });

@@ -65,6 +65,8 @@ const CONNECT_TIMEOUT_MS = 1000;
 const STAGE_SILENCE_MS = 3000;
 /** Default of relayProbeMs: a stopped node is told within 1.6 s; a live one answers its health in milliseconds. */
 const RELAY_PROBE_MS = 800;
+/** The longest a silent relayed connection of a node that answers goes between two checks of it. */
+const RELAY_PROBE_MAX_MS = 30_000;
 
 function parseJson(text: string): unknown {
   try {
@@ -459,25 +461,42 @@ export class RemoteNode implements Node {
    * anything came back: a listener of its own would start its data flowing before its reader.
    */
   private watchRelay(socket: Socket, probeMs: number): void {
+    // One timer at most. While the connection stays silent and the node keeps answering, its health
+    // is asked less and less often (up to every RELAY_PROBE_MAX_MS): a command that runs for
+    // minutes with nothing to say costs a few checks, not one every probeMs, each a chance that a
+    // live node misses one.
     let timer: NodeJS.Timeout | undefined;
+    let probing = false;
     let readWhenSent = 0;
+    let wait = probeMs;
     const answered = () => socket.destroyed || socket.bytesRead > readWhenSent;
+    const arm = (ms: number) => {
+      clearTimeout(timer);
+      timer = setTimeout(check, ms);
+      timer.unref();
+    };
     const check = () => {
       timer = undefined;
       if (answered()) return;
+      probing = true;
       void this.answers(probeMs).then((alive) => {
+        probing = false;
         if (answered()) return;
-        if (alive) timer = setTimeout(check, probeMs);
-        else socket.destroy(new ServiceError('NODE_UNAVAILABLE', `node ${this.id} stopped answering; try again`, { node: this.id, retry_after: 5 }).withDetail(`a relayed connection and the node's health check went unanswered for ${2 * probeMs} ms`));
+        if (!alive) {
+          socket.destroy(new ServiceError('NODE_UNAVAILABLE', `node ${this.id} stopped answering; try again`, { node: this.id, retry_after: 5 }).withDetail(`a relayed connection and the node's health check went unanswered for ${probeMs + wait} ms`));
+          return;
+        }
+        wait = Math.min(wait * 2, RELAY_PROBE_MAX_MS);
+        arm(wait);
       });
     };
     const write = socket.write;
     socket.write = function (this: Socket, ...args: Parameters<Socket['write']>): boolean {
       // Watched from the first write the node has not answered yet (one it answered starts anew).
-      if ((!timer || socket.bytesRead > readWhenSent) && !socket.destroyed) {
-        clearTimeout(timer);
+      if (!socket.destroyed && !probing && (!timer || socket.bytesRead > readWhenSent)) {
         readWhenSent = socket.bytesRead;
-        timer = setTimeout(check, probeMs);
+        wait = probeMs;
+        arm(probeMs);
       }
       return write.apply(this, args);
     } as Socket['write'];

@@ -74,7 +74,7 @@ export async function runNode(config: Config, log: Log): Promise<{ close: () => 
     ...(config.node.tls ? { https: config.node.tls } : {}),
     // What this node fetches at most is what it sends at most (control holds the same limit).
     exportMaxBytes: config.layerTransfer.maxBytes,
-    orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs), handedOut: (id) => orphans?.handedOut(id) },
+    orphans: { claim: (owner, ids, ttlMs) => orphans?.claim(owner, ids, ttlMs), handedOut: (id) => orphans?.handedOut(id), forget: (id) => orphans?.forget(id) },
   });
   await app.listen({ host: config.node.listen.host, port: config.node.listen.port });
   log(`node ${config.node.id} serves its runtime at ${config.node.url} (listening on ${config.node.listen.host}:${config.node.listen.port})`);

@@ -1,6 +1,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { access, readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Fastify from 'fastify';
@@ -61,4 +62,20 @@ test("/manual without a docs folder says so; the repository's own manual lists e
   }
   assert.ok(!index.includes('Other pages'), 'docs/README.md lists every page');
   await real.close();
+});
+
+test('docs/performance.md has one line per figure: a command that exists, what, the figure, its goal', async () => {
+  const text = await readFile(join(MANUAL_DIR, 'performance.md'), 'utf8');
+  const rows = text.split('\n').filter((l) => l.startsWith('| ') && !l.startsWith('| Command |'));
+  assert.ok(rows.length > 20, 'the table is there');
+  for (const row of rows) {
+    const cells = row.slice(1, -1).split(' | ').map((c) => c.trim());
+    assert.equal(cells.length, 4, `four cells: ${row}`);
+    const [command, what, figure] = cells;
+    assert.ok(what !== '' && figure !== '', `a figure and what it is: ${row}`);
+    if (command === 'not in a benchmark script') continue;
+    const m = /^`node bench\/dist\/([a-z-]+)\.js[^`]*`$/.exec(command);
+    assert.ok(m, `a benchmark command: ${row}`);
+    await access(join(MANUAL_DIR, '..', 'bench', 'src', `${m[1]}.ts`));
+  }
 });

@@ -237,6 +237,18 @@ describe('preview URLs in port mode', { timeout: 300_000 }, () => {
     const foreign = await fetch(`${server.baseUrl}/v1/sandboxes/${sb.id}/ports/3000`, { headers: { 'x-api-key': key.body.secret } });
     assert.equal(foreign.status, 403, "another organization's sandbox is 403, as everywhere in the API");
     assert.equal((await api(server, 'GET', '/v1/sandboxes/sbnosuchsandbox/ports/3000')).status, 404);
+    // A read-only key of the same organization sees the previews there are, never a signed link
+    // into a private one, and makes none (a link opens the app: a notebook is code execution).
+    const reader = await api(server, 'POST', '/v1/admin/keys', { org: 'default', scopes: ['sandboxes:read'], name: 'reader' });
+    const asReader = (port: number) => fetch(`${server.baseUrl}/v1/sandboxes/${sb.id}/ports/${port}`, { headers: { 'x-api-key': reader.body.secret } });
+    const seen = await asReader(3000);
+    assert.equal(seen.status, 200);
+    const body = (await seen.json()) as Record<string, unknown>;
+    assert.equal(body.url, preview.url);
+    assert.equal(body.signed_url, undefined, 'no link for a read-only key');
+    const unmade = await asReader(3002);
+    assert.equal(unmade.status, 403);
+    assert.match(((await unmade.json()) as { message: string }).message, /sandboxes:write/);
   });
 
   test('public: anyone with the URL gets in, until it is private again; both outlive a restart', async () => {

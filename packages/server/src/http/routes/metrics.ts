@@ -25,15 +25,17 @@ export function metricsRoutes(app: FastifyInstance, s: Services): void {
     { schema: { params: SandboxIdParams, response: { 200: SandboxPorts } }, preHandler: guard(s.keys, 'sandboxes:read') },
     async (req) => ({ object: 'list' as const, data: await s.sandboxes.ports(principalOf(req).orgId, req.params.id), request_id: String(req.id) }),
   );
-  // A port's preview URL: made on first ask, private unless made public. A signed link to a private
-  // one may wake its sandbox when the key that asked for it may (resuming takes sandboxes:write).
-  const mayWake = (scopes: Set<string>) => scopes.has('sandboxes:write') || scopes.has('admin');
+  // A port's preview URL: made on first ask, private unless made public. Making one, and a signed
+  // link into a private one, take sandboxes:write (a link opens the app: a notebook is code
+  // execution); a key that may only read sees what exists. A link may wake its sandbox.
+  const mayWrite = (scopes: Set<string>) => scopes.has('sandboxes:write') || scopes.has('admin');
   app.get<{ Params: SandboxPortParams }>(
     '/v1/sandboxes/:id/ports/:port',
     { schema: { params: SandboxPortParams, response: { 200: SandboxPreview } }, preHandler: guard(s.keys, 'sandboxes:read') },
     async (req) => {
       const p = principalOf(req);
-      return { ...(await s.sandboxes.preview(p.orgId, req.params.id, req.params.port, { mayWake: mayWake(p.scopes) })), request_id: String(req.id) };
+      const write = mayWrite(p.scopes);
+      return { ...(await s.sandboxes.preview(p.orgId, req.params.id, req.params.port, { mayWake: write, readOnly: !write })), request_id: String(req.id) };
     },
   );
   app.put<{ Params: SandboxPortParams; Body: SetPreviewBody }>(
@@ -42,7 +44,7 @@ export function metricsRoutes(app: FastifyInstance, s: Services): void {
     async (req) => {
       const p = principalOf(req);
       return {
-        ...(await s.sandboxes.preview(p.orgId, req.params.id, req.params.port, { setPublic: req.body.public, mayWake: mayWake(p.scopes) })),
+        ...(await s.sandboxes.preview(p.orgId, req.params.id, req.params.port, { setPublic: req.body.public, mayWake: mayWrite(p.scopes) })),
         request_id: String(req.id),
       };
     },

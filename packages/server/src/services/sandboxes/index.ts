@@ -121,7 +121,7 @@ export class SandboxService {
   setNetwork(orgId: string, id: string, body: SetNetworkBody): Promise<NetworkPolicy> {
     return this.net.setNetwork(orgId, id, body);
   }
-  preview(orgId: string, id: string, port: number, opts: { setPublic?: boolean; mayWake: boolean; linkTtlSeconds?: number }): Promise<PreviewInfo> {
+  preview(orgId: string, id: string, port: number, opts: { setPublic?: boolean; mayWake: boolean; readOnly?: boolean; linkTtlSeconds?: number }): Promise<PreviewInfo> {
     return this.net.preview(orgId, id, port, opts);
   }
   ports(orgId: string, id: string) {

@@ -149,6 +149,19 @@ describe('previews on the fake node', () => {
     await rejectsWith(h.sandboxes.preview(h.orgs.b, id, 3000, { mayWake: false }), 'PERMISSION_DENIED');
   });
 
+  test('a key that may only read: no preview made, no signed link into a private one; what exists it may read', async () => {
+    const org = h.orgs.a;
+    const id = (await h.create(org)).sandbox.id;
+    await rejectsWith(h.sandboxes.preview(org, id, 3000, { mayWake: false, readOnly: true }), 'PERMISSION_DENIED', { id, port: 3000 });
+    assert.equal(await h.store.previews.get(id, 3000), undefined, 'nothing was made');
+    const made = await h.sandboxes.preview(org, id, 3000, { mayWake: true });
+    assert.ok(made.signed_url);
+    const read = await h.sandboxes.preview(org, id, 3000, { mayWake: false, readOnly: true });
+    assert.deepEqual(read, { port: 3000, url: made.url, public: false }, 'the private preview, without a link');
+    await h.sandboxes.preview(org, id, 3000, { setPublic: true, mayWake: true });
+    assert.deepEqual(await h.sandboxes.preview(org, id, 3000, { mayWake: false, readOnly: true }), { port: 3000, url: made.url, public: true });
+  });
+
   test(`a sandbox holds at most ${MAX_PREVIEWS_PER_SANDBOX} previews, an organization at most its maximum; a deleted sandbox's go with it`, async () => {
     const org = h.orgs.b;
     const full = (await h.create(org)).sandbox.id;

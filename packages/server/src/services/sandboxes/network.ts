@@ -1,6 +1,7 @@
 import { describeCause, isProgrammingError, ServiceError, type NetworkPolicy, type SetNetworkBody } from '@sandboxd/protocol';
 import { DEFAULT_EGRESS } from '../../runtime/egress-policy.js';
 import type { SandboxCore } from './core.js';
+import { PortReads } from './port-reads.js';
 import { egressFrom } from './spec.js';
 
 /** A preview URL, as `GET /v1/sandboxes/{id}/ports/{port}` gives it. */
@@ -19,6 +20,8 @@ const PREVIEW_LINK_SECONDS = 600;
 
 /** A sandbox's reach both ways: its egress policy out, its preview URLs in, and what listens inside. */
 export class Network {
+  private readonly portReads = new PortReads();
+
   constructor(private readonly c: SandboxCore) {}
 
   /**
@@ -57,7 +60,7 @@ export class Network {
     const row = await this.c.get(orgId, id);
     if (row.status !== 'running' && row.status !== 'paused') return [];
     const byPort = new Map<number, string[]>();
-    for (const l of await this.c.node(row).listeningPorts(row.id)) byPort.set(l.port, [...(byPort.get(l.port) ?? []), l.address]);
+    for (const l of await this.portReads.get(row.orgId, row.id, () => this.c.node(row).listeningPorts(row.id))) byPort.set(l.port, [...(byPort.get(l.port) ?? []), l.address]);
     const loopback = (a: string) => a.startsWith('127.') || a === '::1' || a.startsWith('::ffff:7f');
     return [...byPort].map(([port, addresses]) => ({ port, addresses, loopback_only: addresses.every(loopback) }));
   }
@@ -66,8 +69,10 @@ export class Network {
    * The preview URL of a port of the sandbox, made on first ask (port mode: a gateway port of its
    * own, kept across restarts) and changed to public or private with `setPublic`. A private one
    * comes with a signed link that opens it in a browser; `mayWake`: that link's holder may wake it.
+   * `readOnly` (a key that may only read): the preview as it is, if there is one, never a signed
+   * link (it would open a private app: a notebook or an editor is code execution).
    */
-  async preview(orgId: string, id: string, port: number, opts: { setPublic?: boolean; mayWake: boolean; linkTtlSeconds?: number }): Promise<PreviewInfo> {
+  async preview(orgId: string, id: string, port: number, opts: { setPublic?: boolean; mayWake: boolean; readOnly?: boolean; linkTtlSeconds?: number }): Promise<PreviewInfo> {
     const { d } = this.c;
     const gateway = d.gateway;
     if (!gateway.openPreview || !gateway.previewUrl) throw new ServiceError('RUNTIME_ERROR', 'this service does not serve preview URLs');
@@ -76,6 +81,9 @@ export class Network {
       // What is true under the lock: a delete may have come first.
       const row = await this.c.get(orgId, id);
       const existing = await d.store.previews.get(row.id, port);
+      if (opts.readOnly && !existing) {
+        throw new ServiceError('PERMISSION_DENIED', `port ${port} of sandbox ${row.id} has no preview yet; making one takes the sandboxes:write scope`, { id: row.id, port });
+      }
       if (!existing && (await d.store.previews.forSandbox(row.id)).length >= MAX_PREVIEWS_PER_SANDBOX) {
         throw new ServiceError('LIMIT_EXCEEDED', `a sandbox has at most ${MAX_PREVIEWS_PER_SANDBOX} preview ports`, { id: row.id });
       }
@@ -102,7 +110,7 @@ export class Network {
       }
       const url = gateway.previewUrl!(row.id, port, gw);
       const info: PreviewInfo = { port, url, public: isPublic };
-      if (!isPublic) {
+      if (!isPublic && !opts.readOnly) {
         const link = await d.tokens.issuePreview('link', row.id, port, opts.mayWake, opts.linkTtlSeconds ?? PREVIEW_LINK_SECONDS);
         info.signed_url = `${url}/_sandboxd/auth?token=${link.token}`;
         info.signed_url_expires_at = link.expiresAt.toISOString();

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { Admin, NotFoundError, PermissionDeniedError, Sandbox } from '@sandboxd/sdk';
-import { api, startServer, REPO_ROOT, type TestServer } from './harness.js';
+import { agent, api, createSandbox, crunContainers, startServer, REPO_ROOT, type TestServer } from './harness.js';
 import { sbx } from './sdk-support.js';
 
 // Issue 14, item 4: organizations and API keys over HTTP for the operator's admin keys, used by the
@@ -180,5 +180,47 @@ describe('admin API', { timeout: 180_000 }, () => {
       assert.ok(op.summary, `${method} ${path} has a summary`);
     }
     assert.ok(doc.components.schemas.Error.properties.code.enum.includes('ORG_NOT_FOUND'));
+  });
+});
+
+// Issue 28, item 6: an organization can be deleted, with everything it made.
+describe('deleting an organization', { timeout: 240_000 }, () => {
+  test("its keys, sandboxes and snapshots go with it, another organization's stay; default, the caller's own and unknown ones are refused", async () => {
+    await api(server, 'POST', '/v1/admin/orgs', { name: 'doomed' });
+    const doomedKey = (await api(server, 'POST', '/v1/admin/keys', { org: 'doomed', name: 'k' })).body.secret as string;
+    await api(server, 'POST', '/v1/admin/orgs', { name: 'staying' });
+    const stayingKey = (await api(server, 'POST', '/v1/admin/keys', { org: 'staying', name: 'k' })).body.secret as string;
+    const doomed = as(doomedKey);
+    const running = await createSandbox(doomed);
+    const paused = await createSandbox(doomed);
+    assert.equal((await api(doomed, 'POST', `/v1/sandboxes/${paused.id}/pause`)).status, 200);
+    const snap = await api(doomed, 'POST', `/v1/sandboxes/${running.id}/snapshots`, { name: 'kept' });
+    assert.equal(snap.status, 201, JSON.stringify(snap.body));
+    const other = await createSandbox(as(stayingKey));
+
+    assert.equal((await api(server, 'DELETE', '/v1/admin/orgs/default')).body.code, 'INVALID_STATE', "the operator's organization stays");
+    assert.equal((await api(server, 'DELETE', '/v1/admin/orgs/nosuch')).status, 404);
+    assert.equal((await api(doomed, 'DELETE', '/v1/admin/orgs/doomed')).status, 403, 'the admin API is the operator’s');
+
+    // The host's command asks the running service (its sandboxes are the service's to delete).
+    const r = operator(['orgs', 'delete', 'doomed']);
+    assert.equal(r.status, 'deleted');
+    assert.deepEqual(r.deleted, { keys: 1, sandboxes: 2, snapshots: 1, templates: 0, uploads: 0 });
+    assert.equal((await api(doomed, 'GET', '/v1/sandboxes')).status, 401, 'its key is gone');
+    // Its URL is closed (port mode: a refused connection) or answers an error; never the agent.
+    const gone = await agent(running, 'POST', '/commands/run', { command: 'true' }).then((x) => x.status, () => 'refused');
+    assert.ok(gone === 'refused' || (typeof gone === 'number' && gone >= 400), `its sandbox answers no more: ${gone}`);
+    const orgs = await api(server, 'GET', '/v1/admin/orgs');
+    assert.ok(!orgs.body.data.some((o: { name: string }) => o.name === 'doomed'));
+    assert.equal((await api(server, 'DELETE', '/v1/admin/orgs/doomed')).status, 404, 'asked again: there is no such organization');
+    for (let i = 0; ; i++) {
+      const left = crunContainers(server.dataDir).filter((c) => c === running.id || c === paused.id);
+      if (left.length === 0) break;
+      assert.ok(i < 100, `its containers are removed from the host: ${left.join(', ')}`);
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    const still = await agent(other, 'POST', '/commands/run', { command: 'echo', args: ['here'] });
+    assert.equal(still.status, 200, "another organization's sandbox runs on");
+    assert.equal(still.body.stdout.trim(), 'here');
   });
 });

@@ -187,6 +187,7 @@ export const Template = Type.Composite([
     workdir: Type.Union([Type.String(), Type.Null()], { description: 'the working directory of its sandboxes' }),
     layers: Type.Array(Type.String(), { description: 'its filesystem layers (sha256 hex ids), top-most first' }),
     error_message: Type.Union([Type.String(), Type.Null()], { description: 'why its last build failed' }),
+    progress: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: 100 }), Type.Null()], { description: 'while a built-in template builds: percent done' })),
     request_id: Type.Optional(Type.String()),
   }),
 ]);
@@ -352,6 +353,21 @@ export const Organization = Type.Object({
   request_id: Type.Optional(Type.String()),
 });
 export type Organization = Static<typeof Organization>;
+/** `DELETE /v1/admin/orgs/{nameOrId}`: the organization, and how many of what it made went with it. */
+export const DeletedOrganization = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  created_at: Type.String(),
+  status: Type.Literal('deleted'),
+  deleted: Type.Object({
+    keys: Type.Integer({ minimum: 0 }),
+    sandboxes: Type.Integer({ minimum: 0 }),
+    snapshots: Type.Integer({ minimum: 0 }),
+    templates: Type.Integer({ minimum: 0 }),
+    uploads: Type.Integer({ minimum: 0 }),
+  }),
+  request_id: Type.Optional(Type.String()),
+});
 export const OrganizationList = Type.Object({ object: Type.Literal('list'), data: Type.Array(Organization), request_id: Type.Optional(Type.String()) });
 
 /** An API key, as the admin API shows it: never its secret or its hash. */

@@ -45,6 +45,8 @@ Usage:
                                                     \`nodes remove ID\` admits that node again
   sandboxd orgs create NAME                         create an organization
   sandboxd orgs list                                every organization with its limits (* = set for it)
+  sandboxd orgs delete NAME [--url URL] [--api-key-file FILE]
+                                                    delete an organization and everything it made (through the running service)
   sandboxd orgs limits NAME [--max-vcpu N] [--max-memory-mb N] [--max-disk-gb N]
                     [--max-sandboxes N] [--max-total-memory-mb N] [--max-total-disk-gb N]
                     [--default-timeout-seconds N] [--max-timeout-seconds N]
@@ -98,7 +100,15 @@ async function admin(args: string[]): Promise<number> {
   const { values, positionals } = parseArgs({
     args: rest,
     allowPositionals: true,
-    options: { org: { type: 'string' }, scopes: { type: 'string' }, name: { type: 'string' }, json: { type: 'boolean' }, ...LIMIT_OPTIONS },
+    options: {
+      org: { type: 'string' },
+      scopes: { type: 'string' },
+      name: { type: 'string' },
+      json: { type: 'boolean' },
+      url: { type: 'string' },
+      'api-key-file': { type: 'string' },
+      ...LIMIT_OPTIONS,
+    },
   });
   const config = loadConfig();
   const store = await openStore(config);
@@ -113,6 +123,12 @@ async function admin(args: string[]): Promise<number> {
       const described = await Promise.all(orgs.map(async (o) => ({ ...o, ...(await describeLimits(store, config.limits, o, config.dataDir)).json })));
       const rows = await Promise.all(orgs.map((o) => listRow(store, config.limits, o)));
       out(described, `${table(rows)}\n* set for this organization; other values are the configured defaults`);
+    } else if (group === 'orgs' && verb === 'delete' && positionals[0]) {
+      // Its sandboxes are the running service's to delete: this asks it (the admin API).
+      const control = controlApi(config, { url: values.url, keyFile: values['api-key-file'] });
+      const r = await control<{ name: string; id: string; deleted: Record<string, number> }>('DELETE', `/v1/admin/orgs/${encodeURIComponent(positionals[0])}`);
+      const d = r.deleted;
+      out(r, `deleted organization ${r.name} (${r.id}): ${d.sandboxes} sandbox(es), ${d.snapshots} snapshot(s), ${d.templates} template(s), ${d.uploads} upload(s), ${d.keys} key(s)`);
     } else if (group === 'orgs' && verb === 'limits' && positionals[0]) {
       const org = (await store.orgs.byName(positionals[0])) ?? (await store.orgs.byId(positionals[0]));
       if (!org) throw new ServiceError('VALIDATION_ERROR', `no organization named ${positionals[0]}`);

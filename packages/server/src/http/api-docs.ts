@@ -200,6 +200,13 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   },
   'GET /v1/admin/orgs': { tag: 'admin', summary: 'List organizations', description: 'Every organization.', errors: ['PERMISSION_DENIED'] },
   'POST /v1/admin/orgs': { tag: 'admin', summary: 'Create an organization', description: 'A new organization, to create keys for.', errors: ['PERMISSION_DENIED', 'VALIDATION_ERROR', 'ALREADY_EXISTS'] },
+  'DELETE /v1/admin/orgs/{nameOrId}': {
+    tag: 'admin',
+    summary: 'Delete an organization',
+    description:
+      "The organization and everything it made: its keys are revoked first (nothing new can be made with them, and the tokens they made stop working), then its sandboxes are deleted (creates under way are waited for, up to 60 s), its snapshots, its templates and its uploads, then the organization. Its layers go once nothing else uses them. The operator's organization (`default`) and the caller's own cannot be deleted. A delete cut short is finished by asking again. `sandboxd orgs delete` does this.",
+    errors: ['PERMISSION_DENIED', 'VALIDATION_ERROR', 'ORG_NOT_FOUND', 'INVALID_STATE'],
+  },
   'GET /v1/admin/keys': { tag: 'admin', summary: 'List API keys', description: 'Every key (of one organization with `org`), revoked ones included, never a secret.', errors: ['PERMISSION_DENIED', 'VALIDATION_ERROR', 'ORG_NOT_FOUND'] },
   'POST /v1/admin/keys': {
     tag: 'admin',

@@ -34,6 +34,7 @@ import {
   KillResponse,
   MetricsSnapshotResponse,
   Organization,
+  DeletedOrganization,
   OrganizationList,
   ProcessListResponse,
   ProcessTableResponse,
@@ -485,6 +486,11 @@ export const RESPONSES: Record<string, SuccessDoc> = {
     content: json(OrganizationList, { object: 'list', data: [{ id: 'org_0a1b2c3d4e5f60718293', name: 'default', created_at: '2025-05-30T12:00:00.000Z' }, { id: ORG, name: 'acme', created_at: AT }], request_id: REQ }),
   },
   'POST /v1/admin/orgs': { status: 201, description: 'created', content: json(Organization, { id: ORG, name: 'acme', created_at: AT, request_id: REQ }), request: jsonRequest({ name: 'acme' }) },
+  'DELETE /v1/admin/orgs/{nameOrId}': {
+    status: 200,
+    description: 'deleted, with everything it made',
+    content: json(DeletedOrganization, { id: ORG, name: 'acme', created_at: AT, status: 'deleted', deleted: { keys: 2, sandboxes: 3, snapshots: 1, templates: 1, uploads: 4 }, request_id: REQ }),
+  },
   'GET /v1/admin/keys': {
     status: 200,
     description: 'the keys, revoked ones included, without their secrets',

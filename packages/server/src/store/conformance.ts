@@ -188,6 +188,27 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     s.close();
   });
 
+  test(`${name}: an organization's keys and uploads are removed with it, no other's`, async () => {
+    const s = await open();
+    const a = await s.orgs.create('going');
+    const b = await s.orgs.create('staying');
+    for (const [id, org] of [['ka1', a], ['ka2', a], ['kb1', b]] as const) {
+      await s.keys.insert({ id, orgId: org.id, name: id, hash: `h-${id}`, scopes: ['admin'], createdAt: 'x', revokedAt: null, lastUsedAt: null });
+    }
+    const upload = (orgId: string, path: string) => ({ orgId, fileId: `f_${'a'.repeat(64)}`, path, sha256: 'a'.repeat(64), size: 1, kind: 'file' as const, createdAt: 'x' });
+    await s.uploads.upsert(upload(a.id, 'one'));
+    await s.uploads.upsert(upload(a.id, 'two'));
+    await s.uploads.upsert(upload(b.id, 'one'));
+    assert.equal(await s.keys.removeForOrg(a.id), 2);
+    assert.equal(await s.uploads.removeForOrg(a.id), 2);
+    await s.orgs.remove(a.id);
+    assert.equal(await s.orgs.byId(a.id), undefined, 'no key holds the organization back');
+    assert.deepEqual((await s.keys.list()).map((k) => k.id), ['kb1']);
+    assert.equal(await s.uploads.byPath(a.id, 'one'), undefined);
+    assert.equal((await s.uploads.byPath(b.id, 'one'))?.orgId, b.id);
+    s.close();
+  });
+
   test(`${name}: deadlines, tombstones and gateway ports`, async () => {
     const s = await open();
     await s.sandboxes.insert(sandbox('due', { expiresAt: '2020-01-01T00:00:00.000Z', gatewayPort: 40010 }));

@@ -45,6 +45,9 @@ export interface TemplateRow {
   env: Record<string, string>;
   workdir: string | null;
   errorMessage: string | null;
+  /** A built-in template being built: percent done, and when it should be ready (null otherwise). */
+  buildProgress?: number | null;
+  buildEtaAt?: string | null;
   createdAt: string;
   updatedAt: string;
 }
@@ -146,6 +149,8 @@ export interface ApiKeyRepo {
   list(orgId?: string): Promise<ApiKeyRow[]>;
   revoke(id: string, at: string): Promise<boolean>;
   touch(id: string, at: string): Promise<void>;
+  /** Removes every key of the organization (it is being deleted); returns how many. */
+  removeForOrg(orgId: string): Promise<number>;
 }
 
 export interface TemplateRepo {
@@ -366,6 +371,8 @@ export interface UploadRepo {
   byFileId(orgId: string, fileId: string): Promise<UploadRow | undefined>;
   /** The latest upload of `path` by the organization. */
   byPath(orgId: string, path: string): Promise<UploadRow | undefined>;
+  /** Removes the organization's uploads (it is being deleted); returns how many. */
+  removeForOrg(orgId: string): Promise<number>;
 }
 
 /**

@@ -1,8 +1,10 @@
 import type { FastifyInstance } from 'fastify';
-import { AdminKeysQuery, CreateKeyBody, CreateOrgBody, KeyIdParams, ServiceError } from '@sandboxd/protocol';
+import { AdminKeysQuery, CreateKeyBody, CreateOrgBody, DeletedOrganization, KeyIdParams, ServiceError } from '@sandboxd/protocol';
 import type { Services } from '../services.js';
 import type { ApiKeyRow, OrgRow } from '../../store/types.js';
 import { operatorOnly, principalOf } from '../auth.js';
+import { deleteOrganization } from '../../services/org-deletion.js';
+import { NameOrIdParams } from './params.js';
 
 const org = (o: OrgRow) => ({ id: o.id, name: o.name, created_at: o.createdAt });
 
@@ -20,8 +22,8 @@ const key = (k: ApiKeyRow, orgName: string | undefined) => ({
 
 /**
  * The admin API: what `sandboxd orgs|keys` does on the host, over HTTP, for the operator's keys
- * (KeyService.requireOperator). Organizations: list, create. Keys: list, create (the secret is in
- * that answer only), revoke.
+ * (KeyService.requireOperator). Organizations: list, create, delete (with everything they made).
+ * Keys: list, create (the secret is in that answer only), revoke.
  */
 export function adminRoutes(app: FastifyInstance, s: Services): void {
   const admin = operatorOnly(s.keys);
@@ -36,6 +38,16 @@ export function adminRoutes(app: FastifyInstance, s: Services): void {
     const created = await s.keys.createOrg(req.body.name);
     req.log.info({ org: created.name, id: created.id, by_key: principalOf(req).keyId }, 'organization created');
     return reply.code(201).send({ ...org(created), request_id: req.id });
+  });
+
+  app.delete<{ Params: NameOrIdParams }>('/v1/admin/orgs/:nameOrId', { preHandler: admin, schema: { params: NameOrIdParams, response: { 200: DeletedOrganization } } }, async (req) => {
+    const target = await s.keys.org(req.params.nameOrId);
+    if (target.id === principalOf(req).orgId) {
+      throw new ServiceError('INVALID_STATE', 'a key cannot delete its own organization', { org: target.name });
+    }
+    const deleted = await deleteOrganization(s, target);
+    req.log.info({ org: target.name, id: target.id, deleted, by_key: principalOf(req).keyId }, 'organization deleted');
+    return { ...org(target), status: 'deleted', deleted, request_id: req.id };
   });
 
   app.get<{ Querystring: AdminKeysQuery }>('/v1/admin/keys', { preHandler: admin, schema: { querystring: AdminKeysQuery } }, async (req) => {

@@ -57,6 +57,9 @@ export class SqlApiKeyRepo implements ApiKeyRepo {
     const r = await this.db.get('SELECT * FROM api_keys WHERE id = $1', [id]);
     return r && keyFrom(r);
   }
+  async removeForOrg(orgId: string) {
+    return this.db.run('DELETE FROM api_keys WHERE org_id = $1', [orgId]);
+  }
   async list(orgId?: string) {
     const rows = orgId
       ? await this.db.all('SELECT * FROM api_keys WHERE org_id = $1 ORDER BY created_at', [orgId])

@@ -89,6 +89,9 @@ export class SqlUploadRepo implements UploadRepo {
     const r = await this.db.get('SELECT * FROM uploads WHERE org_id = $1 AND path = $2 ORDER BY created_at DESC LIMIT 1', [orgId, path]);
     return r && uploadFrom(r);
   }
+  async removeForOrg(orgId: string) {
+    return this.db.run('DELETE FROM uploads WHERE org_id = $1', [orgId]);
+  }
 }
 
 export class SqlSnapshotRepo implements SnapshotRepo {

@@ -13,7 +13,7 @@ import { repl } from './commands/repl.js';
 import { shell } from './commands/shell.js';
 import { fork, restore, snapshotCreate, snapshotGet, snapshotLs, snapshotPromote, snapshotRm } from './commands/snapshots.js';
 import { logs, templateBuild, templateGet, templateLs, templateRm } from './commands/templates.js';
-import { keyCreate, keyLs, keyRevoke, orgCreate, orgLs } from './commands/admin.js';
+import { keyCreate, keyLs, keyRevoke, orgCreate, orgLs, orgRm } from './commands/admin.js';
 import { reportError, type Io } from './output.js';
 
 export const COMMANDS: Command[] = [
@@ -51,6 +51,7 @@ export const COMMANDS: Command[] = [
   snapshotPromote,
   orgLs,
   orgCreate,
+  orgRm,
   keyLs,
   keyCreate,
   keyRevoke,

@@ -68,6 +68,17 @@ export class Admin {
     return toOrg(await Admin.call(options, 'POST', '/v1/admin/orgs', `create organization ${name}`, { json: { name } }));
   }
 
+  /**
+   * Deletes an organization (name or id) and everything it made: its keys are revoked, its
+   * sandboxes, snapshots, templates and uploads deleted. Says how many of each went.
+   */
+  static async deleteOrg(nameOrId: string, options: AdminOptions = {}): Promise<OrgInfo & { deleted: Record<'keys' | 'sandboxes' | 'snapshots' | 'templates' | 'uploads', number> }> {
+    const body = await Admin.call(options, 'DELETE', `/v1/admin/orgs/${enc(nameOrId)}`, `delete organization ${nameOrId}`);
+    const d = (body.deleted ?? {}) as Record<string, unknown>;
+    const n = (k: string) => (typeof d[k] === 'number' ? (d[k] as number) : 0);
+    return { ...toOrg(body), deleted: { keys: n('keys'), sandboxes: n('sandboxes'), snapshots: n('snapshots'), templates: n('templates'), uploads: n('uploads') } };
+  }
+
   /** Every key (of one organization with `org`: its name or id), revoked ones included; never a secret. */
   static async listKeys(options: AdminOptions & { org?: string } = {}): Promise<ApiKeyInfo[]> {
     const body = await Admin.call(options, 'GET', '/v1/admin/keys', 'list API keys', { query: { org: options.org } });

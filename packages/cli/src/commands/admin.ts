@@ -34,6 +34,21 @@ export const orgCreate: Command = {
   },
 };
 
+export const orgRm: Command = {
+  name: 'org rm',
+  summary: 'delete an organization with its keys, sandboxes, snapshots, templates and uploads (admin)',
+  args: 'NAME',
+  options: {},
+  minArgs: 1,
+  maxArgs: 1,
+  async run(ctx, { positionals }) {
+    const r = await Admin.deleteOrg(positionals[0]!, { client: ctx.client, signal: ctx.signal });
+    const d = r.deleted;
+    ctx.out(ctx.json ? json(r) : `deleted organization ${r.name} (${r.id}): ${d.sandboxes} sandbox(es), ${d.snapshots} snapshot(s), ${d.templates} template(s), ${d.uploads} upload(s), ${d.keys} key(s)\n`);
+    return 0;
+  },
+};
+
 const keyRow = (k: ApiKeyInfo) => [k.id, k.org ?? k.orgId, k.name, k.scopes.join(','), relativeTime(k.createdAt), k.revokedAt ? `revoked ${relativeTime(k.revokedAt)}` : 'active'];
 
 export const keyLs: Command = {

@@ -1,8 +1,8 @@
-import { lstat, readFile, readlink } from 'node:fs/promises';
-import { posix } from 'node:path';
-import type { BuiltinTemplate } from './builtin.js';
-import { rootfsKey, type Log } from './layer-store.js';
-import type { LayerInfo, LayerStore } from './types.js';
+import { randomBytes } from 'node:crypto';
+import { lstat, mkdir, readFile, readlink, rmdir } from 'node:fs/promises';
+import { join, posix } from 'node:path';
+import { runTool } from '../runtime/proc.js';
+import type { LayerInfo } from './types.js';
 
 /**
  * What each built-in's description promises, checked by reading the built tree (never by running
@@ -44,35 +44,25 @@ export const BUILTIN_CLAIMS: Record<string, TemplateClaims> = {
 };
 
 /**
- * Builds (or finds cached) the rootfs of every built-in template, one at a time because each
- * mmdebstrap already uses both cores and the mirror; `base` first since the others are supersets.
- * Each built tree is checked against what its description claims.
+ * Problems found in a stack of layers (top-most first), read through a read-only overlay of them
+ * as a sandbox sees it (whiteouts hide what they hide); a stack of one is read as it is.
  */
-export async function ensureBuiltinTemplates(
-  store: LayerStore,
-  templates: BuiltinTemplate[],
-  log: Log,
-  opts: { signal?: AbortSignal; verify?: boolean } = {},
-): Promise<Map<string, LayerInfo>> {
-  const ordered = [...templates].sort((a, b) => Number(b.name === 'base') - Number(a.name === 'base'));
-  const out = new Map<string, LayerInfo>();
-  const started = Date.now();
-  for (const [i, t] of ordered.entries()) {
-    const tag = `[${i + 1}/${ordered.length}]`;
-    const cached = await store.has(rootfsKey(t.recipe));
-    if (!cached) log(`${tag} building ${t.name} (${t.recipe.suite}, ${t.recipe.packages.length} packages) ...`);
-    const t0 = Date.now();
-    const layer = await store.ensureRootfs(t.recipe, (l) => log(`${tag} ${t.name}: ${l}`), { signal: opts.signal });
-    if (opts.verify !== false) {
-      const problems = await checkClaims(layer.path, BUILTIN_CLAIMS[t.name]);
-      if (problems.length > 0) throw new Error(`built-in template ${t.name} does not match its description: ${problems.join('; ')}`);
+export async function checkStackClaims(stack: LayerInfo[], scratchRoot: string, claims: TemplateClaims | undefined): Promise<string[]> {
+  if (!claims) return [];
+  if (stack.length === 1) return checkClaims(stack[0]!.path, claims);
+  // Named as the layer store names its temporary dirs: a leftover (mount and all) is removed by its cleanupStale.
+  const dir = join(scratchRoot, `.tmp-${stack[0]!.id}-${process.pid}-claims-${randomBytes(4).toString('hex')}`);
+  await mkdir(dir, { mode: 0o700 });
+  try {
+    await runTool('mount', ['-t', 'overlay', 'overlay', '-o', `ro,lowerdir=${stack.map((l) => l.path).join(':')}`, dir]);
+    try {
+      return await checkClaims(dir, claims);
+    } finally {
+      await runTool('umount', [dir]);
     }
-    const secs = ((Date.now() - t0) / 1000).toFixed(1);
-    log(`${tag} ${t.name} ${cached ? 'cached' : `built in ${secs} s`} (layer ${layer.id.slice(0, 12)})`);
-    out.set(t.name, layer);
+  } finally {
+    await rmdir(dir).catch(() => undefined);
   }
-  log(`built-in templates ready in ${((Date.now() - started) / 1000).toFixed(1)} s`);
-  return out;
 }
 
 /** Problems found (empty when the tree has everything claimed). */

@@ -1,6 +1,11 @@
 import type { DebianRootfsRecipe } from './types.js';
 
-/** The built-in templates, built from Debian's packages on first start (cached by recipe). */
+/**
+ * The built-in templates, built from Debian's packages on first start (cached by recipe). They are
+ * one stack: `base` is a Debian rootfs (mmdebstrap); every other is one layer of its own extra
+ * packages over its parent's stack (python on base, code-interpreter on python, nodejs and go on
+ * base), so what they share is downloaded, unpacked and stored once.
+ */
 export interface BuiltinTemplate {
   name: string;
   displayName: string;
@@ -10,7 +15,12 @@ export interface BuiltinTemplate {
   features: string[];
   tags: string[];
   resources: { vcpu: number; memoryMb: number; diskGb: number };
+  /** The template this one is a layer over; null for the rootfs (`base`). */
+  parent: string | null;
+  /** base: the rootfs recipe; the others: the packages their own layer adds (apt, no recommends, as mmdebstrap). */
   recipe: DebianRootfsRecipe;
+  /** Rough build time of its own layer on the reference machine, seconds: weights progress and estimates. */
+  expectedSeconds: number;
 }
 
 const BASE_PACKAGES = ['bash', 'coreutils', 'curl', 'ca-certificates', 'procps'];
@@ -18,7 +28,7 @@ const rootfs = (packages: string[]): DebianRootfsRecipe => ({
   kind: 'debian-rootfs',
   suite: 'bookworm',
   variant: 'minbase',
-  packages: [...BASE_PACKAGES, ...packages],
+  packages,
 });
 
 export const BUILTIN_TEMPLATES: BuiltinTemplate[] = [
@@ -31,7 +41,9 @@ export const BUILTIN_TEMPLATES: BuiltinTemplate[] = [
     features: ['code_execution', 'file_operations', 'commands'],
     tags: ['debian', 'bash'],
     resources: { vcpu: 1, memoryMb: 512, diskGb: 2 },
-    recipe: rootfs([]),
+    parent: null,
+    recipe: rootfs(BASE_PACKAGES),
+    expectedSeconds: 70,
   },
   {
     name: 'python',
@@ -42,7 +54,9 @@ export const BUILTIN_TEMPLATES: BuiltinTemplate[] = [
     features: ['code_execution', 'file_operations', 'commands'],
     tags: ['python', 'pip'],
     resources: { vcpu: 1, memoryMb: 1024, diskGb: 5 },
+    parent: 'base',
     recipe: rootfs(['python3', 'python3-pip', 'python3-venv']),
+    expectedSeconds: 40,
   },
   {
     name: 'nodejs',
@@ -53,7 +67,9 @@ export const BUILTIN_TEMPLATES: BuiltinTemplate[] = [
     features: ['code_execution', 'file_operations', 'commands'],
     tags: ['javascript', 'nodejs', 'npm'],
     resources: { vcpu: 1, memoryMb: 1024, diskGb: 5 },
+    parent: 'base',
     recipe: rootfs(['nodejs', 'npm']),
+    expectedSeconds: 60,
   },
   {
     name: 'go',
@@ -64,7 +80,9 @@ export const BUILTIN_TEMPLATES: BuiltinTemplate[] = [
     features: ['code_execution', 'file_operations', 'commands'],
     tags: ['go', 'golang'],
     resources: { vcpu: 1, memoryMb: 1024, diskGb: 5 },
+    parent: 'base',
     recipe: rootfs(['golang-go', 'git']),
+    expectedSeconds: 45,
   },
   {
     name: 'code-interpreter',
@@ -75,10 +93,9 @@ export const BUILTIN_TEMPLATES: BuiltinTemplate[] = [
     features: ['code_execution', 'file_operations', 'commands', 'rich_outputs'],
     tags: ['python', 'data-science', 'javascript', 'go', 'bash'],
     resources: { vcpu: 2, memoryMb: 2048, diskGb: 10 },
+    parent: 'python',
+    expectedSeconds: 90,
     recipe: rootfs([
-      'python3',
-      'python3-pip',
-      'python3-venv',
       'python3-numpy',
       'python3-pandas',
       'python3-matplotlib',
@@ -89,3 +106,23 @@ export const BUILTIN_TEMPLATES: BuiltinTemplate[] = [
 ];
 
 export const DEFAULT_TEMPLATE = 'code-interpreter';
+
+/** The base rootfs recipe (the bottom of every built-in's stack). */
+export const BASE_RECIPE: DebianRootfsRecipe = BUILTIN_TEMPLATES.find((t) => t.name === 'base')!.recipe;
+
+/**
+ * `templates` with the parents each needs (a wish for code-interpreter alone builds base and python
+ * too), parents before children.
+ */
+export function withParents(templates: BuiltinTemplate[]): BuiltinTemplate[] {
+  const byName = new Map(BUILTIN_TEMPLATES.map((t) => [t.name, t]));
+  for (const t of templates) byName.set(t.name, t);
+  const out: BuiltinTemplate[] = [];
+  const add = (t: BuiltinTemplate) => {
+    if (out.includes(t)) return;
+    if (t.parent) add(byName.get(t.parent)!);
+    out.push(t);
+  };
+  for (const t of templates) add(t);
+  return out;
+}

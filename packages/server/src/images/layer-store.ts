@@ -9,6 +9,7 @@ import { NEUTRAL_HOSTNAME, neutralizeHostFiles } from './host-identity.js';
 import { shiftOwnership } from '../runtime/shift.js';
 import { type DebianRootfsRecipe, type LayerInfo, type LayerStore } from './types.js';
 import { CANONICAL_ID_OFFSET } from '../runtime/ids.js';
+import { harvestDebs, seedArchivesScript } from './apt-cache.js';
 
 /**
  * Bump when the way a rootfs is made changes (post-processing, shifting): old layers stop matching.
@@ -124,9 +125,9 @@ export class FsLayerStore implements LayerStore {
     return { id, path: this.path(id) };
   }
 
-  ensureRootfs(recipe: DebianRootfsRecipe, log: Log, opts: { signal?: AbortSignal } = {}): Promise<LayerInfo> {
+  ensureRootfs(recipe: DebianRootfsRecipe, log: Log, opts: { signal?: AbortSignal; aptCacheDir?: string } = {}): Promise<LayerInfo> {
     const id = rootfsKey(recipe);
-    return this.ensureLayer(id, (tree) => buildDebianRootfs(recipe, tree, log, opts.signal), log, opts);
+    return this.ensureLayer(id, (tree) => buildDebianRootfs(recipe, tree, log, opts.signal, opts.aptCacheDir), log, opts);
   }
 
   /**
@@ -336,6 +337,7 @@ async function buildDebianRootfs(
   tree: string,
   log: Log,
   signal?: AbortSignal,
+  aptCacheDir?: string,
 ): Promise<BuiltLayer> {
   if (!/^[a-z][a-z0-9-]*$/.test(recipe.suite)) throw new Error(`invalid Debian suite: ${recipe.suite}`);
   const packages = [...new Set(recipe.packages)].sort();
@@ -346,6 +348,13 @@ async function buildDebianRootfs(
     throw new Error(`no Debian apt source on this host can serve suite '${recipe.suite}' (host sources are read from /etc/apt)`);
   }
   const args = ['--mode=root', `--variant=${recipe.variant}`];
+  if (aptCacheDir) {
+    // The shared download cache (mmdebstrap's documented way): what it holds is put in the tree's
+    // archives before the download (hard links: free), and nothing empties them, so what was
+    // downloaded is still there afterwards for harvestDebs to keep.
+    await mkdir(aptCacheDir, { recursive: true, mode: 0o755 });
+    args.push('--skip=download/empty', '--skip=essential/unlink', '--skip=cleanup/apt/cache', `--setup-hook=${seedArchivesScript(aptCacheDir)}`);
+  }
   if (packages.length > 0) args.push(`--include=${packages.join(',')}`);
   args.push(recipe.suite, tree, '-');
   log(`mmdebstrap ${recipe.suite} (${packages.length} extra packages: ${packages.join(' ') || '-'})`);
@@ -366,6 +375,7 @@ async function buildDebianRootfs(
     }
   }
   const archives = join(tree, 'var/cache/apt/archives');
+  if (aptCacheDir) await harvestDebs(archives, aptCacheDir, log);
   for (const n of await readdir(archives).catch(() => [] as string[])) {
     if (n.endsWith('.deb')) await rm(join(archives, n), { force: true });
   }

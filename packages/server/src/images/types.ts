@@ -30,7 +30,7 @@ export interface LayerStore {
    * is a hash of the recipe). Concurrent callers for one recipe share one build. A failed or
    * interrupted build leaves nothing that looks like a finished layer.
    */
-  ensureRootfs(recipe: DebianRootfsRecipe, log: (line: string) => void, opts?: { signal?: AbortSignal }): Promise<LayerInfo>;
+  ensureRootfs(recipe: DebianRootfsRecipe, log: (line: string) => void, opts?: { signal?: AbortSignal; aptCacheDir?: string }): Promise<LayerInfo>;
   /** Removes a layer (caller guarantees nothing references it). */
   remove(id: string): Promise<void>;
   /** Ids of every finished layer. */

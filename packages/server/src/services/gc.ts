@@ -1,6 +1,6 @@
 import { BUILTIN_TEMPLATES } from '../images/builtin.js';
+import { builtinLayerIds } from '../images/builtin-layers.js';
 import type { ImageServices } from '../images/index.js';
-import { rootfsKey } from '../images/layer-store.js';
 import type { Store } from '../store/types.js';
 
 /**
@@ -10,7 +10,8 @@ import type { Store } from '../store/types.js';
  */
 export async function collectGarbage(store: Store, images: Pick<ImageServices, 'layers' | 'images'>): Promise<string[]> {
   if ((await store.builds.unfinished()).length > 0) return [];
-  const keep = new Set<string>(BUILTIN_TEMPLATES.map((t) => rootfsKey(t.recipe)));
+  // Every built-in's layers, those still building included (not yet in any template row).
+  const keep = new Set<string>(builtinLayerIds(BUILTIN_TEMPLATES).values());
   for (const id of await images.images.referencedLayers()) keep.add(id);
   for (const s of await store.sandboxes.live()) for (const l of s.layers) keep.add(l);
   // A snapshot mounts its template's layers below its own, whatever became of the template.

@@ -162,6 +162,15 @@ export const MIGRATIONS: Migration[] = [
   both('node orphans', (t) => `
   ALTER TABLE nodes ADD COLUMN orphans ${t.bigint};
 `),
+
+  /**
+   * A built-in template building behind a serving daemon (issue 27): its percent and when it should
+   * be ready, in the store so that every control replica shows (and answers 503 with) the same.
+   */
+  both('built-in template progress', (t) => `
+  ALTER TABLE templates ADD COLUMN build_progress ${t.integer};
+  ALTER TABLE templates ADD COLUMN build_eta_at ${t.ordered};
+`),
 ];
 
 /** The SQL of a dialect's steps, in order: its version N means the first N are applied. */

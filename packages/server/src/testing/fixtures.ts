@@ -1,5 +1,5 @@
 import { FsLayerStore } from '../images/layer-store.js';
-import { BUILTIN_TEMPLATES } from '../images/builtin.js';
+import { BASE_RECIPE } from '../images/builtin.js';
 import type { LayerInfo } from '../images/types.js';
 
 /** Shared between test runs so that image layers are built once per machine. */
@@ -20,14 +20,8 @@ function logIfVerbose(line: string): void {
   if (process.env.SANDBOXD_TEST_VERBOSE) process.stderr.write(`${line}\n`);
 }
 
-export async function builtinLayer(name: string): Promise<LayerInfo> {
-  const t = BUILTIN_TEMPLATES.find((b) => b.name === name);
-  if (!t) throw new Error(`no built-in template named ${name}`);
-  const s = await layerStoreForTests();
-  return s.ensureRootfs(t.recipe, logIfVerbose);
-}
-
 /** The built-in 'base' rootfs (Debian 12 minbase + bash, curl, ...); ~15 s the first time on a machine. */
 export async function baseLayer(): Promise<LayerInfo> {
-  return builtinLayer('base');
+  const s = await layerStoreForTests();
+  return s.ensureRootfs(BASE_RECIPE, logIfVerbose);
 }

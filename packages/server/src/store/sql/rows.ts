@@ -53,6 +53,7 @@ export const TEMPLATE_FIELDS: Fields<TemplateRow> = {
   id: 'value', orgId: 'value', name: 'value', displayName: 'value', description: 'value', category: 'value', language: 'value',
   vcpu: 'value', memoryMb: 'value', diskGb: 'value', status: 'value', isPublic: 'value', buildId: 'value', features: 'json',
   tags: 'json', layers: 'json', env: 'json', workdir: 'value', errorMessage: 'value', createdAt: 'value', updatedAt: 'value',
+  buildProgress: 'value', buildEtaAt: 'value',
 };
 
 export function templateFrom(r: Raw): TemplateRow {
@@ -76,6 +77,8 @@ export function templateFrom(r: Raw): TemplateRow {
     env: json<Record<string, string>>(r.env),
     workdir: str(r.workdir),
     errorMessage: str(r.error_message),
+    buildProgress: r.build_progress === null || r.build_progress === undefined ? null : Number(r.build_progress),
+    buildEtaAt: str(r.build_eta_at),
     createdAt: String(r.created_at),
     updatedAt: String(r.updated_at),
   };

@@ -46,13 +46,14 @@ async function coldBoots(label: string, agentBundlePath: string, layer: string):
         const t0 = performance.now();
         await rt.create({ id, lowerDirs: [layer], resources: { vcpu: 1, memoryMb: 512, diskGb: 1, pidsMax: 512 }, internetAccess: false, hostname: id, env: { SANDBOX_ID: id, PATH: '/usr/bin:/bin' } });
         const a0 = performance.now();
-        await waitForAgent(rt.agentSocket(id), 30_000);
+        // The boot probe a cold create waits for (the first responder answers it while Node starts)...
+        await waitForAgent(rt.agentSocket(id), 30_000, true);
         out.answer.push(performance.now() - a0);
         out.total.push(performance.now() - t0);
-        const c0 = performance.now();
+        // ...then a command sent at once: answered by Node.
         const r = await agentJson(rt.agentSocket(id), 'POST', '/commands/run', { command: 'true' }, 10_000);
         if (r.status !== 200) throw new Error(`${label}: /commands/run answered ${r.status}`);
-        out.firstCommand.push(performance.now() - c0);
+        out.firstCommand.push(performance.now() - t0);
         const pid = await rt.initPid(id);
         if (pid) out.privateMiB.push(agentPrivateMiB(pid));
         await rt.destroy(id);
@@ -79,13 +80,13 @@ async function main(): Promise<void> {
       ['real agent', real],
       ['minimal Node HTTP agent', floor],
     ] as const) {
-      console.log(row(`${name}: create → answering`, b.total, bare));
-      console.log(`  runtime steps p50: prepare ${med(b, 'prepare')} (disk ${med(b, 'disk')}), config ${med(b, 'config')}, crun run ${med(b, 'crun-run')}; then answering ${fmt(summary(b.answer).p50)}`);
+      console.log(row(`${name}: create → boot probe answered`, b.total, bare));
+      if (b === real) console.log(row(`${name}: create → first /commands/run true`, b.firstCommand, bare));
+      console.log(`  runtime steps p50: prepare ${med(b, 'prepare')} (disk ${med(b, 'disk')}), config ${med(b, 'config')}, crun run ${med(b, 'crun-run')}; then the probe ${fmt(summary(b.answer).p50)}`);
       const mem = summary(b.privateMiB).p50;
-      console.log(`  first /commands/run ${b === real ? fmt(summary(b.firstCommand).p50) : 'n/a (answers {})'}, agent private memory ${mem.toFixed(1)} MiB`);
+      console.log(`  agent private memory ${mem.toFixed(1)} MiB`);
     }
-    const own = summary(real.answer).p50 - summary(floor.answer).p50;
-    console.log(`the agent's own start: ${fmt(own)} above the floor; the floor alone is ${(summary(floor.total).p50 / summary(bare).p50).toFixed(2)}x bare crun run (goal ≤ 2.5x for the real agent)`);
+    console.log(`the floor (a Node agent answering the probe itself) is ${(summary(floor.total).p50 / summary(bare).p50).toFixed(2)}x bare crun run; goal ≤ 2x for the real agent`);
   } finally {
     rmSync(minimalDir, { recursive: true, force: true });
   }

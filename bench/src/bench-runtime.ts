@@ -15,7 +15,7 @@ export interface BenchRuntime {
 
 /**
  * Runs `fn` with a runtime named after `tag` (short: it names a bridge) on subnet `10.<second>.<third>.0/24`;
- * `agentBundlePath` defaults to the real agent.
+ * `agentBundlePath` defaults to the real agent (SANDBOXD_AGENT_BUNDLE when set, as for the daemon).
  */
 export async function withBenchRuntime<T>(tag: string, subnet: string, fn: (b: BenchRuntime) => Promise<T>, agentBundlePath?: string): Promise<T> {
   const dataDir = join(TEST_DATA_DIR, `bench-${tag}`);
@@ -23,7 +23,7 @@ export async function withBenchRuntime<T>(tag: string, subnet: string, fn: (b: B
   const steps = new Map<string, number[]>();
   const rt = new CrunRuntime({
     dataDir,
-    agentBundlePath: agentBundlePath ?? loadConfig({ SANDBOXD_DATA_DIR: dataDir }).agentBundlePath,
+    agentBundlePath: agentBundlePath ?? loadConfig({ SANDBOXD_DATA_DIR: dataDir, SANDBOXD_AGENT_BUNDLE: process.env.SANDBOXD_AGENT_BUNDLE }).agentBundlePath,
     bridgeName: `sb${tag}`.slice(0, 15),
     subnetCidr: subnet,
     cgroupParent,

@@ -4,7 +4,7 @@
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
-import { api, startServer } from '../../e2e/dist/harness.js';
+import { agent, api, startServer } from '../../e2e/dist/harness.js';
 import { baseLayer } from '../../packages/server/dist/testing/fixtures.js';
 import { bareCrunSamples } from './baselines.js';
 import { row, summary } from './stats.js';
@@ -24,15 +24,23 @@ async function timed<T>(fn: () => Promise<T>): Promise<[number, T]> {
   return [performance.now() - t0, v];
 }
 
-/** Sequential creates (each then deleted) on a daemon without a warm pool: every create boots. */
-async function coldCreates(n: number): Promise<number[]> {
+/**
+ * Sequential creates (each then deleted) on a daemon without a warm pool: every create boots. Also
+ * create → its first `/commands/run true` answered through the gateway, sent the instant the
+ * create answers: what a user waits for (the create may answer while the agent's Node starts).
+ */
+async function coldCreates(n: number): Promise<{ create: number[]; firstCommand: number[] }> {
   const cold = await startServer({ templates: ['base'], env: { SANDBOXD_WARM_POOL_SIZE: '0' } });
   try {
-    const out: number[] = [];
+    const out = { create: [] as number[], firstCommand: [] as number[] };
     for (let i = 0; i < n; i++) {
-      const [ms, res] = await timed(() => api(cold, 'POST', '/v1/sandboxes', { template_name: 'base', internet_access: false }));
+      const t0 = performance.now();
+      const res = await api(cold, 'POST', '/v1/sandboxes', { template_name: 'base', internet_access: false });
       if (res.status !== 201) throw new Error(`cold create: ${res.status} ${JSON.stringify(res.body)}`);
-      out.push(ms);
+      out.create.push(performance.now() - t0);
+      const run = await agent({ publicHost: res.body.public_host, authToken: res.body.auth_token }, 'POST', '/commands/run', { command: 'true' });
+      if (run.status !== 200 || run.body.exit_code !== 0) throw new Error(`first command: ${run.status} ${JSON.stringify(run.body)}`);
+      out.firstCommand.push(performance.now() - t0);
       await api(cold, 'DELETE', `/v1/sandboxes/${res.body.id}`);
     }
     return out;
@@ -42,7 +50,8 @@ async function coldCreates(n: number): Promise<number[]> {
 }
 
 async function main(): Promise<void> {
-  const coldMs = await coldCreates(N);
+  const cold = await coldCreates(N);
+  const coldMs = cold.create;
   // The density phase commits more memory than a small host has (idle sandboxes use ~10 MiB of their
   // 512 MB limit) and may hold more sandboxes than the default quota: it measures the runtime.
   const server = await startServer({ templates: ['base'], env: { SANDBOXD_MAX_TOTAL_MEMORY_MB: '0', SANDBOXD_MAX_SANDBOXES: '0' } });
@@ -96,6 +105,7 @@ async function main(): Promise<void> {
     console.log(`\nbench/lifecycle on ${new Date().toISOString()} (N=${N}, burst=${BURST}, density=${DENSITY})`);
     console.log(row('create → agent ready (warm pool)', create, bare.run));
     console.log(row('create → agent ready (cold boot)', coldMs, bare.run));
+    console.log(row('cold create → first /commands/run true', cold.firstCommand, bare.run));
     console.log(row('create → agent ready (internet)', net, bare.run));
     console.log(row(`burst of ${BURST} concurrent creates`, burstMs, bare.run));
     console.log(row('pause', pause));

@@ -3,7 +3,7 @@
 // that runs on any base image. Output: packages/agent/bundle/.
 import { build } from 'esbuild';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, copyFileSync, mkdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
 
@@ -11,7 +11,20 @@ const here = dirname(fileURLToPath(import.meta.url));
 const out = join(here, 'bundle');
 mkdirSync(out, { recursive: true });
 
-await build({
+/**
+ * Builds one self-contained file and puts it in place with a rename: sandboxes booting meanwhile
+ * (tests and benchmarks of others on this machine) read the old file or the new, never half of one.
+ */
+async function buildAtomically(options) {
+  const result = await build({ ...options, write: false });
+  for (const file of result.outputFiles) {
+    const tmp = `${file.path}.tmp-${process.pid}`;
+    writeFileSync(tmp, file.contents, { mode: 0o644 });
+    renameSync(tmp, file.path);
+  }
+}
+
+await buildAtomically({
   entryPoints: [join(here, 'src/main.ts')],
   outfile: join(out, 'agent.cjs'),
   bundle: true,
@@ -43,7 +56,7 @@ await build({
 
 // The JavaScript kernel of code contexts: run by the image's node (which may be as old as 18) or the
 // agent's own runtime, so one self-contained CommonJS file too.
-await build({
+await buildAtomically({
   entryPoints: [join(here, 'src/kernel-js/main.ts')],
   outfile: join(out, 'sbx_kernel_js.cjs'),
   bundle: true,
@@ -56,24 +69,32 @@ await build({
 
 for (const f of ['sbx_run.py', 'sbx_zygote.py', 'sbx_kernel.py']) copyFileSync(join(here, 'py', f), join(out, f));
 
-const helperSrc = ['sbx-helper.c', 'watch.c'].map((f) => join(here, 'native', f));
-const helperOut = join(out, 'sbx-helper');
-const upToDate = (() => {
-  try {
-    const built = statSync(helperOut).mtimeMs;
-    return [...helperSrc, join(here, 'native/watch.h')].every((f) => built >= statSync(f).mtimeMs);
-  } catch {
-    return false;
-  }
-})();
-if (!upToDate) {
+/** Compiles a static helper unless it is newer than its sources; `mode` is the file's mode. */
+function compileStatic(name, sources, headers, mode, missing) {
+  const src = sources.map((f) => join(here, 'native', f));
+  const outFile = join(out, name);
+  const upToDate = (() => {
+    try {
+      const built = statSync(outFile).mtimeMs;
+      return [...src, ...headers.map((f) => join(here, 'native', f))].every((f) => built >= statSync(f).mtimeMs);
+    } catch {
+      return false;
+    }
+  })();
+  if (upToDate) return chmodSync(outFile, mode);
   const cc = process.env.CC || 'gcc';
   try {
-    execFileSync(cc, ['-static', '-Os', '-s', '-Wall', '-Wextra', '-o', `${helperOut}.tmp`, ...helperSrc], { stdio: 'inherit' });
-    execFileSync('mv', ['-f', `${helperOut}.tmp`, helperOut]);
+    execFileSync(cc, ['-static', '-Os', '-s', '-Wall', '-Wextra', '-o', `${outFile}.tmp`, ...src], { stdio: 'inherit' });
+    chmodSync(`${outFile}.tmp`, mode);
+    execFileSync('mv', ['-f', `${outFile}.tmp`, outFile]);
   } catch (err) {
-    rmSync(`${helperOut}.tmp`, { force: true });
-    // The agent still runs without it (no terminal; timeouts kill only the process group).
-    console.warn(`agent build: could not compile sbx-helper with ${cc} -static: ${err.message}`);
+    rmSync(`${outFile}.tmp`, { force: true });
+    console.warn(`agent build: could not compile ${name} with ${cc} -static: ${err.message}; ${missing}`);
   }
 }
+
+// The agent still runs without it (no terminal; timeouts kill only the process group).
+compileStatic('sbx-helper', ['sbx-helper.c', 'watch.c'], ['watch.h'], 0o755, 'no terminal, no file watching');
+// Execute-only: it holds the agent's listening socket, so like the agent's loader it must be a file
+// the sandbox cannot read (see native/sbx-first.c). Without it, Node alone answers (slower boots).
+compileStatic('sbx-first', ['sbx-first.c'], [], 0o711, 'cold boots wait for Node');

@@ -48,7 +48,7 @@ export function createAgent(config: AgentConfig): { agent: Agent; server: Server
   setLogFile(join(config.stateDir, 'agent.log'));
   logLine(`agent ${AGENT_VERSION} starting (pid ${process.pid}, sandbox ${config.sandboxId})`);
   const stats = new AgentStats();
-  const envStore = new EnvStore(join(config.stateDir, 'env.json'), config.createEnv);
+  const envStore = new EnvStore(join(config.stateDir, 'env.json'), config.createEnv, config.sandboxId === 'unknown' ? undefined : config.sandboxId);
   const helperPath = findHelper(config.agentDir);
   const zygotes = helperPath && config.pythonZygote ? new PythonZygotes(join(config.stateDir, 'run'), config.agentDir, config.workspaceDir) : null;
   const executor = new Executor({ config, envStore, stats, helperPath, nodeFallback: agentNodeCommand(), zygotes });

@@ -29,3 +29,12 @@ test('config from the env: create-time env_vars, listen fd, limits; malformed JS
   assert.deepEqual(bad.createEnv, {});
   assert.equal(bad.listenFd, null);
 });
+
+test("the first responder's hand-over fds: relays and the ready pipe; stdio and junk are ignored", () => {
+  const c = loadConfig({ SANDBOXD_AGENT_RELAY_FDS: '5,6,x,1,7', SANDBOXD_AGENT_READY_FD: '4' }, '/a');
+  assert.deepEqual(c.relayFds, [5, 6, 7]);
+  assert.equal(c.readyFd, 4);
+  const none = loadConfig({}, '/a');
+  assert.deepEqual(none.relayFds, []);
+  assert.equal(none.readyFd, null);
+});

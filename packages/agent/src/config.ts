@@ -7,6 +7,10 @@ export interface AgentConfig {
   socketPath: string;
   /** An inherited, already listening socket fd (SANDBOXD_AGENT_LISTEN_FD). */
   listenFd: number | null;
+  /** Connections the first responder accepted before the agent listened (SANDBOXD_AGENT_RELAY_FDS). */
+  relayFds: number[];
+  /** Where to say the agent listens, to the first responder (SANDBOXD_AGENT_READY_FD). */
+  readyFd: number | null;
   /** Persistent state: env set, compile cache, rich outputs. */
   stateDir: string;
   /** Default working directory of executions and relative file paths. */
@@ -64,14 +68,20 @@ export function userBaseEnv(env: NodeJS.ProcessEnv): Record<string, string> {
   return out;
 }
 
+const fdNumber = (v: string | undefined) => (v !== undefined && /^\d+$/.test(v) ? Number(v) : null);
+
 export function loadConfig(env: NodeJS.ProcessEnv, agentDir: string): AgentConfig {
-  const fd = env.SANDBOXD_AGENT_LISTEN_FD;
   const limits = parseJsonObject(env.SANDBOXD_LIMITS, 'SANDBOXD_LIMITS');
   const num = (v: unknown) => (typeof v === 'number' && v > 0 ? v : undefined);
   return {
     sandboxId: env.SANDBOX_ID ?? 'unknown',
     socketPath: env.SANDBOXD_AGENT_SOCKET ?? `${AGENT_RUN_DIR}/${AGENT_SOCKET_NAME}`,
-    listenFd: fd !== undefined && /^\d+$/.test(fd) ? Number(fd) : null,
+    listenFd: fdNumber(env.SANDBOXD_AGENT_LISTEN_FD),
+    relayFds: (env.SANDBOXD_AGENT_RELAY_FDS ?? '')
+      .split(',')
+      .map((v) => fdNumber(v))
+      .filter((v): v is number => v !== null && v > 2),
+    readyFd: fdNumber(env.SANDBOXD_AGENT_READY_FD),
     stateDir: env.SANDBOXD_AGENT_STATE_DIR ?? AGENT_STATE_DIR,
     workspaceDir: env.SANDBOXD_AGENT_WORKSPACE ?? '/workspace',
     agentDir,

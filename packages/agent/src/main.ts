@@ -3,6 +3,7 @@ import { dirname, resolve } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { createAgent } from './app.js';
 import { loadConfig } from './config.js';
+import { sayListening, serveRelays } from './handover.js';
 import { logLine } from './log.js';
 
 function main(): void {
@@ -26,7 +27,10 @@ function main(): void {
   // The runtime creates the listening socket on the host (at a path the sandbox never sees) and
   // passes it as this fd (SANDBOXD_AGENT_LISTEN_FD); a socket path is the fallback.
   if (config.listenFd !== null) {
-    server.listen({ fd: config.listenFd });
+    // Started by the first responder: what it accepted early arrives on its relays; once this
+    // listens, it stops accepting.
+    serveRelays(server, config.relayFds);
+    server.listen({ fd: config.listenFd }, () => sayListening(config.readyFd));
   } else {
     mkdirSync(dirname(config.socketPath), { recursive: true });
     rmSync(config.socketPath, { force: true });

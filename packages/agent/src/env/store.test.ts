@@ -73,3 +73,19 @@ test('a set the same as the last one written is not written again; after a faile
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+test("a state file written in another sandbox (a snapshot's, a fork's) is not this sandbox's env set: the create's seeds it", async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'sbx-env-foreign-'));
+  try {
+    const file = join(dir, 'state', 'env.json');
+    const source = new EnvStore(file, {}, 'sbsource');
+    await source.merge({ SET_LATER: 'by-env-api' });
+    assert.deepEqual(new EnvStore(file, { C: 'at-create' }, 'sbsource').all(), { SET_LATER: 'by-env-api' }, 'its own: kept across restarts');
+    const copy = new EnvStore(file, { C: 'at-create' }, 'sbcopy');
+    assert.deepEqual(copy.all(), { C: 'at-create' });
+    await copy.merge({ MINE: '1' });
+    assert.deepEqual(new EnvStore(file, {}, 'sbcopy').all(), { C: 'at-create', MINE: '1' }, 'then it is the copy’s own');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});

@@ -8,7 +8,9 @@ import { describeCause, ServiceError } from '../proto.js';
  * The sandbox's env set (GET/PUT/PATCH /env, DELETE /env/{key}): applied to every later execution
  * and command, above the agent's own env and below per-request env. It lives in a file inside the
  * sandbox's own filesystem, so it survives agent restarts and stop/start. The create-time env_vars
- * seed it once, the first time the agent ever starts in this sandbox.
+ * seed it once, the first time the agent ever starts in this sandbox. The file names the sandbox
+ * that wrote it: one that came with the files of another (a snapshot, a fork, a template made of
+ * a snapshot) is not this sandbox's env set, and the create's seeds it instead.
  */
 export class EnvStore {
   private vars: Record<string, string>;
@@ -19,8 +21,12 @@ export class EnvStore {
   constructor(
     private readonly file: string,
     createEnv: Record<string, string>,
+    private readonly sandboxId?: string,
   ) {
-    const loaded = readState(file);
+    const state = readState(file);
+    const foreign = state !== null && state.sandbox !== undefined && sandboxId !== undefined && state.sandbox !== sandboxId;
+    if (foreign) logLine(`${file} was written in sandbox ${state.sandbox}: this sandbox's env set is its create's`);
+    const loaded = foreign ? null : (state?.vars ?? null);
     this.vars = loaded ?? { ...createEnv };
     // (A write that fails is said; the next change writes again.)
     if (loaded === null) this.persist().catch((err: unknown) => logLine(`${file}: ${describeCause(err)}`));
@@ -59,7 +65,7 @@ export class EnvStore {
    * the agent wrote when it started, and it is on the create's path.
    */
   private persist(): Promise<void> {
-    const snapshot = JSON.stringify({ version: 1, env_vars: this.vars });
+    const snapshot = JSON.stringify({ version: 1, ...(this.sandboxId ? { sandbox: this.sandboxId } : {}), env_vars: this.vars });
     if (this.queued?.snapshot === snapshot) return this.queued.done;
     const tmp = `${this.file}.tmp`;
     const queued = {
@@ -81,7 +87,7 @@ export class EnvStore {
   }
 }
 
-function readState(file: string): Record<string, string> | null {
+function readState(file: string): { vars: Record<string, string>; sandbox?: string } | null {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
@@ -89,15 +95,15 @@ function readState(file: string): Record<string, string> | null {
     return null;
   }
   try {
-    const parsed = JSON.parse(text) as { env_vars?: unknown };
+    const parsed = JSON.parse(text) as { env_vars?: unknown; sandbox?: unknown };
     const out: Record<string, string> = {};
     if (parsed.env_vars && typeof parsed.env_vars === 'object') {
       for (const [k, v] of Object.entries(parsed.env_vars)) if (typeof v === 'string') out[k] = v;
     }
-    return out;
+    return { vars: out, ...(typeof parsed.sandbox === 'string' ? { sandbox: parsed.sandbox } : {}) };
   } catch {
     logLine(`${file} is corrupt; starting with an empty env set`);
-    return {};
+    return { vars: {} };
   }
 }
 

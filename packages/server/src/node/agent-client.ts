@@ -29,17 +29,28 @@ export function agentConnection(target: AgentTarget, timeoutMs: number): Pick<Re
 export const AGENT_ANSWER_MAX_BYTES = 64 * 1024;
 
 /** One GET to the agent over its unix socket; resolves with the status and parsed JSON body. */
-export function agentGet(socketPath: AgentTarget, path: string, timeoutMs: number): Promise<{ status: number; body: unknown }> {
-  return agentJson(socketPath, 'GET', path, undefined, timeoutMs);
+export function agentGet(socketPath: AgentTarget, path: string, timeoutMs: number, headers: Record<string, string> = {}): Promise<{ status: number; body: unknown }> {
+  return agentJson(socketPath, 'GET', path, undefined, timeoutMs, AGENT_ANSWER_MAX_BYTES, headers);
 }
 
-/** Waits until the agent answers /health, retrying while the socket is not there yet. */
-export async function waitForAgent(socketPath: AgentTarget, timeoutMs: number): Promise<void> {
+/**
+ * The header of the boot probe: a GET /health with it is answered by the agent's first responder
+ * (packages/agent/native/sbx-first.c) while Node starts, and means "the agent's process is up and
+ * holds its listening socket": requests sent from then on are served once Node is up, never
+ * refused. Node answers it like any /health.
+ */
+export const BOOT_PROBE_HEADER = { 'x-sandboxd-probe': 'boot' };
+
+/**
+ * Waits until the agent answers /health, retrying while the socket is not there yet. With `probe`,
+ * the boot probe (BOOT_PROBE_HEADER): answered before Node has started.
+ */
+export async function waitForAgent(socketPath: AgentTarget, timeoutMs: number, probe = false): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   for (let delay = 1; Date.now() < deadline; delay = Math.min(delay * 2, 20)) {
     try {
-      const { status } = await agentGet(socketPath, '/health', Math.max(1, deadline - Date.now()));
+      const { status } = await agentGet(socketPath, '/health', Math.max(1, deadline - Date.now()), probe ? BOOT_PROBE_HEADER : {});
       if (status === 200) return;
       lastError = new Error(`agent /health answered ${status}`);
     } catch (err) {
@@ -57,13 +68,20 @@ export async function waitForAgent(socketPath: AgentTarget, timeoutMs: number): 
  * through the agent once, ahead of the create. The first such request of an agent takes about
  * twice as long as the ones after it (measured: 3.2 ms, then 1.6), and a create taking a ready
  * sandbox waits for it; one that waits for the boot itself would wait for both.
+ *
+ * A boot a create waits for is done at the boot probe (its agent's process is up; Node may still
+ * be starting, and what is sent meanwhile waits for it): resolves 'probed' then, 'answered' when
+ * Node itself answered. A boot that no create waits for any more is waited for until Node answers.
  */
-export async function waitForAgentPrimed(target: AgentTarget, timeoutMs: number, prime: () => boolean = () => true): Promise<void> {
+export async function waitForAgentPrimed(target: AgentTarget, timeoutMs: number, prime: () => boolean = () => true): Promise<'probed' | 'answered'> {
   const started = Date.now();
-  await waitForAgent(target, timeoutMs);
-  if (!prime()) return;
+  const probe = !prime();
+  await waitForAgent(target, timeoutMs, probe);
+  if (!prime()) return probe ? 'probed' : 'answered';
+  if (probe) await waitForAgent(target, Math.max(1000, timeoutMs - (Date.now() - started)));
   const res = await agentJson(target, 'PUT', '/env', { env_vars: {}, merge: true }, Math.max(1000, timeoutMs - (Date.now() - started)));
   if (res.status !== 200) throw new Error(`agent answered ${res.status} to an empty merge of its env set`);
+  return 'answered';
 }
 
 /**
@@ -78,11 +96,12 @@ export function agentJson(
   body: unknown,
   timeoutMs: number,
   maxBytes = AGENT_ANSWER_MAX_BYTES,
+  extraHeaders: Record<string, string> = {},
 ): Promise<{ status: number; body: unknown }> {
   return new Promise((resolve, reject) => {
     let settled = false;
     const text = body === undefined ? undefined : JSON.stringify(body);
-    const headers: Record<string, string | number> = { host: 'agent' };
+    const headers: Record<string, string | number> = { ...extraHeaders, host: 'agent' };
     if (text !== undefined) Object.assign(headers, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
     const req = request({ ...agentConnection(socketPath, timeoutMs), path, method, headers });
     const fail = (err: Error) => {

@@ -7,13 +7,27 @@ import { AGENT_ANSWER_MAX_BYTES, agentJson, waitForAgent, waitForAgentPrimed } f
 import { newSandboxId, withSandboxId } from '../runtime/sandbox-identity.js';
 import type { Node, NodeSpec, Taken, TakeAsk, WarmStats } from './types.js';
 import { abandonedCreate, warmKeyOf } from './warm-key.js';
-import type { WarmKeyStats } from './warm-keys.js';
+import type { PoolBoot, WarmKeyStats } from './warm-keys.js';
 import { WarmPool, type WarmPoolOptions } from './warm-pool.js';
 
 /** How long an agent may take to answer PUT /env before its sandbox is taken for broken. */
 const AGENT_ENV_TIMEOUT_MS = 2000;
 /** Sandboxes in a row whose agent does not take its env before a take fails. */
 const TAKE_ATTEMPTS = 3;
+/**
+ * CPU weight (cgroup v2 scale, 100 normal) of a sandbox the pool boots ahead for no one, while it
+ * boots and waits unclaimed: a tenth of a foreground sandbox's, so that its agent's start yields
+ * to creates and commands (measured: bench/burst), yet is not starved on a host kept busy (at 1 a
+ * boot could wait out the agent's timeout behind one spinning sandbox).
+ */
+export const POOL_CPU_WEIGHT = 10;
+export const NORMAL_CPU_WEIGHT = 100;
+
+/** Whether a take sets no env: neither the create nor the spec's seed (SANDBOXD_ENV_VARS) has any. */
+function emptyEnv(ask: TakeAsk): boolean {
+  const seed = ask.spec.env.SANDBOXD_ENV_VARS;
+  return Object.keys(ask.env).length === 0 && (seed === undefined || seed === '{}');
+}
 
 /** Which layers each sandbox of this node uses (node/layer-cache.ts evicts only what none uses). */
 export interface LayerUse {
@@ -53,6 +67,10 @@ export class LocalNode implements Node {
   private readonly runtime: Runtime;
   /** Boots under way (their ids are not the pool's until they are ready). */
   private readonly booting = new Set<string>();
+  /** Booted for a waiting create and ready at the boot probe: Node has not answered yet. */
+  private readonly probed = new Set<string>();
+  /** Sandboxes booted ahead at POOL_CPU_WEIGHT and not yet set back to the normal weight. */
+  private readonly lowWeight = new Set<string>();
 
   constructor(private readonly o: LocalNodeOptions) {
     this.id = o.id;
@@ -67,15 +85,37 @@ export class LocalNode implements Node {
    * asks; the third such failure fails the take.
    */
   async take(ask: TakeAsk): Promise<Taken> {
+    // Refills wait while this create is under way (warm-pool.ts foreground()).
+    const done = this.pool.foreground();
+    try {
+      return await this.takeNow(ask);
+    } finally {
+      done();
+    }
+  }
+
+  private async takeNow(ask: TakeAsk): Promise<Taken> {
     const k = warmKeyOf(ask.spec, ask.poolId, ask.label);
-    const make = async () => {
+    const make = async (boot?: PoolBoot) => {
       const id = newSandboxId();
       this.booting.add(id);
       let settled: (() => void) | undefined;
       try {
         settled = await this.o.layerUse?.use(id, ask.spec.layerIds ?? []);
-        await this.runtime.create(withSandboxId({ ...ask.spec, lowerDirs: await this.lowerDirs(ask.spec) }, id));
-        await waitForAgentPrimed((timeoutMs) => this.runtime.dialAgent(id, timeoutMs), this.o.agentReadyTimeoutMs, () => this.pool.waiting(k.key) === 0);
+        // A refill boots at a low CPU weight (its agent's start yields to foreground work) and
+        // keeps it while it waits unclaimed; a create that comes to wait on it, or takes it, sets
+        // the normal weight back.
+        const low = boot?.background === true;
+        const spec = withSandboxId({ ...ask.spec, lowerDirs: await this.lowerDirs(ask.spec) }, id);
+        if (low) spec.resources = { ...spec.resources, cpuWeight: POOL_CPU_WEIGHT };
+        await this.runtime.create(spec);
+        if (low) {
+          this.lowWeight.add(id);
+          if (boot.background) boot.onForeground(() => void this.normalWeight(id).catch(() => undefined));
+          else await this.normalWeight(id);
+        }
+        const ready = await waitForAgentPrimed((timeoutMs) => this.runtime.dialAgent(id, timeoutMs), this.o.agentReadyTimeoutMs, () => this.pool.waiting(k.key) === 0);
+        if (ready === 'probed') this.probed.add(id);
         return id;
       } catch (err) {
         await this.destroy(id).catch(() => undefined);
@@ -89,11 +129,20 @@ export class LocalNode implements Node {
       let warm = false;
       const id = await this.pool.acquire(k, make, { signal: ask.signal, retry: attempt > 1, onServed: (hit) => (warm = hit) });
       try {
-        // The agent answers with the env set it holds: as large as the one sent.
-        const body = { env_vars: ask.env };
-        const answerMax = AGENT_ANSWER_MAX_BYTES + 2 * Buffer.byteLength(JSON.stringify(body));
-        const res = await agentJson((timeoutMs) => this.runtime.dialAgent(id, timeoutMs), 'PUT', '/env', body, AGENT_ENV_TIMEOUT_MS, answerMax);
-        if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
+        // Before anything of the create's runs in it: the normal CPU weight.
+        await this.normalWeight(id);
+        // A boot this create waited for is ready at its agent's boot probe, Node perhaps still
+        // starting: its env set is the spec's (nothing to PUT when both are empty), and a PUT
+        // waits for Node's start as a boot does (agent-client.ts waitForAgentPrimed).
+        const probed = this.probed.delete(id);
+        if (!probed || !emptyEnv(ask)) {
+          // The agent answers with the env set it holds: as large as the one sent.
+          const body = { env_vars: ask.env };
+          const answerMax = AGENT_ANSWER_MAX_BYTES + 2 * Buffer.byteLength(JSON.stringify(body));
+          const timeoutMs = probed ? this.o.agentReadyTimeoutMs : AGENT_ENV_TIMEOUT_MS;
+          const res = await agentJson((t) => this.runtime.dialAgent(id, t), 'PUT', '/env', body, timeoutMs, answerMax);
+          if (res.status !== 200) throw new Error(`agent answered ${res.status}`);
+        }
         if (ask.egress) await this.runtime.setEgress(id, ask.egress);
       } catch (err) {
         const why = err instanceof Error ? err.message : String(err);
@@ -109,6 +158,13 @@ export class LocalNode implements Node {
       }
       return { id, warm };
     }
+  }
+
+  /** Sets the normal CPU weight back on a sandbox booted ahead at a low one (nothing for others). */
+  private async normalWeight(id: string): Promise<void> {
+    if (!this.lowWeight.has(id)) return;
+    await this.runtime.setCpuWeight(id, NORMAL_CPU_WEIGHT);
+    this.lowWeight.delete(id);
   }
 
   /** This machine's paths of a spec's layers: fetched first when it names them by reference. */
@@ -177,6 +233,8 @@ export class LocalNode implements Node {
     return this.runtime.stop(id);
   }
   async destroy(id: string): Promise<void> {
+    this.lowWeight.delete(id);
+    this.probed.delete(id);
     await this.runtime.destroy(id);
     await this.o.layerUse?.release(id);
   }

@@ -36,6 +36,43 @@ export class RateEstimate {
   }
 }
 
+/**
+ * What the machine boots, in sandboxes per second: each finished boot gives a sample of the
+ * throughput it ran at (boots in flight ÷ its duration), averaged exponentially (weight `alpha`
+ * per sample). It follows the machine as it is today (a slow day, other work, the pool's own low
+ * CPU weight), which a fixed figure cannot. undefined until a boot finished.
+ */
+export class BootRate {
+  private value: number | undefined;
+
+  constructor(private readonly alpha = 0.2) {
+    if (!(alpha > 0 && alpha <= 1)) throw new Error(`boot rate weight must be in (0, 1], got ${alpha}`);
+  }
+
+  observe(durationMs: number, inFlight: number): void {
+    if (!(durationMs > 0) || !(inFlight >= 1)) return;
+    const sample = (inFlight * 1000) / durationMs;
+    this.value = this.value === undefined ? sample : this.value + this.alpha * (sample - this.value);
+  }
+
+  perSecond(): number | undefined {
+    return this.value;
+  }
+}
+
+/**
+ * The default reserve, sized to the machine's memory: 5 % of it in ready sandboxes at
+ * `costMb` each (120 on a 24 GiB host, ~1.2 GiB idle; 40 on 8 GiB), within the budget. A burst
+ * that no demand announced is served from it; what it costs at rest is that memory (an idle
+ * sandbox uses no CPU).
+ */
+export function reserveForMemory(hostMemoryMb: number, budget: number, costMb = READY_SANDBOX_COST_MB): number {
+  return Math.max(0, Math.min(budget, Math.floor((hostMemoryMb * RESERVE_MEMORY_SHARE) / costMb)));
+}
+
+/** Share of the host's memory the default reserve may hold. */
+export const RESERVE_MEMORY_SHARE = 0.05;
+
 export interface SizingPolicy {
   /** Ready sandboxes kept per key that was asked for, whatever its rate (the floor). */
   minPerKey: number;
@@ -48,6 +85,16 @@ export interface SizingPolicy {
    * serves a burst that no recent demand announced (0: none beyond the floor).
    */
   reserveSandboxes?: number;
+  /**
+   * What the machine boots (sandboxes per second, BootRate), when measured: the target by rate is
+   * then at most what the capacity left over by the demand itself boots in `capacitySeconds`.
+   * Demand that takes every boot the machine has cannot be got ahead of (holding more is not
+   * possible), and a target a slow machine cannot reach before the demand decays only makes it
+   * boot while idle.
+   */
+  bootsPerSecond?: number;
+  /** Seconds of spare boot capacity the target by rate may ask for (default 10: the rate's time constant). */
+  capacitySeconds?: number;
 }
 
 /** The budget in sandboxes: what `maxMemoryMb` pays for at `costMb` each. */
@@ -83,7 +130,8 @@ export function apportion(total: number, weights: ReadonlyMap<string, number>): 
 }
 
 /**
- * Target of ready sandboxes per key: max(floor, ⌈rate × horizon⌉, its share of the reserve by
+ * Target of ready sandboxes per key: max(floor, ⌈min(rate × horizon, spare boot capacity ×
+ * capacitySeconds)⌉, its share of the reserve by
  * long-term demand), and when the keys together want more than the budget pays for, each gets a
  * share proportional to what it wants, so the total never exceeds the budget and a busy key does
  * not starve a quiet one of its share. `longRates` (creates per second over the last hour or so)
@@ -92,9 +140,11 @@ export function apportion(total: number, weights: ReadonlyMap<string, number>): 
 export function targetsFor(rates: ReadonlyMap<string, number>, p: SizingPolicy, longRates: ReadonlyMap<string, number> = rates): Map<string, number> {
   const reserve = apportion(Math.min(p.reserveSandboxes ?? 0, p.budgetSandboxes), new Map([...rates.keys()].map((k) => [k, longRates.get(k) ?? 0])));
   const want = new Map<string, number>();
+  const totalRate = [...rates.values()].reduce((a, b) => a + b, 0);
+  const cap = p.bootsPerSecond === undefined ? Infinity : Math.max(0, p.bootsPerSecond - totalRate) * (p.capacitySeconds ?? 10);
   for (const [key, rate] of rates) {
     // A hair below an integer must not round up (floating point of the decayed sum).
-    const byRate = Math.ceil(rate * p.horizonSeconds - 1e-9);
+    const byRate = Math.ceil(Math.min(rate * p.horizonSeconds, cap) - 1e-9);
     want.set(key, Math.max(p.minPerKey, byRate, reserve.get(key) ?? 0));
   }
   const total = [...want.values()].reduce((a, b) => a + b, 0);

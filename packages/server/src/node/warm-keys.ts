@@ -11,14 +11,42 @@ export interface Waiter {
   detach: () => void;
 }
 
+/**
+ * A boot the pool started, as its `make` sees it. A refill (booted ahead for no one) is in the
+ * background: the node boots it at a low CPU weight so that it yields to foreground work. Once a
+ * create comes to wait on it, it is promoted to the foreground (the listeners run, once).
+ */
+export class PoolBoot {
+  private listeners: Array<() => void> = [];
+
+  constructor(private bg: boolean) {}
+
+  get background(): boolean {
+    return this.bg;
+  }
+
+  /** `fn` runs when this boot is promoted (never, if it is not in the background now). */
+  onForeground(fn: () => void): void {
+    if (this.bg) this.listeners.push(fn);
+  }
+
+  promote(): void {
+    if (!this.bg) return;
+    this.bg = false;
+    for (const fn of this.listeners.splice(0)) fn();
+  }
+}
+
 export interface KeyState {
   k: WarmKey;
-  make: () => Promise<string>;
+  make: (boot: PoolBoot) => Promise<string>;
   lastUsed: number;
   ready: Array<{ id: string; since: number }>;
   waiters: Waiter[];
   /** Boots in flight for this key (each one's sandbox goes to the first waiter, or is kept ready). */
   booting: number;
+  /** Of those, the ones still in the background (refills no create waits on), oldest first. */
+  background: PoolBoot[];
   rate: RateEstimate;
   longRate: RateEstimate;
   target: number;
@@ -60,7 +88,7 @@ export class WarmKeys {
     return this.states.values();
   }
 
-  stateFor(k: WarmKey, make: () => Promise<string>, now: number): KeyState {
+  stateFor(k: WarmKey, make: (boot: PoolBoot) => Promise<string>, now: number): KeyState {
     let s = this.states.get(k.key);
     if (!s) {
       s = {
@@ -70,6 +98,7 @@ export class WarmKeys {
         ready: [],
         waiters: [],
         booting: 0,
+        background: [],
         rate: new RateEstimate(this.o.rateTauMs),
         longRate: new RateEstimate(this.o.longRateTauMs),
         target: 0,
@@ -161,6 +190,21 @@ export class WarmKeys {
       w.detach();
       w.resolve(e.id);
     }
+  }
+
+  /**
+   * Creates waiting on `s` beyond its boots in the foreground promote as many of its background
+   * boots (oldest first): a create never waits on a boot that yields to everything else.
+   */
+  promoteCovering(s: KeyState): void {
+    while (s.background.length > 0 && s.waiters.length > s.booting - s.background.length) s.background.shift()!.promote();
+  }
+
+  /** Creates waiting on any key. */
+  waitingTotal(): number {
+    let n = 0;
+    for (const s of this.states.values()) n += s.waiters.length;
+    return n;
   }
 
   /** The key whose first waiter without a boot in flight for it arrived first. */

@@ -4,6 +4,7 @@ import { ServiceError } from '@sandboxd/protocol';
 import { apportion, budgetSandboxes, RateEstimate, targetsFor } from './pool-sizing.js';
 import type { WarmKey } from './warm-key.js';
 import { WarmPool, type WarmPoolOptions } from './warm-pool.js';
+import type { PoolBoot } from './warm-keys.js';
 
 const flush = async () => {
   for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
@@ -18,10 +19,17 @@ class Boots {
   running = 0;
   maxRunning = 0;
   started: string[] = [];
+  /** How the pool started each boot (background: a refill), and the refills it promoted. */
+  readonly tickets = new Map<string, PoolBoot>();
+  readonly promoted: string[] = [];
 
-  make = (prefix = 'sb') => (): Promise<string> => {
+  make = (prefix = 'sb') => (boot?: PoolBoot): Promise<string> => {
     const id = `${prefix}${++this.n}`;
     this.started.push(id);
+    if (boot) {
+      this.tickets.set(id, boot);
+      boot.onForeground(() => this.promoted.push(id));
+    }
     this.running++;
     this.maxRunning = Math.max(this.maxRunning, this.running);
     return new Promise<string>((resolve, reject) => this.pending.push({ id, resolve, reject })).finally(() => this.running--);
@@ -317,7 +325,7 @@ describe('the pool with an injected clock', () => {
     await shut(p, boots);
   });
 
-  test('a refill that finishes goes to the oldest waiting create; boots never exceed the limit; waiting creates of another key come before refills', async () => {
+  test('a refill a create comes to wait on is promoted and serves it; no refill starts while a create waits; waiting creates of another key come before refills', async () => {
     const clock = { t: 0 };
     const boots = new Boots();
     const { p } = pool({ clock, minPerKey: 3, bootConcurrency: 2, refillConcurrency: 1 });
@@ -325,20 +333,31 @@ describe('the pool with an injected clock', () => {
     const b = key('b');
     const first = p.acquire(a, boots.make('a'));
     await flush();
-    // One boot for the create, one refill (refills get at most one slot).
+    // One boot for the create, and no refill while it waits (it would take the CPU from it).
+    assert.deepEqual(boots.started, ['a1']);
+    assert.equal(boots.tickets.get('a1')?.background, false);
+    await boots.finish('a1');
+    assert.equal(await first, 'a1');
+    // Nothing waits now: refills start (one slot), in the background.
     assert.deepEqual(boots.started, ['a1', 'a2']);
-    await boots.finish('a2'); // the refill finishes first: it serves the create
-    assert.equal(await first, 'a2');
-    // a1 still boots (it will be kept ready), and a refill (a3) took the other slot. A create for
-    // b waits; when a slot frees, b's boot goes before a's next refill.
-    assert.deepEqual(boots.started, ['a1', 'a2', 'a3']);
+    assert.equal(boots.tickets.get('a2')?.background, true);
+    // A create comes to wait on that refill: it is promoted (normal CPU weight), nothing else starts for a.
+    const second = p.acquire(a, boots.make('a'));
+    await flush();
+    assert.equal(boots.tickets.get('a2')?.background, false);
+    assert.deepEqual(boots.promoted, ['a2']);
+    assert.deepEqual(boots.started, ['a1', 'a2']);
+    // A create for b boots at once in the free slot.
     const forB = p.acquire(b, boots.make('b'));
     await flush();
-    assert.deepEqual(boots.started, ['a1', 'a2', 'a3']);
-    await boots.finish('a1');
-    assert.deepEqual(boots.started, ['a1', 'a2', 'a3', 'b4']);
-    await boots.finish('b4');
-    assert.equal(await forB, 'b4');
+    assert.deepEqual(boots.started, ['a1', 'a2', 'b3']);
+    await boots.finish('a2');
+    assert.equal(await second, 'a2');
+    // b still waits: no refill yet.
+    assert.deepEqual(boots.started, ['a1', 'a2', 'b3']);
+    await boots.finish('b3');
+    assert.equal(await forB, 'b3');
+    assert.deepEqual(boots.started, ['a1', 'a2', 'b3', 'a4']);
     await boots.finishAll();
     assert.equal(boots.maxRunning, 2);
     assert.deepEqual(
@@ -393,9 +412,10 @@ describe('the pool with an injected clock', () => {
     const k = key('base');
     const create = p.acquire(k, boots.make());
     await flush();
-    assert.deepEqual(boots.started, ['sb1', 'sb2'], 'one boot for the create, one refill');
+    assert.deepEqual(boots.started, ['sb1'], 'one boot for the create, no refill while it waits');
     await boots.finish('sb1');
     assert.equal(await create, 'sb1');
+    assert.deepEqual(boots.started, ['sb1', 'sb2'], 'then one refill');
     await boots.fail(0, 'crun failed');
     assert.deepEqual(boots.started, ['sb1', 'sb2'], 'no refill right after a failure');
     clock.t = 999;
@@ -416,6 +436,56 @@ describe('the pool with an injected clock', () => {
     assert.equal(await during, 'sb4');
     assert.deepEqual(boots.started, ['sb1', 'sb2', 'sb3', 'sb4', 'sb5'], 'refilling again');
     await shut(p, boots);
+  });
+
+  test('no refill starts while a create is under way (foreground); it starts once the create is done', async () => {
+    const clock = { t: 0 };
+    const boots = new Boots();
+    const { p } = pool({ clock, minPerKey: 2, bootConcurrency: 2, refillConcurrency: 1 });
+    const k = key('base');
+    const done = p.foreground();
+    const create = p.acquire(k, boots.make());
+    await flush();
+    await boots.finish('sb1');
+    assert.equal(await create, 'sb1');
+    // The create has its sandbox but is still under way (its env, its policy): no refill yet.
+    await flush();
+    assert.deepEqual(boots.started, ['sb1']);
+    done();
+    done(); // twice is once
+    await flush();
+    assert.deepEqual(boots.started, ['sb1', 'sb2']);
+    assert.equal(boots.tickets.get('sb2')?.background, true);
+    await shut(p, boots);
+  });
+
+  test('targets follow the measured boot rate: a sequential fill on a slow machine does not raise the target it cannot reach', async () => {
+    // Each create waits for its own boot of 400 ms (the machine boots 2.5 a second, one at a time),
+    // arriving as the previous one ends: the rate of demand reaches ~2.5/s.
+    const fill = async (capacitySeconds: number) => {
+      const clock = { t: 0 };
+      const boots = new Boots();
+      const { p } = pool({ clock, minPerKey: 2, maxMemoryMb: 2400, horizonSeconds: 90, bootConcurrency: 1, refillConcurrency: 1, capacitySeconds, bootClock: () => clock.t });
+      const k = key('base');
+      for (let i = 0; i < 30; i++) {
+        const done = p.foreground();
+        const got = p.acquire(k, boots.make());
+        await flush();
+        clock.t += 400;
+        while (boots.pending.length) await boots.finish(0);
+        await got;
+        done();
+        await flush();
+      }
+      const target = p.stats()[0]!.target;
+      p.tick();
+      await shut(p, boots);
+      return target;
+    };
+    const byDemand = await fill(0);
+    const byCapacity = await fill(10);
+    assert.ok(byDemand >= 100, `by demand alone: ${byDemand}`);
+    assert.ok(byCapacity <= 10, `following what the machine boots: ${byCapacity}`);
   });
 
   test('a rebuilt template (another generation) drops the old ready sandboxes; the other network setting of the same generation stays', async () => {

@@ -1,7 +1,7 @@
 import { ServiceError } from '@sandboxd/protocol';
-import { budgetSandboxes, READY_SANDBOX_COST_MB, targetsFor } from './pool-sizing.js';
+import { BootRate, budgetSandboxes, READY_SANDBOX_COST_MB, targetsFor } from './pool-sizing.js';
 import { abandonedCreate, type WarmKey } from './warm-key.js';
-import { WarmKeys, type KeyState, type WarmKeyStats } from './warm-keys.js';
+import { PoolBoot, WarmKeys, type KeyState, type WarmKeyStats } from './warm-keys.js';
 
 export interface WarmPoolOptions {
   /** Destroys a sandbox the pool booted and no longer wants. */
@@ -33,9 +33,17 @@ export interface WarmPoolOptions {
   rateTauMs?: number;
   /** Time constant of the long-term creation rate, which shares out the reserve. */
   longRateTauMs?: number;
+  /**
+   * Seconds of the machine's spare boot capacity (measured: BootRate) that a key's target by rate
+   * may ask for (default: the rate's time constant, 10 s: a target that takes longer to reach has
+   * decayed before it is reached); 0: targets follow demand only (pool-sizing.ts).
+   */
+  capacitySeconds?: number;
   /** Period of the resize/shrink pass; 0: none (tests call tick()). */
   tickMs?: number;
   now?: () => number;
+  /** The clock boots are timed with (BootRate); default performance.now. */
+  bootClock?: () => number;
   costMb?: number;
 }
 
@@ -76,6 +84,10 @@ export class WarmPool {
   private tickTimer: NodeJS.Timeout | undefined;
   private refillTimer: NodeJS.Timeout | undefined;
   private destroying: Promise<void> = Promise.resolve();
+  /** Creates under way on this node (foreground()): no refill starts while there is one. */
+  private foregroundCount = 0;
+  /** What the machine boots (sandboxes per second), from the boots that finished. */
+  readonly bootRate = new BootRate();
   private idle: Array<() => void> = [];
   private readonly now: () => number;
   private readonly o: Required<Omit<WarmPoolOptions, 'now'>>;
@@ -89,6 +101,8 @@ export class WarmPool {
       rateTauMs: 10_000,
       longRateTauMs: 3_600_000,
       reserveSandboxes: 0,
+      capacitySeconds: (opts.rateTauMs ?? 10_000) / 1000,
+      bootClock: () => performance.now(),
       tickMs: 1000,
       costMb: READY_SANDBOX_COST_MB,
       ...opts,
@@ -129,7 +143,7 @@ export class WarmPool {
    * A running sandbox for `k`, its agent answering: the first one ready for this key once the
    * creates that arrived before have theirs. `make` boots one (and destroys it if it fails).
    */
-  acquire(k: WarmKey, make: () => Promise<string>, opts: AcquireOptions = {}): Promise<string> {
+  acquire(k: WarmKey, make: (boot: PoolBoot) => Promise<string>, opts: AcquireOptions = {}): Promise<string> {
     if (this.closed) return Promise.reject(shuttingDown());
     if (opts.signal?.aborted) return Promise.reject(abandonedCreate());
     const now = this.now();
@@ -149,6 +163,24 @@ export class WarmPool {
       this.pump();
       this.refillSoon();
     });
+  }
+
+  /**
+   * A create is under way (waiting for its sandbox, or having it set up) until the returned
+   * function is called: refills yield to it, none starts meanwhile (the boots in flight go on, at
+   * their low CPU weight). The node's take calls it around the whole take.
+   */
+  foreground(): () => void {
+    this.foregroundCount++;
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      this.foregroundCount--;
+      if (this.foregroundCount > 0) return;
+      this.pump();
+      this.refillSoon();
+    };
   }
 
   /** Forgets a template (deleted or rebuilt): its ready sandboxes are destroyed. */
@@ -207,7 +239,14 @@ export class WarmPool {
       rates.set(s.k.key, s.rate.perSecond(now));
       longRates.set(s.k.key, s.longRate.perSecond(now));
     }
-    const policy = { minPerKey: this.o.minPerKey, horizonSeconds: this.o.horizonSeconds, budgetSandboxes: this.budget, reserveSandboxes: this.o.reserveSandboxes };
+    const bootsPerSecond = this.o.capacitySeconds > 0 ? this.bootRate.perSecond() : undefined;
+    const policy = {
+      minPerKey: this.o.minPerKey,
+      horizonSeconds: this.o.horizonSeconds,
+      budgetSandboxes: this.budget,
+      reserveSandboxes: this.o.reserveSandboxes,
+      ...(bootsPerSecond !== undefined ? { bootsPerSecond, capacitySeconds: this.o.capacitySeconds } : {}),
+    };
     const targets = this.holds
       ? targetsFor(rates, policy, longRates)
       : new Map<string, number>();
@@ -222,23 +261,30 @@ export class WarmPool {
       rate_per_s: Math.round(s.rate.perSecond(this.now()) * 100) / 100,
       ready: s.ready.length,
       booting: s.booting,
+      boots_per_s: Math.round((this.bootRate.perSecond() ?? 0) * 10) / 10,
     });
     s.loggedTarget = s.target;
   }
 
   // ---- boots and refills ---------------------------------------------------------------------------
 
-  /** Starts boots while slots are free: uncovered waiting creates first (oldest first), then refills. */
+  /**
+   * Starts boots while slots are free: uncovered waiting creates first (oldest first), then refills,
+   * but no refill while a create is under way or waiting (they would take the CPU from it). A
+   * refill a create comes to wait on is promoted to the foreground first.
+   */
   private pump(): void {
     if (this.closed) return;
     const now = this.now();
+    for (const s of this.keys.values()) this.keys.promoteCovering(s);
     while (this.running < this.o.bootConcurrency) {
       const demand = this.keys.oldestUncovered();
       if (demand) {
         this.boot(demand, false);
         continue;
       }
-      const refill = this.refilling < this.o.refillConcurrency ? this.neediestRefill(now) : undefined;
+      const quiet = this.foregroundCount === 0 && this.keys.waitingTotal() === 0;
+      const refill = quiet && this.refilling < this.o.refillConcurrency ? this.neediestRefill(now) : undefined;
       if (!refill) return;
       this.boot(refill, true);
     }
@@ -268,14 +314,25 @@ export class WarmPool {
   private boot(s: KeyState, refill: boolean): void {
     this.running++;
     s.booting++;
-    if (refill) this.refilling++;
+    const ticket = new PoolBoot(refill);
+    if (refill) {
+      this.refilling++;
+      s.background.push(ticket);
+    }
+    const t0 = this.o.bootClock();
     void s
-      .make()
+      .make(ticket)
       .then(
-        (id) => this.booted(s, id),
+        (id) => {
+          // Boots in flight as this one ends (itself included): the throughput it ran at.
+          this.bootRate.observe(this.o.bootClock() - t0, this.running);
+          this.booted(s, id);
+        },
         (err: unknown) => this.bootFailed(s, err),
       )
       .finally(() => {
+        const i = s.background.indexOf(ticket);
+        if (i >= 0) s.background.splice(i, 1);
         this.running--;
         if (refill) this.refilling--;
         if (this.running === 0) for (const r of this.idle.splice(0)) r();

@@ -30,6 +30,17 @@ export function nodeArgv(rt: AgentRuntime, script: string): string[] {
 }
 
 /**
+ * The agent's argv behind its first responder (sbx-first, shipped beside the bundle, see
+ * packages/agent/native/sbx-first.c) when the bundle has one: it answers the daemon's boot probe
+ * while Node starts and execs Node in its own process. Execute-only like the loader, and for the
+ * same reason: it holds the agent's listening socket.
+ */
+export function agentArgv(node: string[], bundleDir: string): string[] {
+  return existsSync(join(bundleDir, FIRST_RESPONDER)) ? [`/.sb/agent/${FIRST_RESPONDER}`, ...node] : node;
+}
+export const FIRST_RESPONDER = 'sbx-first';
+
+/**
  * Node reads OpenSSL's configuration at start (section `nodejs_conf` of OPENSSLDIR/openssl.cnf,
  * /etc/ssl/openssl.cnf: the sandbox's own file), and a configuration can load provider and engine
  * modules, i.e. shared libraries by absolute path: root in a sandbox that wrote one had its code run

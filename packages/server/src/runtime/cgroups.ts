@@ -263,3 +263,43 @@ export async function isFrozen(layout: CgroupLayout, rel: string): Promise<boole
   if (layout.version === 1) return (await readText(`${dir}/freezer.state`))?.trim() !== 'THAWED';
   return keyed(await readText(`${dir}/cgroup.events`), 'frozen') === 1;
 }
+
+/** The normal CPU weight (cgroup v2 cpu.weight's default; v1's cpu.shares default 1024 is the same share). */
+export const NORMAL_CPU_WEIGHT = 100;
+
+/** cgroup v1 cpu.shares of a v2 cpu.weight: the same proportion of the default (100 ↔ 1024), at least 2. */
+export function sharesOfWeight(weight: number): number {
+  return Math.max(2, Math.round((weight * 1024) / NORMAL_CPU_WEIGHT));
+}
+
+export function checkCpuWeight(weight: number): void {
+  if (!Number.isInteger(weight) || weight < 1 || weight > 10_000) throw new Error(`cpu weight must be an integer from 1 to 10000, got ${weight}`);
+}
+
+/** The file that holds a cgroup's CPU weight, and the value `weight` is written as. */
+export function cpuWeightFile(layout: CgroupLayout, rel: string, weight: number): { file: string; value: string } | undefined {
+  const dir = controllerDir(layout, 'cpu', rel);
+  if (!dir) return undefined;
+  return layout.version === 2 ? { file: `${dir}/cpu.weight`, value: String(weight) } : { file: `${dir}/cpu.shares`, value: String(sharesOfWeight(weight)) };
+}
+
+/**
+ * Writes a running cgroup's CPU weight. false when the cgroup (or its cpu controller) is not
+ * there: the container does not run.
+ */
+export async function writeCpuWeight(layout: CgroupLayout, rel: string, weight: number): Promise<boolean> {
+  checkCpuWeight(weight);
+  const w = cpuWeightFile(layout, rel, weight);
+  if (!w || !existsSync(w.file)) return false;
+  await writeFile(w.file, w.value);
+  return true;
+}
+
+/** A running cgroup's CPU weight, on v2's scale; undefined when it is not there. */
+export async function readCpuWeight(layout: CgroupLayout, rel: string): Promise<number | undefined> {
+  const w = cpuWeightFile(layout, rel, NORMAL_CPU_WEIGHT);
+  const text = await readText(w?.file);
+  if (text === undefined) return undefined;
+  const n = Number(text.trim());
+  return layout.version === 2 ? n : (n * NORMAL_CPU_WEIGHT) / 1024;
+}

@@ -9,6 +9,7 @@ import type { Subnet } from './net.js';
 import { ServiceError } from '@sandboxd/protocol';
 import type { Runtime, RuntimeStatus, SandboxSpec, SandboxStats, StepRunOptions } from './types.js';
 import { create, start } from './verbs/boot.js';
+import { setCpuWeight } from './verbs/cpu-weight.js';
 import { destroy, stop } from './verbs/destroy.js';
 import { exportLayer } from './verbs/export-layer.js';
 import { closeRuntime, setupHost, teardownHost } from './verbs/host-setup.js';
@@ -109,6 +110,9 @@ export class CrunRuntime implements Runtime {
   }
   async start(spec: SandboxSpec): Promise<void> {
     return start(this.ctx, spec);
+  }
+  async setCpuWeight(id: string, weight: number): Promise<void> {
+    return setCpuWeight(this.ctx, id, weight);
   }
   async pause(id: string): Promise<void> {
     await setPaused(this.ctx, id, true);

@@ -1,3 +1,4 @@
+import { sharesOfWeight } from './cgroups.js';
 import { ID_RANGE } from './ids.js';
 import type { SandboxResources } from './types.js';
 import { seccompProfile, type OciSeccomp } from './seccomp.js';
@@ -185,7 +186,13 @@ export function buildConfig(input: ConfigInput): OciConfig {
           swap: memoryBytes,
           ...(input.cgroupVersion === 1 ? { kernelTCP: Math.min(SOCKET_BUFFER_LIMIT_BYTES, memoryBytes) } : {}),
         },
-        cpu: { quota: Math.max(1000, Math.round(resources.vcpu * CPU_PERIOD_US)), period: CPU_PERIOD_US },
+        cpu: {
+          quota: Math.max(1000, Math.round(resources.vcpu * CPU_PERIOD_US)),
+          period: CPU_PERIOD_US,
+          // v1 takes shares; v2 takes the weight as it is (crun's own conversion of shares is coarse).
+          ...(resources.cpuWeight !== undefined && input.cgroupVersion === 1 ? { shares: sharesOfWeight(resources.cpuWeight) } : {}),
+        },
+        ...(resources.cpuWeight !== undefined && input.cgroupVersion === 2 ? { unified: { 'cpu.weight': String(resources.cpuWeight) } } : {}),
         pids: { limit: Math.max(8, Math.floor(resources.pidsMax)) },
       },
       sysctl: { 'net.ipv4.ping_group_range': PING_GROUP_RANGE },

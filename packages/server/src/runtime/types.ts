@@ -13,6 +13,12 @@ export interface SandboxResources {
   diskGb: number;
   /** Limit of processes+threads inside the sandbox (fork bombs stop here). */
   pidsMax: number;
+  /**
+   * CPU weight (cgroup v2 cpu.weight, 1–10000; v1 cpu.shares in proportion) while the sandbox
+   * competes for the host's CPU; absent: the normal weight (100). The warm pool boots ahead at a low
+   * weight, and sets the normal one before a create is handed the sandbox (Runtime.setCpuWeight).
+   */
+  cpuWeight?: number;
 }
 
 export interface SandboxSpec {
@@ -126,6 +132,11 @@ export interface Runtime {
    * `timeoutMs`: with the socket's error (ECONNREFUSED, ENOENT) or AGENT_UNAVAILABLE.
    */
   dialAgent(id: string, timeoutMs?: number): Promise<Socket>;
+  /**
+   * Sets the sandbox's CPU weight (SandboxResources.cpuWeight; 100 is the normal one) on its
+   * running cgroup. NOT_FOUND / SANDBOX_STOPPED when it does not run.
+   */
+  setCpuWeight(id: string, weight: number): Promise<void>;
   /** Freezes every process (memory kept). */
   pause(id: string): Promise<void>;
   resume(id: string): Promise<void>;

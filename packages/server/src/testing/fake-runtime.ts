@@ -20,7 +20,7 @@ import { echoCommand, FakeAgent, type FakeCommandHandler } from './fake-agent.js
  * what it cannot honour: `runStep` (it refuses), and a restart (a new instance knows nothing).
  */
 
-export type FakeVerb = 'create' | 'start' | 'stop' | 'pause' | 'resume' | 'destroy' | 'setEgress' | 'exportLayer' | 'resetDisk';
+export type FakeVerb = 'create' | 'start' | 'stop' | 'pause' | 'resume' | 'destroy' | 'setEgress' | 'exportLayer' | 'resetDisk' | 'setCpuWeight';
 
 interface FakeSandbox {
   spec: SandboxSpec;
@@ -35,6 +35,8 @@ interface FakeSandbox {
   /** With internet access: its egress policy (undefined: the default). */
   network?: { egress?: EgressPolicy };
   oomKills: number;
+  /** Its CPU weight as the runtime would set it on its cgroup (100: the normal one). */
+  cpuWeight: number;
 }
 
 export interface FakeRuntimeOptions {
@@ -132,7 +134,7 @@ export class FakeRuntime implements Runtime {
       // As CrunRuntime: what an id holds before its create is taken for the leftovers of an
       // interrupted one, and removed.
       if (old) await this.remove(spec.id);
-      await this.boot(spec, { spec, status: 'running', files: new Map(), diskGb: spec.resources.diskGb, listening: [], oomKills: 0, network: spec.internetAccess ? { egress: restricted(spec.egress) } : undefined }, 'create');
+      await this.boot(spec, { spec, status: 'running', files: new Map(), diskGb: spec.resources.diskGb, listening: [], oomKills: 0, cpuWeight: spec.resources.cpuWeight ?? 100, network: spec.internetAccess ? { egress: restricted(spec.egress) } : undefined }, 'create');
     });
   }
 
@@ -143,7 +145,7 @@ export class FakeRuntime implements Runtime {
       if (!sb) throw new ServiceError('NOT_FOUND', `sandbox ${spec.id} has no disk to start from`);
       if (sb.status !== 'stopped') return;
       const network = spec.internetAccess ? { egress: spec.egress === undefined ? sb.network?.egress : restricted(spec.egress) } : undefined;
-      await this.boot(spec, { ...sb, spec, network }, 'start');
+      await this.boot(spec, { ...sb, spec, network, cpuWeight: spec.resources.cpuWeight ?? 100 }, 'start');
     });
   }
 
@@ -169,6 +171,20 @@ export class FakeRuntime implements Runtime {
       if (err instanceof ServiceError || isProgrammingError(err)) throw err;
       throw new ServiceError('RUNTIME_ERROR', 'the container runtime failed on this sandbox; try again').withDetail(describeCause(err));
     }
+  }
+
+  setCpuWeight(id: string, weight: number): Promise<void> {
+    return this.locked('setCpuWeight', id, async () => {
+      if (!Number.isInteger(weight) || weight < 1 || weight > 10_000) throw new Error(`cpu weight must be an integer from 1 to 10000, got ${weight}`);
+      const sb = this.needRunning(id);
+      this.injected('setCpuWeight', id);
+      sb.cpuWeight = weight;
+    });
+  }
+
+  /** A sandbox's CPU weight (what its cgroup would hold); undefined when it does not exist. */
+  cpuWeightOf(id: string): number | undefined {
+    return this.sandboxes.get(id)?.cpuWeight;
   }
 
   pause(id: string): Promise<void> {

@@ -2,7 +2,7 @@ import { chmod, chown, mkdir } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
-import { nodeArgv, NODE_MOUNT } from '../agent-runtime.js';
+import { agentArgv, nodeArgv, NODE_MOUNT } from '../agent-runtime.js';
 import { AGENT_LISTEN_FD, runWithAgentSocket } from '../agent-socket.js';
 import { assembleContainer } from '../assemble.js';
 import type { RuntimeContext } from '../context.js';
@@ -124,7 +124,7 @@ async function bootSteps(ctx: RuntimeContext, spec: SandboxSpec, undo: UndoStack
     process: async () => {
       const agentRt = await ctx.agentRuntime();
       return {
-        argv: nodeArgv(agentRt, `/.sb/agent/${basename(ctx.agentBundlePath)}`),
+        argv: agentArgv(nodeArgv(agentRt, `/.sb/agent/${basename(ctx.agentBundlePath)}`), dirname(ctx.agentBundlePath)),
         env: { ...spec.env, SANDBOXD_AGENT_LISTEN_FD: String(AGENT_LISTEN_FD) },
         cwd: '/',
         binds: [

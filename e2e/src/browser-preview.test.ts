@@ -236,7 +236,7 @@ describe('preview URLs in a browser', { timeout: 300_000 }, () => {
     const name = `sbxp_${sb.id}_3000`;
     const session = (await context.cookies(first.url)).find((c) => c.name === name);
     assert.ok(session, `the session cookie ${name} is set: ${JSON.stringify(await context.cookies())}`);
-    assert.deepEqual([session.httpOnly, session.sameSite, session.path, session.domain], [true, 'Lax', '/', '127.0.0.1']);
+    assert.deepEqual([session.httpOnly, session.sameSite, session.path, session.domain], [true, 'Strict', '/', '127.0.0.1']);
     assert.ok(session.expires > Date.now() / 1000 + 3600, 'a session that lasts');
     assert.equal(
       (await context.cookies()).filter((c) => c.name.startsWith('sbxp_')).length,

@@ -1,6 +1,8 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { request } from 'node:http';
+import { connect } from 'node:net';
 import WebSocket from 'ws';
 import { Sandbox } from '@sandboxd/sdk';
 import { api, createSandbox, freePort, startServer, type CreatedSandbox, type TestServer } from './harness.js';
@@ -22,6 +24,11 @@ class H(http.server.BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
     def log_message(self, *a): pass
     def do_GET(self):
+        if self.path == '/big':
+            body = bytes(range(256)) * 32768
+            self.send_response(200)
+            self.send_header('Content-Length', str(len(body))); self.end_headers(); self.wfile.write(body)
+            return
         if self.path.startswith('/sse'):
             self.send_response(200)
             self.send_header('Content-Type', 'text/event-stream')
@@ -36,7 +43,7 @@ class H(http.server.BaseHTTPRequestHandler):
             acc = base64.b64encode(hashlib.sha1((self.headers['Sec-WebSocket-Key'] + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').encode()).digest()).decode()
             self.send_response(101)
             self.send_header('Upgrade', 'websocket'); self.send_header('Connection', 'Upgrade')
-            self.send_header('Sec-WebSocket-Accept', acc); self.send_header('Set-Cookie', 'sbxp_evil=1')
+            self.send_header('Sec-WebSocket-Accept', acc); self.send_header('Set-Cookie', 'sbxp_evil=1'); self.send_header('Set-Cookie', '=sbxp_evil=1')
             self.end_headers(); self.wfile.flush()
             r = self.rfile
             while True:
@@ -54,6 +61,7 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header('Content-Type', 'application/json'); self.send_header('Content-Length', str(len(body)))
         self.send_header('Set-Cookie', 'app=1; Path=/'); self.send_header('Set-Cookie', 'sbxp_evil=1; Path=/')
+        self.send_header('Set-Cookie', 'SBXP_evil=2; Path=/'); self.send_header('Set-Cookie', '=sbxp_evil=3; Path=/'); self.send_header('Set-Cookie', 'sbxp_bare')
         self.end_headers(); self.wfile.write(body)
 http.server.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
 `;
@@ -112,7 +120,7 @@ function sessionCookie(setCookie: string[] | string | undefined): string {
   const c = (Array.isArray(setCookie) ? setCookie : [setCookie ?? '']).find((x) => x.startsWith('sbxp_'));
   assert.ok(c, `a session cookie is set: ${JSON.stringify(setCookie)}`);
   assert.match(c, /; HttpOnly/);
-  assert.match(c, /; SameSite=Lax/);
+  assert.match(c, /; SameSite=Strict/);
   return c.split(';')[0]!;
 }
 
@@ -178,6 +186,13 @@ describe('preview URLs in port mode', { timeout: 300_000 }, () => {
     assert.equal(JSON.parse(ok.text).cookie, 'theme=light');
     // Elsewhere: off-host redirects are not followed, a tampered or foreign link is refused.
     assert.equal((await get(preview.signed_url.replace('/_sandboxd/auth?', '/_sandboxd/auth?next=%2F%2Fevil.example%2F&'))).headers.location, '/');
+    // Followed from another site: a page that moves on by itself (a redirect would carry the other
+    // site's context, and the Strict cookie would be held back once), with the same cookie.
+    const crossSite = await get(preview.signed_url.replace('/_sandboxd/auth?', '/_sandboxd/auth?next=%2Fdeep%3Fa%3D1%26b%3D%22&'), { 'sec-fetch-site': 'cross-site' });
+    assert.equal(crossSite.status, 200, crossSite.text);
+    assert.match(String(crossSite.headers['content-type']), /^text\/html/);
+    assert.match(crossSite.text, /<meta http-equiv="refresh" content="0;url=\/deep\?a=1&amp;b=&quot;">/);
+    sessionCookie(crossSite.headers['set-cookie']);
     assert.equal((await get(`${preview.signed_url.slice(0, -3)}xyz`)).status, 401);
     assert.equal((await get(`${preview.url}/_sandboxd/auth?token=${sb.authToken}`)).status, 401, 'a sandbox token is not a link');
     const other = await api(server, 'GET', `/v1/sandboxes/${sb.id}/ports/3001`);
@@ -213,6 +228,27 @@ describe('preview URLs in port mode', { timeout: 300_000 }, () => {
     const anon = new WebSocket(`${preview.url.replace('http:', 'ws:')}/ws`);
     const status = await new Promise<number>((resolve) => anon.once('unexpected-response', (_q, r) => resolve(r.statusCode ?? 0)));
     assert.equal(status, 401);
+  });
+
+  test('a large body is relayed exactly (in the kernel); the next request on that connection is still checked', async () => {
+    const u = new URL(preview.url);
+    const sock = connect(Number(u.port), '127.0.0.1');
+    const chunks: Buffer[] = [];
+    sock.on('data', (c: Buffer) => chunks.push(c));
+    sock.write(`GET /big HTTP/1.1\r\nhost: ${u.host}\r\nx-sandboxd-token: ${sb.authToken}\r\n\r\n`);
+    const want = 8 * 1024 * 1024;
+    const size = () => chunks.reduce((n, c) => n + c.length, 0);
+    for (let i = 0; i < 1000 && size() < want; i++) await new Promise((r) => setTimeout(r, 10));
+    // The same connection, no token: the gateway answers it (401), not the app.
+    sock.write(`GET /x HTTP/1.1\r\nhost: ${u.host}\r\n\r\n`);
+    for (let i = 0; i < 300 && !Buffer.concat(chunks).includes('X-Sandboxd-Token'); i++) await new Promise((r) => setTimeout(r, 10));
+    sock.destroy();
+    const all = Buffer.concat(chunks);
+    const headEnd = all.indexOf('\r\n\r\n') + 4;
+    assert.match(all.subarray(0, headEnd).toString('latin1'), /^HTTP\/1\.1 200[\s\S]*content-length: 8388608/i);
+    const body = all.subarray(headEnd, headEnd + want);
+    assert.equal(createHash('sha256').update(body).digest('hex'), createHash('sha256').update(Buffer.alloc(want).map((_, i) => i & 255)).digest('hex'));
+    assert.match(all.subarray(headEnd + want).toString('latin1'), /^HTTP\/1\.1 401/);
   });
 
   test('a port nothing listens on answers 502 PORT_NOT_LISTENING at once; bad ports are 400; other organizations get 403', async () => {

@@ -9,6 +9,9 @@
  *   sbx-helper pty COLS ROWS -- ARGV...  run ARGV on a new pseudo-terminal; relay fd 0 -> pty -> fd 1;
  *                                        fd 3 carries "COLS ROWS\n" resize requests
  *   sbx-helper watch ROOT MAX_DIRS       report changes below ROOT on stdout (see watch.c)
+ *   sbx-helper relay FD_A FD_B           move bytes both ways between two connected sockets with
+ *                                        splice(2), in the kernel, until one side's end has been
+ *                                        passed on to the other (a port tunnel; exit 0, 1 on error)
  *
  * Node cannot make itself a child subreaper, so this helper is one: every process ARGV starts,
  * even one that double-forks and calls setsid(), stays below it. On SIGTERM it kills that whole
@@ -404,6 +407,81 @@ static int pty_mode(int cols, int rows, char **argv) {
   return code;
 }
 
+/* relay: one direction, src -> pipe -> dst. */
+struct relay_dir {
+  int src, dst, pipe[2];
+  size_t in_pipe;
+  int eof;
+};
+
+/* Moves what can move now: 1 moved, 0 nothing, -1 failed; at the source's end with an empty pipe
+ * the end is passed on (shutdown) and the direction is over (2). */
+static int relay_step(struct relay_dir *d) {
+  int moved = 0;
+  while (!d->eof && d->in_pipe < (1 << 20)) {
+    ssize_t n = splice(d->src, NULL, d->pipe[1], NULL, (1 << 20) - d->in_pipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n > 0) {
+      d->in_pipe += (size_t)n;
+      moved = 1;
+    } else if (n == 0) {
+      d->eof = 1;
+    } else if (errno == EAGAIN || errno == EINTR) {
+      break;
+    } else {
+      return -1;
+    }
+  }
+  while (d->in_pipe > 0) {
+    ssize_t n = splice(d->pipe[0], NULL, d->dst, NULL, d->in_pipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n > 0) {
+      d->in_pipe -= (size_t)n;
+      moved = 1;
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      break;
+    } else {
+      return -1;
+    }
+  }
+  if (d->eof && d->in_pipe == 0) {
+    shutdown(d->dst, SHUT_WR);
+    return 2;
+  }
+  return moved;
+}
+
+/* Both ways between fds a and b (the agent's tunnel: it closes both once this exits, as its own
+ * relay does when either side ended). The fds are non-blocking already (the agent's sockets). */
+static int relay_mode(int a, int b) {
+  signal(SIGPIPE, SIG_IGN);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  struct relay_dir ds[2] = {{.src = a, .dst = b}, {.src = b, .dst = a}};
+  for (int i = 0; i < 2; i++) {
+    if (pipe2(ds[i].pipe, O_NONBLOCK | O_CLOEXEC) < 0) return 1;
+    fcntl(ds[i].pipe[1], F_SETPIPE_SZ, 1 << 20);
+  }
+  while (!kill_requested) {
+    int moved = 0;
+    for (int i = 0; i < 2; i++) {
+      int r = relay_step(&ds[i]);
+      if (r < 0) return 1;
+      if (r == 2) return 0;
+      moved |= r;
+    }
+    if (moved) continue;
+    struct pollfd p[2] = {{.fd = a}, {.fd = b}};
+    for (int i = 0; i < 2; i++) {
+      struct relay_dir *d = &ds[i];
+      if (!d->eof && d->in_pipe < (1 << 20)) p[d->src == a ? 0 : 1].events |= POLLIN;
+      if (d->in_pipe > 0) p[d->dst == a ? 0 : 1].events |= POLLOUT;
+    }
+    /* A socket nobody waits on now is left out: its hang-up would wake poll at once, forever. */
+    for (int i = 0; i < 2; i++)
+      if (!p[i].events) p[i].fd = -1;
+    if (poll(p, 2, -1) < 0 && errno != EINTR) return 1;
+  }
+  return 1;
+}
+
 int main(int argc, char **argv) {
   if (argc < 4) {
     dprintf(2, "usage: sbx-helper run -- ARGV... | sbx-helper pty COLS ROWS -- ARGV... | sbx-helper watch ROOT MAX_DIRS\n");
@@ -417,6 +495,7 @@ int main(int argc, char **argv) {
     return code >= 0 ? code : run_mode(argv + 4);
   }
   if (strcmp(argv[1], "watch") == 0) return watch_mode(argv[2], atoi(argv[3]), &kill_requested);
+  if (strcmp(argv[1], "relay") == 0) return relay_mode(atoi(argv[2]), atoi(argv[3]));
   if (strcmp(argv[1], "pty") == 0 && argc >= 6 && strcmp(argv[4], "--") == 0) {
     return pty_mode(atoi(argv[2]), atoi(argv[3]), argv + 5);
   }

@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { after, before, test } from 'node:test';
 import { setLogFile } from '../log.js';
 import { AgentStats } from '../metrics/stats.js';
@@ -95,7 +97,7 @@ const IO = { timeout: 15_000 };
 const dir = mkdtempSync(join(tmpdir(), 'agent-port-tunnel-test-'));
 const socketPath = join(dir, 'agent.sock');
 const stats = new AgentStats();
-const route = portTunnelRoute({ stats });
+const route = portTunnelRoute({ stats, helperPath: null });
 const heads: number[] = [];
 const agentServer = createAgentServer(stats, [], [
   {
@@ -147,9 +149,9 @@ interface Answer {
 }
 
 /** Sends the upgrade request (with `head` bytes right behind it) and reads the response head. */
-function request(query: string, opts: { upgrade?: string; head?: Buffer; requestId?: string; allowHalfOpen?: boolean } = {}): Promise<Answer> {
+function request(query: string, opts: { upgrade?: string; head?: Buffer; requestId?: string; allowHalfOpen?: boolean; path?: string } = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const socket = connect({ path: socketPath, allowHalfOpen: opts.allowHalfOpen ?? false });
+    const socket = connect({ path: opts.path ?? socketPath, allowHalfOpen: opts.allowHalfOpen ?? false });
     let buf = Buffer.alloc(0);
     const onData = (chunk: Buffer) => {
       buf = Buffer.concat([buf, chunk]);
@@ -382,6 +384,110 @@ test('closing the client closes the connection to the target, and the other way 
     await agentIdle();
     b.socket.destroy();
   } finally {
+    await close(server);
+  }
+});
+
+// ---- the same tunnel relayed in the kernel (sbx-helper relay), through a second agent server ----
+
+const kernelSocket = join(dir, 'agent-kernel.sock');
+const helperBin = join(dir, 'sbx-helper');
+const native = (f: string) => fileURLToPath(new URL(`../../native/${f}`, import.meta.url));
+const kernelServer = createAgentServer(stats, [], [portTunnelRoute({ stats, helperPath: helperBin })]);
+
+before(async () => {
+  const cc = spawnSync('gcc', ['-O2', '-Wall', '-o', helperBin, native('sbx-helper.c'), native('watch.c')], { encoding: 'utf8' });
+  assert.equal(cc.status, 0, cc.stderr);
+  await new Promise<void>((r) => kernelServer.listen(kernelSocket, r));
+});
+
+after(async () => {
+  kernelServer.closeAllConnections();
+  await new Promise<void>((r) => kernelServer.close(() => r()));
+});
+
+/** The `sbx-helper relay` processes this test process started that still run. */
+function relays(): number {
+  let n = 0;
+  for (const task of readdirSync('/proc/self/task')) {
+    for (const pid of readFileSync(`/proc/self/task/${task}/children`, 'utf8').split(' ').filter(Boolean)) {
+      try {
+        if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes('relay')) n++;
+      } catch {
+        // gone meanwhile
+      }
+    }
+  }
+  return n;
+}
+
+async function noRelays(): Promise<void> {
+  for (let i = 0; i < 200 && relays() > 0; i++) await new Promise((r) => setTimeout(r, 10));
+  assert.equal(relays(), 0, 'a relay outlived its tunnel');
+}
+
+test('in the kernel: a tunnel carries exact bytes both ways with backpressure, and the target\'s end closes it', IO, async () => {
+  const accepted: Socket[] = [];
+  const server = createServer({ allowHalfOpen: true }, (s) => {
+    s.on('error', () => {});
+    accepted.push(s);
+    s.pipe(s, { end: false });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  try {
+    const port = (server.address() as AddressInfo).port;
+    const a = await request(`?port=${port}`, { head: Buffer.from('early|'), path: kernelSocket, allowHalfOpen: true });
+    assert.equal(a.status, 101);
+    assert.equal((await readBytes(a, 6)).toString(), 'early|');
+    // Small traffic stays in JavaScript; after a MiB the tunnel goes to the kernel.
+    a.socket.write('ping');
+    assert.equal((await readBytes(a, 4)).toString(), 'ping');
+    assert.equal(relays(), 0);
+    const big = randomBytes(8 * 1024 * 1024);
+    a.socket.write(big);
+    assert.ok((await readBytes(a, big.length)).equals(big));
+    assert.equal(relays(), 1, 'the bytes go through sbx-helper relay');
+    a.socket.write(big);
+    assert.ok((await readBytes(a, big.length)).equals(big));
+    // The target's last words, then its end: the client gets both, and the tunnel is gone.
+    accepted[0]!.end('bye');
+    assert.equal((await readBytes(a, 3)).toString(), 'bye');
+    const ended = new Promise((r) => a.socket.once('end', r));
+    a.socket.resume();
+    await ended;
+    await noRelays();
+    a.socket.destroy();
+  } finally {
+    // allowHalfOpen: the accepted ends stay open until closed here.
+    for (const s of accepted) s.destroy();
+    await close(server);
+  }
+});
+
+test('in the kernel: a client that goes away ends the relay and the connection to the target', IO, async () => {
+  const accepted: Socket[] = [];
+  const server = createServer({ allowHalfOpen: true }, (s) => {
+    s.on('error', () => {});
+    accepted.push(s);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  try {
+    const port = (server.address() as AddressInfo).port;
+    const a = await request(`?port=${port}`, { path: kernelSocket, allowHalfOpen: true });
+    assert.equal(a.status, 101);
+    while (accepted.length < 1) await new Promise((r) => setTimeout(r, 5));
+    // Enough to hand the tunnel over (the target reads it all).
+    accepted[0]!.resume();
+    a.socket.write(randomBytes(2 * 1024 * 1024));
+    for (let i = 0; i < 200 && relays() === 0; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(relays(), 1);
+    const ended = new Promise((r) => accepted[0]!.once('end', r));
+    a.socket.destroy();
+    await ended;
+    await noRelays();
+  } finally {
+    // allowHalfOpen: the accepted ends stay open until closed here.
+    for (const s of accepted) s.destroy();
     await close(server);
   }
 });

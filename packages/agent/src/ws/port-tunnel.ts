@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import { connect, Socket } from 'node:net';
@@ -166,7 +167,7 @@ function refuse(socket: Duplex, err: ServiceError, requestId: string): void {
  * destroyed (no half-open tunnels: to the agent, the gateway's close is an end); an error or close
  * of either destroys both. No idle timeout here: the gateway owns them.
  */
-export function portTunnelRoute(agent: Pick<Agent, 'stats'>): UpgradeRoute {
+export function portTunnelRoute(agent: Pick<Agent, 'stats' | 'helperPath'>): UpgradeRoute {
   return {
     path: '/ports/tunnel',
     handler: (req, socket, head, requestId) => {
@@ -178,7 +179,7 @@ export function portTunnelRoute(agent: Pick<Agent, 'stats'>): UpgradeRoute {
   };
 }
 
-async function openTunnel(agent: Pick<Agent, 'stats'>, req: IncomingMessage, client: Duplex, head: Buffer, requestId: string): Promise<void> {
+async function openTunnel(agent: Pick<Agent, 'stats' | 'helperPath'>, req: IncomingMessage, client: Duplex, head: Buffer, requestId: string): Promise<void> {
   let clientGone = false;
   client.on('error', () => client.destroy());
   client.once('close', () => (clientGone = true));
@@ -214,10 +215,10 @@ async function openTunnel(agent: Pick<Agent, 'stats'>, req: IncomingMessage, cli
     failWith(new ServiceError('PORT_NOT_LISTENING', `nothing is listening on port ${port} inside the sandbox`));
     return;
   }
-  splice(client, target, head);
+  splice(client, target, head, agent.helperPath);
 }
 
-function splice(client: Duplex, target: Socket, head: Buffer): void {
+function splice(client: Duplex, target: Socket, head: Buffer, helper: string | null): void {
   const teardown = () => {
     client.destroy();
     target.destroy();
@@ -234,6 +235,83 @@ function splice(client: Duplex, target: Socket, head: Buffer): void {
   if (client instanceof Socket) client.setTimeout(0);
   client.write(SWITCHING);
   if (head.length > 0) target.write(head);
-  client.pipe(target);
-  target.pipe(client);
+  const inJs = () => {
+    client.pipe(target);
+    target.pipe(client);
+  };
+  inJs();
+  if (!helper || !(client instanceof Socket) || fdOf(client) === undefined || fdOf(target) === undefined) return;
+  // A tunnel that carries little (a page's small requests) stays here: a helper's start costs more.
+  let moved = 0;
+  const count = (c: Buffer) => {
+    moved += c.length;
+    if (moved < IN_KERNEL_AFTER_BYTES) return;
+    client.off('data', count);
+    target.off('data', count);
+    // After this chunk went on through the pipe (its listener runs after this one).
+    setImmediate(() => {
+      if (client.destroyed || target.destroyed) return;
+      client.unpipe(target);
+      target.unpipe(client);
+      inKernel(helper, client, target, teardown, inJs);
+    });
+  };
+  client.on('data', count);
+  target.on('data', count);
+}
+
+/** A tunnel that has moved this much either way is handed to the kernel (sbx-helper relay). */
+export const IN_KERNEL_AFTER_BYTES = 1024 * 1024;
+
+function fdOf(sock: Socket): number | undefined {
+  const fd = (sock as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
+  return typeof fd === 'number' && fd > 2 ? fd : undefined;
+}
+
+type ReadableHandle = { readStop(): number; readStart: () => number; reading?: boolean };
+
+/** Node stops reading the socket (whatever asks it to resume) until the returned release. */
+function holdReads(sock: Socket): (resume: boolean) => void {
+  const h = (sock as unknown as { _handle: ReadableHandle })._handle;
+  h.readStop();
+  h.reading = false;
+  h.readStart = () => 0;
+  return (resume) => {
+    delete (h as Partial<ReadableHandle>).readStart;
+    h.reading = false;
+    if (resume && !sock.destroyed) {
+      h.reading = true;
+      h.readStart();
+    }
+  };
+}
+
+/**
+ * The tunnel's bytes moved in the kernel (splice) by `sbx-helper relay`, which ends once one side's
+ * end has been passed on (as the JavaScript relay does); both sockets are then closed. A helper
+ * that does not start leaves the JavaScript relay.
+ */
+function inKernel(helper: string, client: Socket, target: Socket, teardown: () => void, inJs: () => void): void {
+  const releaseClient = holdReads(client);
+  const releaseTarget = holdReads(target);
+  // What Node read already goes first.
+  for (let c: Buffer | null; (c = client.read() as Buffer | null) !== null; ) target.write(c);
+  for (let c: Buffer | null; (c = target.read() as Buffer | null) !== null; ) client.write(c);
+  const flushed = (s: Socket) => new Promise<void>((resolve) => (s.writableLength === 0 ? resolve() : s.write(Buffer.alloc(0), () => resolve())));
+  void Promise.all([flushed(client), flushed(target)]).then(() => {
+    if (client.destroyed || target.destroyed) return teardown();
+    const child = spawn(helper, ['relay', '3', '4'], { stdio: ['ignore', 'ignore', 'ignore', fdOf(client)!, fdOf(target)!] });
+    // The helper holds the connections through its copies: a side closed here must end it.
+    const stop = () => child.kill('SIGKILL');
+    client.once('close', stop);
+    target.once('close', stop);
+    child.once('error', () => {
+      client.off('close', stop);
+      target.off('close', stop);
+      releaseClient(true);
+      releaseTarget(true);
+      inJs();
+    });
+    child.once('exit', teardown);
+  });
 }

@@ -18,7 +18,8 @@ import type { Config } from '../config.js';
 import { Gateway } from './gateway.js';
 
 /** What the hostile agent writes for a request path; `null`: never answer. */
-const ANSWERS: Record<string, string | Buffer | null | ((s: Socket) => void)> = {
+const ANSWERS: Record<string, string | Buffer | null | ((s: Socket, head: string) => void)> = {
+  '/echo-head': (s, head) => s.write(`HTTP/1.1 200 OK\r\ncontent-length: ${Buffer.byteLength(head)}\r\n\r\n${head}`),
   '/ok': 'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{"ok":true}',
   '/status000': 'HTTP/1.1 000 Zero\r\ncontent-length: 0\r\n\r\n',
   '/status999': 'HTTP/1.1 999 Nine\r\ncontent-length: 0\r\n\r\n',
@@ -68,7 +69,7 @@ class HostileAgent {
           const path = head.split(' ')[1] ?? '/';
           const answer = path in ANSWERS ? ANSWERS[path]! : ANSWERS['/ok']!;
           if (answer === null) continue;
-          if (typeof answer === 'function') answer(s);
+          if (typeof answer === 'function') answer(s, head);
           else s.write(answer);
         }
       });
@@ -177,6 +178,22 @@ describe('gateway: everything from a sandbox is hostile input', { timeout: 120_0
     assert.ok(!r.body.includes(dir), `${path}: ${r.body}`);
     return body.message;
   };
+
+  test("the client's credentials and the daemon's own boot probe header never reach the agent", async () => {
+    const r = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const headers = { authorization: `Bearer ${token}`, 'x-api-key': 'sbd_x', 'x-sandboxd-probe': 'boot', 'x-mine': 'kept' };
+      const req = httpRequest({ host: '127.0.0.1', port, path: '/echo-head', headers, agent: false }, (res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => (body += c.toString()));
+        res.on('end', () => resolve({ status: res.statusCode!, body }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    assert.equal(r.status, 200);
+    assert.match(r.body, /^x-mine: kept$/im);
+    for (const h of ['authorization', 'x-api-key', 'x-sandboxd-probe']) assert.doesNotMatch(r.body, new RegExp(`^${h}:`, 'im'), h);
+  });
 
   test('an upgrade nobody asked for is refused at once', async () => {
     const t0 = Date.now();

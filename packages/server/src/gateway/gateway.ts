@@ -12,6 +12,7 @@ import { refusalOf, type ConnectionLimits } from '../services/connections.js';
 import { DialAgent, PREVIEW_COOKIE_PREFIX, PREVIEW_TOKEN_HEADER, proxyToAgent, sendError, type OnIncident } from './proxy.js';
 import { openTunnel, rawError, subprotocolCredential } from './tunnel.js';
 import { openPreviewUpgrade, PortTunnelAgent } from './port-tunnel.js';
+import { SpliceRelay } from './splice.js';
 
 /** The gateway's settings, declared with the gateway: config.ts fills them in, and the gateway needs nothing else of it. */
 export interface GatewayConfig {
@@ -29,6 +30,11 @@ export interface GatewayConfig {
   idleTimeoutMs: number;
   /** How long the gateway waits for an agent's response headers (executions may run up to a day). */
   responseHeadersTimeoutMs: number;
+  /**
+   * The in-kernel relay (splice.ts): compiled into `dir`; bodies of at least `minBytes` and upgraded
+   * connections go through it. Absent: everything is relayed in JavaScript.
+   */
+  splice?: { dir: string; minBytes: number };
 }
 
 export interface GatewayDeps {
@@ -131,7 +137,16 @@ export class Gateway implements GatewayControl {
     this.d.touch?.(sandboxId);
   }
 
-  constructor(private d: GatewayDeps) {}
+  /** Large bodies and upgraded connections, relayed in the kernel once their heads are checked. */
+  private readonly splice: SpliceRelay | undefined;
+
+  constructor(private d: GatewayDeps) {
+    const sp = d.config.splice;
+    if (sp) {
+      this.splice = new SpliceRelay(sp.minBytes);
+      this.splice.prepare(sp.dir, d.log);
+    }
+  }
 
   publicHost(sandboxId: string, port: number | null): string {
     const c = this.d.config;
@@ -426,7 +441,10 @@ export class Gateway implements GatewayControl {
 
   /**
    * A signed link (`/_sandboxd/auth?token=...`) opens a private preview in a browser: it sets the
-   * preview's session cookie (HttpOnly, this host only) and sends the browser on to the app.
+   * preview's session cookie (HttpOnly, this host only, SameSite=Strict: no other site's page can
+   * make a browser send it) and sends the browser on to the app. A link followed from another site
+   * (Sec-Fetch-Site: cross-site) lands on a page that moves on by itself: a redirect would carry
+   * the other site's context, and the browser would hold the Strict cookie back once.
    */
   private async previewLink(req: IncomingMessage, res: ServerResponse, target: PreviewTarget, requestId: string): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://preview');
@@ -434,18 +452,25 @@ export class Gateway implements GatewayControl {
     if (!(await this.d.routes.ensure(target.sandboxId))) throw new ServiceError('NOT_FOUND', `sandbox ${target.sandboxId} not found`, { id: target.sandboxId });
     const link = await this.d.tokens.verifyPreview(token, 'link', target.sandboxId, target.port);
     const ttl = PREVIEW_SESSION_SECONDS;
-    const session = await this.d.tokens.issuePreview('session', target.sandboxId, target.port, link.wake, ttl);
+    const session = await this.d.tokens.issuePreview('session', target.sandboxId, target.port, link.wake, ttl, link.keyId);
     const next = url.searchParams.get('next') ?? '/';
     // Only a path of this host: never a way to send a browser elsewhere.
     const location = /^\/(?![/\\])[\x21-\x7e]*$/.test(next) ? next : '/';
-    res.writeHead(302, {
-      location,
-      'set-cookie': `${previewCookieName(target.sandboxId, target.port)}=${session.token}; Path=/; Max-Age=${ttl}; HttpOnly; SameSite=Lax`,
+    const headers = {
+      'set-cookie': `${previewCookieName(target.sandboxId, target.port)}=${session.token}; Path=/; Max-Age=${ttl}; HttpOnly; SameSite=Strict`,
       'cache-control': 'no-store',
       'referrer-policy': 'no-referrer',
       'x-request-id': requestId,
-      'content-length': '0',
-    });
+    };
+    if (req.headers['sec-fetch-site'] === 'cross-site') {
+      // `location` is a path of printable ASCII without quotes' meaning in HTML once escaped.
+      const href = location.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+      const page = `<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url=${href}"><title>Opening the preview</title><a href="${href}">Open the preview</a>\n`;
+      res.writeHead(200, { ...headers, 'content-type': 'text/html; charset=utf-8', 'content-security-policy': "default-src 'none'", 'content-length': String(Buffer.byteLength(page)) });
+      res.end(page);
+      return;
+    }
+    res.writeHead(302, { ...headers, location, 'content-length': '0' });
     res.end();
   }
 
@@ -549,13 +574,14 @@ export class Gateway implements GatewayControl {
               this.end(entry.sandboxId);
             });
             const target = pv
-              ? { sandboxId: entry.sandboxId, agent: this.previewAgent(entry, pv.port), onIncident: this.incident, headers: 'preview' as const }
+              ? { sandboxId: entry.sandboxId, agent: this.previewAgent(entry, pv.port), onIncident: this.incident, headers: 'preview' as const, splice: this.splice }
               : {
                   sandboxId: entry.sandboxId,
                   agent: this.agentFor(entry),
                   onAgentGone: () => this.d.onAgentGone?.(entry.sandboxId),
                   observe: this.d.observeAgent,
                   onIncident: this.incident,
+                  splice: this.splice,
                 };
             proxyToAgent(req, res, target, requestId, {
               headersMs: this.d.config.responseHeadersTimeoutMs,
@@ -635,6 +661,7 @@ export class Gateway implements GatewayControl {
       this.incident,
       entry.sandboxId,
       (upstream) => tunnelSet.add(upstream),
+      this.splice,
     );
     // From here the open tunnel is what keeps the sandbox in use.
     this.end(entry.sandboxId);
@@ -666,6 +693,7 @@ export class Gateway implements GatewayControl {
         if (tunnelSet.size === 0 && this.tunnels.get(entry.sandboxId) === tunnelSet) this.tunnels.delete(entry.sandboxId);
       },
       onIncident: this.incident,
+      splice: this.splice,
     });
     this.end(entry.sandboxId);
   }

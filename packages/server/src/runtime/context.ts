@@ -36,6 +36,11 @@ export interface CrunRuntimeOptions {
   egressAllow?: string[];
   /** Single TCP services sandboxes may reach in a blocked range (the host's apt mirror). */
   egressAllowEndpoints?: EgressEndpoint[];
+  /**
+   * The resolvers sandboxes may send DNS to, and the DNS filter relays to (default: the IPv4
+   * nameservers of the host's /etc/resolv.conf). Tests point it at a resolver of their own.
+   */
+  dnsResolvers?: string[];
   /** How the egress proxy resolves a name a connection carries (default: the host's resolvers). */
   egressResolve?: (name: string) => Promise<string[]>;
 }

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import { describe, test } from 'node:test';
-import { decide, normalizeEntries, normalizeEntry, policyRules, policyTransaction } from './egress-policy.js';
+import { decide, dnsVerdict, filtersDns, normalizeEntries, normalizeEntry, policyRules, policyTransaction, usesProxy } from './egress-policy.js';
 import { clientHelloState, hostOf, sniOf } from './egress-proxy.js';
 
 /** The first bytes Node's TLS client sends for `servername` (none: it sends no server_name, as for an address). */
@@ -81,6 +81,52 @@ describe('egress decisions', () => {
     const cidrOnly = policyTransaction('t', '10.0.0.2', p(['1.2.3.0/24']), 'px');
     assert.match(cidrOnly, /add element inet t inspect4 \{ 10\.0\.0\.2 \}\ndelete element inet t inspect4 \{ 10\.0\.0\.2 \}/, 'no proxy without domain rules');
     assert.match(policyTransaction('t', '10.0.0.2', p([]), 'px'), /delete chain inet t p_10_0_0_2/);
+  });
+
+  test('DNS: with an allow list, only the names a connection may name resolve, and only address types; a deny list refuses its names', () => {
+    const A = 1, AAAA = 28, HTTPS = 65, TXT = 16, ANY = 255, MX = 15;
+    const allowed = p(['a.example', '*.wild.example', '1.2.3.0/24'], ['bad.wild.example']);
+    for (const t of [A, AAAA, HTTPS]) assert.deepEqual(dnsVerdict(allowed, 'a.example', t), { allow: true });
+    assert.equal(dnsVerdict(allowed, 'x.wild.example', A).allow, true, 'below a wildcard');
+    for (const [name, t] of [
+      ['x.evil.example', A],
+      ['sub.a.example', A], // a plain entry is the name only, as for connections
+      ['wild.example', A], // a wildcard is not the name itself
+      ['bad.wild.example', A], // deny wins
+      ['a.example', TXT],
+      ['a.example', ANY],
+      ['a.example', MX],
+      ['', A],
+    ] as const) {
+      assert.equal(dnsVerdict(allowed, name, t).allow, false, `${name} ${t}`);
+    }
+    // The names dnsVerdict allows are those decide() allows by name.
+    for (const name of ['a.example', 'x.wild.example', 'bad.wild.example', 'x.evil.example']) {
+      assert.equal(dnsVerdict(allowed, name, A).allow, decide(allowed, '9.9.9.9', name).allow, name);
+    }
+    const denyOnly = p([], ['evil.example', '*.evil.example']);
+    assert.equal(dnsVerdict(denyOnly, 'data.evil.example', TXT).allow, false);
+    assert.equal(dnsVerdict(denyOnly, 'good.example', TXT).allow, true, 'a deny list leaves other names and types alone');
+    // Which policies go through the filter: an allow list (even of addresses only), deny entries of names.
+    assert.equal(filtersDns(p(['1.2.3.0/24'])), true);
+    assert.equal(usesProxy(p(['1.2.3.0/24'])), true);
+    assert.equal(filtersDns(denyOnly), true);
+    assert.equal(filtersDns(p([], ['9.9.9.9'])), false);
+    assert.equal(filtersDns(p([], [], false)), false, 'internet off: no DNS at all, nothing to filter');
+    assert.equal(filtersDns(p([])), false);
+  });
+
+  test('the nft text of filtered DNS: to the filter only, rate-limited, refused at once otherwise; the sandbox joins dnsf4', () => {
+    const rules = policyRules('10.0.0.2', p(['a.example']), 'px');
+    const dns = rules.filter((r) => r.includes('dport 53'));
+    assert.match(dns[0]!, /oifname "px" limit rate over \d+\/second burst \d+ packets counter name "p_10_0_0_2_n" drop/);
+    assert.match(dns[1]!, /oifname "px" return$/);
+    assert.ok(dns.slice(2).every((r) => r.includes('reject')) && dns.length === 4, dns.join('\n'));
+    assert.equal(rules.indexOf(dns[0]!), 0, 'DNS is decided first');
+    assert.deepEqual(policyRules('10.0.0.2', p([], ['9.9.9.9']), 'px')[0], 'ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 return', 'unfiltered DNS as before');
+    assert.match(policyTransaction('t', '10.0.0.2', p(['a.example']), 'px'), /add element inet t dnsf4 \{ 10\.0\.0\.2 \}\nadd rule|add element inet t dnsf4 \{ 10\.0\.0\.2 \}\n$/);
+    assert.match(policyTransaction('t', '10.0.0.2', p([], ['9.9.9.9']), 'px'), /delete element inet t dnsf4/);
+    assert.match(policyTransaction('t', '10.0.0.2', undefined, 'px'), /delete element inet t dnsf4/);
   });
 });
 

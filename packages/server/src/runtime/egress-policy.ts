@@ -14,7 +14,8 @@ import { ipToInt, normalizeCidr } from './net.js';
  * An entry is an IPv4 address, an IPv4 CIDR, a domain, or a `*.` wildcard domain (any name below
  * it, not the name itself). Addresses and CIDRs are enforced in nftables for every protocol;
  * domains are judged on the name a connection carries (TLS SNI on 443, HTTP Host on 80) by the
- * runtime's egress proxy.
+ * runtime's egress proxy. DNS follows the same names: with an allow list (or deny entries of names)
+ * a sandbox's queries go to the daemon's DNS filter, which answers only what the policy allows.
  */
 export interface EgressPolicy {
   internet: boolean;
@@ -95,6 +96,51 @@ export function isRestricted(p: EgressPolicy | undefined): p is EgressPolicy {
 export function hasDomainRules(p: EgressPolicy): boolean {
   return compile(p).domains;
 }
+
+/**
+ * Whether the sandbox's DNS goes through the daemon's DNS filter (dns-filter.ts): with an allow
+ * list, only the names it allows resolve; with deny entries of names, those names do not.
+ */
+export function filtersDns(p: EgressPolicy | undefined): boolean {
+  if (!p || !p.internet) return false;
+  const { deny } = compile(p);
+  return p.allow.length > 0 || deny.names.size + deny.suffixes.size > 0;
+}
+
+/** Whether the policy needs the egress proxy's namespace: to judge names on connections, or DNS. */
+export function usesProxy(p: EgressPolicy | undefined): boolean {
+  return isRestricted(p) && (hasDomainRules(p) || filtersDns(p));
+}
+
+/**
+ * The query types an allow list answers for the names it allows: addresses, and the records that
+ * lead to them. TXT, ANY, MX, SRV, PTR and the rest are refused: nothing the sandbox may connect to
+ * needs them.
+ */
+export const DNS_ADDRESS_TYPES: ReadonlySet<number> = new Set([1 /* A */, 5 /* CNAME */, 28 /* AAAA */, 64 /* SVCB */, 65 /* HTTPS */]);
+
+/**
+ * The DNS filter's decision for a query of `name` (canonical: lowercase, no trailing dot) of type
+ * `qtype`. The names are exactly those the egress proxy lets a connection name: an allow list
+ * allows its domains (and, for `*.` entries, the names below them), and deny entries win. A deny
+ * list alone refuses its names (any type) and lets the rest through.
+ */
+export function dnsVerdict(p: EgressPolicy, name: string, qtype: number): { allow: true } | { allow: false; reason: string } {
+  if (!p.internet) return { allow: false, reason: 'internet access is off' };
+  const { allow, deny } = compile(p);
+  if (name && nameMatches(deny, name)) return { allow: false, reason: `${name} is denied` };
+  if (p.allow.length === 0) return { allow: true };
+  if (!name || !nameMatches(allow, name)) return { allow: false, reason: `${name || 'the root'} is not in the allow list` };
+  if (!DNS_ADDRESS_TYPES.has(qtype)) return { allow: false, reason: `query type ${qtype} is not answered under an allow list` };
+  return { allow: true };
+}
+
+/**
+ * Packets per second (and the burst) of DNS a sandbox whose DNS is filtered may send; past them,
+ * dropped in the kernel, before they reach the filter's socket, which all sandboxes share.
+ */
+export const DNS_PACKETS_PER_SECOND = 200;
+export const DNS_PACKET_BURST = 400;
 
 interface CompiledList {
   /** Address ranges as integers, inclusive. */
@@ -208,7 +254,17 @@ export function policyRules(ip: string, p: EgressPolicy, proxyVeth: string): str
   const allow = parseEntries(p.allow);
   const deny = parseEntries(p.deny);
   const domains = hasDomainRules(p);
-  const rules: string[] = ['ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 return'];
+  const dns = 'ip daddr @dns4 meta l4proto { tcp, udp } th dport 53';
+  const rules: string[] = [];
+  if (filtersDns(p)) {
+    // To the DNS filter only (routed like inspected connections), at a bounded rate; when it is
+    // not running, refused rather than let through to the resolver.
+    rules.push(`${dns} oifname "${proxyVeth}" limit rate over ${DNS_PACKETS_PER_SECOND}/second burst ${DNS_PACKET_BURST} packets counter name "${o.counter}" drop`);
+    rules.push(`${dns} oifname "${proxyVeth}" return`);
+    rules.push(...refuse.map((r) => `${dns} ${r}`));
+  } else {
+    rules.push(`${dns} return`);
+  }
   if (deny.cidrs.length) rules.push(...refuse.map((r) => `ip daddr @${o.denySet} ${r}`));
   // QUIC carries its name encrypted: with domain rules, HTTPS goes over TCP, where the proxy reads it.
   if (domains) {
@@ -235,6 +291,8 @@ export function policyTransaction(table: string, ip: string, p: EgressPolicy | u
       `delete element ${t} policy4 { ${ip} }`,
       `add element ${t} inspect4 { ${ip} }`,
       `delete element ${t} inspect4 { ${ip} }`,
+      `add element ${t} dnsf4 { ${ip} }`,
+      `delete element ${t} dnsf4 { ${ip} }`,
       `flush chain ${t} ${o.chain}`,
       `delete chain ${t} ${o.chain}`,
     );
@@ -253,6 +311,8 @@ export function policyTransaction(table: string, ip: string, p: EgressPolicy | u
   for (const r of policyRules(ip, p, proxyVeth)) lines.push(`add rule ${t} ${o.chain} ${r}`);
   lines.push(`add element ${t} policy4 { ${ip} : jump ${o.chain} }`, `add element ${t} inspect4 { ${ip} }`);
   if (!hasDomainRules(p)) lines.push(`delete element ${t} inspect4 { ${ip} }`);
+  lines.push(`add element ${t} dnsf4 { ${ip} }`);
+  if (!filtersDns(p)) lines.push(`delete element ${t} dnsf4 { ${ip} }`);
   return lines.join('\n') + '\n';
 }
 

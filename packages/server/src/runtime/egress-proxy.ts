@@ -1,12 +1,12 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { Resolver } from 'node:dns/promises';
 import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { Agent, createServer as createHttpServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import { connect, type Server, type Socket } from 'node:net';
-import { fileURLToPath } from 'node:url';
+import type { DnsFilter } from './dns-filter.js';
 import { canonicalName, decide, INSPECTED_PORTS, type EgressPolicy } from './egress-policy.js';
+import { listenInNetns, type ListenSpec } from './netns-listen.js';
 import { proc, procOk } from './proc.js';
 
 /**
@@ -35,6 +35,8 @@ export interface EgressProxyOptions {
   onDenied: (ip: string, why: string) => void;
   /** IPv4 addresses of a name; default: the host's resolvers (A records). */
   resolve?: (name: string) => Promise<string[]>;
+  /** The DNS filter, and the resolvers' addresses it listens on (read when the proxy starts). */
+  dns?: { filter: DnsFilter; resolvers: () => string[] };
   log: (msg: string) => void;
 }
 
@@ -116,6 +118,7 @@ export class EgressProxy {
     this.ready = undefined;
     await was?.catch(() => undefined);
     for (const s of this.servers.splice(0)) s.close();
+    this.o.dns?.filter.close();
     for (const s of this.sockets) s.destroy();
     this.sockets.clear();
     await this.removeHostSide();
@@ -173,44 +176,31 @@ export class EgressProxy {
     }
   }
 
-  /** The listeners, made inside the namespace by a short-lived child and passed to this process. */
+  /**
+   * The listeners, made inside the namespace by a short-lived child and passed to this process:
+   * the inspected ports on every address, and the DNS filter's UDP and TCP port 53 on each of
+   * the host's resolvers' addresses.
+   */
   private async listen(): Promise<Server[]> {
-    const env = { ...process.env };
-    delete env.NODE_OPTIONS;
-    const script = fileURLToPath(new URL('./egress-listener.js', import.meta.url));
-    const child: ChildProcess = spawn('ip', ['netns', 'exec', this.o.netns, process.execPath, script, JSON.stringify(INSPECTED_PORTS)], {
-      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
-      env,
-    });
-    let stderr = '';
-    child.stderr?.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+    const resolvers = this.o.dns ? this.o.dns.resolvers() : [];
+    const specs: ListenSpec[] = [
+      ...INSPECTED_PORTS.map((port): ListenSpec => ({ proto: 'tcp', host: '0.0.0.0', port })),
+      ...resolvers.flatMap((host): ListenSpec[] => [
+        { proto: 'udp', host, port: 53 },
+        { proto: 'tcp', host, port: 53 },
+      ]),
+    ];
     const servers: Server[] = [];
-    try {
-      await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error('the egress listener did not start in 10 s')), 10_000);
-        child.on('message', (msg: { port?: number }, handle: unknown) => {
-          const server = handle as Server | undefined;
-          if (!server || typeof msg.port !== 'number') return;
-          const port = msg.port;
-          server.on('connection', (s: Socket) => this.accept(s, port));
-          server.on('error', (err) => this.o.log(`egress proxy: listener ${port}: ${err.message}`));
-          servers.push(server);
-          if (servers.length === INSPECTED_PORTS.length) {
-            clearTimeout(timer);
-            resolve();
-          }
-        });
-        child.on('exit', (code) => {
-          if (servers.length < INSPECTED_PORTS.length) {
-            clearTimeout(timer);
-            reject(new Error(`the egress listener exited (${code}): ${stderr.trim()}`));
-          }
-        });
-      });
-    } catch (err) {
-      for (const s of servers) s.close();
-      child.kill('SIGKILL');
-      throw err;
+    for (const l of await listenInNetns(this.o.netns, specs)) {
+      if (l.spec.port === 53) {
+        this.o.dns!.filter.attach(l);
+        continue;
+      }
+      const port = l.spec.port;
+      const server = l.server!;
+      server.on('connection', (s: Socket) => this.accept(s, port));
+      server.on('error', (err) => this.o.log(`egress proxy: listener ${port}: ${err.message}`));
+      servers.push(server);
     }
     return servers;
   }

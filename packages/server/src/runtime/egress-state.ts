@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import { hasDomainRules, isRestricted, policyObjects, policyRemoval, policyTransaction, type EgressPolicy } from './egress-policy.js';
+import { DnsFilter } from './dns-filter.js';
+import { filtersDns, hasDomainRules, isRestricted, policyObjects, policyRemoval, policyTransaction, usesProxy, type EgressPolicy } from './egress-policy.js';
 import { EgressProxy } from './egress-proxy.js';
 import { intToIp, type Subnet } from './net.js';
 import { proc, procOk } from './proc.js';
@@ -22,6 +23,9 @@ export interface EgressStateOptions {
  */
 export class EgressState {
   readonly proxy: EgressProxy;
+  readonly dns: DnsFilter;
+  /** The host's resolvers (IPv4): the DNS filter listens on their addresses (set by setupHost). */
+  resolvers: string[] = [];
   /** The host end of the egress proxy's veth. */
   readonly proxyVeth: string;
   /** Sandboxes with an egress policy other than the default, by id and by address. */
@@ -33,6 +37,15 @@ export class EgressState {
 
   constructor(private readonly o: EgressStateOptions) {
     this.proxyVeth = `sbpx${createHash('sha256').update(o.bridge).digest('hex').slice(0, 11)}`;
+    const onDenied = (ip: string) => this.proxyDenied.set(ip, (this.proxyDenied.get(ip) ?? 0) + 1);
+    this.dns = new DnsFilter({
+      policyOf: (ip) => {
+        const p = this.policyByIp.get(ip);
+        return filtersDns(p) ? p : undefined;
+      },
+      onDenied,
+      log: o.log,
+    });
     this.proxy = new EgressProxy({
       bridge: o.bridge,
       subnetCidr: `${intToIp(o.subnet.base)}/${o.subnet.prefix}`,
@@ -42,8 +55,9 @@ export class EgressState {
         const p = this.policyByIp.get(ip);
         return p && hasDomainRules(p) ? p : undefined;
       },
-      onDenied: (ip) => this.proxyDenied.set(ip, (this.proxyDenied.get(ip) ?? 0) + 1),
+      onDenied,
       resolve: o.resolve,
+      dns: { filter: this.dns, resolvers: () => this.resolvers },
       log: o.log,
     });
   }
@@ -89,7 +103,7 @@ export class EgressState {
   /** Sets (or, for the default, removes) a sandbox's rules: one nft transaction. */
   async apply(id: string, ip: string, policy: EgressPolicy | undefined): Promise<void> {
     if (!isRestricted(policy) && !this.policies.has(id)) return;
-    if (isRestricted(policy) && hasDomainRules(policy)) await this.proxy.ensure();
+    if (usesProxy(policy)) await this.proxy.ensure();
     await procOk('nft', ['-f', '-'], { input: policyTransaction(this.o.nftTable, ip, policy, this.proxyVeth) });
     if (isRestricted(policy)) this.counters.add(ip);
     this.remember(id, ip, policy);
@@ -105,6 +119,7 @@ export class EgressState {
     this.proxyDenied.delete(ip);
     if (this.policies.get(id)?.ip === ip) this.remember(id, ip, undefined);
     this.proxy.revoke(ip);
+    this.dns.forget(ip);
   }
 
   /** Connections and datagrams refused for this address since the daemon started. */

@@ -214,9 +214,12 @@ export function nftRuleset(n: NftInput): string {
     '  map policy4 { type ipv4_addr : verdict; }',
     // A sandbox with domain rules: its connections to the inspected ports go to the egress proxy.
     '  set inspect4 { type ipv4_addr; }',
+    // A sandbox whose DNS is filtered: its queries to the resolver go to the DNS filter, the same way.
+    '  set dnsf4 { type ipv4_addr; }',
     '  chain prerouting {',
     '    type filter hook prerouting priority mangle; policy accept;',
     `    iifname ${br} ip saddr @inspect4 tcp dport { ${INSPECTED_PORTS.join(', ')} } meta mark set ${n.proxyMark}`,
+    `    iifname ${br} ip saddr @dnsf4 ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 meta mark set ${n.proxyMark}`,
     '  }',
     '  chain forward {',
     '    type filter hook forward priority filter; policy accept;',
@@ -227,10 +230,13 @@ export function nftRuleset(n: NftInput): string {
     `    iifname ${br} ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept`,
     // DNS over HTTPS on 443 cannot be told from other HTTPS; plain DNS, DoT and DoQ can.
     `    iifname ${br} meta l4proto { tcp, udp } th dport { ${DNS_PORTS.join(', ')} } drop`,
-    `    iifname ${br} ip daddr @host4 drop`,
+    // Refused at once (a reset, or ICMP "administratively prohibited"), never left to time out.
+    `    iifname ${br} ip daddr @host4 meta l4proto tcp reject with tcp reset`,
+    `    iifname ${br} ip daddr @host4 reject with icmpx type admin-prohibited`,
     `    iifname ${br} ip daddr @allow4 accept`,
     `    iifname ${br} ip daddr . tcp dport @allowsvc4 accept`,
-    `    iifname ${br} ip daddr @blocked4 drop`,
+    `    iifname ${br} ip daddr @blocked4 meta l4proto tcp reject with tcp reset`,
+    `    iifname ${br} ip daddr @blocked4 reject with icmpx type admin-prohibited`,
     `    oifname ${br} ct state established,related accept`,
     `    oifname ${br} drop`,
     '  }',

@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { get } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
+import type { CrunRuntimeOptions } from '../runtime/context.js';
 import { proc, procOk } from '../runtime/proc.js';
 import { baseLayer } from './fixtures.js';
 import { createTestRuntime, testSpec, type TestRuntime } from './runtime-fixtures.js';
@@ -92,11 +93,11 @@ export interface EgressLab {
   close: () => Promise<void>;
 }
 
-export async function startEgressLab(opts: Parameters<typeof startWebHost>[0] & { id: string; resolve: (name: string) => Promise<string[]> }): Promise<EgressLab> {
+export async function startEgressLab(opts: Parameters<typeof startWebHost>[0] & { id: string; resolve: (name: string) => Promise<string[]>; runtime?: Partial<CrunRuntimeOptions> }): Promise<EgressLab> {
   const web = await startWebHost(opts);
   let lab: EgressLab | undefined;
   try {
-    const t = await createTestRuntime({ egressResolve: opts.resolve });
+    const t = await createTestRuntime({ egressResolve: opts.resolve, ...opts.runtime });
     lab = {
       t,
       id: opts.id,

@@ -35,7 +35,10 @@ export function stop(ctx: RuntimeContext, id: string): Promise<void> {
     await ctx.killContainer(id);
     // Its proxied connections end with it (the netns goes without a reset to them).
     const ip = ctx.egress.ipOf(id);
-    if (ip) ctx.egress.proxy.cutAll(ip);
+    if (ip) {
+      ctx.egress.proxy.cutAll(ip);
+      ctx.egress.dns.forget(ip);
+    }
     await deleteNetns(ctx.netnsName(id));
     const p = ctx.paths(id);
     await unmountDisk(p.dir, p.image, p.disk, await ctx.recordedLoop(p));

@@ -6,7 +6,7 @@ import { checkSuidDumpable } from '../agent-runtime.js';
 import { removeCgroup } from '../cgroups.js';
 import type { RuntimeContext } from '../context.js';
 import { unmount } from '../disk.js';
-import { hasDomainRules, isRestricted } from '../egress-policy.js';
+import { isRestricted, usesProxy } from '../egress-policy.js';
 import { applyNftables, deleteBridge, deleteNftTable, enableIpForwarding, ensureBridge, fixHybridCgroups, hostIpv4Addresses, hostResolvers } from '../host.js';
 import { hasOwnFilesystem } from '../mounts.js';
 import { normalizeCidr } from '../net.js';
@@ -41,12 +41,13 @@ export async function setupHost(ctx: RuntimeContext): Promise<void> {
     }
   }
   const policies = ctx.egress.all();
-  if (policies.some((e) => hasDomainRules(e.policy))) await ctx.egress.proxy.ensure();
+  ctx.egress.resolvers = [...new Set(ctx.opts.dnsResolvers ?? (await hostResolvers()))];
+  if (policies.some((e) => usesProxy(e.policy))) await ctx.egress.proxy.ensure();
   await applyNftables({
     table: ctx.nftTable,
     bridge: ctx.bridge,
     subnet: ctx.subnet,
-    resolvers: await hostResolvers(),
+    resolvers: ctx.egress.resolvers,
     hostAddresses: hostIpv4Addresses(),
     egressAllow: (ctx.opts.egressAllow ?? []).map(normalizeCidr),
     egressAllowEndpoints: ctx.opts.egressAllowEndpoints ?? [],

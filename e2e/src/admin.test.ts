@@ -224,3 +224,36 @@ describe('deleting an organization', { timeout: 240_000 }, () => {
     assert.equal(still.body.stdout.trim(), 'here');
   });
 });
+
+// Issue 28, item 2: revoking a key revokes what it made.
+describe('revoking a key', { timeout: 240_000 }, () => {
+  test('ends the sandbox tokens and preview links it made at once (here) or within seconds (revoked on the host); a token another key made goes on', async () => {
+    await api(server, 'POST', '/v1/admin/orgs', { name: 'revoker' });
+    const mk = async () => (await api(server, 'POST', '/v1/admin/keys', { org: 'revoker', name: 'k' })).body as { id: string; secret: string };
+    const [first, second, third] = [await mk(), await mk(), await mk()];
+    const sb = await createSandbox(as(first.secret));
+    const ok = async (token: string) => (await agent({ publicHost: sb.publicHost, authToken: token }, 'POST', '/commands/run', { command: 'true' })).status;
+    assert.equal(await ok(sb.authToken), 200);
+    const preview = await api(as(first.secret), 'GET', `/v1/sandboxes/${sb.id}/ports/3000`);
+    assert.equal(preview.status, 200, JSON.stringify(preview.body));
+    const byThird = await api(as(third.secret), 'POST', `/v1/sandboxes/${sb.id}/token/refresh`);
+    assert.equal(byThird.status, 200, JSON.stringify(byThird.body));
+    const bySecond = await api(as(second.secret), 'POST', `/v1/sandboxes/${sb.id}/token/refresh`);
+
+    assert.equal((await api(server, 'DELETE', `/v1/admin/keys/${first.id}`)).status, 200);
+    assert.equal(await ok(sb.authToken), 401, 'the auth_token of the create is refused at once');
+    const link = await fetch(preview.body.signed_url, { redirect: 'manual' });
+    assert.equal(link.status, 401, "the preview link it asked for is refused");
+    assert.equal(await ok(byThird.body.auth_token), 200, 'a token another key made still opens the sandbox');
+
+    // Revoked on the host: the daemon reads it from the store within its interval.
+    operator(['keys', 'revoke', second.id]);
+    const started = Date.now();
+    while ((await ok(bySecond.body.auth_token)) === 200) {
+      assert.ok(Date.now() - started < 10_000, 'refused within seconds of a revocation on the host');
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    assert.equal(await ok(bySecond.body.auth_token), 401);
+    await api(server, 'DELETE', `/v1/sandboxes/${sb.id}`);
+  });
+});

@@ -7,6 +7,7 @@ import { ClusterSigner } from '../runtime/cluster-auth.js';
 import { ConnectionLimits } from '../services/connections.js';
 import { ClusterSync } from '../services/cluster-sync.js';
 import { EventBus } from '../services/events.js';
+import { Revocations } from '../services/revocations.js';
 import { KeyService } from '../services/keys.js';
 import { ReplicaMutex } from '../services/locks.js';
 import { QuotaService } from '../services/quotas.js';
@@ -44,6 +45,10 @@ export async function runEdge(config: Config, log: Log, logger: Logger): Promise
   await placement.start();
   const tokens = await sharedTokens(store, config.tokenTtlSeconds);
   const keys = new KeyService(store);
+  // The tokens a revoked key made stop working here too.
+  const revocations = new Revocations(store, tokens, log);
+  await revocations.start();
+  keys.whenRevoked((id) => revocations.now(id));
   const events = new EventBus();
   const routes: RouteTable = new RouteTable({
     loader: (id, current): Promise<RouteEntry | undefined> => loadRoute(store, placement, gateway, config, id, current),

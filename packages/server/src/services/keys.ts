@@ -94,7 +94,15 @@ export class KeyService {
     const key = await this.store.keys.byId(id);
     if (!key) throw new ServiceError('KEY_NOT_FOUND', `no API key with id ${id}`);
     if (!key.revokedAt) await this.store.keys.revoke(id, new Date().toISOString());
+    this.revoked?.(id);
     return (await this.store.keys.byId(id))!;
+  }
+
+  private revoked: ((id: string) => void) | undefined;
+
+  /** Told of every key this process revokes (the tokens it made end here at once; see services/revocations.ts). */
+  whenRevoked(fn: (id: string) => void): void {
+    this.revoked = fn;
   }
 
   /** An organization by name or id (404 ORG_NOT_FOUND). */

@@ -66,3 +66,22 @@ test('the verified-token cache forgets a deleted sandbox and drops its oldest en
   small.forget('sa');
   assert.equal(small.cachedTokens(), 0);
 });
+
+test('a revoked key ends the sandbox tokens and preview links and sessions it made, cached or not; a token of another key, or of none, goes on', async () => {
+  const t = new TokenService(join(dir, 'keys', 'jwt.pem'), 3600);
+  const mine = await t.issue('sb1', 'org', 'key_aaaa000000000001');
+  const cachedMine = await t.issue('sb1', 'org', 'key_aaaa000000000001');
+  const other = await t.issue('sb1', 'org', 'key_bbbb000000000002');
+  const legacy = await t.issue('sb1', 'org');
+  const link = await t.issuePreview('link', 'sb1', 3000, true, 600, 'key_aaaa000000000001');
+  const session = await t.issuePreview('session', 'sb1', 3000, true, 600, 'key_aaaa000000000001');
+  assert.equal((await t.verify(cachedMine.token, 'sb1')).keyId, 'key_aaaa000000000001', 'verified (and cached) before the revocation');
+  assert.equal((await t.verifyPreview(session.token, 'session', 'sb1', 3000)).keyId, 'key_aaaa000000000001');
+  t.keysRevoked(['key_aaaa000000000001']);
+  await rejects(t.verify(mine.token, 'sb1'), 'AUTHENTICATION_ERROR', /API key that made this token was revoked/);
+  await rejects(t.verify(cachedMine.token, 'sb1'), 'AUTHENTICATION_ERROR', /was revoked/);
+  await rejects(t.verifyPreview(link.token, 'link', 'sb1', 3000), 'AUTHENTICATION_ERROR', /preview link was revoked/);
+  await rejects(t.verifyPreview(session.token, 'session', 'sb1', 3000), 'AUTHENTICATION_ERROR', /preview session was revoked/);
+  assert.equal((await t.verify(other.token, 'sb1')).keyId, 'key_bbbb000000000002');
+  assert.equal((await t.verify(legacy.token, 'sb1')).keyId, undefined, 'a token that names no key is checked by its expiry only');
+});

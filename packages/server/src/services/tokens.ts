@@ -7,6 +7,8 @@ import { ServiceError } from '@sandboxd/protocol';
 export interface SandboxClaims {
   sandboxId: string;
   orgId: string;
+  /** The API key that made it (absent in tokens made before keys were recorded in them). */
+  keyId?: string;
   expiresAt: number;
 }
 
@@ -40,6 +42,8 @@ export interface PreviewClaims {
   port: number;
   /** Its holder may wake the sandbox (the link was asked for by a key that may resume it). */
   wake: boolean;
+  /** The API key the link was asked for with (a session keeps its link's). */
+  keyId?: string;
   expiresAt: number;
 }
 
@@ -54,6 +58,12 @@ export class TokenService {
   /** Verified sandbox tokens, oldest first (Map order), and which tokens each sandbox has cached. */
   private cache = new Map<string, SandboxClaims>();
   private bySandbox = new Map<string, Set<string>>();
+
+  /**
+   * API keys revoked (a key is never un-revoked): the sandbox and preview tokens they made stop
+   * working, cached or not. Kept in step with the store by services/revocations.ts.
+   */
+  private revokedKeys = new Set<string>();
 
   /** `cacheMax`: verified sandbox tokens kept; past it the oldest is dropped. */
   constructor(
@@ -80,10 +90,20 @@ export class TokenService {
     return generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
   }
 
-  async issue(sandboxId: string, orgId: string): Promise<{ token: string; expiresAt: Date }> {
+  /** These API keys were revoked. */
+  keysRevoked(ids: Iterable<string>): void {
+    for (const id of ids) this.revokedKeys.add(id);
+  }
+
+  private checkKey(keyId: string | undefined, what: string): void {
+    if (keyId !== undefined && this.revokedKeys.has(keyId)) throw new ServiceError('AUTHENTICATION_ERROR', `the API key that made this ${what} was revoked`);
+  }
+
+  /** A sandbox's access token, made with API key `keyId` (revoking the key ends the token). */
+  async issue(sandboxId: string, orgId: string, keyId?: string): Promise<{ token: string; expiresAt: Date }> {
     const nowS = Math.floor(Date.now() / 1000);
     const exp = nowS + this.ttlSeconds;
-    const token = await new SignJWT({ org: orgId })
+    const token = await new SignJWT({ org: orgId, ...(keyId ? { key: keyId } : {}) })
       .setProtectedHeader({ alg: 'EdDSA', typ: 'JWT' })
       .setSubject(sandboxId)
       .setIssuer(ISSUER)
@@ -104,13 +124,14 @@ export class TokenService {
         throw new ServiceError('TOKEN_EXPIRED', 'token expired: refresh it with POST /v1/sandboxes/{id}/token/refresh');
       }
       if (cached.sandboxId !== sandboxId) throw new ServiceError('AUTHENTICATION_ERROR', 'token was issued for another sandbox');
+      this.checkKey(cached.keyId, 'token');
       return cached;
     }
     let claims: SandboxClaims;
     try {
       const { payload } = await jwtVerify(token, this.publicKey, { algorithms: ['EdDSA'], issuer: ISSUER, audience: AUDIENCE });
       if (payload.use !== undefined) throw new Error('not a sandbox token');
-      claims = { sandboxId: String(payload.sub), orgId: String(payload.org), expiresAt: Number(payload.exp) };
+      claims = { sandboxId: String(payload.sub), orgId: String(payload.org), ...(typeof payload.key === 'string' ? { keyId: payload.key } : {}), expiresAt: Number(payload.exp) };
     } catch (err) {
       if (err instanceof joseErrors.JWTExpired) {
         throw new ServiceError('TOKEN_EXPIRED', 'token expired: refresh it with POST /v1/sandboxes/{id}/token/refresh');
@@ -119,6 +140,7 @@ export class TokenService {
     }
     this.remember(token, claims);
     if (claims.sandboxId !== sandboxId) throw new ServiceError('AUTHENTICATION_ERROR', 'token was issued for another sandbox');
+    this.checkKey(claims.keyId, 'token');
     return claims;
   }
 
@@ -208,10 +230,10 @@ export class TokenService {
    * A token that opens one port's preview of one sandbox: `link` goes in a signed URL (short-lived,
    * it is seen in a browser's history), `session` in the cookie that the link sets.
    */
-  async issuePreview(kind: PreviewTokenKind, sandboxId: string, port: number, wake: boolean, ttlSeconds: number): Promise<{ token: string; expiresAt: Date }> {
+  async issuePreview(kind: PreviewTokenKind, sandboxId: string, port: number, wake: boolean, ttlSeconds: number, keyId?: string): Promise<{ token: string; expiresAt: Date }> {
     const nowS = Math.floor(Date.now() / 1000);
     const exp = nowS + ttlSeconds;
-    const token = await new SignJWT({ use: `preview-${kind}`, port, wake })
+    const token = await new SignJWT({ use: `preview-${kind}`, port, wake, ...(keyId ? { key: keyId } : {}) })
       .setProtectedHeader({ alg: 'EdDSA', typ: PREVIEW_TYP })
       .setSubject(sandboxId)
       .setIssuer(ISSUER)
@@ -231,7 +253,7 @@ export class TokenService {
       try {
         const { payload } = await jwtVerify(token, this.publicKey, { algorithms: ['EdDSA'], issuer: ISSUER, audience: PREVIEW_AUDIENCE, typ: PREVIEW_TYP });
         if (payload.use !== `preview-${kind}` || typeof payload.sub !== 'string' || !Number.isInteger(payload.port)) throw new Error('not a preview token');
-        claims = { sandboxId: payload.sub, port: Number(payload.port), wake: payload.wake === true, expiresAt: Number(payload.exp) };
+        claims = { sandboxId: payload.sub, port: Number(payload.port), wake: payload.wake === true, ...(typeof payload.key === 'string' ? { keyId: payload.key } : {}), expiresAt: Number(payload.exp) };
       } catch (err) {
         if (err instanceof joseErrors.JWTExpired) {
           throw new ServiceError('TOKEN_EXPIRED', `the preview ${kind === 'link' ? 'link' : 'session'} expired: get a new link from GET /v1/sandboxes/{id}/ports/{port}`);
@@ -246,6 +268,7 @@ export class TokenService {
       throw new ServiceError('TOKEN_EXPIRED', 'the preview session expired: get a new link from GET /v1/sandboxes/{id}/ports/{port}');
     }
     if (claims.sandboxId !== sandboxId || claims.port !== port) throw new ServiceError('AUTHENTICATION_ERROR', `this preview ${kind} is for another sandbox or port`);
+    this.checkKey(claims.keyId, `preview ${kind}`);
     return claims;
   }
 }

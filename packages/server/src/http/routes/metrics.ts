@@ -35,7 +35,7 @@ export function metricsRoutes(app: FastifyInstance, s: Services): void {
     async (req) => {
       const p = principalOf(req);
       const write = mayWrite(p.scopes);
-      return { ...(await s.sandboxes.preview(p.orgId, req.params.id, req.params.port, { mayWake: write, readOnly: !write })), request_id: String(req.id) };
+      return { ...(await s.sandboxes.preview(p.orgId, req.params.id, req.params.port, { mayWake: write, readOnly: !write, keyId: p.keyId })), request_id: String(req.id) };
     },
   );
   app.put<{ Params: SandboxPortParams; Body: SetPreviewBody }>(
@@ -44,7 +44,7 @@ export function metricsRoutes(app: FastifyInstance, s: Services): void {
     async (req) => {
       const p = principalOf(req);
       return {
-        ...(await s.sandboxes.preview(p.orgId, req.params.id, req.params.port, { setPublic: req.body.public, mayWake: mayWrite(p.scopes) })),
+        ...(await s.sandboxes.preview(p.orgId, req.params.id, req.params.port, { setPublic: req.body.public, mayWake: mayWrite(p.scopes), keyId: p.keyId })),
         request_id: String(req.id),
       };
     },

@@ -15,7 +15,7 @@ export function createSandboxRoute(app: FastifyInstance, s: Services): void {
       };
       reply.raw.once('close', onClose);
       try {
-        const { sandbox, token, tokenExpiresAt } = await s.sandboxes.create(principalOf(req).orgId, req.body ?? {}, { signal: gone.signal });
+        const { sandbox, token, tokenExpiresAt } = await s.sandboxes.create(principalOf(req).orgId, req.body ?? {}, { signal: gone.signal, keyId: principalOf(req).keyId });
         return reply.code(201).send({ ...sandbox, auth_token: token, token_expires_at: tokenExpiresAt.toISOString(), request_id: req.id });
       } finally {
         reply.raw.off('close', onClose);

@@ -8,7 +8,7 @@ export function tokenRefreshRoute(app: FastifyInstance, s: Services): void {
     '/v1/sandboxes/:id/token/refresh',
     { schema: { params: SandboxIdParams }, preHandler: guard(s.keys, 'sandboxes:write') },
     async (req) => {
-      const { token, expiresAt } = await s.sandboxes.refreshToken(principalOf(req).orgId, req.params.id);
+      const { token, expiresAt } = await s.sandboxes.refreshToken(principalOf(req).orgId, req.params.id, principalOf(req).keyId);
       s.sandboxes.touch(req.params.id);
       return { id: req.params.id, auth_token: token, token_expires_at: expiresAt.toISOString(), request_id: req.id };
     },

@@ -53,7 +53,7 @@ export function snapshotRoutes(app: FastifyInstance, s: Services): void {
     '/v1/sandboxes/:id/fork',
     { schema: { params: SandboxIdParams, body: ForkBody }, preHandler: guard(s.keys, 'sandboxes:write') },
     async (req, reply) => {
-      const made = await s.sandboxes.fork(principalOf(req).orgId, req.params.id, req.body ?? {});
+      const made = await s.sandboxes.fork(principalOf(req).orgId, req.params.id, req.body ?? {}, { keyId: principalOf(req).keyId });
       const data = made.map((m) => ({ ...m.sandbox, auth_token: m.token, token_expires_at: m.tokenExpiresAt.toISOString() }));
       return reply.code(201).send({ object: 'list', data, source_id: req.params.id, request_id: req.id });
     },

@@ -2,7 +2,7 @@ import { ServiceError, type CreateSandboxBody, type ForkBody } from '@sandboxd/p
 import { ExportTooLarge } from '../../runtime/types.js';
 import type { CapturedLayer } from '../snapshots/index.js';
 import type { SandboxCore } from './core.js';
-import type { Created, Creates } from './create.js';
+import type { Created, CreateOpts, Creates } from './create.js';
 import { needSnapshots, type Lifecycle } from './lifecycle.js';
 import type { CreateSource } from './spec.js';
 
@@ -20,7 +20,7 @@ export class Forks {
    * deadline: the caller's, or the source's. All or none: a fork that fails half-way deletes the
    * sandboxes it made.
    */
-  async fork(orgId: string, id: string, body: ForkBody, opts: { signal?: AbortSignal } = {}): Promise<Created[]> {
+  async fork(orgId: string, id: string, body: ForkBody, opts: CreateOpts = {}): Promise<Created[]> {
     const { d } = this.c;
     const snapshots = needSnapshots(this.c);
     const count = body.count ?? 1;

@@ -2,7 +2,7 @@ import type { CreateSandboxBody, ForkBody, NetworkPolicy, Sandbox, SandboxMetric
 import type { SandboxSpec } from '../../runtime/types.js';
 import type { SandboxRow } from '../../store/types.js';
 import { SandboxCore, type SandboxServiceDeps } from './core.js';
-import { Creates, type Created } from './create.js';
+import { Creates, type Created, type CreateOpts } from './create.js';
 import { Evacuations, type DrainOptions, type DrainReport } from './evacuate.js';
 import { Forks } from './fork.js';
 import { Lifecycle } from './lifecycle.js';
@@ -69,10 +69,10 @@ export class SandboxService {
 
   // ---- creates ---------------------------------------------------------------------------------
 
-  create(orgId: string, body: CreateSandboxBody, opts: { signal?: AbortSignal } = {}): Promise<Created> {
+  create(orgId: string, body: CreateSandboxBody, opts: CreateOpts = {}): Promise<Created> {
     return this.creates.create(orgId, body, opts);
   }
-  fork(orgId: string, id: string, body: ForkBody, opts: { signal?: AbortSignal } = {}): Promise<Created[]> {
+  fork(orgId: string, id: string, body: ForkBody, opts: CreateOpts = {}): Promise<Created[]> {
     return this.forks.fork(orgId, id, body, opts);
   }
 
@@ -99,8 +99,8 @@ export class SandboxService {
   setTimeout(orgId: string, id: string, timeoutSeconds: number): Promise<SandboxRow> {
     return this.lifecycle.setTimeout(orgId, id, timeoutSeconds);
   }
-  refreshToken(orgId: string, id: string) {
-    return this.lifecycle.refreshToken(orgId, id);
+  refreshToken(orgId: string, id: string, keyId?: string) {
+    return this.lifecycle.refreshToken(orgId, id, keyId);
   }
   wake(id: string): Promise<void> {
     return this.lifecycle.wake(id);
@@ -121,7 +121,7 @@ export class SandboxService {
   setNetwork(orgId: string, id: string, body: SetNetworkBody): Promise<NetworkPolicy> {
     return this.net.setNetwork(orgId, id, body);
   }
-  preview(orgId: string, id: string, port: number, opts: { setPublic?: boolean; mayWake: boolean; readOnly?: boolean; linkTtlSeconds?: number }): Promise<PreviewInfo> {
+  preview(orgId: string, id: string, port: number, opts: { setPublic?: boolean; mayWake: boolean; readOnly?: boolean; keyId?: string; linkTtlSeconds?: number }): Promise<PreviewInfo> {
     return this.net.preview(orgId, id, port, opts);
   }
   ports(orgId: string, id: string) {

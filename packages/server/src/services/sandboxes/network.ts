@@ -72,7 +72,7 @@ export class Network {
    * `readOnly` (a key that may only read): the preview as it is, if there is one, never a signed
    * link (it would open a private app: a notebook or an editor is code execution).
    */
-  async preview(orgId: string, id: string, port: number, opts: { setPublic?: boolean; mayWake: boolean; readOnly?: boolean; linkTtlSeconds?: number }): Promise<PreviewInfo> {
+  async preview(orgId: string, id: string, port: number, opts: { setPublic?: boolean; mayWake: boolean; readOnly?: boolean; keyId?: string; linkTtlSeconds?: number }): Promise<PreviewInfo> {
     const { d } = this.c;
     const gateway = d.gateway;
     if (!gateway.openPreview || !gateway.previewUrl) throw new ServiceError('RUNTIME_ERROR', 'this service does not serve preview URLs');
@@ -111,7 +111,7 @@ export class Network {
       const url = gateway.previewUrl!(row.id, port, gw);
       const info: PreviewInfo = { port, url, public: isPublic };
       if (!isPublic && !opts.readOnly) {
-        const link = await d.tokens.issuePreview('link', row.id, port, opts.mayWake, opts.linkTtlSeconds ?? PREVIEW_LINK_SECONDS);
+        const link = await d.tokens.issuePreview('link', row.id, port, opts.mayWake, opts.linkTtlSeconds ?? PREVIEW_LINK_SECONDS, opts.keyId);
         info.signed_url = `${url}/_sandboxd/auth?token=${link.token}`;
         info.signed_url_expires_at = link.expiresAt.toISOString();
       }

@@ -133,6 +133,11 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     // Test daemons hold no reserve at rest (the warm-pool test and the burst benchmark set one):
     // many of them run at once, and each would keep dozens of sandboxes booted.
     SANDBOXD_WARM_POOL_RESERVE: '0',
+    // Test daemons share the host's filesystem, and each would count only its own sandboxes' disks
+    // against its free space: the admission is meaningless among them, and dense tests (30
+    // concurrent creates, 1,000 alive) would be refused for the others' promises. The tests of the
+    // admission turn it on, on a filesystem of their own (disk-admission.test.ts).
+    SANDBOXD_DISK_ADMISSION: 'off',
     // Cgroups, netns names, the bridge and its subnet are host-global: each live daemon needs its own.
     SANDBOXD_CGROUP_PARENT: `sandboxd-test${slot}`,
     SANDBOXD_BRIDGE: `sbtest${slot}`,

@@ -301,9 +301,14 @@ describe('account limits and the operator CLI', () => {
     const l = await limits(server);
     assert.deepEqual(Object.keys(l).sort(), [
       'committed_disk_gb', 'committed_memory_mb', 'concurrent_sandboxes', 'organization_id', 'per_sandbox', 'rate_limits', 'request_id',
-      'sandbox_timeout_seconds', 'snapshot_storage_mb', 'template_builds',
+      'sandbox_timeout_seconds', 'snapshot_storage_mb', 'storage', 'template_builds',
     ]);
     assert.equal(l.snapshot_storage_mb.used, 0);
+    // Everything it stores, and what max_total_disk_gb holds it to (its disks and what it stores).
+    assert.deepEqual(Object.keys(l.storage).sort(), ['limit_gb', 'sandbox_disks_gb', 'sandbox_disks_held_bytes', 'snapshots_bytes', 'templates_bytes', 'uploads_bytes', 'used_gb']);
+    assert.equal(l.storage.limit_gb, l.committed_disk_gb.limit);
+    assert.equal(l.storage.sandbox_disks_gb, l.committed_disk_gb.used);
+    assert.ok(l.storage.used_gb >= l.storage.sandbox_disks_gb);
     assert.ok(l.snapshot_storage_mb.limit >= 10_240, 'a quarter of the data disk, at least 10 GB');
     assert.equal(l.concurrent_sandboxes.limit, 3);
     assert.equal(l.per_sandbox.vcpu, Math.max(2, availableParallelism()), 'the host cores (at least 2)');

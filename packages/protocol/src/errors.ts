@@ -57,6 +57,13 @@ export const ERROR_CODES = {
   NODE_UNAVAILABLE: { status: 503 },
   /** The service's database cannot be reached now (a restart of PostgreSQL): retry shortly. */
   STORE_UNAVAILABLE: { status: 503 },
+  /** A built-in template is still being built (first start): retry after `retry_after` seconds. */
+  TEMPLATE_BUILDING: { status: 503 },
+  /**
+   * The host's data filesystem has no room for this write beyond the operator's reserve and what
+   * is promised to sandbox disks already admitted: refused before anything is written.
+   */
+  INSUFFICIENT_STORAGE: { status: 507 },
 } as const satisfies Record<string, { status: number; title?: string }>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

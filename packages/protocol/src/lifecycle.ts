@@ -473,6 +473,20 @@ export const AccountLimitsResult = Type.Object({
   committed_memory_mb: Usage,
   committed_disk_gb: Usage,
   snapshot_storage_mb: Type.Optional(Type.Object({ used: Type.Integer({ description: "what the organization's snapshots store (their size, rounded up)" }), limit: nullable(Type.Integer(), 'null: no limit') })),
+  storage: Type.Optional(
+    Type.Object(
+      {
+        used_gb: Type.Number({ description: 'what max_total_disk_gb holds the organization to: sandbox_disks_gb plus what its snapshots, templates and uploads store' }),
+        limit_gb: nullable(Type.Integer(), 'max_total_disk_gb (null: no limit)'),
+        sandbox_disks_gb: Type.Integer({ description: 'disk_gb of its sandboxes not deleted and of its running builds: what their disks may grow to' }),
+        sandbox_disks_held_bytes: Type.Integer({ description: "what its sandboxes' disks hold now (0 where the disks are on other nodes)" }),
+        snapshots_bytes: Type.Integer({ description: 'its snapshot layers, as snapshot_storage_mb counts them' }),
+        templates_bytes: Type.Integer({ description: "layers its templates' steps made (not shared bases)" }),
+        uploads_bytes: Type.Integer({ description: 'files its uploads reference, each content once, and uploads under way' }),
+      },
+      { description: 'everything the organization causes to be stored' },
+    ),
+  ),
   per_sandbox: Type.Object({ vcpu: nullable(Type.Integer()), memory_mb: nullable(Type.Integer()), disk_gb: nullable(Type.Integer()) }),
   sandbox_timeout_seconds: Type.Object({
     default: nullable(Type.Integer(), 'what a create without timeout_seconds gets (null: none)'),

@@ -11,6 +11,14 @@ test("a user's mistake is rendered as thrown, with no incident", () => {
   assert.equal(r.incident, undefined);
 });
 
+test('507 INSUFFICIENT_STORAGE is rendered as thrown, like a quota: no retry_after, no incident (waiting does not free room)', () => {
+  const r = renderError(new ServiceError('INSUFFICIENT_STORAGE', 'no room', { requested_bytes: 1 }), 'req_2');
+  assert.equal(r.status, 507);
+  assert.deepEqual(r.body, { requested_bytes: 1, error: 'no room', message: 'no room', code: 'INSUFFICIENT_STORAGE', request_id: 'req_2' });
+  assert.deepEqual(r.headers, {});
+  assert.equal(r.incident, undefined);
+});
+
 test('an outage: its code and public message, retry_after in the body and Retry-After, an incident; the detail stays out', () => {
   const err = new ServiceError('RUNTIME_ERROR', 'the container runtime failed on this sandbox; try again').withDetail('mount /var/lib/sandboxd/x: busy');
   const r = renderError(err, 'req_2');

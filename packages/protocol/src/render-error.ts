@@ -4,7 +4,9 @@ import { isErrorCode, ServiceError, type ErrorBody, type ErrorCode } from './err
 /**
  * The one error renderer of the three servers (control plane, gateway, agent). What was thrown while
  * serving a request becomes one of three answers:
- * - a user's mistake (a ServiceError of status < 500): its code, status and message, as thrown;
+ * - a user's mistake (a ServiceError of status < 500), or a refusal that waiting does not lift (507
+ *   INSUFFICIENT_STORAGE: the host has no room; something must be freed): its code, status and
+ *   message, as thrown;
  * - an outage (a ServiceError of status 502 or 503: the runtime, the host or the agent could not do it
  *   now, or an error that names one of NAMED_OUTAGES in its `code`): its code and public message,
  *   `retry_after` in the body and `Retry-After`, and an incident id;
@@ -96,7 +98,7 @@ export function renderError(err: unknown, requestId?: string): RenderedError {
 
 function render(thrown: unknown, requestId?: string): RenderedError {
   const err = namedOutage(thrown);
-  if (err instanceof ServiceError && err.status < 500) {
+  if (err instanceof ServiceError && (err.status < 500 || err.code === 'INSUFFICIENT_STORAGE')) {
     return { status: err.status, headers: stringHeaders(err.headers), body: err.toBody(requestId) };
   }
   const id = newIncidentId();

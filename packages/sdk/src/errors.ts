@@ -152,8 +152,10 @@ export const KNOWN_ERROR_CODES: Readonly<Record<string, number>> = {
   PORT_NOT_LISTENING: 502,
   RUNTIME_ERROR: 503,
   STORE_UNAVAILABLE: 503,
+  TEMPLATE_BUILDING: 503,
   NO_CAPACITY: 503,
   NODE_UNAVAILABLE: 503,
+  INSUFFICIENT_STORAGE: 507,
 };
 
 /** 409 codes that mean "not in this state" rather than "already exists". */

@@ -83,7 +83,7 @@ export function shouldRetry(
   bodyReplayable: boolean,
 ): boolean {
   if (!bodyReplayable) return false;
-  if ('status' in outcome) return isIdempotent(method) && outcome.status >= 500 && outcome.status !== 501;
+  if ('status' in outcome) return isIdempotent(method) && outcome.status >= 500 && outcome.status !== 501 && outcome.status !== 507;
   if (failedBeforeSend(outcome.error)) return true;
   return isIdempotent(method);
 }

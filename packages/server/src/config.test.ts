@@ -55,6 +55,22 @@ test('SANDBOXD_<LIMIT> sets each limit; 0 means no limit', () => {
   assert.deepEqual([never.default_timeout_seconds, never.max_timeout_seconds], [null, null]);
 });
 
+test('the host disk admission: on with 5 % kept free and disks thinly provisioned 4× by default; a size in GB instead; off; upload retention', () => {
+  assert.deepEqual(loadConfig({}, BIG).disk, { admission: true, reserve: { percent: 5 }, overcommit: 4 });
+  assert.deepEqual(loadConfig({ SANDBOXD_DISK_RESERVE_PERCENT: '10', SANDBOXD_DISK_RESERVE_GB: '0.5', SANDBOXD_DISK_OVERCOMMIT: '1' }, BIG).disk, {
+    admission: true,
+    reserve: { percent: 10, bytes: 512 * 2 ** 20 },
+    overcommit: 1,
+  });
+  assert.throws(() => loadConfig({ SANDBOXD_DISK_OVERCOMMIT: '0' }, BIG), /SANDBOXD_DISK_OVERCOMMIT/);
+  assert.equal(loadConfig({ SANDBOXD_DISK_ADMISSION: 'off' }, BIG).disk.admission, false);
+  assert.throws(() => loadConfig({ SANDBOXD_DISK_ADMISSION: 'maybe' }, BIG), /SANDBOXD_DISK_ADMISSION must be on or off/);
+  assert.throws(() => loadConfig({ SANDBOXD_DISK_RESERVE_GB: '-1' }, BIG), /SANDBOXD_DISK_RESERVE_GB/);
+  assert.throws(() => loadConfig({ SANDBOXD_DISK_RESERVE_PERCENT: '95' }, BIG), /SANDBOXD_DISK_RESERVE_PERCENT/);
+  assert.equal(loadConfig({}, BIG).uploadRetentionMs, 168 * 3_600_000);
+  assert.equal(loadConfig({ SANDBOXD_UPLOAD_RETENTION_HOURS: '0' }, BIG).uploadRetentionMs, 0);
+});
+
 test('bad limit settings are refused at start, naming the variable', () => {
   for (const [env, re] of [
     [{ SANDBOXD_MAX_MEMORY_MB: '64' }, /SANDBOXD_MAX_MEMORY_MB must be 0 \(no limit\) or at least 128/],
@@ -72,9 +88,14 @@ test('host facts are read from this machine: cores, memory, and the filesystem o
   assert.ok(f.cpus >= 1 && f.memoryMb > 100 && f.diskGb >= 1, JSON.stringify(f));
 });
 
-test('the warm pool: a tenth of the host memory (at most 4 GiB), a quarter of that at rest, 2 ready per key, 90 s of demand, two boots per core', () => {
-  assert.deepEqual(loadConfig({}, BIG).warmPool, { minPerKey: 2, maxMemoryMb: 4096, reserve: 102, horizonSeconds: 90, shrinkAfterSeconds: 30, bootConcurrency: 32 });
-  assert.deepEqual(loadConfig({}, SMALL).warmPool, { minPerKey: 2, maxMemoryMb: 100, reserve: 2, horizonSeconds: 90, shrinkAfterSeconds: 30, bootConcurrency: 2 });
+test('the warm pool: a tenth of the host memory (at most 4 GiB), 5 % of it at rest, 2 ready per key, 90 s of demand, two boots per core', () => {
+  assert.deepEqual(loadConfig({}, BIG).warmPool, { minPerKey: 2, maxMemoryMb: 4096, reserve: 327, horizonSeconds: 90, shrinkAfterSeconds: 30, bootConcurrency: 32 });
+  assert.deepEqual(loadConfig({}, SMALL).warmPool, { minPerKey: 2, maxMemoryMb: 100, reserve: 5, horizonSeconds: 90, shrinkAfterSeconds: 30, bootConcurrency: 2 });
+  // The reference host (24 GiB, 2 cores) and a small machine (8 GiB): the reserve follows the memory.
+  assert.deepEqual(loadConfig({}, { cpus: 2, memoryMb: 24 * 1024, diskGb: 100 }).warmPool, { minPerKey: 2, maxMemoryMb: 2457, reserve: 122, horizonSeconds: 90, shrinkAfterSeconds: 30, bootConcurrency: 4 });
+  assert.deepEqual(loadConfig({}, { cpus: 2, memoryMb: 8 * 1024, diskGb: 100 }).warmPool, { minPerKey: 2, maxMemoryMb: 819, reserve: 40, horizonSeconds: 90, shrinkAfterSeconds: 30, bootConcurrency: 4 });
+  // A budget set below the memory-sized reserve bounds it.
+  assert.equal(loadConfig({ SANDBOXD_WARM_POOL_MAX_MEMORY_MB: '200' }, BIG).warmPool.reserve, 20);
   const set = loadConfig(
     {
       SANDBOXD_WARM_POOL_SIZE: '0',

@@ -1,5 +1,6 @@
 import { LOG_LEVELS } from './logging.js';
 import { existsSync, readFileSync, statfsSync } from 'node:fs';
+import type { DiskReserve } from './services/disk-room.js';
 import type { KeyObject } from 'node:crypto';
 import { availableParallelism, hostname, totalmem } from 'node:os';
 import { join, resolve, dirname } from 'node:path';
@@ -7,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { LIMIT_MINIMUMS, type LimitName, type OrgLimits } from './services/limits.js';
 import { signingKeyFromPem, verifyKeyFromPem } from './runtime/cluster-auth.js';
 import { normalizeCidr } from './runtime/net.js';
-import { budgetSandboxes, READY_SANDBOX_COST_MB } from './node/pool-sizing.js';
+import { budgetSandboxes, READY_SANDBOX_COST_MB, reserveForMemory } from './node/pool-sizing.js';
 import { describeUrl, isPostgresUrl } from './store/postgres-url.js';
 import type { GatewayConfig } from './gateway/gateway.js';
 
@@ -49,6 +50,10 @@ export interface Config {
   agentReadyTimeoutMs: number;
   /** Built-in templates to build and serve (default: all). */
   builtinTemplates: string[] | undefined;
+  /** Built-in layers above base built at once (SANDBOXD_BUILTIN_BUILD_CONCURRENCY). */
+  builtinBuildConcurrency: number;
+  /** The one package download cache of every build (SANDBOXD_APT_CACHE_DIR, default <data dir>/apt-cache). */
+  aptCacheDir: string;
   agentBundlePath: string;
   /**
    * Node-local runtime names: several daemons on one host (tests) need distinct ones. egressAllow:
@@ -61,6 +66,16 @@ export interface Config {
   buildLimits: { perHour: number; perDay: number };
   /** Every organization's limits unless `sandboxd orgs limits` overrides them (null: no limit). */
   limits: OrgLimits;
+  /**
+   * Admission of writes against the data filesystem's free space (services/disk-room.ts): what is
+   * kept free (SANDBOXD_DISK_RESERVE_GB, else SANDBOXD_DISK_RESERVE_PERCENT of the filesystem) and
+   * whether writes are admitted at all (SANDBOXD_DISK_ADMISSION=off: sparse disks may oversubscribe),
+   * and how far sandbox disks are thinly provisioned: each counts for 1/overcommit of its disk_gb
+   * until it holds more (SANDBOXD_DISK_OVERCOMMIT; 1: the sum of disks never exceeds the room).
+   */
+  disk: { admission: boolean; reserve: DiskReserve; overcommit: number };
+  /** Uploads not named or uploaded again for this long are dropped, then their blobs (0: kept for ever). */
+  uploadRetentionMs: number;
   buildStepTimeoutMs: number;
   version: string;
   logLevel: string;
@@ -236,10 +251,11 @@ function warmPoolFrom(env: NodeJS.ProcessEnv, host: HostFacts): Config['warmPool
   return {
     minPerKey: int(env, 'SANDBOXD_WARM_POOL_SIZE', 2, 0, 50),
     maxMemoryMb,
-    // A quarter of what the budget pays for is held at rest for the templates in use: on the 24 GiB
-    // reference host 60 sandboxes (~570 MiB idle), which with two cores' boots serve 100 creates
-    // that come out of the blue within ~3 s (48 left the last at ~3.5 s).
-    reserve: int(env, 'SANDBOXD_WARM_POOL_RESERVE', Math.floor(budgetSandboxes(maxMemoryMb) / 4), 0, 100_000),
+    // Sized to the machine's memory (5 % of it, within the budget): on the 24 GiB reference host
+    // ~120 sandboxes (~1 GiB idle, 8 MiB each in its memory cgroup), which serve 100 creates out of
+    // the blue all from ready ones (p99 1.1–1.7 s; 60 left 40 to boot: p99 2.1–3.1 s; bench/burst);
+    // 40 on an 8 GiB machine.
+    reserve: int(env, 'SANDBOXD_WARM_POOL_RESERVE', reserveForMemory(host.memoryMb, budgetSandboxes(maxMemoryMb)), 0, 100_000),
     horizonSeconds: int(env, 'SANDBOXD_WARM_POOL_HORIZON_SECONDS', 90, 0, 3600),
     shrinkAfterSeconds: int(env, 'SANDBOXD_WARM_POOL_SHRINK_AFTER_SECONDS', 30, 1, 86_400),
     bootConcurrency: int(env, 'SANDBOXD_BOOT_CONCURRENCY', 2 * Math.max(1, host.cpus), 1, 256),
@@ -386,10 +402,18 @@ const here = dirname(fileURLToPath(import.meta.url));
 /** packages/server/dist → repository root. */
 export const REPO_ROOT = resolve(here, '../../..');
 
+/** Where the service keeps its state unless SANDBOXD_DATA_DIR says otherwise. */
+export const DEFAULT_DATA_DIR = '/var/lib/sandboxd';
+
+/** The service's layer directory as `env` configures it (the test suite takes built-in layers from there). */
+export function serviceLayersDir(env: NodeJS.ProcessEnv = process.env): string {
+  return resolve(env.SANDBOXD_LAYERS_DIR || join(resolve(env.SANDBOXD_DATA_DIR || DEFAULT_DATA_DIR), 'layers'));
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFacts): Config {
   const host = env.SANDBOXD_HOST || '127.0.0.1';
   const port = int(env, 'SANDBOXD_PORT', 8080, 0, 65535);
-  const dataDir = resolve(env.SANDBOXD_DATA_DIR || '/var/lib/sandboxd');
+  const dataDir = resolve(env.SANDBOXD_DATA_DIR || DEFAULT_DATA_DIR);
   const gatewayHostname = env.SANDBOXD_GATEWAY_HOSTNAME || (host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host);
   const [portMin, portMax] = (env.SANDBOXD_GATEWAY_PORTS || '40000-44999').split('-').map((s) => Number(s));
   if (!Number.isInteger(portMin) || !Number.isInteger(portMax) || portMin! < 1 || portMax! > 65535 || portMin! > portMax!) {
@@ -399,6 +423,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
   const publicUrl = (env.SANDBOXD_PUBLIC_URL || `http://${gatewayHostname}:${port}`).replace(/\/+$/, '');
   const templates = env.SANDBOXD_TEMPLATES?.split(',').map((s) => s.trim()).filter(Boolean);
   const machine = facts ?? hostFacts(dataDir);
+  const spliceMin = int(env, 'SANDBOXD_SPLICE_MIN_BYTES', 8 << 20, 0);
   return {
     host,
     port,
@@ -419,6 +444,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
       idleTimeoutMs: int(env, 'SANDBOXD_TUNNEL_IDLE_TIMEOUT_SECONDS', 300, 1, 7 * 86_400) * 1000,
       // The agent's longest execution (a day) plus time to report it.
       responseHeadersTimeoutMs: (86_400 + 300) * 1000,
+      // 0 turns the in-kernel relay off. A helper's start costs 2–7 ms (fork and exec by a large
+      // process, more on a busy machine): below a few MiB the daemon relays a body as fast itself.
+      ...(spliceMin > 0 ? { splice: { dir: join(dataDir, 'bin'), minBytes: spliceMin } } : {}),
     },
     maxPreviewsPerOrg: int(env, 'SANDBOXD_MAX_PREVIEWS_PER_ORG', 256, 0),
     connections: {
@@ -436,6 +464,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
     pausedRetentionSeconds: int(env, 'SANDBOXD_PAUSED_RETENTION_SECONDS', 7 * 86_400, 1),
     agentReadyTimeoutMs: int(env, 'SANDBOXD_AGENT_READY_TIMEOUT_MS', 15000, 100),
     builtinTemplates: templates && templates.length ? templates : undefined,
+    builtinBuildConcurrency: int(env, 'SANDBOXD_BUILTIN_BUILD_CONCURRENCY', 2, 1, 8),
+    aptCacheDir: resolve(env.SANDBOXD_APT_CACHE_DIR || join(dataDir, 'apt-cache')),
     agentBundlePath: resolve(env.SANDBOXD_AGENT_BUNDLE || join(REPO_ROOT, 'packages/agent/bundle/agent.cjs')),
     runtime: {
       cgroupParent: env.SANDBOXD_CGROUP_PARENT || 'sandboxd',
@@ -452,6 +482,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
     buildLimits: { perHour: int(env, 'SANDBOXD_BUILDS_PER_HOUR', 10, 1), perDay: int(env, 'SANDBOXD_BUILDS_PER_DAY', 50, 1) },
     buildStepTimeoutMs: int(env, 'SANDBOXD_BUILD_STEP_TIMEOUT_SECONDS', 1800, 1) * 1000,
     limits: limitsFrom(env, machine),
+    disk: diskFrom(env),
+    uploadRetentionMs: int(env, 'SANDBOXD_UPLOAD_RETENTION_HOURS', 168, 0, 100 * 365 * 24) * 3_600_000,
     version: '0.1.0',
     logLevel: logLevelFrom(env),
     logFormat: logFormatFrom(env),
@@ -459,6 +491,21 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
     layerTransfer: layerTransferFrom(env, host, port),
     nodeLayerCache: nodeLayerCacheFrom(env, machine),
   };
+}
+
+/** 5 % of the data filesystem kept free by default; a size in GB (fractions allowed) instead when set. */
+function diskFrom(env: NodeJS.ProcessEnv): Config['disk'] {
+  const mode = (env.SANDBOXD_DISK_ADMISSION || 'on').toLowerCase();
+  if (mode !== 'on' && mode !== 'off') throw new ConfigError(`SANDBOXD_DISK_ADMISSION must be on or off, got "${env.SANDBOXD_DISK_ADMISSION}"`);
+  const percent = int(env, 'SANDBOXD_DISK_RESERVE_PERCENT', 5, 0, 90);
+  // 4: a host with 70 GB free holds 140 sandboxes of 2 GB (a burst of 100 is admitted) rather than
+  // 35, and what they may write past their share is what the reserve and refusals guard.
+  const overcommit = int(env, 'SANDBOXD_DISK_OVERCOMMIT', 4, 1, 1000);
+  const raw = env.SANDBOXD_DISK_RESERVE_GB;
+  if (raw === undefined || raw === '') return { admission: mode === 'on', reserve: { percent }, overcommit };
+  const gb = Number(raw);
+  if (!Number.isFinite(gb) || gb < 0 || gb > 1_000_000) throw new ConfigError(`SANDBOXD_DISK_RESERVE_GB must be a number of GB from 0 up, got "${raw}"`);
+  return { admission: mode === 'on', reserve: { percent, bytes: Math.round(gb * 1024 ** 3) }, overcommit };
 }
 
 /** A quarter of the data directory's filesystem by default (at least 1 GB), a week idle, ten minutes' grace. */

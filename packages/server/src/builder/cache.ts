@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { canonicalJson, sha256Hex } from '../images/layer-store.js';
 import type { CopyInput } from './types.js';
@@ -60,6 +60,22 @@ export class BuildCache {
 
   async remove(key: string): Promise<void> {
     await rm(this.file(key), { force: true });
+  }
+
+  /**
+   * Removes the entries whose layer is gone (collected: a failed build's, a rebuilt template's):
+   * the step is built again when asked. Returns how many went.
+   */
+  async prune(layerExists: (id: string) => Promise<boolean>): Promise<number> {
+    let n = 0;
+    for (const key of await readdir(this.root).catch(() => [] as string[])) {
+      if (!/^[0-9a-f]{64}$/.test(key)) continue;
+      const id = await this.get(key);
+      if (id !== undefined && (await layerExists(id))) continue;
+      await this.remove(key);
+      n++;
+    }
+    return n;
   }
 
   private file(key: string): string {

@@ -30,5 +30,7 @@ export function openBuilder(o: BuilderOptions) {
     engine: new TemplateBuilder({ runtime: o.runtime, layers: o.layers, bases: o.bases, cache, inputsDir, stepTimeoutMs: o.stepTimeoutMs }),
     /** Removes the inputs of builds that died with a previous process. */
     cleanupStale: () => cleanupStaleInputs(inputsDir),
+    /** Removes cache entries whose layer was collected. */
+    pruneCache: () => cache.prune((id) => o.layers.has(id)),
   };
 }

@@ -261,6 +261,45 @@ test('an imported image is used as the base as it is; apt fails clearly where th
   assert.ok(aptLines.some((l) => l.includes('neither apt-get nor apk')));
 });
 
+test('onBeforeStep comes before each step that runs, not a cached one; refused, the step writes nothing and the build fails', { timeout: 5 * 60_000 }, async () => {
+  const archive = join(scratch, 'busybox-room.tar');
+  writeBusyboxImage(join(scratch, 'bb-room'), 'alpine:3.17', archive);
+  const rec = await importImageArchive(archive, undefined, { layers, images, tmpDir: join(scratch, 'tmp-room'), log: () => {} });
+  for (const id of rec.layers) made.add(id);
+  // Fresh commands: no layer of an earlier run is taken for them.
+  const nonce = String(Date.now());
+  const steps: BuildStep[] = [
+    { type: 'from', image: 'alpine:3.17' },
+    { type: 'run', command: `echo one ${nonce} > /one` },
+    { type: 'env', key: 'X', value: '1' },
+    { type: 'run', command: `echo two ${nonce} > /two` },
+  ];
+  const run = async (before: () => Promise<void>) => {
+    const out = await builder.build({ orgId: ORG, steps, ...res, skipCache: false, copies: undefined }, { onBeforeStep: before });
+    for (const l of out.layers) if (!rec.layers.includes(l.id)) made.add(l.id);
+    return out;
+  };
+  // Refused at the second step that runs: the first's layer stays (cached), the second makes none.
+  let calls = 0;
+  const layersBefore = new Set(await layers.list());
+  await assert.rejects(
+    run(async () => {
+      if (++calls === 2) throw new Error('no room for a build step');
+    }),
+    /no room for a build step/,
+  );
+  const madeNow = (await layers.list()).filter((id) => !layersBefore.has(id));
+  for (const id of madeNow) made.add(id);
+  assert.equal(calls, 2);
+  assert.equal(madeNow.length, 1, 'only the first step wrote a layer');
+  // Again: the first step is cached (no call for it), the second runs (one call).
+  calls = 0;
+  await run(async () => {
+    calls++;
+  });
+  assert.equal(calls, 1, 'a cached step needs no room');
+});
+
 test('base images nothing here can provide fail at once, saying how to provide them', async () => {
   await assert.rejects(
     build([{ type: 'from', image: 'ubuntu:22.04' }, { type: 'run', command: 'true' }]),

@@ -41,6 +41,8 @@ export interface BuildHooks {
   /** percent 0-100 and a short description of the current step. */
   onProgress?: (percent: number, currentStep: string) => void;
   signal?: AbortSignal;
+  /** Before a step is run (not a cached one); a throw fails the build before the step writes anything. */
+  onBeforeStep?: () => Promise<void>;
 }
 
 export interface BuildOutput {
@@ -77,7 +79,7 @@ export class TemplateBuilder implements BuildEngine {
         copies: input.copies,
         buildId: input.buildId,
       },
-      { onLog: hooks.log, onProgress: hooks.progress, signal: hooks.signal },
+      { onLog: hooks.log, onProgress: hooks.progress, signal: hooks.signal, ...(hooks.beforeStep ? { onBeforeStep: () => hooks.beforeStep!() } : {}) },
     );
     return { layerIds: out.layers.map((l) => l.id), env: out.env, workdir: out.workdir };
   }
@@ -130,7 +132,7 @@ export class TemplateBuilder implements BuildEngine {
       const argv =
         step.type === 'run' ? runArgv(step.command, workdir) : step.type === 'apt' ? aptArgv(step.packages) : copyArgv(step, copies, workdir);
       const inputs = step.type === 'copy' ? copies : [];
-      const layer = await this.layerFor(key, input, nonce, { tag, label, lowers, argv, inputs, env, log, signal }, () => cached++, () => ran++);
+      const layer = await this.layerFor(key, input, nonce, { tag, label, lowers, argv, inputs, env, log, signal, beforeStep: hooks.onBeforeStep }, () => cached++, () => ran++);
       built.push(layer);
       workdirPending = false;
     }
@@ -142,7 +144,7 @@ export class TemplateBuilder implements BuildEngine {
         key,
         input,
         nonce,
-        { tag: `[${total}/${total}]`, label: `create workdir ${workdir}`, lowers, argv: ['/bin/sh', '-c', 'mkdir -p -- "$0"', workdir], inputs: [], env, log, signal },
+        { tag: `[${total}/${total}]`, label: `create workdir ${workdir}`, lowers, argv: ['/bin/sh', '-c', 'mkdir -p -- "$0"', workdir], inputs: [], env, log, signal, beforeStep: hooks.onBeforeStep },
         () => cached++,
         () => ran++,
       );
@@ -169,6 +171,7 @@ export class TemplateBuilder implements BuildEngine {
       env: Record<string, string>;
       log: Log;
       signal?: AbortSignal;
+      beforeStep?: () => Promise<void>;
     },
     onCached: () => void,
     onRun: () => void,
@@ -186,6 +189,7 @@ export class TemplateBuilder implements BuildEngine {
     // Normally the layer is named by its key; a skipCache build never overwrites a layer that
     // sandboxes may have mounted, so it makes a new one and repoints the cache.
     const id = input.skipCache ? sha256Hex(`${key}\n${nonce}`) : key;
+    await s.beforeStep?.();
     s.log(`${s.tag} ${s.label}`);
     const t0 = Date.now();
     const resources: SandboxResources = {

@@ -35,6 +35,8 @@ export interface BuildEngineHooks {
   log(line: string): void;
   progress(percent: number, currentStep: string): void;
   signal: AbortSignal;
+  /** Before a step is run (not one taken from the cache): room for the layer it writes (services/disk-room.ts); a throw fails the build. */
+  beforeStep?(): Promise<void>;
 }
 
 export interface BuildEngineResult {

@@ -52,7 +52,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     tag: 'sandboxes',
     summary: 'Create a sandbox',
     description: 'Starts a sandbox from a template (`template_name` or `template_id`) and answers once its agent answers, with the `auth_token` for its `public_host`. Served from the warm pool when one is ready. A sandbox can sleep: `idle_timeout_seconds` pauses it when unused, `on_timeout: "pause"` makes its deadline pause it (kept for the retention time, then deleted), `auto_resume` wakes it on a request to its `public_host`.',
-    errors: ['VALIDATION_ERROR', 'TEMPLATE_NOT_FOUND', 'TEMPLATE_NOT_READY', 'PERMISSION_DENIED', 'LIMIT_EXCEEDED', 'ORG_QUOTA_EXCEEDED', 'RATE_LIMIT_EXCEEDED', 'RUNTIME_ERROR'],
+    errors: ['VALIDATION_ERROR', 'TEMPLATE_NOT_FOUND', 'TEMPLATE_NOT_READY', 'PERMISSION_DENIED', 'LIMIT_EXCEEDED', 'ORG_QUOTA_EXCEEDED', 'RATE_LIMIT_EXCEEDED', 'INSUFFICIENT_STORAGE', 'RUNTIME_ERROR'],
   },
   'GET /v1/sandboxes': {
     tag: 'sandboxes',
@@ -70,7 +70,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   'POST /v1/sandboxes/{id}/pause': { tag: 'sandboxes', summary: 'Pause a sandbox', description: 'Freezes every process (memory kept); its URL answers 409 `SANDBOX_PAUSED` until it is resumed (or, with `auto_resume`, wakes it). The `paused` event says `reason: "api"`.', errors: ACTION },
   'POST /v1/sandboxes/{id}/resume': { tag: 'sandboxes', summary: 'Resume a paused sandbox', description: 'Its processes continue where they were frozen.', errors: ACTION },
   'POST /v1/sandboxes/{id}/stop': { tag: 'sandboxes', summary: 'Stop a sandbox', description: 'Ends every process and keeps the filesystem; `start` boots it again.', errors: ACTION },
-  'POST /v1/sandboxes/{id}/start': { tag: 'sandboxes', summary: 'Start a stopped sandbox', description: 'A fresh boot on the preserved filesystem, with the same id and URL.', errors: [...ACTION, 'ORG_QUOTA_EXCEEDED'] },
+  'POST /v1/sandboxes/{id}/start': { tag: 'sandboxes', summary: 'Start a stopped sandbox', description: 'A fresh boot on the preserved filesystem, with the same id and URL.', errors: [...ACTION, 'ORG_QUOTA_EXCEEDED', 'INSUFFICIENT_STORAGE'] },
   'PUT /v1/sandboxes/{id}/timeout': {
     tag: 'sandboxes',
     summary: 'Set the timeout',
@@ -121,8 +121,8 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     tag: 'snapshots',
     summary: "Snapshot a sandbox's files",
     description:
-      "Saves the sandbox's filesystem (what it changed over its template, or over the snapshot it came from), its environment (create-time `env_vars` and the agent's `/env` set) and its template's settings. A running sandbox is frozen for the copy, so what is saved is one moment of it, and resumes by itself; a paused or stopped one is copied as it is. Processes are not saved: a sandbox made from it starts them fresh. The snapshot belongs to the organization, outlives the sandbox, and counts against `max_snapshot_storage_mb` with its `size`.",
-    errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'INVALID_STATE', 'ORG_QUOTA_EXCEEDED', 'LIMIT_EXCEEDED', 'RUNTIME_ERROR'],
+      "Saves the sandbox's filesystem (what it changed over its template, or over the snapshot it came from), its environment (create-time `env_vars` and the agent's `/env` set) and its template's settings. A running sandbox is frozen for the copy, so what is saved is one moment of it, and resumes by itself; a paused or stopped one is copied as it is. Processes are not saved: a sandbox made from it starts them fresh. The snapshot belongs to the organization, outlives the sandbox, and counts against `max_snapshot_storage_mb` and `max_total_disk_gb` with its `size`.",
+    errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'INVALID_STATE', 'ORG_QUOTA_EXCEEDED', 'LIMIT_EXCEEDED', 'INSUFFICIENT_STORAGE', 'RUNTIME_ERROR'],
   },
   'GET /v1/snapshots': {
     tag: 'snapshots',
@@ -148,7 +148,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     summary: 'Fork a sandbox',
     description:
       "`count` (1-20) new running sandboxes with the source's files as they are now (one copy, the source frozen for it), each with its own id, token, disk, network and deadline: the ones given, or the source's. All or none: when one cannot be made, those already made are deleted and the error is answered.",
-    errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'INVALID_STATE', 'ORG_QUOTA_EXCEEDED', 'LIMIT_EXCEEDED', 'RATE_LIMIT_EXCEEDED', 'RUNTIME_ERROR', 'AGENT_UNAVAILABLE'],
+    errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'INVALID_STATE', 'ORG_QUOTA_EXCEEDED', 'LIMIT_EXCEEDED', 'RATE_LIMIT_EXCEEDED', 'INSUFFICIENT_STORAGE', 'RUNTIME_ERROR', 'AGENT_UNAVAILABLE'],
   },
   'POST /v1/sandboxes/{id}/restore': {
     tag: 'snapshots',
@@ -232,7 +232,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     tag: 'builds',
     summary: 'Build a template',
     description: 'Starts a build from steps (`from`, `apt`, `run`, `env`, `workdir`, `copy`) in a build sandbox with the same isolation; answers 202 with the build id. Cached by step.',
-    errors: ['VALIDATION_ERROR', 'INVALID_TEMPLATE_DEFINITION', 'PERMISSION_DENIED', 'TEMPLATE_EXISTS', 'LIMIT_EXCEEDED', 'QUOTA_EXCEEDED', 'ORG_QUOTA_EXCEEDED'],
+    errors: ['VALIDATION_ERROR', 'INVALID_TEMPLATE_DEFINITION', 'PERMISSION_DENIED', 'TEMPLATE_EXISTS', 'LIMIT_EXCEEDED', 'QUOTA_EXCEEDED', 'ORG_QUOTA_EXCEEDED', 'INSUFFICIENT_STORAGE'],
   },
   'GET /v1/templates/build/{id}/status': { tag: 'builds', summary: 'Build status', description: 'State, progress, the current step and, once it ended, the result or the error.', errors: ['BUILD_NOT_FOUND', 'PERMISSION_DENIED'] },
   'GET /v1/templates/build/{id}/logs': {
@@ -250,8 +250,8 @@ export const OPERATIONS: Record<string, OperationDoc> = {
   'PUT /v1/templates/files/upload/{token}': {
     tag: 'builds',
     summary: 'Upload a build file',
-    description: 'The bytes for an upload link (no other credentials: the link is signed). Size and hash must match what the link was made for.',
-    errors: ['VALIDATION_ERROR', 'AUTHENTICATION_ERROR', 'PAYLOAD_TOO_LARGE', 'INVALID_FILE_METADATA'],
+    description: "The bytes for an upload link (no other credentials: the link is signed). Size and hash must match what the link was made for. The organization's `max_total_disk_gb` and the host's free space are checked with the size before a byte is stored.",
+    errors: ['VALIDATION_ERROR', 'AUTHENTICATION_ERROR', 'PAYLOAD_TOO_LARGE', 'INVALID_FILE_METADATA', 'ORG_QUOTA_EXCEEDED', 'INSUFFICIENT_STORAGE'],
   },
 };
 

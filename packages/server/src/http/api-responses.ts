@@ -384,6 +384,7 @@ export const RESPONSES: Record<string, SuccessDoc> = {
       committed_memory_mb: { used: 6144, limit: 65536 },
       committed_disk_gb: { used: 40, limit: 500 },
       snapshot_storage_mb: { used: 310, limit: 10240 },
+      storage: { used_gb: 40.42, limit_gb: 500, sandbox_disks_gb: 40, sandbox_disks_held_bytes: 3221225472, snapshots_bytes: 325058560, templates_bytes: 94371840, uploads_bytes: 31457280 },
       per_sandbox: { vcpu: 8, memory_mb: 16384, disk_gb: 50 },
       sandbox_timeout_seconds: { default: null, max: 86400 },
       template_builds: { per_hour: { used: 1, limit: 10 }, per_day: { used: 4, limit: 50 }, running: 0 },

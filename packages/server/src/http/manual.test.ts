@@ -74,7 +74,13 @@ test('docs/performance.md has one line per figure: a command that exists, what, 
     const [command, what, figure] = cells;
     assert.ok(what !== '' && figure !== '', `a figure and what it is: ${row}`);
     if (command === 'not in a benchmark script') continue;
-    const m = /^`node bench\/dist\/([a-z-]+)\.js[^`]*`$/.exec(command);
+    // A benchmark, or a test that measures it beside what it checks.
+    const test = /^`node --test packages\/([a-z-]+)\/dist\/([a-z0-9/-]+)\.test\.js`$/.exec(command);
+    if (test) {
+      await access(join(MANUAL_DIR, '..', 'packages', test[1]!, 'src', `${test[2]}.test.ts`));
+      continue;
+    }
+    const m = /^`(?:[A-Z_]+=\S+ )*node bench\/dist\/([a-z-]+)\.js[^`]*`$/.exec(command);
     assert.ok(m, `a benchmark command: ${row}`);
     await access(join(MANUAL_DIR, '..', 'bench', 'src', `${m[1]}.ts`));
   }

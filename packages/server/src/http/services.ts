@@ -12,6 +12,7 @@ import type { TemplateService } from '../services/templates.js';
 import type { TemplateBuildService } from '../services/template-builds/index.js';
 import type { TokenService } from '../services/tokens.js';
 import type { UploadService } from '../services/uploads.js';
+import type { OrgStorage } from '../services/org-storage.js';
 import type { QuotaService } from '../services/quotas.js';
 import type { Metrics } from '../services/metrics.js';
 import type { SnapshotService } from '../services/snapshots/index.js';
@@ -46,4 +47,6 @@ export interface Services {
   nodeRegistry?: NodeRegistryAuth;
   /** The nodes as the admin API shows them (absent: the store's registry, as control's). */
   nodeViews?: NodeViews;
+  /** What each organization stores (absent: GET /v1/account/limits shows no storage). */
+  storage?: OrgStorage;
 }

@@ -5,8 +5,6 @@ import { openBuilder } from '../builder/index.js';
 import type { BuildEngine } from '../builder/types.js';
 import { Gateway } from '../gateway/gateway.js';
 import { buildApp } from '../http/app.js';
-import { ensurePythonCompatLayer } from '../images/base-images.js';
-import { ensureBuiltinTemplates } from '../images/bootstrap.js';
 import { BUILTIN_TEMPLATES } from '../images/builtin.js';
 import { FsLayerStore } from '../images/layer-store.js';
 import type { Logger } from '../logging.js';
@@ -23,6 +21,9 @@ import type { LayerPublisher } from '../services/layer-publisher.js';
 import { KeyedMutex, ReplicaMutex } from '../services/locks.js';
 import { Metrics, serveMetrics } from '../services/metrics.js';
 import { NodeViews, type InProcessNode } from '../services/node-views.js';
+import { localDiskHeld, openDiskRooms, orgStorageFigures, uploadCollector } from './disk-rooms.js';
+import { OrgStorage } from '../services/org-storage.js';
+
 import { QuotaService } from '../services/quotas.js';
 import { ReplicaPresence } from '../services/replica-presence.js';
 import { SharedWindowLimiter, SlidingWindowLimiter, type RateLimiter } from '../services/rate-limit.js';
@@ -32,12 +33,17 @@ import { SandboxService } from '../services/sandboxes/index.js';
 import { SnapshotService } from '../services/snapshots/index.js';
 import { BUILD_HEARTBEAT_MS, TemplateBuildService } from '../services/template-builds/index.js';
 import { TemplateService } from '../services/templates.js';
+import { startBuiltinTemplates } from '../services/builtin-templates.js';
+import { Revocations } from '../services/revocations.js';
 import { TokenService } from '../services/tokens.js';
 import { localUploadBlobs, StoreUploadBlobs } from '../services/upload-blobs.js';
 import { sharedUploadKey, UploadService, uploadKeyFromFile } from '../services/uploads.js';
 import type { Store } from '../store/types.js';
 import { announce } from './banner.js';
 import { bootstrapKey, closeStore, loadRoute, sharedTokens, type Log, type openImages } from './shared.js';
+
+/** How often unreferenced layers and blobs are collected. */
+const COLLECT_INTERVAL_MS = 10 * 60_000;
 
 /** What a role that serves the API hands the control plane: its store, its images, its nodes, and where builds run. */
 export interface ControlPlaneParts {
@@ -70,23 +76,28 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
   const layers = images.layers;
   const templates = new TemplateService(store);
   const wanted = BUILTIN_TEMPLATES.filter((t) => !config.builtinTemplates || config.builtinTemplates.includes(t.name));
-  log(`preparing built-in templates: ${wanted.map((t) => t.name).join(', ')} (first start builds them from Debian's packages)`);
-  const built = await ensureBuiltinTemplates(layers, wanted, log);
-  // The Python templates get pip/python under /usr/local/bin and system-wide pip installs, as clients expect.
-  const pythonCompat = wanted.some((t) => t.language === 'python') ? await ensurePythonCompatLayer(layers, log) : undefined;
-  const builtinLayers = new Set<string>();
-  for (const t of wanted) {
-    const stack = t.language === 'python' && pythonCompat ? [pythonCompat, built.get(t.name)!] : [built.get(t.name)!];
-    await templates.registerBuiltin(t, stack);
-    for (const l of stack) builtinLayers.add(l.id);
-  }
-  // Their digests are computed once (kept beside each layer) and before a node first asks for them.
-  if (p.cluster) {
-    const contents = p.cluster.layerServing.contents;
-    void (async () => {
-      for (const id of builtinLayers) await contents.of(id).catch((err: unknown) => log(`the content digest of layer ${id.slice(0, 12)} could not be computed: ${String(err)}`));
-    })();
-  }
+  log(`preparing built-in templates: ${wanted.map((t) => t.name).join(', ')} (a first start builds them from Debian's packages, behind the service)`);
+  // In a cluster, a template's layer digests are computed once (kept beside each layer), as soon
+  // as it is ready and before a node first asks for them.
+  const digests = p.cluster?.layerServing.contents;
+  let digesting = Promise.resolve();
+  const builtins = await startBuiltinTemplates({
+    wanted,
+    layers,
+    templates,
+    runtime: p.buildRuntime,
+    aptCacheDir: config.aptCacheDir,
+    concurrency: config.builtinBuildConcurrency,
+    log,
+    onLayers: digests
+      ? (ids) => {
+          digesting = digesting.then(async () => {
+            for (const id of ids) await digests.of(id).catch((err: unknown) => log(`the content digest of layer ${id.slice(0, 12)} could not be computed: ${String(err)}`));
+          });
+        }
+      : undefined,
+  });
+  void builtins.done.catch((err: unknown) => log('built-in templates: the build stopped', { error: String(err) }));
 
   const keys = new KeyService(store);
   const apiKey = await bootstrapKey(config, keys);
@@ -94,6 +105,11 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
   // others from it, and tell each other what changes (services/cluster-sync.ts).
   const coordination = p.replicated ? store.coordination : undefined;
   const tokens = coordination ? await sharedTokens(store, config.tokenTtlSeconds) : new TokenService(join(config.dataDir, 'keys', 'jwt-ed25519.pem'), config.tokenTtlSeconds);
+  // The tokens a revoked key made (sandbox tokens, preview links and sessions) stop working: revoked
+  // here, by another replica, or on the host.
+  const revocations = new Revocations(store, tokens, log);
+  await revocations.start();
+  keys.whenRevoked((id) => revocations.now(id));
   let sync: ClusterSync | undefined;
   const routes: RouteTable = new RouteTable(
     coordination
@@ -103,6 +119,9 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
   const events = new EventBus();
   const connections = new ConnectionLimits(config.connections);
   let onAgentGone: (id: string) => void = () => undefined;
+  // Writes that grow the disk are admitted against its free space (the sandboxes' disks only when
+  // they are this machine's: the all-in-one).
+  const disk = openDiskRooms(config, store, !!p.inProcessNode);
   const metrics = new Metrics({
     sandboxesByStatus: () => store.sandboxes.countByStatus(),
     committed: async () => {
@@ -112,6 +131,8 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
     // The nodes' ready sandboxes, and the creates a node served from them or booted for.
     pool: () => placement.warmStats(),
     dataDir: config.dataDir,
+    diskRoom: () => (disk ? disk.data.view() : Promise.reject(new Error('no disk admission'))),
+    orgStorage: () => orgStorageFigures(store, storage),
   });
   const gateway: Gateway = new Gateway({
     config: config.gateway,
@@ -135,7 +156,8 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
     ? new SharedWindowLimiter(store, config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit')
     : new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
   // One replica at a time admits for an organization, and works on a sandbox; one machine locks in-process.
-  const quotas = new QuotaService(store, config.limits, coordination ? new ReplicaMutex(coordination, 'org-quota') : new KeyedMutex(), log);
+  // max_total_disk_gb counts what an organization stores (snapshots, templates, uploads) beside its sandboxes' disk_gb.
+  const quotas = new QuotaService(store, config.limits, coordination ? new ReplicaMutex(coordination, 'org-quota') : new KeyedMutex(), log, (org, fresh): Promise<number> => storage.storedBytes(org, fresh ? 0 : 1000));
   // Snapshot and fork layers: always this data dir's own, so always collected when unused.
   const snapshotLayers = new FsLayerStore(join(config.dataDir, 'snapshot-layers'), { log });
   await snapshotLayers.cleanupStale();
@@ -156,6 +178,14 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
     // Replicas pin snapshot layers where every replica sees it (another may hold the layer).
     sharedPins: coordination ? store.rates : undefined,
     log,
+    ...(disk ? { disk: disk.snapshots } : {}),
+  });
+  const storage: OrgStorage = new OrgStorage({
+    store,
+    snapshotsBytes: (org): Promise<number> => snapshots.storageUsed(org),
+    layerBytes: async (id) => (await layers.meta(id))?.sizeBytes,
+    imageLayers: () => images.images.referencedLayers(),
+    ...(p.inProcessNode ? { diskHeld: localDiskHeld(config.dataDir) } : {}),
   });
   const sandboxes: SandboxService = new SandboxService({
     store,
@@ -176,6 +206,7 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
     maxPreviewsPerOrg: config.maxPreviewsPerOrg,
     log,
     metrics,
+    ...(disk?.claimSandbox ? { claimDisk: disk.claimSandbox } : {}),
     ...(coordination ? { replicas: { shared: true, used: (id: string) => sync?.used(id), interrupted: (id: string) => sync?.interrupted(id), changed: (id: string) => sync?.routeChanged(id) } } : {}),
   });
 
@@ -216,7 +247,11 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
   // both in its data directory, as it always did, and its build logs as files there.
   const uploadBlobs = coordination ? new StoreUploadBlobs(store, images.blobs) : localUploadBlobs(images.blobs);
   const uploadKey = coordination ? await sharedUploadKey(store) : uploadKeyFromFile(join(config.dataDir, 'keys', 'upload-hmac.key'));
-  const uploads = new UploadService(store, uploadBlobs, uploadKey, config.publicUrl);
+  const uploads = new UploadService(store, uploadBlobs, uploadKey, config.publicUrl, {
+    claimQuota: (org, bytes) => quotas.admit(org, { sandboxes: 0, memoryMb: 0, diskGb: 0, storedBytes: bytes }, async () => storage.holdUpload(org, bytes)),
+    // Replicas keep uploads in the store, not in this data directory.
+    ...(disk && !coordination ? { claimDisk: disk.claimUpload } : {}),
+  });
   // In a cluster, the replica that built a template says in the store that it holds its layers:
   // a create through another replica sends the node here for them (unless that one has them too).
   const engine: BuildEngine = publisher
@@ -238,6 +273,7 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
     metrics,
     logs: coordination ? storeBuildLogs(store) : fileBuildLogs(join(config.dataDir, 'build-logs')),
     ...(coordination ? { coordination } : {}),
+    ...(disk ? { claimDisk: disk.claimBuild, claimStepLayer: disk.claimStepLayer } : {}),
   });
   if (uploadBlobs instanceof StoreUploadBlobs) {
     const purge = () =>
@@ -262,14 +298,25 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
   // Layers are collected only when they live in this data dir: a shared layer dir (tests, several
   // daemons) holds layers this daemon knows nothing about.
   const ownsLayers = config.layersDir.startsWith(`${config.dataDir}/`);
+  // Uploads past their retention, then blobs no upload references (services/blob-gc.ts).
+  const gcUploads = uploadCollector(config, store, images, !!coordination, log);
   const gcLayers = async () => {
+    await gcUploads().catch((err: unknown) => log('collecting uploads failed', { error: String(err) }));
     if (!ownsLayers) return;
     // A deleted sandbox's overlay may still be coming down over the layers in question.
     await sandboxes.settle();
     const removed = await collectGarbage(store, images);
-    if (removed.length) log(`removed ${removed.length} unreferenced layer(s)`);
+    // The build cache's entries for those layers point at nothing now.
+    if (removed.length) log(`removed ${removed.length} unreferenced layer(s) and ${await builder.pruneCache()} build cache entr(ies) of them`);
     await snapshots.collectSoon();
   };
+  // What deletes, failed builds and rebuilds left unreferenced (layers, the build cache's, blobs)
+  // is collected on its own, not only when a template or an organization is deleted.
+  const collectTimer = setInterval(() => {
+    const run = () => gcLayers().catch((err: unknown) => log('collection failed', { error: String(err) }));
+    void (coordination ? coordination.tryExclusive('collect', run) : run());
+  }, COLLECT_INTERVAL_MS);
+  collectTimer.unref();
   const stopOomWatch = sandboxes.watchOom();
   const services: Services = {
     config,
@@ -291,6 +338,7 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
     layerServing: p.cluster?.layerServing,
     nodeRegistry: p.cluster?.nodeRegistry,
     nodeViews: new NodeViews(store, p.inProcessNode),
+    storage,
   };
   const app = await buildApp({ services, logger });
   await app.listen({ host: config.host, port: config.port });
@@ -310,6 +358,7 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
     stopping = true;
     log(`${signal}: shutting down; sandboxes keep running`);
     clearInterval(sweepTimer);
+    clearInterval(collectTimer);
     clearInterval(buildSweep);
     builds.close();
     stopOomWatch();

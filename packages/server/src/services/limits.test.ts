@@ -89,6 +89,33 @@ test('quotas: the first limit the demand would pass is a 409 with the limit, the
   assert.equal(quotaError(none, { ...used, sandboxes: 1e6 }, { sandboxes: 1, memoryMb: 1e6, diskGb: 1e6 }), undefined);
 });
 
+test('max_total_disk_gb counts what the organization stores beside its disks: an upload or a snapshot past it is a 409 naming both', () => {
+  const GIB = 1024 ** 3;
+  const used = { sandboxes: 0, stoppedSandboxes: 0, memoryMb: 0, diskGb: 6, builds: 0, storedBytes: 3.5 * GIB };
+  assert.equal(quotaError(LIMITS, used, { sandboxes: 0, memoryMb: 0, diskGb: 0, storedBytes: 0.5 * GIB }), undefined, 'exactly at the limit fits');
+  const upload = quotaError(LIMITS, used, { sandboxes: 0, memoryMb: 0, diskGb: 0, storedBytes: 0.75 * GIB })!;
+  assert.equal(upload.status, 409);
+  assert.deepEqual([upload.extra.limit, upload.extra.max, upload.extra.used, upload.extra.requested], ['max_total_disk_gb', 10, 9.5, 0.75]);
+  assert.match(upload.message, /6 GB are its sandboxes' disks .* and 3\.5 GB its snapshots, templates and uploads/);
+  // A create of a 1 GB disk no longer fits either: the stored bytes count against disks too.
+  assert.equal(quotaError(LIMITS, used, { sandboxes: 1, memoryMb: 1, diskGb: 1 })?.extra.limit, 'max_total_disk_gb');
+  // A start adds nothing: never refused by what is stored.
+  assert.equal(quotaError(LIMITS, { ...used, storedBytes: 100 * GIB }, { sandboxes: 1, memoryMb: 1, diskGb: 0 }), undefined);
+});
+
+test('the stored bytes come from the organization storage and are part of usage', async () => {
+  const store = SqliteStore.open(':memory:');
+  try {
+    const q = new QuotaService(store, LIMITS, new KeyedMutex(), () => undefined, async (org) => (org === 'org_a' ? 5 * 1024 ** 3 : 0));
+    assert.equal((await q.usage('org_a')).storedBytes, 5 * 1024 ** 3);
+    await assert.rejects(q.checkStored('org_a', 6 * 1024 ** 3), (err: unknown) => err instanceof ServiceError && err.extra.limit === 'max_total_disk_gb');
+    await q.checkStored('org_a', 5 * 1024 ** 3);
+    await q.checkStored('org_b', 10 * 1024 ** 3);
+  } finally {
+    store.close();
+  }
+});
+
 function row(id: string, over: Partial<SandboxRow>): SandboxRow {
   const now = new Date().toISOString();
   return {

@@ -118,14 +118,22 @@ export interface OrgUsage {
   memoryMb: number;
   diskGb: number;
   builds: number;
+  /** What its snapshots, templates' layers and uploads store (bytes): counted in max_total_disk_gb too. */
+  storedBytes?: number;
 }
 
-/** What one create, start or build adds. */
+/** What one create, start, build or upload adds. */
 export interface Demand {
   sandboxes: number;
   memoryMb: number;
   diskGb: number;
+  /** Bytes to be stored (an upload's, a snapshot's copy). */
+  storedBytes?: number;
 }
+
+const GIB = 1024 ** 3;
+/** GB with at most two decimals (whole GB stay whole). */
+const gb = (bytes: number) => Math.round((bytes / GIB) * 100) / 100;
 
 const FREE_SOME = 'stop or delete a sandbox, or ask the operator to raise the limit';
 
@@ -144,8 +152,24 @@ export function quotaError(limits: OrgLimits, used: OrgUsage, demand: Demand): S
     over('max_total_memory_mb', used.memoryMb, demand.memoryMb, (max) =>
       `this needs ${demand.memoryMb} MB of memory and ${used.memoryMb} of the organization's ${max} MB are held by its running and paused sandboxes${builds}; ${FREE_SOME}`,
     ) ??
-    over('max_total_disk_gb', used.diskGb, demand.diskGb, (max) =>
-      `this needs ${demand.diskGb} GB of disk and ${used.diskGb} of the organization's ${max} GB are held by its sandboxes (stopped ones keep their disk)${builds}; delete a sandbox, or ask the operator to raise the limit`,
-    )
+    diskQuotaError(limits, used, demand, builds)
+  );
+}
+
+/**
+ * max_total_disk_gb: the disk_gb of its sandboxes (what their disks may grow to) and running builds,
+ * plus what its snapshots, templates and uploads store, in bytes.
+ */
+function diskQuotaError(limits: OrgLimits, used: OrgUsage, demand: Demand, builds: string): ServiceError | undefined {
+  const max = limits.max_total_disk_gb;
+  const adding = demand.diskGb * GIB + (demand.storedBytes ?? 0);
+  const stored = used.storedBytes ?? 0;
+  const usedBytes = used.diskGb * GIB + stored;
+  if (adding <= 0 || max === null || usedBytes + adding <= max * GIB) return undefined;
+  const what = stored > 0 ? `${used.diskGb} GB are its sandboxes' disks (stopped ones keep theirs)${builds} and ${gb(stored)} GB its snapshots, templates and uploads` : `they are held by its sandboxes (stopped ones keep their disk)${builds}`;
+  return new ServiceError(
+    'ORG_QUOTA_EXCEEDED',
+    `organization quota reached: this needs ${gb(adding)} GB of disk and ${gb(usedBytes)} of the organization's ${max} GB are used: ${what}; delete a sandbox, snapshot, template or upload, or ask the operator to raise the limit (max_total_disk_gb)`,
+    { limit: 'max_total_disk_gb', max, used: gb(usedBytes), requested: gb(adding) },
   );
 }

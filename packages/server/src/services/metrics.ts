@@ -13,6 +13,13 @@ export interface MetricsSources {
   pool: () => { ready: number; booting: number; hits: number; misses: number };
   /** The filesystem of the data directory (sandbox disks, layers). */
   dataDir: string;
+  /**
+   * Its admission (services/disk-room.ts): reserve, promised to sparse disks, what a write may still
+   * take. The admission's own reading: a statfs and a stat of each sandbox's disk, at most once a second.
+   */
+  diskRoom?: () => Promise<{ reserveBytes: number; promisedBytes: number; pendingBytes: number; admitsBytes: number }>;
+  /** What each organization stores, by kind (bytes); organizations are the operator's, so the label is bounded. */
+  orgStorage?: () => Promise<Array<{ org: string; bytes: Record<string, number> }>>;
 }
 
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -115,7 +122,7 @@ export class Metrics {
     });
     new Gauge({
       name: 'sandboxd_node_disk_bytes',
-      help: "Disk of the data directory's filesystem: total, used, and committed (disk sizes of every sandbox not deleted)",
+      help: "Disk of the data directory's filesystem: total, used, committed (disk sizes of every sandbox not deleted); with admission on, reserve (kept free), promised (what sandbox disks and writes under way may still take) and admits (what a new write may take)",
       labelNames: ['kind'],
       registers,
       async collect() {
@@ -125,8 +132,27 @@ export class Metrics {
           this.set({ kind: 'used' }, (fs.blocks - fs.bfree) * fs.bsize);
         }
         this.set({ kind: 'committed' }, (await s.committed()).diskGb * 1024 ** 3);
+        const room = await s.diskRoom?.().catch(() => undefined);
+        if (room) {
+          this.set({ kind: 'reserve' }, room.reserveBytes);
+          this.set({ kind: 'promised' }, room.promisedBytes + room.pendingBytes);
+          this.set({ kind: 'admits' }, Math.max(0, room.admitsBytes));
+        }
       },
     });
+    if (s.orgStorage) {
+      const read = s.orgStorage;
+      new Gauge({
+        name: 'sandboxd_org_storage_bytes',
+        help: "What each organization stores beside its sandboxes' disks: snapshots, templates' layers and uploads",
+        labelNames: ['org', 'kind'],
+        registers,
+        async collect() {
+          this.reset();
+          for (const { org, bytes } of await read().catch(() => [])) for (const [kind, n] of Object.entries(bytes)) this.set({ org, kind }, n);
+        },
+      });
+    }
   }
 
   /** The exposition text, and its content type. */

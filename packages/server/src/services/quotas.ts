@@ -47,15 +47,18 @@ export class QuotaService {
     // a ReplicaMutex. Held for the check and the insert only, never across a boot.
     private readonly locks: Mutex = new KeyedMutex(),
     private readonly log: (msg: string, fields?: Record<string, unknown>) => void = () => undefined,
+    /** What the organization stores beside its sandboxes' disks (services/org-storage.ts; absent: nothing counted). */
+    private readonly stored?: (orgId: string, fresh: boolean) => Promise<number>,
   ) {}
 
   async limitsFor(orgId: string): Promise<OrgLimits> {
     return resolveLimits(this.defaults, await this.store.orgs.limits(orgId));
   }
 
-  async usage(orgId: string): Promise<OrgUsage> {
+  /** `fresh`: what the organization stores read now (else a reading of the last second will do). */
+  async usage(orgId: string, fresh = false): Promise<OrgUsage> {
     // Two reads at once: on PostgreSQL each is a round trip, and every create waits for them.
-    const [s, builds] = await Promise.all([this.store.sandboxes.usage(orgId), this.store.builds.running(orgId)]);
+    const [s, builds, storedBytes] = await Promise.all([this.store.sandboxes.usage(orgId), this.store.builds.running(orgId), this.stored?.(orgId, fresh)]);
     let memoryMb = s.activeMemoryMb;
     let diskGb = s.diskGb;
     for (const b of builds) {
@@ -63,7 +66,7 @@ export class QuotaService {
       memoryMb += typeof req?.memoryMb === 'number' ? req.memoryMb : 0;
       diskGb += typeof req?.diskGb === 'number' ? req.diskGb : 0;
     }
-    return { sandboxes: s.active, stoppedSandboxes: s.stopped, memoryMb, diskGb, builds: builds.length };
+    return { sandboxes: s.active, stoppedSandboxes: s.stopped, memoryMb, diskGb, builds: builds.length, ...(storedBytes !== undefined ? { storedBytes } : {}) };
   }
 
   /**
@@ -145,6 +148,7 @@ export class QuotaService {
             usage.sandboxes += a.demand.sandboxes;
             usage.memoryMb += a.demand.memoryMb;
             usage.diskGb += a.demand.diskGb;
+            usage.storedBytes = (usage.storedBytes ?? 0) + (a.demand.storedBytes ?? 0);
             claims.push(
               (async () => a.claim())().then(
                 (v) => a.resolve(v),
@@ -192,6 +196,16 @@ export class QuotaService {
       rateLeft: window ? window.remaining() : (before?.rateLeft ?? 0),
       rateAt: window ? now : (before?.rateAt ?? 0),
     });
+  }
+
+  /**
+   * 409 ORG_QUOTA_EXCEEDED (max_total_disk_gb) when storing `bytes` more would take the organization
+   * past it. Call within hold() to make the check and the insert one step (a snapshot's).
+   */
+  async checkStored(orgId: string, bytes: number): Promise<void> {
+    const [limits, usage] = await Promise.all([this.limitsFor(orgId), this.usage(orgId, true)]);
+    const err = quotaError(limits, usage, { sandboxes: 0, memoryMb: 0, diskGb: 0, storedBytes: bytes });
+    if (err) throw err;
   }
 
   /**

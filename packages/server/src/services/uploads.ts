@@ -5,6 +5,7 @@ import type { Readable } from 'node:stream';
 import { ServiceError } from '@sandboxd/protocol';
 import { BlobMismatchError, parseSha256 } from '../images/blob-store.js';
 import type { Store, UploadRow } from '../store/types.js';
+import type { DiskClaim } from './disk-room.js';
 import type { UploadBlobs } from './upload-blobs.js';
 
 export const MAX_UPLOAD_BYTES = 100 * 1024 * 1024;
@@ -43,6 +44,14 @@ export async function sharedUploadKey(store: Store): Promise<Buffer> {
   return Buffer.from(await store.kv.setIfAbsent('upload-hmac-key', randomBytes(32).toString('hex')), 'hex');
 }
 
+/** What an upload is admitted against before a byte of it is stored (absent: not checked). */
+export interface UploadAdmission {
+  /** The organization's quota (max_total_disk_gb): 409; counts the upload until the release. */
+  claimQuota?: (orgId: string, bytes: number) => Promise<() => void>;
+  /** Room on the filesystem of the blobs (services/disk-room.ts): 507. */
+  claimDisk?: DiskClaim;
+}
+
 /**
  * Presigned upload URLs for template files: the claim (organization, file, hash, size, expiry) is
  * in the URL, signed with an HMAC key (uploadKeyFromFile, sharedUploadKey). The PUT needs no API
@@ -54,6 +63,7 @@ export class UploadService {
     private blobs: UploadBlobs,
     private key: Buffer,
     private publicUrl: string,
+    private admission: UploadAdmission = {},
   ) {
     if (key.length < 32) throw new Error('an upload HMAC key has at least 32 bytes');
   }
@@ -155,7 +165,13 @@ export class UploadService {
       body.resume();
       throw new ServiceError('VALIDATION_ERROR', `Content-Length ${contentLength} does not match the declared size ${claim.s}`);
     }
+    let releaseQuota: (() => void) | undefined;
+    let releaseDisk: ((kept?: boolean) => void) | undefined;
+    let kept = false;
     try {
+      // The organization's quota, then room on the host, for the whole body before a byte of it is stored.
+      releaseQuota = await this.admission.claimQuota?.(claim.o, claim.s);
+      releaseDisk = await this.admission.claimDisk?.(claim.s, `an upload of ${claim.s} bytes`);
       const info = await this.blobs.put(body, { size: claim.s, maxBytes: MAX_UPLOAD_BYTES, ...(claim.h ? { sha256: claim.h } : {}) });
       await this.store.uploads.upsert({
         orgId: claim.o,
@@ -166,12 +182,19 @@ export class UploadService {
         kind: claim.k,
         createdAt: new Date().toISOString(),
       });
+      kept = true;
       return { file_id: claim.f, size: info.size, sha256: info.sha256 };
     } catch (err) {
       if (err instanceof BlobMismatchError) {
         throw new ServiceError(err.kind === 'too-large' ? 'PAYLOAD_TOO_LARGE' : 'VALIDATION_ERROR', `upload rejected, nothing stored: ${err.message}`);
       }
+      // Refused before reading (no room): the client's body is drained, not kept.
+      body.resume();
       throw err;
+    } finally {
+      // The upload's row counts it from here (a refused one left nothing).
+      releaseDisk?.(kept);
+      releaseQuota?.();
     }
   }
 

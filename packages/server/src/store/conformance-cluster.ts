@@ -341,6 +341,28 @@ export function clusterConformance(name: string, open: () => Promise<Store>): vo
     await assert.rejects(store.blobs.commit('young', 'C'.repeat(64), 1), TypeError);
   });
 
+  test(`${name}: blobs no upload references (old enough) are collected with their chunks; referenced ones stay`, async () => {
+    const store = await open();
+    const org = await store.orgs.create('blob-owner');
+    const [kept, dropped, young] = ['e'.repeat(64), 'f'.repeat(64), '9'.repeat(64)];
+    for (const [id, sha, at] of [['k', kept, '2026-01-01T00:00:00.000Z'], ['d', dropped, '2026-01-01T00:00:00.000Z'], ['y', young, '2026-01-05T00:00:00.000Z']] as const) {
+      await store.blobs.begin(id, at);
+      await store.blobs.append(id, 0, Buffer.from(id));
+      await store.blobs.commit(id, sha, 1);
+    }
+    await store.uploads.upsert({ orgId: org.id, fileId: `f_${kept}`, path: 'k', sha256: kept, size: 1, kind: 'file', createdAt: '2026-01-01T00:00:00.000Z' });
+    assert.deepEqual(await store.blobs.unreferenced('2026-01-02T00:00:00.000Z'), [dropped], 'the young one waits (its upload row may be coming)');
+    assert.equal(await store.blobs.removeUnreferenced(kept), false, 'a referenced blob is never removed');
+    assert.equal(await store.blobs.removeUnreferenced(dropped), true);
+    assert.equal(await store.blobs.stat(dropped), undefined);
+    assert.deepEqual(await store.blobs.chunks(dropped, 0, 5), []);
+    assert.deepEqual((await store.blobs.chunks(kept, 0, 5)).map((c) => c.toString()), ['k']);
+    // Its upload gone (retention), the kept one is collectable too.
+    assert.equal(await store.uploads.removeOlderThan('2026-01-02T00:00:00.000Z'), 1);
+    assert.deepEqual(await store.blobs.unreferenced('2026-01-02T00:00:00.000Z'), [kept]);
+    store.close();
+  });
+
   test(`${name}: build logs: appended in order, read from any offset, bounded; past the end is empty with the length`, async () => {
     const store = await open();
     assert.deepEqual(await store.buildLogs.read('tpl_none', 0, 100), { data: Buffer.alloc(0), size: 0 });

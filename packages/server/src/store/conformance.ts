@@ -199,8 +199,13 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     await s.uploads.upsert(upload(a.id, 'one'));
     await s.uploads.upsert(upload(a.id, 'two'));
     await s.uploads.upsert(upload(b.id, 'one'));
+    await s.uploads.upsert({ ...upload(a.id, 'three'), fileId: `f_${'b'.repeat(64)}`, sha256: 'b'.repeat(64), size: 10 });
+    assert.equal(await s.uploads.bytesForOrg(a.id), 11, 'each content once, however many names');
+    assert.equal(await s.uploads.bytesForOrg(b.id), 1);
+    assert.deepEqual([...(await s.uploads.referencedSha256s())].sort(), ['a'.repeat(64), 'b'.repeat(64)]);
     assert.equal(await s.keys.removeForOrg(a.id), 2);
-    assert.equal(await s.uploads.removeForOrg(a.id), 2);
+    assert.equal(await s.uploads.removeForOrg(a.id), 3);
+    assert.deepEqual([...(await s.uploads.referencedSha256s())], ['a'.repeat(64)], 'b is referenced by no upload now');
     await s.orgs.remove(a.id);
     assert.equal(await s.orgs.byId(a.id), undefined, 'no key holds the organization back');
     assert.deepEqual((await s.keys.list()).map((k) => k.id), ['kb1']);

@@ -149,6 +149,8 @@ export interface ApiKeyRepo {
   list(orgId?: string): Promise<ApiKeyRow[]>;
   revoke(id: string, at: string): Promise<boolean>;
   touch(id: string, at: string): Promise<void>;
+  /** Keys revoked at or after `since` (an ISO time; '' for all), for the revocation lists of the processes that check tokens. */
+  revokedSince(since: string): Promise<Array<{ id: string; revokedAt: string }>>;
   /** Removes every key of the organization (it is being deleted); returns how many. */
   removeForOrg(orgId: string): Promise<number>;
 }
@@ -373,6 +375,12 @@ export interface UploadRepo {
   byPath(orgId: string, path: string): Promise<UploadRow | undefined>;
   /** Removes the organization's uploads (it is being deleted); returns how many. */
   removeForOrg(orgId: string): Promise<number>;
+  /** Bytes the organization's uploads reference: each content (sha256) once, however many names it has. */
+  bytesForOrg(orgId: string): Promise<number>;
+  /** Every content some upload of any organization references (what blob collection must keep). */
+  referencedSha256s(): Promise<Set<string>>;
+  /** Removes uploads last uploaded or named (created_at) before `before`: a client uploads them again. */
+  removeOlderThan(before: string): Promise<number>;
 }
 
 /**
@@ -398,6 +406,10 @@ export interface BlobRepo {
   chunks(sha256: string, fromSeq: number, limit: number): Promise<Buffer[]>;
   /** Drops blobs begun before `before` and never committed (their writer died); returns how many. */
   purgeUncommitted(before: string): Promise<number>;
+  /** Committed blobs begun before `before` that no upload of any organization references. */
+  unreferenced(before: string): Promise<string[]>;
+  /** Drops a committed blob with its chunks, unless an upload references it (by then); whether it went. */
+  removeUnreferenced(sha256: string): Promise<boolean>;
 }
 
 /**

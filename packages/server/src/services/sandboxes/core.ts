@@ -1,3 +1,4 @@
+import type { DiskClaim } from '../disk-room.js';
 import { ServiceError, type NetworkPolicy, type Sandbox, type SandboxEventKind } from '@sandboxd/protocol';
 import type { Placement } from '../../placement/placement.js';
 import type { SandboxSpec } from '../../runtime/types.js';
@@ -77,6 +78,12 @@ export interface SandboxServiceDeps {
   snapshots?: SnapshotService;
   /** The processes that share the store (absent: none). */
   replicas?: Replicas;
+  /**
+   * Room on the filesystem of this machine's sandbox disks (services/disk-room.ts): a create holds
+   * its disk_gb, a start needs the filesystem within its reserve (absent: not checked; a cluster's
+   * control, whose sandboxes' disks are on the nodes).
+   */
+  claimDisk?: DiskClaim;
 }
 
 /** How the gateway reaches a live sandbox of the store: through the node its row names. */

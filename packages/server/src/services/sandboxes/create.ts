@@ -4,11 +4,19 @@ import { newSandboxId } from '../../runtime/sandbox-identity.js';
 import type { Placed } from '../../placement/placement.js';
 import { UndoStack } from '../../runtime/undo.js';
 import type { SandboxRow } from '../../store/types.js';
+import { notReady } from '../templates.js';
+import { GIB } from '../disk-room.js';
 import { checkSize, timeoutFor, type OrgLimits } from '../limits.js';
 import type { SandboxCore } from './core.js';
 import { needSnapshots } from './lifecycle.js';
 import { bootSpec, egressFrom, type CreateSource } from './spec.js';
 
+
+/** How a create is asked: `signal` (the client left), `keyId` (the API key asking: its token ends with the key). */
+export interface CreateOpts {
+  signal?: AbortSignal;
+  keyId?: string;
+}
 export interface Created {
   sandbox: Sandbox;
   token: string;
@@ -26,7 +34,7 @@ export class Creates {
   constructor(private readonly c: SandboxCore) {}
 
   /** `signal`: the client went away; honoured only while the create still waits for a sandbox. */
-  async create(orgId: string, body: CreateSandboxBody, opts: { signal?: AbortSignal } = {}): Promise<Created> {
+  async create(orgId: string, body: CreateSandboxBody, opts: CreateOpts = {}): Promise<Created> {
     const { d } = this.c;
     if (body.snapshot_id !== undefined) {
       if (body.template_id !== undefined || body.template_name !== undefined) {
@@ -65,9 +73,7 @@ export class Creates {
     const limits = d.quotas.limitsFor(orgId);
     limits.catch(() => undefined);
     const template = await d.templates.resolve(templateRef, orgId);
-    if (template.status !== 'active') {
-      throw new ServiceError('TEMPLATE_NOT_READY', `template "${template.name}" is ${template.status}, not active`, { template: template.name });
-    }
+    if (template.status !== 'active') throw notReady(template);
     return this.createFrom(
       orgId,
       {
@@ -90,7 +96,7 @@ export class Creates {
   }
 
   /** A create from `src` (a template's, a snapshot's, a fork's source) as `body` asks. */
-  async createFrom(orgId: string, src: CreateSource, body: CreateSandboxBody, opts: { signal?: AbortSignal }, limitsRead?: Promise<OrgLimits>): Promise<Created> {
+  async createFrom(orgId: string, src: CreateSource, body: CreateSandboxBody, opts: CreateOpts, limitsRead?: Promise<OrgLimits>): Promise<Created> {
     const { d } = this.c;
     const startedAt = performance.now();
     // Placement reads where the sandbox may go while the create is checked and admitted.
@@ -136,6 +142,23 @@ export class Creates {
       snapshotId: src.snapshotId,
       lineage: src.lineage,
     };
+    // Room for its disk on the host (its whole disk_gb: the disk is sparse and may grow to it) is
+    // held until the create is done, before anything is written; then the disk counts as it is.
+    const releaseDisk = await d.claimDisk?.(row.diskGb * GIB, `a sandbox disk of ${row.diskGb} GB`);
+    try {
+      const created = await this.admitAndTake(orgId, row, src, timeoutSeconds, opts, startedAt);
+      releaseDisk?.();
+      return created;
+    } catch (err) {
+      // Refused or undone: nothing of it is left.
+      releaseDisk?.(false);
+      throw err;
+    }
+  }
+
+  /** Admits `row` against the organization's quotas and rate, then takes its sandbox. */
+  private async admitAndTake(orgId: string, row: SandboxRow, src: CreateSource, timeoutSeconds: number | null, opts: CreateOpts, startedAt: number): Promise<Created> {
+    const { d } = this.c;
     // The row exists before anything is taken, so a crash half-way is found and cleaned at restart;
     // inserted as the quota admits it, it counts for every create after this one while this one
     // waits for its sandbox. Its id is a placeholder until then: a create gets the first sandbox
@@ -175,7 +198,7 @@ export class Creates {
         d.routes.delete(id);
         await d.gateway.close(id);
       });
-      const [port, { token, expiresAt }] = await Promise.all([d.gateway.open(id, null), d.tokens.issue(id, orgId)]);
+      const [port, { token, expiresAt }] = await Promise.all([d.gateway.open(id, null), d.tokens.issue(id, orgId, opts.keyId)]);
       // Its lifetime starts when it is handed to the client, not when the create began to wait.
       const running: SandboxRow = {
         ...row,

@@ -122,6 +122,9 @@ export class Lifecycle {
   async start(orgId: string, id: string): Promise<SandboxRow> {
     // A stopped sandbox already holds its disk; running again it holds a slot and its memory. The
     // organization's admissions wait for this boot, so the row is running before the next check.
+    // Its disk was counted when it was made: it starts unless the host is past its reserve.
+    const releaseDisk = await this.c.d.claimDisk?.(0, 'starting a sandbox');
+    releaseDisk?.();
     const row = await this.c.transition(
       orgId,
       id,
@@ -236,9 +239,9 @@ export class Lifecycle {
     }
   }
 
-  async refreshToken(orgId: string, id: string) {
+  async refreshToken(orgId: string, id: string, keyId?: string) {
     const row = await this.c.get(orgId, id);
-    return this.c.d.tokens.issue(row.id, row.orgId);
+    return this.c.d.tokens.issue(row.id, row.orgId, keyId);
   }
 
   /**

@@ -55,6 +55,9 @@ export class Captures {
         { id: row.id, limit: 'snapshot_depth', max: MAX_SNAPSHOT_DEPTH_LAYERS },
       );
     }
+    // Room for the copy (what the sandbox's disk holds) before anything is written.
+    const disk = this.c.d.disk;
+    const releaseDisk = disk && (await disk.claim((await disk.held?.(row)) ?? 0, `a copy of sandbox ${row.id}'s files`));
     const layerId = sha256Hex(`${kind}\n${row.id}\n${randomBytes(16).toString('hex')}`);
     this.c.making.add(layerId);
     const release = () => this.c.making.delete(layerId);
@@ -75,9 +78,12 @@ export class Captures {
         await this.c.d.layers.remove(layerId).catch((e: unknown) => this.c.d.log('removing an unannounced snapshot layer failed', { layer: layerId, error: String(e) }));
         throw err;
       });
+      releaseDisk?.();
       return { layerId, sizeBytes: out.allocated, entries: out.entries, frozenMs: out.frozenMs, envVars, release };
     } catch (err) {
       release();
+      // ensureLayer removes a copy it could not finish: nothing of it is left.
+      releaseDisk?.(false);
       throw err;
     }
   }
@@ -130,6 +136,7 @@ export class Captures {
         // Checked again with the size known, in one step with the insert (two at once cannot both fit).
         await d.quotas.hold(orgId, async () => {
           await this.storage.checkStorage(orgId, c.sizeBytes);
+          await d.quotas.checkStored(orgId, c.sizeBytes);
           await d.store.snapshots.insert(snap);
         });
         c.release();

@@ -3,6 +3,7 @@ import { ServiceError, type Snapshot } from '@sandboxd/protocol';
 import type { FsLayerStore } from '../../images/layer-store.js';
 import type { Placement } from '../../placement/placement.js';
 import type { SandboxRow, SnapshotRow, Store } from '../../store/types.js';
+import type { DiskClaim } from '../disk-room.js';
 import type { Mutex } from '../locks.js';
 import { page, pageStart } from '../pages.js';
 import type { QuotaService } from '../quotas.js';
@@ -31,6 +32,11 @@ export interface SnapshotServiceDeps {
    */
   sharedPins?: Pick<Store['rates'], 'record' | 'count' | 'remove'>;
   log: (msg: string, extra?: Record<string, unknown>) => void;
+  /**
+   * Room on the data filesystem for a copy (services/disk-room.ts), and what a sandbox's disk
+   * holds (the copy's bound; absent: not known here, and only the reserve is checked).
+   */
+  disk?: { claim: DiskClaim; held?: (row: SandboxRow) => Promise<number> };
 }
 
 /**

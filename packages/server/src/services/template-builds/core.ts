@@ -1,3 +1,4 @@
+import type { DiskClaim } from '../disk-room.js';
 import { EventEmitter } from 'node:events';
 import { ServiceError } from '@sandboxd/protocol';
 import type { BuildEngine } from '../../builder/types.js';
@@ -32,6 +33,13 @@ export interface TemplateBuildDeps {
   logs: BuildLogStorage;
   /** Replicas: how a log written on one wakes the followers of another (absent: one process). */
   coordination?: Coordination;
+  /**
+   * Room for a build's writes (services/disk-room.ts; absent: not checked): `claimDisk` its steps'
+   * disk (diskGB), held from the start to the end of the build; `claimStepLayer` the layer each step
+   * that runs copies from it (diskGB more per step), before the step runs.
+   */
+  claimDisk?: DiskClaim;
+  claimStepLayer?: DiskClaim;
 }
 
 /**

@@ -1,6 +1,7 @@
 import { ServiceError } from '@sandboxd/protocol';
 import type { CopyInput } from '../../builder/types.js';
 import type { BuildRow, TemplateRow } from '../../store/types.js';
+import { GIB } from '../disk-room.js';
 import type { BuildRequest } from '../template-requests.js';
 import { BUILD_ABANDONED_MS, BUILD_HEARTBEAT_MS, type BuildCore } from './core.js';
 import { MAX_BUILD_LOG_BYTES, type BuildLogs } from './logs.js';
@@ -42,6 +43,7 @@ export class Runs {
     const { store, uploads, engine } = this.c.d;
     const abort = new AbortController();
     this.aborts.set(build.id, abort);
+    const stepClaims: Array<() => void> = [];
     // Replicas: the row says the build still runs, so that no other replica takes it for abandoned.
     const beat = this.c.d.coordination
       ? setInterval(() => {
@@ -73,6 +75,7 @@ export class Runs {
         copies.set(i, inputs);
       }
       log(`build ${build.id}: template "${req.alias}", ${req.steps.length} steps, cpu ${req.cpu}, memory ${req.memoryMb} MB, disk ${req.diskGb} GB${req.skipCache ? ', skipCache' : ''}`);
+      const claimLayer = this.c.d.claimStepLayer;
       const result = await engine.run(
         { buildId: build.id, orgId: build.orgId, steps: req.steps, resources: { vcpu: req.cpu, memoryMb: req.memoryMb, diskGb: req.diskGb }, skipCache: req.skipCache, copies },
         {
@@ -84,6 +87,14 @@ export class Runs {
               .catch((err: unknown) => this.c.d.log('cannot record build progress', { build: build.id, error: String(err) }));
           },
           signal: abort.signal,
+          ...(claimLayer
+            ? {
+                beforeStep: async () => {
+                  // Held until the build ends; what the step wrote is then on disk (or collected).
+                  stepClaims.push(await claimLayer(req.diskGb * GIB, `a build step's layer of up to ${req.diskGb} GB`));
+                },
+              }
+            : {}),
         },
       );
       const now = new Date().toISOString();
@@ -116,6 +127,7 @@ export class Runs {
     } finally {
       clearInterval(beat);
       this.aborts.delete(build.id);
+      for (const release of stepClaims) release();
     }
   }
 

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { ServiceError } from '@sandboxd/protocol';
 import type { BuildRow, TemplateRow } from '../../store/types.js';
+import { GIB } from '../disk-room.js';
 import { checkSize, type OrgLimits } from '../limits.js';
 import { BUILD_DEFAULTS, normalizeBuildRequest, type BuildRequest } from '../template-requests.js';
 import type { BuildCore } from './core.js';
@@ -111,13 +112,21 @@ export class Starts {
       completedAt: null,
       ...(this.c.d.coordination ? { heartbeatAt: now } : {}),
     };
+    // Room on the host for its steps' disk (diskGb), held until it ends, before anything is written;
+    // each step that runs then needs room for its layer (run.ts).
+    const releaseDisk = await this.c.d.claimDisk?.(req.diskGb * GIB, `a template build of ${req.diskGb} GB of disk`);
     // A running build holds its memory and disk like a sandbox (not a sandbox slot): its row counts
     // from here until it finishes.
-    await quotas.admit(orgId, { sandboxes: 0, memoryMb: req.memoryMb, diskGb: req.diskGb }, async () => {
-      if (!own) await store.templates.upsert(template);
-      await store.builds.insert(build);
-    });
-    void this.runs.execute(build, template, req, copies);
+    try {
+      await quotas.admit(orgId, { sandboxes: 0, memoryMb: req.memoryMb, diskGb: req.diskGb }, async () => {
+        if (!own) await store.templates.upsert(template);
+        await store.builds.insert(build);
+      });
+    } catch (err) {
+      releaseDisk?.(false);
+      throw err;
+    }
+    void this.runs.execute(build, template, req, copies).finally(() => releaseDisk?.());
     return { build, template };
   }
 }

@@ -60,6 +60,10 @@ export class SqlApiKeyRepo implements ApiKeyRepo {
   async removeForOrg(orgId: string) {
     return this.db.run('DELETE FROM api_keys WHERE org_id = $1', [orgId]);
   }
+  async revokedSince(since: string) {
+    const rows = await this.db.all('SELECT id, revoked_at FROM api_keys WHERE revoked_at IS NOT NULL AND revoked_at >= $1 ORDER BY revoked_at', [since]);
+    return rows.map((r) => ({ id: String(r.id), revokedAt: String(r.revoked_at) }));
+  }
   async list(orgId?: string) {
     const rows = orgId
       ? await this.db.all('SELECT * FROM api_keys WHERE org_id = $1 ORDER BY created_at', [orgId])

@@ -55,9 +55,26 @@ export class SqlBlobRepo implements BlobRepo {
     );
     return rows.map((r) => r.data as Buffer);
   }
+  async unreferenced(before: string) {
+    const rows = await this.db.all('SELECT sha256 FROM upload_blobs b WHERE sha256 IS NOT NULL AND created_at < $1 AND NOT EXISTS (SELECT 1 FROM uploads u WHERE u.sha256 = b.sha256)', [before]);
+    return rows.map((r) => String(r.sha256));
+  }
+  async removeUnreferenced(sha256: string) {
+    checkBlobSha256(sha256);
+    // The row first, guarded by the reference check in the same statement; then its chunks, which
+    // no reader finds without the row (a process dying in between leaves chunks of no blob:
+    // purgeUncommitted drops those).
+    const r = await this.db.get('SELECT id FROM upload_blobs WHERE sha256 = $1', [sha256]);
+    if (!r) return false;
+    const n = await this.db.run('DELETE FROM upload_blobs WHERE sha256 = $1 AND NOT EXISTS (SELECT 1 FROM uploads WHERE sha256 = $1)', [sha256]);
+    if (n === 0) return false;
+    await this.db.run('DELETE FROM upload_blob_chunks WHERE blob_id = $1', [String(r.id)]);
+    return true;
+  }
   async purgeUncommitted(before: string) {
     const ids = (await this.db.all('SELECT id FROM upload_blobs WHERE sha256 IS NULL AND created_at < $1', [before])).map((r) => String(r.id));
     for (const id of ids) await this.discard(id);
+    await this.db.run('DELETE FROM upload_blob_chunks WHERE NOT EXISTS (SELECT 1 FROM upload_blobs b WHERE b.id = upload_blob_chunks.blob_id)');
     return ids.length;
   }
 }

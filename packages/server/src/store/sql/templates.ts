@@ -92,6 +92,16 @@ export class SqlUploadRepo implements UploadRepo {
   async removeForOrg(orgId: string) {
     return this.db.run('DELETE FROM uploads WHERE org_id = $1', [orgId]);
   }
+  async bytesForOrg(orgId: string) {
+    const r = await this.db.get('SELECT COALESCE(SUM(size), 0) AS n FROM (SELECT sha256, MAX(size) AS size FROM uploads WHERE org_id = $1 GROUP BY sha256) u', [orgId]);
+    return Number(r?.n ?? 0);
+  }
+  async removeOlderThan(before: string) {
+    return this.db.run('DELETE FROM uploads WHERE created_at < $1', [before]);
+  }
+  async referencedSha256s() {
+    return new Set((await this.db.all('SELECT DISTINCT sha256 FROM uploads')).map((r) => String(r.sha256)));
+  }
 }
 
 export class SqlSnapshotRepo implements SnapshotRepo {

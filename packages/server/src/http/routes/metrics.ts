@@ -23,7 +23,11 @@ export function metricsRoutes(app: FastifyInstance, s: Services): void {
   app.get<{ Params: SandboxIdParams }>(
     '/v1/sandboxes/:id/ports',
     { schema: { params: SandboxIdParams, response: { 200: SandboxPorts } }, preHandler: guard(s.keys, 'sandboxes:read') },
-    async (req) => ({ object: 'list' as const, data: await s.sandboxes.ports(principalOf(req).orgId, req.params.id), request_id: String(req.id) }),
+    // Sent as made once per read (services/sandboxes/network.ts), not serialized per caller.
+    async (req, reply) => {
+      const data = await s.sandboxes.portsJson(principalOf(req).orgId, req.params.id);
+      return reply.type('application/json; charset=utf-8').send(`{"object":"list","data":${data},"request_id":${JSON.stringify(String(req.id))}}`);
+    },
   );
   // A port's preview URL: made on first ask, private unless made public. Making one, and a signed
   // link into a private one, take sandboxes:write (a link opens the app: a notebook is code

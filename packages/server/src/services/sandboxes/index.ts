@@ -12,7 +12,7 @@ import { Reconcile } from './reconcile.js';
 import { Upkeep } from './upkeep.js';
 
 export { ALONE, routeOf, type GatewayControl, type Replicas, type SandboxServiceDeps } from './core.js';
-export { MAX_PREVIEWS_PER_SANDBOX, type PreviewInfo } from './network.js';
+export { MAX_PORTS_LISTED, MAX_PREVIEWS_PER_SANDBOX, type ListedPort, type PreviewInfo } from './network.js';
 export { AGENT_MALLOC_TUNABLES, egressFrom } from './spec.js';
 export { ABANDONED_CREATE_MS } from './upkeep.js';
 export { DRAIN_BUDGET_MS, type DrainOptions, type DrainReport } from './evacuate.js';
@@ -126,6 +126,9 @@ export class SandboxService {
   }
   ports(orgId: string, id: string) {
     return this.net.ports(orgId, id);
+  }
+  portsJson(orgId: string, id: string) {
+    return this.net.portsJson(orgId, id);
   }
 
   // ---- upkeep ----------------------------------------------------------------------------------

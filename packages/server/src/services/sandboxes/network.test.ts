@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { ServiceError } from '@sandboxd/protocol';
 import { buildSandboxHarness, rejectsWith, type SandboxHarness } from '../../testing/sandbox-harness.js';
-import { MAX_PREVIEWS_PER_SANDBOX } from './index.js';
+import { MAX_PORTS_LISTED, MAX_PREVIEWS_PER_SANDBOX } from './index.js';
 
 const OPEN = { internet_access: true, allow_out: [], deny_out: [] };
 
@@ -113,6 +113,16 @@ describe('setNetwork and ports on the fake node', () => {
       h.node.listeningPorts = listening;
     }
     await rejectsWith(h.sandboxes.ports(h.orgs.b, id), 'PERMISSION_DENIED');
+  });
+
+  test(`a crowded sandbox: the first ${MAX_PORTS_LISTED} ports are listed, rendered once for every caller of a read`, async () => {
+    const id = (await h.create(org)).sandbox.id;
+    h.runtime.listen(id, Array.from({ length: 1500 }, (_, i) => ({ port: 10_000 + i, address: '127.0.0.1', family: 4 as const })));
+    const [a, b] = await Promise.all([h.sandboxes.portsJson(org, id), h.sandboxes.portsJson(org, id)]);
+    assert.equal(a, b);
+    const list = JSON.parse(a) as Array<{ port: number }>;
+    assert.equal(list.length, MAX_PORTS_LISTED);
+    assert.deepEqual([list[0]!.port, list.at(-1)!.port], [10_000, 10_000 + MAX_PORTS_LISTED - 1]);
   });
 });
 

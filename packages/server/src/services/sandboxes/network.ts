@@ -13,6 +13,16 @@ export interface PreviewInfo {
   signed_url_expires_at?: string;
 }
 
+/** A port something listens on inside a sandbox, as `GET /v1/sandboxes/{id}/ports` lists it. */
+export interface ListedPort {
+  port: number;
+  addresses: string[];
+  loopback_only: boolean;
+}
+
+/** The ports listed at most (the lowest first, as the kernel lists them): a sandbox can hold 60,000. */
+export const MAX_PORTS_LISTED = 1000;
+
 /** Each preview of a port takes a gateway port (port mode): a sandbox holds a bounded number. */
 export const MAX_PREVIEWS_PER_SANDBOX = 32;
 /** How long a signed link to a private preview may be opened (it sets a session of its own). */
@@ -21,6 +31,8 @@ const PREVIEW_LINK_SECONDS = 600;
 /** A sandbox's reach both ways: its egress policy out, its preview URLs in, and what listens inside. */
 export class Network {
   private readonly portReads = new PortReads();
+  /** Each read's list as JSON (a read's array is shared by its callers until it goes stale). */
+  private readonly rendered = new WeakMap<object, string>();
 
   constructor(private readonly c: SandboxCore) {}
 
@@ -55,14 +67,32 @@ export class Network {
     });
   }
 
-  /** What listens inside the sandbox, by port (read from the kernel, not asked of the sandbox). */
-  async ports(orgId: string, id: string): Promise<Array<{ port: number; addresses: string[]; loopback_only: boolean }>> {
+  /** What listens inside the sandbox, by port (read from the kernel, not asked of the sandbox); at most MAX_PORTS_LISTED ports. */
+  async ports(orgId: string, id: string): Promise<ListedPort[]> {
+    return JSON.parse(await this.portsJson(orgId, id)) as ListedPort[];
+  }
+
+  /**
+   * The same as JSON, made once per read of the sandbox's tables whoever asks (a crowded sandbox's
+   * list is thousands of entries: rendering it for every caller was the cost of a flood).
+   */
+  async portsJson(orgId: string, id: string): Promise<string> {
     const row = await this.c.get(orgId, id);
-    if (row.status !== 'running' && row.status !== 'paused') return [];
-    const byPort = new Map<number, string[]>();
-    for (const l of await this.portReads.get(row.orgId, row.id, () => this.c.node(row).listeningPorts(row.id))) byPort.set(l.port, [...(byPort.get(l.port) ?? []), l.address]);
-    const loopback = (a: string) => a.startsWith('127.') || a === '::1' || a.startsWith('::ffff:7f');
-    return [...byPort].map(([port, addresses]) => ({ port, addresses, loopback_only: addresses.every(loopback) }));
+    if (row.status !== 'running' && row.status !== 'paused') return '[]';
+    const raw = await this.portReads.get(row.orgId, row.id, () => this.c.node(row).listeningPorts(row.id));
+    let json = this.rendered.get(raw);
+    if (json === undefined) {
+      const byPort = new Map<number, string[]>();
+      for (const l of raw) {
+        const at = byPort.get(l.port);
+        if (at) at.push(l.address);
+        else if (byPort.size < MAX_PORTS_LISTED) byPort.set(l.port, [l.address]);
+      }
+      const loopback = (a: string) => a.startsWith('127.') || a === '::1' || a.startsWith('::ffff:7f');
+      json = JSON.stringify([...byPort].map(([port, addresses]) => ({ port, addresses, loopback_only: addresses.every(loopback) })));
+      this.rendered.set(raw, json);
+    }
+    return json;
   }
 
   /**

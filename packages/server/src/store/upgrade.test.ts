@@ -51,7 +51,11 @@ async function readAll(store: Store): Promise<unknown> {
     orgs: await store.orgs.list(),
     limits: await store.orgs.limits(acme),
     keys: await store.keys.list(),
-    templates: await store.templates.list('org_old'),
+    // Fields added since that release (a built-in's build progress): null on every old row, and not part of what it read.
+    templates: (await store.templates.list('org_old')).map(({ buildProgress, buildEtaAt, ...t }) => {
+      assert.deepEqual([buildProgress ?? null, buildEtaAt ?? null], [null, null]);
+      return t;
+    }),
     sandboxes,
     live: (await store.sandboxes.live()).map((s) => s.id).sort(),
     usage: await store.sandboxes.usage('org_old'),

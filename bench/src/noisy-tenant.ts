@@ -72,27 +72,30 @@ try {
   const one = await api(attacker, 'GET', `/v1/sandboxes/${crowded.id}/ports`);
   const oneMs = performance.now() - one0;
   // The attacker's callers run on a thread of their own: the victim's timings wait on the daemon, not on them.
+  const attackStart = performance.now();
   const worker = new Worker(
     `const { workerData, parentPort } = require('node:worker_threads');
-     let stop = false, calls = 0;
+     let stop = false;
+     const statuses = {};
      parentPort.on('message', () => { stop = true; });
-     const one = async () => { while (!stop) { await fetch(workerData.url, { headers: { 'x-api-key': workerData.key } }).then((r) => r.arrayBuffer()).catch(() => undefined); calls++; } };
-     Promise.all(Array.from({ length: workerData.callers }, one)).then(() => parentPort.postMessage(calls));`,
+     const one = async () => { while (!stop) { const s = await fetch(workerData.url, { headers: { 'x-api-key': workerData.key } }).then(async (r) => { await r.arrayBuffer(); return r.status; }).catch(() => 'failed'); statuses[s] = (statuses[s] ?? 0) + 1; } };
+     Promise.all(Array.from({ length: workerData.callers }, one)).then(() => parentPort.postMessage(statuses));`,
     { eval: true, workerData: { url: `${server.baseUrl}/v1/sandboxes/${crowded.id}/ports`, key: attackerKey, callers: CALLERS } },
   );
-  await new Promise((r) => setTimeout(r, 500));
-  const t0 = performance.now();
+  // Measured once the attacker has spent its organization's burst (SANDBOXD_API_BURST_PER_ORG): the
+  // figure is the steady state of an organization calling without pause.
+  await new Promise((r) => setTimeout(r, 2000));
   const attacked: number[] = [];
   for (let i = 0; i < SAMPLES; i++) attacked.push(await timed());
-  const seconds = (performance.now() - t0) / 1000;
-  const calls = await new Promise<number>((resolve) => {
-    worker.once('message', (n: number) => resolve(n));
+  const statuses = await new Promise<Record<string, number>>((resolve) => {
+    worker.once('message', (n: Record<string, number>) => resolve(n));
     worker.postMessage('stop');
   });
   await worker.terminate();
+  const attackSeconds = (performance.now() - attackStart) / 1000;
 
   console.log(`a sandbox with ${listening} listening sockets; one GET /ports: ${oneMs.toFixed(0)} ms, ${one.body.data?.length ?? '?'} ports listed`);
-  console.log(`another organization's GET /v1/sandboxes/{id}, at rest and while ${CALLERS} callers ask for the crowded sandbox's ports (${(calls / seconds).toFixed(0)} calls/s)`);
+  console.log(`another organization's GET /v1/sandboxes/{id}, at rest and while ${CALLERS} callers ask for the crowded sandbox's ports (answered per second, burst included: ${Object.entries(statuses).map(([k, n]) => `${k}: ${(n / attackSeconds).toFixed(0)}`).join(', ')})`);
   console.log(row('at rest (baseline)', rest));
   console.log(row('under attack', attacked, rest));
   const ratio = summary(attacked).p95 / summary(rest).p95;

@@ -32,6 +32,8 @@ export interface Config {
   maxPreviewsPerOrg: number;
   /** Caps on open connections (services/connections.ts). */
   connections: { perClient: number; perOrg: number; total: number };
+  /** Each organization's share of the API (services/api-share.ts): requests a second, burst, longest wait. */
+  apiShare: { rate: number; burst: number; maxWaitMs: number };
   tokenTtlSeconds: number;
   /** Lifetime of events tokens (POST /v1/events/token): minutes, they travel in URLs. */
   eventsTokenTtlSeconds: number;
@@ -454,6 +456,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
       perOrg: int(env, 'SANDBOXD_MAX_CONNECTIONS_PER_ORG', 2000, 1),
       // File descriptors are 20000 here; each proxied connection may hold two.
       total: int(env, 'SANDBOXD_MAX_CONNECTIONS', 8000, 1),
+    },
+    apiShare: {
+      rate: int(env, 'SANDBOXD_API_RATE_PER_ORG', 100, 0),
+      burst: int(env, 'SANDBOXD_API_BURST_PER_ORG', 1000, 1),
+      maxWaitMs: 10_000,
     },
     tokenTtlSeconds: int(env, 'SANDBOXD_TOKEN_TTL_SECONDS', 24 * 3600, 1),
     eventsTokenTtlSeconds: int(env, 'SANDBOXD_EVENTS_TOKEN_TTL_SECONDS', 300, 1, 3600),

@@ -35,6 +35,7 @@ export function guard(keys: KeyService, scope: ApiScope) {
     const p = await keys.authenticate(key);
     requireScope(p, scope);
     req.principal = p;
+    await keys.share?.admit(p.orgId);
   };
 }
 
@@ -50,6 +51,7 @@ export function operatorOnly(keys: KeyService) {
 export function authenticated(keys: KeyService) {
   return async (req: FastifyRequest): Promise<void> => {
     req.principal = await keys.authenticate(presentedKey(req));
+    await keys.share?.admit(req.principal.orgId);
   };
 }
 
@@ -71,6 +73,7 @@ export function eventsGuard(keys: KeyService, tokens: TokenService) {
     requireScope(p, 'sandboxes:read');
     req.principal = p;
     req.eventsSandboxId = claims.sandboxId;
+    await keys.share?.admit(p.orgId);
   };
 }
 

@@ -23,6 +23,7 @@ import { fileBuildLogs } from '../services/build-logs.js';
 import { TemplateBuildService } from '../services/template-builds/index.js';
 import { QuotaService } from '../services/quotas.js';
 import { FsBlobStore } from '../images/blob-store.js';
+import { ApiShare } from '../services/api-share.js';
 
 /**
  * The HTTP app over a real store, for the refusals: every one of them must happen before the
@@ -46,10 +47,10 @@ const ENV = {
 
 let runtimeCalls = 0;
 
-async function setup() {
+async function setup(share?: ApiShare) {
   const config = loadConfig(ENV, { cpus: 2, memoryMb: 4096, diskGb: 100 });
   const store = SqliteStore.open(':memory:');
-  const keys = new KeyService(store);
+  const keys = new KeyService(store, share);
   const templates = new TemplateService(store);
   const runtime = refusingRuntime(dir, () => runtimeCalls++);
   const createLimiter = new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'creates');
@@ -97,7 +98,7 @@ async function setup() {
     const res = await app.inject({ method, url, headers: { 'x-api-key': secret }, ...(payload === undefined ? {} : { payload: payload as object }) });
     return { status: res.statusCode, body: res.json() };
   };
-  return { app, store, org, sandbox, call, quotas };
+  return { app, store, org, sandbox, call, quotas, keys };
 }
 
 function assertRefusal(res: { status: number; body: any }, status: number, code: string, limit: string): void {
@@ -260,5 +261,43 @@ test('/v1/account/limits shows every limit and its usage; an override shows at o
     assert.equal(after.concurrent_sandboxes.limit, null, 'null: no limit');
     assert.equal(after.per_sandbox.vcpu, 8);
     assert.deepEqual(after.sandbox_timeout_seconds, { default: 60, max: 60 }, 'the default is capped by a lower maximum');
+  });
+});
+
+test('each organization has its share of the API: past its burst its requests wait their turn, others are served at once; past the longest wait, 429', async () => {
+  const { app, keys, call } = await setup(new ApiShare({ rate: 10, burst: 3, maxWaitMs: 1500 }));
+  await closing(app, async () => {
+    const other = await keys.ensureOrg(`other-${Math.random()}`);
+    const otherKey = (await keys.createKey(other.id)).secret;
+    const timed = async (fn: () => Promise<{ status: number; body: any }>) => {
+      const t0 = performance.now();
+      const r = await fn();
+      return { ...r, ms: performance.now() - t0 };
+    };
+    // Eight at once: three within the burst, five waiting 100, 200, ... 500 ms (10 a second).
+    const noisy = Array.from({ length: 8 }, () => timed(() => call('GET', '/v1/sandboxes')));
+    await new Promise((r) => setTimeout(r, 20));
+    const quiet = await timed(async () => {
+      const res = await app.inject({ method: 'GET', url: '/v1/sandboxes', headers: { 'x-api-key': otherKey } });
+      return { status: res.statusCode, body: res.json() };
+    });
+    assert.equal(quiet.status, 200);
+    assert.ok(quiet.ms < 80, `another organization's request waited ${quiet.ms.toFixed(0)} ms behind the first one's turn`);
+    const done = await Promise.all(noisy);
+    for (const r of done) assert.equal(r.status, 200);
+    const ms = done.map((r) => r.ms).sort((a, b) => a - b);
+    assert.ok(ms[2]! < 80, `the burst is served at once: ${ms.map((m) => m.toFixed(0)).join(', ')}`);
+    assert.ok(ms[7]! >= 450, `the eighth waited its turn (~500 ms): ${ms.map((m) => m.toFixed(0)).join(', ')}`);
+    // Now empty: 15 more at once; the turns past 1.5 s of waiting are refused at once, with when to retry.
+    const flood = await Promise.all(Array.from({ length: 20 }, () => timed(() => call('GET', '/v1/sandboxes'))));
+    const refused = flood.filter((r) => r.status === 429);
+    assert.ok(refused.length >= 3, `some refused: ${flood.map((r) => r.status).join(',')}`);
+    for (const r of refused) {
+      assert.equal(r.body.code, 'RATE_LIMIT_EXCEEDED');
+      assert.ok(r.body.retry_after >= 1);
+      assert.match(r.body.message, /at most 10 per second/);
+      assert.ok(r.ms < 200, 'refused without waiting');
+    }
+    assert.equal(flood.filter((r) => r.status === 200).length + refused.length, 20);
   });
 });

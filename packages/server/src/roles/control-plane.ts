@@ -17,6 +17,7 @@ import { EventBus } from '../services/events.js';
 import { collectGarbage } from '../services/gc.js';
 import type { Services } from '../http/services.js';
 import { KeyService } from '../services/keys.js';
+import { ApiShare } from '../services/api-share.js';
 import type { LayerPublisher } from '../services/layer-publisher.js';
 import { KeyedMutex, ReplicaMutex } from '../services/locks.js';
 import { Metrics, serveMetrics } from '../services/metrics.js';
@@ -99,7 +100,7 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
   });
   void builtins.done.catch((err: unknown) => log('built-in templates: the build stopped', { error: String(err) }));
 
-  const keys = new KeyService(store);
+  const keys = new KeyService(store, new ApiShare(config.apiShare));
   const apiKey = await bootstrapKey(config, keys);
   // Replicas of control (and edges) share the store: they sign with one key, read routes made by
   // others from it, and tell each other what changes (services/cluster-sync.ts).

@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { API_SCOPES, DEFAULT_KEY_SCOPES, ServiceError, type ApiScope } from '@sandboxd/protocol';
 import type { ApiKeyRow, OrgRow, Store } from '../store/types.js';
+import type { ApiShare } from './api-share.js';
 
 export interface Principal {
   orgId: string;
@@ -31,7 +32,14 @@ export function parseScopes(input: string[] | string | undefined): ApiScope[] {
 
 /** Organizations and API keys. Keys are stored as sha256 of the secret; the secret is shown once. */
 export class KeyService {
-  constructor(private store: Store) {}
+  /**
+   * @param share each organization's share of the API (http/auth.ts admits every authenticated
+   * request through it; absent: no limit, as in the CLI and on edges)
+   */
+  constructor(
+    private store: Store,
+    readonly share?: ApiShare,
+  ) {}
 
   async ensureOrg(name: string): Promise<OrgRow> {
     const found = await this.store.orgs.byName(name);

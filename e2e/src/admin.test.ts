@@ -29,7 +29,8 @@ describe('admin API', { timeout: 180_000 }, () => {
     const org = await api(server, 'POST', '/v1/admin/orgs', { name: 'acme' });
     assert.equal(org.status, 201, JSON.stringify(org.body));
     assert.equal(org.body.name, 'acme');
-    assert.match(org.body.id, /^org_/);
+    assert.match(org.body.id, /^[0-9]+$/, 'organization ids are digits in answers');
+    assert.equal((await api(server, 'GET', `/v1/admin/keys?org=${org.body.id}`)).status, 200, 'and name the organization');
     assert.equal((await api(server, 'POST', '/v1/admin/orgs', { name: 'acme' })).body.code, 'ALREADY_EXISTS');
 
     const created = await api(server, 'POST', '/v1/admin/keys', { org: 'acme', name: 'ci' });

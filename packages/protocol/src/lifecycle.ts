@@ -347,7 +347,7 @@ const nullable = <T extends TSchema>(t: T, description?: string) => Type.Union([
 
 /** An organization, as the admin API shows it. */
 export const Organization = Type.Object({
-  id: Type.String({ description: 'org_ and 20 hex digits' }),
+  id: Type.String({ description: 'digits only (a decimal number of up to 25 digits); the admin API and CLI accept it, the org_ form and the name' }),
   name: Type.String(),
   created_at: Type.String(),
   request_id: Type.Optional(Type.String()),

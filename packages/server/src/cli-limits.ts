@@ -3,6 +3,7 @@ import type { LimitOverrides, OrgRow, Store } from './store/types.js';
 import { LIMIT_MINIMUMS, LIMIT_NAMES, resolveLimits, timeoutFor, type LimitName, type OrgLimits } from './services/limits.js';
 import { QuotaService } from './services/quotas.js';
 import { snapshotStorageUsed } from './services/snapshots/index.js';
+import { publicOrgId } from './services/org-ids.js';
 import { FsLayerStore } from './images/layer-store.js';
 import { join } from 'node:path';
 
@@ -57,7 +58,7 @@ export async function describeLimits(store: Store, defaults: OrgLimits, org: Org
     max_snapshot_storage_mb: Math.ceil((dataDir ? await snapshotStorageUsed(store, new FsLayerStore(join(dataDir, 'snapshot-layers')), org.id) : await store.snapshots.storageUsed(org.id)) / (1024 * 1024)),
   };
   const usage = { sandboxes: used.sandboxes, stopped_sandboxes: used.stoppedSandboxes, memory_mb: used.memoryMb, disk_gb: used.diskGb, running_builds: used.builds };
-  const json = { organization: org.name, organization_id: org.id, limits, overrides, usage };
+  const json = { organization: org.name, organization_id: publicOrgId(org.id), limits, overrides, usage };
   const asSet = resolveLimits(defaults, overrides).default_timeout_seconds;
   const capped = (n: LimitName) =>
     n === 'default_timeout_seconds' && asSet !== limits[n] ? ` (${show(n, asSet)}, capped by max_timeout_seconds)` : '';

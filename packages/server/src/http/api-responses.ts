@@ -113,7 +113,7 @@ const BINARY = Type.String({ format: 'binary' });
 // Example values, shaped as the service makes them (sandbox ids: "sb" and 20 lowercase letters or
 // digits; the others a prefix and hex), and consistent from one example to the next.
 const SBX = 'sbq7k2m9x4v8t1w6z3r5np';
-const ORG = 'org_3f9c2a7e51d84b6c9e07';
+const ORG = '300389842471072417226247';
 const TPL = 'tpl_af851e734adfae9a94c3'; // the built-in code-interpreter: tpl_ and sha256("builtin:code-interpreter")
 const BUILD = 'tpl_8e41c0b7d2a95f36e1c4'; // a custom template: its build id is its id
 const KEY = 'key_5b2e9f0c7a13d468';

@@ -24,6 +24,7 @@ import { TemplateBuildService } from '../services/template-builds/index.js';
 import { QuotaService } from '../services/quotas.js';
 import { FsBlobStore } from '../images/blob-store.js';
 import { ApiShare } from '../services/api-share.js';
+import { publicOrgId } from '../services/org-ids.js';
 
 /**
  * The HTTP app over a real store, for the refusals: every one of them must happen before the
@@ -248,7 +249,7 @@ test('/v1/account/limits shows every limit and its usage; an override shows at o
     const res = await call('GET', '/v1/account/limits');
     assert.equal(res.status, 200);
     const b = res.body;
-    assert.equal(b.organization_id, org.id);
+    assert.equal(b.organization_id, publicOrgId(org.id));
     assert.deepEqual(b.concurrent_sandboxes, { used: 2, limit: 3, stopped: 1 });
     assert.deepEqual(b.committed_memory_mb, { used: 768, limit: 2048 });
     assert.deepEqual(b.committed_disk_gb, { used: 7, limit: 12 });

@@ -7,6 +7,7 @@ import { Sandbox } from '@sandboxd/protocol';
 import { agentGet } from '../node/agent-client.js';
 import { buildFakeApp, type FakeApp } from '../testing/fake-app.js';
 import { validator } from '../testing/openapi-check.js';
+import { publicOrgId } from '../services/org-ids.js';
 
 describe('the lifecycle API over the FakeRuntime (inject)', () => {
   let f: FakeApp;
@@ -38,7 +39,7 @@ describe('the lifecycle API over the FakeRuntime (inject)', () => {
     assert.match(sb.id, /^sb[a-z0-9]{20}$/);
     assert.equal(sb.status, 'running');
     assert.equal(sb.template_name, 'base');
-    assert.equal(sb.organization_id, f.orgs.a.id);
+    assert.equal(sb.organization_id, publicOrgId(f.orgs.a.id));
     assert.equal(sb.public_host, `http://${sb.id}.sandbox.test:8081`);
     assert.equal(sb.timeout_seconds, 600);
     assert.equal(typeof sb.auth_token, 'string');

@@ -2,6 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { API_SCOPES, DEFAULT_KEY_SCOPES, ServiceError, type ApiScope } from '@sandboxd/protocol';
 import type { ApiKeyRow, OrgRow, Store } from '../store/types.js';
 import type { ApiShare } from './api-share.js';
+import { storedOrgId } from './org-ids.js';
 
 export interface Principal {
   orgId: string;
@@ -60,6 +61,7 @@ export class KeyService {
     }
     // A name that looks like an id would shadow the organization that has that id.
     if (/^org_/i.test(name)) throw new ServiceError('VALIDATION_ERROR', 'organization name must not start with "org_" (ids do)');
+    if (/^[0-9]+$/.test(name)) throw new ServiceError('VALIDATION_ERROR', 'organization name must not be only digits (the ids the API shows are)');
     if (await this.store.orgs.byName(name)) throw new ServiceError('ALREADY_EXISTS', `organization "${name}" already exists`);
     return this.store.orgs.create(name);
   }
@@ -115,7 +117,13 @@ export class KeyService {
 
   /** An organization by name or id (404 ORG_NOT_FOUND). */
   async org(nameOrId: string): Promise<OrgRow> {
-    // An id is looked up as an id first (names made before "org_" was refused could shadow one).
+    // An id is looked up as an id first (names made before "org_" was refused could shadow one); the
+    // decimal id the API shows (services/org-ids.ts) names the same organization.
+    const stored = storedOrgId(nameOrId);
+    if (stored) {
+      const byNumber = await this.store.orgs.byId(stored);
+      if (byNumber) return byNumber;
+    }
     const org = /^org_/.test(nameOrId)
       ? ((await this.store.orgs.byId(nameOrId)) ?? (await this.store.orgs.byName(nameOrId)))
       : ((await this.store.orgs.byName(nameOrId)) ?? (await this.store.orgs.byId(nameOrId)));

@@ -4,6 +4,7 @@ import { GIB } from '../../services/disk-room.js';
 import { timeoutFor } from '../../services/limits.js';
 import { AccountInfo } from '@sandboxd/protocol';
 import { authenticated, guard, principalOf } from '../auth.js';
+import { publicOrgId } from '../../services/org-ids.js';
 
 /** Every limit of the caller's organization (null: no limit) and what it holds against each. */
 export function accountLimitsRoute(app: FastifyInstance, s: Services): void {
@@ -11,7 +12,7 @@ export function accountLimitsRoute(app: FastifyInstance, s: Services): void {
   app.get('/v1/account', { schema: { response: { 200: AccountInfo } }, preHandler: authenticated(s.keys) }, async (req) => {
     const w = await s.keys.whoami(principalOf(req));
     return {
-      organization: { id: w.org.id, name: w.org.name },
+      organization: { id: publicOrgId(w.org.id), name: w.org.name },
       key: { id: principalOf(req).keyId, name: w.keyName, scopes: w.scopes },
       operator: w.operator,
       request_id: String(req.id),
@@ -21,7 +22,7 @@ export function accountLimitsRoute(app: FastifyInstance, s: Services): void {
     const org = principalOf(req).orgId;
     const [limits, used, stored] = await Promise.all([s.quotas.limitsFor(org), s.quotas.usage(org), s.storage?.use(org)]);
     return {
-      organization_id: org,
+      organization_id: publicOrgId(org),
       concurrent_sandboxes: { used: used.sandboxes, limit: limits.max_sandboxes, stopped: used.stoppedSandboxes },
       committed_memory_mb: { used: used.memoryMb, limit: limits.max_total_memory_mb },
       committed_disk_gb: { used: used.diskGb, limit: limits.max_total_disk_gb },

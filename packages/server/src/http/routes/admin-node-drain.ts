@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { NodeDrainBody, NodeDrainParams } from '@sandboxd/protocol';
 import type { Services } from '../services.js';
 import { operatorOnly, principalOf } from '../auth.js';
+import { publicOrgId } from '../../services/org-ids.js';
 
 /**
  * `POST /v1/admin/nodes/{id}/drain`, for the operator's keys: the node takes nothing new and its
@@ -27,9 +28,9 @@ export function adminNodeDrainRoute(app: FastifyInstance, s: Services): void {
         object: 'node_drain',
         node_id: r.nodeId,
         status: 'draining',
-        moved: r.moved.map((m) => ({ id: m.id, organization_id: m.orgId, status: m.status, node_id: m.to })),
-        failed: r.failed.map((f) => ({ id: f.id, organization_id: f.orgId, status: f.status, error: { code: f.error.code, message: f.error.message } })),
-        running: r.running.map((x) => ({ id: x.id, organization_id: x.orgId, expires_at: x.expiresAt })),
+        moved: r.moved.map((m) => ({ id: m.id, organization_id: publicOrgId(m.orgId), status: m.status, node_id: m.to })),
+        failed: r.failed.map((f) => ({ id: f.id, organization_id: publicOrgId(f.orgId), status: f.status, error: { code: f.error.code, message: f.error.message } })),
+        running: r.running.map((x) => ({ id: x.id, organization_id: publicOrgId(x.orgId), expires_at: x.expiresAt })),
         left: r.left,
         drained: r.drained,
         request_id: req.id,

@@ -5,13 +5,14 @@ import type { ApiKeyRow, OrgRow } from '../../store/types.js';
 import { operatorOnly, principalOf } from '../auth.js';
 import { deleteOrganization } from '../../services/org-deletion.js';
 import { NameOrIdParams } from './params.js';
+import { publicOrgId } from '../../services/org-ids.js';
 
-const org = (o: OrgRow) => ({ id: o.id, name: o.name, created_at: o.createdAt });
+const org = (o: OrgRow) => ({ id: publicOrgId(o.id), name: o.name, created_at: o.createdAt });
 
 /** A key as the admin API shows it: never its secret or hash. */
 const key = (k: ApiKeyRow, orgName: string | undefined) => ({
   id: k.id,
-  org_id: k.orgId,
+  org_id: publicOrgId(k.orgId),
   org: orgName ?? null,
   name: k.name,
   scopes: k.scopes,

@@ -13,6 +13,7 @@ import type { SnapshotService } from '../snapshots/index.js';
 import type { TemplateService } from '../templates.js';
 import type { TokenService } from '../tokens.js';
 import { specFor } from './spec.js';
+import { publicOrgId } from '../org-ids.js';
 
 /** The gateway as the lifecycle sees it: opens and closes a sandbox's public_host. */
 export interface GatewayControl {
@@ -136,7 +137,7 @@ export class SandboxCore {
     return {
       object: 'sandbox',
       id: row.id,
-      organization_id: row.orgId,
+      organization_id: publicOrgId(row.orgId),
       status: row.status === 'creating' ? 'running' : row.status,
       public_host: publicHost,
       direct_url: publicHost,

@@ -8,6 +8,7 @@ import type { Mutex } from '../locks.js';
 import { page, pageStart } from '../pages.js';
 import type { QuotaService } from '../quotas.js';
 import type { TemplateService } from '../templates.js';
+import { publicOrgId } from '../org-ids.js';
 
 export interface SnapshotServiceDeps {
   store: Store;
@@ -59,7 +60,7 @@ export class SnapshotCore {
       id: row.id,
       name: row.name,
       sandbox_id: row.sandboxId,
-      organization_id: row.orgId,
+      organization_id: publicOrgId(row.orgId),
       template_id: row.templateId,
       template_name: row.templateName,
       parent_snapshot_id: row.parentId,

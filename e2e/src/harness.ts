@@ -150,6 +150,7 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
   const baseUrl = `http://127.0.0.1:${port}`;
   let child: ChildProcess | undefined;
 
+  let exitedEarly = () => false;
   const launch = async () => {
     const out = createWriteStream(logFile, { flags: 'a', mode: 0o600 });
     // SANDBOXD_TEST_DAEMON_NODE_ARGS: node flags for the daemon (e.g. --cpu-prof when profiling a benchmark).
@@ -160,11 +161,15 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     const deadline = Date.now() + (opts.readyTimeoutMs ?? 15 * 60_000);
     let exited = false;
     child.once('exit', () => (exited = true));
+    exitedEarly = () => exited;
     while (Date.now() < deadline) {
       if (exited) throw new Error(`sandboxd exited during start; see ${logFile}`);
       try {
         const res = await fetch(`${baseUrl}/health`);
-        if (res.ok) return;
+        if (res.ok) {
+          await builtinsReady(deadline);
+          return;
+        }
       } catch {
         /* not yet */
       }
@@ -172,6 +177,19 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     }
     child.kill('SIGKILL');
     throw new Error(`sandboxd did not become ready; see ${logFile}`);
+  };
+  // The daemon serves while built-ins it lacks are built behind it (503 TEMPLATE_BUILDING until
+  // each is ready). On the shared layers directory a test wants them ready, as after the suite's
+  // warm step; a test with layers of its own (the builds' tests and benchmarks) watches them itself.
+  const wanted = opts.command === 'edge' || env.SANDBOXD_LAYERS_DIR !== join(TEST_DATA_DIR, 'layers') ? [] : (opts.templates ?? ['base', 'code-interpreter']);
+  const builtinsReady = async (deadline: number) => {
+    while (wanted.length > 0 && Date.now() < deadline) {
+      const res = await fetch(`${baseUrl}/v1/templates`, { headers: { 'x-api-key': env.SANDBOXD_BOOTSTRAP_API_KEY ?? apiKey } }).catch(() => undefined);
+      const list = res?.ok ? (((await res.json()) as { data?: Array<{ name: string; status?: string }> }).data ?? []) : [];
+      if (res?.ok && wanted.every((n) => list.some((t) => t.name === n && t.status !== 'building'))) return;
+      if (exitedEarly()) return;
+      await new Promise((r) => setTimeout(r, 500));
+    }
   };
 
   const waitExit = (signal: NodeJS.Signals) => endProcess(child, signal, `sandboxd ${opts.command ?? 'serve'}`, logFile);
@@ -480,6 +498,9 @@ export async function startNode(o: NodeOptions): Promise<TestNode> {
     ...(ns ? { SANDBOXD_NODE_URL: url } : {}),
     SANDBOXD_CLUSTER_VERIFY_KEY: o.verifyKey,
     SANDBOXD_NODE_LEASE_SECONDS: String(o.leaseSeconds ?? 15),
+    // As the test daemons (startServer): nodes share the host's filesystem, each counting only its
+    // own disks against its free space.
+    SANDBOXD_DISK_ADMISSION: 'off',
     // As test daemons: the node's warm pool holds no reserve at rest, only its floor per key asked.
     SANDBOXD_WARM_POOL_RESERVE: '0',
     ...(o.databaseUrl ? { SANDBOXD_DATABASE_URL: ns ? viaHost(o.databaseUrl, ns.hostAddress) : o.databaseUrl } : {}),

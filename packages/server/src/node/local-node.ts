@@ -10,6 +10,8 @@ import { abandonedCreate, warmKeyOf } from './warm-key.js';
 import type { PoolBoot, WarmKeyStats } from './warm-keys.js';
 import { WarmPool, type WarmPoolOptions } from './warm-pool.js';
 
+const GIB = 1024 ** 3;
+
 /** How long an agent may take to answer PUT /env before its sandbox is taken for broken. */
 const AGENT_ENV_TIMEOUT_MS = 2000;
 /** Sandboxes in a row whose agent does not take its env before a take fails. */
@@ -52,6 +54,13 @@ export interface LocalNodeOptions {
   layerUse?: LayerUse;
   /** The layers this node holds (absent: none reported). */
   layerIds?: () => Promise<string[]>;
+  /**
+   * Room on this machine's data filesystem for the disk a take or a move makes (`diskGb` in
+   * bytes), held until it is made, or refused with 507 before anything is written: a node of a
+   * cluster admits its own disks (roles/node.ts). Absent: the caller admitted it (the all-in-one's
+   * control, against the same filesystem).
+   */
+  claimDisk?: (bytes: number, what: string) => Promise<(kept?: boolean) => void>;
   log: (msg: string, extra?: Record<string, unknown>) => void;
 }
 
@@ -85,13 +94,25 @@ export class LocalNode implements Node {
    * asks; the third such failure fails the take.
    */
   async take(ask: TakeAsk): Promise<Taken> {
+    const release = await this.o.claimDisk?.(ask.spec.resources.diskGb * GIB, `a sandbox disk of ${ask.spec.resources.diskGb} GB`);
     // Refills wait while this create is under way (warm-pool.ts foreground()).
     const done = this.pool.foreground();
     try {
-      return await this.takeNow(ask);
+      const taken = await this.takeNow(ask);
+      release?.();
+      return taken;
+    } catch (err) {
+      release?.(false);
+      throw err;
     } finally {
       done();
     }
+  }
+
+  /** The sandboxes this node holds for someone (not its pool's, not booting): their disks may still grow. */
+  async ownedIds(): Promise<string[]> {
+    const held = new Set(this.held());
+    return (await this.runtime.list()).filter((id) => !held.has(id));
   }
 
   private async takeNow(ask: TakeAsk): Promise<Taken> {
@@ -207,14 +228,18 @@ export class LocalNode implements Node {
     // the old node until the move is done, and control claims it here once this answers.
     this.booting.add(spec.id);
     let settled: (() => void) | undefined;
+    let release: ((kept?: boolean) => void) | undefined;
     try {
       await this.destroy(spec.id);
+      release = await this.o.claimDisk?.(spec.resources.diskGb * GIB, `a moved sandbox's disk of ${spec.resources.diskGb} GB`);
       settled = await this.o.layerUse?.use(spec.id, spec.layerIds ?? []);
       await this.runtime.create({ ...spec, lowerDirs: await this.lowerDirs(spec) });
       await waitForAgent((timeoutMs) => this.runtime.dialAgent(spec.id, timeoutMs), this.o.agentReadyTimeoutMs).catch((err: unknown) => {
         throw new ServiceError('AGENT_UNAVAILABLE', "the moved sandbox's agent did not become ready", { id: spec.id }).withDetail(err instanceof Error ? err.message : String(err));
       });
+      release?.();
     } catch (err) {
+      release?.(false);
       await this.destroy(spec.id).catch((e: unknown) => this.o.log('removing a sandbox whose move failed failed', { id: spec.id, error: String(e) }));
       throw err;
     } finally {

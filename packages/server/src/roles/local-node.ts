@@ -1,5 +1,5 @@
 import type { Config } from '../config.js';
-import { LocalNode, type LayerUse } from '../node/local-node.js';
+import { LocalNode, type LayerUse, type LocalNodeOptions } from '../node/local-node.js';
 import type { LayerRef, Runtime } from '../runtime/types.js';
 import type { Log } from './shared.js';
 
@@ -14,6 +14,7 @@ export function localNode(
   runtime: Runtime,
   log: Log,
   layers?: { resolve(refs: LayerRef[]): Promise<string[]>; use: LayerUse; ids: () => Promise<string[]> },
+  claimDisk?: LocalNodeOptions['claimDisk'],
 ): LocalNode {
   return new LocalNode({
     id,
@@ -29,6 +30,7 @@ export function localNode(
     },
     agentReadyTimeoutMs: config.agentReadyTimeoutMs,
     ...(layers ? { layers: { resolve: (refs) => layers.resolve(refs) }, layerUse: layers.use, layerIds: layers.ids } : {}),
+    ...(claimDisk ? { claimDisk } : {}),
     log,
   });
 }

@@ -10,6 +10,8 @@ import { nodeApi } from '../node/node-api.js';
 import { OrphanCollector } from '../node/orphans.js';
 import { RegistryClient } from '../node/registry-client.js';
 import { ClusterVerifier } from '../runtime/cluster-auth.js';
+import { readDiskSpace } from '../runtime/disk-space.js';
+import { DiskRoom } from '../services/disk-room.js';
 import type { Store } from '../store/types.js';
 import { localNode } from './local-node.js';
 import { diskGbOf, openRuntime, prepareMachine } from './machine.js';
@@ -60,7 +62,13 @@ export async function runNode(config: Config, log: Log): Promise<{ close: () => 
   await layerCache.start();
   const fetcher = new LayerFetcher({ store: layerStore, maxBytes: config.layerTransfer.maxBytes, timeoutMs: config.layerTransfer.timeoutMs, ca: config.node.clusterCa ?? undefined, onFetched: () => layerCache.nudge(), log });
   // The warm pool is sized as the all-in-one daemon's is, from the asks of every control replica.
-  const node = localNode(config, config.node.id, runtime, log, { resolve: (refs) => fetcher.resolve(refs), use: layerCache, ids: () => layerStore.list() });
+  // The disks this node makes are admitted against its own data filesystem's free space (as the
+  // all-in-one's are: services/disk-room.ts), less what the disks it holds for someone may still grow by.
+  const room = config.disk.admission
+    ? new DiskRoom({ name: `node ${config.node.id}'s data filesystem`, reserve: config.disk.reserve, read: async () => readDiskSpace(config.dataDir, await node.ownedIds(), config.disk.overcommit) })
+    : undefined;
+  const claimDisk = room ? (bytes: number, what: string) => room.claim(Math.ceil(bytes / config.disk.overcommit), what) : undefined;
+  const node = localNode(config, config.node.id, runtime, log, { resolve: (refs) => fetcher.resolve(refs), use: layerCache, ids: () => layerStore.list() }, claimDisk);
   let orphans: OrphanCollector | undefined;
   // Snapshots' copies on their way to control: what a crash left there is of no use to anyone.
   const exportsDir = join(config.dataDir, 'exports');

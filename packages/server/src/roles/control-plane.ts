@@ -82,7 +82,11 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
   // as it is ready and before a node first asks for them.
   const digests = p.cluster?.layerServing.contents;
   let digesting = Promise.resolve();
+  // Shutdown stops the built-ins' builds: their build containers end with the daemon (they would
+  // outlive it, holding mounts in the data directory); a build not finished starts again at the next start.
+  const builtinStop = new AbortController();
   const builtins = await startBuiltinTemplates({
+    signal: builtinStop.signal,
     wanted,
     layers,
     templates,
@@ -362,6 +366,7 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
     clearInterval(collectTimer);
     clearInterval(buildSweep);
     builds.close();
+    builtinStop.abort();
     stopOomWatch();
     sync?.close();
     // Each step is logged with its duration: a shutdown that takes long says where.
@@ -376,6 +381,7 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
       if (metricsServer) await step('closing the metrics address', () => new Promise((r) => metricsServer.close(() => r(undefined))));
       await step('closing sandbox connections', () => gateway.closeAll());
       await step('finishing deletes', () => sandboxes.settle());
+      await step('stopping the built-in templates\' builds', () => Promise.race([builtins.done.catch(() => undefined), new Promise((r) => setTimeout(r, 30_000).unref())]));
       // This machine's node empties its warm pool and lets go of its runtime's spares; a cluster's
       // nodes keep theirs (only the connections to them close).
       await step('letting go of the nodes', () => placement.close());

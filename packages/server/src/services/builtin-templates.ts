@@ -18,6 +18,8 @@ export interface BuiltinStartDeps {
   log: Log;
   /** A template's layers are ready (a cluster computes their digests for the nodes). */
   onLayers?: (ids: string[]) => void;
+  /** Stops the builds under way (the daemon shutting down): their build containers end, nothing half-built is kept. */
+  signal?: AbortSignal;
 }
 
 /**
@@ -62,6 +64,7 @@ export async function startBuiltinTemplates(d: BuiltinStartDeps): Promise<{ done
     runtime: d.runtime,
     aptCacheDir: d.aptCacheDir,
     concurrency: d.concurrency,
+    signal: d.signal,
     events: {
       progress: (name, percent, eta) => {
         const t = wanted.get(name);

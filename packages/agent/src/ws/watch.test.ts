@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { WatchRecordParser } from './watch.js';
+import { WatchRecordParser } from '../files/watch-records.js';
 
 test('watch records are parsed across any chunk boundary, unicode and all', () => {
   const raw = Buffer.from('ready\0d\0/workspace\0\0created\0f\0/workspace/ü ✓.txt\0\0renamed\0d\0/workspace/b\0/workspace/a\0', 'utf8');

@@ -8,44 +8,12 @@ import { ServiceError } from '../proto.js';
 import { PacedSender } from './frames.js';
 import { acceptWebSocket, parseObjectFrame } from './upgrade.js';
 import { errorFrame } from '../http/errors.js';
+import { MAX_WATCHED_DIRS, WatchRecordParser } from '../files/watch-records.js';
 
-/** Directories one watch follows (inotify watches are a per-user kernel resource). */
-export const MAX_WATCHED_DIRS = 8192;
 /** Watches open at once in one sandbox. */
 export const MAX_WATCHES = 32;
 /** Change frames waiting for the client at most; beyond this they are dropped and counted. */
 const MAX_QUEUED_FRAMES = 2000;
-
-export interface WatchRecord {
-  event: string;
-  isDir: boolean;
-  path: string;
-  oldPath: string;
-}
-
-/** Splits sbx-helper watch's output (four NUL-terminated fields per record) into records. */
-export class WatchRecordParser {
-  private fields: string[] = [];
-  private partial: Buffer[] = [];
-
-  push(chunk: Buffer): WatchRecord[] {
-    const out: WatchRecord[] = [];
-    let start = 0;
-    for (let i = chunk.indexOf(0); i !== -1; i = chunk.indexOf(0, start)) {
-      this.partial.push(chunk.subarray(start, i));
-      this.fields.push(Buffer.concat(this.partial).toString('utf8'));
-      this.partial = [];
-      start = i + 1;
-      if (this.fields.length === 4) {
-        const [event, kind, path, oldPath] = this.fields as [string, string, string, string];
-        out.push({ event, isDir: kind === 'd', path, oldPath });
-        this.fields = [];
-      }
-    }
-    if (start < chunk.length) this.partial.push(Buffer.from(chunk.subarray(start)));
-    return out;
-  }
-}
 
 let open = 0;
 

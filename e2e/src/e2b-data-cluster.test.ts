@@ -1,0 +1,92 @@
+// E2B's data plane in a cluster: PostgreSQL, one node, control and an edge. Control serves
+// E2B_SANDBOX_URL on its API port (/e2b/sandbox, routed by E2b-Sandbox-Id and E2b-Sandbox-Port);
+// the edge, which has no API port, serves E2B's host names (49983-<id>.<domain>,
+// 49999-<id>.<domain>) and the same /e2b/sandbox prefix by header on its gateway port. Each
+// reaches the sandbox's agent on the node through the node's relay.
+import assert from 'node:assert/strict';
+import { request } from 'node:http';
+import { after, before, test } from 'node:test';
+import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
+import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
+import { api, createSandbox, freePort, startNode, startServer, stopAll, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
+
+const DOMAIN = 'e2b-cluster.test';
+let postgres: TestPostgres;
+let node: TestNode;
+let control: TestServer;
+let edge: TestServer;
+let edgePort = 0;
+let sb: CreatedSandbox;
+const keys = testClusterKeyFiles();
+
+before(async () => {
+  postgres = await startPostgres();
+  const dbUrl = await postgres.createDatabase();
+  node = await startNode({ id: 'e2b-data-node', verifyKey: keys.verifyPem, databaseUrl: dbUrl, leaseSeconds: 3, env: { SANDBOXD_WARM_POOL_SIZE: '0' } });
+  const cluster = { SANDBOXD_DATABASE_URL: dbUrl, SANDBOXD_CLUSTER_SIGNING_KEY_FILE: keys.signingKeyFile, SANDBOXD_GATEWAY_DOMAIN: DOMAIN };
+  control = await startServer({ command: 'control', templates: ['base'], env: { ...cluster, SANDBOXD_GATEWAY_PORT: String(await freePort()) } });
+  edgePort = await freePort();
+  edge = await startServer({ command: 'edge', env: { ...cluster, SANDBOXD_GATEWAY_PORT: String(edgePort) }, readyTimeoutMs: 60_000 });
+  for (const deadline = Date.now() + 15 * 60_000; ; await new Promise((r) => setTimeout(r, 2000))) {
+    const t = await api(control, 'GET', '/v1/templates/base');
+    if (t.body?.status === 'active') break;
+    assert.ok(Date.now() < deadline && t.body?.status !== 'failed', `template base: ${JSON.stringify(t.body)}`);
+  }
+  sb = await createSandbox(control, { template_name: 'base' });
+});
+
+after(async () => {
+  await stopAll(
+    () => (sb ? api(control, 'DELETE', `/v1/sandboxes/${sb.id}`) : undefined),
+    () => edge?.stop(),
+    () => control?.stop(),
+    () => node?.stop(),
+    () => postgres?.stop(),
+    () => keys.remove(),
+  );
+});
+
+/** One request to 127.0.0.1:port with the Host header given (no DNS needed). */
+function call(port: number, host: string, method: string, path: string, headers: Record<string, string>, body?: string): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, method, path, agent: false, headers: { host, ...headers } }, (res) => {
+      let text = '';
+      res.on('data', (c: Buffer) => (text += c.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+    });
+    req.on('error', reject);
+    req.setTimeout(60_000, () => req.destroy(new Error(`no answer to ${path}`)));
+    req.end(body);
+  });
+}
+
+const cell = JSON.stringify({ code: 'echo "from $(hostname)"', language: 'bash' });
+const stdoutOf = (ndjson: string) =>
+  ndjson
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as { type: string; text?: string })
+    .filter((m) => m.type === 'stdout')
+    .map((m) => m.text)
+    .join('');
+
+test("control's API port: E2B_SANDBOX_URL's routing headers reach the code interpreter and envd on the node", async () => {
+  const routing = (port: number) => ({ 'e2b-sandbox-id': sb.id, 'e2b-sandbox-port': String(port), 'x-access-token': sb.authToken });
+  const apiPort = new URL(control.baseUrl).port;
+  const ran = await call(Number(apiPort), `127.0.0.1:${apiPort}`, 'POST', '/e2b/sandbox/execute', { ...routing(49999), 'content-type': 'application/json' }, cell);
+  assert.equal(ran.status, 200, ran.text);
+  assert.match(stdoutOf(ran.text), /^from \S+\n$/);
+  assert.equal((await call(Number(apiPort), `127.0.0.1:${apiPort}`, 'GET', '/e2b/sandbox/health', routing(49983))).status, 204);
+});
+
+test("the edge: E2B's host names, and the /e2b/sandbox prefix by header on its gateway port", async () => {
+  const token = { 'x-access-token': sb.authToken };
+  const byName = await call(edgePort, `49999-${sb.id}.${DOMAIN}`, 'POST', '/execute', { ...token, 'content-type': 'application/json' }, cell);
+  assert.equal(byName.status, 200, byName.text);
+  assert.match(stdoutOf(byName.text), /^from \S+\n$/);
+  assert.equal((await call(edgePort, `49983-${sb.id}.${DOMAIN}`, 'GET', '/health', token)).status, 204);
+  const byHeader = await call(edgePort, DOMAIN, 'POST', '/e2b/sandbox/execute', { ...token, 'e2b-sandbox-id': sb.id, 'e2b-sandbox-port': '49999', 'content-type': 'application/json' }, cell);
+  assert.equal(byHeader.status, 200, byHeader.text);
+  assert.match(stdoutOf(byHeader.text), /^from \S+\n$/);
+  assert.equal((await call(edgePort, `49983-${sb.id}.${DOMAIN}`, 'GET', '/health', {})).status, 401);
+});

@@ -8,6 +8,7 @@ import type { AgentStats } from '../metrics/stats.js';
 import { ServiceError, type BackgroundStarted, type CommandResult, type ExecuteResult, type Language } from '../proto.js';
 import { goBuildEnv, goSource, goToolchainKey, plannerFor, type LaunchPlan } from './languages.js';
 import { newProcessId, ProcessRegistry, type ProcessEntry } from './registry.js';
+import { OutputLog } from './output-log.js';
 import { CappedOutput } from './capture.js';
 import { collectRichOutputs, discard, OutputDirs, type RichFields } from './rich.js';
 import { RunningProcess, type RunOutcome } from './runner.js';
@@ -67,7 +68,7 @@ type Timing = { deadline: number; timeoutSec: number };
 
 /** Runs code and commands inside the sandbox: the rules of /execute*, /commands/* and process kills. */
 export class Executor {
-  readonly registry = new ProcessRegistry();
+  readonly registry: ProcessRegistry;
   readonly programs: ProgramCache;
   readonly results = new ResultCache<ExecuteResult>(100, 4 * 1024 * 1024, 3600_000);
   private readonly outputs = new OutputDirs(100);
@@ -76,6 +77,8 @@ export class Executor {
   readonly contexts: Contexts;
 
   constructor(private readonly deps: ExecutorDeps) {
+    // Finished processes keep their output logs up to the size of four full ones.
+    this.registry = new ProcessRegistry(Math.max(8 * 1024 * 1024, 8 * deps.config.processOutputRingBytes));
     this.contexts = new Contexts(deps.config.agentDir, deps.config.workspaceDir, () => this.env(undefined), deps.nodeFallback);
     this.programs = new ProgramCache(join(deps.config.stateDir, 'cache', 'programs'));
     this.tmpDir = join(deps.config.stateDir, 'tmp');
@@ -137,6 +140,8 @@ export class Executor {
     const cwd = o.cwd ?? this.deps.config.workspaceDir;
     const context = this.contextFor(o);
     const entry = this.newEntry('execute', true, o.language, o.name ?? `${o.language} execution`);
+    // Its result goes nowhere (its record reads the output log), unless a callback takes it whole.
+    if (!onDone) entry.captureBytes = 0;
     void (context ? this.runInContext(entry, o, context) : this.runCode(entry, o, env, cwd)).then(
       (result) => onDone?.(entry, result),
       (err: unknown) => {
@@ -154,6 +159,7 @@ export class Executor {
 
   startCommand(o: CommandOptions): BackgroundStarted {
     const entry = this.newEntry('command', true, 'shell', o.name ?? [o.command, ...(o.args ?? [])].join(' '));
+    entry.captureBytes = 0;
     void this.runCommand(entry, o).catch((err: unknown) => this.failEntry(entry, err));
     return started(entry);
   }
@@ -187,6 +193,7 @@ export class Executor {
       pid: null,
       proc: null,
     };
+    if (background) entry.output = new OutputLog(this.deps.config.processOutputRingBytes);
     this.registry.add(entry);
     return entry;
   }
@@ -194,6 +201,7 @@ export class Executor {
   private failEntry(entry: ProcessEntry, err: unknown): void {
     if (entry.endedAt) return;
     const message = err instanceof Error ? err.message : String(err);
+    entry.output?.write('stderr', Buffer.from(`${message}\n`));
     this.registry.finish(entry, 'failed', -1, { stdout: '', stderr: message, truncated: false });
   }
 
@@ -218,9 +226,8 @@ export class Executor {
           cwd,
           env,
           timeoutMs: Math.max(1, t.deadline - performance.now()),
-          capBytes: this.deps.config.outputCapBytes,
-          onStdout: stream?.onStdout,
-          onStderr: stream?.onStderr,
+          capBytes: entry.captureBytes ?? this.deps.config.outputCapBytes,
+          ...liveOutput(entry, stream),
         },
         this.deps.helperPath,
       );
@@ -253,7 +260,8 @@ export class Executor {
     const startedMs = performance.now();
     const t: Timing = { deadline: startedMs + o.timeoutSec * 1000, timeoutSec: o.timeoutSec };
     const outDir = join(this.outputsDir, entry.id);
-    const runEnv = o.stream && o.language === 'python' ? { ...env, PYTHONUNBUFFERED: '1' } : env;
+    // Output that is followed (streamed, or kept while a background run goes) is wanted as it is printed.
+    const runEnv = (o.stream || entry.output) && o.language === 'python' ? { ...env, PYTHONUNBUFFERED: '1' } : env;
     let plan: LaunchPlan | { outcome: RunOutcome };
     try {
       const ctx = { agentDir: this.deps.config.agentDir, tmpDir: this.tmpDir, id: entry.id, env, outDir, zygotes: this.deps.zygotes };
@@ -308,15 +316,15 @@ export class Executor {
       startEnv: effectiveEnv(this.deps.config.baseEnv, { ...this.deps.envStore.all(), ...context.env }, undefined),
       stdin: o.stdin,
       deadline: t.deadline,
-      capBytes: this.deps.config.outputCapBytes,
-      onStdout: o.stream?.onStdout,
-      onStderr: o.stream?.onStderr,
+      capBytes: entry.captureBytes ?? this.deps.config.outputCapBytes,
+      ...liveOutput(entry, o.stream),
     });
     entry.proc = cell;
     entry.pid = cell.pid;
     if (entry.status === 'killed') cell.kill('killed');
     const outcome = await cell.done;
     entry.pid ??= cell.pid;
+    if (outcome.kernelRestarted) entry.output?.write('stderr', Buffer.from(`[sandboxd] the kernel was restarted: ${outcome.restartWhy ?? 'it died'}\n`));
     const rich = await collectRichOutputs(outDir);
     if (rich.rich_outputs.length > 0 && o.rich) this.outputs.remember(outDir);
     else if (rich.rich_outputs.length > 0 || rich.result !== undefined) void discard(outDir);
@@ -359,7 +367,10 @@ export class Executor {
     const buildEnv = goBuildEnv(env, this.deps.config.stateDir);
     const mine: { outcome?: RunOutcome } = {};
     const compiled = await this.programs.getOrCompile(key, source, async (dir): Promise<CompileRun> => {
-      const r = await this.spawn(entry, [go, 'build', '-o', 'prog', 'main.go'], dir, buildEnv, t, undefined);
+      // A compile's output is its result (and other requests' for the same source): always captured.
+      const capture = entry.captureBytes;
+      entry.captureBytes = undefined;
+      const r = await this.spawn(entry, [go, 'build', '-o', 'prog', 'main.go'], dir, buildEnv, t, undefined).finally(() => (entry.captureBytes = capture));
       mine.outcome = r;
       return { stdout: r.stdout.text(), stderr: r.stderr.text(), exitCode: r.exitCode, timedOut: r.reason !== 'exited', output: 'prog' };
     });
@@ -377,7 +388,10 @@ export class Executor {
     const timedOut = outcome.reason === 'timeout';
     const killed = outcome.reason === 'killed' || entry.status === 'killed';
     let stderr = outcome.stderr.text();
-    if (timedOut) stderr += `${stderr && !stderr.endsWith('\n') ? '\n' : ''}Execution timed out after ${t.timeoutSec} seconds\n`;
+    if (timedOut) {
+      stderr += `${stderr && !stderr.endsWith('\n') ? '\n' : ''}Execution timed out after ${t.timeoutSec} seconds\n`;
+      entry.output?.write('stderr', Buffer.from(`Execution timed out after ${t.timeoutSec} seconds\n`));
+    }
     const stdout = outcome.stdout.text();
     const truncated = outcome.stdout.truncated || outcome.stderr.truncated;
     const exitCode = timedOut ? 124 : outcome.exitCode;
@@ -398,6 +412,22 @@ export class Executor {
     };
     return base;
   }
+}
+
+/** The hooks a process's output goes through: into its output log (background), then to a stream. */
+function liveOutput(entry: ProcessEntry, stream: StreamHooks | undefined): { onStdout?: (c: Buffer) => void; onStderr?: (c: Buffer) => void } {
+  const log = entry.output;
+  if (!log) return { onStdout: stream?.onStdout, onStderr: stream?.onStderr };
+  return {
+    onStdout: (c) => {
+      log.write('stdout', c);
+      stream?.onStdout(c);
+    },
+    onStderr: (c) => {
+      log.write('stderr', c);
+      stream?.onStderr(c);
+    },
+  };
 }
 
 function started(entry: ProcessEntry): BackgroundStarted {

@@ -48,3 +48,28 @@ test('kept output is bounded per stream and in total', () => {
   const kept = es.reduce((n, e) => n + (r.get(e.id)!.stdout!.length + r.get(e.id)!.stderr!.length), 0);
   assert.ok(kept <= 8 * 1024 * 1024, `kept ${kept}`);
 });
+
+test("a background process with an output log: its record reads the log (its tail), nothing is held twice; finished logs are bounded in total", async () => {
+  const { OutputLog } = await import('./output-log.js');
+  const r = new ProcessRegistry(3 * 1024 * 1024);
+  const es: ProcessEntry[] = [];
+  for (let i = 0; i < 5; i++) {
+    const e = entry(true);
+    e.output = new OutputLog(1024 * 1024);
+    r.add(e);
+    e.output.write('stdout', Buffer.from(`start ${i}\n`));
+    e.output.write('stdout', Buffer.alloc(1024 * 1024, 'x'));
+    e.output.write('stdout', Buffer.from(`end ${i}\n`));
+    r.finish(e, 'completed', 0, { stdout: '', stderr: '', truncated: true });
+    es.push(e);
+  }
+  const newest = r.list()[0]!;
+  assert.equal(newest.process_id, es[4]!.id);
+  assert.ok(newest.stdout!.endsWith('end 4\n'));
+  assert.equal(newest.stdout!.length, 1024 * 1024);
+  assert.equal(newest.truncated, true);
+  assert.equal(es[4]!.stdout, undefined, 'no second copy');
+  // 5 logs of 1 MiB over a 3 MiB budget: the oldest two are emptied, their offsets kept.
+  assert.deepEqual(es.map((e) => e.output!.keptBytes > 0), [false, false, true, true, true]);
+  assert.equal(es[0]!.output!.read(0).lostBytes, es[0]!.output!.end);
+});

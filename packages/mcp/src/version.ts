@@ -1,0 +1,2 @@
+export const SERVER_NAME = 'sandboxd';
+export const SERVER_VERSION = '0.1.0';

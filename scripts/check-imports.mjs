@@ -91,10 +91,13 @@ const PACKAGES = {
   // Published on its own: its own copy of what it needs from the protocol (a devDependency, for tests).
   sdk: { dir: 'packages/sdk', may: [], testsMay: ['protocol'] },
   // Speaks to the service only through the SDK (and the protocol's shared definitions).
-  cli: { dir: 'packages/cli', may: ['sdk', 'protocol'] },
+  cli: { dir: 'packages/cli', may: ['sdk', 'protocol', 'mcp'] },
+  // sandboxd's tools over MCP: they call the service through the SDK only.
+  mcp: { dir: 'packages/mcp', may: ['sdk'] },
   // Ships inside every sandbox: nothing of the server.
   agent: { dir: 'packages/agent', may: ['protocol'] },
-  server: { dir: 'packages/server', may: ['protocol'] },
+  // The MCP route serves packages/mcp, which calls the API through the SDK.
+  server: { dir: 'packages/server', may: ['protocol', 'mcp', 'sdk'] },
   // Runs in a browser, bundled on its own.
   console: { dir: 'packages/console', may: [] },
 };

@@ -31,7 +31,7 @@ if (warm !== 0) process.exit(warm);
 const only = process.argv.slice(2);
 const dirs = only.length
   ? only
-  : ['packages/protocol/dist', 'packages/server/dist', 'packages/agent/dist', 'packages/sdk/dist', 'packages/cli/dist', 'e2e/dist'].filter((d) =>
+  : ['packages/protocol/dist', 'packages/server/dist', 'packages/agent/dist', 'packages/sdk/dist', 'packages/mcp/dist', 'packages/cli/dist', 'e2e/dist'].filter((d) =>
       existsSync(join(root, d)),
     );
 const status = run(process.execPath, ['--test', '--test-concurrency=1', '--test-timeout=600000', ...dirs], {

@@ -24,6 +24,43 @@ async function buildAtomically(options) {
   }
 }
 
+// ws's optional native speed-ups are bundled as modules that throw (see below).
+const absentOptionalModules = {
+  name: 'absent-optional-modules',
+  setup(b) {
+    b.onResolve({ filter: /^(bufferutil|utf-8-validate)$/ }, (args) => ({ path: args.path, namespace: 'absent' }));
+    b.onLoad({ filter: /.*/, namespace: 'absent' }, (args) => ({
+      contents: `throw new Error(${JSON.stringify(`${args.path} is not part of the agent`)});`,
+      loader: 'js',
+    }));
+  },
+};
+
+// E2B's in-sandbox daemon protocol (Connect, protobuf) is a bundle of its own, envd.cjs, that the
+// agent requires at the first /e2b/ request (src/e2b/load.ts): agent boot and idle sandboxes never
+// load it. It is required by a path relative to agent.cjs (the read-only agent directory), never
+// looked up in node_modules.
+const envdApart = {
+  name: 'envd-apart',
+  setup(b) {
+    b.onResolve({ filter: /^\.\/entry\.js$/ }, (args) =>
+      args.importer.endsWith(join('src', 'e2b', 'load.ts')) ? { path: './envd.cjs', external: true } : undefined,
+    );
+  },
+};
+
+await buildAtomically({
+  entryPoints: [join(here, 'src/e2b/entry.ts')],
+  outfile: join(out, 'envd.cjs'),
+  bundle: true,
+  platform: 'node',
+  target: 'node18',
+  format: 'cjs',
+  legalComments: 'none',
+  logLevel: 'warning',
+  plugins: [absentOptionalModules],
+});
+
 await buildAtomically({
   entryPoints: [join(here, 'src/main.ts')],
   outfile: join(out, 'agent.cjs'),
@@ -40,18 +77,7 @@ await buildAtomically({
   // ~/.node_modules, which root in the sandbox writes: its code ran in the agent at the first
   // WebSocket. They are bundled as modules that throw, so the agent never resolves a module at run
   // time (agent-bundle.test.ts checks that every require left is a Node built-in).
-  plugins: [
-    {
-      name: 'absent-optional-modules',
-      setup(b) {
-        b.onResolve({ filter: /^(bufferutil|utf-8-validate)$/ }, (args) => ({ path: args.path, namespace: 'absent' }));
-        b.onLoad({ filter: /.*/, namespace: 'absent' }, (args) => ({
-          contents: `throw new Error(${JSON.stringify(`${args.path} is not part of the agent`)});`,
-          loader: 'js',
-        }));
-      },
-    },
-  ],
+  plugins: [absentOptionalModules, envdApart],
 });
 
 // The JavaScript kernel of code contexts: run by the image's node (which may be as old as 18) or the

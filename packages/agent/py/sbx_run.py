@@ -74,9 +74,10 @@ def _write(kind, ext, text, mode='w'):
         f.write(text)
 
 
-def _save_rich(value):
+def _save_rich(value, kind='output'):
     """Writes the rich forms of `value` (a figure, or what its _repr_*_ methods give) as output
-    files, numbered in the order they come; whether there was any."""
+    files, numbered in the order they come; whether there was any. `kind` names them: 'main' for
+    the last expression's value (E2B's code interpreter makes them its main result)."""
     figure_mod = sys.modules.get('matplotlib.figure')
     if figure_mod is not None and isinstance(value, figure_mod.Figure):
         _save_figure(value)
@@ -95,13 +96,13 @@ def _save_rich(value):
         if ext == 'json':
             import json
             data = json.dumps(data)
-        _write('output', ext, data)
+        _write(kind, ext, data)
         wrote = True
         break
     fn = getattr(value, '_repr_png_', None)
     data = fn() if callable(fn) else None
     if isinstance(data, (bytes, bytearray)):
-        _write('output', 'png', data, 'wb')
+        _write(kind, 'png', data, 'wb')
         wrote = True
     return wrote
 
@@ -112,7 +113,7 @@ def _capture_value(value):
         figure_mod = sys.modules.get('matplotlib.figure')
         if figure_mod is not None and isinstance(value, figure_mod.Figure):
             return  # saved with the other open figures at exit
-        _save_rich(value)
+        _save_rich(value, 'main')
         text = repr(value)
         if len(text) > 1048576:
             text = text[:1048576] + '...'

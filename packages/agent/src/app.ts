@@ -13,10 +13,14 @@ import { cacheRoutes } from './routes/cache.js';
 import { commandRoutes } from './routes/commands.js';
 import { envRoutes } from './routes/env.js';
 import { contextRoutes } from './routes/contexts.js';
+import { ciRoutes } from './e2b/ci.js';
+import { desktopRoutes } from './desktop/routes.js';
 import { executeRoutes } from './routes/execute.js';
 import { fileRoutes } from './routes/files.js';
 import { healthRoutes } from './routes/health.js';
 import { metricsRoutes } from './routes/metrics.js';
+import { processRoutes } from './routes/processes.js';
+import { e2bRoutes } from './e2b/load.js';
 import { createAgentServer } from './server.js';
 import { portTunnelRoute } from './ws/port-tunnel.js';
 import { streamRoute } from './ws/stream.js';
@@ -57,11 +61,15 @@ export function createAgent(config: AgentConfig): { agent: Agent; server: Server
     ...healthRoutes(agent),
     ...executeRoutes(agent),
     ...contextRoutes(agent),
+    ...ciRoutes(agent),
     ...commandRoutes(agent),
+    ...processRoutes(agent),
     ...fileRoutes(agent),
     ...envRoutes(agent),
     ...metricsRoutes(agent),
     ...cacheRoutes(agent),
+    ...e2bRoutes(agent),
+    ...desktopRoutes(agent),
   ];
   const upgrades: UpgradeRoute[] = [streamRoute(agent), portTunnelRoute(agent)];
   if (helperPath) upgrades.push(terminalRoute(agent, helperPath), watchRoute(agent, helperPath));

@@ -38,3 +38,9 @@ test("the first responder's hand-over fds: relays and the ready pipe; stdio and 
   assert.deepEqual(none.relayFds, []);
   assert.equal(none.readyFd, null);
 });
+
+test('the output log size of background processes: KiB from the daemon, 1 MiB unless a sane number', () => {
+  assert.equal(loadConfig({}, '/a').processOutputRingBytes, 1024 * 1024);
+  assert.equal(loadConfig({ SANDBOXD_PROCESS_OUTPUT_RING_KB: '64' }, '/a').processOutputRingBytes, 64 * 1024);
+  for (const junk of ['0', '-5', 'x', '1.5', String(2 * 1024 * 1024)]) assert.equal(loadConfig({ SANDBOXD_PROCESS_OUTPUT_RING_KB: junk }, '/a').processOutputRingBytes, 1024 * 1024, junk);
+});

@@ -25,10 +25,14 @@ export interface AgentConfig {
   limits: { vcpu?: number; memoryMb?: number; diskMb?: number };
   /** Per-stream capture cap of executions and commands. */
   outputCapBytes: number;
+  /** Per-stream size of a background process's output log (SANDBOXD_PROCESS_OUTPUT_RING_KB, default 1024). */
+  processOutputRingBytes: number;
   /** Largest file /files/read returns as JSON. */
   maxReadBytes: number;
   /** Warm Pythons for /execute (SANDBOXD_AGENT_PY_ZYGOTE=0 turns them off). */
   pythonZygote: boolean;
+  /** The display to start with the agent (SANDBOXD_DESKTOP, `WxH[xDEPTH]`, set by the desktop template). */
+  desktop?: string | null;
 }
 
 const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
@@ -68,6 +72,12 @@ export function userBaseEnv(env: NodeJS.ProcessEnv): Record<string, string> {
   return out;
 }
 
+/** 1 KiB to 1 GiB; anything else is the default, 1 MiB. */
+function ringKb(v: string | undefined): number {
+  const n = v !== undefined && /^\d+$/.test(v) ? Number(v) : NaN;
+  return n >= 1 && n <= 1024 * 1024 ? n : 1024;
+}
+
 const fdNumber = (v: string | undefined) => (v !== undefined && /^\d+$/.test(v) ? Number(v) : null);
 
 export function loadConfig(env: NodeJS.ProcessEnv, agentDir: string): AgentConfig {
@@ -89,7 +99,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, agentDir: string): AgentConfi
     createEnv: stringValues(parseJsonObject(env.SANDBOXD_ENV_VARS, 'SANDBOXD_ENV_VARS')),
     limits: { vcpu: num(limits.vcpu), memoryMb: num(limits.memory_mb), diskMb: num(limits.disk_mb) },
     outputCapBytes: 10 * 1024 * 1024,
+    processOutputRingBytes: ringKb(env.SANDBOXD_PROCESS_OUTPUT_RING_KB) * 1024,
     maxReadBytes: 10 * 1024 * 1024,
     pythonZygote: env.SANDBOXD_AGENT_PY_ZYGOTE !== '0',
+    desktop: env.SANDBOXD_DESKTOP || null,
   };
 }

@@ -6,10 +6,13 @@ import { completionScript } from './completion.js';
 import { cp } from './commands/cp.js';
 import { watch } from './commands/watch.js';
 import { env } from './commands/env.js';
+import { desktopOpen, desktopScreenshot } from './commands/desktop.js';
 import { network } from './commands/network.js';
 import { exec, run } from './commands/exec.js';
 import { create, get, ls, pause, resume, rm, setTimeoutCmd, ports, preview, start, stats, stop } from './commands/sandboxes.js';
 import { repl } from './commands/repl.js';
+import { mcp } from './commands/mcp.js';
+import { volumeCreate, volumeGet, volumeLs, volumeRm } from './commands/volumes.js';
 import { shell } from './commands/shell.js';
 import { fork, restore, snapshotCreate, snapshotGet, snapshotLs, snapshotPromote, snapshotRm } from './commands/snapshots.js';
 import { logs, templateBuild, templateGet, templateLs, templateRm } from './commands/templates.js';
@@ -39,6 +42,8 @@ export const COMMANDS: Command[] = [
   cp,
   watch,
   env,
+  desktopScreenshot,
+  desktopOpen,
   logs,
   templateBuild,
   templateLs,
@@ -49,18 +54,25 @@ export const COMMANDS: Command[] = [
   snapshotGet,
   snapshotRm,
   snapshotPromote,
+  volumeCreate,
+  volumeLs,
+  volumeGet,
+  volumeRm,
   orgLs,
   orgCreate,
   orgRm,
   keyLs,
   keyCreate,
   keyRevoke,
+  mcp,
 ];
 
 /** Groups whose first word alone is not a command. */
 const GROUPS: Record<string, string> = {
   template: 'build, list and delete templates',
+  desktop: "a desktop sandbox's screen: a screenshot, or a link to watch and use it in a browser",
   snapshot: 'take, list, show, delete and promote snapshots (`sbx snapshot ID` takes one)',
+  volume: 'create, list, show and delete volumes (filesystems sandboxes share)',
   org: 'list and create organizations (admin)',
   key: 'list, create and revoke API keys (admin)',
 };

@@ -83,6 +83,7 @@ export function hintFor(err: unknown, ctx: { baseUrl: string; hasApiKey: boolean
     if (err.code === 'NOT_FOUND') return 'List sandboxes with `sbx ls`.';
     if (err.code === 'TEMPLATE_NOT_FOUND') return 'List templates with `sbx template ls`.';
     if (err.code === 'SNAPSHOT_NOT_FOUND') return 'List snapshots with `sbx snapshot ls`.';
+    if (err.code === 'VOLUME_NOT_FOUND') return 'List volumes with `sbx volume ls`.';
   }
   if (err instanceof RateLimitError && err.retryAfter !== undefined) return `Try again in ${err.retryAfter} s.`;
   if (err instanceof SandboxdError && err.code === 'ORG_QUOTA_EXCEEDED' && (err.body as { limit?: unknown } | undefined)?.limit === 'max_snapshot_storage_mb') {

@@ -1,6 +1,6 @@
 // The sandboxd web console: sign in with an API key (kept in this tab's session storage, never in
 // a URL), then pages routed by the URL's fragment: #/ the sandboxes, #/sandboxes/<id> one sandbox,
-// #/templates the templates and their builds, #/admin keys and organizations and #/nodes the nodes
+// #/templates the templates and their builds, #/volumes the volumes, #/admin keys and organizations and #/nodes the nodes
 // (operators only).
 // Talks to the lifecycle API of the origin it is served from, and to each sandbox's agent API at
 // its public_host. Every page links the manual (/manual) and the API reference (/docs).
@@ -12,6 +12,7 @@ import { nodesPage } from './nodes.js';
 import { sandboxPage } from './sandbox.js';
 import { sandboxesPage } from './sandboxes.js';
 import { templatesPage } from './templates.js';
+import { volumesPage } from './volumes.js';
 import type { Account, Page, PageContext } from './page.js';
 
 const app = document.getElementById('app')!;
@@ -46,6 +47,7 @@ const ROUTES: Array<{ re: RegExp; page: Page; nav: string }> = [
   { re: /^#?\/?$/, page: sandboxesPage, nav: 'sandboxes' },
   { re: /^#\/sandboxes\/([\w-]{1,128})$/, page: sandboxPage, nav: 'sandboxes' },
   { re: /^#\/templates$/, page: templatesPage, nav: 'templates' },
+  { re: /^#\/volumes$/, page: volumesPage, nav: 'volumes' },
   { re: /^#\/admin$/, page: adminPage, nav: 'admin' },
   { re: /^#\/nodes$/, page: nodesPage, nav: 'nodes' },
 ];
@@ -60,6 +62,7 @@ function shell(account: Account): void {
   const links = new Map<string, HTMLAnchorElement>([
     ['sandboxes', h('a', { href: '#/', id: 'nav-sandboxes' }, 'Sandboxes')],
     ['templates', h('a', { href: '#/templates', id: 'nav-templates' }, 'Templates')],
+    ['volumes', h('a', { href: '#/volumes', id: 'nav-volumes' }, 'Volumes')],
   ]);
   if (account.operator) {
     links.set('admin', h('a', { href: '#/admin', id: 'nav-admin' }, 'Keys & orgs'));

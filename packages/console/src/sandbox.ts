@@ -4,6 +4,7 @@
 import { AgentClient, ApiError, call, type SandboxRow } from './api.js';
 import { LineChart } from './chart.js';
 import { bytes, h, relative } from './dom.js';
+import { desktopPanel } from './desktop.js';
 import { fileBrowser } from './files.js';
 import { openStream } from './live.js';
 import type { Page } from './page.js';
@@ -130,6 +131,7 @@ export const sandboxPage: Page = async (ctx, id) => {
         (err: unknown) => (termStatus.textContent = `could not open: ${(err as Error).message}`),
       );
     void files.load().catch((err: unknown) => ctx.notice.say(`Files: ${(err as Error).message}`, 'error'));
+    void desktopPanel(client, sb.id, (m) => ctx.notice.say(m, 'error')).then((panel) => open && panel && tools.prepend(panel), () => undefined);
     const loadProcs = async () => {
       const p = await client.call<{ processes: Proc[] }>('GET', '/processes');
       procs.replaceChildren(...p.processes.sort((a, b) => a.pid - b.pid).map((x) => h('tr', {}, h('td', {}, String(x.pid)), h('td', {}, String(x.ppid)), h('td', {}, x.name), h('td', {}, x.status), h('td', { class: 'mono wrap' }, x.command))));

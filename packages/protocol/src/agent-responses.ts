@@ -124,6 +124,37 @@ export const ProcessInfoResponse = Type.Object({
 
 export const ProcessListResponse = Type.Object({ processes: Type.Array(ProcessInfoResponse), count: Type.Integer(), timestamp });
 
+/** One piece of a background process's output: its stream, its offset in the output of both streams, its text. */
+export const ProcessOutputChunk = Type.Object({
+  stream: Type.Union([Type.Literal('stdout'), Type.Literal('stderr')]),
+  offset: Type.Integer({ minimum: 0, description: 'bytes of output (both streams) before this piece' }),
+  data: Type.String(),
+});
+
+export const ProcessOutputResponse = Type.Object({
+  process_id: Type.String(),
+  status: PROCESS_STATUS,
+  exit_code: nullable(Type.Integer()),
+  since: Type.Integer({ minimum: 0, description: 'the offset asked for' }),
+  next_offset: Type.Integer({ minimum: 0, description: 'where the next read starts (since= of the next call)' }),
+  start_offset: Type.Integer({ minimum: 0, description: 'the oldest byte still kept' }),
+  end_offset: Type.Integer({ minimum: 0, description: 'every byte written so far' }),
+  lost_bytes: Type.Integer({ minimum: 0, description: 'bytes between since and next_offset no longer kept' }),
+  complete: Type.Boolean({ description: 'the process ended and this read reached the end of its output' }),
+  chunks: Type.Array(ProcessOutputChunk),
+});
+
+/** Server-sent events of GET /processes/{id}/attach. */
+export const ProcessLostEvent = Type.Object({
+  offset: Type.Integer({ minimum: 0 }),
+  bytes: Type.Integer({ minimum: 1, description: 'output from offset that was dropped before this client read it' }),
+});
+export const ProcessExitEvent = Type.Object({
+  status: PROCESS_STATUS,
+  exit_code: nullable(Type.Integer()),
+  next_offset: Type.Integer({ minimum: 0 }),
+});
+
 export const KillResponse = Type.Object({
   process_id: Type.String(),
   status: PROCESS_STATUS,

@@ -70,6 +70,21 @@ export const AGENT_ROUTES: AgentRouteDoc[] = [
   { method: 'POST', path: '/execute/kill/{process_id}', summary: 'kill an execution and its process group' },
   { method: 'DELETE', path: '/execute/kill', summary: 'kill an execution (query process_id)', query: Type.Object({ process_id: Type.String() }) },
   { method: 'GET', path: '/execute/stream', summary: 'WebSocket: run code, stream stdout/stderr frames', websocket: true },
+  {
+    method: 'GET',
+    path: '/processes/{process_id}/output',
+    summary: "a background process's output from an offset (kept while it runs and after)",
+    query: Type.Object({
+      since: Type.Optional(Type.Integer({ minimum: 0, description: 'offset to read from (next_offset of the last read), default 0' })),
+      max_bytes: Type.Optional(Type.Integer({ minimum: 1, maximum: 16777216, description: 'most output to return, default 4 MiB' })),
+    }),
+  },
+  {
+    method: 'GET',
+    path: '/processes/{process_id}/attach',
+    summary: "server-sent events: a background process's output from an offset, then live until it exits",
+    query: Type.Object({ since: Type.Optional(Type.Integer({ minimum: 0, description: 'offset to replay from (default 0, or the Last-Event-ID header)' })) }),
+  },
   { method: 'POST', path: '/commands/run', summary: 'run a command', body: CommandBody },
   { method: 'POST', path: '/commands/background', summary: 'run a command in the background', body: CommandBody },
   { method: 'GET', path: '/files/read', summary: 'read a text file as JSON', query: PathQuery },

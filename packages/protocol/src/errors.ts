@@ -21,18 +21,25 @@ export const ERROR_CODES = {
   TEMPLATE_NOT_FOUND: { status: 404, title: 'Template not found' },
   BUILD_NOT_FOUND: { status: 404, title: 'Build not found' },
   SNAPSHOT_NOT_FOUND: { status: 404, title: 'Snapshot not found' },
+  VOLUME_NOT_FOUND: { status: 404, title: 'Volume not found' },
   KEY_NOT_FOUND: { status: 404, title: 'API key not found' },
   ORG_NOT_FOUND: { status: 404, title: 'Organization not found' },
   ROUTE_NOT_FOUND: { status: 404, title: 'Route not found' },
   FILE_NOT_FOUND: { status: 404, title: 'File not found' },
   PROCESS_NOT_FOUND: { status: 404, title: 'Process not found' },
   CONTEXT_NOT_FOUND: { status: 404, title: 'Context not found' },
+  RECORDING_NOT_FOUND: { status: 404, title: 'Recording not found' },
+  WINDOW_NOT_FOUND: { status: 404, title: 'Window not found' },
+  /** Text looked for on a desktop's screen (OCR) is not there. */
+  ELEMENT_NOT_FOUND: { status: 404, title: 'Element not found' },
   METHOD_NOT_ALLOWED: { status: 405 },
   INVALID_STATE: { status: 409 },
   SANDBOX_PAUSED: { status: 409 },
   SANDBOX_STOPPED: { status: 409 },
   TEMPLATE_EXISTS: { status: 409, title: 'Template alias already exists' },
   TEMPLATE_IN_USE: { status: 409 },
+  /** A volume a sandbox mounts: deleted only with `?force=true` (volumes.md). */
+  VOLUME_IN_USE: { status: 409 },
   TEMPLATE_NOT_READY: { status: 409 },
   ALREADY_EXISTS: { status: 409 },
   /** A sandbox already holds as many code contexts as it may. */
@@ -47,6 +54,8 @@ export const ERROR_CODES = {
   RATE_LIMIT_EXCEEDED: { status: 429, title: 'Rate limit exceeded' },
   QUOTA_EXCEEDED: { status: 429 },
   INTERNAL_ERROR: { status: 500, title: 'Internal server error' },
+  /** A /desktop/* call in a sandbox whose template has no desktop (the official client's DesktopNotAvailableError). */
+  DESKTOP_NOT_AVAILABLE: { status: 501 },
   AGENT_UNAVAILABLE: { status: 502 },
   /** A preview URL's port: nothing inside the sandbox accepts connections on it. */
   PORT_NOT_LISTENING: { status: 502 },

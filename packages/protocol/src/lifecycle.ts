@@ -21,6 +21,14 @@ export const EnvVars = Type.Record(Type.String({ pattern: '^[^=\\u0000]+$' }), T
   additionalProperties: false,
 });
 
+/** Labels a client sets at create and filters its list by (`GET /e2b/v2/sandboxes?metadata=`). */
+export const Metadata = Type.Record(Type.String({ minLength: 1, maxLength: 128, pattern: '^[^\\u0000]+$' }), Type.String({ maxLength: 1024, pattern: '^[^\\u0000]*$' }), {
+  additionalProperties: false,
+  maxProperties: 64,
+  description: 'string labels, at most 64 (keys up to 128 characters, values up to 1024)',
+});
+export type Metadata = Static<typeof Metadata>;
+
 const EgressEntries = (what: string) =>
   Type.Array(Type.String({ minLength: 1, maxLength: 300 }), {
     maxItems: 1000,
@@ -47,6 +55,61 @@ export type SetNetworkBody = Static<typeof SetNetworkBody>;
 
 export const NetworkPolicyResult = Type.Object({ ...NetworkPolicy.properties, request_id: Type.Optional(Type.String()) });
 
+/** Volumes (issue 32): a filesystem of its own that outlives sandboxes and that several share. */
+export const VOLUME_NAME_PATTERN = '^[a-z0-9][a-z0-9._-]{0,62}$';
+export const MAX_VOLUMES_PER_SANDBOX = 16;
+
+export const VolumeMount = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 80, description: "the volume's name or id (one of the organization's)" }),
+    path: Type.String({ minLength: 1, maxLength: 1024, description: "where it appears inside the sandbox: absolute, normalized, not '/' and not under /proc, /sys, /dev or /.sb" }),
+    read_only: Type.Optional(Type.Boolean({ description: 'default false' })),
+  },
+  { additionalProperties: false },
+);
+export type VolumeMount = Static<typeof VolumeMount>;
+const VolumeMounts = Type.Array(VolumeMount, { maxItems: MAX_VOLUMES_PER_SANDBOX, description: 'volumes to mount, each at its path' });
+
+/** A volume as a sandbox's answer lists it. */
+export const SandboxVolume = Type.Object({ volume_id: Type.String(), name: Type.String(), path: Type.String(), read_only: Type.Boolean() });
+export type SandboxVolume = Static<typeof SandboxVolume>;
+
+export const CreateVolumeBody = Type.Object(
+  {
+    name: Type.String({ pattern: VOLUME_NAME_PATTERN, description: 'unique in the organization: lowercase letters, digits, ".", "_" and "-", up to 63' }),
+    size_gb: Type.Integer({ minimum: 1, maximum: 16384, description: 'its size: a hard limit (ENOSPC inside past it); counted in max_total_disk_gb' }),
+  },
+  { additionalProperties: false },
+);
+export type CreateVolumeBody = Static<typeof CreateVolumeBody>;
+
+export const Volume = Type.Object({
+  object: Type.Literal('volume'),
+  id: Type.String(),
+  name: Type.String(),
+  organization_id: Type.String(),
+  size_gb: Type.Integer(),
+  used_bytes: Type.Optional(Type.Integer({ description: 'what its filesystem holds (GET of one volume)' })),
+  mounted_by: Type.Array(Type.String(), { description: 'the sandboxes (not deleted) that mount it' }),
+  node: Type.Optional(Type.String({ description: 'the machine it lives on' })),
+  created_at: Type.String(),
+  request_id: Type.Optional(Type.String()),
+});
+export type Volume = Static<typeof Volume>;
+
+export const VolumeList = Type.Object({
+  object: Type.Literal('list'),
+  data: Type.Array(Volume),
+  url: Type.String(),
+  request_id: Type.Optional(Type.String()),
+});
+export type VolumeList = Static<typeof VolumeList>;
+
+export const DeleteVolumeQuery = Type.Object({
+  force: Type.Optional(Type.Boolean({ description: 'delete it even while sandboxes mount it: those sandboxes are deleted first' })),
+});
+export type DeleteVolumeQuery = Static<typeof DeleteVolumeQuery>;
+
 export const CreateSandboxBody = Type.Object(
   {
     template_id: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
@@ -71,6 +134,8 @@ export const CreateSandboxBody = Type.Object(
     auto_resume: Type.Optional(Type.Boolean({ description: 'a request to its public_host while it is paused resumes it, and is then served' })),
     allow_out: Type.Optional(EgressEntries('with internet access: when not empty, the only destinations allowed')),
     deny_out: Type.Optional(EgressEntries('with internet access: refused, whatever allow_out says')),
+    metadata: Type.Optional(Metadata),
+    volumes: Type.Optional(VolumeMounts),
   },
   { additionalProperties: true },
 );
@@ -93,6 +158,8 @@ export const Sandbox = Type.Object({
   idle_timeout_seconds: Type.Optional(Type.Union([Type.Integer(), Type.Null()])),
   auto_resume: Type.Optional(Type.Boolean()),
   network: Type.Optional(NetworkPolicy),
+  metadata: Type.Optional(Metadata),
+  volumes: Type.Optional(Type.Array(SandboxVolume, { description: 'the volumes it mounts (shared, not copies)' })),
   created_at: Type.String(),
   updated_at: Type.String(),
   resources: Resources,
@@ -332,6 +399,11 @@ export const CreateKeyBody = Type.Object({
       minItems: 1,
       uniqueItems: true,
       description: 'default: sandboxes:read, sandboxes:write, templates:read, templates:write',
+    }),
+  ),
+  format: Type.Optional(
+    Type.Union([Type.Literal('sandboxd'), Type.Literal('e2b')], {
+      description: "the secret's shape: `sbd_...` (default), or `e2b_` and 40 hex digits, the shape E2B's clients accept without E2B_VALIDATE_API_KEY=false (the same key otherwise)",
     }),
   ),
 });
@@ -636,6 +708,7 @@ export const Snapshot = Type.Object({
   size: Type.Integer({ description: 'bytes this snapshot stores itself: what changed since its template or its parent' }),
   created_at: Type.String(),
   resources: Resources,
+  volumes: Type.Optional(Type.Array(SandboxVolume, { description: 'the volumes its sandbox mounted: a create from it mounts them again (their files are not in the snapshot)' })),
   request_id: Type.Optional(Type.String()),
 });
 export type Snapshot = Static<typeof Snapshot>;

@@ -85,8 +85,11 @@ export class Admin {
     return ((body.data as Record<string, unknown>[] | undefined) ?? []).map(toKey);
   }
 
-  /** A new key of organization `org` (name or id); without `scopes` it gets the sandboxes and templates scopes. */
-  static async createKey(key: { org: string; name?: string; scopes?: string[] }, options: AdminOptions = {}): Promise<CreatedApiKey> {
+  /**
+   * A new key of organization `org` (name or id); without `scopes` it gets the sandboxes and
+   * templates scopes. `format: 'e2b'`: its secret is shaped `e2b_<hex>`, as E2B's clients expect.
+   */
+  static async createKey(key: { org: string; name?: string; scopes?: string[]; format?: 'sandboxd' | 'e2b' }, options: AdminOptions = {}): Promise<CreatedApiKey> {
     const body = await Admin.call(options, 'POST', '/v1/admin/keys', `create an API key for ${key.org}`, { json: key });
     return { ...toKey(body), secret: str(body.secret) };
   }

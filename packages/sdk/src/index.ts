@@ -1,6 +1,8 @@
 export { Sandbox, DEFAULT_TEMPLATE } from './sandbox.js';
-export type { ConnectOptions, CreateCodeContextOptions, CreateOptions, CreateSnapshotOptions, ForkOptions, ListOptions, RunCodeOptions, SandboxOptions } from './sandbox.js';
+export type { ConnectOptions, CreateCodeContextOptions, CreateOptions, CreateSnapshotOptions, ForkOptions, VolumeMountOptions, ListOptions, RunCodeOptions, SandboxOptions } from './sandbox.js';
 export { Snapshot } from './snapshot.js';
+export { Volume } from './volume.js';
+export type { VolumeOptions, VolumeRef } from './volume.js';
 export type { ListSnapshotsOptions, SnapshotOptions, SnapshotRef } from './snapshot.js';
 export { Template, isTerminalBuildStatus } from './template.js';
 export type { BuildOptions, BuildResult, BuildStarted, BuildStep, TemplateDefinition, TemplateOptions, WaitBuildOptions } from './template.js';
@@ -14,10 +16,12 @@ export { Files } from './files.js';
 export type { TransferOptions, WriteOptions } from './files.js';
 export { Commands } from './commands.js';
 export type { CommandOptions, RunOptions } from './commands.js';
-export { Processes } from './processes.js';
-export type { WaitOptions } from './processes.js';
+export { Processes, ProcessAttachment } from './processes.js';
+export type { WaitOptions, AttachEvent, AttachOptions, OutputChunk, OutputOptions, OutputStream, ProcessExit, ProcessOutput } from './processes.js';
 export { Env } from './env.js';
 export { Cache } from './cache.js';
+export { Desktop, NOVNC_PORT } from './desktop.js';
+export type { DesktopWindow, DisplayInfo, MouseButton, RecordingInfo, Region, TextBounds, VncInfo } from './desktop.js';
 export { Terminal } from './terminal.js';
 export { FileWatcher } from './watch.js';
 export type { FileChange, FileChangeEvent, WatchOptions } from './watch.js';
@@ -53,6 +57,8 @@ export type {
   SandboxPage,
   SandboxResources,
   SnapshotInfo,
+  SandboxVolume,
+  VolumeInfo,
   SnapshotPage,
   NetworkPolicy,
   ListeningPort,

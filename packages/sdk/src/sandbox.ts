@@ -1,5 +1,6 @@
 import { AgentClient } from './agent.js';
 import { Cache } from './cache.js';
+import { Desktop } from './desktop.js';
 import { ApiClient, enc, type CallOptions } from './client.js';
 import { Commands, deadlineFor, type RunOptions } from './commands.js';
 import type { ClientOptions } from './config.js';
@@ -11,6 +12,7 @@ import { copyTimeoutMs, snapshotIdOf, type SnapshotRef } from './snapshot.js';
 import { Terminal, type TerminalOptions } from './terminal.js';
 import { TokenManager, type Token } from './token.js';
 import type {
+  VolumeInfo,
   ActionResult,
   AgentHealth,
   AgentInfo,
@@ -78,6 +80,18 @@ export interface CreateOptions extends SandboxOptions, CallOptions {
   idleTimeoutSeconds?: number;
   /** A request to the sandbox while it is paused resumes it first (default false). */
   autoResume?: boolean;
+  /**
+   * Volumes of the organization to mount (`Volume.create`), each at an absolute path; shared with
+   * every other sandbox that mounts them, kept after this one is deleted.
+   */
+  volumes?: VolumeMountOptions[];
+}
+
+/** A volume mounted at create: by name (or id, or a `VolumeInfo`), at `path`, read-write unless `readOnly`. */
+export interface VolumeMountOptions {
+  volume: string | VolumeInfo;
+  path: string;
+  readOnly?: boolean;
 }
 
 /** The settings a fork may change; those not given are the source's. */
@@ -143,6 +157,8 @@ export class Sandbox {
   readonly processes: Processes;
   readonly env: Env;
   readonly cache: Cache;
+  /** The desktop of a sandbox whose template has one (the built-in `desktop`). */
+  readonly desktop: Desktop;
   private readonly agent: AgentClient;
   private readonly tokens: TokenManager;
 
@@ -168,6 +184,7 @@ export class Sandbox {
     this.processes = new Processes(this.agent);
     this.env = new Env(this.agent);
     this.cache = new Cache(this.agent);
+    this.desktop = new Desktop(this.agent, (port, options) => this.getPreviewUrl(port, options));
   }
 
   /** Creates a sandbox; it is running and its agent answering when this resolves. Not retried on 5xx (that could create two). */
@@ -180,6 +197,9 @@ export class Sandbox {
     } else if (options.templateId) json.template_id = options.templateId;
     else json.template_name = options.template ?? DEFAULT_TEMPLATE;
     if (options.region !== undefined) json.region = options.region;
+    if (options.volumes !== undefined) {
+      json.volumes = options.volumes.map((v) => ({ name: typeof v.volume === 'string' ? v.volume : v.volume.id, path: v.path, ...(v.readOnly !== undefined ? { read_only: v.readOnly } : {}) }));
+    }
     const body = await client.http.json<Record<string, unknown>>({
       method: 'POST',
       path: '/v1/sandboxes',

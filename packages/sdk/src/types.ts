@@ -39,6 +39,31 @@ export interface SandboxInfo {
   resources: Resources;
   /** A cluster's: false while the node that holds it is away (its calls fail with NODE_UNAVAILABLE). Absent on one machine. */
   available?: boolean;
+  /** The volumes it mounts (shared, not copies); absent: none. */
+  volumes?: SandboxVolume[];
+}
+
+/** A volume as a sandbox mounts it. */
+export interface SandboxVolume {
+  volumeId: string;
+  name: string;
+  path: string;
+  readOnly: boolean;
+}
+
+/** A volume (`Volume.create`): a filesystem of `sizeGb` that outlives sandboxes and that several share. */
+export interface VolumeInfo {
+  id: string;
+  name: string;
+  organizationId: string;
+  sizeGb: number;
+  /** What its filesystem holds (`Volume.get` only). */
+  usedBytes?: number;
+  /** The sandboxes (not deleted) that mount it. */
+  mountedBy: string[];
+  /** The machine it lives on. */
+  node?: string;
+  createdAt: string;
 }
 
 /**

@@ -18,9 +18,11 @@ import type {
   SandboxInfo,
   SandboxPage,
   SandboxResources,
+  SandboxVolume,
   SnapshotInfo,
   SnapshotPage,
   TemplateInfo,
+  VolumeInfo,
 } from './types.js';
 
 /**
@@ -61,6 +63,26 @@ export function toSandboxInfo(v: unknown): SandboxInfo {
     updatedAt: str(o.updated_at),
     resources: toResources(o.resources),
     ...(typeof o.available === 'boolean' ? { available: o.available } : {}),
+    ...(Array.isArray(o.volumes) && o.volumes.length ? { volumes: o.volumes.map(toSandboxVolume) } : {}),
+  };
+}
+
+function toSandboxVolume(v: unknown): SandboxVolume {
+  const o = obj(v);
+  return { volumeId: str(o.volume_id), name: str(o.name), path: str(o.path), readOnly: o.read_only === true };
+}
+
+export function toVolumeInfo(v: unknown): VolumeInfo {
+  const o = obj(v);
+  return {
+    id: str(o.id),
+    name: str(o.name),
+    organizationId: str(o.organization_id),
+    sizeGb: num(o.size_gb),
+    ...(typeof o.used_bytes === 'number' ? { usedBytes: o.used_bytes } : {}),
+    mountedBy: strArr(o.mounted_by),
+    ...(typeof o.node === 'string' ? { node: o.node } : {}),
+    createdAt: str(o.created_at),
   };
 }
 

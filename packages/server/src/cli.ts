@@ -2,7 +2,8 @@
 import { parseArgs } from 'node:util';
 import { ServiceError } from '@sandboxd/protocol';
 import { loadConfig } from './config.js';
-import { KeyService, parseScopes } from './services/keys.js';
+import { KEY_FORMATS, KeyService, parseScopes, type KeyFormat } from './services/keys.js';
+import { publicOrgId } from './services/org-ids.js';
 import { start } from './main.js';
 import { openImages, openStore } from './roles/shared.js';
 import { keygen, nodeCredential } from './cli-cluster.js';
@@ -54,8 +55,9 @@ Usage:
                                                     show (no flags) or set an organization's limits:
                                                     N, 0 or unlimited (no limit), default (the
                                                     configured value); applies at once
-  sandboxd keys create --org NAME [--scopes a,b] [--name LABEL]
-                                                    create an API key (secret shown once)
+  sandboxd keys create --org NAME [--scopes a,b] [--name LABEL] [--format e2b]
+                                                    create an API key (secret shown once); --format
+                                                    e2b: shaped e2b_<hex>, as E2B's clients expect
   sandboxd keys list [--org NAME]
   sandboxd keys revoke KEY_ID
   sandboxd nodes list                               the cluster's nodes: status, up, what they hold
@@ -104,6 +106,7 @@ async function admin(args: string[]): Promise<number> {
       org: { type: 'string' },
       scopes: { type: 'string' },
       name: { type: 'string' },
+      format: { type: 'string' },
       json: { type: 'boolean' },
       url: { type: 'string' },
       'api-key-file': { type: 'string' },
@@ -130,8 +133,8 @@ async function admin(args: string[]): Promise<number> {
       const d = r.deleted;
       out(r, `deleted organization ${r.name} (${r.id}): ${d.sandboxes} sandbox(es), ${d.snapshots} snapshot(s), ${d.templates} template(s), ${d.uploads} upload(s), ${d.keys} key(s)`);
     } else if (group === 'orgs' && verb === 'limits' && positionals[0]) {
-      const org = (await store.orgs.byName(positionals[0])) ?? (await store.orgs.byId(positionals[0]));
-      if (!org) throw new ServiceError('VALIDATION_ERROR', `no organization named ${positionals[0]}`);
+      const org = await keys.org(positionals[0]).catch(() => undefined);
+      if (!org) throw new ServiceError('VALIDATION_ERROR', `no organization named ${positionals[0]} (a name, or an id in either form)`);
       const current = await store.orgs.limits(org.id);
       const next = applyLimitFlags(current, values);
       if (JSON.stringify(next) !== JSON.stringify(current)) await store.orgs.setLimits(org.id, next);
@@ -140,9 +143,12 @@ async function admin(args: string[]): Promise<number> {
     } else if (group === 'keys' && verb === 'create') {
       if (!values.org) throw new ServiceError('VALIDATION_ERROR', 'keys create needs --org NAME');
       const org = (await keys.org(values.org).catch(() => undefined)) ?? (await keys.createOrg(values.org));
-      const { key, secret } = await keys.createKey(org.id, { name: values.name, scopes: parseScopes(values.scopes) });
+      if (values.format !== undefined && !KEY_FORMATS.includes(values.format as KeyFormat)) {
+        throw new ServiceError('VALIDATION_ERROR', `--format must be one of ${KEY_FORMATS.join(', ')}`);
+      }
+      const { key, secret } = await keys.createKey(org.id, { name: values.name, scopes: parseScopes(values.scopes), format: values.format as KeyFormat | undefined });
       out(
-        { id: key.id, organization: org.name, organization_id: org.id, scopes: key.scopes, api_key: secret },
+        { id: key.id, organization: org.name, organization_id: publicOrgId(org.id), scopes: key.scopes, api_key: secret },
         `created API key ${key.id} for organization ${org.name} with scopes ${key.scopes.join(',')}\n${secret}\n(the secret is shown only now)`,
       );
     } else if (group === 'keys' && verb === 'list') {

@@ -57,6 +57,8 @@ export interface Config {
   /** The one package download cache of every build (SANDBOXD_APT_CACHE_DIR, default <data dir>/apt-cache). */
   aptCacheDir: string;
   agentBundlePath: string;
+  /** Per-stream output each background process keeps in its sandbox's agent (SANDBOXD_PROCESS_OUTPUT_RING_KB). */
+  processOutputRingKb: number;
   /**
    * Node-local runtime names: several daemons on one host (tests) need distinct ones. egressAllow:
    * IPv4 CIDRs sandboxes may reach although they lie in a blocked (private, reserved...) range.
@@ -473,6 +475,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts?: HostFac
     builtinTemplates: templates && templates.length ? templates : undefined,
     builtinBuildConcurrency: int(env, 'SANDBOXD_BUILTIN_BUILD_CONCURRENCY', 2, 1, 8),
     aptCacheDir: resolve(env.SANDBOXD_APT_CACHE_DIR || join(dataDir, 'apt-cache')),
+    processOutputRingKb: int(env, 'SANDBOXD_PROCESS_OUTPUT_RING_KB', 1024, 1, 1024 * 1024),
     agentBundlePath: resolve(env.SANDBOXD_AGENT_BUNDLE || join(REPO_ROOT, 'packages/agent/bundle/agent.cjs')),
     runtime: {
       cgroupParent: env.SANDBOXD_CGROUP_PARENT || 'sandboxd',

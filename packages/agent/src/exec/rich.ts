@@ -24,7 +24,7 @@ const MAX_RESULT_BYTES = 1024 * 1024 + 16;
  * symlink, never a FIFO or device that would block or never end) of at most `max` bytes. `size`
  * only: null when it is not such a file, else its size (and its bytes when `read`).
  */
-async function regularFile(path: string, max: number, read: boolean): Promise<{ size: number; data?: Buffer } | null> {
+export async function regularFile(path: string, max: number, read: boolean): Promise<{ size: number; data?: Buffer } | null> {
   let fh;
   try {
     fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);

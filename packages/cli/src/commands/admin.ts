@@ -73,15 +73,18 @@ export const keyCreate: Command = {
     org: { type: 'string', value: 'ORG', help: 'the organization (name or id)' },
     scopes: { type: 'string', value: 'A,B', help: 'comma-separated scopes (default: sandboxes and templates read/write)' },
     name: { type: 'string', value: 'LABEL', help: 'a label for the key' },
+    format: { type: 'string', value: 'FORMAT', help: "e2b: a secret shaped e2b_<hex>, as E2B's clients expect (default: sandboxd)" },
   },
-  examples: ['sbx key create --org acme --scopes sandboxes:read,sandboxes:write --name ci'],
+  examples: ['sbx key create --org acme --scopes sandboxes:read,sandboxes:write --name ci', 'sbx key create --org acme --format e2b --name e2b-clients'],
   minArgs: 0,
   maxArgs: 0,
   async run(ctx, { values }) {
     const org = values.org as string | undefined;
     if (!org) throw new UsageError('name the organization with --org ORG', 'key create');
     const scopes = typeof values.scopes === 'string' ? values.scopes.split(',').map((s) => s.trim()).filter(Boolean) : undefined;
-    const key = await Admin.createKey({ org, name: values.name as string | undefined, scopes }, { client: ctx.client, signal: ctx.signal });
+    const format = values.format as string | undefined;
+    if (format !== undefined && format !== 'sandboxd' && format !== 'e2b') throw new UsageError('--format is sandboxd or e2b', 'key create');
+    const key = await Admin.createKey({ org, name: values.name as string | undefined, scopes, ...(format ? { format } : {}) }, { client: ctx.client, signal: ctx.signal });
     if (ctx.json) ctx.out(json(key));
     else {
       ctx.out(keyValues([['id', key.id], ['org', key.org ?? key.orgId], ['scopes', key.scopes.join(',')], ['secret', key.secret]]));

@@ -60,11 +60,12 @@ export const exec: Command = {
     "so pipes and globs work: sbx exec ID -- 'ls *.py | wc -l'. A timeout exits 124. With -i, sbx's\n" +
     'stdin (up to 7 MiB, read to its end first) is the command\'s stdin; without it the command reads\n' +
     'nothing. Use `sbx cp - ID:/path` for big data, `sbx shell` for interaction.',
-  examples: ['sbx exec $ID -- python3 -c "print(42)"', "sbx exec $ID -- 'cd /tmp && ls -la'", 'sort data.txt | sbx exec -i $ID -- wc -l'],
+  examples: ['sbx exec $ID -- python3 -c "print(42)"', "sbx exec $ID -- 'cd /tmp && ls -la'", 'sort data.txt | sbx exec -i $ID -- wc -l', 'PID=$(sbx exec -d $ID -- ./build.sh) && sbx logs $ID $PID --follow'],
   options: {
     ...runOptions,
     interactive: { type: 'boolean', short: 'i', help: "pass sbx's stdin to the command" },
     'no-stream': { type: 'boolean', help: 'wait and print the output at the end (plain HTTP instead of a WebSocket)' },
+    background: { type: 'boolean', short: 'd', help: 'start it in the background (default timeout 1h) and print its process id; follow it with `sbx logs ID PID --follow`' },
   },
   minArgs: 1,
   maxArgs: 1,
@@ -75,6 +76,11 @@ export const exec: Command = {
     const sb = Sandbox.fromId(positionals[0]!, { client: ctx.client });
     const stream = !ctx.json && !values['no-stream'];
     const stdin = values.interactive ? await readStdinBytes(ctx.io.stdin as NodeJS.ReadableStream, MAX_STDIN_BYTES) : undefined;
+    if (values.background) {
+      const p = await sb.commands.background(line, { ...common(ctx, values), ...(stdin ? { stdin } : {}) });
+      ctx.out(ctx.json ? json(p) : `${p.processId}\n`);
+      return 0;
+    }
     const r = await sb.commands.run(line, {
       ...common(ctx, values),
       ...(stdin ? { stdin } : {}),

@@ -2,6 +2,7 @@ import { Sandbox, type ForkOptions, type NetworkPolicy, type SandboxInfo } from 
 import { parseDuration, parseKeyValues, parsePositiveInt, UsageError } from '../args.js';
 import type { Command, Context, Parsed } from '../command.js';
 import { bytes, json, keyValues, relativeTime, table } from '../output.js';
+import { parseVolumeMounts } from './volumes.js';
 
 function sandboxRows(list: SandboxInfo[]): string {
   return table(
@@ -25,6 +26,7 @@ export function describeSandbox(s: SandboxInfo): string {
     ['on timeout', s.onTimeout === 'pause' ? 'pause' : 'delete'],
     ['idle timeout', s.idleTimeoutSeconds ? `${s.idleTimeoutSeconds}s, then pause` : 'none'],
     ['auto resume', s.autoResume ? 'yes' : 'no'],
+    ...(s.volumes?.length ? [['volumes', s.volumes.map((v) => `${v.name}:${v.path}${v.readOnly ? ':ro' : ''}`).join(', ')] as [string, string]] : []),
   ]);
 }
 
@@ -69,6 +71,7 @@ export const create: Command = {
     'sbx create --template code-interpreter --timeout 30m --env DEBUG=1',
     'sbx create --allow-out pypi.org --allow-out files.pythonhosted.org',
     'sbx create --snapshot $SNAPSHOT_ID --timeout 1h',
+    'sbx create --volume datasets:/data --volume cache:/root/.cache',
     'ID=$(sbx create -q)',
   ],
   options: {
@@ -83,6 +86,7 @@ export const create: Command = {
     'auto-resume': { type: 'boolean', help: 'a request to the paused sandbox resumes it' },
     env: { type: 'string', short: 'e', multiple: true, value: 'K=V', help: 'environment variable (repeatable)' },
     region: { type: 'string', value: 'REGION', help: 'preferred region' },
+    volume: { type: 'string', multiple: true, value: 'NAME:/PATH[:ro]', help: 'mount a volume (`sbx volume create`) at PATH (repeatable)' },
     quiet,
   },
   minArgs: 0,
@@ -95,6 +99,7 @@ export const create: Command = {
       snapshot: values.snapshot as string | undefined,
       ...settingsOf(values),
       region: values.region as string | undefined,
+      volumes: parseVolumeMounts(values.volume as string[] | undefined),
       signal: ctx.signal,
     });
     if (ctx.json) ctx.out(json(sb.info));

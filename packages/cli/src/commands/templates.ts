@@ -4,6 +4,7 @@ import { Template, type BuildLogEntry, type BuildStatus, type TemplateDefinition
 import { UsageError } from '../args.js';
 import type { Command, Context } from '../command.js';
 import { json, keyValues, relativeTime, table } from '../output.js';
+import { processLogs } from './process-logs.js';
 
 function logLine(e: BuildLogEntry): string {
   const level = e.level && e.level !== 'info' ? `${e.level.toUpperCase()} ` : '';
@@ -100,14 +101,21 @@ async function readAll(stream: NodeJS.ReadableStream): Promise<string> {
 
 export const logs: Command = {
   name: 'logs',
-  summary: "print a template build's logs, following it until it ends",
-  args: 'BUILD_ID',
+  summary: "print a template build's logs, or a sandbox's background process's output",
+  args: 'BUILD_ID | SANDBOX_ID PROCESS_ID',
+  details:
+    "One argument is a template build: its log, followed until the build ends (--no-follow: what is there now). Two are a background process of a sandbox (`sbx exec -d`, the SDK's `commands.background` or `runCodeBackground`, `/commands/background` or `/execute/background`): its output kept so far (stdout on stdout, stderr on stderr), from --since (an offset: the `next offset` printed last time); with --follow, then live until it exits, re-attaching from its offset if the connection breaks.",
+  examples: ['sbx logs tpl_8e41c0b7d2a95f36e1c4', 'sbx logs $ID proc_7c1e9a3f5b2d8046', 'sbx logs $ID proc_7c1e9a3f5b2d8046 --follow --since 1024'],
   options: {
-    'no-follow': { type: 'boolean', help: 'print what is there now and return' },
+    'no-follow': { type: 'boolean', help: 'a build: print what is there now and return' },
+    follow: { type: 'boolean', short: 'f', help: 'a process: follow its output until it exits' },
+    since: { type: 'string', value: 'OFFSET', help: 'a process: start at this offset (default 0: all that is kept)' },
   },
   minArgs: 1,
-  maxArgs: 1,
+  maxArgs: 2,
   async run(ctx, { values, positionals }) {
+    if (positionals.length === 2) return processLogs(ctx, positionals[0]!, positionals[1]!, values);
+    if (values.follow || values.since !== undefined) throw new UsageError('--follow and --since are for a process: sbx logs SANDBOX_ID PROCESS_ID', 'logs');
     const buildId = positionals[0]!;
     if (values['no-follow']) {
       const chunk = await Template.logs(buildId, { client: ctx.client, signal: ctx.signal });

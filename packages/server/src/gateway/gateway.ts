@@ -13,6 +13,7 @@ import { DialAgent, PREVIEW_COOKIE_PREFIX, PREVIEW_TOKEN_HEADER, proxyToAgent, s
 import { openTunnel, rawError, subprotocolCredential } from './tunnel.js';
 import { openPreviewUpgrade, PortTunnelAgent } from './port-tunnel.js';
 import { SpliceRelay } from './splice.js';
+import { belowPrefix, dropE2bHeaders, e2bAccessToken, e2bHeaderTarget, e2bPath, e2bPort, E2B_CI_PORT, E2B_ENVD_PORT, E2B_SANDBOX_ID_HEADER, rawE2bError, sendE2bError, e2bUserHeader, signedFileRequest, checkSignedFileUrl, type E2bTarget } from './e2b.js';
 
 /** The gateway's settings, declared with the gateway: config.ts fills them in, and the gateway needs nothing else of it. */
 export interface GatewayConfig {
@@ -47,6 +48,8 @@ export interface GatewayDeps {
   connections: ConnectionLimits;
   /** No agent listens on a running sandbox's socket: the lifecycle checks whether it stopped. */
   onAgentGone?: (sandboxId: string) => void;
+  /** The access token the control plane handed out for the sandbox's E2B clients (signed file URLs are checked against it). */
+  e2bToken?: (sandboxId: string) => Promise<string | null | undefined>;
   /** A paused sandbox with auto_resume got a request: resolves once it runs again. */
   wake?: (sandboxId: string) => Promise<void>;
   /** A request to the sandbox began or ended (its idle clock). */
@@ -213,6 +216,50 @@ export class Gateway implements GatewayControl {
     return state.agent;
   }
 
+  /**
+   * Host mode's E2B names: `49983-<id>.<domain>` (envd) and `49999-<id>.<domain>` (code
+   * interpreter) reach the agent's E2B routes; a request under E2B's base URL prefix that names
+   * its sandbox in E2b-Sandbox-Id is routed by its headers, whatever its host (the cluster's edge
+   * has no API port to serve the base URL on).
+   */
+  private e2bHostIntercept(label: (req: IncomingMessage) => string | undefined): Intercept {
+    const target = (req: IncomingMessage): { ok: E2bTarget } | { err: unknown } | { rest: string } | undefined => {
+      const rest = belowPrefix(req.url);
+      if (rest !== undefined && req.headers[E2B_SANDBOX_ID_HEADER] !== undefined) return { rest };
+      const m = /^(\d{1,5})-([a-z0-9]{1,64})$/.exec(label(req) ?? '');
+      if (!m || (Number(m[1]) !== E2B_ENVD_PORT && Number(m[1]) !== E2B_CI_PORT)) return undefined;
+      try {
+        const port = e2bPort(m[1]);
+        return { ok: { sandboxId: m[2]!, port, ...e2bPath(port, req.url ?? '/') } };
+      } catch (err) {
+        return { err };
+      }
+    };
+    return {
+      request: (req, res) => {
+        const t = target(req);
+        if (!t) return false;
+        if ('rest' in t) this.serveE2b(req, res, t.rest);
+        else if ('err' in t) sendE2bError(req, res, t.err, requestIdOf(req), this.incident);
+        else this.e2bRequest(req, res, t.ok, requestIdOf(req));
+        return true;
+      },
+      upgrade: (req, socket, head) => {
+        const t = target(req);
+        if (!t) return false;
+        if ('rest' in t) this.upgradeE2b(req, socket, head, t.rest);
+        else if ('err' in t) rawE2bError(socket, t.err, requestIdOf(req), this.incident);
+        else {
+          socket.on('error', () => socket.destroy());
+          const refused = refusalOf(socket);
+          if (refused) rawE2bError(socket, refused, requestIdOf(req), this.incident);
+          else this.e2bUpgrade(req, socket, head, t.ok, requestIdOf(req));
+        }
+        return true;
+      },
+    };
+  }
+
   /** Host mode: one listener for all sandboxes. */
   async listenHostMode(): Promise<void> {
     if (this.d.config.mode !== 'host') return;
@@ -226,7 +273,7 @@ export class Gateway implements GatewayControl {
       const m = /^(\d{1,5})-([a-z0-9]{1,64})$/.exec(label(req) ?? '');
       if (!m) return undefined;
       const port = Number(m[1]);
-      return port >= 1 && port <= 65535 ? { sandboxId: m[2]!, port } : undefined;
+      return port >= 1 && port <= 65535 && port !== E2B_ENVD_PORT && port !== E2B_CI_PORT ? { sandboxId: m[2]!, port } : undefined;
     };
     const asked = (req: IncomingMessage) => preview(req)?.sandboxId ?? label(req);
     const server = this.makeServer(
@@ -236,6 +283,7 @@ export class Gateway implements GatewayControl {
       },
       asked,
       preview,
+      this.e2bHostIntercept(label),
     );
     await listen(server, this.d.config.hostModePort, this.d.config.bindHost);
     this.hostServer = server;
@@ -512,8 +560,10 @@ export class Gateway implements GatewayControl {
     lookup: (req: IncomingMessage) => RouteEntry | undefined,
     asked: (req: IncomingMessage) => string | undefined,
     preview: (req: IncomingMessage) => PreviewTarget | undefined = () => undefined,
+    intercept?: Intercept,
   ): Server {
     const server = createServer((req, res) => {
+      if (intercept?.request(req, res)) return;
       const requestId = requestIdOf(req);
       const pv = preview(req);
       if (this.d.logRequest) {
@@ -549,50 +599,13 @@ export class Gateway implements GatewayControl {
       }
       (pv ? this.authorizePreview(req, pv) : this.authorize(req, lookup(req), false, asked(req)))
         .then(
-          (entry) => {
-            // The client may have gone while it was authorized: then nothing is held for it.
-            if (res.destroyed || req.socket.destroyed) {
-              this.end(entry.sandboxId);
-              res.destroy();
-              return;
-            }
-            let release: () => void;
-            try {
-              release = this.d.connections.acquireOrg(entry.orgId);
-            } catch (err) {
-              this.end(entry.sandboxId);
-              throw err;
-            }
-            res.once('close', release);
-            let open = this.responses.get(entry.sandboxId);
-            if (!open) this.responses.set(entry.sandboxId, (open = new Set()));
-            const mine = open;
-            mine.add(res);
-            res.once('close', () => {
-              mine.delete(res);
-              if (mine.size === 0 && this.responses.get(entry.sandboxId) === mine) this.responses.delete(entry.sandboxId);
-              this.end(entry.sandboxId);
-            });
-            const target = pv
-              ? { sandboxId: entry.sandboxId, agent: this.previewAgent(entry, pv.port), onIncident: this.incident, headers: 'preview' as const, splice: this.splice }
-              : {
-                  sandboxId: entry.sandboxId,
-                  agent: this.agentFor(entry),
-                  onAgentGone: () => this.d.onAgentGone?.(entry.sandboxId),
-                  observe: this.d.observeAgent,
-                  onIncident: this.incident,
-                  splice: this.splice,
-                };
-            proxyToAgent(req, res, target, requestId, {
-              headersMs: this.d.config.responseHeadersTimeoutMs,
-              idleMs: this.d.config.idleTimeoutMs,
-            });
-          },
+          (entry) => this.forward(req, res, entry, requestId, pv),
           (err: unknown) => sendError(res, err, requestId, this.incident),
         )
         .catch((err: unknown) => sendError(res, err, requestId, this.incident));
     });
     server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      if (intercept?.upgrade(req, socket, head)) return;
       const requestId = requestIdOf(req);
       socket.on('error', () => socket.destroy());
       const refused = refusalOf(socket);
@@ -623,6 +636,187 @@ export class Gateway implements GatewayControl {
     server.headersTimeout = 70_000;
     server.requestTimeout = 0;
     return server;
+  }
+
+  /**
+   * Relays a request that was let through (admit) to the sandbox's agent, or to the port `pv` of a
+   * preview; `fail` renders the gateway's own errors (absent: sendError).
+   */
+  private forward(
+    req: IncomingMessage,
+    res: ServerResponse,
+    entry: RouteEntry,
+    requestId: string,
+    pv: PreviewTarget | undefined,
+    fail?: (res: ServerResponse, err: unknown, requestId: string) => void,
+    extraHeaders?: Record<string, string>,
+  ): void {
+    // The client may have gone while it was authorized: then nothing is held for it.
+    if (res.destroyed || req.socket.destroyed) {
+      this.end(entry.sandboxId);
+      res.destroy();
+      return;
+    }
+    let release: () => void;
+    try {
+      release = this.d.connections.acquireOrg(entry.orgId);
+    } catch (err) {
+      this.end(entry.sandboxId);
+      throw err;
+    }
+    res.once('close', release);
+    let open = this.responses.get(entry.sandboxId);
+    if (!open) this.responses.set(entry.sandboxId, (open = new Set()));
+    const mine = open;
+    mine.add(res);
+    res.once('close', () => {
+      mine.delete(res);
+      if (mine.size === 0 && this.responses.get(entry.sandboxId) === mine) this.responses.delete(entry.sandboxId);
+      this.end(entry.sandboxId);
+    });
+    const target = pv
+      ? { sandboxId: entry.sandboxId, agent: this.previewAgent(entry, pv.port), onIncident: this.incident, headers: 'preview' as const, splice: this.splice, sendError: fail }
+      : {
+          sandboxId: entry.sandboxId,
+          agent: this.agentFor(entry),
+          onAgentGone: () => this.d.onAgentGone?.(entry.sandboxId),
+          observe: this.d.observeAgent,
+          onIncident: this.incident,
+          splice: this.splice,
+          sendError: fail,
+          extraHeaders,
+        };
+    proxyToAgent(req, res, target, requestId, {
+      headersMs: this.d.config.responseHeadersTimeoutMs,
+      idleMs: this.d.config.idleTimeoutMs,
+    });
+  }
+
+  /**
+   * E2B's data plane through its one base URL (e2b.ts): `rest` is the request's path below the
+   * prefix; the sandbox and the port inside it come from the routing headers. Served on the API
+   * port (every mode) and on host mode's listener.
+   */
+  serveE2b(req: IncomingMessage, res: ServerResponse, rest: string): void {
+    const requestId = requestIdOf(req);
+    let target: E2bTarget;
+    try {
+      target = e2bHeaderTarget(req, rest);
+    } catch (err) {
+      this.logE2b(req, res, requestId, undefined);
+      return sendE2bError(req, res, err, requestId, this.incident);
+    }
+    this.e2bRequest(req, res, target, requestId);
+  }
+
+  /** An upgrade (an app's WebSocket) through E2B's base URL. */
+  upgradeE2b(req: IncomingMessage, socket: Socket, head: Buffer, rest: string): void {
+    const requestId = requestIdOf(req);
+    socket.on('error', () => socket.destroy());
+    const refused = refusalOf(socket);
+    if (refused) return rawE2bError(socket, refused, requestId, this.incident);
+    let target: E2bTarget;
+    try {
+      target = e2bHeaderTarget(req, rest);
+    } catch (err) {
+      return rawE2bError(socket, err, requestId, this.incident);
+    }
+    this.e2bUpgrade(req, socket, head, target, requestId);
+  }
+
+  private e2bUpgrade(req: IncomingMessage, socket: Socket, head: Buffer, target: E2bTarget, requestId: string): void {
+    this.authorizeE2b(req, target, true)
+      .then(
+        (entry) => {
+          if (socket.destroyed) {
+            this.end(entry.sandboxId);
+            return;
+          }
+          dropE2bHeaders(req);
+          req.url = target.path;
+          try {
+            if (target.app) this.previewTunnel(req, socket, head, entry, target.port, requestId);
+            else this.tunnel(req, socket, head, entry, requestId);
+          } catch (err) {
+            this.end(entry.sandboxId);
+            throw err;
+          }
+        },
+        (err: unknown) => rawE2bError(socket, err, requestId, this.incident),
+      )
+      .catch((err: unknown) => rawE2bError(socket, err, requestId, this.incident));
+  }
+
+  private logE2b(req: IncomingMessage, res: ServerResponse, requestId: string, target: E2bTarget | undefined): void {
+    if (!this.d.logRequest) return;
+    const startedAt = performance.now();
+    const entry = target ? this.d.routes.get(target.sandboxId) : undefined;
+    // As the client asked (the agent is sent another path).
+    const url = safeUrl(req.url ?? '');
+    res.once('close', () =>
+      this.d.logRequest!({
+        request_id: requestId,
+        sandbox_id: entry?.sandboxId ?? null,
+        method: req.method,
+        url,
+        status: res.headersSent ? res.statusCode : 499,
+        ms: Math.round((performance.now() - startedAt) * 100) / 100,
+        ...(entry ? { org: entry.orgId } : {}),
+        ...(target ? { e2b_port: target.port } : {}),
+      }),
+    );
+  }
+
+  private e2bRequest(req: IncomingMessage, res: ServerResponse, target: E2bTarget, requestId: string): void {
+    this.logE2b(req, res, requestId, target);
+    const fail = (r: ServerResponse, err: unknown, id: string) => sendE2bError(req, r, err, id, this.incident);
+    const refused = refusalOf(req.socket);
+    if (refused) return fail(res, refused, requestId);
+    // E2B's clients run in browsers too: the agent's ports get the gateway's CORS; an app keeps its own.
+    if (!target.app && req.headers.origin !== undefined) {
+      if (req.method === 'OPTIONS' && req.headers['access-control-request-method'] !== undefined) return preflight(req, res, requestId);
+      res.setHeader('access-control-allow-origin', '*');
+      res.setHeader('access-control-expose-headers', EXPOSED_HEADERS);
+    }
+    this.authorizeE2b(req, target, false)
+      .then(
+        (entry) => {
+          const user = e2bUserHeader(req, target);
+          dropE2bHeaders(req);
+          req.url = target.path;
+          this.forward(req, res, entry, requestId, target.app ? { sandboxId: entry.sandboxId, port: target.port } : undefined, fail, user);
+        },
+        (err: unknown) => fail(res, err, requestId),
+      )
+      .catch((err: unknown) => fail(res, err, requestId));
+  }
+
+  /**
+   * E2B's credentials: the sandbox's access token (X-Access-Token, or E2B-Traffic-Access-Token,
+   * the only one the code interpreter's context calls send) is good for its own sandbox; without
+   * one, what the gateway takes anyway (a Bearer token, an API key of the owning organization; a
+   * public preview's port takes none).
+   */
+  private async authorizeE2b(req: IncomingMessage, target: E2bTarget, upgrade: boolean): Promise<RouteEntry> {
+    const token = e2bAccessToken(req);
+    if (token !== undefined) {
+      await this.d.tokens.verify(token, target.sandboxId);
+      return this.admit(target.sandboxId, true);
+    }
+    if (signedFileRequest(target)) {
+      // uploadUrl()/downloadUrl(): the URL is the credential, signed with the sandbox's kept token.
+      const kept = await this.d.e2bToken?.(target.sandboxId);
+      if (!kept) throw new ServiceError('AUTHENTICATION_ERROR', `sandbox ${target.sandboxId} has no E2B access token to check a signed URL against`, { id: target.sandboxId });
+      await this.d.tokens.verify(kept, target.sandboxId);
+      target.path = checkSignedFileUrl(req.method, target, kept);
+      return this.admit(target.sandboxId, true);
+    }
+    if (target.app) return this.authorizePreview(req, { sandboxId: target.sandboxId, port: target.port });
+    const auth = req.headers.authorization;
+    if ((auth === undefined || /^basic /i.test(auth)) && req.headers['x-api-key'] === undefined && !upgrade) {
+      throw new ServiceError('AUTHENTICATION_ERROR', "missing credentials: send the sandbox's access token (envdAccessToken) in X-Access-Token", { id: target.sandboxId });
+    }
+    return this.authorize(req, undefined, upgrade, target.sandboxId);
   }
 
   /** The incident behind a 5xx answer (renderError), logged with its request. */
@@ -697,6 +891,12 @@ export class Gateway implements GatewayControl {
     });
     this.end(entry.sandboxId);
   }
+}
+
+/** Requests a listener hands elsewhere before its own routing (true: taken). */
+interface Intercept {
+  request(req: IncomingMessage, res: ServerResponse): boolean;
+  upgrade(req: IncomingMessage, socket: Socket, head: Buffer): boolean;
 }
 
 /** A preview: which sandbox, which port inside it. */

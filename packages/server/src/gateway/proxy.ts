@@ -87,6 +87,10 @@ export interface ProxyTarget {
   headers?: 'agent' | 'preview';
   /** Large bodies (and their connections) relayed in the kernel once their heads are checked. */
   splice?: SpliceRelay;
+  /** Headers set on the request after the client's were filtered (E2B's `Authorization: Basic <user>`, which names the user to run as). */
+  extraHeaders?: OutgoingHttpHeaders;
+  /** Renders the gateway's own error answer (absent: sendError); E2B's clients read another shape (e2b.ts). */
+  sendError?: (res: ServerResponse, err: unknown, requestId: string) => void;
 }
 
 /** Logs what renderError found behind a 5xx, with the request it answered. */
@@ -145,6 +149,7 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
   } else {
     for (const [k, v] of Object.entries(req.headers)) if (!HOP_HEADERS.has(k) && v !== undefined) headers[k] = v;
   }
+  Object.assign(headers, target.extraHeaders);
   headers['x-request-id'] = requestId;
   if (req.headers['transfer-encoding']) headers['transfer-encoding'] = req.headers['transfer-encoding'];
 
@@ -170,7 +175,11 @@ export function proxyToAgent(req: IncomingMessage, res: ServerResponse, target: 
     finish();
     upstream.destroy();
     if (res.headersSent) res.destroy();
-    else sendError(res, typeof why === 'string' ? agentUnavailable(target.sandboxId, why, detail) : why, requestId, target.onIncident);
+    else {
+      const err = typeof why === 'string' ? agentUnavailable(target.sandboxId, why, detail) : why;
+      if (target.sendError) target.sendError(res, err, requestId);
+      else sendError(res, err, requestId, target.onIncident);
+    }
   };
   const headersTimer = setTimeout(() => fail(`sent no response within ${Math.round(timeouts.headersMs / 1000)} s`), timeouts.headersMs);
   const touch = () => {

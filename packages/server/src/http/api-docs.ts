@@ -18,6 +18,7 @@ export interface OperationDoc {
 export const TAGS: Array<{ name: string; description: string }> = [
   { name: 'sandboxes', description: 'Create sandboxes from templates, list them, change their state, extend their timeout, delete them.' },
   { name: 'snapshots', description: "Save a sandbox's files, create sandboxes from them, fork a sandbox, roll it back, turn a snapshot into a template." },
+  { name: 'volumes', description: 'Filesystems that outlive sandboxes: made once, mounted by any number of the organization\'s sandboxes at create (`volumes` of `POST /v1/sandboxes`).' },
   { name: 'events', description: 'Server-sent events of sandbox state changes.' },
   { name: 'templates', description: 'The templates sandboxes are made from: list, inspect, delete.' },
   { name: 'builds', description: 'Build custom templates from steps, upload their files, follow their logs.' },
@@ -52,7 +53,7 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     tag: 'sandboxes',
     summary: 'Create a sandbox',
     description: 'Starts a sandbox from a template (`template_name` or `template_id`) and answers once its agent answers, with the `auth_token` for its `public_host`. Served from the warm pool when one is ready. A sandbox can sleep: `idle_timeout_seconds` pauses it when unused, `on_timeout: "pause"` makes its deadline pause it (kept for the retention time, then deleted), `auto_resume` wakes it on a request to its `public_host`.',
-    errors: ['VALIDATION_ERROR', 'TEMPLATE_NOT_FOUND', 'TEMPLATE_NOT_READY', 'PERMISSION_DENIED', 'LIMIT_EXCEEDED', 'ORG_QUOTA_EXCEEDED', 'RATE_LIMIT_EXCEEDED', 'INSUFFICIENT_STORAGE', 'RUNTIME_ERROR'],
+    errors: ['VALIDATION_ERROR', 'TEMPLATE_NOT_FOUND', 'TEMPLATE_NOT_READY', 'VOLUME_NOT_FOUND', 'PERMISSION_DENIED', 'LIMIT_EXCEEDED', 'ORG_QUOTA_EXCEEDED', 'RATE_LIMIT_EXCEEDED', 'INSUFFICIENT_STORAGE', 'RUNTIME_ERROR'],
   },
   'GET /v1/sandboxes': {
     tag: 'sandboxes',
@@ -123,6 +124,27 @@ export const OPERATIONS: Record<string, OperationDoc> = {
     description:
       "Saves the sandbox's filesystem (what it changed over its template, or over the snapshot it came from), its environment (create-time `env_vars` and the agent's `/env` set) and its template's settings. A running sandbox is frozen for the copy, so what is saved is one moment of it, and resumes by itself; a paused or stopped one is copied as it is. Processes are not saved: a sandbox made from it starts them fresh. The snapshot belongs to the organization, outlives the sandbox, and counts against `max_snapshot_storage_mb` and `max_total_disk_gb` with its `size`.",
     errors: [...SANDBOX_ID, 'VALIDATION_ERROR', 'INVALID_STATE', 'ORG_QUOTA_EXCEEDED', 'LIMIT_EXCEEDED', 'INSUFFICIENT_STORAGE', 'RUNTIME_ERROR'],
+  },
+  'POST /v1/volumes': {
+    tag: 'volumes',
+    summary: 'Create a volume',
+    description:
+      "A filesystem of `size_gb` (a hard limit: writes past it fail with ENOSPC inside) on the machine, named uniquely in the organization. It counts in `max_total_disk_gb` with its whole size from now until it is deleted. Sandboxes mount it at create (`volumes: [{name, path, read_only?}]`); any number of the organization's sandboxes share it read-write at once, and root in each sees its files as its own.",
+    errors: ['VALIDATION_ERROR', 'ALREADY_EXISTS', 'PERMISSION_DENIED', 'ORG_QUOTA_EXCEEDED', 'INSUFFICIENT_STORAGE', 'INVALID_STATE', 'RUNTIME_ERROR'],
+  },
+  'GET /v1/volumes': { tag: 'volumes', summary: "The organization's volumes", description: 'By name, each with the sandboxes (not deleted) that mount it.', errors: ['PERMISSION_DENIED'] },
+  'GET /v1/volumes/{nameOrId}': {
+    tag: 'volumes',
+    summary: 'One volume',
+    description: 'By name or id, with `used_bytes`: what its filesystem holds now. Another organization\'s volume is a 404.',
+    errors: ['VOLUME_NOT_FOUND', 'PERMISSION_DENIED'],
+  },
+  'DELETE /v1/volumes/{nameOrId}': {
+    tag: 'volumes',
+    summary: 'Delete a volume',
+    description:
+      'Refused with 409 `VOLUME_IN_USE` while a sandbox (running, paused or stopped) mounts it. With `?force=true`, those sandboxes are deleted first. Its files are gone when it answers: unmounted, its loop device freed, its image removed.',
+    errors: ['VOLUME_NOT_FOUND', 'VOLUME_IN_USE', 'PERMISSION_DENIED', 'VALIDATION_ERROR', 'INVALID_STATE'],
   },
   'GET /v1/snapshots': {
     tag: 'snapshots',
@@ -275,6 +297,20 @@ export const AGENT_OPERATIONS: Record<string, OperationDoc> = {
   },
   'POST /execute/ipython': { tag: 'code', summary: 'Run Python, IPython style', description: 'Python in the default context; the last expression comes back as `result`.', errors: RUN },
   'GET /execute/processes': { tag: 'processes', summary: 'Background executions', description: 'Running and recently finished background executions, with their output so far and their callbacks.', errors: AGENT },
+  'GET /processes/{process_id}/output': {
+    tag: 'processes',
+    summary: "A background process's output",
+    description:
+      "What a background process (`/commands/background`, `/execute/background`, `/execute/async`) wrote, from an offset, while it runs and after it ends. Both streams share one sequence of byte offsets; each keeps its last `SANDBOXD_PROCESS_OUTPUT_RING_KB` (default 1 MiB), so a read from an offset older than what is kept says how much it missed in `lost_bytes`. Call again with `since=next_offset` until `complete`.",
+    errors: [...AGENT, 'VALIDATION_ERROR', 'PROCESS_NOT_FOUND', 'INVALID_STATE'],
+  },
+  'GET /processes/{process_id}/attach': {
+    tag: 'processes',
+    summary: 'Attach to a background process',
+    description:
+      "Server-sent events: the output kept from `since` (or the `Last-Event-ID` header), then the output as it comes, then `exit`. Any number of clients may attach; a slow one never slows the process: it reads on from what is kept, and a `lost` event says how many bytes it missed. Each `output` event's id is the offset to resume from.",
+    errors: [...AGENT, 'VALIDATION_ERROR', 'PROCESS_NOT_FOUND', 'INVALID_STATE'],
+  },
   'POST /execute/kill/{process_id}': { tag: 'processes', summary: 'Kill an execution', description: 'Kills a background execution and its process group.', errors: [...AGENT, 'PROCESS_NOT_FOUND'] },
   'DELETE /execute/kill': { tag: 'processes', summary: 'Kill an execution (query)', description: 'As `POST /execute/kill/{process_id}`, with `process_id` in the query.', errors: [...AGENT, 'PROCESS_NOT_FOUND', 'VALIDATION_ERROR'] },
   'GET /execute/stream': { tag: 'streams', summary: 'Run code, streamed (WebSocket)', description: 'Send `{code, language, ...}`; receive stdout and stderr frames as they come, then `complete`.', errors: AGENT },

@@ -19,6 +19,8 @@ import {
   CommandResponse,
   CreatedApiKey,
   DeletedResult,
+  Volume,
+  VolumeList,
   ForkResult,
   EnvResponse,
   EventsTokenResult,
@@ -37,6 +39,10 @@ import {
   DeletedOrganization,
   OrganizationList,
   ProcessListResponse,
+  ProcessExitEvent,
+  ProcessLostEvent,
+  ProcessOutputChunk,
+  ProcessOutputResponse,
   ProcessTableResponse,
   Sandbox,
   SandboxActionResult,
@@ -169,6 +175,17 @@ const template = {
   updated_at: '2025-06-01T08:00:02.118Z',
 };
 const SNAP = 'snap_4c9e1f7a2b6d8e03a5f1c7b9';
+const volume = {
+  object: 'volume',
+  id: 'vol-3f9a1c2b7d4e5f60a1b2',
+  name: 'datasets',
+  organization_id: ORG,
+  size_gb: 10,
+  mounted_by: [SBX],
+  node: 'host-1',
+  created_at: AT,
+};
+
 const snapshot = {
   object: 'snapshot',
   snapshot_id: SNAP,
@@ -299,6 +316,15 @@ export const RESPONSES: Record<string, SuccessDoc> = {
     content: json(Snapshot, { ...snapshot, request_id: REQ }),
     request: jsonRequest({ name: 'deps installed' }, undefined, false),
   },
+  'POST /v1/volumes': {
+    status: 201,
+    description: 'the volume, made and empty',
+    content: json(Volume, { ...volume, used_bytes: 0, mounted_by: [], request_id: REQ }),
+    request: jsonRequest({ name: 'datasets', size_gb: 10 }),
+  },
+  'GET /v1/volumes': { status: 200, description: "the organization's volumes, by name", content: json(VolumeList, { object: 'list', data: [volume], url: '/v1/volumes', request_id: REQ }) },
+  'GET /v1/volumes/{nameOrId}': { status: 200, description: 'the volume, with what it holds', content: json(Volume, { ...volume, used_bytes: 52_428_800, request_id: REQ }) },
+  'DELETE /v1/volumes/{nameOrId}': { status: 200, description: 'deleted, nothing of it left', content: json(DeletedResult, { id: 'vol-3f9a1c2b7d4e5f60a1b2', status: 'deleted', request_id: REQ }) },
   'GET /v1/snapshots': {
     status: 200,
     description: 'a page of snapshots, newest first',
@@ -754,6 +780,34 @@ export const AGENT_RESPONSES: Record<string, SuccessDoc> = {
       count: 2,
       timestamp: LATER,
     }),
+  },
+  'GET /processes/{process_id}/output': {
+    status: 200,
+    description: 'the output kept from since; go on from next_offset',
+    content: json(ProcessOutputResponse, {
+      process_id: PROC,
+      status: 'running',
+      exit_code: null,
+      since: 0,
+      next_offset: 35,
+      start_offset: 0,
+      end_offset: 35,
+      lost_bytes: 0,
+      complete: false,
+      chunks: [
+        { stream: 'stdout', offset: 0, data: 'step 1\nstep 2\n' },
+        { stream: 'stderr', offset: 14, data: 'warning: slow disk\n' },
+        { stream: 'stdout', offset: 33, data: '3\n' },
+      ],
+    }),
+  },
+  'GET /processes/{process_id}/attach': {
+    status: 200,
+    description: 'server-sent events until the process exits: output (its id is the offset to resume from), lost, exit',
+    content: sse(
+      { output: ProcessOutputChunk, lost: ProcessLostEvent, exit: ProcessExitEvent },
+      `: attached\n\nid: 14\n${event('output', { stream: 'stdout', offset: 0, data: 'step 1\nstep 2\n' })}${event('lost', { offset: 14, bytes: 1048576 })}id: 1048597\n${event('output', { stream: 'stdout', offset: 1048590, data: 'done\n' })}${event('exit', { status: 'completed', exit_code: 0, next_offset: 1048597 })}`,
+    ),
   },
   'POST /execute/kill/{process_id}': { status: 200, description: 'killed (or it had ended)', content: json(KillResponse, { process_id: PROC, status: 'killed', message: 'process and its children killed' }) },
   'DELETE /execute/kill': { status: 200, description: 'killed (or it had ended)', content: json(KillResponse, { process_id: PROC, status: 'killed', message: 'process and its children killed' }) },

@@ -1,5 +1,6 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Ajv } from 'ajv';
 import { ServiceError } from '@sandboxd/protocol';
 import { refusalOf } from '../services/connections.js';
@@ -25,6 +26,34 @@ export interface AppOptions {
   services: Services;
   /** The daemon's logger: every request is logged at info, once, when answered (absent: none). */
   logger?: Logger;
+  /** Requests under a path handed on raw, before Fastify reads a byte of their bodies (E2B's data plane, through the gateway). */
+  raw?: RawMount;
+}
+
+/**
+ * A path prefix of the API port whose requests another handler serves as they come. No upgrades:
+ * with an 'upgrade' listener Node would hand every Upgrade request of the API (an h2c attempt by
+ * curl, say) to it instead of serving it as the plain request it is.
+ */
+export interface RawMount {
+  /** The request's path and query below the mount, or undefined when it is not the mount's. */
+  match(url: string | undefined): string | undefined;
+  request(req: IncomingMessage, res: ServerResponse, rest: string): void;
+}
+
+/** The API's HTTP server, with the raw mount's requests taken before Fastify's handler sees them. */
+function rawServerFactory(raw: RawMount) {
+  return (handler: (req: IncomingMessage, res: ServerResponse) => void): Server => {
+    const server = createServer((req, res) => {
+      const rest = raw.match(req.url);
+      if (rest === undefined) return handler(req, res);
+      raw.request(req, res, rest);
+    });
+    // What Fastify sets on a server it makes itself (its defaults).
+    server.keepAliveTimeout = 72_000;
+    server.requestTimeout = 0;
+    return server;
+  };
 }
 
 /** The lifecycle API: thin routes over the services; one error shape; X-Request-ID everywhere. */
@@ -43,6 +72,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     routerOptions: { ignoreTrailingSlash: true, ignoreDuplicateSlashes: true, maxParamLength: 4096 },
     // Errors raised before a route runs (bad URL encoding, ...) get the same shape as the rest.
     frameworkErrors: (err, req, reply) => errorHandler(err, req, reply),
+    ...(opts.raw ? { serverFactory: rawServerFactory(opts.raw) } : {}),
   });
 
   // Bodies are validated strictly (a wrong type is a 400 naming the field); query strings coerce.

@@ -19,6 +19,8 @@ export function consoleCsp(gatewaySources: string[], styleNonce: string): string
     `style-src 'self' 'nonce-${styleNonce}'`,
     "img-src 'self' data:",
     `connect-src 'self' ${gatewaySources.join(' ')}`.trim(),
+    // A desktop sandbox's screen: noVNC on its preview, in a frame (packages/console/src/desktop.ts).
+    `frame-src ${gatewaySources.filter((s) => s.startsWith('http')).join(' ') || "'none'"}`,
     "base-uri 'none'",
     "form-action 'none'",
     "frame-ancestors 'none'",

@@ -40,6 +40,12 @@ declare module 'fastify' {
 }
 
 export function errorHandler(err: unknown, req: FastifyRequest, reply: FastifyReply): void {
+  const r = renderLogged(err, req);
+  void reply.code(r.status).headers(r.headers).send(r.body);
+}
+
+/** The error as the registry renders it, recorded on the request and logged when it is an incident (for handlers that send it in another shape: routes/e2b.ts). */
+export function renderLogged(err: unknown, req: FastifyRequest): ReturnType<typeof renderError> {
   const r = renderError(toServiceError(err), String(req.id));
   req.errorCode = r.body.code;
   if (r.incident) {
@@ -48,5 +54,5 @@ export function errorHandler(err: unknown, req: FastifyRequest, reply: FastifyRe
     if (kind === 'bug') req.log.error(line, 'request failed: a bug (500)');
     else req.log.warn(line, `request failed: ${r.body.code} (${r.status})`);
   }
-  void reply.code(r.status).headers(r.headers).send(r.body);
+  return r;
 }

@@ -283,12 +283,14 @@ test('each organization has its share of the API: past its burst its requests wa
       return { status: res.statusCode, body: res.json() };
     });
     assert.equal(quiet.status, 200);
-    assert.ok(quiet.ms < 80, `another organization's request waited ${quiet.ms.toFixed(0)} ms behind the first one's turn`);
+    // Bounds loose enough for a loaded CI machine: what is asserted is who waits for whom.
+    assert.ok(quiet.ms < 300, `another organization's request waited ${quiet.ms.toFixed(0)} ms behind the first one's turn`);
     const done = await Promise.all(noisy);
     for (const r of done) assert.equal(r.status, 200);
     const ms = done.map((r) => r.ms).sort((a, b) => a - b);
-    assert.ok(ms[2]! < 80, `the burst is served at once: ${ms.map((m) => m.toFixed(0)).join(', ')}`);
+    assert.ok(ms[2]! < 300, `the burst is served at once: ${ms.map((m) => m.toFixed(0)).join(', ')}`);
     assert.ok(ms[7]! >= 450, `the eighth waited its turn (~500 ms): ${ms.map((m) => m.toFixed(0)).join(', ')}`);
+    assert.ok(quiet.ms < ms[7]! - 150, `the other organization did not wait for the first one's turns: ${quiet.ms.toFixed(0)} vs ${ms[7]!.toFixed(0)} ms`);
     // Now empty: 15 more at once; the turns past 1.5 s of waiting are refused at once, with when to retry.
     const flood = await Promise.all(Array.from({ length: 20 }, () => timed(() => call('GET', '/v1/sandboxes'))));
     const refused = flood.filter((r) => r.status === 429);
@@ -297,7 +299,7 @@ test('each organization has its share of the API: past its burst its requests wa
       assert.equal(r.body.code, 'RATE_LIMIT_EXCEEDED');
       assert.ok(r.body.retry_after >= 1);
       assert.match(r.body.message, /at most 10 per second/);
-      assert.ok(r.ms < 200, 'refused without waiting');
+      assert.ok(r.ms < 400, 'refused without waiting');
     }
     assert.equal(flood.filter((r) => r.status === 200).length + refused.length, 20);
   });

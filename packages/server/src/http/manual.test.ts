@@ -80,7 +80,7 @@ test('docs/performance.md has one line per figure: a command that exists, what, 
       await access(join(MANUAL_DIR, '..', 'packages', test[1]!, 'src', `${test[2]}.test.ts`));
       continue;
     }
-    const m = /^`(?:[A-Z_]+=\S+ )*node bench\/dist\/([a-z-]+)\.js[^`]*`$/.exec(command);
+    const m = /^`(?:[A-Z_]+=\S+ )*node bench\/dist\/([a-z0-9-]+)\.js[^`]*`$/.exec(command);
     assert.ok(m, `a benchmark command: ${row}`);
     await access(join(MANUAL_DIR, '..', 'bench', 'src', `${m[1]}.ts`));
   }

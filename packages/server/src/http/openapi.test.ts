@@ -92,8 +92,9 @@ test('/openapi.json is a valid OpenAPI 3.1 document with every route of both API
     stack.push(m[2]!);
     if (!m[3]) continue;
     const path = stack.join('').replace(/:([A-Za-z_]+)/g, '{$1}');
-    // The nodes' layer route is no part of the public API.
-    if (path === '/openapi.json' || path.startsWith('/internal/') || path === '/docs' || path.startsWith('/docs/') || path === '/' || path === '/console' || path.startsWith('/console/') || path === '/manual' || path.startsWith('/manual/') || path.includes('*')) continue;
+    // The nodes' layer route is no part of the public API; E2B's (/e2b/) is described by E2B; /mcp
+    // speaks the Model Context Protocol (its tools describe themselves: docs/mcp.md).
+    if (path === '/openapi.json' || path.startsWith('/internal/') || path === '/docs' || path.startsWith('/docs/') || path === '/' || path === '/console' || path.startsWith('/console/') || path === '/manual' || path.startsWith('/manual/') || path.startsWith('/e2b/') || path === '/mcp' || path.includes('*')) continue;
     for (const method of m[3].split(',').map((x) => x.trim()).filter((x) => x !== 'HEAD')) registered.push(`${method} ${path}`);
   }
   assert.ok(registered.length >= 20, `found ${registered.length} routes`);

@@ -110,11 +110,11 @@ function requestBody(declared: unknown, doc: SuccessDoc | undefined, fallbackTyp
 
 const declaredResponse = (schema: RouteOptions['schema'], doc: SuccessDoc | undefined) => (schema?.response as Record<string, unknown> | undefined)?.[String(doc?.status ?? 200)];
 
-/** OpenAPI 3.1 for the lifecycle API (from the registered routes) and the agent API (from protocol). */
+/** OpenAPI 3.1 for the lifecycle API (from the registered routes) and the agent API (from protocol); E2B's API (/e2b/, routes/e2b.ts) is E2B's to describe. */
 export function buildOpenApi(routes: CollectedRoute[], version: string): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const r of routes) {
-    if (r.url === '/openapi.json' || r.url.startsWith('/internal/') || r.url === '/docs' || r.url.startsWith('/docs/') || r.url === '/' || r.url === '/console' || r.url.startsWith('/console/') || r.url === '/manual' || r.url.startsWith('/manual/') || r.url.includes('*')) continue;
+    if (r.url === '/openapi.json' || r.url.startsWith('/internal/') || r.url === '/docs' || r.url.startsWith('/docs/') || r.url === '/' || r.url === '/console' || r.url.startsWith('/console/') || r.url === '/manual' || r.url.startsWith('/manual/') || r.url.startsWith('/e2b/') || r.url === '/mcp' || r.url.includes('*')) continue;
     const path = r.url.replace(/:([A-Za-z_]+)/g, '{$1}');
     const doc = OPERATIONS[`${r.method} ${path}`];
     const success = RESPONSES[`${r.method} ${path}`];

@@ -16,6 +16,7 @@ import type { OrgStorage } from '../services/org-storage.js';
 import type { QuotaService } from '../services/quotas.js';
 import type { Metrics } from '../services/metrics.js';
 import type { SnapshotService } from '../services/snapshots/index.js';
+import type { VolumeService } from '../services/volumes.js';
 
 /** Everything the HTTP layer may call. */
 export interface Services {
@@ -49,4 +50,6 @@ export interface Services {
   nodeViews?: NodeViews;
   /** What each organization stores (absent: GET /v1/account/limits shows no storage). */
   storage?: OrgStorage;
+  /** Volumes (issue 32; absent: the volume routes answer 409). */
+  volumes?: VolumeService;
 }

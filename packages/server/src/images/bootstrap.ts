@@ -15,7 +15,7 @@ export interface TemplateClaims {
 }
 
 const PY = ['usr/bin/python3.11', 'usr/bin/pip3', 'usr/lib/python3.11/venv/__init__.py', 'usr/lib/python3.11/ensurepip/__init__.py'];
-const BASE = ['usr/bin/bash', 'usr/bin/curl', 'usr/bin/ps', 'etc/ssl/certs/ca-certificates.crt', 'workspace', 'tmp'];
+const BASE = ['usr/bin/bash', 'usr/bin/curl', 'usr/bin/ps', 'etc/ssl/certs/ca-certificates.crt', 'workspace', 'tmp', 'home/user'];
 
 export const BUILTIN_CLAIMS: Record<string, TemplateClaims> = {
   base: { files: BASE, packages: { 'base-files': /^12(\.|$)/, bash: /^5\./ } },
@@ -40,6 +40,28 @@ export const BUILTIN_CLAIMS: Record<string, TemplateClaims> = {
       nodejs: /^18\./,
       'golang-1.19-go': /^1\.19\./,
     },
+  },
+  desktop: {
+    files: [
+      ...BASE,
+      ...PY,
+      'usr/bin/Xvfb',
+      'usr/bin/xfce4-session',
+      'usr/bin/x11vnc',
+      'usr/bin/websockify',
+      'usr/share/novnc/vnc.html',
+      'usr/bin/xdotool',
+      'usr/bin/scrot',
+      'usr/bin/xclip',
+      'usr/bin/wmctrl',
+      'usr/bin/xrandr',
+      'usr/bin/ffmpeg',
+      'usr/bin/tesseract',
+      'usr/bin/chromium',
+      'usr/bin/mousepad',
+      'usr/bin/xfce4-terminal',
+    ],
+    packages: { xvfb: /^2:21\./, xfce4: /^4\.18/, chromium: /./, 'tesseract-ocr': /^5\./ },
   },
 };
 

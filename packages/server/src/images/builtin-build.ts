@@ -27,7 +27,7 @@ export interface BuiltinBuildOptions {
 }
 
 /** Which layer goes first when slots are few: the longest chain (to code-interpreter) first. */
-const PRIORITY = ['base', 'python', 'code-interpreter', 'nodejs', 'go'];
+const PRIORITY = ['base', 'python', 'code-interpreter', 'nodejs', 'go', 'desktop'];
 
 /**
  * Builds (or finds cached) the layer of every built-in wanted and of the parents they need: base

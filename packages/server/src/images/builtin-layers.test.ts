@@ -25,13 +25,14 @@ test('the built-ins are one stack: base is its rootfs recipe, the others layers 
   assert.equal(ids.get('nodejs'), aptLayerKey(ids.get('base')!, pkgs('nodejs')));
   assert.equal(ids.get('go'), aptLayerKey(ids.get('base')!, pkgs('go')));
   assert.equal(ids.get('code-interpreter'), aptLayerKey(ids.get('python')!, pkgs('code-interpreter')));
-  assert.equal(new Set(ids.values()).size, 5);
+  assert.equal(ids.get('desktop'), aptLayerKey(ids.get('python')!, pkgs('desktop')));
+  assert.equal(new Set(ids.values()).size, 6);
   assert.deepEqual(builtinStackIds(BUILTIN_TEMPLATES, 'code-interpreter'), [ids.get('code-interpreter'), ids.get('python'), ids.get('base')]);
   assert.deepEqual(builtinStackIds(BUILTIN_TEMPLATES, 'base'), [ids.get('base')]);
   // A change below changes every key above it.
   const other = BUILTIN_TEMPLATES.map((t) => (t.name === 'base' ? { ...t, recipe: { ...t.recipe, packages: [...t.recipe.packages, 'less'] } } : t));
   const moved = builtinLayerIds(other);
-  for (const n of ['base', 'python', 'code-interpreter', 'nodejs', 'go']) assert.notEqual(moved.get(n), ids.get(n), n);
+  for (const n of ['base', 'python', 'code-interpreter', 'nodejs', 'go', 'desktop']) assert.notEqual(moved.get(n), ids.get(n), n);
 });
 
 test('a wish for some built-ins brings the parents they need, parents first', () => {

@@ -21,9 +21,34 @@ export interface BuiltinTemplate {
   recipe: DebianRootfsRecipe;
   /** Rough build time of its own layer on the reference machine, seconds: weights progress and estimates. */
   expectedSeconds: number;
+  /** Environment its sandboxes start with (e.g. the desktop's DISPLAY). */
+  env?: Record<string, string>;
 }
 
 const BASE_PACKAGES = ['bash', 'coreutils', 'curl', 'ca-certificates', 'procps'];
+/** The desktop: X server, session, remote view, input and capture tools, apps (apt, no recommends). */
+const DESKTOP_PACKAGES = [
+  'xvfb',
+  'xauth',
+  'xfonts-base',
+  'fonts-dejavu-core',
+  'dbus-x11',
+  'xfce4',
+  'xfce4-terminal',
+  'mousepad',
+  'x11vnc',
+  'novnc',
+  'websockify',
+  'xdotool',
+  'scrot',
+  'xclip',
+  'wmctrl',
+  'x11-utils',
+  'x11-xserver-utils',
+  'ffmpeg',
+  'tesseract-ocr',
+  'chromium',
+];
 const rootfs = (packages: string[]): DebianRootfsRecipe => ({
   kind: 'debian-rootfs',
   suite: 'bookworm',
@@ -102,6 +127,22 @@ export const BUILTIN_TEMPLATES: BuiltinTemplate[] = [
       'nodejs',
       'golang-go',
     ]),
+  },
+  {
+    name: 'desktop',
+    displayName: 'Desktop (Xfce)',
+    description:
+      'Debian 12 with an Xfce desktop on a virtual display (Xvfb, 1024x768), started with the sandbox: VNC and noVNC, xdotool, scrot, xclip, wmctrl, xrandr, ffmpeg, tesseract OCR, Chromium, a terminal and a text editor; Python 3.11.',
+    category: 'desktop',
+    language: 'python',
+    features: ['code_execution', 'file_operations', 'commands', 'desktop'],
+    tags: ['desktop', 'xfce', 'vnc', 'novnc', 'chromium', 'computer-use'],
+    resources: { vcpu: 2, memoryMb: 2048, diskGb: 10 },
+    parent: 'python',
+    expectedSeconds: 300,
+    // The agent starts the display (packages/agent/src/desktop) when it sees SANDBOXD_DESKTOP.
+    env: { DISPLAY: ':0', SANDBOXD_DESKTOP: '1024x768x24' },
+    recipe: rootfs(DESKTOP_PACKAGES),
   },
 ];
 

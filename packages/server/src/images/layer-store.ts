@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readHostAptConfig, sourcesForSuite } from './apt-sources.js';
 import { removeTreeWithMounts, runTool } from '../runtime/proc.js';
+import { addDefaultUser } from './default-user.js';
 import { NEUTRAL_HOSTNAME, neutralizeHostFiles } from './host-identity.js';
 import { shiftOwnership } from '../runtime/shift.js';
 import { type DebianRootfsRecipe, type LayerInfo, type LayerStore } from './types.js';
@@ -15,8 +16,9 @@ import { harvestDebs, seedArchivesScript } from './apt-cache.js';
  * Bump when the way a rootfs is made changes (post-processing, shifting): old layers stop matching.
  * 2: ids shifted by the new CANONICAL_ID_OFFSET (900000000) instead of 100000.
  * 3: no host identity (hostname, resolv.conf, hosts, mailname) in the image; see host-identity.ts.
+ * 4: E2B's unprivileged `user` (uid 1000, /home/user); see default-user.ts.
  */
-export const ROOTFS_BUILDER_VERSION = 'debian-rootfs/3';
+export const ROOTFS_BUILDER_VERSION = 'debian-rootfs/4';
 
 export type Log = (line: string) => void;
 
@@ -385,6 +387,7 @@ async function buildDebianRootfs(
   await chmod(join(tree, 'tmp'), 0o1777);
   // mmdebstrap copied the host's hostname and resolv.conf in; an image names no host.
   await neutralizeHostFiles(tree);
+  await addDefaultUser(tree);
 
   const t = Date.now();
   const shifted = shiftOwnership(tree, CANONICAL_ID_OFFSET);

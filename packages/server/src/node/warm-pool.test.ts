@@ -520,6 +520,32 @@ describe('the pool with an injected clock', () => {
   });
 });
 
+test("sandboxes kept ready with volumes (pool id `<source>+<volume>...`) are dropped with their source and with each of their volumes, no others", async () => {
+  const clock = { t: 0 };
+  const boots = new Boots();
+  const { p, destroyed } = pool({ clock, minPerKey: 1 });
+  const plain = key('plain', 'g1', 'tpl');
+  const withA = key('a', 'g1', 'tpl+vol-a');
+  const withAB = key('ab', 'g1', 'tpl+vol-a+vol-b');
+  const withB = key('b', 'g1', 'other+vol-b');
+  for (const k of [plain, withA, withAB, withB]) {
+    const c = p.acquire(k, boots.make(k.label));
+    await boots.finishAll();
+    await c;
+  }
+  await flush();
+  const ready = () => p.stats().filter((s) => s.ready > 0).map((s) => s.label).sort();
+  assert.deepEqual(ready(), ['a', 'ab', 'b', 'plain']);
+  await p.dropTemplate('vol-a');
+  assert.deepEqual(ready(), ['b', 'plain']);
+  await p.dropTemplate('tpl');
+  assert.deepEqual(ready(), ['b']);
+  await p.dropTemplate('vol-b');
+  assert.deepEqual(ready(), []);
+  assert.equal(destroyed.length, 4);
+  await shut(p, boots);
+});
+
 test('a pool not stocked (its node drains) destroys its ready sandboxes at once, refills nothing, and boots only for the asks that come; stocked again, it refills', async () => {
   const clock = { t: 0 };
   const boots = new Boots();

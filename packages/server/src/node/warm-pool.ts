@@ -185,7 +185,9 @@ export class WarmPool {
 
   /** Forgets a template (deleted or rebuilt): its ready sandboxes are destroyed. */
   async dropTemplate(templateId: string): Promise<void> {
-    for (const s of this.keys.values()) if (s.k.templateId === templateId) this.keys.retire(s);
+    // A pool id of sandboxes with volumes is `<source>+<volume id>+...`: dropped with its source
+    // and with each of its volumes (services/volumes.ts).
+    for (const s of this.keys.values()) if (s.k.templateId === templateId || s.k.templateId.split('+').includes(templateId)) this.keys.retire(s);
     await this.destroying;
   }
 

@@ -4,6 +4,7 @@ import type { Logger } from '../logging.js';
 import { FixedNodes } from '../placement/node-set.js';
 import { Placement } from '../placement/placement.js';
 import { runControlPlane } from './control-plane.js';
+import { HostVolumes } from '../runtime/volumes.js';
 import { localNode } from './local-node.js';
 import { diskGbOf, openRuntime, prepareMachine } from './machine.js';
 import { openImages, openStore, type Log } from './shared.js';
@@ -33,5 +34,5 @@ export async function runAllInOne(config: Config, log: Log, logger: Logger): Pro
     list: () => node.list(),
     readyByKey: () => node.readyByKey(),
   };
-  await runControlPlane({ config, log, logger, store, images, placement, buildRuntime: runtime, ownsBuildRuntime: false, replicated: false, inProcessNode });
+  await runControlPlane({ config, log, logger, store, images, placement, buildRuntime: runtime, ownsBuildRuntime: false, replicated: false, inProcessNode, volumeHost: new HostVolumes(config.dataDir) });
 }

@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import type { Config } from '../config.js';
 import { openBuilder } from '../builder/index.js';
 import type { BuildEngine } from '../builder/types.js';
+import { belowPrefix } from '../gateway/e2b.js';
 import { Gateway } from '../gateway/gateway.js';
 import { buildApp } from '../http/app.js';
 import { BUILTIN_TEMPLATES } from '../images/builtin.js';
@@ -10,6 +11,8 @@ import { FsLayerStore } from '../images/layer-store.js';
 import type { Logger } from '../logging.js';
 import type { Placement } from '../placement/placement.js';
 import type { Runtime } from '../runtime/types.js';
+import type { VolumeHost } from '../runtime/volumes.js';
+import { VolumeService } from '../services/volumes.js';
 import { fileBuildLogs, storeBuildLogs } from '../services/build-logs.js';
 import { ClusterSync } from '../services/cluster-sync.js';
 import { ConnectionLimits } from '../services/connections.js';
@@ -61,6 +64,8 @@ export interface ControlPlaneParts {
   ownsBuildRuntime: boolean;
   /** Replicas of control share the store: they coordinate through it (locks, signing keys, routes, rate windows). */
   replicated: boolean;
+  /** The all-in-one: this machine's volumes (runtime/volumes.ts); a cluster's control has none yet (docs/cluster.md). */
+  volumeHost?: VolumeHost;
   /** The all-in-one: its machine, the node it serves in process (the admin API shows it; a cluster's nodes are the registry's). */
   inProcessNode?: InProcessNode;
   /** Control: its layers served to the nodes that lack them, and told to the other replicas when it makes one. */
@@ -147,6 +152,8 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
     portUsed: (port) => store.sandboxes.gatewayPortUsed(port),
     connections,
     onAgentGone: (id) => onAgentGone(id),
+    // E2B's signed file URLs are checked against the token the control plane keeps in the sandbox's row.
+    e2bToken: async (id) => (await store.sandboxes.byId(id))?.e2bAccessToken,
     wake: (id): Promise<void> => sandboxes.wake(id),
     touch: (id): void => sandboxes.touch(id),
     observeAgent: (seconds, ok) => metrics.agentDuration.observe({ outcome: ok ? 'ok' : 'error' }, seconds),
@@ -192,7 +199,20 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
     imageLayers: () => images.images.referencedLayers(),
     ...(p.inProcessNode ? { diskHeld: localDiskHeld(config.dataDir) } : {}),
   });
+  const volumes: VolumeService = new VolumeService({
+    store,
+    host: p.volumeHost,
+    nodeId: p.inProcessNode?.id ?? '',
+    quotas,
+    ...(disk?.claimVolume ? { claimDisk: disk.claimVolume } : {}),
+    deleteSandbox: async (orgId, id) => void (await sandboxes.delete(orgId, id, 'volume_deleted')),
+    settle: () => sandboxes.settle(),
+    dropWarm: (poolId) => placement.dropWarm(poolId),
+    log,
+  });
+  await volumes.remountAll();
   const sandboxes: SandboxService = new SandboxService({
+    volumes,
     store,
     placement,
     tokens,
@@ -344,8 +364,11 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
     nodeRegistry: p.cluster?.nodeRegistry,
     nodeViews: new NodeViews(store, p.inProcessNode),
     storage,
+    volumes,
   };
-  const app = await buildApp({ services, logger });
+  // E2B's data plane (E2B_SANDBOX_URL=http://<api>/e2b/sandbox): through the gateway, before Fastify reads a body.
+  const e2b = { match: (url: string | undefined) => belowPrefix(url), request: gateway.serveE2b.bind(gateway) };
+  const app = await buildApp({ services, logger, raw: e2b });
   await app.listen({ host: config.host, port: config.port });
   const metricsServer = config.metrics.listen ? await serveMetrics(metrics, config.metrics.listen) : undefined;
   if (metricsServer) log(`Prometheus metrics on http://${config.metrics.listen!.host.includes(':') ? `[${config.metrics.listen!.host}]` : config.metrics.listen!.host}:${(metricsServer.address() as AddressInfo).port}/metrics (no credentials: keep it private)`);
@@ -377,7 +400,13 @@ export async function runControlPlane(p: ControlPlaneParts): Promise<void> {
       if (ms >= 1000) log(`shutdown: ${what} took ${(ms / 1000).toFixed(1)} s`);
     };
     void (async () => {
-      await step('closing the API', () => app.close());
+      // Requests under way get a few seconds; then long-lived streams (events, build logs, a
+      // process's attach, E2B's Connect streams relayed through /e2b/sandbox) are cut: their
+      // clients reconnect to the next daemon, and the sandboxes behind them keep running.
+      await step('closing the API', () => {
+        const force = setTimeout(() => app.server.closeAllConnections(), 5000);
+        return app.close().finally(() => clearTimeout(force));
+      });
       if (metricsServer) await step('closing the metrics address', () => new Promise((r) => metricsServer.close(() => r(undefined))));
       await step('closing sandbox connections', () => gateway.closeAll());
       await step('finishing deletes', () => sandboxes.settle());

@@ -1,6 +1,7 @@
 import { statSync } from 'node:fs';
 import { imageUse, readDiskSpace } from '../runtime/disk-space.js';
 import { sandboxPaths } from '../runtime/sandbox-paths.js';
+import { volumePaths } from '../runtime/volumes.js';
 import { collectUploads } from '../services/blob-gc.js';
 import { DiskRoom, type DiskClaim } from '../services/disk-room.js';
 import type { OrgStorage } from '../services/org-storage.js';
@@ -21,6 +22,8 @@ export interface DiskRooms {
   /** A build step that runs: the layer it writes, in the layers dir. */
   claimStepLayer: DiskClaim;
   claimUpload: DiskClaim;
+  /** A volume's image on this machine (its whole size_gb: it is sparse and may grow to it). */
+  claimVolume?: DiskClaim;
   snapshots: { claim: DiskClaim; held?: (row: SandboxRow) => Promise<number> };
 }
 
@@ -47,7 +50,13 @@ export function openDiskRooms(config: Pick<Config, 'dataDir' | 'layersDir' | 'di
   // What may still grow: the disks of the sandboxes this machine holds for someone (every row not
   // deleted; a warm pool's sandboxes and the disk pool's images belong to no one and cannot grow).
   const ids = async () => (localSandboxes ? (await store.sandboxes.live()).map((r) => r.id) : []);
-  const data = new DiskRoom({ name: 'the data filesystem', reserve: config.disk.reserve, read: async () => readDiskSpace(config.dataDir, await ids(), config.disk.overcommit) });
+  // Volumes' images are sparse too, and may grow to their size_gb.
+  const volumeImages = async () => (localSandboxes ? (await store.volumes.all()).map((v) => volumePaths(config.dataDir, v.id).image) : []);
+  const data = new DiskRoom({
+    name: 'the data filesystem',
+    reserve: config.disk.reserve,
+    read: async () => readDiskSpace(config.dataDir, await ids(), config.disk.overcommit, await volumeImages()),
+  });
   const sameFs = device(config.dataDir) !== undefined && device(config.dataDir) === device(config.layersDir);
   const layers = sameFs ? data : new DiskRoom({ name: 'the layers filesystem', reserve: config.disk.reserve, read: () => readDiskSpace(config.layersDir) });
   const claim = (room: DiskRoom): DiskClaim => (bytes, what) => room.claim(bytes, what);
@@ -59,6 +68,7 @@ export function openDiskRooms(config: Pick<Config, 'dataDir' | 'layersDir' | 'di
     claimBuild: claim(data),
     claimStepLayer: claim(layers),
     claimUpload: claim(data),
+    ...(localSandboxes ? { claimVolume: claim(data) } : {}),
     snapshots: {
       claim: claim(data),
       ...(localSandboxes ? { held: localDiskHeld(config.dataDir) } : {}),

@@ -63,6 +63,8 @@ export async function runEdge(config: Config, log: Log, logger: Logger): Promise
     portUsed: async () => false,
     connections: new ConnectionLimits(config.connections),
     onAgentGone: (id) => sandboxes.agentGone(id),
+    // E2B's signed file URLs are checked against the token the control plane keeps in the sandbox's row.
+    e2bToken: async (id) => (await store.sandboxes.byId(id))?.e2bAccessToken,
     wake: (id): Promise<void> => sandboxes.wake(id),
     touch: (id): void => sandboxes.touch(id),
     logRequest: (fields) => logger.info(fields, 'sandbox request'),

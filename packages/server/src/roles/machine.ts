@@ -59,6 +59,7 @@ export async function openRuntime(config: Config, log: Log): Promise<CrunRuntime
   const runtime = new CrunRuntime({
     dataDir: config.dataDir,
     agentBundlePath: config.agentBundlePath,
+    agentEnv: { SANDBOXD_PROCESS_OUTPUT_RING_KB: String(config.processOutputRingKb) },
     cgroupParent: config.runtime.cgroupParent,
     bridgeName: config.runtime.bridge,
     subnetCidr: config.runtime.subnet,

@@ -1,6 +1,6 @@
 import { writeFile } from 'node:fs/promises';
 import { deleteNetns, NetnsHolder, vethName, waitVethGone, type Subnet } from './net.js';
-import { buildConfig } from './oci.js';
+import { buildConfig, type OciMount } from './oci.js';
 import type { SandboxResources } from './types.js';
 import type { UndoStack } from './undo.js';
 
@@ -49,6 +49,8 @@ export interface Assembly {
   cgroupVersion: () => Promise<1 | 2>;
   /** Undefined: loopback only. */
   network?: NetworkPlan;
+  /** Mounts besides the process's binds (a sandbox's volumes), made ready before the config is written. */
+  extraMounts?: () => Promise<OciMount[]>;
   /** Runs once rootfs, network and process are ready, before the config is written. */
   beforeConfig?: () => Promise<void>;
   /** Per-part timings for benchmarks ('disk', 'network'). */
@@ -86,6 +88,7 @@ export async function assembleContainer(a: Assembly): Promise<NetnsHolder | unde
     idBase: a.idBase,
     roBinds: [{ source: INIT_PATH, target: '/.sb/init' }, ...proc.binds],
     caBundle: await a.caBundle(),
+    extraMounts: a.extraMounts ? await a.extraMounts() : undefined,
     cgroupVersion: await a.cgroupVersion(),
   });
   await writeFile(a.configPath, JSON.stringify(config), { mode: 0o600 });

@@ -19,6 +19,8 @@ export interface CrunRuntimeOptions {
   dataDir: string;
   /** The agent bundle (agent.cjs); its directory is bound read-only at /.sb/agent. */
   agentBundlePath: string;
+  /** Settings of the agent in every sandbox (SANDBOXD_PROCESS_OUTPUT_RING_KB, ...), added to its env at boot. */
+  agentEnv?: Record<string, string>;
   log?: (msg: string) => void;
   bridgeName?: string;
   subnetCidr?: string;

@@ -33,8 +33,10 @@ export async function imageUse(path: string): Promise<{ sizeBytes: number; heldB
  * stat per disk: a thousand sandboxes cost a few milliseconds, read at most once a second
  * (services/disk-room.ts keeps a reading).
  */
-export async function readDiskSpace(dataDir: string, sandboxIds: string[] = [], overcommit = 1): Promise<DiskSpace> {
-  const [fs, uses] = await Promise.all([statfs(dataDir), Promise.all(sandboxIds.map((id) => imageUse(sandboxPaths(dataDir, id).image)))]);
+export async function readDiskSpace(dataDir: string, sandboxIds: string[] = [], overcommit = 1, otherImages: string[] = []): Promise<DiskSpace> {
+  // otherImages: sparse images beside the sandboxes' that may grow too (volumes: runtime/volumes.ts).
+  const paths = [...sandboxIds.map((id) => sandboxPaths(dataDir, id).image), ...otherImages];
+  const [fs, uses] = await Promise.all([statfs(dataDir), Promise.all(paths.map((p) => imageUse(p)))]);
   let promisedBytes = 0;
   let heldBytes = 0;
   let disks = 0;

@@ -101,6 +101,8 @@ export interface ConfigInput {
   roBinds: Array<{ source: string; target: string }>;
   /** Bind the host CA bundle over the image's (HTTPS through the host's intercepting proxy). */
   caBundle: boolean;
+  /** A sandbox's volumes (runtime/volumes.ts): after the kernel's filesystems, before the runtime's binds. */
+  extraMounts?: OciMount[];
   /**
    * The host's cgroup version. v1 charges socket buffers to no limit unless kernelTCP is set; v2
    * charges them to memory.max, and crun refuses kernelTCP there ("cannot set kernel TCP with cgroupv2").
@@ -145,6 +147,10 @@ export function buildConfig(input: ConfigInput): OciConfig {
     bind(HOST_RESOLV_CONF, '/etc/resolv.conf', true),
   ];
   if (input.caBundle) mounts.push(bind(HOST_CA_BUNDLE, HOST_CA_BUNDLE, true));
+  // Before the runtime's own binds: crun resolves a destination inside the rootfs, so a volume
+  // path that is a symlink the sandbox left (a snapshot's files) can land on /.sb at worst, and
+  // the runtime's binds then cover it.
+  mounts.push(...(input.extraMounts ?? []));
   for (const b of input.roBinds) mounts.push(bind(b.source, b.target, true));
 
   const namespaces: Array<{ type: string; path?: string }> = [

@@ -21,6 +21,14 @@ export interface SandboxResources {
   cpuWeight?: number;
 }
 
+/** A volume as a sandbox's spec names it (runtime/volumes.ts): the runtime finds its mount from the id. */
+export interface VolumeMountSpec {
+  id: string;
+  /** Absolute, normalized path inside the sandbox (volumePathProblem). */
+  path: string;
+  readOnly: boolean;
+}
+
 export interface SandboxSpec {
   /** Sandbox id: also the container id and the cgroup leaf name. Lowercase [a-z0-9-]. */
   id: string;
@@ -46,6 +54,8 @@ export interface SandboxSpec {
   hostname: string;
   /** Environment of the agent process (and so the base of every execution). */
   env: Record<string, string>;
+  /** Volumes bound into the sandbox (runtime/volumes.ts), each at its path; absent: none. */
+  volumes?: VolumeMountSpec[];
 }
 
 /**

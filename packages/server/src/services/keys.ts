@@ -15,6 +15,10 @@ export const DEFAULT_ORG = 'default';
 
 const KEY_PREFIX = 'sbd_';
 
+/** The shape of a new key's secret: ours, or E2B's (for its clients: http/routes/e2b.ts). */
+export type KeyFormat = 'sandboxd' | 'e2b';
+export const KEY_FORMATS: readonly KeyFormat[] = ['sandboxd', 'e2b'];
+
 export function hashSecret(secret: string): string {
   return createHash('sha256').update(secret).digest('hex');
 }
@@ -67,9 +71,10 @@ export class KeyService {
   }
 
   /** Creates a key; `secret` lets the operator pin an exact key (SANDBOXD_BOOTSTRAP_API_KEY). */
-  async createKey(orgId: string, opts: { name?: string; scopes?: ApiScope[]; secret?: string } = {}): Promise<{ key: ApiKeyRow; secret: string }> {
+  async createKey(orgId: string, opts: { name?: string; scopes?: ApiScope[]; secret?: string; format?: KeyFormat } = {}): Promise<{ key: ApiKeyRow; secret: string }> {
     const id = `key_${randomBytes(8).toString('hex')}`;
-    const secret = opts.secret ?? `${KEY_PREFIX}${randomBytes(24).toString('base64url')}`;
+    // 'e2b': the shape E2B's clients check before they send a key (`e2b_` and 40 hex digits, as E2B's own keys: 160 random bits).
+    const secret = opts.secret ?? (opts.format === 'e2b' ? `e2b_${randomBytes(20).toString('hex')}` : `${KEY_PREFIX}${randomBytes(24).toString('base64url')}`);
     const key: ApiKeyRow = {
       id,
       orgId,

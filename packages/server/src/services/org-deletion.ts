@@ -4,6 +4,7 @@ import { DEFAULT_ORG, type KeyService } from './keys.js';
 import type { SandboxService } from './sandboxes/index.js';
 import type { SnapshotService } from './snapshots/index.js';
 import type { TemplateBuildService } from './template-builds/index.js';
+import type { VolumeService } from './volumes.js';
 
 export interface OrgDeletionDeps {
   store: Store;
@@ -13,6 +14,8 @@ export interface OrgDeletionDeps {
   builds?: TemplateBuildService;
   placement?: { dropWarm(poolId: string): Promise<void> };
   gcLayers?: () => Promise<void>;
+  /** Its volumes go too (their files, mounts and images). */
+  volumes?: VolumeService;
 }
 
 /** What went with an organization. */
@@ -76,6 +79,9 @@ export async function deleteOrganization(d: OrgDeletionDeps, org: OrgRow): Promi
       }
     }
   }
+
+  // Its volumes (issue 32): its sandboxes are gone, so none is mounted any more.
+  for (const v of await d.store.volumes.list(org.id)) await (d.volumes ? d.volumes.remove(org.id, v.id, true) : d.store.volumes.remove(v.id));
 
   for (const t of await d.store.templates.list(org.id)) {
     if (t.orgId !== org.id) continue; // the built-ins every organization sees

@@ -37,7 +37,7 @@ test("an organization's storage: its templates' own layers (not shared bases), u
     await upload(a.id, 'a'.repeat(64), 'y', 2 * MIB);
     await upload(b.id, 'a'.repeat(64), 'z', 2 * MIB);
     const use = await storage.use(a.id);
-    assert.deepEqual(use, { sandboxDisksHeldBytes: 0, snapshotsBytes: 3 * MIB, templatesBytes: 15 * MIB, uploadsBytes: 2 * MIB, storedBytes: 20 * MIB });
+    assert.deepEqual(use, { sandboxDisksHeldBytes: 0, snapshotsBytes: 3 * MIB, templatesBytes: 15 * MIB, uploadsBytes: 2 * MIB, volumesBytes: 0, storedBytes: 20 * MIB });
     assert.equal((await storage.use(b.id)).storedBytes, 9 * MIB, "b's own layer and its upload of the same content");
 
     // An upload under way counts from its admission to its end; its row counts after.

@@ -12,7 +12,9 @@ export interface StorageUse {
   templatesBytes: number;
   /** Uploaded files its uploads reference, each content once (and uploads under way). */
   uploadsBytes: number;
-  /** snapshots + templates + uploads: what counts in max_total_disk_gb beside the sandboxes' disk_gb. */
+  /** Its volumes' whole size_gb (a volume may grow to it). */
+  volumesBytes: number;
+  /** snapshots + templates + uploads + volumes: what counts in max_total_disk_gb beside the sandboxes' disk_gb. */
   storedBytes: number;
 }
 
@@ -54,8 +56,8 @@ export class OrgStorage {
     let bytes: number;
     if (last && now - last.at <= maxAgeMs) bytes = last.bytes;
     else {
-      const [snapshots, templates, uploads] = await Promise.all([this.d.snapshotsBytes(orgId), this.templatesBytes(orgId), this.d.store.uploads.bytesForOrg(orgId)]);
-      bytes = snapshots + templates + uploads;
+      const [snapshots, templates, uploads, volumes] = await Promise.all([this.d.snapshotsBytes(orgId), this.templatesBytes(orgId), this.d.store.uploads.bytesForOrg(orgId), this.volumesBytes(orgId)]);
+      bytes = snapshots + templates + uploads + volumes;
       if (this.readings.size > 4096) this.readings.clear();
       this.readings.set(orgId, { at: now, bytes });
     }
@@ -64,14 +66,15 @@ export class OrgStorage {
 
   /** `disks: false`: without what the sandboxes' disks hold (a stat of each: not for every scrape). */
   async use(orgId: string, opts: { disks?: boolean } = {}): Promise<StorageUse> {
-    const [snapshotsBytes, templatesBytes, uploaded, sandboxDisksHeldBytes] = await Promise.all([
+    const [snapshotsBytes, templatesBytes, uploaded, sandboxDisksHeldBytes, volumesBytes] = await Promise.all([
       this.d.snapshotsBytes(orgId),
       this.templatesBytes(orgId),
       this.d.store.uploads.bytesForOrg(orgId),
       opts.disks === false ? 0 : this.disksHeld(orgId),
+      this.volumesBytes(orgId),
     ]);
     const uploadsBytes = uploaded + (this.uploading.get(orgId) ?? 0);
-    return { sandboxDisksHeldBytes, snapshotsBytes, templatesBytes, uploadsBytes, storedBytes: snapshotsBytes + templatesBytes + uploadsBytes };
+    return { sandboxDisksHeldBytes, snapshotsBytes, templatesBytes, uploadsBytes, volumesBytes, storedBytes: snapshotsBytes + templatesBytes + uploadsBytes + volumesBytes };
   }
 
   /** Counts `bytes` of an upload under way for the organization until the returned function is called. */
@@ -87,6 +90,10 @@ export class OrgStorage {
       if (left > 0) this.uploading.set(orgId, left);
       else this.uploading.delete(orgId);
     };
+  }
+
+  private async volumesBytes(orgId: string): Promise<number> {
+    return (await this.d.store.volumes.sizeGbForOrg(orgId)) * 1024 ** 3;
   }
 
   private async templatesBytes(orgId: string): Promise<number> {

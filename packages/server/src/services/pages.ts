@@ -11,7 +11,12 @@ export function page<T extends PageStart>(rows: T[], limit: number): { page: T[]
   const hasMore = rows.length > limit;
   const shown = rows.slice(0, limit);
   const last = shown[shown.length - 1];
-  return { page: shown, hasMore, nextCursor: hasMore && last ? Buffer.from(JSON.stringify([last.createdAt, last.id])).toString('base64url') : null };
+  return { page: shown, hasMore, nextCursor: hasMore && last ? cursorAfter(last) : null };
+}
+
+/** The cursor of the page that begins after `item`. */
+export function cursorAfter(item: PageStart): string {
+  return Buffer.from(JSON.stringify([item.createdAt, item.id])).toString('base64url');
 }
 
 /** A cursor a listing gave as next_cursor, read back (a client's text: checked); undefined: the first page. */

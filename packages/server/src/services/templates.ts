@@ -112,7 +112,7 @@ export class TemplateService {
       buildId: null,
       features: t.features,
       tags: t.tags,
-      env: {},
+      env: t.env ?? {},
       workdir: '/workspace',
       ...state,
       createdAt: existing?.createdAt ?? now,

@@ -36,6 +36,8 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
     idleCheckAt: null,
     snapshotId: null,
     lineage: [],
+    metadata: {},
+    e2bAccessToken: null,
     ...over,
   });
 
@@ -66,7 +68,7 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
 
   test(`${name}: sandboxes round-trip every field`, async () => {
     const s = await open();
-    const row = sandbox('sb1', { gatewayPort: 40001, timeoutSeconds: 30, expiresAt: '2030-01-01T00:00:00.000Z', internetAccess: false, onTimeout: 'pause', idleTimeoutSeconds: 300, autoResume: true, idleCheckAt: '2030-01-01T00:05:00.000Z', egress: { internet: true, allow: ['example.com', '10.0.0.0/8'], deny: ['*.bad.example'] } });
+    const row = sandbox('sb1', { gatewayPort: 40001, timeoutSeconds: 30, expiresAt: '2030-01-01T00:00:00.000Z', internetAccess: false, onTimeout: 'pause', idleTimeoutSeconds: 300, autoResume: true, idleCheckAt: '2030-01-01T00:05:00.000Z', egress: { internet: true, allow: ['example.com', '10.0.0.0/8'], deny: ['*.bad.example'] }, metadata: { team: 'a', 'k=v': 'x&y' }, e2bAccessToken: 'eyJ.token' });
     await s.sandboxes.insert(row);
     assert.deepEqual(await s.sandboxes.byId('sb1'), row);
     s.close();
@@ -411,6 +413,29 @@ export function storeConformance(name: string, open: () => Promise<Store>): void
         await assert.rejects(call(), TypeError, `a node id of ${String(nodeId)}`);
       }
     }
+    s.close();
+  });
+
+  test(`${name}: volumes: unique names per organization, by id and name, sizes summed per organization; a sandbox names its volumes`, async () => {
+    const s = await open();
+    const vol = { id: 'vol-00000000000000000001', orgId: 'org_a', name: 'data', sizeGb: 3, nodeId: 'n1', createdAt: '2030-01-01T00:00:00.000Z' };
+    assert.equal(await s.volumes.insert(vol), true);
+    assert.equal(await s.volumes.insert({ ...vol, id: 'vol-00000000000000000002' }), false, 'the name is taken in org_a');
+    assert.equal(await s.volumes.insert({ ...vol, id: 'vol-00000000000000000003', orgId: 'org_b', sizeGb: 5 }), true);
+    assert.equal(await s.volumes.insert({ ...vol, id: 'vol-00000000000000000004', name: 'more', sizeGb: 4 }), true);
+    assert.deepEqual(await s.volumes.byId(vol.id), vol);
+    assert.deepEqual(await s.volumes.byName('org_a', 'data'), vol);
+    assert.equal(await s.volumes.byName('org_c', 'data'), undefined);
+    assert.deepEqual((await s.volumes.list('org_a')).map((v) => v.name), ['data', 'more']);
+    assert.equal((await s.volumes.all()).length, 3);
+    assert.equal(await s.volumes.sizeGbForOrg('org_a'), 7);
+    assert.equal(await s.volumes.sizeGbForOrg('org_c'), 0);
+    const row = sandbox('sbv', { volumes: [{ id: vol.id, name: 'data', path: '/data', readOnly: true }] });
+    await s.sandboxes.insert(row);
+    assert.deepEqual(await s.sandboxes.byId('sbv'), row);
+    assert.equal(await s.volumes.remove(vol.id), true);
+    assert.equal(await s.volumes.remove(vol.id), false);
+    assert.equal(await s.volumes.sizeGbForOrg('org_a'), 4);
     s.close();
   });
 

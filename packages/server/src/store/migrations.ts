@@ -171,6 +171,33 @@ export const MIGRATIONS: Migration[] = [
   ALTER TABLE templates ADD COLUMN build_progress ${t.integer};
   ALTER TABLE templates ADD COLUMN build_eta_at ${t.ordered};
 `),
+
+  /**
+   * E2B's clients (issue 30): a sandbox's metadata (labels its list is filtered by; null: none),
+   * and the one access token their API hands out for it (signed file URLs are checked against it).
+   */
+  both('sandbox metadata and E2B access token', (t) => `
+  ALTER TABLE sandboxes ADD COLUMN metadata ${t.json};
+  ALTER TABLE sandboxes ADD COLUMN e2b_access_token ${t.text};
+`),
+
+  /**
+   * Volumes (issue 32): each lives on the node it was made on; names are unique per organization.
+   * A sandbox's row, and a snapshot's, name the volumes it mounts (null: none).
+   */
+  both('volumes', (t) => `
+  CREATE TABLE volumes (
+    id ${t.ordered} PRIMARY KEY,
+    org_id ${t.ordered} NOT NULL,
+    name ${t.ordered} NOT NULL,
+    size_gb ${t.bigint} NOT NULL,
+    node_id ${t.ordered} NOT NULL,
+    created_at ${t.ordered} NOT NULL,
+    UNIQUE (org_id, name)
+  );
+  ALTER TABLE sandboxes ADD COLUMN volumes ${t.json};
+  ALTER TABLE snapshots ADD COLUMN volumes ${t.json};
+`),
 ];
 
 /** The SQL of a dialect's steps, in order: its version N means the first N are applied. */

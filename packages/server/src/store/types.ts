@@ -100,6 +100,49 @@ export interface SandboxRow {
   snapshotId: string | null;
   /** The sandboxes its files descend from (it was forked or made from a snapshot of them), nearest first. */
   lineage: string[];
+  /** Labels its creator gave it (absent or {}: none). */
+  metadata?: Record<string, string>;
+  /**
+   * The access token the E2B-compatible API hands out for it (http/routes/e2b.ts): one sandbox
+   * token, kept so that every client gets the same one, which E2B's clients also sign file URLs
+   * with (the gateway recomputes those signatures from it). Null until first asked for.
+   */
+  e2bAccessToken?: string | null;
+  /** The volumes it mounts (issue 32; absent or []: none). */
+  volumes?: SandboxVolumeRow[];
+}
+
+/** A volume as a sandbox row names it: by id (its name as it was at the create, for answers). */
+export interface SandboxVolumeRow {
+  id: string;
+  name: string;
+  path: string;
+  readOnly: boolean;
+}
+
+/** A volume (issue 32): an ext4 image on the node it was made on, shared by its organization's sandboxes there. */
+export interface VolumeRow {
+  id: string;
+  orgId: string;
+  name: string;
+  sizeGb: number;
+  /** The node it lives on (placement puts the sandboxes that mount it there). */
+  nodeId: string;
+  createdAt: string;
+}
+
+export interface VolumeRepo {
+  /** false: the organization has a volume of that name. */
+  insert(row: VolumeRow): Promise<boolean>;
+  byId(id: string): Promise<VolumeRow | undefined>;
+  byName(orgId: string, name: string): Promise<VolumeRow | undefined>;
+  /** By name. */
+  list(orgId: string): Promise<VolumeRow[]>;
+  /** Every organization's (reconcile at start). */
+  all(): Promise<VolumeRow[]>;
+  remove(id: string): Promise<boolean>;
+  /** Sum of size_gb of the organization's volumes (what they count in max_total_disk_gb). */
+  sizeGbForOrg(orgId: string): Promise<number>;
 }
 
 export interface SandboxListFilter {
@@ -250,6 +293,8 @@ export interface SnapshotRow {
   egress: SandboxRow['egress'];
   /** Bytes of its own layer (what it counts against the organization's snapshot storage). */
   sizeBytes: number;
+  /** The volumes the sandbox mounted (issue 32): a create from it mounts them again (their files are not in it). */
+  volumes?: SandboxVolumeRow[];
   createdAt: string;
 }
 
@@ -278,6 +323,7 @@ export interface Store {
   buildLogs: BuildLogRepo;
   previews: PreviewRepo;
   snapshots: SnapshotRepo;
+  volumes: VolumeRepo;
   nodes: NodeRepo;
   /** The processes that serve from this store (the all-in-one daemon, control replicas, edges), each as it last said it runs. */
   replicas: ReplicaRepo;

@@ -46,7 +46,12 @@ async function readAll(store: Store): Promise<unknown> {
   const acme = (await store.orgs.byName('acme'))!.id;
   const blob = (lastRead.sqlite as { blob: { sha256: string } }).blob.sha256;
   const sandboxes: Record<string, unknown> = {};
-  for (const id of ['sb_run', 'sb_paused', 'sb_stopped', 'sb_dead']) sandboxes[id] = await store.sandboxes.byId(id);
+  for (const id of ['sb_run', 'sb_paused', 'sb_stopped', 'sb_dead']) {
+    // Fields added since that release (metadata, the E2B access token): none on every old row.
+    const { metadata, e2bAccessToken, ...row } = (await store.sandboxes.byId(id))!;
+    assert.deepEqual([metadata, e2bAccessToken], [{}, null]);
+    sandboxes[id] = row;
+  }
   const read = {
     orgs: await store.orgs.list(),
     limits: await store.orgs.limits(acme),

@@ -63,7 +63,7 @@ export function adminRoutes(app: FastifyInstance, s: Services): void {
     { preHandler: admin, schema: { body: CreateKeyBody } },
     async (req, reply) => {
       const target = await s.keys.org(req.body.org);
-      const { key: created, secret } = await s.keys.createKey(target.id, { name: req.body.name, scopes: req.body.scopes });
+      const { key: created, secret } = await s.keys.createKey(target.id, { name: req.body.name, scopes: req.body.scopes, format: req.body.format });
       req.log.info({ key: created.id, org: target.name, scopes: created.scopes, by_key: principalOf(req).keyId }, 'API key created');
       return reply.code(201).send({ ...key(created, target.name), secret, request_id: req.id });
     },

@@ -26,6 +26,9 @@ import { adminNodeDrainRoute } from './admin-node-drain.js';
 import { snapshotRoutes } from './snapshots.js';
 import { internalLayerRoutes } from './internal-layers.js';
 import { internalNodeRoutes } from './internal-nodes.js';
+import { e2bRoutes } from './e2b.js';
+import { volumeRoutes } from './volumes.js';
+import { mcpRoutes } from './mcp.js';
 
 export async function registerRoutes(app: FastifyInstance, s: Services): Promise<void> {
   for (const register of [
@@ -50,11 +53,14 @@ export async function registerRoutes(app: FastifyInstance, s: Services): Promise
     metricsRoutes,
     sandboxNetworkRoutes,
     snapshotRoutes,
+    volumeRoutes,
+    mcpRoutes,
     adminRoutes,
     adminNodesRoute,
     adminNodeDrainRoute,
     internalLayerRoutes,
     internalNodeRoutes,
+    e2bRoutes,
   ]) {
     await register(app, s);
   }

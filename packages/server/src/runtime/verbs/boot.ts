@@ -6,7 +6,7 @@ import { agentArgv, nodeArgv, NODE_MOUNT } from '../agent-runtime.js';
 import { AGENT_LISTEN_FD, runWithAgentSocket } from '../agent-socket.js';
 import { assembleContainer } from '../assemble.js';
 import type { RuntimeContext } from '../context.js';
-import { checkLowerDirs, mountDiskImage, mountOverlay, unmount, waitLoopReleased } from '../disk.js';
+import { checkLowerDirs, mountDiskImage, mountOverlay, unmount, waitLoopReleased, type DiskTools } from '../disk.js';
 import { prepareDiskDir, prepareUpper } from '../disk-pool.js';
 import { isRestricted } from '../egress-policy.js';
 import { RangeHeldElsewhere, readIdRange, writeIdRange, type IdRangeFile, type IdRanges } from '../id-ranges.js';
@@ -16,6 +16,7 @@ import { asRuntimeError, checkSpec, DIR_MODE, SANDBOX_DIR_MODE, type SandboxPath
 import { moveIdRange } from '../shift.js';
 import type { SandboxSpec } from '../types.js';
 import { UndoStack } from '../undo.js';
+import { ensureVolumeMounted, volumeOciMount, volumePathProblem, type VolumeMountSpec } from '../volumes.js';
 import { destroyUnlocked } from './destroy.js';
 
 /** A new sandbox: its directory, disk, id range and address, then its container. */
@@ -125,7 +126,7 @@ async function bootSteps(ctx: RuntimeContext, spec: SandboxSpec, undo: UndoStack
       const agentRt = await ctx.agentRuntime();
       return {
         argv: agentArgv(nodeArgv(agentRt, `/.sb/agent/${basename(ctx.agentBundlePath)}`), dirname(ctx.agentBundlePath)),
-        env: { ...spec.env, SANDBOXD_AGENT_LISTEN_FD: String(AGENT_LISTEN_FD) },
+        env: { ...spec.env, ...ctx.opts.agentEnv, SANDBOXD_AGENT_LISTEN_FD: String(AGENT_LISTEN_FD) },
         cwd: '/',
         binds: [
           { source: agentRt.dir, target: NODE_MOUNT },
@@ -140,6 +141,7 @@ async function bootSteps(ctx: RuntimeContext, spec: SandboxSpec, undo: UndoStack
     caBundle: async () => true,
     cgroupVersion: async () => (await ctx.layout()).version,
     network: spec.internetAccess ? networkPlan(ctx, c) : undefined,
+    extraMounts: spec.volumes?.length ? async () => volumeMounts(ctx.dataDir, spec.volumes!, base, await ctx.diskTools()) : undefined,
     beforeConfig: async () => {
       nextPhase('config');
       await hook('config');
@@ -250,4 +252,17 @@ function networkPlan(ctx: RuntimeContext, { spec, undo, fresh, hook }: BootConte
       await ctx.egress.apply(id, ip, policy);
     },
   };
+}
+
+/**
+ * The volumes' binds, idmapped to the sandbox's range; each volume's image mounted on the host
+ * first when it is not (after a reboot). Its host mount stays: other sandboxes share it.
+ */
+async function volumeMounts(dataDir: string, volumes: VolumeMountSpec[], base: number, tools: DiskTools) {
+  for (const v of volumes) {
+    const problem = volumePathProblem(v.path);
+    if (problem) throw new TypeError(`volume mount path ${JSON.stringify(v.path)} ${problem}`);
+    await ensureVolumeMounted(dataDir, v.id, tools);
+  }
+  return volumes.map((v) => volumeOciMount(dataDir, v, base));
 }

@@ -1,4 +1,5 @@
 import type { DiskClaim } from '../disk-room.js';
+import { renderSandboxVolumes, type VolumeService } from '../volumes.js';
 import { ServiceError, type NetworkPolicy, type Sandbox, type SandboxEventKind } from '@sandboxd/protocol';
 import type { Placement } from '../../placement/placement.js';
 import type { SandboxSpec } from '../../runtime/types.js';
@@ -85,6 +86,8 @@ export interface SandboxServiceDeps {
    * control, whose sandboxes' disks are on the nodes).
    */
   claimDisk?: DiskClaim;
+  /** Volumes (issue 32): the mounts a create asks for, checked (absent: a create naming any is refused). */
+  volumes?: Pick<VolumeService, 'resolve'>;
 }
 
 /** How the gateway reaches a live sandbox of the store: through the node its row names. */
@@ -146,6 +149,8 @@ export class SandboxCore {
       region: row.region,
       internet_access: row.internetAccess && (row.egress?.internet ?? true),
       network: this.network(row),
+      metadata: row.metadata ?? {},
+      ...(row.volumes?.length ? { volumes: renderSandboxVolumes(row) } : {}),
       timeout_seconds: row.timeoutSeconds,
       expires_at: row.expiresAt,
       on_timeout: row.onTimeout,

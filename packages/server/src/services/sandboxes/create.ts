@@ -12,10 +12,14 @@ import { needSnapshots } from './lifecycle.js';
 import { bootSpec, egressFrom, type CreateSource } from './spec.js';
 
 
-/** How a create is asked: `signal` (the client left), `keyId` (the API key asking: its token ends with the key). */
+/**
+ * How a create is asked: `signal` (the client left), `keyId` (the API key asking: its token ends
+ * with the key), `keepToken` (its token is kept as the one E2B's clients get: lifecycle.ts keptToken).
+ */
 export interface CreateOpts {
   signal?: AbortSignal;
   keyId?: string;
+  keepToken?: boolean;
 }
 export interface Created {
   sandbox: Sandbox;
@@ -60,7 +64,8 @@ export class Creates {
             lineage: [snap.sandboxId],
             poolId: `snap:${snap.id}`,
           },
-          body,
+          // Its volumes are mounted again (the same volumes, not copies), unless the create names its own.
+          body.volumes === undefined && snap.volumes?.length ? { ...body, volumes: snap.volumes.map((v) => ({ name: v.id, path: v.path, read_only: v.readOnly })) } : body,
           opts,
         );
       });
@@ -109,6 +114,9 @@ export class Creates {
     if (body.internet_access === false && (body.allow_out?.length || body.deny_out?.length)) {
       throw new ServiceError('VALIDATION_ERROR', 'allow_out and deny_out need internet_access: a sandbox created without it has no network at all');
     }
+    // Volumes: the organization's, by name or id, each at a valid path (404 / 400 before anything is made).
+    if (body.volumes?.length && !d.volumes) throw new ServiceError('INVALID_STATE', 'this service has no volumes');
+    const volumes = body.volumes?.length ? await d.volumes!.resolve(orgId, body.volumes) : [];
     const now = new Date();
     const row: SandboxRow = {
       id: newSandboxId(),
@@ -141,6 +149,8 @@ export class Creates {
       idleCheckAt: body.idle_timeout_seconds ? new Date(now.getTime() + body.idle_timeout_seconds * 1000).toISOString() : null,
       snapshotId: src.snapshotId,
       lineage: src.lineage,
+      metadata: body.metadata ?? {},
+      ...(volumes.length ? { volumes } : {}),
     };
     // Room for its disk on the host (its whole disk_gb: the disk is sparse and may grow to it) is
     // held until the create is done, before anything is written; then the disk counts as it is.
@@ -211,6 +221,7 @@ export class Creates {
         idleCheckAt: row.idleTimeoutSeconds ? new Date(at.getTime() + row.idleTimeoutSeconds * 1000).toISOString() : null,
         createdAt: at.toISOString(),
         updatedAt: new Date().toISOString(),
+        ...(opts.keepToken ? { e2bAccessToken: token } : {}),
       };
       // The placeholder becomes the sandbox's row, running, in one step of the store's: no
       // admission counts both rows. No lock is taken for the id: no one could name it before
@@ -246,6 +257,9 @@ export class Creates {
    */
   private take(row: SandboxRow, poolId: string, signal: AbortSignal | undefined): Promise<Placed> {
     const { d } = this.c;
-    return d.placement.take({ spec: bootSpec(row, (l) => d.layerPath(l)), poolId, label: row.templateName, env: row.envVars, egress: row.egress, signal });
+    // Sandboxes with volumes are pooled apart, under a pool id that names their volumes too (a
+    // volume's delete drops them: services/volumes.ts).
+    const pool = row.volumes?.length ? [poolId, ...row.volumes.map((v) => v.id)].join('+') : poolId;
+    return d.placement.take({ spec: bootSpec(row, (l) => d.layerPath(l)), poolId: pool, label: row.templateName, env: row.envVars, egress: row.egress, signal });
   }
 }

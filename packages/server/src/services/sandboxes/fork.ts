@@ -71,6 +71,8 @@ export class Forks {
       on_timeout: body.on_timeout ?? src.onTimeout,
       idle_timeout_seconds: body.idle_timeout_seconds !== undefined ? body.idle_timeout_seconds : src.idleTimeoutSeconds,
       auto_resume: body.auto_resume ?? src.autoResume,
+      // Forks mount the source's volumes (the same volumes, shared: never copied).
+      ...(src.volumes?.length ? { volumes: src.volumes.map((v) => ({ name: v.id, path: v.path, read_only: v.readOnly })) } : {}),
     };
     // Without internet_access named, the fork gets the source's network and policy (both, or none).
     if (body.internet_access === undefined && body.allow_out === undefined && body.deny_out === undefined) {

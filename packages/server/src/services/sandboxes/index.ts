@@ -102,6 +102,10 @@ export class SandboxService {
   refreshToken(orgId: string, id: string, keyId?: string) {
     return this.lifecycle.refreshToken(orgId, id, keyId);
   }
+  /** The token kept for E2B's clients (lifecycle.ts keptToken). */
+  keptToken(orgId: string, id: string, keyId: string | undefined, renewWithinMs: number): Promise<string> {
+    return this.lifecycle.keptToken(orgId, id, keyId, renewWithinMs);
+  }
   wake(id: string): Promise<void> {
     return this.lifecycle.wake(id);
   }

@@ -245,6 +245,28 @@ export class Lifecycle {
   }
 
   /**
+   * The one token E2B's clients get for the sandbox (kept in its row: they sign file URLs with it,
+   * and the gateway checks those signatures against it). The kept one while it is valid for more
+   * than `renewWithinMs`; else (none yet, expired, or its key revoked) a new one made with `keyId`,
+   * which replaces it.
+   */
+  async keptToken(orgId: string, id: string, keyId: string | undefined, renewWithinMs: number): Promise<string> {
+    const { d } = this.c;
+    return d.locks.run(id, async () => {
+      const row = await this.c.get(orgId, id);
+      if (row.e2bAccessToken) {
+        const claims = await d.tokens.verify(row.e2bAccessToken, id).catch(() => undefined);
+        if (claims && claims.expiresAt * 1000 - Date.now() > renewWithinMs) return row.e2bAccessToken;
+      }
+      const { token } = await d.tokens.issue(row.id, row.orgId, keyId);
+      const next = await d.store.sandboxes.update(id, row.version, { e2bAccessToken: token });
+      if (!next) throw new ServiceError('INVALID_STATE', `sandbox ${id} was changed by another request while this one ran; read it again and retry`, { id, current_state: row.status });
+      this.c.route(next);
+      return token;
+    });
+  }
+
+  /**
    * `POST /v1/sandboxes/{id}/restore`: the sandbox's files become those of a snapshot of its own
    * lineage (taken of it, or of a sandbox it was forked or made from); its processes start again
    * on them. It keeps its id, URL, token, network and deadline; a stopped sandbox stays stopped

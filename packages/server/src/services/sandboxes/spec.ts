@@ -45,7 +45,7 @@ function splitLoaderEnv(env: Record<string, string>): { plain: Record<string, st
   return { plain, loader };
 }
 
-export type SpecSource = Pick<SandboxRow, 'layers' | 'vcpu' | 'memoryMb' | 'diskGb' | 'internetAccess' | 'templateEnv' | 'envVars' | 'egress'>;
+export type SpecSource = Pick<SandboxRow, 'layers' | 'vcpu' | 'memoryMb' | 'diskGb' | 'internetAccess' | 'templateEnv' | 'envVars' | 'egress' | 'volumes'>;
 
 /** The policy a create or `PUT /network` asks for, validated; null when it is the default. */
 export function egressFrom(body: { internet_access?: boolean; allow_out?: string[]; deny_out?: string[] }): SandboxRow['egress'] {
@@ -65,6 +65,8 @@ export function specFor(id: string, src: SpecSource, layerPath: (id: string) => 
       internetAccess: src.internetAccess,
       egress: src.egress ?? DEFAULT_EGRESS,
       hostname: '',
+      // Its volumes, by id (runtime/volumes.ts): bound in, shared, never copied.
+      ...(src.volumes?.length ? { volumes: src.volumes.map((v) => ({ id: v.id, path: v.path, readOnly: v.readOnly })) } : {}),
       env: {
         PATH: DEFAULT_PATH,
         HOME: '/root',

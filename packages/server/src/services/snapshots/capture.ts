@@ -132,6 +132,8 @@ export class Captures {
           egress: row.egress,
           sizeBytes: c.sizeBytes,
           createdAt: new Date().toISOString(),
+          // Its volumes are named, not copied: a create from it mounts them again.
+          ...(row.volumes?.length ? { volumes: row.volumes } : {}),
         };
         // Checked again with the size known, in one step with the insert (two at once cannot both fit).
         await d.quotas.hold(orgId, async () => {

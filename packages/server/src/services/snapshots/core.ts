@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import { renderSandboxVolumes } from '../volumes.js';
 import { ServiceError, type Snapshot } from '@sandboxd/protocol';
 import type { FsLayerStore } from '../../images/layer-store.js';
 import type { Placement } from '../../placement/placement.js';
@@ -67,6 +68,7 @@ export class SnapshotCore {
       size: row.sizeBytes,
       created_at: row.createdAt,
       resources: { vcpu: row.vcpu, memory_mb: row.memoryMb, disk_gb: row.diskGb, disk_mb: row.diskGb * 1024 },
+      ...(row.volumes?.length ? { volumes: renderSandboxVolumes(row) } : {}),
     };
   }
 

@@ -9,6 +9,7 @@ import type {
   ReplicaRole,
   ReplicaRow,
   SandboxRow,
+  SandboxVolumeRow,
   SandboxUsage,
   SnapshotRow,
   TemplateRow,
@@ -26,6 +27,12 @@ const num = (v: unknown): number | null => (v === null || v === undefined ? null
 export const flag = (v: unknown): boolean => v === true || v === 1;
 export const json = <T>(v: unknown): T => JSON.parse(String(v)) as T;
 const jsonOrNull = <T>(v: unknown): T | null => (v === null || v === undefined ? null : json<T>(v));
+
+/** A row's volumes (issue 32), only when it has any: rows without read as they always did. */
+function volumesOf(v: unknown): { volumes?: SandboxVolumeRow[] } {
+  const list = jsonOrNull<SandboxVolumeRow[]>(v);
+  return list?.length ? { volumes: list } : {};
+}
 
 export function orgFrom(r: Raw): OrgRow {
   return { id: String(r.id), name: String(r.name), createdAt: String(r.created_at) };
@@ -89,7 +96,7 @@ export const SANDBOX_FIELDS: Fields<SandboxRow> = {
   egress: 'json', timeoutSeconds: 'value', expiresAt: 'value', vcpu: 'value', memoryMb: 'value', diskGb: 'value', layers: 'json',
   templateEnv: 'json', envVars: 'json', gatewayPort: 'value', nodeId: 'value', version: 'value', deletedReason: 'value',
   createdAt: 'value', updatedAt: 'value', deletedAt: 'value', onTimeout: 'value', idleTimeoutSeconds: 'value', autoResume: 'value',
-  idleCheckAt: 'value', snapshotId: 'value', lineage: 'json',
+  idleCheckAt: 'value', snapshotId: 'value', lineage: 'json', metadata: 'json', e2bAccessToken: 'value', volumes: 'json',
 };
 
 export function sandboxFrom(r: Raw): SandboxRow {
@@ -123,6 +130,9 @@ export function sandboxFrom(r: Raw): SandboxRow {
     idleCheckAt: str(r.idle_check_at),
     snapshotId: str(r.snapshot_id),
     lineage: jsonOrNull<string[]>(r.lineage) ?? [],
+    metadata: jsonOrNull<Record<string, string>>(r.metadata) ?? {},
+    e2bAccessToken: str(r.e2b_access_token),
+    ...volumesOf(r.volumes),
   };
 }
 
@@ -185,7 +195,7 @@ export function previewFrom(r: Raw): PreviewRow {
 export const SNAPSHOT_FIELDS: Fields<SnapshotRow> = {
   id: 'value', orgId: 'value', name: 'value', sandboxId: 'value', parentId: 'value', templateId: 'value', templateName: 'value',
   layers: 'json', vcpu: 'value', memoryMb: 'value', diskGb: 'value', templateEnv: 'json', envVars: 'json', internetAccess: 'value',
-  egress: 'json', sizeBytes: 'value', createdAt: 'value',
+  egress: 'json', sizeBytes: 'value', createdAt: 'value', volumes: 'json',
 };
 
 export function snapshotFrom(r: Raw): SnapshotRow {
@@ -207,6 +217,7 @@ export function snapshotFrom(r: Raw): SnapshotRow {
     egress: jsonOrNull<SnapshotRow['egress']>(r.egress),
     sizeBytes: Number(r.size_bytes),
     createdAt: String(r.created_at),
+    ...volumesOf(r.volumes),
   };
 }
 

@@ -3,10 +3,11 @@ import { SqlApiKeyRepo, sqlKv, SqlOrgRepo, sqlRates } from './accounts.js';
 import { SqlBlobRepo, SqlBuildLogRepo } from './files.js';
 import { SqlNodeRepo } from './nodes.js';
 import { SqlReplicaRepo } from './replicas.js';
+import { SqlVolumeRepo } from './volumes.js';
 import { migrationsFor } from '../migrations.js';
 import { SqlPreviewRepo, SqlSandboxRepo } from './sandboxes.js';
 import { SqlBuildRepo, SqlSnapshotRepo, SqlTemplateRepo, SqlUploadRepo } from './templates.js';
-import type { BlobRepo, BuildLogRepo, BuildRepo, NodeRepo, OrgRepo, PreviewRepo, ReplicaRepo, SandboxRepo, SnapshotRepo, Store, StoreSchema, TemplateRepo, UploadRepo, ApiKeyRepo } from '../types.js';
+import type { VolumeRepo, BlobRepo, BuildLogRepo, BuildRepo, NodeRepo, OrgRepo, PreviewRepo, ReplicaRepo, SandboxRepo, SnapshotRepo, Store, StoreSchema, TemplateRepo, UploadRepo, ApiKeyRepo } from '../types.js';
 
 /** The repositories of a Store on either database; SqliteStore and PostgresStore add how to open and close one. */
 export abstract class SqlStore implements Store {
@@ -20,6 +21,7 @@ export abstract class SqlStore implements Store {
   readonly buildLogs: BuildLogRepo;
   readonly previews: PreviewRepo;
   readonly snapshots: SnapshotRepo;
+  readonly volumes: VolumeRepo;
   readonly nodes: NodeRepo;
   readonly replicas: ReplicaRepo;
   readonly kv: Store['kv'];
@@ -36,6 +38,7 @@ export abstract class SqlStore implements Store {
     this.buildLogs = new SqlBuildLogRepo(db);
     this.previews = new SqlPreviewRepo(db);
     this.snapshots = new SqlSnapshotRepo(db);
+    this.volumes = new SqlVolumeRepo(db);
     this.nodes = new SqlNodeRepo(db);
     this.replicas = new SqlReplicaRepo(db);
     this.schema = async () => {

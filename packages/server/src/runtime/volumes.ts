@@ -131,11 +131,21 @@ export class HostVolumes implements VolumeHost {
     const p = volumePaths(this.dataDir, id);
     if (!existsSync(p.dir)) return;
     const known = await loopDeviceAt(p.mnt, p.image);
-    await unmountAllUnder(p.dir);
-    await detachLoops(p.image, known);
-    // A loop device the kernel has not cleared yet (a container letting go) is searched for too.
-    await detachLoops(p.image);
-    await removeTree(p.dir);
+    // Sandboxes that mounted it may still be letting go (a forced delete ends them just before):
+    // what a container held a moment ago is tried again, a few times, before the delete fails.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await unmountAllUnder(p.dir);
+        await detachLoops(p.image, known);
+        // A loop device the kernel has not cleared yet (a container letting go) is searched for too.
+        await detachLoops(p.image);
+        await removeTree(p.dir);
+        return;
+      } catch (err) {
+        if (attempt >= 5) throw err;
+        await new Promise((r) => setTimeout(r, 200 * attempt));
+      }
+    }
   }
 
   async leftovers(id: string): Promise<string[]> {

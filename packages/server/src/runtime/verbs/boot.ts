@@ -199,7 +199,7 @@ async function bootDisk(ctx: RuntimeContext, { spec, p, undo, fresh, pooled, dis
       // Its last run's container may still be letting go of the disk: two mounts of one ext4
       // image would corrupt it.
       const last = await ctx.recordedLoop(p);
-      if (last && !(await waitLoopReleased(last, p.image, 10_000))) {
+      if (last && !(await waitLoopReleased(last, p.image, 30_000))) {
         throw new ServiceError('RUNTIME_ERROR', `sandbox ${id}: its disk is still held by its previous run; try again`).withDetail(`loop device ${last}`);
       }
       await mkdir(p.disk, { recursive: true });

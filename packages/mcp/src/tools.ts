@@ -8,6 +8,31 @@ import { SERVER_NAME, SERVER_VERSION } from './version.js';
 type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
 type Content = CallToolResult['content'];
 
+/**
+ * Handles on sandboxes (their agent address and token) kept per client for a minute: a tool call
+ * then goes straight to the sandbox's agent instead of first asking the API for the sandbox and a
+ * token (two round trips). A kept token that expires or is revoked is refreshed by the SDK.
+ */
+const HANDLE_TTL_MS = 60_000;
+const HANDLES_PER_CLIENT = 256;
+const handles = new WeakMap<ApiClient, Map<string, { sandbox: Sandbox; at: number }>>();
+
+async function openSandbox(client: ApiClient, id: string): Promise<Sandbox> {
+  let kept = handles.get(client);
+  if (!kept) handles.set(client, (kept = new Map()));
+  const hit = kept.get(id);
+  if (hit && Date.now() - hit.at < HANDLE_TTL_MS) return hit.sandbox;
+  const sandbox = await Sandbox.connect(id, { client });
+  kept.delete(id);
+  if (kept.size >= HANDLES_PER_CLIENT) kept.delete(kept.keys().next().value!);
+  kept.set(id, { sandbox, at: Date.now() });
+  return sandbox;
+}
+
+function forgetSandbox(client: ApiClient, id: string): void {
+  handles.get(client)?.delete(id);
+}
+
 /** Text of a file read whole as a tool answer or a resource; more is cut, and the cut is said. */
 const MAX_TEXT = 256 * 1024;
 /** What a tool says of a run's output at most per stream. */
@@ -75,7 +100,7 @@ export function createMcpServer(client: ApiClient): McpServer {
         'Run code and commands in isolated sandboxes (real containers). Create a sandbox with create_sandbox, then use its id with run_code, run_command and the file tools; delete it with delete_sandbox when done (it is also deleted when its timeout passes). Files are also resources at sandbox://{sandbox_id}/files/{path}.',
     },
   );
-  const open = (id: string) => Sandbox.connect(id, { client });
+  const open = (id: string) => openSandbox(client, id);
   const tool = <S extends z.ZodRawShape>(
     name: string,
     config: { title: string; description: string; inputSchema: S; readOnly?: boolean; destructive?: boolean },
@@ -306,6 +331,7 @@ export function createMcpServer(client: ApiClient): McpServer {
     'delete_sandbox',
     { title: 'Delete a sandbox', description: 'Deletes a sandbox and everything in it, at once.', inputSchema: { sandbox_id: sandboxId }, destructive: true },
     async (a) => {
+      forgetSandbox(client, a.sandbox_id);
       await Sandbox.fromId(a.sandbox_id, { client }).kill();
       return { content: [{ type: 'text', text: `deleted ${a.sandbox_id}` }] };
     },

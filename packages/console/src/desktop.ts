@@ -2,7 +2,7 @@
 // frame, through the preview of that port and its signed link, mouse and keyboard included.
 // Shown only for sandboxes whose agent has a desktop (501 DESKTOP_NOT_AVAILABLE otherwise).
 
-import { ApiError, call, type AgentClient } from './api.js';
+import { call, type AgentClient } from './api.js';
 import { h } from './dom.js';
 
 const NOVNC_PATH = '/vnc.html?autoconnect=true&resize=scale&reconnect=true';
@@ -15,12 +15,10 @@ interface VncInfo {
 
 /** The Desktop panel, or null when the sandbox has no desktop. */
 export async function desktopPanel(client: AgentClient, sandboxId: string, onError: (message: string) => void): Promise<HTMLElement | null> {
-  try {
-    await client.call('GET', '/desktop/display/info');
-  } catch (err) {
-    if (err instanceof ApiError && (err.status === 501 || err.status === 404)) return null;
-    throw err;
-  }
+  // Asked of the agent's health (its features name a display), not by calling the desktop API: a
+  // sandbox without one would answer 501, an error in the browser's console for every sandbox page.
+  const health = await client.call<{ features?: string[] }>('GET', '/health');
+  if (!health.features?.includes('desktop')) return null;
   const status = h('span', { id: 'desktop-status', class: 'live' }, 'not open');
   const frameBox = h('div', { id: 'desktop', class: 'desktop-view' });
   const openHere = h('button', { type: 'button', id: 'desktop-open' }, 'Show the screen');

@@ -4,6 +4,8 @@ import { LANGUAGES } from '../proto.js';
 export function healthRoutes(agent: Agent): Route[] {
   const features = ['code_execution', 'file_operations', 'commands', 'environment', 'metrics', 'processes', 'cache', 'rich_outputs', 'streaming', 'contexts', 'python_kernel', 'javascript_kernel'];
   if (agent.helperPath) features.push('terminal');
+  // A template with a display (SANDBOXD_DESKTOP): the console shows its Desktop panel on this.
+  if (agent.config.desktop) features.push('desktop');
   return [
     {
       method: 'GET',

@@ -324,6 +324,14 @@ export function desktopRoutes(agent: Agent): Route[] {
         const content = b.content !== undefined ? str(b, 'content', 1024 * 1024, { allowEmpty: true }) : str(b, 'text', 1024 * 1024, { allowEmpty: true });
         await d.ensure('clipboard');
         await runForking('xclip', ['-selection', 'clipboard', '-i'], { env: d.toolEnv(), input: content });
+        // xclip's first process returns once it has forked the one that will own the selection,
+        // which takes it a moment later: answer once a read sees it (a get right after the set
+        // read the old clipboard), for up to 2 s.
+        for (let i = 0; i < 100; i++) {
+          const now = await run('clipboard', 'xclip', ['-selection', 'clipboard', '-o'], { okCodes: [1] });
+          if (now.stdout.toString('utf8') === content) break;
+          await new Promise((r) => setTimeout(r, 20));
+        }
         remember(content);
         return ok({ length: content.length });
       },

@@ -72,7 +72,7 @@ test('every built-in template is cached after warm-up as a stack over base, and 
   const stacks = await ensureBuiltinTemplates(store, BUILTIN_TEMPLATES, (l) => lines.push(l));
   assert.deepEqual([...stacks.keys()].sort(), BUILTIN_TEMPLATES.map((t) => t.name).sort());
   const depth = Object.fromEntries([...stacks].map(([n, s]) => [n, s.length]));
-  assert.deepEqual(depth, { base: 1, python: 2, nodejs: 2, go: 2, 'code-interpreter': 3 });
+  assert.deepEqual(depth, { base: 1, python: 2, nodejs: 2, go: 2, 'code-interpreter': 3, desktop: 3 });
   const base = stacks.get('base')![0]!.id;
   for (const [name, stack] of stacks) {
     assert.equal(stack.at(-1)!.id, base, `${name} is over base`);
@@ -80,6 +80,7 @@ test('every built-in template is cached after warm-up as a stack over base, and 
     assert.deepEqual(await checkStackClaims(stack, store.root, BUILTIN_CLAIMS[name]), [], name);
   }
   assert.deepEqual(stacks.get('code-interpreter')!.slice(1).map((l) => l.id), stacks.get('python')!.map((l) => l.id));
+  assert.deepEqual(stacks.get('desktop')!.slice(1).map((l) => l.id), stacks.get('python')!.map((l) => l.id));
   assert.ok(!lines.some((l) => l.includes('building') || l.includes('mmdebstrap')), lines.join('\n'));
-  assert.match(lines.at(-1)!, /5 of 5 ready/);
+  assert.match(lines.at(-1)!, /6 of 6 ready/);
 });

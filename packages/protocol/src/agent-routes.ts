@@ -1,5 +1,6 @@
 import { Type, type TSchema } from '@sinclair/typebox';
 import { EnvVars } from './lifecycle.js';
+import { DESKTOP_ROUTES } from './agent-desktop.js';
 
 /** Request schemas of the agent API, shared by the OpenAPI document and the agent's validation. */
 export const Env = EnvVars;
@@ -124,4 +125,6 @@ export const AGENT_ROUTES: AgentRouteDoc[] = [
       rows: Type.Optional(Type.Integer({ minimum: 1, maximum: 9999, default: 24 })),
     }),
   },
+  // The desktop (desktop-capable templates; any other answers 501 DESKTOP_NOT_AVAILABLE).
+  ...DESKTOP_ROUTES,
 ];

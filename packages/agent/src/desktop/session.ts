@@ -4,6 +4,7 @@ import { connect } from 'node:net';
 import { delimiter, dirname, join } from 'node:path';
 import { logLine } from '../log.js';
 import { ServiceError } from '../proto.js';
+import { e2bDesktopShims } from './e2b-compat.js';
 
 /** The display every desktop sandbox has (one per sandbox: its own X server). */
 export const DISPLAY = ':0';
@@ -161,6 +162,8 @@ export class Desktop {
     // A server killed outright leaves its lock and socket, which would stop a new one.
     rmSync(X_LOCK, { force: true });
     rmSync(X_SOCKET, { force: true });
+    // Before anything can run in the sandbox: E2B's desktop client starts a session of its own.
+    for (const note of e2bDesktopShims()) this.log(note);
     const env = this.sessionEnv();
     if (this.user) prepareHome(this.user, env.XDG_RUNTIME_DIR!);
     else mkdirSync(env.XDG_RUNTIME_DIR!, { recursive: true, mode: 0o700 });

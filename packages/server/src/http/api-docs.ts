@@ -1,4 +1,5 @@
 import type { ErrorCode } from '@sandboxd/protocol';
+import { desktopOperations } from './api-desktop.js';
 
 /**
  * What the OpenAPI document says of each operation beyond its schemas: the group it is listed in,
@@ -32,6 +33,7 @@ export const TAGS: Array<{ name: string; description: string }> = [
   { name: 'processes', description: 'Agent API: background executions and every process of the sandbox.' },
   { name: 'streams', description: 'Agent API: WebSocket endpoints (streamed execution, terminal, file changes).' },
   { name: 'system', description: "Agent API: the agent's health, identity, the sandbox's resource use and the execution cache." },
+  { name: 'desktop', description: 'Agent API, on desktop templates: screenshots, mouse, keyboard, clipboard, windows, display, recordings, OCR, VNC (docs/desktop.md).' },
 ];
 
 const SANDBOX_ID: ErrorCode[] = ['NOT_FOUND', 'PERMISSION_DENIED', 'SANDBOX_EXPIRED'];
@@ -335,4 +337,5 @@ export const AGENT_OPERATIONS: Record<string, OperationDoc> = {
   'GET /cache/stats': { tag: 'system', summary: 'Cache statistics', description: 'Entries, hits and misses of the execution cache.', errors: AGENT },
   'POST /cache/clear': { tag: 'system', summary: 'Clear the cache', description: 'Empties the execution cache.', errors: AGENT },
   'GET /terminal': { tag: 'streams', summary: 'Terminal (WebSocket)', description: 'An interactive shell on a pseudo-terminal: send input and resize frames, receive output.', errors: AGENT },
+  ...desktopOperations(AGENT),
 };

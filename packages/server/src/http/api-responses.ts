@@ -69,6 +69,7 @@ import {
   WatchClientFrame,
   WatchServerFrame,
 } from '@sandboxd/protocol';
+import { DESKTOP_RESPONSES } from './api-desktop.js';
 
 /**
  * What the OpenAPI document says of each operation's success: its status, its body by media type
@@ -989,4 +990,5 @@ export const AGENT_RESPONSES: Record<string, SuccessDoc> = {
       },
     },
   },
+  ...DESKTOP_RESPONSES,
 };

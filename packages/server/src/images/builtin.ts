@@ -48,6 +48,8 @@ const DESKTOP_PACKAGES = [
   'ffmpeg',
   'tesseract-ocr',
   'chromium',
+  // gtk-launch: E2B's desktop client starts applications with it (`launch`).
+  'libgtk-3-bin',
 ];
 const rootfs = (packages: string[]): DebianRootfsRecipe => ({
   kind: 'debian-rootfs',

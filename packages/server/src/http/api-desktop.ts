@@ -43,8 +43,7 @@ import {
   DesktopWindowResizeBody,
   type ErrorCode,
 } from '@sandboxd/protocol';
-import type { OperationDoc } from './api-docs.js';
-import type { Payload, SuccessDoc } from './api-responses.js';
+import type { OperationDoc, Payload, SuccessDoc } from './api-doc-types.js';
 
 /**
  * The `/desktop/*` agent API in the OpenAPI document (docs/desktop.md): what api-docs.ts and

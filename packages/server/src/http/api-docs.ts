@@ -8,12 +8,8 @@ import { desktopOperations } from './api-desktop.js';
  * `METHOD path` as the document writes it (agent paths without their /agent prefix); openapi.test
  * checks that every served operation has an entry.
  */
-export interface OperationDoc {
-  tag: string;
-  summary: string;
-  description: string;
-  errors: ErrorCode[];
-}
+export type { OperationDoc } from './api-doc-types.js';
+import type { OperationDoc } from './api-doc-types.js';
 
 /** The groups, in the order /docs lists them. */
 export const TAGS: Array<{ name: string; description: string }> = [

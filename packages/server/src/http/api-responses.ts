@@ -82,28 +82,9 @@ import { DESKTOP_RESPONSES } from './api-desktop.js';
  * routes without one are described here only, so that a mistake in a description can never drop a
  * field from a real answer.
  */
-export interface Payload {
-  /** Absent only for a JSON request body whose route declares its schema. */
-  schema?: TSchema;
-  example?: unknown;
-  examples?: Record<string, { summary: string; value: unknown }>;
-  /** text/event-stream: the `data` of each event, by event name. */
-  events?: Record<string, TSchema>;
-}
+export type { Payload, SuccessDoc } from './api-doc-types.js';
+import type { Payload, SuccessDoc } from './api-doc-types.js';
 
-export interface SuccessDoc {
-  /** 101 for a WebSocket upgrade. */
-  status: 101 | 200 | 201 | 202;
-  description: string;
-  /** The answer's body, by media type (none for 101). */
-  content?: Record<string, Payload>;
-  /** WebSocket: the JSON text messages each side sends once the connection is upgraded. */
-  frames?: { client: Payload; server: Payload };
-  /** Other successes of the same operation (206 for a ranged download). */
-  more?: Array<{ status: number; description: string; content: Record<string, Payload> }>;
-  /** The request body, by media type; absent: the operation takes none. */
-  request?: { required?: boolean; content: Record<string, Payload> };
-}
 
 const json = (schema: TSchema | undefined, example: unknown): Record<string, Payload> => ({ 'application/json': { schema, example } });
 const jsonRequest = (example: unknown, schema?: TSchema, required = true): SuccessDoc['request'] => ({ required, content: { 'application/json': { schema, example } } });

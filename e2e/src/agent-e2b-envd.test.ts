@@ -1,5 +1,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createSandbox, startAgentServer, stopServer, type CreatedSandbox, type TestServer } from './agent-support.js';
 
 // E2B's in-sandbox daemon protocol ("envd": Connect RPC and /files) served by the agent of a real
@@ -93,6 +95,15 @@ test("the sandbox answers E2B's health check, and commands run inside it as E2B'
   assert.match(init!, /^\/\.sb\/init/, 'PID 1 is the sandbox init: the process runs in the sandbox');
   assert.equal(r.end.exitCode, undefined, 'exit code 0 (proto3 JSON omits it)');
   assert.equal(r.end.exited, true);
+});
+
+// The first call loaded envd.cjs with its V8 code cache, made at build time by the Node the daemon
+// hands to sandboxes, under the agent's V8 flags (packages/agent/src/e2b/code-cache.ts): inside the
+// sandbox V8 takes it rather than compiling the bundle again.
+test('the agent loaded envd with its V8 code cache (not rejected inside the sandbox)', () => {
+  const state = JSON.parse(execFileSync('crun', ['--root', `${server.dataDir}/crun`, 'state', sb.id], { encoding: 'utf8' })) as { pid: number };
+  const log = readFileSync(`/proc/${state.pid}/root/.sb/state/agent.log`, 'utf8');
+  assert.match(log, /envd loaded in \d+ ms \(code cache used\)/);
 });
 
 test('commands stream output while they run, and fail with their exit status', async () => {

@@ -58,8 +58,36 @@ await buildAtomically({
   format: 'cjs',
   legalComments: 'none',
   logLevel: 'warning',
+  // Connect's server takes the global Headers, which in Node is undici's and loads all of undici at
+  // first use; src/e2b/headers.ts stands in for it (see there).
+  inject: [join(here, 'src/e2b/headers.ts')],
   plugins: [absentOptionalModules],
 });
+
+// envd.cjs's V8 code cache (src/e2b/code-cache.ts), made by this Node under the agent's V8 flags:
+// the Node that builds is the one the daemon hands to sandboxes (/.sb/node) unless it is told to use
+// another (then V8 rejects the cache and the agent compiles envd.cjs from source, as without it).
+{
+  const maker = join(out, `make-code-cache.tmp-${process.pid}.cjs`);
+  try {
+    await build({
+      entryPoints: [join(here, 'src/e2b/make-code-cache.ts')],
+      outfile: maker,
+      bundle: true,
+      platform: 'node',
+      target: 'node18',
+      format: 'cjs',
+      legalComments: 'none',
+      logLevel: 'warning',
+    });
+    execFileSync(process.execPath, [maker, out], { stdio: 'inherit' });
+  } catch (err) {
+    rmSync(join(out, 'envd.cjs.v8cache'), { force: true });
+    console.warn(`agent build: no code cache for envd.cjs (${err.message}); the first E2B call compiles it from source`);
+  } finally {
+    rmSync(maker, { force: true });
+  }
+}
 
 await buildAtomically({
   entryPoints: [join(here, 'src/main.ts')],

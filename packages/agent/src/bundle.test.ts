@@ -1,5 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { isBuiltin } from 'node:module';
 import { dirname, join } from 'node:path';
@@ -36,9 +37,33 @@ test("E2B's daemon is a bundle of its own, loaded from beside agent.cjs, requiri
   const agentText = readFileSync(bundle, 'utf8');
   assert.doesNotMatch(agentText, /@connectrpc|@bufbuild|connectNodeAdapter/, 'Connect and protobuf stay out of agent.cjs');
   const loads = [...agentText.matchAll(/\bimport\(([^)]*)\)/g)].map((m) => m[1]!.trim()).filter((name) => !isBuiltin(name.replace(/^["']|["']$/g, '')));
+  // The import() is the unbundled sources' way (tests); the bundle compiles envd.cjs itself, with
+  // its code cache (src/e2b/code-cache.ts).
   assert.deepEqual(loads, ['"./envd.cjs"']);
+  assert.match(agentText, /compileEnvd\(__dirname, require\)/);
   assert.deepEqual(
     requiredNames(envd).filter((name) => !isBuiltin(name)),
     [],
   );
+});
+
+// The code cache is made by the Node that builds under the agent's V8 flags: a Node that sets them
+// as the agent does takes it, and one under other flags rejects it and loads envd.cjs from source.
+test("envd.cjs's V8 code cache is taken under the agent's flags, and rejected cleanly under others", { skip: !existsSync(join(dir, 'envd.cjs.v8cache')) && 'no code cache built' }, () => {
+  const here = dirname(fileURLToPath(import.meta.url));
+  const probe = (flags: 'agent' | string[]) => {
+    const src = `
+      import { createRequire } from 'node:module';
+      import { setFlagsFromString } from 'node:v8';
+      import { setAgentV8Flags } from ${JSON.stringify(join(here, 'v8-flags.js'))};
+      import { compileEnvd } from ${JSON.stringify(join(here, 'e2b/code-cache.js'))};
+      const flags = ${JSON.stringify(flags)};
+      if (flags === 'agent') setAgentV8Flags(); else for (const f of flags) setFlagsFromString(f);
+      const compiled = compileEnvd(${JSON.stringify(dir)}, createRequire(import.meta.url));
+      process.stdout.write(JSON.stringify({ cache: compiled.cache, createEnvd: typeof compiled.run().createEnvd }));
+    `;
+    return JSON.parse(execFileSync(process.execPath, ['--input-type=module', '-e', src], { encoding: 'utf8' })) as unknown;
+  };
+  assert.deepEqual(probe('agent'), { cache: 'used', createEnvd: 'function' });
+  assert.deepEqual(probe(['--no-lazy']), { cache: 'rejected', createEnvd: 'function' });
 });

@@ -1,21 +1,15 @@
 import { chmodSync, mkdirSync, rmSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { setFlagsFromString } from 'node:v8';
 import { createAgent } from './app.js';
 import { loadConfig } from './config.js';
 import { sayListening, serveRelays } from './handover.js';
 import { logLine } from './log.js';
+import { setAgentV8Flags } from './v8-flags.js';
 
 function main(): void {
-  // Memory of an agent in every sandbox: V8 grows its young generation up to 16 MiB under a steady
-  // request rate and keeps it until idle for half a minute; the agent's garbage is short-lived and
-  // small, so 1 MiB serves as well. Compacting on full collections returns the old-generation pages
-  // a burst of requests leaves fragmented (see IdleCollector).
-  setFlagsFromString('--semi-space-growth-factor=1');
-  setFlagsFromString('--compact-on-every-full-gc');
-  // The agent waits on processes and sockets; optimising compilers buy it nothing but their memory
-  // (code, and malloc arenas of the background compiler threads that are never returned).
-  setFlagsFromString('--no-opt');
+  // A small young generation, compaction on full collections, no optimising compilers: the memory
+  // of an agent in every sandbox (see v8-flags.ts).
+  setAgentV8Flags();
   // agent.cjs and what ships beside it (sbx-helper, sbx_run.py) live in one directory.
   const config = loadConfig(process.env, dirname(resolve(process.argv[1] ?? '.')));
   // SANDBOXD_* variables are the agent's own: nothing started from here may see them.

@@ -115,8 +115,10 @@ export function nodeConformance(name: string, setup: () => Promise<NodeHarness>)
       const taken = [await ask({})];
       await withTaken(taken, async () => {
         let next: Taken | undefined;
-        for (let i = 0; i < 100 && !next?.warm; i++) {
-          await sleep(100);
+        // The gap between asks grows: a refill starts once the last ask is 100 ms old and the
+        // node is quiet, and on a loaded host its boot may take longer than any fixed gap.
+        for (let i = 0; i < 30 && !next?.warm; i++) {
+          await sleep(Math.min(100 * 2 ** i, 2000));
           next = await ask({ N: String(i) });
           taken.push(next);
           if (!next.warm) await node.destroy(next.id);

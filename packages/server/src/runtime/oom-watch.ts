@@ -43,6 +43,9 @@ interface Seen {
  * A child's first count is its baseline: a kill from before this process saw it (a daemon
  * restart) is not reported again. A child this process made itself (created()) starts at zero.
  */
+/** Ticks a grown trigger with no kill found in any child is looked into again. */
+const RECHECK_TICKS = 5;
+
 export class OomWatch {
   private readonly seen = new Map<string, Seen>();
   private readonly listeners = new Set<OomListener>();
@@ -106,7 +109,8 @@ export class OomWatch {
 
     let busy = false;
     let again = false;
-    let recheck = false;
+    /** Ticks left to look again for a kill that grew the trigger and showed in no child yet. */
+    let recheck = 0;
     const fire = () => {
       if (busy) {
         again = true;
@@ -119,11 +123,14 @@ export class OomWatch {
           const now = (await trigger.read()) ?? 0;
           const grew = now > last;
           last = now;
-          if (grew || recheck) {
+          if (grew || recheck > 0) {
             const found = await this.scan(layout, [...this.seen.keys()]);
-            // The host-wide counter moves a moment before the cgroup's own: a kill that grew it
-            // and showed in no child yet gets one more look on the next tick.
-            recheck = grew && found === 0;
+            // The host-wide counter moves a moment before the cgroup's own (on a loaded host, more
+            // than a moment): a kill that grew it and showed in no child yet gets a look on each of
+            // the next few ticks. A kill elsewhere on the host costs those few looks.
+            if (found > 0) recheck = 0;
+            else if (grew) recheck = RECHECK_TICKS;
+            else recheck--;
           }
         } while (again && gen === this.generation);
       })()

@@ -6,6 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { chmodSync, copyFileSync, mkdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
+import { embeddedDescriptors } from './embed-descriptors.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const out = join(here, 'bundle');
@@ -61,7 +62,8 @@ await buildAtomically({
   // Connect's server takes the global Headers, which in Node is undici's and loads all of undici at
   // first use; src/e2b/headers.ts stands in for it (see there).
   inject: [join(here, 'src/e2b/headers.ts')],
-  plugins: [absentOptionalModules],
+  // Protobuf descriptors decoded here, not at envd's first load (embed-descriptors.mjs).
+  plugins: [absentOptionalModules, embeddedDescriptors(join(here, 'src/e2b/embedded-file.ts'))],
 });
 
 // envd.cjs's V8 code cache (src/e2b/code-cache.ts), made by this Node under the agent's V8 flags:

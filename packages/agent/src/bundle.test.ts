@@ -45,6 +45,11 @@ test("E2B's daemon is a bundle of its own, loaded from beside agent.cjs, requiri
     requiredNames(envd).filter((name) => !isBuiltin(name)),
     [],
   );
+  // Its protobuf descriptors are decoded at build time (embed-descriptors.mjs): no file is decoded
+  // at load, so protobuf's own descriptor.proto, the schema decoding needs, is not even bundled.
+  const envdText = readFileSync(envd, 'utf8');
+  assert.doesNotMatch(envdText, /\bfileDesc\("/, 'no descriptor decoded at load');
+  assert.doesNotMatch(envdText, /google\/protobuf\/descriptor\.proto/, 'descriptor.proto is not bundled');
 });
 
 // The code cache is made by the Node that builds under the agent's V8 flags: a Node that sets them

@@ -6,6 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { readHostAptConfig, sourcesForSuite } from './apt-sources.js';
 import { removeTreeWithMounts, runTool } from '../runtime/proc.js';
 import { addDefaultUser } from './default-user.js';
+import { lightenLoginShell } from './login-shell.js';
 import { NEUTRAL_HOSTNAME, neutralizeHostFiles } from './host-identity.js';
 import { shiftOwnership } from '../runtime/shift.js';
 import { type DebianRootfsRecipe, type LayerInfo, type LayerStore } from './types.js';
@@ -17,8 +18,9 @@ import { harvestDebs, seedArchivesScript } from './apt-cache.js';
  * 2: ids shifted by the new CANONICAL_ID_OFFSET (900000000) instead of 100000.
  * 3: no host identity (hostname, resolv.conf, hosts, mailname) in the image; see host-identity.ts.
  * 4: E2B's unprivileged `user` (uid 1000, /home/user); see default-user.ts.
+ * 5: a login shell without needless processes (`id -u`, `mesg n`); see login-shell.ts.
  */
-export const ROOTFS_BUILDER_VERSION = 'debian-rootfs/4';
+export const ROOTFS_BUILDER_VERSION = 'debian-rootfs/5';
 
 export type Log = (line: string) => void;
 
@@ -388,6 +390,8 @@ async function buildDebianRootfs(
   // mmdebstrap copied the host's hostname and resolv.conf in; an image names no host.
   await neutralizeHostFiles(tree);
   await addDefaultUser(tree);
+  const login = await lightenLoginShell(tree);
+  log(`login shell: ${Object.entries(login).map(([f, o]) => `${f} ${o}`).join(', ')}`);
 
   const t = Date.now();
   const shifted = shiftOwnership(tree, CANONICAL_ID_OFFSET);

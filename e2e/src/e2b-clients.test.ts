@@ -1,6 +1,6 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { AuthenticationError, CommandExitError, FileType, NotFoundError, Sandbox, type CommandHandle, type FilesystemEvent } from 'e2b';
+import { AuthenticationError, CommandExitError, FileType, NotFoundError, Sandbox, SandboxError, type CommandHandle, type FilesystemEvent } from 'e2b';
 import { Sandbox as CodeSandbox, NotFoundError as CiNotFoundError, type Result } from '@e2b/code-interpreter';
 import { api, startServer, type TestServer } from './harness.js';
 
@@ -271,6 +271,47 @@ test('pause, then Sandbox.connect resumes it with its files and processes', { ti
   assert.equal(await again.files.read('state.txt'), 'kept');
   assert.ok((await again.commands.list()).some((p) => p.pid === bg.pid), 'the process outlived the pause');
   assert.equal((await again.commands.run('echo resumed')).stdout, 'resumed\n');
+});
+
+test('snapshots: createSnapshot, listSnapshots, Sandbox.create from one (by id and by name) has its files, deleteSnapshot', { timeout: 240_000 }, async () => {
+  const sbx = await baseSandbox();
+  await sbx.files.write('snap.txt', 'in the snapshot');
+  const snap = await sbx.createSnapshot();
+  assert.match(snap.snapshotId, /^snap_/);
+  assert.deepEqual(snap.names, []);
+  const name = `e2b-clients-${Date.now()}`;
+  const named = await Sandbox.createSnapshot(sbx.sandboxId, { name });
+  assert.deepEqual(named.names, [name]);
+  // The sandbox runs on after it.
+  assert.equal((await sbx.commands.run('cat snap.txt')).stdout, 'in the snapshot');
+
+  const mine = await sbx.listSnapshots().nextItems();
+  assert.deepEqual(mine.map((s) => s.snapshotId), [named.snapshotId, snap.snapshotId], 'this sandbox\'s, newest first');
+  const paged = Sandbox.listSnapshots({ sandboxId: sbx.sandboxId, limit: 1 });
+  assert.deepEqual((await paged.nextItems()).map((s) => s.snapshotId), [named.snapshotId]);
+  assert.equal(paged.hasNext, true);
+  assert.deepEqual((await paged.nextItems()).map((s) => s.snapshotId), [snap.snapshotId]);
+  assert.equal(paged.hasNext, false);
+  assert.deepEqual(await Sandbox.listSnapshots({ name }).nextItems(), [named]);
+
+  for (const ref of [snap.snapshotId, name]) {
+    const from = await Sandbox.create(ref, { timeoutMs: 600_000 });
+    made.push(from.sandboxId);
+    assert.notEqual(from.sandboxId, sbx.sandboxId);
+    assert.equal(await from.files.read('snap.txt'), 'in the snapshot', ref);
+  }
+
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true);
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false, 'a deleted snapshot is not found');
+  const failed = await Sandbox.create(snap.snapshotId).then(
+    (s) => (made.push(s.sandboxId), assert.fail('a create from a deleted snapshot must fail')),
+    (e: unknown) => e,
+  );
+  assert.ok(failed instanceof SandboxError && failed.statusCode === 404, String(failed));
+  assert.equal(await Sandbox.deleteSnapshot('base'), false, 'a template is not deleted through it');
+  assert.equal((await api(server, 'GET', '/v1/templates/base')).status, 200);
+  assert.equal(await Sandbox.deleteSnapshot(named.snapshotId), true);
+  assert.deepEqual(await sbx.listSnapshots().nextItems(), []);
 });
 
 test('code interpreter: runCode with state, streaming, results, errors; javascript and bash', { timeout: 300_000 }, async (t) => {

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { EnvVars, MAX_FORKS, Metadata, ServiceError, type CreateSandboxBody, type ForkBody, type Sandbox, type SetNetworkBody } from '@sandboxd/protocol';
+import { CreateSnapshotBody, EnvVars, MAX_FORKS, Metadata, ServiceError, type CreateSandboxBody, type ForkBody, type Sandbox, type SetNetworkBody } from '@sandboxd/protocol';
 
 /*
  * E2B's control plane as its clients speak it (`e2b` and `@e2b/code-interpreter` on npm, `e2b` on
@@ -87,6 +87,21 @@ export const E2bListQuery = Type.Object({
   nextToken: Type.Optional(Type.String({ maxLength: 200 })),
 });
 export type E2bListQuery = Static<typeof E2bListQuery>;
+
+/** `POST /sandboxes/{id}/snapshots`: an optional name, as ours (/v1 CreateSnapshotBody). */
+export const E2bSnapshotBody = Type.Object({ ...CreateSnapshotBody.properties }, { additionalProperties: true });
+export type E2bSnapshotBody = Static<typeof E2bSnapshotBody>;
+
+export const E2bSnapshotListQuery = Type.Object({
+  sandboxID: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+  name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000 })),
+  nextToken: Type.Optional(Type.String({ maxLength: 200 })),
+});
+export type E2bSnapshotListQuery = Static<typeof E2bSnapshotListQuery>;
+
+export const E2bTemplateParams = Type.Object({ templateID: Type.String({ minLength: 1, maxLength: 200 }) });
+export type E2bTemplateParams = Static<typeof E2bTemplateParams>;
 
 export const E2bMetricsQuery = Type.Object({ start: Type.Optional(Type.Integer({ minimum: 0 })), end: Type.Optional(Type.Integer({ minimum: 0 })) });
 
@@ -222,4 +237,20 @@ export function connectedOf(sb: Sandbox, accessToken: string, domain: string | n
     trafficAccessToken: accessToken,
     domain,
   };
+}
+
+/** Whether an E2B `templateID` is one of our snapshot ids (services/snapshots: `snap_` and 24 hex digits), which no template is. */
+export function isSnapshotId(id: string): boolean {
+  return /^snap_[0-9a-f]{24}$/.test(id);
+}
+
+/** A create (createBodyOf) as a create from snapshot `snapshotId`: the snapshot brings its template. */
+export function fromSnapshot(body: CreateSandboxBody, snapshotId: string): CreateSandboxBody {
+  const { template_name: _template, template_id: _id, ...rest } = body;
+  return { ...rest, snapshot_id: snapshotId };
+}
+
+/** A snapshot as E2B's clients read it: its id (what `Sandbox.create` takes) and its name, if it has one. */
+export function snapshotInfoOf(snap: { id: string; name: string | null }) {
+  return { snapshotID: snap.id, names: snap.name ? [snap.name] : [] };
 }

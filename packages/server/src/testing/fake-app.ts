@@ -17,6 +17,8 @@ import { RouteTable } from '../gateway/routes.js';
 import { SandboxService } from '../services/sandboxes/index.js';
 import { TemplateService } from '../services/templates.js';
 import { TokenService } from '../services/tokens.js';
+import { SnapshotService } from '../services/snapshots/index.js';
+import { FsLayerStore } from '../images/layer-store.js';
 import { SqliteStore } from '../store/sqlite.js';
 import type { LocalNode } from '../node/local-node.js';
 import type { Placement } from '../placement/placement.js';
@@ -49,9 +51,11 @@ export interface FakeApp {
  * store, this process's node on the FakeRuntime (no container: its agents answer on real unix
  * sockets) behind the real placement, the real gateway
  * in host mode (which opens no port per sandbox), and the built-in `base` template on a layer
- * directory that exists but holds nothing. No warm pool ahead of time, no snapshots, no builds.
+ * directory that exists but holds nothing. No warm pool ahead of time, no builds; snapshots (taken
+ * through the FakeRuntime's exportLayer into a layer store in the temporary directory) only when
+ * `opts.snapshots` asks for them.
  */
-export async function buildFakeApp(env: NodeJS.ProcessEnv = {}): Promise<FakeApp> {
+export async function buildFakeApp(env: NodeJS.ProcessEnv = {}, opts: { snapshots?: boolean } = {}): Promise<FakeApp> {
   const dir = await mkdtemp(join(tmpdir(), 'sbd-fake-app-'));
   const config = loadConfig({ SANDBOXD_DATA_DIR: dir, SANDBOXD_GATEWAY_DOMAIN: 'sandbox.test', ...env }, { cpus: 4, memoryMb: 8192, diskGb: 100 });
   const store = SqliteStore.open(':memory:');
@@ -73,16 +77,31 @@ export async function buildFakeApp(env: NodeJS.ProcessEnv = {}): Promise<FakeApp
   const gateway = new Gateway({ config: config.gateway, routes, tokens, keys, portUsed: (port) => store.sandboxes.gatewayPortUsed(port), connections, log: () => undefined });
   const createLimiter = new SlidingWindowLimiter(config.rateLimit.sandboxCreatesPerMinute, 60_000, 'sandbox creation rate limit');
   const quotas = new QuotaService(store, config.limits);
-  const sandboxes = new SandboxService({
+  const locks = new KeyedMutex();
+  const snapshots = opts.snapshots
+    ? new SnapshotService({
+        store,
+        placement,
+        locks,
+        quotas,
+        templates,
+        layers: new FsLayerStore(join(dir, 'snapshot-layers')),
+        sandbox: (orgId, id) => sandboxes.get(orgId, id),
+        settle: () => sandboxes.settle(),
+        log: () => undefined,
+      })
+    : undefined;
+  const sandboxes: SandboxService = new SandboxService({
     store,
     placement,
     tokens,
     templates,
-    layerPath: (id) => join(layersDir, id),
+    layerPath: (id) => (snapshots?.owns(id) ? snapshots.path(id) : join(layersDir, id)),
     gateway,
     routes,
     events,
-    locks: new KeyedMutex(),
+    locks,
+    ...(snapshots ? { snapshots } : {}),
     createLimiter,
     quotas,
     agentReadyTimeoutMs: config.agentReadyTimeoutMs,
@@ -90,7 +109,7 @@ export async function buildFakeApp(env: NodeJS.ProcessEnv = {}): Promise<FakeApp
     pausedRetentionSeconds: config.pausedRetentionSeconds,
     log: () => undefined,
   });
-  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, connections, placement };
+  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, connections, placement, ...(snapshots ? { snapshots } : {}) };
   const app = await buildApp({ services });
   const org = async (name: string): Promise<FakeAppOrg> => {
     const o = await keys.ensureOrg(name);

@@ -6,11 +6,13 @@ import { guard, principalOf } from '../auth.js';
 import { renderLogged } from '../errors.js';
 import { cursorAfter } from '../../services/pages.js';
 import { SandboxIdParams } from './params.js';
+import { createBodyFor, e2bSnapshotRoutes, snapshotNamed } from './e2b-snapshots.js';
 import {
   connectedOf,
   createBodyOf,
   detailOf,
   forkBodyOf,
+  fromSnapshot,
   E2bConnectBody,
   E2bCreateBody,
   E2bForkBody,
@@ -52,6 +54,7 @@ export async function e2bRoutes(app: FastifyInstance, s: Services): Promise<void
       e2b.setErrorHandler((err, req, reply) => sendError(err, req, reply));
       e2b.setNotFoundHandler((req, reply) => sendError(new ServiceError('ROUTE_NOT_FOUND', `no route for ${req.method} ${req.url.split('?')[0]}`), req, reply));
       routes(e2b, s);
+      e2bSnapshotRoutes(e2b, s);
     },
     { prefix: E2B_PREFIX },
   );
@@ -74,6 +77,8 @@ function asE2b(err: unknown): unknown {
   if ((otherOrgs || err.code === 'SANDBOX_EXPIRED') && typeof id === 'string' && id.startsWith('sb')) {
     return new ServiceError('NOT_FOUND', err.code === 'SANDBOX_EXPIRED' ? err.message : `sandbox ${id} not found`, { id });
   }
+  const snap = err.extra.snapshot_id;
+  if (otherOrgs && typeof snap === 'string') return new ServiceError('SNAPSHOT_NOT_FOUND', `snapshot ${snap} not found`, { snapshot_id: snap });
   return err;
 }
 
@@ -106,7 +111,8 @@ function routes(app: FastifyInstance, s: Services): void {
   };
 
   const create = async (req: FastifyRequest<{ Body: E2bCreateBody }>, reply: FastifyReply) => {
-    const body = createBodyOf(req.body);
+    // `templateID` may be one of the organization's snapshots: by id, or by name when no template has it.
+    const body = createBodyFor(createBodyOf(req.body), req.body.templateID);
     // A client that goes away while its create waits for a sandbox abandons it (as /v1).
     const gone = new AbortController();
     const onClose = () => {
@@ -115,7 +121,12 @@ function routes(app: FastifyInstance, s: Services): void {
     reply.raw.once('close', onClose);
     try {
       const p = principalOf(req);
-      const { sandbox, token: t } = await s.sandboxes.create(p.orgId, body, { signal: gone.signal, keyId: p.keyId, keepToken: true });
+      const opts = { signal: gone.signal, keyId: p.keyId, keepToken: true };
+      const { sandbox, token: t } = await s.sandboxes.create(p.orgId, body, opts).catch(async (err: unknown) => {
+        const named = err instanceof ServiceError && err.code === 'TEMPLATE_NOT_FOUND' ? await snapshotNamed(s, req, req.body.templateID) : undefined;
+        if (!named) throw err;
+        return s.sandboxes.create(p.orgId, fromSnapshot(body, named.id), opts);
+      });
       return reply.code(201).send(connectedOf(sandbox, t, domain));
     } finally {
       reply.raw.off('close', onClose);

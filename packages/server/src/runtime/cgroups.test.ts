@@ -318,14 +318,27 @@ for (const [label, open] of backends) {
         };
         const oom = async (name: string) => {
           const r = await (await run(b, name, MEMORY_HOG)).exited;
-          assert.equal(r.code, 128 + 9, 'tail was killed');
+          // tail is the one that holds the memory; on a loaded host the killer may also take the
+          // shell waiting for it (a second kill, counted like the first).
+          assert.ok(r.code === 128 + 9 || r.signal === 'SIGKILL', `the hog was killed (${JSON.stringify(r)})`);
         };
         const a = watcher();
         let restarted: ReturnType<typeof watcher> | undefined;
         // One hog is usually one kill, but a loaded host's OOM killer may take two processes of it:
         // what matters is that every kill the cgroup counts is reported, once, to its own name.
         const total = (reports: Array<[string, number]>, name: string) => reports.filter((r) => r[0] === name).reduce((n, r) => n + r[1], 0);
-        const kills = async (name: string) => (await readCgroupStats(L, rel(name))).oomKills;
+        // The cgroup's count once it has settled: a second kill of the same hog can land a moment
+        // after the pipeline's exit is seen.
+        const kills = async (name: string) => {
+          let last = (await readCgroupStats(L, rel(name))).oomKills;
+          for (let steady = 0; steady < 3; ) {
+            await sleep(100);
+            const now = (await readCgroupStats(L, rel(name))).oomKills;
+            steady = now === last ? steady + 1 : 0;
+            last = now;
+          }
+          return last;
+        };
         try {
           await a.w.ready();
           const triggerBefore = await b.triggerCount();

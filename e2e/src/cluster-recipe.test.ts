@@ -130,8 +130,20 @@ describe(`${DOC}: a cluster on one machine, as its recipe says`, { timeout: RECI
 
   const readPids = () => {
     const logDir = join(dir, 'log');
-    for (const f of existsSync(logDir) ? readdirSync(logDir).filter((f) => f.endsWith('.pid')) : []) {
-      const pid = Number(readFileSync(join(logDir, f), 'utf8').trim());
+    let names: string[];
+    try {
+      names = readdirSync(logDir).filter((f) => f.endsWith('.pid'));
+    } catch {
+      return; // not made yet, or removed by the recipe's clean-up
+    }
+    for (const f of names) {
+      let text: string;
+      try {
+        text = readFileSync(join(logDir, f), 'utf8');
+      } catch {
+        continue; // the recipe removed it since the listing (a process it stopped)
+      }
+      const pid = Number(text.trim());
       if (pid > 0) pids.set(f.slice(0, -'.pid'.length), pid);
     }
   };

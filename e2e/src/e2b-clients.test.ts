@@ -1,6 +1,6 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { AuthenticationError, CommandExitError, FileType, NotFoundError, Sandbox, SandboxError, type CommandHandle, type FilesystemEvent } from 'e2b';
+import { AuthenticationError, CommandExitError, FileType, NotFoundError, Sandbox, SandboxError, Volume, VolumeError, VolumeNotFoundError, type CommandHandle, type FilesystemEvent } from 'e2b';
 import { Sandbox as CodeSandbox, NotFoundError as CiNotFoundError, type Result } from '@e2b/code-interpreter';
 import { api, startServer, type TestServer } from './harness.js';
 
@@ -312,6 +312,52 @@ test('snapshots: createSnapshot, listSnapshots, Sandbox.create from one (by id a
   assert.equal((await api(server, 'GET', '/v1/templates/base')).status, 200);
   assert.equal(await Sandbox.deleteSnapshot(named.snapshotId), true);
   assert.deepEqual(await sbx.listSnapshots().nextItems(), []);
+});
+
+test('volumes: Volume.create, list, getInfo, connect; two sandboxes share one through volumeMounts; destroy true then false', { timeout: 240_000 }, async () => {
+  const name = `e2b-vol-${Date.now()}`;
+  const vol = await Volume.create(name);
+  try {
+    assert.match(vol.volumeId, /^vol-[a-z0-9]{20}$/, 'our volume id');
+    assert.equal(vol.name, name);
+    assert.ok((await Volume.list()).some((v) => v.volumeId === vol.volumeId && v.name === name), 'listed');
+    const info = await Volume.getInfo(vol.volumeId);
+    assert.deepEqual([info.volumeId, info.name], [vol.volumeId, name]);
+    assert.equal((await Volume.connect(vol.volumeId)).name, name);
+    await assert.rejects(Volume.getInfo('vol-00000000000000000000'), VolumeNotFoundError);
+
+    // The client sends the volume's name in volumeMounts, from a Volume or a plain name.
+    const writer = await baseSandbox({ volumeMounts: { '/mnt/shared': vol } });
+    await writer.files.write('/mnt/shared/note.txt', 'from the first sandbox', { user: 'root' });
+    assert.deepEqual((await Sandbox.getInfo(writer.sandboxId)).volumeMounts, [{ name, path: '/mnt/shared' }]);
+    const reader = await baseSandbox({ volumeMounts: { '/data': name } });
+    assert.equal(await reader.files.read('/data/note.txt'), 'from the first sandbox');
+    assert.equal((await reader.commands.run('cat /data/note.txt')).stdout, 'from the first sandbox');
+
+    // The content API (a volume's files without a sandbox) is not served: a clear VolumeError here.
+    const content = await vol.list('/', { apiUrl: `${server.baseUrl}/e2b` }).then(
+      () => assert.fail('the volume content API is not served'),
+      (e: unknown) => e,
+    );
+    assert.ok(content instanceof VolumeError && !(content instanceof VolumeNotFoundError) && /405.*not served/.test(content.message), String(content));
+
+    // Another organization: nothing of ours.
+    const org = await api(server, 'POST', '/v1/admin/orgs', { name: `e2b-vol-${Date.now()}` });
+    assert.equal(org.status, 201, JSON.stringify(org.body));
+    const theirKey = (await api(server, 'POST', '/v1/admin/keys', { org: org.body.name, format: 'e2b' })).body.secret as string;
+    assert.deepEqual(await Volume.list({ apiKey: theirKey }), []);
+    await assert.rejects(Volume.getInfo(vol.volumeId, { apiKey: theirKey }), VolumeNotFoundError);
+    assert.equal(await Volume.destroy(vol.volumeId, { apiKey: theirKey }), false);
+
+    // Mounted: refused (our VOLUME_IN_USE), then free once its sandboxes are killed.
+    await assert.rejects(Volume.destroy(vol.volumeId), (e: unknown) => e instanceof VolumeError && /409/.test(e.message));
+    for (const sbx of [writer, reader]) assert.equal(await sbx.kill(), true);
+    assert.equal(await Volume.destroy(vol.volumeId), true);
+    assert.equal(await Volume.destroy(vol.volumeId), false, 'a destroyed volume is not found');
+    assert.ok(!(await Volume.list()).some((v) => v.volumeId === vol.volumeId));
+  } finally {
+    await api(server, 'DELETE', `/v1/volumes/${vol.volumeId}?force=true`).catch(() => undefined);
+  }
 });
 
 test('code interpreter: runCode with state, streaming, results, errors; javascript and bash', { timeout: 300_000 }, async (t) => {

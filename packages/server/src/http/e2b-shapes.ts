@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { CreateSnapshotBody, EnvVars, MAX_FORKS, Metadata, ServiceError, type CreateSandboxBody, type ForkBody, type Sandbox, type SetNetworkBody } from '@sandboxd/protocol';
+import { CreateSnapshotBody, EnvVars, MAX_FORKS, MAX_VOLUMES_PER_SANDBOX, Metadata, ServiceError, type CreateSandboxBody, type ForkBody, type Sandbox, type SetNetworkBody } from '@sandboxd/protocol';
 
 /*
  * E2B's control plane as its clients speak it (`e2b` and `@e2b/code-interpreter` on npm, `e2b` on
@@ -43,6 +43,12 @@ const Network = Type.Object(
   { additionalProperties: true },
 );
 
+/** A volume in E2B's create (`volumeMounts`): the client sends the volume's name; ours takes a name or an id. */
+const E2bVolumeMount = Type.Object(
+  { name: Type.String({ minLength: 1, maxLength: 80 }), path: Type.String({ minLength: 1, maxLength: 1024 }) },
+  { additionalProperties: true },
+);
+
 export const E2bCreateBody = Type.Object(
   {
     templateID: Type.String({ minLength: 1, maxLength: 200 }),
@@ -57,7 +63,7 @@ export const E2bCreateBody = Type.Object(
     autoResume: Type.Optional(Type.Object({ enabled: Type.Boolean() }, { additionalProperties: true })),
     mcp: Type.Optional(Type.Unknown()),
     iam: Type.Optional(Type.Unknown()),
-    volumeMounts: Type.Optional(Type.Unknown()),
+    volumeMounts: Type.Optional(Type.Union([Type.Array(E2bVolumeMount, { maxItems: MAX_VOLUMES_PER_SANDBOX }), Type.Null()])),
   },
   { additionalProperties: true },
 );
@@ -134,7 +140,7 @@ export function egressOf(n: Static<typeof Network> | undefined): { allow_out?: s
 
 /** An E2B create as ours. */
 export function createBodyOf(b: E2bCreateBody): CreateSandboxBody {
-  for (const field of ['mcp', 'iam', 'volumeMounts'] as const) {
+  for (const field of ['mcp', 'iam'] as const) {
     if (b[field] !== undefined && b[field] !== null) throw new ServiceError('VALIDATION_ERROR', `${field} is not supported by this server`);
   }
   const egress = egressOf(b.network);
@@ -149,6 +155,8 @@ export function createBodyOf(b: E2bCreateBody): CreateSandboxBody {
     ...(b.metadata ? { metadata: b.metadata } : {}),
     ...(b.autoPause ? { on_timeout: 'pause' as const } : {}),
     ...(b.autoResume?.enabled ? { auto_resume: true } : {}),
+    // Read-write, as E2B's are; the volume service checks names, paths and overlaps (400, 404).
+    ...(b.volumeMounts?.length ? { volumes: b.volumeMounts.map((m) => ({ name: m.name, path: m.path })) } : {}),
   };
 }
 
@@ -207,7 +215,7 @@ export function listedOf(sb: Sandbox) {
     metadata: sb.metadata ?? {},
     state: stateOf(sb),
     envdVersion: ENVD_VERSION,
-    volumeMounts: [] as unknown[],
+    volumeMounts: (sb.volumes ?? []).map((v) => ({ name: v.name, path: v.path })),
   };
 }
 
@@ -253,4 +261,30 @@ export function fromSnapshot(body: CreateSandboxBody, snapshotId: string): Creat
 /** A snapshot as E2B's clients read it: its id (what `Sandbox.create` takes) and its name, if it has one. */
 export function snapshotInfoOf(snap: { id: string; name: string | null }) {
   return { snapshotID: snap.id, names: snap.name ? [snap.name] : [] };
+}
+
+/**
+ * What `Volume.create(name)` gets when it sends only a name (E2B's volumes have no size; ours are
+ * a filesystem of a fixed size, a hard limit counted in max_total_disk_gb): the /v1 API takes any.
+ */
+export const E2B_VOLUME_SIZE_GB = 10;
+
+export const E2bVolumeBody = Type.Object({ name: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: true });
+export type E2bVolumeBody = Static<typeof E2bVolumeBody>;
+export const E2bVolumeParams = Type.Object({ volumeID: Type.String({ minLength: 1, maxLength: 200 }) });
+export type E2bVolumeParams = Static<typeof E2bVolumeParams>;
+
+/** A volume in `GET /volumes`: `volumeID` is our id (vol-...). */
+export function volumeInfoOf(v: { id: string; name: string }) {
+  return { volumeID: v.id, name: v.name };
+}
+
+/**
+ * A volume as create and get answer it. `token` is for E2B's volume content API (files of a volume
+ * without a sandbox), which we do not serve: it is empty, so the client sends no credential of
+ * ours anywhere with those calls (it adds its Authorization header only for a token that is not
+ * empty). No `domain`: the client's own default, as E2B answers outside its custom clusters.
+ */
+export function volumeAndTokenOf(v: { id: string; name: string }) {
+  return { ...volumeInfoOf(v), token: '' };
 }

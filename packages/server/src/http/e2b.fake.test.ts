@@ -90,7 +90,8 @@ describe('the E2B control plane over the FakeRuntime (inject)', () => {
       ['{"templateID":"base","metadata":{"a":1}}', 'metadata values are strings'],
       ['{"templateID":"base","timeout":-1}', 'negative timeout'],
       ['{"templateID":"base","timeout":0}', 'zero timeout'],
-      ['{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}', 'volumes'],
+      ['{"templateID":"base","volumeMounts":[{"path":"/v"}]}', 'a volume mount without a name'],
+      ['{"templateID":"base","volumeMounts":{"/v":"v"}}', 'volumeMounts as the client\'s option, not its wire'],
     ]) {
       const res = await raw('POST', '/e2b/v2/sandboxes', { 'x-api-key': a, 'content-type': 'application/json' }, payload);
       assert.equal(res.statusCode, 400, `${why}: ${res.body}`);

@@ -18,6 +18,8 @@ import { SandboxService } from '../services/sandboxes/index.js';
 import { TemplateService } from '../services/templates.js';
 import { TokenService } from '../services/tokens.js';
 import { SnapshotService } from '../services/snapshots/index.js';
+import { VolumeService } from '../services/volumes.js';
+import type { VolumeHost } from '../runtime/volumes.js';
 import { FsLayerStore } from '../images/layer-store.js';
 import { SqliteStore } from '../store/sqlite.js';
 import type { LocalNode } from '../node/local-node.js';
@@ -53,9 +55,11 @@ export interface FakeApp {
  * in host mode (which opens no port per sandbox), and the built-in `base` template on a layer
  * directory that exists but holds nothing. No warm pool ahead of time, no builds; snapshots (taken
  * through the FakeRuntime's exportLayer into a layer store in the temporary directory) only when
- * `opts.snapshots` asks for them.
+ * `opts.snapshots` asks for them; volumes (their images kept in memory: nothing is mounted, the
+ * FakeRuntime mounts nothing) only when `opts.volumes` asks for them (`'cluster'`: the service
+ * without a host, as a cluster's control has it).
  */
-export async function buildFakeApp(env: NodeJS.ProcessEnv = {}, opts: { snapshots?: boolean } = {}): Promise<FakeApp> {
+export async function buildFakeApp(env: NodeJS.ProcessEnv = {}, opts: { snapshots?: boolean; volumes?: boolean | 'cluster' } = {}): Promise<FakeApp> {
   const dir = await mkdtemp(join(tmpdir(), 'sbd-fake-app-'));
   const config = loadConfig({ SANDBOXD_DATA_DIR: dir, SANDBOXD_GATEWAY_DOMAIN: 'sandbox.test', ...env }, { cpus: 4, memoryMb: 8192, diskGb: 100 });
   const store = SqliteStore.open(':memory:');
@@ -91,7 +95,19 @@ export async function buildFakeApp(env: NodeJS.ProcessEnv = {}, opts: { snapshot
         log: () => undefined,
       })
     : undefined;
+  const volumes = opts.volumes
+    ? new VolumeService({
+        store,
+        // 'cluster': no host, as a cluster's control has (volumes refused, docs/cluster.md).
+        ...(opts.volumes === true ? { host: memoryVolumes(), nodeId: node.id } : { nodeId: '' }),
+        quotas,
+        deleteSandbox: async (orgId, id) => void (await sandboxes.delete(orgId, id, 'volume_deleted')),
+        settle: () => sandboxes.settle(),
+        log: () => undefined,
+      })
+    : undefined;
   const sandboxes: SandboxService = new SandboxService({
+    ...(volumes ? { volumes } : {}),
     store,
     placement,
     tokens,
@@ -109,7 +125,7 @@ export async function buildFakeApp(env: NodeJS.ProcessEnv = {}, opts: { snapshot
     pausedRetentionSeconds: config.pausedRetentionSeconds,
     log: () => undefined,
   });
-  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, connections, placement, ...(snapshots ? { snapshots } : {}) };
+  const services: Services = { config, store, keys, tokens, sandboxes, templates, events, createLimiter, quotas, connections, placement, ...(snapshots ? { snapshots } : {}), ...(volumes ? { volumes } : {}) };
   const app = await buildApp({ services });
   const org = async (name: string): Promise<FakeAppOrg> => {
     const o = await keys.ensureOrg(name);
@@ -135,7 +151,19 @@ export async function buildFakeApp(env: NodeJS.ProcessEnv = {}, opts: { snapshot
       await placement.close();
       await runtime.dispose();
       store.close();
-      await rm(dir, { recursive: true, force: true });
+      // Retried: a write still under way in the directory (seen right after a request) makes rmdir ENOTEMPTY.
+      await rm(dir, { recursive: true, force: true, maxRetries: 5 });
     },
+  };
+}
+
+/** Volumes whose images are sizes in a map: what a VolumeService needs of a host, without root. */
+function memoryVolumes(): VolumeHost {
+  const made = new Map<string, number>();
+  return {
+    create: async (id, bytes) => void made.set(id, bytes),
+    usage: async (id) => ({ usedBytes: 0, totalBytes: made.get(id) ?? 0 }),
+    destroy: async (id) => void made.delete(id),
+    leftovers: async (id) => (made.has(id) ? [id] : []),
   };
 }

@@ -7,6 +7,7 @@ import { renderLogged } from '../errors.js';
 import { cursorAfter } from '../../services/pages.js';
 import { SandboxIdParams } from './params.js';
 import { createBodyFor, e2bSnapshotRoutes, snapshotNamed } from './e2b-snapshots.js';
+import { e2bVolumeRoutes } from './e2b-volumes.js';
 import {
   connectedOf,
   createBodyOf,
@@ -55,6 +56,7 @@ export async function e2bRoutes(app: FastifyInstance, s: Services): Promise<void
       e2b.setNotFoundHandler((req, reply) => sendError(new ServiceError('ROUTE_NOT_FOUND', `no route for ${req.method} ${req.url.split('?')[0]}`), req, reply));
       routes(e2b, s);
       e2bSnapshotRoutes(e2b, s);
+      e2bVolumeRoutes(e2b, s);
     },
     { prefix: E2B_PREFIX },
   );

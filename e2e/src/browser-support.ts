@@ -16,16 +16,24 @@ export async function launchChromium(): Promise<Browser> {
   return chromium.launch({ executablePath, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu'] });
 }
 
+/**
+ * Chromium ends every request in flight with this when the host's interfaces change, loopback
+ * included, and sandboxes coming and going (the tests' own, the warm pool's) add and remove veths
+ * all the time: the test host's doing, not the page's. What the page then shows is still checked.
+ */
+const NETWORK_CHANGED = 'net::ERR_NETWORK_CHANGED';
+
 /** Fails the test on anything the page logs as an error (CSP violations included) or throws. */
 export function watchErrors(page: Page): string[] {
   const errors: string[] = [];
   page.on('console', (m) => {
-    if (m.type() === 'error') errors.push(`console: ${m.text()}`);
+    if (m.type() === 'error' && !m.text().includes(NETWORK_CHANGED)) errors.push(`console: ${m.text()}`);
   });
   page.on('pageerror', (e) => errors.push(`page: ${e.message}`));
   page.on('requestfailed', (r) => {
     // A request the page itself ended (an event stream closed on reload or sign-out) is no failure.
-    if (r.failure()?.errorText !== 'net::ERR_ABORTED') errors.push(`request failed: ${r.url()} ${r.failure()?.errorText ?? ''}`);
+    const why = r.failure()?.errorText;
+    if (why !== 'net::ERR_ABORTED' && why !== NETWORK_CHANGED) errors.push(`request failed: ${r.url()} ${why ?? ''}`);
   });
   page.on('response', (r) => {
     if (r.status() >= 400) errors.push(`HTTP ${r.status()}: ${r.url()}`);

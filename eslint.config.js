@@ -2,7 +2,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['**/dist/**', '**/bundle/**', '**/node_modules/**', '**/*.d.ts', 'packages/agent/src/e2b/gen/**'] },
+  { ignores: ['**/dist/**', '**/bundle/**', '**/node_modules/**', '**/*.d.ts', 'packages/server/src/gateway/envd/gen/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

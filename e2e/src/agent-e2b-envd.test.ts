@@ -1,12 +1,15 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { Code, ConnectError, createClient } from '@connectrpc/connect';
+import { createConnectTransport } from '@connectrpc/connect-node';
+import { Filesystem, FileType } from '../../packages/server/dist/gateway/envd/gen/filesystem/filesystem_pb.js';
+import { Process } from '../../packages/server/dist/gateway/envd/gen/process/process_pb.js';
 import { createSandbox, startAgentServer, stopServer, type CreatedSandbox, type TestServer } from './agent-support.js';
 
-// E2B's in-sandbox daemon protocol ("envd": Connect RPC and /files) served by the agent of a real
-// sandbox, spoken on the wire as E2B's clients speak it (Connect JSON over HTTP/1.1), through the
-// gateway: the sandbox's own route (/e2b/envd/...) and E2B's base URL with its routing headers.
+// E2B's in-sandbox daemon protocol ("envd": Connect RPC, served by the daemon's gateway over the
+// agent's plain routes, and /files, the agent's) for a real sandbox, spoken on the wire as E2B's
+// clients speak it (Connect JSON over HTTP/1.1), through the sandbox's own route (/e2b/envd/...)
+// and E2B's base URL with its routing headers; and in Connect's binary encoding.
 
 let server: TestServer;
 let sb: CreatedSandbox;
@@ -97,13 +100,23 @@ test("the sandbox answers E2B's health check, and commands run inside it as E2B'
   assert.equal(r.end.exited, true);
 });
 
-// The first call loaded envd.cjs with its V8 code cache, made at build time by the Node the daemon
-// hands to sandboxes, under the agent's V8 flags (packages/agent/src/e2b/code-cache.ts): inside the
-// sandbox V8 takes it rather than compiling the bundle again.
-test('the agent loaded envd with its V8 code cache (not rejected inside the sandbox)', () => {
-  const state = JSON.parse(execFileSync('crun', ['--root', `${server.dataDir}/crun`, 'state', sb.id], { encoding: 'utf8' })) as { pid: number };
-  const log = readFileSync(`/proc/${state.pid}/root/.sb/state/agent.log`, 'utf8');
-  assert.match(log, /envd loaded in \d+ ms \(code cache used\)/);
+test("Connect's binary encoding, through E2B's base URL: processes and files, and errors as Connect codes", async () => {
+  const transport = createConnectTransport({ baseUrl: `${server.baseUrl}/e2b/sandbox`, httpVersion: '1.1', useBinaryFormat: true });
+  const headers = { ...e2b('root').headers };
+  const proc = createClient(Process, transport);
+  const fs = createClient(Filesystem, transport);
+  let out = '';
+  let exitCode = -1;
+  for await (const r of proc.start({ process: { cmd: '/bin/sh', args: ['-c', 'id -un; printf "%s" "$X" > /tmp/bin.txt'], envs: { X: 'binary' } } }, { headers })) {
+    const e = r.event?.event;
+    if (e?.case === 'data' && e.value.output.case === 'stdout') out += Buffer.from(e.value.output.value).toString();
+    if (e?.case === 'end') exitCode = e.value.exitCode;
+  }
+  assert.deepEqual([out, exitCode], ['root\n', 0]);
+  const st = await fs.stat({ path: '/tmp/bin.txt' }, { headers });
+  assert.deepEqual([st.entry?.type, st.entry?.size, st.entry?.owner], [FileType.FILE, 6n, 'root']);
+  await assert.rejects(fs.stat({ path: '/tmp/none' }, { headers }), (err: ConnectError) => err.code === Code.NotFound);
+  await assert.rejects(proc.sendInput({ process: { selector: { case: 'pid', value: 999_999 } }, input: { input: { case: 'stdin', value: Buffer.from('x') } } }, { headers }), (err: ConnectError) => err.code === Code.NotFound);
 });
 
 test('commands stream output while they run, and fail with their exit status', async () => {

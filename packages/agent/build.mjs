@@ -6,7 +6,6 @@ import { execFileSync } from 'node:child_process';
 import { chmodSync, copyFileSync, mkdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
-import { embeddedDescriptors } from './embed-descriptors.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const out = join(here, 'bundle');
@@ -37,59 +36,8 @@ const absentOptionalModules = {
   },
 };
 
-// E2B's in-sandbox daemon protocol (Connect, protobuf) is a bundle of its own, envd.cjs, that the
-// agent requires at the first /e2b/ request (src/e2b/load.ts): agent boot and idle sandboxes never
-// load it. It is required by a path relative to agent.cjs (the read-only agent directory), never
-// looked up in node_modules.
-const envdApart = {
-  name: 'envd-apart',
-  setup(b) {
-    b.onResolve({ filter: /^\.\/entry\.js$/ }, (args) =>
-      args.importer.endsWith(join('src', 'e2b', 'load.ts')) ? { path: './envd.cjs', external: true } : undefined,
-    );
-  },
-};
-
-await buildAtomically({
-  entryPoints: [join(here, 'src/e2b/entry.ts')],
-  outfile: join(out, 'envd.cjs'),
-  bundle: true,
-  platform: 'node',
-  target: 'node18',
-  format: 'cjs',
-  legalComments: 'none',
-  logLevel: 'warning',
-  // Connect's server takes the global Headers, which in Node is undici's and loads all of undici at
-  // first use; src/e2b/headers.ts stands in for it (see there).
-  inject: [join(here, 'src/e2b/headers.ts')],
-  // Protobuf descriptors decoded here, not at envd's first load (embed-descriptors.mjs).
-  plugins: [absentOptionalModules, embeddedDescriptors(join(here, 'src/e2b/embedded-file.ts'))],
-});
-
-// envd.cjs's V8 code cache (src/e2b/code-cache.ts), made by this Node under the agent's V8 flags:
-// the Node that builds is the one the daemon hands to sandboxes (/.sb/node) unless it is told to use
-// another (then V8 rejects the cache and the agent compiles envd.cjs from source, as without it).
-{
-  const maker = join(out, `make-code-cache.tmp-${process.pid}.cjs`);
-  try {
-    await build({
-      entryPoints: [join(here, 'src/e2b/make-code-cache.ts')],
-      outfile: maker,
-      bundle: true,
-      platform: 'node',
-      target: 'node18',
-      format: 'cjs',
-      legalComments: 'none',
-      logLevel: 'warning',
-    });
-    execFileSync(process.execPath, [maker, out], { stdio: 'inherit' });
-  } catch (err) {
-    rmSync(join(out, 'envd.cjs.v8cache'), { force: true });
-    console.warn(`agent build: no code cache for envd.cjs (${err.message}); the first E2B call compiles it from source`);
-  } finally {
-    rmSync(maker, { force: true });
-  }
-}
+// E2B's Connect protocol is spoken by the daemon's gateway now; what earlier builds left here goes.
+for (const stale of ['envd.cjs', 'envd.cjs.v8cache']) rmSync(join(out, stale), { force: true });
 
 await buildAtomically({
   entryPoints: [join(here, 'src/main.ts')],
@@ -107,7 +55,7 @@ await buildAtomically({
   // ~/.node_modules, which root in the sandbox writes: its code ran in the agent at the first
   // WebSocket. They are bundled as modules that throw, so the agent never resolves a module at run
   // time (agent-bundle.test.ts checks that every require left is a Node built-in).
-  plugins: [absentOptionalModules, envdApart],
+  plugins: [absentOptionalModules],
 });
 
 // The JavaScript kernel of code contexts: run by the image's node (which may be as old as 18) or the

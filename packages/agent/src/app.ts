@@ -20,7 +20,7 @@ import { fileRoutes } from './routes/files.js';
 import { healthRoutes } from './routes/health.js';
 import { metricsRoutes } from './routes/metrics.js';
 import { processRoutes } from './routes/processes.js';
-import { e2bRoutes } from './e2b/load.js';
+import { e2bRoutes } from './e2b/routes.js';
 import { createAgentServer } from './server.js';
 import { portTunnelRoute } from './ws/port-tunnel.js';
 import { streamRoute } from './ws/stream.js';

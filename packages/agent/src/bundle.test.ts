@@ -1,6 +1,5 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { isBuiltin } from 'node:module';
 import { dirname, join } from 'node:path';
@@ -8,7 +7,6 @@ import { fileURLToPath } from 'node:url';
 
 const dir = join(dirname(fileURLToPath(import.meta.url)), '../bundle');
 const bundle = join(dir, 'agent.cjs');
-const envd = join(dir, 'envd.cjs');
 
 /** The names a bundle require()s at run time; fails on a computed one. */
 function requiredNames(file: string): string[] {
@@ -30,45 +28,12 @@ test('the agent bundle requires nothing but Node built-ins at run time', { skip:
   );
 });
 
-// E2B's daemon protocol ships beside the agent and is loaded only at the first /e2b/ request: by
-// a path relative to agent.cjs (the read-only agent directory), never from node_modules.
-test("E2B's daemon is a bundle of its own, loaded from beside agent.cjs, requiring only built-ins", { skip: !existsSync(bundle) && 'bundle not built' }, () => {
-  assert.ok(existsSync(envd), 'envd.cjs is built beside agent.cjs');
+// E2B's Connect protocol (Connect, protobuf) is the daemon's gateway's business: the agent serves
+// plain routes below /e2b/rt, and ships none of it.
+test('the agent bundle holds no Connect or protobuf code, and no envd.cjs ships beside it', { skip: !existsSync(bundle) && 'bundle not built' }, () => {
   const agentText = readFileSync(bundle, 'utf8');
-  assert.doesNotMatch(agentText, /@connectrpc|@bufbuild|connectNodeAdapter/, 'Connect and protobuf stay out of agent.cjs');
-  const loads = [...agentText.matchAll(/\bimport\(([^)]*)\)/g)].map((m) => m[1]!.trim()).filter((name) => !isBuiltin(name.replace(/^["']|["']$/g, '')));
-  // The import() is the unbundled sources' way (tests); the bundle compiles envd.cjs itself, with
-  // its code cache (src/e2b/code-cache.ts).
-  assert.deepEqual(loads, ['"./envd.cjs"']);
-  assert.match(agentText, /compileEnvd\(__dirname, require\)/);
-  assert.deepEqual(
-    requiredNames(envd).filter((name) => !isBuiltin(name)),
-    [],
-  );
-  // Its protobuf descriptors are decoded at build time (embed-descriptors.mjs): no file is decoded
-  // at load, so protobuf's own descriptor.proto, the schema decoding needs, is not even bundled.
-  const envdText = readFileSync(envd, 'utf8');
-  assert.doesNotMatch(envdText, /\bfileDesc\("/, 'no descriptor decoded at load');
-  assert.doesNotMatch(envdText, /google\/protobuf\/descriptor\.proto/, 'descriptor.proto is not bundled');
-});
-
-// The code cache is made by the Node that builds under the agent's V8 flags: a Node that sets them
-// as the agent does takes it, and one under other flags rejects it and loads envd.cjs from source.
-test("envd.cjs's V8 code cache is taken under the agent's flags, and rejected cleanly under others", { skip: !existsSync(join(dir, 'envd.cjs.v8cache')) && 'no code cache built' }, () => {
-  const here = dirname(fileURLToPath(import.meta.url));
-  const probe = (flags: 'agent' | string[]) => {
-    const src = `
-      import { createRequire } from 'node:module';
-      import { setFlagsFromString } from 'node:v8';
-      import { setAgentV8Flags } from ${JSON.stringify(join(here, 'v8-flags.js'))};
-      import { compileEnvd } from ${JSON.stringify(join(here, 'e2b/code-cache.js'))};
-      const flags = ${JSON.stringify(flags)};
-      if (flags === 'agent') setAgentV8Flags(); else for (const f of flags) setFlagsFromString(f);
-      const compiled = compileEnvd(${JSON.stringify(dir)}, createRequire(import.meta.url));
-      process.stdout.write(JSON.stringify({ cache: compiled.cache, createEnvd: typeof compiled.run().createEnvd }));
-    `;
-    return JSON.parse(execFileSync(process.execPath, ['--input-type=module', '-e', src], { encoding: 'utf8' })) as unknown;
-  };
-  assert.deepEqual(probe('agent'), { cache: 'used', createEnvd: 'function' });
-  assert.deepEqual(probe(['--no-lazy']), { cache: 'rejected', createEnvd: 'function' });
+  assert.doesNotMatch(agentText, /@connectrpc|@bufbuild|connectNodeAdapter|fileDesc\(/);
+  assert.ok(!existsSync(join(dir, 'envd.cjs')), 'no envd.cjs');
+  assert.ok(!existsSync(join(dir, 'envd.cjs.v8cache')), 'no envd.cjs.v8cache');
+  assert.match(agentText, /\/e2b\/rt/, 'the plain routes are in agent.cjs');
 });

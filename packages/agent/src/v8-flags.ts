@@ -1,8 +1,7 @@
 import { setFlagsFromString } from 'node:v8';
 
 /**
- * The V8 flags the agent runs with, set at its start (main.ts). envd's code cache is made under the
- * same ones (e2b/code-cache.ts): V8 rejects a cache made under other flags.
+ * The V8 flags the agent runs with, set at its start (main.ts).
  *
  * Memory of an agent in every sandbox: V8 grows its young generation up to 16 MiB under a steady
  * request rate and keeps it until idle for half a minute; the agent's garbage is short-lived and

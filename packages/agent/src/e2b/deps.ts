@@ -1,12 +1,18 @@
 import type { Agent } from '../context.js';
-import type { ProcessTable } from './processes.js';
-import type { SandboxUsers } from './users.js';
-import type { PolledWatchers } from './watcher.js';
+import { ProcessTable } from './processes.js';
+import { SandboxUsers } from './users.js';
+import { PolledWatchers } from './watcher.js';
 
-/** What E2B's services share: the agent's parts plus the state of E2B's own API. */
+/** What E2B's routes share: the agent's parts plus the state of E2B's own API. */
 export interface EnvdDeps {
   agent: Pick<Agent, 'config' | 'envStore' | 'helperPath'>;
   users: SandboxUsers;
   processes: ProcessTable;
   watchers: PolledWatchers;
+}
+
+/** E2B's state, made at the first request that needs it: a sandbox nobody reaches through E2B's clients allocates nothing. */
+export function lazyDeps(agent: EnvdDeps['agent']): () => EnvdDeps {
+  let deps: EnvdDeps | null = null;
+  return () => (deps ??= { agent, users: new SandboxUsers(), processes: new ProcessTable(agent.helperPath), watchers: new PolledWatchers() });
 }

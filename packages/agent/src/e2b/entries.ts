@@ -1,25 +1,38 @@
 import type { Stats } from 'node:fs';
 import { lstat, readdir, readlink, realpath } from 'node:fs/promises';
 import { basename } from 'node:path';
-import { create } from '@bufbuild/protobuf';
-import { timestampFromMs } from '@bufbuild/protobuf/wkt';
 import { fsError } from '../files/errors.js';
 import { permissionString } from '../files/ops.js';
 import { ServiceError } from '../proto.js';
-import { EntryInfoSchema, FileType, type EntryInfo } from './gen/filesystem/filesystem_pb.js';
 import type { SandboxUsers } from './users.js';
+
+/** A file's entry as the /e2b/rt/fs routes answer it (the gateway makes E2B's EntryInfo of it). */
+export interface Entry {
+  name: string;
+  type: 'file' | 'dir' | 'symlink';
+  path: string;
+  size: number;
+  /** Permission bits (& 0o7777). */
+  mode: number;
+  permissions: string;
+  owner: string;
+  group: string;
+  /** Modification time, whole milliseconds since the epoch. */
+  mtime_ms: number;
+  symlink_target?: string;
+}
 
 /** Entries one ListDir answers at most (a deep listing of / is refused, not built in memory). */
 export const MAX_LIST_ENTRIES = 100_000;
 
-function typeOf(st: Stats): FileType {
-  if (st.isSymbolicLink()) return FileType.SYMLINK;
-  if (st.isDirectory()) return FileType.DIRECTORY;
-  return FileType.FILE;
+function typeOf(st: Stats): Entry['type'] {
+  if (st.isSymbolicLink()) return 'symlink';
+  if (st.isDirectory()) return 'dir';
+  return 'file';
 }
 
-/** E2B's EntryInfo of `path` (not following a last symlink: it is reported with its target). */
-export async function entryInfo(path: string, users: SandboxUsers, st?: Stats): Promise<EntryInfo> {
+/** The entry of `path` (not following a last symlink: it is reported with its target). */
+export async function entryInfo(path: string, users: SandboxUsers, st?: Stats): Promise<Entry> {
   let s = st;
   if (!s) {
     try {
@@ -30,23 +43,23 @@ export async function entryInfo(path: string, users: SandboxUsers, st?: Stats): 
   }
   let symlinkTarget: string | undefined;
   if (s.isSymbolicLink()) symlinkTarget = await realpath(path).catch(() => readlink(path).catch(() => ''));
-  return create(EntryInfoSchema, {
+  return {
     name: path === '/' ? '/' : basename(path),
     type: typeOf(s),
     path,
-    size: BigInt(s.isDirectory() ? 0 : s.size),
+    size: s.isDirectory() ? 0 : s.size,
     mode: s.mode & 0o7777,
     permissions: permissionString(s),
     owner: users.userName(s.uid),
     group: users.groupName(s.gid),
-    modifiedTime: timestampFromMs(Math.floor(s.mtimeMs)),
-    ...(symlinkTarget !== undefined ? { symlinkTarget } : {}),
-  });
+    mtime_ms: Math.floor(s.mtimeMs),
+    ...(symlinkTarget !== undefined ? { symlink_target: symlinkTarget } : {}),
+  };
 }
 
 /** The entries below `dir` down to `depth` levels (1: its children), directories not followed through symlinks. */
-export async function listEntries(dir: string, depth: number, users: SandboxUsers): Promise<EntryInfo[]> {
-  const out: EntryInfo[] = [];
+export async function listEntries(dir: string, depth: number, users: SandboxUsers): Promise<Entry[]> {
+  const out: Entry[] = [];
   const walk = async (d: string, level: number): Promise<void> => {
     let names: string[];
     try {

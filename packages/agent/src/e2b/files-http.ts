@@ -11,7 +11,7 @@ import { drainRequest } from '../http/drain.js';
 import { ServiceError } from '../proto.js';
 import { logLine } from '../log.js';
 import type { EnvdDeps } from './deps.js';
-import { makeDirsAs } from './filesystem-service.js';
+import { makeDirsAs } from './rt-fs.js';
 import { userPath, type SandboxUser } from './users.js';
 
 /** Files one multipart upload may carry. */

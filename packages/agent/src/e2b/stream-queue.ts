@@ -4,8 +4,8 @@ import { ServiceError } from '../proto.js';
 export const MAX_QUEUED_BYTES = 16 * 1024 * 1024;
 
 /**
- * Items produced by callbacks (process output, watch events) and consumed by a server-streaming
- * handler's `for await`. Bounded: a client that reads too slowly is ended with an error rather
+ * Items produced by callbacks (process output, watch events) and consumed by a frame stream's writer
+ * (sendFrames). Bounded: a client that reads too slowly is ended with an error rather
  * than buffered without limit.
  */
 export class StreamQueue<T> implements AsyncIterable<T> {
@@ -63,8 +63,14 @@ export class StreamQueue<T> implements AsyncIterable<T> {
   }
 }
 
-/** The keepalive interval a client asks for (Keepalive-Ping-Interval, seconds), within bounds. */
-export function keepaliveMs(header: string | null): number {
-  const n = header === null ? NaN : Number(header);
-  return Number.isFinite(n) && n >= 1 ? Math.min(n, 300) * 1000 : 50_000;
+/** Keepalive interval when the client names none, and its bounds. */
+export const DEFAULT_KEEPALIVE_MS = 50_000;
+const MIN_KEEPALIVE_MS = 1000;
+const MAX_KEEPALIVE_MS = 300_000;
+
+/** The keepalive interval a client asks for (keepalive_ms), within bounds; absent: the default. */
+export function keepaliveMs(value: unknown): number {
+  if (value === undefined || value === null) return DEFAULT_KEEPALIVE_MS;
+  if (typeof value !== 'number' || !Number.isFinite(value)) throw new ServiceError('VALIDATION_ERROR', 'keepalive_ms must be a number', { field: 'keepalive_ms' });
+  return Math.min(Math.max(Math.round(value), MIN_KEEPALIVE_MS), MAX_KEEPALIVE_MS);
 }

@@ -2,11 +2,9 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { lstat } from 'node:fs/promises';
 import { dirname, relative } from 'node:path';
-import { create } from '@bufbuild/protobuf';
 import { ServiceError } from '../proto.js';
 import { MAX_WATCHED_DIRS, WatchRecordParser, type WatchRecord } from '../files/watch-records.js';
-import { entryInfo } from './entries.js';
-import { EventType, FilesystemEventSchema, type FilesystemEvent } from './gen/filesystem/filesystem_pb.js';
+import { entryInfo, type Entry } from './entries.js';
 import type { SandboxUsers } from './users.js';
 
 /** Watches (WatchDir streams and polled watchers) open at once. */
@@ -16,6 +14,15 @@ export const MAX_POLLED_EVENTS = 10_000;
 /** A polled watcher nobody asked for events this long is removed. */
 const POLLED_IDLE_MS = 10 * 60_000;
 
+/** A change below a watched directory, as the /e2b/rt/fs routes answer it. */
+export interface FsEvent {
+  /** Path relative to the watched directory. */
+  name: string;
+  type: 'create' | 'write' | 'remove' | 'rename' | 'chmod';
+  /** With include_entry, for create, write and chmod events of a path still there. */
+  entry?: Entry;
+}
+
 export interface WatchOptions {
   root: string;
   recursive: boolean;
@@ -24,14 +31,14 @@ export interface WatchOptions {
 
 export interface WatchSink {
   ready(): void;
-  event(e: FilesystemEvent): void;
+  event(e: FsEvent): void;
   /** The watch ended: the directory went away, or the helper failed. */
   closed(err?: ServiceError): void;
 }
 
 let open = 0;
 
-/** One inotify watch of a directory (sbx-helper watch), its records as E2B's filesystem events. */
+/** One inotify watch of a directory (sbx-helper watch), its records as filesystem events. */
 export class DirWatch {
   private child: ChildProcessWithoutNullStreams | null;
   private stopped = false;
@@ -56,7 +63,7 @@ export class DirWatch {
           ready = true;
           sink.ready();
         } else if (r.event === 'gone') {
-          chain = chain.then(() => this.emit(EventType.REMOVE, r.path)).then(() => this.stop());
+          chain = chain.then(() => this.emit('remove', r.path)).then(() => this.stop());
         } else if (r.event === 'overflow' || r.event === 'limit') {
           // E2B's events have no notice for these; the client sees fewer events.
         } else chain = chain.then(() => this.record(r));
@@ -87,35 +94,35 @@ export class DirWatch {
   private async record(r: WatchRecord): Promise<void> {
     switch (r.event) {
       case 'created':
-        return this.emit(EventType.CREATE, r.path);
+        return this.emit('create', r.path);
       case 'modified':
-        return this.emit(EventType.WRITE, r.path);
+        return this.emit('write', r.path);
       case 'deleted':
-        return this.emit(EventType.REMOVE, r.path);
+        return this.emit('remove', r.path);
       case 'renamed':
         // As inotify tells it to E2B's daemon: the old name renamed, the new one created.
-        await this.emit(EventType.RENAME, r.oldPath);
-        return this.emit(EventType.CREATE, r.path);
+        await this.emit('rename', r.oldPath);
+        return this.emit('create', r.path);
     }
   }
 
-  private async emit(type: EventType, path: string): Promise<void> {
+  private async emit(type: FsEvent['type'], path: string): Promise<void> {
     if (this.stopped) return;
     if (!this.o.recursive && dirname(path) !== this.o.root) return;
     const name = relative(this.o.root, path);
     if (name === '' || name.startsWith('..')) return;
-    let entry;
-    if (this.o.includeEntry && type !== EventType.REMOVE && type !== EventType.RENAME) {
+    let entry: Entry | undefined;
+    if (this.o.includeEntry && type !== 'remove' && type !== 'rename') {
       const st = await lstat(path).catch(() => null);
       if (st) entry = await entryInfo(path, this.users, st).catch(() => undefined);
     }
-    this.sink.event(create(FilesystemEventSchema, { name, type, ...(entry ? { entry } : {}) }));
+    this.sink.event({ name, type, ...(entry ? { entry } : {}) });
   }
 }
 
 interface Polled {
   watch: DirWatch;
-  events: FilesystemEvent[];
+  events: FsEvent[];
   dropped: number;
   lastPoll: number;
   error?: ServiceError;
@@ -159,7 +166,7 @@ export class PolledWatchers {
     return id;
   }
 
-  take(id: string): FilesystemEvent[] {
+  take(id: string): FsEvent[] {
     this.sweep();
     const w = this.byId.get(id);
     if (!w) throw new ServiceError('NOT_FOUND', `watcher ${id} not found`);

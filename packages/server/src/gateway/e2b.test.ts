@@ -65,6 +65,15 @@ describe('gateway: E2B data plane', { timeout: 60_000 }, () => {
     let body = '';
     req.on('data', (c: Buffer) => (body += c.toString()));
     req.on('end', () => {
+      if (req.url === '/e2b/rt/fs/stat') {
+        // envd's Connect calls are the gateway's: it asks the agent's plain routes; the user it
+        // acts as comes in the body (here echoed back as the entry's owner).
+        const asked = JSON.parse(body) as { authorization: string | null; path: string };
+        const entry = { name: 'x', type: 'file', path: asked.path, size: 1, mode: 0o644, permissions: '-rw-r--r--', owner: String(asked.authorization), group: 'root', mtime_ms: 0 };
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ entry }));
+        return;
+      }
       const seen: Seen = { method: req.method!, url: req.url!, headers: req.headers, body };
       const text = JSON.stringify(seen);
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
@@ -175,10 +184,11 @@ describe('gateway: E2B data plane', { timeout: 60_000 }, () => {
 
   test("E2B's user (Authorization: Basic) reaches the envd routes only; a Bearer never reaches the agent", async () => {
     const basic = `Basic ${Buffer.from('root:').toString('base64')}`;
-    const envd = await call(apiPort, '/e2b/sandbox/process.Process/List', { ...e2b(49983), authorization: basic, 'connect-protocol-version': '1', 'content-type': 'application/json' }, { method: 'POST', body: '{}' });
-    const seen = json(envd) as unknown as Seen;
-    assert.equal(seen.headers.authorization, basic);
-    assert.equal(seen.headers['connect-protocol-version'], '1');
+    const envd = await call(apiPort, '/e2b/sandbox/filesystem.Filesystem/Stat', { ...e2b(49983), authorization: basic, 'connect-protocol-version': '1', 'content-type': 'application/json' }, { method: 'POST', body: '{"path":"/x"}' });
+    assert.equal(envd.status, 200, envd.body.toString());
+    assert.deepEqual((json(envd) as { entry: { owner: string; path: string } }).entry.owner, basic);
+    const own = await call(hostPort, '/e2b/envd/filesystem.Filesystem/Stat', { authorization: `Bearer ${token}`, 'connect-protocol-version': '1', 'content-type': 'application/json' }, { method: 'POST', body: '{"path":"/x"}', host: 'sbe2b.e2b.test' });
+    assert.equal((json(own) as { entry: { owner: string } }).entry.owner, 'null', "the sandbox's own route: the default user");
     assert.equal((json(await call(apiPort, '/e2b/sandbox/contexts', { ...e2b(49999), authorization: basic })) as unknown as Seen).headers.authorization, undefined);
     assert.equal((json(await call(apiPort, '/e2b/sandbox/health', { ...e2b(49983), authorization: 'Basic not base64!' })) as unknown as Seen).headers.authorization, undefined);
     const bearer = await call(apiPort, '/e2b/sandbox/health', { 'e2b-sandbox-id': 'sbe2b', 'e2b-sandbox-port': '49983', authorization: `Bearer ${token}` });

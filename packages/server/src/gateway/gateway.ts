@@ -18,6 +18,7 @@ import { E2bPlane } from './e2b-plane.js';
 import { makeGatewayServer, type ListenerCore } from './listener.js';
 import { Previews, type PreviewState, type PreviewTarget } from './previews.js';
 import { closeServer, listen } from './http-helpers.js';
+import { isEnvdRpc, type EnvdHost } from './envd/envd.js';
 
 export { PREVIEW_LINK_PATH, previewCookieName } from './previews.js';
 
@@ -90,6 +91,8 @@ export class Gateway implements GatewayControl {
   private readonly e2b: E2bPlane;
   /** What the listeners need of the gateway. */
   private readonly front: ListenerCore;
+  /** E2B's envd protocol, loaded at its first call (envd/envd.ts). */
+  private envd: Promise<EnvdHost> | undefined;
 
   /** Cuts the sandbox's requests in flight and its WebSockets (its deadline paused it); new ones are served. */
   interrupt(sandboxId: string): void {
@@ -363,6 +366,7 @@ export class Gateway implements GatewayControl {
     }
     res.once('close', release);
     this.uses.holdResponse(entry.sandboxId, res);
+    if (!pv && isEnvdRpc(req.url)) return this.serveEnvd(req, res, entry, requestId, fail, extraHeaders?.authorization);
     const target = pv
       ? { sandboxId: entry.sandboxId, agent: this.previews.agent(entry, pv.port), onIncident: this.incident, headers: 'preview' as const, splice: this.splice, sendError: fail }
       : {
@@ -379,6 +383,29 @@ export class Gateway implements GatewayControl {
       headersMs: this.d.config.responseHeadersTimeoutMs,
       idleMs: this.d.config.idleTimeoutMs,
     });
+  }
+
+  /**
+   * One of E2B's envd calls (Connect) for the sandbox: served here, over plain calls to its agent.
+   * `authorization`: the user E2B's client named (Basic), absent on the sandbox's own route.
+   */
+  private serveEnvd(
+    req: IncomingMessage,
+    res: ServerResponse,
+    entry: RouteEntry,
+    requestId: string,
+    fail: ((res: ServerResponse, err: unknown, requestId: string) => void) | undefined,
+    authorization: string | undefined,
+  ): void {
+    this.envd ??= import('./envd/envd.js').then(
+      ({ EnvdHost }) =>
+        new EnvdHost((what, err) => this.d.log('e2b envd call failed', { call: what, error: describeCause(err), ...(err instanceof ServiceError && err.detail ? { detail: err.detail } : {}) })),
+    );
+    const call = { sandboxId: entry.sandboxId, agent: this.agentFor(entry), authorization: authorization ?? null, headersMs: this.d.config.responseHeadersTimeoutMs };
+    this.envd.then(
+      (host) => host.serve(req, res, call),
+      (err: unknown) => (fail ? fail(res, err, requestId) : sendError(res, err, requestId, this.incident)),
+    );
   }
 
   /** The incident behind a 5xx answer (renderError), logged with its request. */

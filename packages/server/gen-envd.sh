@@ -1,5 +1,5 @@
 #!/bin/sh
-# Regenerates the TypeScript of E2B's envd protocol (src/e2b/gen) from proto/. Run by hand after
+# Regenerates the TypeScript of E2B's envd protocol (src/gateway/envd/gen) from proto/. Run by hand after
 # editing a .proto; the generated files are committed and the build never runs this.
 set -eu
 cd "$(dirname "$0")"

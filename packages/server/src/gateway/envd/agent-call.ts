@@ -1,0 +1,143 @@
+import { request, type Agent, type IncomingMessage } from 'node:http';
+import { isErrorCode, ServiceError } from '@sandboxd/protocol';
+
+/**
+ * The gateway's calls to a sandbox's agent for E2B's envd (the agent's plain `/e2b/rt/` routes):
+ * JSON in, JSON out, or a stream of frames. The protocol E2B's clients speak (Connect, protobuf)
+ * ends here, in the daemon; what runs and what is kept (processes, their output, watches) stays
+ * in the sandbox.
+ */
+
+/** One E2B request's way to its sandbox. */
+export interface EnvdCall {
+  sandboxId: string;
+  /** The sandbox's connection pool (a DialAgent: its unix socket, or its node's relay). */
+  agent: Agent;
+  /** The Authorization E2B's client sent (`Basic <user:>`): the user to act as; null: the default user. */
+  authorization: string | null;
+  /** From the request until the agent's answer head. */
+  headersMs: number;
+}
+
+/** Largest JSON answer read from the agent (a deep ListDir). */
+const MAX_ANSWER_BYTES = 64 * 1024 * 1024;
+/** Largest frame the agent may send (its output frames are at most 1 MiB). */
+const MAX_FRAME_BYTES = 4 * 1024 * 1024;
+
+/** The kinds of frame the agent sends. */
+export const FRAME = { json: 0, stdout: 1, stderr: 2, pty: 3, keepalive: 4, error: 5 } as const;
+export type FrameKind = (typeof FRAME)[keyof typeof FRAME];
+
+export interface Frame {
+  kind: FrameKind;
+  payload: Buffer;
+}
+
+function open(call: EnvdCall, method: string, path: string, body: unknown, signal?: AbortSignal): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+    const req = request({
+      agent: call.agent,
+      method,
+      path,
+      headers: { host: 'agent', ...(data ? { 'content-type': 'application/json', 'content-length': data.length } : {}) },
+      ...(signal ? { signal } : {}),
+    });
+    const headersTimer = setTimeout(() => req.destroy(new ServiceError('AGENT_UNAVAILABLE', `sandbox ${call.sandboxId} did not answer in time`)), call.headersMs);
+    req.once('response', (res) => {
+      clearTimeout(headersTimer);
+      resolve(res);
+    });
+    req.once('error', (err) => {
+      clearTimeout(headersTimer);
+      reject(agentError(err, call, signal));
+    });
+    req.end(data);
+  });
+}
+
+function agentError(err: unknown, call: EnvdCall, signal?: AbortSignal): unknown {
+  if (err instanceof ServiceError) return err;
+  if (signal?.aborted) return new ServiceError('VALIDATION_ERROR', 'the request was cancelled');
+  const code = (err as NodeJS.ErrnoException).code;
+  return new ServiceError('AGENT_UNAVAILABLE', `cannot reach the agent of sandbox ${call.sandboxId}`).withDetail(`${code ?? ''} ${(err as Error).message}`);
+}
+
+async function readAll(res: IncomingMessage, limit: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const c of res as AsyncIterable<Buffer>) {
+    n += c.length;
+    if (n > limit) {
+      res.destroy();
+      throw new ServiceError('INTERNAL_ERROR', 'the agent answered more than the gateway reads');
+    }
+    chunks.push(c);
+  }
+  return Buffer.concat(chunks);
+}
+
+/** The agent's error answer as the ServiceError it rendered. */
+async function failure(res: IncomingMessage): Promise<ServiceError> {
+  const text = (await readAll(res, 1024 * 1024).catch(() => Buffer.alloc(0))).toString('utf8');
+  return errorFrom(text, res.statusCode ?? 502);
+}
+
+function errorFrom(text: string, status: number): ServiceError {
+  let body: { code?: unknown; message?: unknown; [k: string]: unknown } = {};
+  try {
+    body = JSON.parse(text) as typeof body;
+  } catch {
+    // not one of the agent's error bodies
+  }
+  const message = typeof body.message === 'string' ? body.message : undefined;
+  if (isErrorCode(body.code)) return new ServiceError(body.code, message);
+  return new ServiceError(status >= 500 ? 'AGENT_UNAVAILABLE' : 'VALIDATION_ERROR', message ?? `the agent answered ${status}`);
+}
+
+/** A JSON call to the agent: its answer, or its error thrown as the ServiceError it was. */
+export async function callAgent<T>(call: EnvdCall, method: 'GET' | 'POST', path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+  const res = await open(call, method, path, body, signal);
+  if (res.statusCode !== 200) throw await failure(res);
+  const text = (await readAll(res, MAX_ANSWER_BYTES)).toString('utf8');
+  try {
+    return JSON.parse(text) as T;
+  } catch {
+    throw new ServiceError('AGENT_UNAVAILABLE', `the agent of sandbox ${call.sandboxId} answered what is not JSON`);
+  }
+}
+
+/**
+ * A stream of frames from the agent (`[kind u8][length u32 BE][payload]`). A refusal before the
+ * stream is thrown; an error frame is thrown where it comes; `signal` (the client went) ends it.
+ */
+export async function* agentFrames(call: EnvdCall, path: string, body: unknown, signal: AbortSignal): AsyncGenerator<Frame> {
+  const res = await open(call, 'POST', path, body, signal);
+  if (res.statusCode !== 200) throw await failure(res);
+  let buf: Buffer = Buffer.alloc(0);
+  try {
+    for await (const chunk of res as AsyncIterable<Buffer>) {
+      buf = buf.length === 0 ? chunk : Buffer.concat([buf, chunk]);
+      while (buf.length >= 5) {
+        const len = buf.readUInt32BE(1);
+        if (len > MAX_FRAME_BYTES) throw new ServiceError('AGENT_UNAVAILABLE', `the agent of sandbox ${call.sandboxId} sent a frame too large`);
+        if (buf.length < 5 + len) break;
+        const frame: Frame = { kind: buf[0] as FrameKind, payload: buf.subarray(5, 5 + len) };
+        buf = buf.subarray(5 + len);
+        if (frame.kind === FRAME.error) throw errorFrom(frame.payload.toString('utf8'), 500);
+        yield frame;
+      }
+    }
+  } catch (err) {
+    if (err instanceof ServiceError) throw err;
+    throw agentError(err, call, signal);
+  } finally {
+    res.destroy();
+  }
+  if (buf.length > 0 && !signal.aborted) throw new ServiceError('AGENT_UNAVAILABLE', `the stream from the agent of sandbox ${call.sandboxId} ended inside a frame`);
+}
+
+/** A JSON frame's value. */
+export function jsonFrame<T>(f: Frame): T {
+  return JSON.parse(f.payload.toString('utf8')) as T;
+}

@@ -189,6 +189,11 @@ describe('gateway: E2B data plane', { timeout: 60_000 }, () => {
     assert.deepEqual((json(envd) as { entry: { owner: string; path: string } }).entry.owner, basic);
     const own = await call(hostPort, '/e2b/envd/filesystem.Filesystem/Stat', { authorization: `Bearer ${token}`, 'connect-protocol-version': '1', 'content-type': 'application/json' }, { method: 'POST', body: '{"path":"/x"}', host: 'sbe2b.e2b.test' });
     assert.equal((json(own) as { entry: { owner: string } }).entry.owner, 'null', "the sandbox's own route: the default user");
+    // The agent's plain routes are the gateway's wire: no client reaches them, however spelled.
+    for (const path of ['/e2b/rt/fs/stat', '/x/../e2b/rt/fs/stat']) {
+      const wire = await call(hostPort, path, { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, { method: 'POST', body: '{"path":"/x"}', host: 'sbe2b.e2b.test' });
+      assert.equal(wire.status, 404, path);
+    }
     assert.equal((json(await call(apiPort, '/e2b/sandbox/contexts', { ...e2b(49999), authorization: basic })) as unknown as Seen).headers.authorization, undefined);
     assert.equal((json(await call(apiPort, '/e2b/sandbox/health', { ...e2b(49983), authorization: 'Basic not base64!' })) as unknown as Seen).headers.authorization, undefined);
     const bearer = await call(apiPort, '/e2b/sandbox/health', { 'e2b-sandbox-id': 'sbe2b', 'e2b-sandbox-port': '49983', authorization: `Bearer ${token}` });

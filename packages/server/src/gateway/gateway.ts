@@ -18,7 +18,7 @@ import { E2bPlane } from './e2b-plane.js';
 import { makeGatewayServer, type ListenerCore } from './listener.js';
 import { Previews, type PreviewState, type PreviewTarget } from './previews.js';
 import { closeServer, listen } from './http-helpers.js';
-import { isEnvdRpc, type EnvdHost } from './envd/envd.js';
+import { isEnvdRpc, isEnvdWire, type EnvdHost } from './envd/envd.js';
 
 export { PREVIEW_LINK_PATH, previewCookieName } from './previews.js';
 
@@ -367,6 +367,8 @@ export class Gateway implements GatewayControl {
     res.once('close', release);
     this.uses.holdResponse(entry.sandboxId, res);
     if (!pv && isEnvdRpc(req.url)) return this.serveEnvd(req, res, entry, requestId, fail, extraHeaders?.authorization);
+    // The agent's plain E2B routes are the gateway's own wire to it (envd/agent-call.ts), not an API.
+    if (!pv && isEnvdWire(req.url)) return (fail ?? ((r, e, id) => sendError(r, e, id, this.incident)))(res, new ServiceError('ROUTE_NOT_FOUND', `no route ${req.method} ${(req.url ?? '').split('?')[0]}`), requestId);
     const target = pv
       ? { sandboxId: entry.sandboxId, agent: this.previews.agent(entry, pv.port), onIncident: this.incident, headers: 'preview' as const, splice: this.splice, sendError: fail }
       : {

@@ -133,3 +133,13 @@ describe('agent calls', () => {
     assert.ok(closed, 'the agent saw the stream closed');
   });
 });
+
+describe('the wire is the gateway’s alone', () => {
+  test('isEnvdWire: every spelling that reaches the agent’s /e2b/rt routes', async () => {
+    const { isEnvdWire, isEnvdRpc } = await import('./envd.js');
+    for (const u of ['/e2b/rt/process/start', '/e2b/rt', '/x/../e2b/rt/process/list', '/e2b/./rt/fs/stat', '/%2e%2e/e2b/rt/process/input', '/e2b/rt/process/list?x=1']) assert.ok(isEnvdWire(u), u);
+    for (const u of ['/e2b/envd/files', '/e2b/rtx', '/commands/run', '/E2B/rt/process/start', undefined]) assert.ok(!isEnvdWire(u), String(u));
+    assert.ok(isEnvdRpc('/e2b/envd/process.Process/Start'));
+    assert.ok(!isEnvdRpc('/e2b/envd/files'));
+  });
+});

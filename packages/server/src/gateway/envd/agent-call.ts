@@ -19,8 +19,8 @@ export interface EnvdCall {
   headersMs: number;
 }
 
-/** Largest JSON answer read from the agent (a deep ListDir). */
-const MAX_ANSWER_BYTES = 64 * 1024 * 1024;
+/** Largest JSON answer read from the agent (a deep ListDir): more could not go out in one Connect message anyway. */
+const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
 /** Largest frame the agent may send (its output frames are at most 1 MiB). */
 const MAX_FRAME_BYTES = 4 * 1024 * 1024;
 

@@ -20,6 +20,17 @@ export function isEnvdRpc(url: string | undefined): boolean {
   return url !== undefined && RPC_PATH.test(url);
 }
 
+/** Whether a request names the agent's plain E2B routes, which only the gateway calls (agent-call.ts). */
+export function isEnvdWire(url: string | undefined): boolean {
+  if (url === undefined || !/rt/i.test(url)) return false;
+  // The path as the agent will read it (URL parsing resolves dot segments, encoded ones too).
+  try {
+    return /^\/e2b\/rt(?:\/|$)/.test(new URL(url, 'http://agent').pathname);
+  } catch {
+    return false;
+  }
+}
+
 const CALL = createContextKey<EnvdCall | null>(null, { description: 'the sandbox an envd call is for' });
 
 /**

@@ -25,13 +25,24 @@ interface AgentEvent {
   entry?: AgentEntry;
 }
 
-const FILE_TYPE = { file: FileType.FILE, dir: FileType.DIRECTORY, symlink: FileType.SYMLINK } as const;
-const EVENT_TYPE = { create: EventType.CREATE, write: EventType.WRITE, remove: EventType.REMOVE, rename: EventType.RENAME, chmod: EventType.CHMOD } as const;
+// Maps, not objects: what the agent sends is looked up, never a property of Object's prototype.
+const FILE_TYPE = new Map<string, FileType>([
+  ['file', FileType.FILE],
+  ['dir', FileType.DIRECTORY],
+  ['symlink', FileType.SYMLINK],
+]);
+const EVENT_TYPE = new Map<string, EventType>([
+  ['create', EventType.CREATE],
+  ['write', EventType.WRITE],
+  ['remove', EventType.REMOVE],
+  ['rename', EventType.RENAME],
+  ['chmod', EventType.CHMOD],
+]);
 
 function entryInfo(e: AgentEntry): MessageInitShape<typeof EntryInfoSchema> {
   return {
     name: e.name,
-    type: FILE_TYPE[e.type] ?? FileType.UNSPECIFIED,
+    type: FILE_TYPE.get(e.type) ?? FileType.UNSPECIFIED,
     path: e.path,
     size: BigInt(e.size),
     mode: e.mode,
@@ -44,7 +55,7 @@ function entryInfo(e: AgentEntry): MessageInitShape<typeof EntryInfoSchema> {
 }
 
 function fsEvent(e: AgentEvent): MessageInitShape<typeof FilesystemEventSchema> {
-  return { name: e.name, type: EVENT_TYPE[e.type] ?? EventType.UNSPECIFIED, ...(e.entry ? { entry: entryInfo(e.entry) } : {}) };
+  return { name: e.name, type: EVENT_TYPE.get(e.type) ?? EventType.UNSPECIFIED, ...(e.entry ? { entry: entryInfo(e.entry) } : {}) };
 }
 
 /**

@@ -4,9 +4,11 @@
 //   2. commands.run('true') in a running sandbox (Connect's process.Process/Start vs /commands/run)
 //   3. runCode('1') in a warm context (E2B's /execute vs ours), the same sandbox for both
 //   4. host memory of an idle sandbox (its memory cgroup): created through E2B's API vs ours, and
-//      before/after the first E2B data-plane call (the envd bundle loads lazily, on that call).
+//      before/after the first E2B data-plane call (E2B's protocol is the daemon's: the sandbox
+//      keeps only its processes' state).
 // Usage (root, after npm run build): node bench/dist/e2b.js [CREATES=20] [RUNS=200] [IDLE=5]
 import { existsSync, readFileSync } from 'node:fs';
+import { Agent, request } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { Sandbox as E2bCodeSandbox } from '@e2b/code-interpreter';
@@ -40,6 +42,27 @@ function cgroupMemory(server: TestServer, id: string): { usage: number; rss: num
 }
 
 const median = (xs: number[]) => summary(xs).p50;
+
+/** One POST on a kept-alive connection, read to its end (the wire alone: no client library). */
+function rawPost(agent: Agent, url: string, headers: Record<string, string>, body: Buffer): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const u = new URL(url);
+    const req = request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', headers: { ...headers, 'content-length': String(body.length) }, agent }, (res) => {
+      res.resume();
+      res.on('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`${url}: ${res.statusCode}`))));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** A Connect streaming request's body: one enveloped JSON message. */
+function connectEnvelope(msg: unknown): Buffer {
+  const payload = Buffer.from(JSON.stringify(msg));
+  const head = Buffer.alloc(5);
+  head.writeUInt32BE(payload.length, 1);
+  return Buffer.concat([head, payload]);
+}
 const mib = (x: number) => `${x >= 0 ? '+' : ''}${x.toFixed(2)} MiB`;
 
 async function main(): Promise<void> {
@@ -55,8 +78,7 @@ async function main(): Promise<void> {
     process.env.E2B_DOMAIN = 'invalid';
 
     // 1. create → first command, interleaved (each sandbox deleted after, untimed). Its parts too:
-    //    the create alone, the first call alone, and a second call (the first one loads the
-    //    agent's envd bundle, which an E2B-less sandbox never loads).
+    //    the create alone, the first call alone, and a second call.
     const first = { e2b: [] as number[], ours: [] as number[], e2bCreate: [] as number[], oursCreate: [] as number[], e2bRun1: [] as number[], e2bRun2: [] as number[], oursRun1: [] as number[] };
     for (let i = 0; i < CREATES + 2; i++) {
       // The first two warm both paths up. Each create starts on a quiet daemon: the warm pool's
@@ -111,6 +133,33 @@ async function main(): Promise<void> {
         runOursLogin.push(tl);
       }
     }
+
+    // 2b. The wire alone, no client library: the same command (`/bin/bash -l -c true` as root) as a
+    //     Connect Start through E2B_SANDBOX_URL and as a /commands/run to the sandbox's route.
+    const token = (await api(server, 'POST', `/v1/sandboxes/${sb.id}/token/refresh`, {})).body.auth_token as string;
+    const publicHost = (await api(server, 'GET', `/v1/sandboxes/${sb.id}`)).body.public_host as string;
+    const keep = new Agent({ keepAlive: true });
+    const wireConnect: number[] = [];
+    const wireOurs: number[] = [];
+    const startBody = connectEnvelope({ process: { cmd: '/bin/bash', args: ['-l', '-c', 'true'] } });
+    const runBody = Buffer.from(JSON.stringify({ command: '/bin/bash', args: ['-l', '-c', 'true'] }));
+    const e2bHeaders = {
+      'content-type': 'application/connect+json',
+      'connect-protocol-version': '1',
+      'e2b-sandbox-id': sb.id,
+      'e2b-sandbox-port': '49983',
+      'x-access-token': token,
+      authorization: `Basic ${Buffer.from('root:').toString('base64')}`,
+    };
+    for (let i = 0; i < RUNS + 10; i++) {
+      const tc = await timed(() => rawPost(keep, `${server.baseUrl}/e2b/sandbox/process.Process/Start`, e2bHeaders, startBody));
+      const to = await timed(() => rawPost(keep, `${publicHost}/commands/run`, { 'content-type': 'application/json', authorization: `Bearer ${token}` }, runBody));
+      if (i >= 10) {
+        wireConnect.push(tc);
+        wireOurs.push(to);
+      }
+    }
+    keep.destroy();
 
     // 3. runCode('1') in a warm context: the default python context, one code-interpreter sandbox.
     const ci = await E2bCodeSandbox.create({ timeoutMs: 1_800_000 });
@@ -168,6 +217,8 @@ async function main(): Promise<void> {
     console.log(row("commands.run('true') via our SDK", runOurs));
     console.log(row('  the same work: Connect, root', runE2bRoot, runOursLogin));
     console.log(row("  ours: run /bin/bash -l -c true", runOursLogin));
+    console.log(row('  the wire alone: Connect Start', wireConnect, wireOurs));
+    console.log(row('  the wire alone: /commands/run', wireOurs));
     console.log(row("runCode('1') via @e2b/code-interp.", codeE2b, codeOurs));
     console.log(row("runCode('1') via our SDK", codeOurs));
     console.log(
@@ -178,7 +229,7 @@ async function main(): Promise<void> {
     const ratio = (a: number[], b: number[]) => median(a) / median(b);
     const createDiff = median(viaE2bApi.map((m) => m.usage)) - median(before.map((m) => m.usage));
     console.log(
-      `goals: create → first run ≤ 1.3x (${ratio(first.e2b, first.ours).toFixed(2)}x); commands.run ≤ 1.2x (${ratio(runE2b, runOurs).toFixed(2)}x; the same work ${ratio(runE2bRoot, runOursLogin).toFixed(2)}x);` +
+      `goals: create → first run ≤ 1.3x (${ratio(first.e2b, first.ours).toFixed(2)}x); commands.run ≤ 1.2x (${ratio(runE2b, runOurs).toFixed(2)}x; the same work ${ratio(runE2bRoot, runOursLogin).toFixed(2)}x, on the wire alone ${ratio(wireConnect, wireOurs).toFixed(2)}x);` +
         ` runCode ≤ 1.2x (${ratio(codeE2b, codeOurs).toFixed(2)}x); idle memory unchanged ±0.5 MiB (E2B-created vs ours ${mib(createDiff)})`,
     );
   } finally {

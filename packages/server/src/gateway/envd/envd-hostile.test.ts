@@ -1,0 +1,434 @@
+// envd's Connect surface in the gateway, attacked from both sides: a sandbox whose agent answers
+// anything (the code in a sandbox can take its agent's socket), and a client that sends anything.
+// A real Gateway serves E2B's base URL; the hostile agent is an HTTP server on a unix socket. What
+// must hold: the one call fails with a Connect error, the daemon goes on serving, its logs and
+// memory stay bounded, and nothing reaches the agent of a request that was not let through.
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { gzipSync } from 'node:zlib';
+import type { Config } from '../../config.js';
+import { ConnectionLimits } from '../../services/connections.js';
+import { KeyService } from '../../services/keys.js';
+import { TokenService } from '../../services/tokens.js';
+import { SqliteStore } from '../../store/sqlite.js';
+import { unixDial } from '../../testing/fake-node.js';
+import { belowPrefix } from '../e2b.js';
+import { Gateway } from '../gateway.js';
+import { RouteTable } from '../routes.js';
+import { FRAME } from './agent-call.js';
+
+function frame(kind: number, payload: Buffer | string): Buffer {
+  const p = typeof payload === 'string' ? Buffer.from(payload) : payload;
+  const head = Buffer.alloc(5);
+  head[0] = kind;
+  head.writeUInt32BE(p.length, 1);
+  return Buffer.concat([head, p]);
+}
+
+/** A Connect streaming envelope. */
+function envelope(flags: number, payload: Buffer | string): Buffer {
+  return frame(flags, payload);
+}
+
+/** The envelopes of a Connect streaming answer. */
+function envelopes(body: Buffer): { flags: number; data: unknown }[] {
+  const out: { flags: number; data: unknown }[] = [];
+  for (let off = 0; off + 5 <= body.length; ) {
+    const len = body.readUInt32BE(off + 1);
+    out.push({ flags: body[off]!, data: JSON.parse(body.subarray(off + 5, off + 5 + len).toString()) });
+    off += 5 + len;
+  }
+  return out;
+}
+
+interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: Buffer;
+}
+
+const ENTRY = { name: 'x', type: 'file', path: '/x', size: 1, mode: 0o644, permissions: '-rw-r--r--', owner: 'user', group: 'user', mtime_ms: 0 };
+
+describe('gateway envd: a hostile sandbox, a hostile client', { timeout: 120_000 }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'sbd-envd-hostile-'));
+  const socketPath = join(dir, 'agent.sock');
+  const otherSocket = join(dir, 'other.sock');
+  const store = SqliteStore.open(':memory:');
+  const tokens = new TokenService(join(dir, 'jwt.pem'), 600);
+  const routes = new RouteTable();
+  const keys = new KeyService(store);
+  const logs: string[] = [];
+  /** What the hostile agent answers, by path; and the paths it was asked. */
+  const answers = new Map<string, (res: ServerResponse, req: IncomingMessage, body: string) => void>();
+  const hits: string[] = [];
+  const agent: Server = createServer((req, res) => {
+    hits.push(req.url ?? '');
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c.toString()));
+    req.on('end', () => (answers.get(req.url ?? '') ?? ((r: ServerResponse) => r.writeHead(404).end()))(res, req, body));
+  });
+  // Another organization's sandbox, with an honest agent: what the hostile one does must not reach it.
+  const other: Server = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ entry: ENTRY })));
+  });
+  let gateway: Gateway;
+  let api: Server;
+  let apiPort: number;
+  let token: string;
+  let otherToken: string;
+
+  before(async () => {
+    await new Promise<void>((r) => agent.listen(socketPath, () => r()));
+    await new Promise<void>((r) => other.listen(otherSocket, () => r()));
+    const config: Config['gateway'] = {
+      mode: 'port',
+      bindHost: '127.0.0.1',
+      publicHostname: '127.0.0.1',
+      portMin: 47500,
+      portMax: 47599,
+      domain: '',
+      hostModePort: 0,
+      idleTimeoutMs: 5000,
+      responseHeadersTimeoutMs: 3000,
+    };
+    gateway = new Gateway({
+      config,
+      routes,
+      tokens,
+      keys,
+      portUsed: async () => false,
+      connections: new ConnectionLimits({ perClient: 1000, perOrg: 1000, total: 1000 }),
+      log: (msg, extra) => logs.push(JSON.stringify({ msg, ...extra })),
+    });
+    api = createServer((req, res) => {
+      const rest = belowPrefix(req.url);
+      if (rest === undefined) return void res.writeHead(418).end();
+      gateway.serveE2b(req, res, rest);
+    });
+    await new Promise<void>((r) => api.listen(0, '127.0.0.1', () => r()));
+    apiPort = (api.address() as { port: number }).port;
+    const orgA = await keys.ensureOrg('a');
+    const orgB = await keys.ensureOrg('b');
+    routes.set({ sandboxId: 'sbhostile', orgId: orgA.id, status: 'running', dial: unixDial(socketPath), port: null });
+    routes.set({ sandboxId: 'sbother', orgId: orgB.id, status: 'running', dial: unixDial(otherSocket), port: null });
+    token = (await tokens.issue('sbhostile', orgA.id)).token;
+    otherToken = (await tokens.issue('sbother', orgB.id)).token;
+  });
+
+  after(async () => {
+    await gateway?.closeAll();
+    api?.closeAllConnections();
+    await new Promise((r) => api?.close(r));
+    agent.closeAllConnections();
+    other.closeAllConnections();
+    await new Promise((r) => agent.close(r));
+    await new Promise((r) => other.close(r));
+    store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const headers = (extra: Record<string, string> = {}, id = 'sbhostile', tok: string | undefined = token): Record<string, string> => ({
+    'e2b-sandbox-id': id,
+    'e2b-sandbox-port': '49983',
+    ...(tok ? { 'x-access-token': tok } : {}),
+    'connect-protocol-version': '1',
+    ...extra,
+  });
+
+  function rpc(method: string, body: Buffer | string, h: Record<string, string>, opts: { onResponse?: (res: IncomingMessage) => void; timeoutMs?: number } = {}): Promise<Answer> {
+    return new Promise((resolve, reject) => {
+      const req = httpRequest({ host: '127.0.0.1', port: apiPort, path: `/e2b/sandbox/${method}`, method: 'POST', headers: h, agent: false }, (res) => {
+        opts.onResponse?.(res);
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
+        res.on('error', reject);
+      });
+      req.setTimeout(opts.timeoutMs ?? 15_000, () => req.destroy(new Error(`no answer to ${method}`)));
+      req.on('error', reject);
+      req.end(body);
+    });
+  }
+
+  /** A unary Connect JSON call: its status and its body. */
+  const unary = async (method: string, msg: unknown, extra: Record<string, string> = {}) => {
+    const r = await rpc(method, JSON.stringify(msg), headers({ 'content-type': 'application/json', ...extra }));
+    return { status: r.status, body: JSON.parse(r.body.toString() || '{}') as { code?: string; message?: string; [k: string]: unknown } };
+  };
+
+  /** A server-streaming Connect JSON call: its messages and its end. */
+  const stream = async (method: string, msg: unknown) => {
+    const r = await rpc(method, envelope(0, JSON.stringify(msg)), headers({ 'content-type': 'application/connect+json' }));
+    assert.equal(r.status, 200, r.body.toString());
+    const all = envelopes(r.body);
+    const end = all.at(-1)!;
+    assert.equal(end.flags, 2, 'the stream ends with its end message');
+    return { messages: all.slice(0, -1).map((e) => e.data), end: end.data as { error?: { code: string; message: string } } };
+  };
+
+  /** The daemon still serves: this sandbox's agent when it answers, and another organization's sandbox. */
+  async function stillServes(): Promise<void> {
+    answers.set('/e2b/rt/fs/stat', (res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ entry: ENTRY })));
+    const own = await unary('filesystem.Filesystem/Stat', { path: '/x' });
+    assert.equal(own.status, 200, JSON.stringify(own.body));
+    const r = await rpc('filesystem.Filesystem/Stat', '{"path":"/x"}', headers({ 'content-type': 'application/json' }, 'sbother', otherToken));
+    assert.equal(r.status, 200, r.body.toString());
+  }
+
+  const wait = async (cond: () => boolean, ms = 3000) => {
+    for (let i = 0; i < ms / 10 && !cond(); i++) await new Promise((r) => setTimeout(r, 10));
+    return cond();
+  };
+
+  test('wrong JSON shapes from the agent: the call fails (not a crash), no prototype is touched', async () => {
+    const shapes: [string, string, unknown, string][] = [
+      ['/e2b/rt/process/list', 'process.Process/List', { processes: 5 }, 'internal'],
+      ['/e2b/rt/process/list', 'process.Process/List', { processes: [{ pid: 'x', cmd: {}, args: 5, envs: 'no' }] }, 'internal'],
+      ['/e2b/rt/process/list', 'process.Process/List', { processes: [{ pid: 2 ** 40, cmd: 'a', args: [], envs: {} }] }, 'internal'],
+      ['/e2b/rt/process/list', 'process.Process/List', null, 'internal'],
+      ['/e2b/rt/fs/list', 'filesystem.Filesystem/ListDir', { entries: [{ ...ENTRY, size: 1.5 }] }, 'internal'],
+      ['/e2b/rt/fs/list', 'filesystem.Filesystem/ListDir', { entries: [{ ...ENTRY, size: -1 }] }, 'internal'],
+      ['/e2b/rt/fs/list', 'filesystem.Filesystem/ListDir', { entries: [{ ...ENTRY, size: '12' }] }, 'internal'],
+      ['/e2b/rt/fs/stat', 'filesystem.Filesystem/Stat', { entry: { ...ENTRY, mode: 'rwx' } }, 'internal'],
+      ['/e2b/rt/fs/stat', 'filesystem.Filesystem/Stat', { entry: null }, 'internal'],
+      ['/e2b/rt/fs/stat', 'filesystem.Filesystem/Stat', [], 'internal'],
+      ['/e2b/rt/fs/watchers', 'filesystem.Filesystem/CreateWatcher', { watcher_id: { a: 1 } }, 'internal'],
+      ['/e2b/rt/fs/watchers/events', 'filesystem.Filesystem/GetWatcherEvents', { events: [{ name: 1, type: 'constructor' }] }, 'internal'],
+    ];
+    for (const [path, method, answer, code] of shapes) {
+      answers.set(path, (res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(answer)));
+      const r = await unary(method, { path: '/x', watcherId: 'w' });
+      assert.equal(r.body.code, code, `${method} ${JSON.stringify(answer)} → ${JSON.stringify(r.body)}`);
+    }
+    // NaN and Infinity do not exist in JSON, but 1e400 parses to Infinity.
+    answers.set('/e2b/rt/fs/stat', (res) => res.writeHead(200).end(`{"entry":${JSON.stringify(ENTRY).replace('"mtime_ms":0', '"mtime_ms":1e400')}}`));
+    assert.equal((await unary('filesystem.Filesystem/Stat', { path: '/x' })).body.code, 'internal');
+    answers.set('/e2b/rt/fs/stat', (res) => res.writeHead(200).end(`{"entry":${JSON.stringify(ENTRY).replace('"size":1', '"size":1e400')}}`));
+    assert.equal((await unary('filesystem.Filesystem/Stat', { path: '/x' })).body.code, 'internal');
+    // __proto__ keys: own properties of what JSON.parse made, never Object's prototype.
+    answers.set('/e2b/rt/process/list', (res) =>
+      res.writeHead(200).end('{"processes":[{"pid":1,"cmd":"a","args":[],"envs":{"__proto__":{"polluted":"yes"},"constructor":"x"}}],"__proto__":{"polluted":"yes"}}'),
+    );
+    const listed = await unary('process.Process/List', {});
+    assert.ok(listed.status === 200 || listed.body.code === 'internal', JSON.stringify(listed.body));
+    assert.equal(({} as Record<string, unknown>).polluted, undefined);
+    await stillServes();
+  });
+
+  test("the agent's error bodies: odd codes, not objects, huge messages; the answer and the log stay bounded", async () => {
+    const bodies: [number, string, string][] = [
+      [404, JSON.stringify({ code: 'PROCESS_NOT_FOUND', message: 'no such process' }), 'not_found'],
+      [400, JSON.stringify({ code: '__proto__', message: 'x' }), 'invalid_argument'],
+      [500, JSON.stringify({ code: 'constructor' }), 'unavailable'],
+      [500, 'null', 'unavailable'],
+      [400, '5', 'invalid_argument'],
+      [400, '"just a string"', 'invalid_argument'],
+      [500, JSON.stringify({ code: 'INTERNAL_ERROR', message: { nested: true } }), 'internal'],
+      [599, '', 'unavailable'],
+      [200, 'not json', 'unavailable'],
+    ];
+    for (const [status, body, code] of bodies) {
+      answers.set('/e2b/rt/process/signal', (res) => res.writeHead(status).end(body));
+      const r = await unary('process.Process/SendSignal', { process: { pid: 1 }, signal: 'SIGNAL_SIGKILL' });
+      assert.equal(r.body.code, code, `${status} ${body} → ${JSON.stringify(r.body)}`);
+    }
+    logs.length = 0;
+    const huge = 'A'.repeat(900_000);
+    answers.set('/e2b/rt/process/signal', (res) => res.writeHead(500).end(JSON.stringify({ code: 'INTERNAL_ERROR', message: huge })));
+    const r = await unary('process.Process/SendSignal', { process: { pid: 1 }, signal: 'SIGNAL_SIGKILL' });
+    assert.equal(r.body.code, 'internal');
+    assert.ok(String(r.body.message).length < 10_000, `the answer carries ${String(r.body.message).length} characters of the agent's message`);
+    assert.ok(logs.every((l) => l.length < 20_000), `a log line of ${Math.max(...logs.map((l) => l.length))} characters`);
+    // The same in an error frame of a stream.
+    logs.length = 0;
+    answers.set('/e2b/rt/process/connect', (res) => res.writeHead(200).end(Buffer.concat([frame(FRAME.json, '{"start":{"pid":1}}'), frame(FRAME.error, JSON.stringify({ code: 'INTERNAL_ERROR', message: huge }))])));
+    const s = await stream('process.Process/Connect', { process: { pid: 1 } });
+    assert.equal(s.end.error?.code, 'internal');
+    assert.ok(s.end.error!.message.length < 10_000);
+    assert.ok(logs.every((l) => l.length < 20_000), `a log line of ${Math.max(...logs.map((l) => l.length))} characters`);
+    for (const payload of ['null', '[]', '"x"', '{"code":"__proto__"}', 'garbage']) {
+      answers.set('/e2b/rt/process/connect', (res) => res.writeHead(200).end(frame(FRAME.error, payload)));
+      const e = await stream('process.Process/Connect', { process: { pid: 1 } });
+      assert.ok(e.end.error, `error frame ${payload} ends the stream in error`);
+    }
+    await stillServes();
+  });
+
+  test('hostile frames: bad JSON, odd values, unknown kinds, oversized, cut, reset mid-stream', async () => {
+    const cases: [string, Buffer, (m: unknown[], end: { error?: { code: string } }) => void][] = [
+      ['bad JSON frame', frame(FRAME.json, '{not json'), (_m, end) => assert.ok(end.error)],
+      ['a start whose pid is not a number', frame(FRAME.json, '{"start":{"pid":"x"}}'), (_m, end) => assert.ok(end.error)],
+      ['an end with odd values', Buffer.concat([frame(FRAME.json, '{"start":{"pid":1}}'), frame(FRAME.json, '{"end":{"exit_code":1.5,"exited":"yes","status":{}}}')]), (_m, end) => assert.ok(end.error)],
+      ['unknown kinds and empty JSON are skipped', Buffer.concat([frame(9, 'zz'), frame(FRAME.json, '{}'), frame(FRAME.json, 'null'), frame(FRAME.stdout, 'hi')]), (m, end) => {
+        assert.equal(end.error, undefined, JSON.stringify(end));
+        assert.deepEqual(m, [{ event: { data: { stdout: Buffer.from('hi').toString('base64') } } }]);
+      }],
+      ['an oversized frame', Buffer.from([FRAME.stdout, 0xff, 0xff, 0xff, 0xff]), (_m, end) => assert.equal(end.error?.code, 'unavailable')],
+      ['a cut frame', frame(FRAME.stdout, 'abcdef').subarray(0, 7), (_m, end) => assert.equal(end.error?.code, 'unavailable')],
+    ];
+    for (const [what, bytes, check] of cases) {
+      answers.set('/e2b/rt/process/connect', (res) => res.writeHead(200).end(bytes));
+      const s = await stream('process.Process/Connect', { process: { pid: 1 } });
+      check(s.messages, s.end);
+      void what;
+    }
+    // The agent's connection reset in the middle of a frame.
+    answers.set('/e2b/rt/process/connect', (res) => {
+      res.writeHead(200);
+      res.write(Buffer.concat([frame(FRAME.json, '{"start":{"pid":4}}'), frame(FRAME.stdout, 'abcdef').subarray(0, 7)]));
+      setTimeout(() => res.socket?.resetAndDestroy(), 50);
+    });
+    const s = await stream('process.Process/Connect', { process: { pid: 4 } });
+    assert.deepEqual(s.messages, [{ event: { start: { pid: 4 } } }]);
+    assert.equal(s.end.error?.code, 'unavailable');
+    await stillServes();
+  });
+
+  test('an answer that never ends: the client going away closes the agent call; a deadline ends it', async () => {
+    let closed = 0;
+    answers.set('/e2b/rt/fs/stat', (res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('{"entry":');
+      res.on('close', () => closed++);
+    });
+    // A deadline from the client.
+    const t0 = Date.now();
+    const r = await unary('filesystem.Filesystem/Stat', { path: '/x' }, { 'connect-timeout-ms': '300' });
+    assert.equal(r.body.code, 'deadline_exceeded', JSON.stringify(r.body));
+    assert.ok(Date.now() - t0 < 3000);
+    assert.ok(await wait(() => closed === 1), 'the agent call was closed at the deadline');
+    // A client that goes away.
+    const gone = rpc('filesystem.Filesystem/Stat', '{"path":"/x"}', headers({ 'content-type': 'application/json' }), { timeoutMs: 300 });
+    await assert.rejects(gone);
+    assert.ok(await wait(() => closed === 2), 'the agent call was closed when the client went');
+    // An endless stream: the client cancelling it closes the agent's stream.
+    let streamClosed = false;
+    answers.set('/e2b/rt/process/connect', (res) => {
+      res.writeHead(200);
+      const t = setInterval(() => res.write(frame(FRAME.keepalive, '')), 5);
+      res.on('close', () => {
+        clearInterval(t);
+        streamClosed = true;
+      });
+    });
+    const cancelled = rpc('process.Process/Connect', envelope(0, '{"process":{"pid":1}}'), headers({ 'content-type': 'application/connect+json' }), {
+      onResponse: (res) => res.once('data', () => res.destroy()),
+    });
+    await assert.rejects(cancelled);
+    assert.ok(await wait(() => streamClosed), 'the agent saw the stream closed');
+    await stillServes();
+  });
+
+  test('a client that never reads: the agent is held back, the gateway does not buffer its output', async () => {
+    let written = 0;
+    let blocked = false;
+    let closed = false;
+    const chunk = frame(FRAME.stdout, Buffer.alloc(1024 * 1024, 0x61));
+    answers.set('/e2b/rt/process/connect', (res) => {
+      res.writeHead(200);
+      const pump = () => {
+        while (!closed) {
+          written += chunk.length;
+          if (!res.write(chunk)) {
+            blocked = true;
+            res.once('drain', () => {
+              blocked = false;
+              pump();
+            });
+            return;
+          }
+        }
+      };
+      res.on('close', () => (closed = true));
+      pump();
+    });
+    let client: IncomingMessage | undefined;
+    const pending = rpc('process.Process/Connect', envelope(0, '{"process":{"pid":1}}'), headers({ 'content-type': 'application/connect+json' }), {
+      onResponse: (res) => {
+        client = res;
+        res.pause();
+      },
+      timeoutMs: 30_000,
+    });
+    pending.catch(() => undefined);
+    assert.ok(await wait(() => client !== undefined));
+    // Let it settle: the agent writes until every buffer on the way is full, then waits.
+    await new Promise((r) => setTimeout(r, 1500));
+    const settled = written;
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.ok(blocked, 'the agent waits for room');
+    assert.equal(written, settled, 'nothing more is taken from the agent while the client reads nothing');
+    assert.ok(written < 64 * 1024 * 1024, `${written} bytes taken from the agent for a client that reads nothing`);
+    client!.destroy();
+    assert.ok(await wait(() => closed), 'the client going closes the agent stream');
+  });
+
+  test('hostile client: no credentials, another sandbox\'s token, wrong types, huge or bombed bodies never reach the agent', async () => {
+    hits.length = 0;
+    answers.set('/e2b/rt/fs/stat', (res) => res.writeHead(200).end(JSON.stringify({ entry: ENTRY })));
+    const stat = (h: Record<string, string>, body: Buffer | string = '{"path":"/x"}') => rpc('filesystem.Filesystem/Stat', body, h);
+    // Not authenticated: E2B's user alone, nothing, a garbage token, the other sandbox's token.
+    for (const h of [
+      headers({ 'content-type': 'application/json' }, 'sbhostile', undefined),
+      headers({ 'content-type': 'application/json', authorization: `Basic ${Buffer.from('root:').toString('base64')}` }, 'sbhostile', undefined),
+      headers({ 'content-type': 'application/json' }, 'sbhostile', 'garbage'),
+      headers({ 'content-type': 'application/json' }, 'sbhostile', otherToken),
+    ]) {
+      const r = await stat(h);
+      assert.equal(r.status, 401, r.body.toString());
+    }
+    // Another sandbox's processes with this sandbox's token.
+    const cross = await rpc('process.Process/List', '{}', headers({ 'content-type': 'application/json' }, 'sbother', token));
+    assert.equal(cross.status, 401);
+    assert.deepEqual(hits, [], 'nothing reached the agent');
+    // Wrong content type, a malformed body, a malformed envelope.
+    assert.equal((await stat(headers({ 'content-type': 'text/plain' }))).status, 415);
+    assert.equal((await stat(headers({ 'content-type': 'application/json' }), '{"path":')).status, 400);
+    assert.equal((await stat(headers({ 'content-type': 'application/proto' }), Buffer.from([0xff, 0xff, 0xff]))).status, 400);
+    const badEnvelope = await rpc('process.Process/Connect', Buffer.from([0, 0xff, 0xff, 0xff, 0xff, 1, 2]), headers({ 'content-type': 'application/connect+json' }));
+    assert.equal(envelopes(badEnvelope.body).at(-1)?.flags, 2);
+    assert.ok((envelopes(badEnvelope.body).at(-1)?.data as { error?: unknown }).error);
+    // A message above the limit, and a gzip bomb: 64 MiB of zeros in a few dozen KiB.
+    const big = Buffer.alloc(17 * 1024 * 1024, 0x20);
+    big.write('{"path":"/x"}');
+    const tooBig = await stat(headers({ 'content-type': 'application/json' }), big);
+    assert.equal(JSON.parse(tooBig.body.toString()).code, 'resource_exhausted');
+    const bomb = gzipSync(Buffer.concat([Buffer.from('{"path":"'), Buffer.alloc(64 * 1024 * 1024, 0x61), Buffer.from('"}')]));
+    assert.ok(bomb.length < 1024 * 1024);
+    const t0 = Date.now();
+    const bombed = await stat(headers({ 'content-type': 'application/json', 'content-encoding': 'gzip' }), bomb);
+    assert.equal(JSON.parse(bombed.body.toString()).code, 'resource_exhausted', bombed.body.toString());
+    assert.ok(Date.now() - t0 < 5000);
+    const streamBomb = await rpc('process.Process/Connect', envelope(1, bomb), headers({ 'content-type': 'application/connect+json', 'connect-content-encoding': 'gzip' }));
+    assert.equal((envelopes(streamBomb.body).at(-1)?.data as { error?: { code: string } }).error?.code, 'resource_exhausted');
+    assert.deepEqual(hits, [], 'nothing reached the agent');
+    await stillServes();
+  });
+
+  test('many concurrent streams, cancelled at once: all end, the agent sees every one closed', async () => {
+    let open = 0;
+    let opened = 0;
+    answers.set('/e2b/rt/process/connect', (res) => {
+      open++;
+      opened++;
+      res.writeHead(200);
+      res.write(frame(FRAME.json, '{"start":{"pid":1}}'));
+      res.on('close', () => open--);
+    });
+    const n = 50;
+    const clients: IncomingMessage[] = [];
+    const all = Array.from({ length: n }, () =>
+      rpc('process.Process/Connect', envelope(0, '{"process":{"pid":1}}'), headers({ 'content-type': 'application/connect+json' }), { onResponse: (res) => clients.push(res) }).catch(() => undefined),
+    );
+    assert.ok(await wait(() => opened === n && clients.length === n, 10_000), `${opened} streams opened`);
+    for (const c of clients) c.destroy();
+    await Promise.all(all);
+    assert.ok(await wait(() => open === 0), `${open} agent streams left open`);
+    await stillServes();
+  });
+});

@@ -47,12 +47,13 @@ after(async () => {
 });
 
 /** One request to 127.0.0.1:port with the Host header given (no DNS needed). */
-function call(port: number, host: string, method: string, path: string, headers: Record<string, string>, body?: string): Promise<{ status: number; text: string }> {
+function call(port: number, host: string, method: string, path: string, headers: Record<string, string>, body?: string | Buffer): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
     const req = request({ host: '127.0.0.1', port, method, path, agent: false, headers: { host, ...headers } }, (res) => {
-      let text = '';
-      res.on('data', (c: Buffer) => (text += c.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      // latin1: byte for byte (Connect's envelopes are binary-framed; the rest is ASCII).
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('latin1') }));
     });
     req.on('error', reject);
     req.setTimeout(60_000, () => req.destroy(new Error(`no answer to ${path}`)));
@@ -70,6 +71,25 @@ const stdoutOf = (ndjson: string) =>
     .map((m) => m.text)
     .join('');
 
+/** A Connect Start of `sh -c script` (E2B's envd, served by the gateway that takes the request): its stdout. */
+const start = (script: string) => {
+  const payload = Buffer.from(JSON.stringify({ process: { cmd: '/bin/sh', args: ['-c', script] } }));
+  const head = Buffer.alloc(5);
+  head.writeUInt32BE(payload.length, 1);
+  return Buffer.concat([head, payload]);
+};
+const connectHeaders = { 'content-type': 'application/connect+json', 'connect-protocol-version': '1' };
+function connectStdout(raw: string): string {
+  const buf = Buffer.from(raw, 'latin1');
+  let out = '';
+  for (let off = 0; off + 5 <= buf.length; off += 5 + buf.readUInt32BE(off + 1)) {
+    const msg = JSON.parse(buf.subarray(off + 5, off + 5 + buf.readUInt32BE(off + 1)).toString() || '{}') as { event?: { data?: { stdout?: string } }; error?: unknown };
+    if (msg.error) throw new Error(`Connect error: ${JSON.stringify(msg.error)}`);
+    if (msg.event?.data?.stdout) out += Buffer.from(msg.event.data.stdout, 'base64').toString();
+  }
+  return out;
+}
+
 test("control's API port: E2B_SANDBOX_URL's routing headers reach the code interpreter and envd on the node", async () => {
   const routing = (port: number) => ({ 'e2b-sandbox-id': sb.id, 'e2b-sandbox-port': String(port), 'x-access-token': sb.authToken });
   const apiPort = new URL(control.baseUrl).port;
@@ -77,6 +97,10 @@ test("control's API port: E2B_SANDBOX_URL's routing headers reach the code inter
   assert.equal(ran.status, 200, ran.text);
   assert.match(stdoutOf(ran.text), /^from \S+\n$/);
   assert.equal((await call(Number(apiPort), `127.0.0.1:${apiPort}`, 'GET', '/e2b/sandbox/health', routing(49983))).status, 204);
+  // envd's Connect calls: spoken by control's gateway, run by the agent on the node.
+  const proc = await call(Number(apiPort), `127.0.0.1:${apiPort}`, 'POST', '/e2b/sandbox/process.Process/Start', { ...routing(49983), ...connectHeaders }, start('echo "ran on $(hostname)"'));
+  assert.equal(proc.status, 200, proc.text);
+  assert.match(connectStdout(proc.text), /^ran on \S+\n$/);
 });
 
 test("the edge: E2B's host names, and the /e2b/sandbox prefix by header on its gateway port", async () => {
@@ -89,4 +113,7 @@ test("the edge: E2B's host names, and the /e2b/sandbox prefix by header on its g
   assert.equal(byHeader.status, 200, byHeader.text);
   assert.match(stdoutOf(byHeader.text), /^from \S+\n$/);
   assert.equal((await call(edgePort, `49983-${sb.id}.${DOMAIN}`, 'GET', '/health', {})).status, 401);
+  const proc = await call(edgePort, `49983-${sb.id}.${DOMAIN}`, 'POST', '/process.Process/Start', { ...token, ...connectHeaders }, start('echo edge'));
+  assert.equal(proc.status, 200, proc.text);
+  assert.equal(connectStdout(proc.text), 'edge\n');
 });

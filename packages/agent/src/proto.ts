@@ -4,3 +4,4 @@ export * from '@sandboxd/protocol/dist/errors.js';
 export * from '@sandboxd/protocol/dist/render-error.js';
 export * from '@sandboxd/protocol/dist/agent.js';
 export * from '@sandboxd/protocol/dist/languages.js';
+export * from '@sandboxd/protocol/dist/envd-wire.js';

@@ -6,3 +6,4 @@ export * from './agent-routes.js';
 export * from './agent-desktop.js';
 export * from './render-error.js';
 export * from './agent-responses.js';
+export * from './envd-wire.js';

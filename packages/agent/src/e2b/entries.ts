@@ -5,22 +5,10 @@ import { fsError } from '../files/errors.js';
 import { permissionString } from '../files/ops.js';
 import { ServiceError } from '../proto.js';
 import type { SandboxUsers } from './users.js';
+import type { EnvdEntry } from '../proto.js';
 
 /** A file's entry as the /e2b/rt/fs routes answer it (the gateway makes E2B's EntryInfo of it). */
-export interface Entry {
-  name: string;
-  type: 'file' | 'dir' | 'symlink';
-  path: string;
-  size: number;
-  /** Permission bits (& 0o7777). */
-  mode: number;
-  permissions: string;
-  owner: string;
-  group: string;
-  /** Modification time, whole milliseconds since the epoch. */
-  mtime_ms: number;
-  symlink_target?: string;
-}
+export type Entry = EnvdEntry;
 
 /** Entries one ListDir answers at most (a deep listing of / is refused, not built in memory). */
 export const MAX_LIST_ENTRIES = 100_000;

@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http';
-import { ServiceError } from '../proto.js';
+import { ENVD_FRAME, ServiceError, type EnvdFrameKind } from '../proto.js';
 import type { OutputKind } from './output-ring.js';
 import { StreamQueue } from './stream-queue.js';
 
@@ -9,8 +9,8 @@ import { StreamQueue } from './stream-queue.js';
  */
 export const FRAMES_CONTENT_TYPE = 'application/vnd.sandboxd.frames';
 
-export const FRAME = { json: 0, stdout: 1, stderr: 2, pty: 3, keepalive: 4, error: 5 } as const;
-export type FrameKind = (typeof FRAME)[keyof typeof FRAME];
+export const FRAME = ENVD_FRAME;
+export type FrameKind = EnvdFrameKind;
 
 /** Largest payload of one frame; longer output is split. */
 export const MAX_FRAME_BYTES = 1024 * 1024;

@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Agent, Route, RouteContext } from '../context.js';
 import { drainRequest } from '../http/drain.js';
+import { ENVD_WIRE_PREFIX } from '../proto.js';
 import { lazyDeps, type EnvdDeps } from './deps.js';
 import { downloadFile, sendError, uploadFiles } from './files-http.js';
 import { rtFsRoutes } from './rt-fs.js';
@@ -9,7 +10,7 @@ import { rtProcessRoutes } from './rt-process.js';
 /** Where the gateway forwards E2B's plain HTTP calls to the in-sandbox daemon's port (/files, /health). */
 export const ENVD_PREFIX = '/e2b/envd';
 /** The agent's plain routes behind the gateway's Connect services (process.Process, filesystem.Filesystem). */
-export const RT_PREFIX = '/e2b/rt';
+export const RT_PREFIX = ENVD_WIRE_PREFIX;
 
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE'];
 

@@ -6,6 +6,7 @@ import { ServiceError } from '../proto.js';
 import { MAX_WATCHED_DIRS, WatchRecordParser, type WatchRecord } from '../files/watch-records.js';
 import { entryInfo, type Entry } from './entries.js';
 import type { SandboxUsers } from './users.js';
+import type { EnvdEvent } from '../proto.js';
 
 /** Watches (WatchDir streams and polled watchers) open at once. */
 export const MAX_WATCHERS = 32;
@@ -15,13 +16,7 @@ export const MAX_POLLED_EVENTS = 10_000;
 const POLLED_IDLE_MS = 10 * 60_000;
 
 /** A change below a watched directory, as the /e2b/rt/fs routes answer it. */
-export interface FsEvent {
-  /** Path relative to the watched directory. */
-  name: string;
-  type: 'create' | 'write' | 'remove' | 'rename' | 'chmod';
-  /** With include_entry, for create, write and chmod events of a path still there. */
-  entry?: Entry;
-}
+export type FsEvent = EnvdEvent;
 
 export interface WatchOptions {
   root: string;

@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { after, before, test } from 'node:test';
+import { Sandbox as E2bSandbox } from 'e2b';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { api, createSandbox, freePort, startNode, startServer, stopAll, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
@@ -116,4 +117,31 @@ test("the edge: E2B's host names, and the /e2b/sandbox prefix by header on its g
   const proc = await call(edgePort, `49983-${sb.id}.${DOMAIN}`, 'POST', '/process.Process/Start', { ...token, ...connectHeaders }, start('echo edge'));
   assert.equal(proc.status, 200, proc.text);
   assert.equal(connectStdout(proc.text), 'edge\n');
+});
+
+test('the unmodified e2b client through control: create, commands streaming and in the background, files, pause and connect, kill', async () => {
+  const k = await api(control, 'POST', '/v1/admin/keys', { org: 'default', name: 'e2b-cluster', format: 'e2b' });
+  assert.equal(k.status, 201, JSON.stringify(k.body));
+  // As a user configures the client, here per call: the two URLs and the key (nothing reaches E2B's hosts).
+  const opts = { apiKey: k.body.secret as string, apiUrl: `${control.baseUrl}/e2b`, sandboxUrl: `${control.baseUrl}/e2b/sandbox`, domain: 'invalid' };
+  const sbx = await E2bSandbox.create('base', { ...opts, timeoutMs: 600_000 });
+  try {
+    const chunks: string[] = [];
+    const r = await sbx.commands.run('echo one; sleep 0.3; echo two; whoami', { onStdout: (d) => void chunks.push(d) });
+    assert.equal(r.stdout, 'one\ntwo\nuser\n');
+    assert.ok(chunks.length >= 2, 'output streamed as it came');
+    const bg = await sbx.commands.run('sleep 30', { background: true });
+    const again = await sbx.commands.connect(bg.pid);
+    await again.kill();
+    await sbx.files.write('notes/a.txt', 'kept across a pause');
+    assert.equal(await sbx.files.read('/home/user/notes/a.txt'), 'kept across a pause');
+    assert.deepEqual((await sbx.files.list('notes')).map((e) => e.name), ['a.txt']);
+    await sbx.betaPause();
+    const back = await E2bSandbox.connect(sbx.sandboxId, opts);
+    assert.equal(await back.files.read('notes/a.txt'), 'kept across a pause');
+    assert.equal((await back.commands.run('cat notes/a.txt')).stdout, 'kept across a pause');
+  } finally {
+    await E2bSandbox.kill(sbx.sandboxId, opts);
+  }
+  assert.equal(await E2bSandbox.kill(sbx.sandboxId, opts), false, 'a killed sandbox is gone');
 });

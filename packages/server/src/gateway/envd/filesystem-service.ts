@@ -1,29 +1,9 @@
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import { timestampFromMs } from '@bufbuild/protobuf/wkt';
-import { agentFrames, callAgent, FRAME, jsonFrame, type EnvdCall } from './agent-call.js';
+import { agentFrames, AgentShape, callAgent, FRAME, jsonFrame, type EnvdCall } from './agent-call.js';
 import { guarded, keepaliveHeader, toConnectError, type OnEnvdFault } from './errors.js';
 import { EventType, Filesystem, FileType, type EntryInfoSchema, type FilesystemEventSchema, type WatchDirResponseSchema } from './gen/filesystem/filesystem_pb.js';
-
-/** A file as the agent describes it. */
-interface AgentEntry {
-  name: string;
-  type: 'file' | 'dir' | 'symlink';
-  path: string;
-  size: number;
-  mode: number;
-  permissions: string;
-  owner: string;
-  group: string;
-  mtime_ms: number;
-  symlink_target?: string;
-}
-
-interface AgentEvent {
-  name: string;
-  type: 'create' | 'write' | 'remove' | 'rename' | 'chmod';
-  entry?: AgentEntry;
-}
 
 // Maps, not objects: what the agent sends is looked up, never a property of Object's prototype.
 const FILE_TYPE = new Map<string, FileType>([
@@ -39,23 +19,31 @@ const EVENT_TYPE = new Map<string, EventType>([
   ['chmod', EventType.CHMOD],
 ]);
 
-function entryInfo(e: AgentEntry): MessageInitShape<typeof EntryInfoSchema> {
+function entryInfo(v: unknown, shape: AgentShape): MessageInitShape<typeof EntryInfoSchema> {
+  const e = shape.obj(v, 'an entry');
+  const symlinkTarget = shape.optStr(e.symlink_target, 'an entry');
   return {
-    name: e.name,
-    type: FILE_TYPE.get(e.type) ?? FileType.UNSPECIFIED,
-    path: e.path,
-    size: BigInt(e.size),
-    mode: e.mode,
-    permissions: e.permissions,
-    owner: e.owner,
-    group: e.group,
-    modifiedTime: timestampFromMs(e.mtime_ms),
-    ...(e.symlink_target !== undefined ? { symlinkTarget: e.symlink_target } : {}),
+    name: shape.str(e.name, 'an entry'),
+    type: FILE_TYPE.get(shape.str(e.type, 'an entry')) ?? FileType.UNSPECIFIED,
+    path: shape.str(e.path, 'an entry'),
+    size: BigInt(shape.int(e.size, 'a size', 0, Number.MAX_SAFE_INTEGER)),
+    mode: shape.int(e.mode, 'a mode'),
+    permissions: shape.str(e.permissions, 'an entry'),
+    owner: shape.str(e.owner, 'an entry'),
+    group: shape.str(e.group, 'an entry'),
+    // Milliseconds since the epoch, a protobuf Timestamp's range (years 1 to 9999).
+    modifiedTime: timestampFromMs(shape.int(e.mtime_ms, 'a modification time', -62_135_596_800_000, 253_402_300_799_999)),
+    ...(symlinkTarget !== undefined ? { symlinkTarget } : {}),
   };
 }
 
-function fsEvent(e: AgentEvent): MessageInitShape<typeof FilesystemEventSchema> {
-  return { name: e.name, type: EVENT_TYPE.get(e.type) ?? EventType.UNSPECIFIED, ...(e.entry ? { entry: entryInfo(e.entry) } : {}) };
+function fsEvent(v: unknown, shape: AgentShape): MessageInitShape<typeof FilesystemEventSchema> {
+  const e = shape.obj(v, 'an event');
+  return {
+    name: shape.str(e.name, 'an event'),
+    type: EVENT_TYPE.get(shape.str(e.type, 'an event')) ?? EventType.UNSPECIFIED,
+    ...(e.entry !== undefined ? { entry: entryInfo(e.entry, shape) } : {}),
+  };
 }
 
 /**
@@ -64,22 +52,24 @@ function fsEvent(e: AgentEvent): MessageInitShape<typeof FilesystemEventSchema> 
  */
 export function filesystemService(callOf: (ctx: HandlerContext) => EnvdCall, onFault: OnEnvdFault): ServiceImpl<typeof Filesystem> {
   const guard = guarded(onFault);
-  /** A call that acts as the client's user. */
-  const asUser = <T>(ctx: HandlerContext, path: string, body: Record<string, unknown>) => {
+  const shapeOf = (ctx: HandlerContext) => new AgentShape(callOf(ctx).sandboxId);
+  /** A call that acts as the client's user: the agent's answer, an object. */
+  const asUser = async (ctx: HandlerContext, path: string, body: Record<string, unknown>) => {
     const call = callOf(ctx);
-    return callAgent<T>(call, 'POST', path, { authorization: call.authorization, ...body }, ctx.signal);
+    return shapeOf(ctx).obj(await callAgent<unknown>(call, 'POST', path, { authorization: call.authorization, ...body }, ctx.signal), 'an answer');
   };
-  const post = <T>(ctx: HandlerContext, path: string, body: unknown) => callAgent<T>(callOf(ctx), 'POST', path, body, ctx.signal);
-  const withEntry = async (p: Promise<{ entry: AgentEntry }>) => ({ entry: entryInfo((await p).entry) });
+  const post = async (ctx: HandlerContext, path: string, body: unknown) => shapeOf(ctx).obj(await callAgent<unknown>(callOf(ctx), 'POST', path, body, ctx.signal), 'an answer');
+  const withEntry = async (ctx: HandlerContext, p: Promise<Record<string, unknown>>) => ({ entry: entryInfo((await p).entry, shapeOf(ctx)) });
 
   return {
-    stat: guard('Stat', (req, ctx) => withEntry(asUser(ctx, '/e2b/rt/fs/stat', { path: req.path }))),
-    makeDir: guard('MakeDir', (req, ctx) => withEntry(asUser(ctx, '/e2b/rt/fs/make-dir', { path: req.path }))),
-    move: guard('Move', (req, ctx) => withEntry(asUser(ctx, '/e2b/rt/fs/move', { source: req.source, destination: req.destination }))),
+    stat: guard('Stat', (req, ctx) => withEntry(ctx, asUser(ctx, '/e2b/rt/fs/stat', { path: req.path }))),
+    makeDir: guard('MakeDir', (req, ctx) => withEntry(ctx, asUser(ctx, '/e2b/rt/fs/make-dir', { path: req.path }))),
+    move: guard('Move', (req, ctx) => withEntry(ctx, asUser(ctx, '/e2b/rt/fs/move', { source: req.source, destination: req.destination }))),
 
     listDir: guard('ListDir', async (req, ctx) => {
-      const { entries } = await asUser<{ entries: AgentEntry[] }>(ctx, '/e2b/rt/fs/list', { path: req.path, depth: req.depth });
-      return { entries: entries.map(entryInfo) };
+      const shape = shapeOf(ctx);
+      const { entries } = await asUser(ctx, '/e2b/rt/fs/list', { path: req.path, depth: req.depth });
+      return { entries: shape.arr(entries, 'a list of entries').map((e) => entryInfo(e, shape)) };
     }),
 
     remove: guard('Remove', async (req, ctx) => {
@@ -89,6 +79,7 @@ export function filesystemService(callOf: (ctx: HandlerContext) => EnvdCall, onF
 
     async *watchDir(req, ctx) {
       const call = callOf(ctx);
+      const shape = new AgentShape(call.sandboxId);
       const keepalive = keepaliveHeader(ctx.requestHeader.get('keepalive-ping-interval'));
       const body = { authorization: call.authorization, path: req.path, recursive: req.recursive, include_entry: req.includeEntry, ...(keepalive ? { keepalive_ms: keepalive } : {}) };
       try {
@@ -96,9 +87,9 @@ export function filesystemService(callOf: (ctx: HandlerContext) => EnvdCall, onF
           let out: MessageInitShape<typeof WatchDirResponseSchema> | undefined;
           if (f.kind === FRAME.keepalive) out = { event: { case: 'keepalive', value: {} } };
           else if (f.kind === FRAME.json) {
-            const e = jsonFrame<{ start?: object; event?: AgentEvent }>(f);
-            if (e.start) out = { event: { case: 'start', value: {} } };
-            else if (e.event) out = { event: { case: 'filesystem', value: fsEvent(e.event) } };
+            const e = jsonFrame(f, shape);
+            if (e.start !== undefined) out = { event: { case: 'start', value: {} } };
+            else if (e.event !== undefined) out = { event: { case: 'filesystem', value: fsEvent(e.event, shape) } };
           }
           if (out) yield out;
         }
@@ -108,13 +99,14 @@ export function filesystemService(callOf: (ctx: HandlerContext) => EnvdCall, onF
     },
 
     createWatcher: guard('CreateWatcher', async (req, ctx) => {
-      const { watcher_id } = await asUser<{ watcher_id: string }>(ctx, '/e2b/rt/fs/watchers', { path: req.path, recursive: req.recursive, include_entry: req.includeEntry });
-      return { watcherId: watcher_id };
+      const { watcher_id } = await asUser(ctx, '/e2b/rt/fs/watchers', { path: req.path, recursive: req.recursive, include_entry: req.includeEntry });
+      return { watcherId: shapeOf(ctx).str(watcher_id, 'a watcher id') };
     }),
 
     getWatcherEvents: guard('GetWatcherEvents', async (req, ctx) => {
-      const { events } = await post<{ events: AgentEvent[] }>(ctx, '/e2b/rt/fs/watchers/events', { watcher_id: req.watcherId });
-      return { events: events.map(fsEvent) };
+      const shape = shapeOf(ctx);
+      const { events } = await post(ctx, '/e2b/rt/fs/watchers/events', { watcher_id: req.watcherId });
+      return { events: shape.arr(events, 'a list of events').map((e) => fsEvent(e, shape)) };
     }),
 
     removeWatcher: guard('RemoveWatcher', async (req, ctx) => {

@@ -1,7 +1,7 @@
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import { ServiceError } from '@sandboxd/protocol';
-import { agentFrames, callAgent, FRAME, jsonFrame, type EnvdCall, type Frame } from './agent-call.js';
+import { agentFrames, AgentShape, callAgent, FRAME, jsonFrame, type EnvdCall, type Frame } from './agent-call.js';
 import { guarded, keepaliveHeader, toConnectError, type OnEnvdFault } from './errors.js';
 import { Process, Signal, type ProcessEventSchema, type ProcessInfoSchema, type ProcessSelector } from './gen/process/process_pb.js';
 
@@ -15,22 +15,6 @@ const MAX_INPUT_PIECE = 4 * 1024 * 1024;
 /** A process as the agent names it: by pid or by tag. */
 type Selection = { pid: number } | { tag: string };
 
-interface AgentProcessInfo {
-  pid: number;
-  tag?: string;
-  cmd: string;
-  args: string[];
-  envs: Record<string, string>;
-  cwd?: string;
-}
-
-interface AgentEnd {
-  exit_code: number;
-  exited: boolean;
-  status: string;
-  error?: string;
-}
-
 function selection(sel: ProcessSelector | undefined): Selection {
   const s = sel?.selector;
   if (s?.case === 'pid') return { pid: s.value };
@@ -40,16 +24,29 @@ function selection(sel: ProcessSelector | undefined): Selection {
 
 const OUTPUT_CASE = { [FRAME.stdout]: 'stdout', [FRAME.stderr]: 'stderr', [FRAME.pty]: 'pty' } as const;
 
+const INT32 = [-(2 ** 31), 2 ** 31 - 1] as const;
+
 /** The agent's frames of a followed process as E2B's process events. */
-function* eventsOf(f: Frame): Generator<EventInit> {
+function* eventsOf(f: Frame, shape: AgentShape): Generator<EventInit> {
   if (f.kind === FRAME.keepalive) {
     yield { event: { case: 'keepalive', value: {} } };
   } else if (f.kind === FRAME.json) {
-    const e = jsonFrame<{ start?: { pid: number }; end?: AgentEnd }>(f);
-    if (e.start) yield { event: { case: 'start', value: { pid: e.start.pid } } };
-    else if (e.end) {
-      const { exit_code, exited, status, error } = e.end;
-      yield { event: { case: 'end', value: { exitCode: exit_code, exited, status, ...(error !== undefined ? { error } : {}) } } };
+    const e = jsonFrame(f, shape);
+    if (e.start !== undefined) yield { event: { case: 'start', value: { pid: shape.int(shape.obj(e.start, 'a start event').pid, 'a pid') } } };
+    else if (e.end !== undefined) {
+      const end = shape.obj(e.end, 'an end event');
+      const error = shape.optStr(end.error, 'an end event');
+      yield {
+        event: {
+          case: 'end',
+          value: {
+            exitCode: shape.int(end.exit_code, 'an exit code', ...INT32),
+            exited: shape.bool(end.exited, 'an end event'),
+            status: shape.str(end.status, 'an end event'),
+            ...(error !== undefined ? { error } : {}),
+          },
+        },
+      };
     }
   } else if (f.kind === FRAME.stdout || f.kind === FRAME.stderr || f.kind === FRAME.pty) {
     const kind = OUTPUT_CASE[f.kind];
@@ -68,9 +65,11 @@ export function processService(callOf: (ctx: HandlerContext) => EnvdCall, onFaul
 
   async function* follow(what: string, path: string, body: Record<string, unknown>, ctx: HandlerContext): AsyncGenerator<{ event: EventInit }> {
     const keepalive = keepaliveHeader(ctx.requestHeader.get('keepalive-ping-interval'));
+    const call = callOf(ctx);
+    const shape = new AgentShape(call.sandboxId);
     try {
-      for await (const f of agentFrames(callOf(ctx), path, { ...body, ...(keepalive ? { keepalive_ms: keepalive } : {}) }, ctx.signal)) {
-        for (const event of eventsOf(f)) yield { event };
+      for await (const f of agentFrames(call, path, { ...body, ...(keepalive ? { keepalive_ms: keepalive } : {}) }, ctx.signal)) {
+        for (const event of eventsOf(f, shape)) yield { event };
       }
     } catch (err) {
       throw toConnectError(err, what, onFault);
@@ -88,15 +87,20 @@ export function processService(callOf: (ctx: HandlerContext) => EnvdCall, onFaul
 
   return {
     list: guard('List', async (_req, ctx) => {
-      const { processes } = await callAgent<{ processes: AgentProcessInfo[] }>(callOf(ctx), 'GET', '/e2b/rt/process/list', undefined, ctx.signal);
+      const call = callOf(ctx);
+      const shape = new AgentShape(call.sandboxId);
+      const answer = shape.obj(await callAgent<unknown>(call, 'GET', '/e2b/rt/process/list', undefined, ctx.signal), 'a list of processes');
       return {
-        processes: processes.map(
-          (p): MessageInitShape<typeof ProcessInfoSchema> => ({
-            pid: p.pid,
-            config: { cmd: p.cmd, args: p.args, envs: p.envs, ...(p.cwd !== undefined ? { cwd: p.cwd } : {}) },
-            ...(p.tag !== undefined ? { tag: p.tag } : {}),
-          }),
-        ),
+        processes: shape.arr(answer.processes, 'a list of processes').map((v): MessageInitShape<typeof ProcessInfoSchema> => {
+          const p = shape.obj(v, 'a process');
+          const cwd = shape.optStr(p.cwd, 'a process');
+          const tag = shape.optStr(p.tag, 'a process');
+          return {
+            pid: shape.int(p.pid, 'a pid'),
+            config: { cmd: shape.str(p.cmd, 'a process'), args: shape.arr(p.args, 'a process').map((a) => shape.str(a, 'a process')), envs: shape.strings(p.envs, 'a process'), ...(cwd !== undefined ? { cwd } : {}) },
+            ...(tag !== undefined ? { tag } : {}),
+          };
+        }),
       };
     }),
 

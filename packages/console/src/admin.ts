@@ -25,8 +25,8 @@ interface Key {
 }
 
 /**
- * API_SCOPES of packages/protocol/src/lifecycle.ts, copied: importing it would bundle TypeBox
- * into the console for one list (the browser test checks they are the same).
+ * API_SCOPES of packages/protocol/src/lifecycle/account.ts, copied: importing it would bundle
+ * TypeBox into the console for one list (the browser test checks they are the same).
  */
 const SCOPES = ['sandboxes:read', 'sandboxes:write', 'templates:read', 'templates:write', 'metrics:read', 'admin'];
 /** What a key gets when none are named (DEFAULT_KEY_SCOPES): the form starts with these. */

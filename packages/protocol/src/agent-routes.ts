@@ -1,5 +1,5 @@
 import { Type, type TSchema } from '@sinclair/typebox';
-import { EnvVars } from './lifecycle.js';
+import { EnvVars } from './lifecycle/index.js';
 import { DESKTOP_ROUTES } from './agent-desktop.js';
 
 /** Request schemas of the agent API, shared by the OpenAPI document and the agent's validation. */

@@ -1,5 +1,5 @@
 export * from './errors.js';
-export * from './lifecycle.js';
+export * from './lifecycle/index.js';
 export * from './agent.js';
 export * from './languages.js';
 export * from './agent-routes.js';

@@ -47,7 +47,7 @@ import type { OperationDoc, Payload, SuccessDoc } from './api-doc-types.js';
 
 /**
  * The `/desktop/*` agent API in the OpenAPI document (docs/desktop.md): what api-docs.ts and
- * api-responses.ts say of each operation, kept here beside each other. Keyed as AGENT_OPERATIONS.
+ * responses/ say of each operation, kept here beside each other. Keyed as AGENT_OPERATIONS.
  */
 
 const BINARY = Type.String({ format: 'binary' });

@@ -1,4 +1,4 @@
-// The shapes of the API's documentation (api-docs.ts, api-responses.ts, api-desktop.ts): a module
+// The shapes of the API's documentation (api-docs.ts, responses/, api-desktop.ts): a module
 // of its own, so that the pages that fill them import them without importing each other.
 import type { TSchema } from '@sinclair/typebox';
 import type { ErrorCode } from '@sandboxd/protocol';

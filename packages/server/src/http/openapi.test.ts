@@ -9,7 +9,7 @@ import { AGENT_ROUTES, ERROR_CODES, Sandbox } from '@sandboxd/protocol';
 import { buildApp } from './app.js';
 import { docsRoutes } from './docs.js';
 import { buildOpenApi } from './openapi.js';
-import { AGENT_RESPONSES, RESPONSES } from './api-responses.js';
+import { AGENT_RESPONSES, RESPONSES } from './responses/index.js';
 import { loadConfig } from '../config.js';
 import { SqliteStore } from '../store/sqlite.js';
 import { KeyService } from '../services/keys.js';
@@ -297,7 +297,7 @@ test('every operation of both APIs answers with a described success: a real sche
       }
     }
   }
-  assert.deepEqual(problems, [], 'operations without a described success or example (http/api-responses.ts)');
+  assert.deepEqual(problems, [], 'operations without a described success or example (http/responses/)');
   assert.ok(operations >= 60, `${operations} operations`);
 
   // What the document says of a few, exactly.
@@ -312,13 +312,13 @@ test('every operation of both APIs answers with a described success: a real sche
   assert.deepEqual(Object.keys(doc.paths['/v1/templates/files/upload/{token}'].put.requestBody.content), ['application/octet-stream']);
   assert.equal(doc.paths['/v1/sandboxes/{id}/pause'].post.requestBody, undefined, 'a bodyless POST documents no body');
   assert.equal(doc.paths['/v1/events/token'].post.requestBody.required, false, 'the events token body is optional');
-  // Every entry of api-responses.ts is an operation served; a route that declares its response
-  // schema (what Fastify serializes with) declares the one api-responses.ts names.
+  // Every entry of responses/ is an operation served; a route that declares its response
+  // schema (what Fastify serializes with) declares the one responses/ names.
   for (const [prefix, entries] of [['', RESPONSES], ['/agent', AGENT_RESPONSES]] as const) {
     for (const [k, d] of Object.entries(entries)) {
       const [method, path] = k.split(' ') as [string, string];
       const op = doc.paths[`${prefix}${path}`]?.[method.toLowerCase()];
-      assert.ok(op, `api-responses.ts: ${k} is no operation`);
+      assert.ok(op, `responses/: ${k} is no operation`);
       const declared = d.content?.['application/json']?.schema;
       if (declared) assert.deepEqual(op.responses[String(d.status)].content['application/json'].schema, JSON.parse(JSON.stringify(declared)), `${k}: the route declares another schema`);
     }

@@ -1,5 +1,5 @@
 import { AGENT_OPERATIONS, OPERATIONS, TAGS, type OperationDoc } from './api-docs.js';
-import { AGENT_RESPONSES, RESPONSES, type Payload, type SuccessDoc } from './api-responses.js';
+import { AGENT_RESPONSES, RESPONSES, type Payload, type SuccessDoc } from './responses/index.js';
 import type { FastifyInstance, RouteOptions } from 'fastify';
 import { AGENT_ROUTES, ERROR_CODES, type ErrorCode } from '@sandboxd/protocol';
 
@@ -77,7 +77,7 @@ const content = (c: Record<string, Payload>, declaredJson?: unknown) =>
   Object.fromEntries(Object.entries(c).map(([type, p]) => [type, mediaType(p, type === 'application/json' ? declaredJson : undefined)]));
 
 /**
- * The success responses of an operation (api-responses.ts). `declared`: the route's own response
+ * The success responses of an operation (responses/). `declared`: the route's own response
  * schema for that status, which is what Fastify serializes with, so it is the one shown.
  */
 function successResponses(doc: SuccessDoc | undefined, declared: unknown): Record<string, unknown> {

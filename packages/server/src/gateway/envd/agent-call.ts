@@ -48,14 +48,22 @@ function open(call: EnvdCall, method: string, path: string, body: unknown, signa
       ...(signal ? { signal } : {}),
     });
     const headersTimer = setTimeout(() => req.destroy(new ServiceError('AGENT_UNAVAILABLE', `sandbox ${call.sandboxId} did not answer in time`)), call.headersMs);
-    req.once('response', (res) => {
+    let settled = false;
+    const settle = (fn: () => void) => {
+      if (settled) return;
+      settled = true;
       clearTimeout(headersTimer);
-      resolve(res);
+      fn();
+    };
+    req.once('response', (res) => settle(() => resolve(res)));
+    req.once('error', (err) => settle(() => reject(agentError(err, call, signal))));
+    // An upgrade nobody asked for: Node drops the socket and the request would wait forever.
+    req.once('upgrade', (_res, socket) => {
+      socket.destroy();
+      settle(() => reject(new ServiceError('AGENT_UNAVAILABLE', `the agent of sandbox ${call.sandboxId} answered with an upgrade`)));
     });
-    req.once('error', (err) => {
-      clearTimeout(headersTimer);
-      reject(agentError(err, call, signal));
-    });
+    // Whatever else ends the request without an answer or an error.
+    req.once('close', () => settle(() => reject(agentError(new Error('the connection closed before an answer'), call, signal))));
     req.end(data);
   });
 }

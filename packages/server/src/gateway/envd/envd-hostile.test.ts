@@ -19,7 +19,8 @@ import { unixDial } from '../../testing/fake-node.js';
 import { belowPrefix } from '../e2b.js';
 import { Gateway } from '../gateway.js';
 import { RouteTable } from '../routes.js';
-import { FRAME } from './agent-call.js';
+import { DialAgent } from '../proxy.js';
+import { agentFrames, FRAME } from './agent-call.js';
 
 function frame(kind: number, payload: Buffer | string): Buffer {
   const p = typeof payload === 'string' ? Buffer.from(payload) : payload;
@@ -132,7 +133,7 @@ describe('gateway envd: a hostile sandbox, a hostile client', { timeout: 120_000
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const headers = (extra: Record<string, string> = {}, id = 'sbhostile', tok: string | undefined = token): Record<string, string> => ({
+  const headers = (extra: Record<string, string> = {}, id = 'sbhostile', tok: string | null = token): Record<string, string> => ({
     'e2b-sandbox-id': id,
     'e2b-sandbox-port': '49983',
     ...(tok ? { 'x-access-token': tok } : {}),
@@ -148,6 +149,8 @@ describe('gateway envd: a hostile sandbox, a hostile client', { timeout: 120_000
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
         res.on('error', reject);
+        // Cut by the client itself (a cancel): no end, no error.
+        res.on('close', () => (res.complete ? undefined : reject(new Error(`${method}: cut`))));
       });
       req.setTimeout(opts.timeoutMs ?? 15_000, () => req.destroy(new Error(`no answer to ${method}`)));
       req.on('error', reject);
@@ -173,9 +176,14 @@ describe('gateway envd: a hostile sandbox, a hostile client', { timeout: 120_000
 
   /** The daemon still serves: this sandbox's agent when it answers, and another organization's sandbox. */
   async function stillServes(): Promise<void> {
-    answers.set('/e2b/rt/fs/stat', (res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ entry: ENTRY })));
-    const own = await unary('filesystem.Filesystem/Stat', { path: '/x' });
-    assert.equal(own.status, 200, JSON.stringify(own.body));
+    // The agent's headers are its own: none of them reaches the client of a Connect call.
+    answers.set('/e2b/rt/fs/stat', (res) =>
+      res.writeHead(200, { 'content-type': 'application/json', 'set-cookie': 'session=stolen', 'access-control-allow-origin': '*' }).end(JSON.stringify({ entry: ENTRY })),
+    );
+    const own = await rpc('filesystem.Filesystem/Stat', '{"path":"/x"}', headers({ 'content-type': 'application/json' }));
+    assert.equal(own.status, 200, own.body.toString());
+    assert.equal(own.headers['set-cookie'], undefined);
+    assert.equal(own.headers['access-control-allow-origin'], undefined);
     const r = await rpc('filesystem.Filesystem/Stat', '{"path":"/x"}', headers({ 'content-type': 'application/json' }, 'sbother', otherToken));
     assert.equal(r.status, 200, r.body.toString());
   }
@@ -283,8 +291,11 @@ describe('gateway envd: a hostile sandbox, a hostile client', { timeout: 120_000
     for (const [what, bytes, check] of cases) {
       answers.set('/e2b/rt/process/connect', (res) => res.writeHead(200).end(bytes));
       const s = await stream('process.Process/Connect', { process: { pid: 1 } });
-      check(s.messages, s.end);
-      void what;
+      try {
+        check(s.messages, s.end);
+      } catch (err) {
+        throw new Error(`${what}: ${(err as Error).message}`);
+      }
     }
     // The agent's connection reset in the middle of a frame.
     answers.set('/e2b/rt/process/connect', (res) => {
@@ -297,6 +308,67 @@ describe('gateway envd: a hostile sandbox, a hostile client', { timeout: 120_000
     assert.deepEqual(s.messages, [{ event: { start: { pid: 4 } } }]);
     assert.equal(s.end.error?.code, 'unavailable');
     await stillServes();
+  });
+
+  test('raw hostile answers: an upgrade, endless informational heads, huge headers, garbage, a body longer than said', async () => {
+    const raw = (bytes: string | (() => string), end = true) => (res: ServerResponse) => {
+      const sock = res.socket!;
+      sock.write(typeof bytes === 'string' ? bytes : bytes());
+      if (end) sock.end();
+    };
+    const cases: [string, (res: ServerResponse) => void][] = [
+      ['an upgrade nobody asked for', raw('HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\nhello')],
+      ['headers too large', raw(() => `HTTP/1.1 200 OK\r\nx-big: ${'a'.repeat(100_000)}\r\n\r\n`)],
+      ['not HTTP', raw('garbage\r\n\r\n')],
+      ['an invalid status', raw('HTTP/1.1 999999 Odd\r\ncontent-length: 0\r\n\r\n')],
+      [
+        'informational heads, never an answer',
+        (res) => {
+          const sock = res.socket!;
+          const t = setInterval(() => (sock.writable ? sock.write('HTTP/1.1 102 Processing\r\n\r\n') : clearInterval(t)), 5);
+          sock.on('close', () => clearInterval(t));
+        },
+      ],
+    ];
+    for (const [what, answer] of cases) {
+      answers.set('/e2b/rt/fs/stat', answer);
+      const t0 = Date.now();
+      const r = await unary('filesystem.Filesystem/Stat', { path: '/x' });
+      assert.equal(r.body.code, 'unavailable', `${what}: ${JSON.stringify(r.body)}`);
+      assert.ok(Date.now() - t0 < 5000, what);
+    }
+    // A body longer than its content-length: what follows is not taken for the next answer.
+    answers.set('/e2b/rt/fs/stat', raw(`HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: keep-alive\r\n\r\n{}HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}`, false));
+    const smuggled = await unary('filesystem.Filesystem/Stat', { path: '/x' });
+    assert.equal(smuggled.body.code, 'unavailable', JSON.stringify(smuggled.body));
+    await stillServes();
+  });
+
+  test('a large frame dripped in small pieces is joined once, not copied at every piece', async () => {
+    // 4 MiB in 512-byte writes: joining at every piece copied ~16 GiB (seconds of the daemon's CPU).
+    const size = 4 * 1024 * 1024 - 5;
+    const all = Buffer.alloc(size + 5, 0x61);
+    all[0] = FRAME.stdout;
+    all.writeUInt32BE(size, 1);
+    answers.set('/drip', (res) => {
+      res.writeHead(200);
+      let off = 0;
+      const next = () => {
+        if (off >= all.length) return void res.end();
+        res.write(all.subarray(off, off + 512));
+        off += 512;
+        setImmediate(next);
+      };
+      next();
+    });
+    const call = { sandboxId: 'sbhostile', agent: new DialAgent(() => unixDial(socketPath)), authorization: null, headersMs: 3000 };
+    const cpu = process.cpuUsage();
+    const got: number[] = [];
+    for await (const f of agentFrames(call, '/drip', {}, new AbortController().signal)) got.push(f.payload.length);
+    const used = process.cpuUsage(cpu);
+    call.agent.destroy();
+    assert.deepEqual(got, [size]);
+    assert.ok(used.user + used.system < 2_000_000, `${Math.round((used.user + used.system) / 1000)} ms of CPU for one dripped frame`);
   });
 
   test('an answer that never ends: the client going away closes the agent call; a deadline ends it', async () => {
@@ -374,6 +446,8 @@ describe('gateway envd: a hostile sandbox, a hostile client', { timeout: 120_000
     assert.ok(blocked, 'the agent waits for room');
     assert.equal(written, settled, 'nothing more is taken from the agent while the client reads nothing');
     assert.ok(written < 64 * 1024 * 1024, `${written} bytes taken from the agent for a client that reads nothing`);
+    // Meanwhile this sandbox and the other organization's are served.
+    await stillServes();
     client!.destroy();
     assert.ok(await wait(() => closed), 'the client going closes the agent stream');
   });
@@ -384,8 +458,8 @@ describe('gateway envd: a hostile sandbox, a hostile client', { timeout: 120_000
     const stat = (h: Record<string, string>, body: Buffer | string = '{"path":"/x"}') => rpc('filesystem.Filesystem/Stat', body, h);
     // Not authenticated: E2B's user alone, nothing, a garbage token, the other sandbox's token.
     for (const [i, h] of [
-      headers({ 'content-type': 'application/json' }, 'sbhostile', undefined),
-      headers({ 'content-type': 'application/json', authorization: `Basic ${Buffer.from('root:').toString('base64')}` }, 'sbhostile', undefined),
+      headers({ 'content-type': 'application/json' }, 'sbhostile', null),
+      headers({ 'content-type': 'application/json', authorization: `Basic ${Buffer.from('root:').toString('base64')}` }, 'sbhostile', null),
       headers({ 'content-type': 'application/json' }, 'sbhostile', 'garbage'),
       headers({ 'content-type': 'application/json' }, 'sbhostile', otherToken),
     ].entries()) {
@@ -398,8 +472,23 @@ describe('gateway envd: a hostile sandbox, a hostile client', { timeout: 120_000
     assert.deepEqual(hits, [], 'nothing reached the agent');
     // Wrong content type, a malformed body, a malformed envelope.
     assert.equal((await stat(headers({ 'content-type': 'text/plain' }))).status, 415);
-    assert.equal((await stat(headers({ 'content-type': 'application/json' }), '{"path":')).status, 400);
-    assert.equal((await stat(headers({ 'content-type': 'application/proto' }), Buffer.from([0xff, 0xff, 0xff]))).status, 400);
+    // gRPC and gRPC-web are not served (E2B's clients speak Connect).
+    for (const type of ['application/grpc-web+json', 'application/grpc+json', 'application/grpc']) {
+      assert.equal((await stat(headers({ 'content-type': type }), envelope(0, '{"path":"/x"}'))).status, 415, type);
+    }
+    for (const [type, body] of [
+      ['application/json', '{"path":'],
+      ['application/json', '{"path":{"x":1}}'],
+    ] as const) {
+      const r = await stat(headers({ 'content-type': type }), body);
+      assert.equal(r.status, 400, `${String(body)}: ${r.status} ${r.body.toString()}`);
+    }
+    // connect-node answers a protobuf body it cannot parse with its `internal` (500), before any
+    // handler of ours: nothing is logged and nothing reaches the agent.
+    logs.length = 0;
+    const garbled = await stat(headers({ 'content-type': 'application/proto' }), Buffer.from([0xff, 0xff, 0xff]));
+    assert.ok(garbled.status === 400 || garbled.status === 500, String(garbled.status));
+    assert.deepEqual(logs, []);
     const badEnvelope = await rpc('process.Process/Connect', Buffer.from([0, 0xff, 0xff, 0xff, 0xff, 1, 2]), headers({ 'content-type': 'application/connect+json' }));
     assert.equal(envelopes(badEnvelope.body).at(-1)?.flags, 2);
     assert.ok((envelopes(badEnvelope.body).at(-1)?.data as { error?: unknown }).error);

@@ -51,6 +51,9 @@ export class EnvdHost {
     };
     this.rpc = connectNodeAdapter({
       requestPathPrefix: ENVD_PREFIX,
+      // E2B's clients speak the Connect protocol only: gRPC and gRPC-web would be surface nobody uses.
+      grpc: false,
+      grpcWeb: false,
       readMaxBytes: MAX_MESSAGE_BYTES,
       writeMaxBytes: MAX_MESSAGE_BYTES,
       contextValues: (req) => createContextValues().set(CALL, this.calls.get(req as IncomingMessage) ?? null),

@@ -93,6 +93,12 @@ export class Gateway implements GatewayControl {
   private readonly front: ListenerCore;
   /** E2B's envd protocol, loaded at its first call (envd/envd.ts). */
   private envd: Promise<EnvdHost> | undefined;
+  private envdHost: EnvdHost | undefined;
+
+  /** Request bytes the daemon is reading for the organization's envd calls (tests). */
+  envdReading(orgId: string): number {
+    return this.envdHost?.readingFor(orgId) ?? 0;
+  }
 
   /** Cuts the sandbox's requests in flight and its WebSockets (its deadline paused it); new ones are served. */
   interrupt(sandboxId: string): void {
@@ -399,15 +405,19 @@ export class Gateway implements GatewayControl {
     fail: ((res: ServerResponse, err: unknown, requestId: string) => void) | undefined,
     authorization: string | undefined,
   ): void {
-    this.envd ??= import('./envd/envd.js').then(
-      ({ EnvdHost }) =>
-        new EnvdHost((what, err) => this.d.log('e2b envd call failed', { call: what, error: describeCause(err), ...(err instanceof ServiceError && err.detail ? { detail: err.detail } : {}) })),
-    );
-    const call = { sandboxId: entry.sandboxId, agent: this.agentFor(entry), authorization: authorization ?? null, headersMs: this.d.config.responseHeadersTimeoutMs };
-    this.envd.then(
-      (host) => host.serve(req, res, call),
-      (err: unknown) => (fail ? fail(res, err, requestId) : sendError(res, err, requestId, this.incident)),
-    );
+    this.envd ??= import('./envd/envd.js').then(({ EnvdHost }) => {
+      this.envdHost = new EnvdHost((what, err) => this.d.log('e2b envd call failed', { call: what, error: describeCause(err), ...(err instanceof ServiceError && err.detail ? { detail: err.detail } : {}) }));
+      return this.envdHost;
+    });
+    const call = { sandboxId: entry.sandboxId, orgId: entry.orgId, agent: this.agentFor(entry), authorization: authorization ?? null, headersMs: this.d.config.responseHeadersTimeoutMs };
+    const refuse = (err: unknown) => (fail ? fail(res, err, requestId) : sendError(res, err, requestId, this.incident));
+    this.envd.then((host) => {
+      try {
+        host.serve(req, res, call);
+      } catch (err) {
+        refuse(err);
+      }
+    }, refuse);
   }
 
   /** The incident behind a 5xx answer (renderError), logged with its request. */

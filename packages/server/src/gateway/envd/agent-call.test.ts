@@ -32,7 +32,7 @@ before(async () => {
     req.on('end', () => (answers.get(req.url ?? '') ?? ((r: ServerResponse) => r.writeHead(404).end()))(res));
   });
   await new Promise<void>((r) => server.listen(socketPath, r));
-  call = { sandboxId: 'sbtest', agent: new DialAgent(() => unixDial(socketPath)), authorization: null, headersMs: 2000 };
+  call = { sandboxId: 'sbtest', orgId: 'org_t', agent: new DialAgent(() => unixDial(socketPath)), authorization: null, headersMs: 2000 };
 });
 after(async () => {
   call.agent.destroy();

@@ -12,6 +12,8 @@ import { isErrorCode, ServiceError } from '@sandboxd/protocol';
 /** One E2B request's way to its sandbox. */
 export interface EnvdCall {
   sandboxId: string;
+  /** The organization that owns it (the daemon's read budget is per organization). */
+  orgId: string;
   /** The sandbox's connection pool (a DialAgent: its unix socket, or its node's relay). */
   agent: Agent;
   /** The Authorization E2B's client sent (`Basic <user:>`): the user to act as; null: the default user. */

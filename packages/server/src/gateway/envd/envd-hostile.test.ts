@@ -361,7 +361,7 @@ describe('gateway envd: a hostile sandbox, a hostile client', { timeout: 120_000
       };
       next();
     });
-    const call = { sandboxId: 'sbhostile', agent: new DialAgent(() => unixDial(socketPath)), authorization: null, headersMs: 3000 };
+    const call = { sandboxId: 'sbhostile', orgId: 'org_h', agent: new DialAgent(() => unixDial(socketPath)), authorization: null, headersMs: 3000 };
     const cpu = process.cpuUsage();
     const got: number[] = [];
     for await (const f of agentFrames(call, '/drip', {}, new AbortController().signal)) got.push(f.payload.length);
@@ -506,6 +506,37 @@ describe('gateway envd: a hostile sandbox, a hostile client', { timeout: 120_000
     const streamBomb = await rpc('process.Process/Connect', envelope(1, bomb), headers({ 'content-type': 'application/connect+json', 'connect-content-encoding': 'gzip' }));
     assert.equal((envelopes(streamBomb.body).at(-1)?.data as { error?: { code: string } }).error?.code, 'resource_exhausted');
     assert.deepEqual(hits, [], 'nothing reached the agent');
+    await stillServes();
+  });
+
+  test("bodies sent slowly: an organization's calls may hold 64 MiB of the daemon's reading at once, then 429 until they end; another organization is served", async () => {
+    // Four requests announce 16 MiB each and send a byte: the organization's budget is taken.
+    const held: ReturnType<typeof httpRequest>[] = [];
+    for (let i = 0; i < 4; i++) {
+      const req = httpRequest({
+        host: '127.0.0.1',
+        port: apiPort,
+        path: '/e2b/sandbox/filesystem.Filesystem/Stat',
+        method: 'POST',
+        headers: headers({ 'content-type': 'application/json', 'content-length': String(16 * 1024 * 1024) }),
+        agent: false,
+      });
+      req.on('error', () => undefined);
+      req.write('{');
+      held.push(req);
+    }
+    try {
+      assert.ok(await wait(() => gateway.envdReading(routes.get('sbhostile')!.orgId) >= 64 * 1024 * 1024 - 16), 'the four reserve the budget');
+      const refused = await unary('filesystem.Filesystem/Stat', { path: '/x' });
+      assert.equal(refused.status, 429, JSON.stringify(refused.body));
+      // Another organization's calls are not held by this one's.
+      answers.set('/e2b/rt/fs/stat', (res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ entry: ENTRY })));
+      const r = await rpc('filesystem.Filesystem/Stat', '{"path":"/x"}', headers({ 'content-type': 'application/json' }, 'sbother', otherToken));
+      assert.equal(r.status, 200, r.body.toString());
+    } finally {
+      for (const req of held) req.destroy();
+    }
+    assert.ok(await wait(() => gateway.envdReading(routes.get('sbhostile')!.orgId) === 0), 'the budget comes back when they go');
     await stillServes();
   });
 

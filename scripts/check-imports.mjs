@@ -65,7 +65,7 @@ const SERVER_SIDE = {
 const SERVER_SHAPES = [
   {
     from: 'node/',
-    to: 'store/types.ts',
+    to: 'store/types/index.ts',
     why: "a node registers, heartbeats and reads its sandboxes in the registry's row shapes (node/membership.ts): the types, not the store (a node runs with no store)",
   },
 ];

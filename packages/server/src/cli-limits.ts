@@ -1,5 +1,5 @@
 import { ServiceError } from '@sandboxd/protocol';
-import type { LimitOverrides, OrgRow, Store } from './store/types.js';
+import type { LimitOverrides, OrgRow, Store } from './store/types/index.js';
 import { LIMIT_MINIMUMS, LIMIT_NAMES, resolveLimits, timeoutFor, type LimitName, type OrgLimits } from './services/limits.js';
 import { QuotaService } from './services/quotas.js';
 import { snapshotStorageUsed } from './services/snapshots/index.js';

@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import { ServiceError } from '@sandboxd/protocol';
 import { drainNode, drainSummary, listNodes, removeNode, setNodeStatus, type DrainAnswer, type DrainProgress } from './cli-nodes.js';
 import { SqliteStore } from './store/sqlite.js';
-import type { SandboxRow, Store } from './store/types.js';
+import type { SandboxRow, Store } from './store/types/index.js';
 
 const capacity = { vcpu: 4, memoryMb: 8192, diskGb: 100, maxSandboxes: 10 };
 

@@ -1,5 +1,5 @@
 import { ServiceError } from '@sandboxd/protocol';
-import type { NodeRow, NodeStatus, SandboxUsage, Store } from './store/types.js';
+import type { NodeRow, NodeStatus, SandboxUsage, Store } from './store/types/index.js';
 
 /** One row of `sandboxd nodes list`. */
 export interface NodeListing {

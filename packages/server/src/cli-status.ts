@@ -5,7 +5,7 @@ import { openStore } from './roles/shared.js';
 import { clusterStatus, type ClusterStatus, type ReplicaView } from './services/cluster-status.js';
 import { renderNodeView } from './services/node-views.js';
 import { describeUrl } from './store/postgres-url.js';
-import type { Store } from './store/types.js';
+import type { Store } from './store/types/index.js';
 
 type Table = (rows: Array<Record<string, string>>) => string;
 

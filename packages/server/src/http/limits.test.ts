@@ -7,7 +7,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { loadConfig } from '../config.js';
 import { SqliteStore } from '../store/sqlite.js';
-import type { SandboxRow, TemplateRow } from '../store/types.js';
+import type { SandboxRow, TemplateRow } from '../store/types/index.js';
 import { KeyService } from '../services/keys.js';
 import { TemplateService } from '../services/templates.js';
 import { TokenService } from '../services/tokens.js';

@@ -3,7 +3,7 @@ import type { NodeRegistryAuth } from '../services/node-registry.js';
 import type { NodeViews } from '../services/node-views.js';
 import type { Config } from '../config.js';
 import type { ConnectionLimits } from '../services/connections.js';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 import type { EventBus } from '../services/events.js';
 import type { KeyService } from '../services/keys.js';
 import type { RateLimiter } from '../services/rate-limit.js';

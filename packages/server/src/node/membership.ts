@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { ServiceError } from '@sandboxd/protocol';
-import type { NodeCapacity, NodeRegistration, NodeReport, NodeRow, NodeStatus, SandboxUsage, Store } from '../store/types.js';
+import type { NodeCapacity, NodeRegistration, NodeReport, NodeRow, NodeStatus, SandboxUsage, Store } from '../store/types/index.js';
 import type { Node } from './types.js';
 
 /**

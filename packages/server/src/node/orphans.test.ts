@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { OrphanCollector } from './orphans.js';
-import type { SandboxRow } from '../store/types.js';
+import type { SandboxRow } from '../store/types/index.js';
 
 function setup(o: { held: string[]; rows: Array<{ id: string; nodeId: string }>; failStore?: boolean; handedGraceMs?: number; deleted?: string[] }) {
   const held = new Set(o.held);

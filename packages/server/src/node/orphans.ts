@@ -1,5 +1,5 @@
 import type { Node } from './types.js';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 
 /** At most this many owners' claims (the node API bounds the ids in one). */
 const MAX_OWNERS = 64;

@@ -12,7 +12,7 @@ import { SignJWT } from 'jose';
 import { ServiceError } from '@sandboxd/protocol';
 import { internalNodeRoutes } from '../http/routes/internal-nodes.js';
 import { SqliteStore } from '../store/sqlite.js';
-import type { SandboxRow } from '../store/types.js';
+import type { SandboxRow } from '../store/types/index.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
 import type { Services } from '../http/services.js';

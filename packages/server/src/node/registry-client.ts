@@ -3,7 +3,7 @@ import { Agent as UndiciAgent, type Dispatcher } from 'undici';
 import { readNodeCredential } from '../runtime/cluster-auth.js';
 import { replaceFile } from './credential-file.js';
 import type { NodeRegistry } from './membership.js';
-import type { NodeRegistration, NodeReport, NodeRow, SandboxUsage } from '../store/types.js';
+import type { NodeRegistration, NodeReport, NodeRow, SandboxUsage } from '../store/types/index.js';
 
 export interface RegistryClientOptions {
   /**

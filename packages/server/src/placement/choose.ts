@@ -1,5 +1,5 @@
 import type { SandboxResources } from '../runtime/types.js';
-import type { NodeCapacity, SandboxUsage } from '../store/types.js';
+import type { NodeCapacity, SandboxUsage } from '../store/types/index.js';
 
 /** A node that may take a new sandbox now, as placement weighs it. */
 export interface Candidate {

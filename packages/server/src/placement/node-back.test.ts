@@ -11,7 +11,7 @@ import type { FastifyInstance } from 'fastify';
 import { ServiceError } from '@sandboxd/protocol';
 import { nodeApi } from '../node/node-api.js';
 import { SqliteStore } from '../store/sqlite.js';
-import type { SandboxRow } from '../store/types.js';
+import type { SandboxRow } from '../store/types/index.js';
 import { registeredPlacement } from '../testing/cluster.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { nodeOver } from '../testing/fake-node.js';

@@ -3,7 +3,7 @@ import { isProgrammingError, ServiceError } from '@sandboxd/protocol';
 import type { Node, NodeSpec, Taken, TakeAsk, WarmStats } from '../node/types.js';
 import { abandonedCreate, warmKeyOf } from '../node/warm-key.js';
 import type { SandboxResources } from '../runtime/types.js';
-import type { SandboxUsage } from '../store/types.js';
+import type { SandboxUsage } from '../store/types/index.js';
 import { addUsage, choose, type Overcommit } from './choose.js';
 import type { NodeSet } from './node-set.js';
 

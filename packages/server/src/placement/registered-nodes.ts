@@ -1,7 +1,7 @@
 import { ServiceError } from '@sandboxd/protocol';
 import type { Node } from '../node/types.js';
 import type { RemoteNode } from '../node/remote-node.js';
-import type { NodeRow, Store } from '../store/types.js';
+import type { NodeRow, Store } from '../store/types/index.js';
 import type { Candidate } from './choose.js';
 import type { NodeSet } from './node-set.js';
 

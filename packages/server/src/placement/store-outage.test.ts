@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { RemoteNode } from '../node/remote-node.js';
 import { SqliteStore } from '../store/sqlite.js';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { RegisteredNodes } from './registered-nodes.js';
 

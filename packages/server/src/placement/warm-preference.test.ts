@@ -16,7 +16,7 @@ import { RemoteNode } from '../node/remote-node.js';
 import { warmKeyOf } from '../node/warm-key.js';
 import type { SandboxSpec } from '../runtime/types.js';
 import { SqliteStore } from '../store/sqlite.js';
-import type { SandboxRow } from '../store/types.js';
+import type { SandboxRow } from '../store/types/index.js';
 import { registeredPlacement } from '../testing/cluster.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';
 import { nodeOver } from '../testing/fake-node.js';

@@ -4,7 +4,7 @@ import { RemoteNode } from '../node/remote-node.js';
 import { RegisteredNodes } from '../placement/registered-nodes.js';
 import type { ClusterSigner } from '../runtime/cluster-auth.js';
 import type { LayerSource } from '../runtime/types.js';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 import type { Log } from './shared.js';
 
 /**

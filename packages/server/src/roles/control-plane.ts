@@ -42,7 +42,7 @@ import { Revocations } from '../services/revocations.js';
 import { TokenService } from '../services/tokens.js';
 import { localUploadBlobs, StoreUploadBlobs } from '../services/upload-blobs.js';
 import { sharedUploadKey, UploadService, uploadKeyFromFile } from '../services/uploads.js';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 import { announce } from './banner.js';
 import { bootstrapKey, closeStore, loadRoute, sharedTokens, type Log, type openImages } from './shared.js';
 

@@ -6,7 +6,7 @@ import { collectUploads } from '../services/blob-gc.js';
 import { DiskRoom, type DiskClaim } from '../services/disk-room.js';
 import type { OrgStorage } from '../services/org-storage.js';
 import type { Config } from '../config.js';
-import type { SandboxRow, Store } from '../store/types.js';
+import type { SandboxRow, Store } from '../store/types/index.js';
 import type { Log, openImages } from './shared.js';
 
 /** The admissions of a control plane's writes against its filesystems' free space (services/disk-room.ts). */

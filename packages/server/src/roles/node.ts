@@ -12,7 +12,7 @@ import { RegistryClient } from '../node/registry-client.js';
 import { ClusterVerifier } from '../runtime/cluster-auth.js';
 import { readDiskSpace } from '../runtime/disk-space.js';
 import { DiskRoom } from '../services/disk-room.js';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 import { localNode } from './local-node.js';
 import { diskGbOf, openRuntime, prepareMachine } from './machine.js';
 import { closeStore, openStore, type Log } from './shared.js';

@@ -12,7 +12,7 @@ import { TokenService } from '../services/tokens.js';
 import { describeUrl } from '../store/postgres-url.js';
 import { PostgresStore } from '../store/postgres.js';
 import { SqliteStore } from '../store/sqlite.js';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 
 /**
  * One event of the daemon's, with its fields; `debug`, where given, for routine ones that would

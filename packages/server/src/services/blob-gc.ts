@@ -1,6 +1,6 @@
 import { stat } from 'node:fs/promises';
 import type { FsBlobStore } from '../images/blob-store.js';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 
 /** A blob younger than this may be an upload whose row is about to be written: never collected. */
 export const BLOB_GRACE_MS = 3600_000;

@@ -1,6 +1,6 @@
 import { appendFile, mkdir, open, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 
 /** Where build logs are kept: bytes appended by the process that runs the build, read from any offset. */
 export interface BuildLogStorage {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { SqliteStore } from '../store/sqlite.js';
-import type { ReplicaEntry } from '../store/types.js';
+import type { ReplicaEntry } from '../store/types/index.js';
 import { insertSandboxRow } from '../testing/store-rows.js';
 import { clusterStatus } from './cluster-status.js';
 

@@ -1,4 +1,4 @@
-import type { ReplicaRow, SandboxUsage, Store, StoreSchema } from '../store/types.js';
+import type { ReplicaRow, SandboxUsage, Store, StoreSchema } from '../store/types/index.js';
 import { registryNodeViews, type NodeView } from './node-views.js';
 import { replicaState, type ReplicaState } from './replica-presence.js';
 

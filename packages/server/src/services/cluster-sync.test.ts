@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { Coordination } from '../store/types.js';
+import type { Coordination } from '../store/types/index.js';
 import { ClusterSync } from './cluster-sync.js';
 import { EventBus, type SandboxEventMessage } from './events.js';
 import { RouteTable } from '../gateway/routes.js';

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { SANDBOX_EVENT_KINDS, type SandboxEventKind } from '@sandboxd/protocol';
-import type { Coordination } from '../store/types.js';
+import type { Coordination } from '../store/types/index.js';
 import type { EventBus, SandboxEventMessage } from './events.js';
 import type { Routes } from './routes.js';
 

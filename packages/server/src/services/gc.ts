@@ -1,7 +1,7 @@
 import { BUILTIN_TEMPLATES } from '../images/builtin.js';
 import { builtinLayerIds } from '../images/builtin-layers.js';
 import type { ImageServices } from '../images/index.js';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 
 /**
  * Removes layers that nothing references: no template of any organization, no live sandbox (a

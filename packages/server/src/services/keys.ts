@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { API_SCOPES, DEFAULT_KEY_SCOPES, ServiceError, type ApiScope } from '@sandboxd/protocol';
-import type { ApiKeyRow, OrgRow, Store } from '../store/types.js';
+import type { ApiKeyRow, OrgRow, Store } from '../store/types/index.js';
 import type { ApiShare } from './api-share.js';
 import { storedOrgId } from './org-ids.js';
 

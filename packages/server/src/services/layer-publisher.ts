@@ -1,6 +1,6 @@
 import { ServiceError } from '@sandboxd/protocol';
 import { bearer, type ClusterSigner } from '../runtime/cluster-auth.js';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 import type { LayerContents } from '../images/layer-content.js';
 import type { LayerRef, LayerSource } from '../runtime/types.js';
 

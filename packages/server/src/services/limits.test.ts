@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ServiceError } from '@sandboxd/protocol';
 import { SqliteStore } from '../store/sqlite.js';
-import type { SandboxRow } from '../store/types.js';
+import type { SandboxRow } from '../store/types/index.js';
 import { checkSize, checkTimeout, quotaError, resolveLimits, timeoutFor, type OrgLimits } from './limits.js';
 import { KeyedMutex } from './locks.js';
 import { QuotaService } from './quotas.js';

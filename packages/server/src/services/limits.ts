@@ -1,5 +1,5 @@
 import { ServiceError } from '@sandboxd/protocol';
-import type { LimitOverrides } from '../store/types.js';
+import type { LimitOverrides } from '../store/types/index.js';
 
 /**
  * The limits an operator sets per organization. The names are the words of the whole interface:

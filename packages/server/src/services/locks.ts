@@ -1,4 +1,4 @@
-import type { Coordination } from '../store/types.js';
+import type { Coordination } from '../store/types/index.js';
 
 /** One piece of work at a time per key: what the services lock a sandbox or an organization with. */
 export interface Mutex {

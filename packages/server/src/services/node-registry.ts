@@ -1,6 +1,6 @@
 import { ServiceError } from '@sandboxd/protocol';
 import { bearer, NODE_CREDENTIAL_DAYS, NODE_CREDENTIAL_MAX_DAYS, type ClusterSigner, type NodeCredentialClaims } from '../runtime/cluster-auth.js';
-import type { NodeRegistration, NodeRepo, NodeRow } from '../store/types.js';
+import type { NodeRegistration, NodeRepo, NodeRow } from '../store/types/index.js';
 
 const DAY_SECONDS = 86_400;
 

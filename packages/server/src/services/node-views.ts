@@ -1,4 +1,4 @@
-import type { NodeStatus, SandboxUsage, Store } from '../store/types.js';
+import type { NodeStatus, SandboxUsage, Store } from '../store/types/index.js';
 
 /** A node as the operator sees it: GET /v1/admin/nodes, `sandboxd cluster status`. */
 export interface NodeView {

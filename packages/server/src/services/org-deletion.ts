@@ -1,5 +1,5 @@
 import { ServiceError } from '@sandboxd/protocol';
-import type { OrgRow, Store } from '../store/types.js';
+import type { OrgRow, Store } from '../store/types/index.js';
 import { DEFAULT_ORG, type KeyService } from './keys.js';
 import type { SandboxService } from './sandboxes/index.js';
 import type { SnapshotService } from './snapshots/index.js';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { SqliteStore } from '../store/sqlite.js';
-import type { TemplateRow } from '../store/types.js';
+import type { TemplateRow } from '../store/types/index.js';
 import { OrgStorage } from './org-storage.js';
 
 const MIB = 2 ** 20;

@@ -1,6 +1,6 @@
 import { BUILTIN_TEMPLATES } from '../images/builtin.js';
 import { builtinLayerIds } from '../images/builtin-layers.js';
-import type { SandboxRow, Store } from '../store/types.js';
+import type { SandboxRow, Store } from '../store/types/index.js';
 
 /** What an organization causes to be stored, in bytes (GET /v1/account/limits, the metrics). */
 export interface StorageUse {

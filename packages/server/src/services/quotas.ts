@@ -1,4 +1,4 @@
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 import { KeyedMutex, type Mutex } from './locks.js';
 import type { RateLimiter, RateWindow } from './rate-limit.js';
 import { quotaError, resolveLimits, type Demand, type OrgLimits, type OrgUsage } from './limits.js';

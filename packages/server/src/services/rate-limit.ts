@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { ServiceError } from '@sandboxd/protocol';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 
 /** A limit on events per key (an organization's sandbox creates): in this process, or shared through the store. */
 export interface RateLimiter {

@@ -7,7 +7,7 @@ import pg from 'pg';
 import { ServiceError } from '@sandboxd/protocol';
 import { StoreUnavailableError } from '../store/errors.js';
 import { PostgresStore } from '../store/postgres.js';
-import type { SandboxRow } from '../store/types.js';
+import type { SandboxRow } from '../store/types/index.js';
 import { FakeRuntime } from '../testing/fake-runtime.js';
 import { startPostgres, type TestPostgres } from '../testing/postgres.js';
 import { EventBus } from './events.js';

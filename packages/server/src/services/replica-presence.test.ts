@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { hostname } from 'node:os';
 import { test } from 'node:test';
 import { SqliteStore } from '../store/sqlite.js';
-import type { ReplicaRepo } from '../store/types.js';
+import type { ReplicaRepo } from '../store/types/index.js';
 import { REPLICA_GONE_MS, ReplicaPresence, replicaState } from './replica-presence.js';
 
 test('a serving process records itself, beats, and says it stopped', async () => {

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import type { ReplicaRepo, ReplicaRole, ReplicaRow } from '../store/types.js';
+import type { ReplicaRepo, ReplicaRole, ReplicaRow } from '../store/types/index.js';
 
 /** How often a serving process says in the store that it runs. */
 export const REPLICA_BEAT_MS = 5000;

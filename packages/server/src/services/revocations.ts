@@ -1,4 +1,4 @@
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 import type { TokenService } from './tokens.js';
 
 /** How often a process that checks tokens reads the keys revoked since it last looked. */

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { ServiceError, type TemplateSummary } from '@sandboxd/protocol';
 import type { BuiltinTemplate } from '../images/builtin.js';
 import type { LayerInfo } from '../images/types.js';
-import type { Store, TemplateRow } from '../store/types.js';
+import type { Store, TemplateRow } from '../store/types/index.js';
 
 export function builtinTemplateId(name: string): string {
   return `tpl_${createHash('sha256').update(`builtin:${name}`).digest('hex').slice(0, 20)}`;

@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { BlobMismatchError, parseSha256, type BlobInfo, type FsBlobStore } from '../images/blob-store.js';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 
 /** Where uploaded files' bytes live: the data directory (one machine) or the store (replicas). */
 export interface UploadBlobs {

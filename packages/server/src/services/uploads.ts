@@ -4,7 +4,7 @@ import { dirname } from 'node:path';
 import type { Readable } from 'node:stream';
 import { ServiceError } from '@sandboxd/protocol';
 import { BlobMismatchError, parseSha256 } from '../images/blob-store.js';
-import type { Store, UploadRow } from '../store/types.js';
+import type { Store, UploadRow } from '../store/types/index.js';
 import type { DiskClaim } from './disk-room.js';
 import type { UploadBlobs } from './upload-blobs.js';
 

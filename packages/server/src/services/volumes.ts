@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { ServiceError, type CreateVolumeBody, type Volume, type VolumeMount } from '@sandboxd/protocol';
 import { MAX_VOLUMES_PER_SANDBOX, VOLUME_NAME_PATTERN } from '@sandboxd/protocol';
 import { volumePathProblem, type VolumeHost } from '../runtime/volumes.js';
-import type { SandboxRow, SandboxVolumeRow, Store, VolumeRow } from '../store/types.js';
+import type { SandboxRow, SandboxVolumeRow, Store, VolumeRow } from '../store/types/index.js';
 import { GIB, type DiskClaim } from './disk-room.js';
 import { KeyedMutex } from './locks.js';
 import type { QuotaService } from './quotas.js';

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { NodeCapacity, NodeRegistration, NodeReport, Store } from './types.js';
+import type { NodeCapacity, NodeRegistration, NodeReport, Store } from './types/index.js';
 
 /**
  * The part of the store conformance suite (conformance.ts) on what the processes of a cluster share

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { migrationsFor } from './migrations.js';
-import type { ReplicaEntry, Store } from './types.js';
+import type { ReplicaEntry, Store } from './types/index.js';
 
 /**
  * The part of the store conformance suite (conformance.ts) on what `sandboxd cluster status` reads:

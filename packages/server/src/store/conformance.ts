@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { clusterConformance } from './conformance-cluster.js';
 import { replicaConformance } from './conformance-replicas.js';
-import type { SandboxRow, SnapshotRow, Store } from './types.js';
+import type { SandboxRow, SnapshotRow, Store } from './types/index.js';
 
 /** One suite every Store implementation must pass (SQLite and PostgreSQL). */
 export function storeConformance(name: string, open: () => Promise<Store>): void {

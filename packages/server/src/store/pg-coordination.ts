@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { storeError } from './postgres-db.js';
 import { PgLocks } from './pg-locks.js';
-import type { Coordination } from './types.js';
+import type { Coordination } from './types/index.js';
 
 /** PostgreSQL channel names are identifiers: ours are short and plain. */
 function checkChannel(channel: string): void {

@@ -8,7 +8,7 @@ import { migrationsFor } from './migrations.js';
 import { PostgresStore } from './postgres.js';
 import { PgDb } from './postgres-db.js';
 import { SqliteStore } from './sqlite.js';
-import type { SandboxRow, Store } from './types.js';
+import type { SandboxRow, Store } from './types/index.js';
 import { startPostgres, type TestPostgres } from '../testing/postgres.js';
 
 let server: TestPostgres;

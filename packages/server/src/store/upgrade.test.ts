@@ -9,7 +9,7 @@ import pg from 'pg';
 import { storeConformance } from './conformance.js';
 import { PostgresStore } from './postgres.js';
 import { SqliteStore } from './sqlite.js';
-import type { Store } from './types.js';
+import type { Store } from './types/index.js';
 import { startPostgres, type TestPostgres } from '../testing/postgres.js';
 
 /*

@@ -3,7 +3,7 @@ import { RegisteredNodes } from '../placement/registered-nodes.js';
 import { Placement, type PlacementOptions } from '../placement/placement.js';
 import type { ClusterSigner } from '../runtime/cluster-auth.js';
 import type { LayerSource } from '../runtime/types.js';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 
 /**
  * Placement over the nodes of `store`'s registry, as control wires it (roles/control.ts), each

@@ -5,7 +5,7 @@ import { Placement } from '../placement/placement.js';
 import { dialUnix } from '../runtime/agent-socket.js';
 import type { Runtime } from '../runtime/types.js';
 import type { AgentDial } from '../services/routes.js';
-import type { Store } from '../store/types.js';
+import type { Store } from '../store/types/index.js';
 import { FakeRuntime } from './fake-runtime.js';
 
 /**

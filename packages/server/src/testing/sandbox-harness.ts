@@ -19,7 +19,7 @@ import { SnapshotService } from '../services/snapshots/index.js';
 import { TemplateService } from '../services/templates.js';
 import { TokenService } from '../services/tokens.js';
 import { SqliteStore } from '../store/sqlite.js';
-import type { SandboxRow } from '../store/types.js';
+import type { SandboxRow } from '../store/types/index.js';
 import { fakeNode, fixedPlacement } from './fake-node.js';
 import type { FakeRuntime } from './fake-runtime.js';
 

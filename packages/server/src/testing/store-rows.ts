@@ -1,4 +1,4 @@
-import type { SandboxRow, Store } from '../store/types.js';
+import type { SandboxRow, Store } from '../store/types/index.js';
 
 /** A sandbox row on `nodeId` (2 vCPU, 1024 MB, 5 GB), as a create leaves one: for tests of what reads the store. */
 export async function insertSandboxRow(store: Store, id: string, nodeId: string, status: SandboxRow['status'] = 'running'): Promise<void> {

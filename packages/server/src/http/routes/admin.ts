@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { AdminKeysQuery, CreateKeyBody, CreateOrgBody, DeletedOrganization, KeyIdParams, ServiceError } from '@sandboxd/protocol';
 import type { Services } from '../services.js';
-import type { ApiKeyRow, OrgRow } from '../../store/types.js';
+import type { ApiKeyRow, OrgRow } from '../../store/types/index.js';
 import { operatorOnly, principalOf } from '../auth.js';
 import { deleteOrganization } from '../../services/org-deletion.js';
 import { NameOrIdParams } from './params.js';

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ServiceError } from '@sandboxd/protocol';
 import type { Services } from '../services.js';
-import type { NodeCapacity, NodeReport, NodeRow, NodeUsage } from '../../store/types.js';
+import type { NodeCapacity, NodeReport, NodeRow, NodeUsage } from '../../store/types/index.js';
 
 const NODE_ID_RE = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 const MAX_NUMBER = 1e12;

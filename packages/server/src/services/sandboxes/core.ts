@@ -3,7 +3,7 @@ import { renderSandboxVolumes, type VolumeService } from '../volumes.js';
 import { ServiceError, type NetworkPolicy, type Sandbox, type SandboxEventKind } from '@sandboxd/protocol';
 import type { Placement } from '../../placement/placement.js';
 import type { SandboxSpec } from '../../runtime/types.js';
-import type { SandboxRow, Store } from '../../store/types.js';
+import type { SandboxRow, Store } from '../../store/types/index.js';
 import type { EventBus } from '../events.js';
 import type { Mutex } from '../locks.js';
 import type { Metrics } from '../metrics.js';

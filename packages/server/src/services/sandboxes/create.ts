@@ -3,7 +3,7 @@ import { DEFAULT_TEMPLATE } from '../../images/builtin.js';
 import { newSandboxId } from '../../runtime/sandbox-identity.js';
 import type { Placed } from '../../placement/placement.js';
 import { UndoStack } from '../../runtime/undo.js';
-import type { SandboxRow } from '../../store/types.js';
+import type { SandboxRow } from '../../store/types/index.js';
 import { notReady } from '../templates.js';
 import { GIB } from '../disk-room.js';
 import { checkSize, timeoutFor, type OrgLimits } from '../limits.js';

@@ -1,6 +1,6 @@
 import { describeCause, ServiceError } from '@sandboxd/protocol';
 import { UndoStack } from '../../runtime/undo.js';
-import type { SandboxRow } from '../../store/types.js';
+import type { SandboxRow } from '../../store/types/index.js';
 import { Slots } from '../locks.js';
 import type { SandboxCore } from './core.js';
 import { needSnapshots, type Lifecycle } from './lifecycle.js';

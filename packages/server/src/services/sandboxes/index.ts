@@ -1,6 +1,6 @@
 import type { CreateSandboxBody, ForkBody, NetworkPolicy, Sandbox, SandboxMetrics, SetNetworkBody } from '@sandboxd/protocol';
 import type { SandboxSpec } from '../../runtime/types.js';
-import type { SandboxRow } from '../../store/types.js';
+import type { SandboxRow } from '../../store/types/index.js';
 import { SandboxCore, type SandboxServiceDeps } from './core.js';
 import { Creates, type Created, type CreateOpts } from './create.js';
 import { Evacuations, type DrainOptions, type DrainReport } from './evacuate.js';

@@ -1,5 +1,5 @@
 import { ServiceError } from '@sandboxd/protocol';
-import type { SandboxRow } from '../../store/types.js';
+import type { SandboxRow } from '../../store/types/index.js';
 import { checkTimeout } from '../limits.js';
 import { Slots } from '../locks.js';
 import type { SandboxCore } from './core.js';

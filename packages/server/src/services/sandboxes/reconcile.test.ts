@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ServiceError } from '@sandboxd/protocol';
-import type { SandboxRow } from '../../store/types.js';
+import type { SandboxRow } from '../../store/types/index.js';
 import { buildSandboxHarness, rejectsWith, type SandboxHarness, type SandboxHarnessOptions } from '../../testing/sandbox-harness.js';
 import { ABANDONED_CREATE_MS } from './index.js';
 

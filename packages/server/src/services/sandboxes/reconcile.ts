@@ -1,6 +1,6 @@
 import { ServiceError } from '@sandboxd/protocol';
 import type { RuntimeStatus } from '../../runtime/types.js';
-import type { SandboxRow } from '../../store/types.js';
+import type { SandboxRow } from '../../store/types/index.js';
 import type { SandboxCore } from './core.js';
 import type { Lifecycle } from './lifecycle.js';
 import { ABANDONED_CREATE_MS } from './upkeep.js';

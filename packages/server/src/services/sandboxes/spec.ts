@@ -1,7 +1,7 @@
 import { DEFAULT_EGRESS, isRestricted, normalizeEntries } from '../../runtime/egress-policy.js';
 import type { SandboxSpec } from '../../runtime/types.js';
 import { withSandboxId } from '../../runtime/sandbox-identity.js';
-import type { SandboxRow } from '../../store/types.js';
+import type { SandboxRow } from '../../store/types/index.js';
 
 /** What a create starts from: a template, a snapshot, or a fork's source. */
 export interface CreateSource {

@@ -3,7 +3,7 @@
 // kills are reported for the sandboxes they hit.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { SandboxRow } from '../../store/types.js';
+import type { SandboxRow } from '../../store/types/index.js';
 import { buildSandboxHarness, rejectsWith, until, type SandboxHarness, type SandboxHarnessOptions } from '../../testing/sandbox-harness.js';
 import { ABANDONED_CREATE_MS } from './index.js';
 

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { FsLayerStore } from '../../images/layer-store.js';
-import type { SandboxRow } from '../../store/types.js';
+import type { SandboxRow } from '../../store/types/index.js';
 import { SnapshotService } from './index.js';
 
 describe('SnapshotService.capture when the layer cannot be announced', () => {

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { ServiceError } from '@sandboxd/protocol';
 import { sha256Hex } from '../../images/layer-store.js';
 import { ExportTooLarge } from '../../runtime/types.js';
-import type { SandboxRow, SnapshotRow } from '../../store/types.js';
+import type { SandboxRow, SnapshotRow } from '../../store/types/index.js';
 import type { SnapshotCore } from './core.js';
 import type { StorageQuota } from './storage.js';
 

@@ -3,7 +3,7 @@ import { renderSandboxVolumes } from '../volumes.js';
 import { ServiceError, type Snapshot } from '@sandboxd/protocol';
 import type { FsLayerStore } from '../../images/layer-store.js';
 import type { Placement } from '../../placement/placement.js';
-import type { SandboxRow, SnapshotRow, Store } from '../../store/types.js';
+import type { SandboxRow, SnapshotRow, Store } from '../../store/types/index.js';
 import type { DiskClaim } from '../disk-room.js';
 import type { Mutex } from '../locks.js';
 import { page, pageStart } from '../pages.js';

@@ -1,5 +1,5 @@
 import type { Snapshot } from '@sandboxd/protocol';
-import type { SandboxRow, SnapshotRow, TemplateRow } from '../../store/types.js';
+import type { SandboxRow, SnapshotRow, TemplateRow } from '../../store/types/index.js';
 import { Captures, type CapturedLayer, type CaptureKind } from './capture.js';
 import { Collector } from './collect.js';
 import { SnapshotCore, type SnapshotServiceDeps } from './core.js';

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { ServiceError } from '@sandboxd/protocol';
 import { BUILTIN_TEMPLATES } from '../../images/builtin.js';
-import type { TemplateRow } from '../../store/types.js';
+import type { TemplateRow } from '../../store/types/index.js';
 import type { SnapshotCore } from './core.js';
 import type { Pins } from './pins.js';
 

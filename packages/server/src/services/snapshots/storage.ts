@@ -1,6 +1,6 @@
 import { ServiceError } from '@sandboxd/protocol';
 import type { FsLayerStore } from '../../images/layer-store.js';
-import type { Store } from '../../store/types.js';
+import type { Store } from '../../store/types/index.js';
 import type { SnapshotCore } from './core.js';
 
 const MIB = 1024 * 1024;

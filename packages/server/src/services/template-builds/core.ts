@@ -2,7 +2,7 @@ import type { DiskClaim } from '../disk-room.js';
 import { EventEmitter } from 'node:events';
 import { ServiceError } from '@sandboxd/protocol';
 import type { BuildEngine } from '../../builder/types.js';
-import type { BuildRow, Coordination, Store } from '../../store/types.js';
+import type { BuildRow, Coordination, Store } from '../../store/types/index.js';
 import type { BuildLogStorage } from '../build-logs.js';
 import type { Metrics } from '../metrics.js';
 import type { QuotaService } from '../quotas.js';

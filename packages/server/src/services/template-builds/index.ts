@@ -1,4 +1,4 @@
-import type { BuildRow, TemplateRow } from '../../store/types.js';
+import type { BuildRow, TemplateRow } from '../../store/types/index.js';
 import { BuildCore, type TemplateBuildDeps } from './core.js';
 import { BuildLogs } from './logs.js';
 import { Runs } from './run.js';

@@ -1,4 +1,4 @@
-import type { BuildRow } from '../../store/types.js';
+import type { BuildRow } from '../../store/types/index.js';
 import type { BuildCore } from './core.js';
 
 /** At most this much of a build's output is kept (its stored log, and lines waiting to be written). */

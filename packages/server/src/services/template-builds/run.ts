@@ -1,6 +1,6 @@
 import { ServiceError } from '@sandboxd/protocol';
 import type { CopyInput } from '../../builder/types.js';
-import type { BuildRow, TemplateRow } from '../../store/types.js';
+import type { BuildRow, TemplateRow } from '../../store/types/index.js';
 import { GIB } from '../disk-room.js';
 import type { BuildRequest } from '../template-requests.js';
 import { BUILD_ABANDONED_MS, BUILD_HEARTBEAT_MS, type BuildCore } from './core.js';

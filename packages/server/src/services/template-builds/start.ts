@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { ServiceError } from '@sandboxd/protocol';
-import type { BuildRow, TemplateRow } from '../../store/types.js';
+import type { BuildRow, TemplateRow } from '../../store/types/index.js';
 import { GIB } from '../disk-room.js';
 import { checkSize, type OrgLimits } from '../limits.js';
 import { BUILD_DEFAULTS, normalizeBuildRequest, type BuildRequest } from '../template-requests.js';

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { insertSql, Params, type SqlDb } from './db.js';
 import { json, KEY_FIELDS, keyFrom, orgFrom } from './rows.js';
-import type { ApiKeyRepo, ApiKeyRow, LimitOverrides, OrgRepo, OrgRow, Store } from '../types.js';
+import type { ApiKeyRepo, ApiKeyRow, LimitOverrides, OrgRepo, OrgRow, Store } from '../types/index.js';
 
 export class SqlOrgRepo implements OrgRepo {
   constructor(private readonly db: SqlDb) {}

@@ -1,4 +1,4 @@
-import { NODE_STATUSES, REPLICA_ROLES, type NodeCapacity, type NodeRegistration, type NodeReport, type NodeStatus, type ReplicaEntry } from '../types.js';
+import { NODE_STATUSES, REPLICA_ROLES, type NodeCapacity, type NodeRegistration, type NodeReport, type NodeStatus, type ReplicaEntry } from '../types/index.js';
 
 /*
  * The checks the repositories make of their input before any SQL: what a node sends is checked

@@ -1,6 +1,6 @@
 import type { Raw, SqlDb } from './db.js';
 import { checkBlobSha256, checkWhole } from './checks.js';
-import type { BlobRepo, BuildLogRepo } from '../types.js';
+import type { BlobRepo, BuildLogRepo } from '../types/index.js';
 
 const bytes = (data: Uint8Array): Buffer => Buffer.from(data.buffer, data.byteOffset, data.byteLength);
 

@@ -1,7 +1,7 @@
 import { Params, type SqlDb } from './db.js';
 import { nodeFrom } from './rows.js';
 import { checkLeaseMs, checkNodeId, checkNodeRegistration, checkNodeReport, checkNodeStatus, checkNow } from './checks.js';
-import type { NodeRegistration, NodeReport, NodeRepo, NodeStatus } from '../types.js';
+import type { NodeRegistration, NodeReport, NodeRepo, NodeStatus } from '../types/index.js';
 
 /** A known node registering again: its new URL and capacity, a new lease, the rest as it was. */
 const REREGISTER = `ON CONFLICT (id) DO UPDATE SET url = excluded.url, capacity_vcpu = excluded.capacity_vcpu,

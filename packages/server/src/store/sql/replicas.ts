@@ -1,7 +1,7 @@
 import { Params, type SqlDb } from './db.js';
 import { replicaFrom } from './rows.js';
 import { checkNow, checkReplicaEntry } from './checks.js';
-import type { ReplicaEntry, ReplicaRepo } from '../types.js';
+import type { ReplicaEntry, ReplicaRepo } from '../types/index.js';
 
 const MAX_ID_LENGTH = 200;
 

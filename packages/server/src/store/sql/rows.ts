@@ -14,7 +14,7 @@ import type {
   SnapshotRow,
   TemplateRow,
   UploadRow,
-} from '../types.js';
+} from '../types/index.js';
 
 /*
  * Rows of either database as the store's objects. Both hand back what these read alike: JSON

@@ -1,7 +1,7 @@
 import { insertSql, olderThan, Params, setSql, type SqlDb } from './db.js';
 import { flag, previewFrom, SANDBOX_FIELDS, sandboxFrom, usageFrom } from './rows.js';
 import { checkNodeFilter } from './checks.js';
-import type { PreviewRepo, PreviewRow, SandboxListFilter, SandboxRepo, SandboxRow, SandboxUsage } from '../types.js';
+import type { PreviewRepo, PreviewRow, SandboxListFilter, SandboxRepo, SandboxRow, SandboxUsage } from '../types/index.js';
 
 /** The condition that keeps a sandbox query to one node's rows (none: every node's). */
 function onNode(p: Params, nodeId: string | undefined): string {

@@ -7,7 +7,7 @@ import { SqlVolumeRepo } from './volumes.js';
 import { migrationsFor } from '../migrations.js';
 import { SqlPreviewRepo, SqlSandboxRepo } from './sandboxes.js';
 import { SqlBuildRepo, SqlSnapshotRepo, SqlTemplateRepo, SqlUploadRepo } from './templates.js';
-import type { VolumeRepo, BlobRepo, BuildLogRepo, BuildRepo, NodeRepo, OrgRepo, PreviewRepo, ReplicaRepo, SandboxRepo, SnapshotRepo, Store, StoreSchema, TemplateRepo, UploadRepo, ApiKeyRepo } from '../types.js';
+import type { VolumeRepo, BlobRepo, BuildLogRepo, BuildRepo, NodeRepo, OrgRepo, PreviewRepo, ReplicaRepo, SandboxRepo, SnapshotRepo, Store, StoreSchema, TemplateRepo, UploadRepo, ApiKeyRepo } from '../types/index.js';
 
 /** The repositories of a Store on either database; SqliteStore and PostgresStore add how to open and close one. */
 export abstract class SqlStore implements Store {

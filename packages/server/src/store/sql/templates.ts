@@ -1,6 +1,6 @@
 import { columnOf, insertSql, olderThan, Params, setSql, type SqlDb } from './db.js';
 import { BUILD_FIELDS, buildFrom, SNAPSHOT_FIELDS, snapshotFrom, TEMPLATE_FIELDS, templateFrom, uploadFrom } from './rows.js';
-import type { BuildRepo, BuildRow, SnapshotRepo, SnapshotRow, TemplateRepo, TemplateRow, UploadRepo, UploadRow } from '../types.js';
+import type { BuildRepo, BuildRow, SnapshotRepo, SnapshotRow, TemplateRepo, TemplateRow, UploadRepo, UploadRow } from '../types/index.js';
 
 /** What an upsert of a template leaves as it was: who owns it and when it was made. */
 const TEMPLATE_KEPT = new Set(['id', 'org_id', 'created_at']);

@@ -1,5 +1,5 @@
 import { insertSql, Params, type Fields, type Raw, type SqlDb } from './db.js';
-import type { VolumeRepo, VolumeRow } from '../types.js';
+import type { VolumeRepo, VolumeRow } from '../types/index.js';
 
 const VOLUME_FIELDS: Fields<VolumeRow> = { id: 'value', orgId: 'value', name: 'value', sizeGb: 'value', nodeId: 'value', createdAt: 'value' };
 

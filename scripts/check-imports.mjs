@@ -23,8 +23,8 @@ const SERVER_LAYERS = [
   ['roles/'],
   ['http/'],
   // The daemon's settings, read from the environment: composition reads them and hands each layer
-  // below its own part (a gateway takes its GatewayConfig), so nothing below http/ needs this file.
-  ['config.ts'],
+  // below its own part (a gateway takes its GatewayConfig), so nothing below http/ needs this folder.
+  ['config/'],
   ['gateway/'],
   ['services/'],
   ['placement/'],
@@ -54,8 +54,8 @@ const NO_SKIP = [
  */
 const SERVER_SIDE = {
   // The state. Runtimes, images, builds and nodes are told what they need, never read it themselves;
-  // the gateway reaches it only through the services. config.ts: it parses a database URL.
-  'store/': ['cli.ts', 'cli-*.ts', 'main.ts', 'roles/', 'http/', 'config.ts', 'services/', 'placement/'],
+  // the gateway reaches it only through the services. config/: it parses a database URL.
+  'store/': ['cli.ts', 'cli-*.ts', 'main.ts', 'roles/', 'http/', 'config/', 'services/', 'placement/'],
 };
 
 /**

@@ -8,7 +8,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { TEST_DATA_DIR } from '../../e2e/dist/harness.js';
-import { loadConfig } from '../../packages/server/dist/config.js';
+import { loadConfig } from '../../packages/server/dist/config/index.js';
 import { agentJson, waitForAgent } from '../../packages/server/dist/node/agent-client.js';
 import { baseLayer } from '../../packages/server/dist/testing/fixtures.js';
 import { bareCrunSamples } from './baselines.js';

@@ -3,7 +3,7 @@
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { TEST_DATA_DIR } from '../../e2e/dist/harness.js';
-import { loadConfig } from '../../packages/server/dist/config.js';
+import { loadConfig } from '../../packages/server/dist/config/index.js';
 import { CrunRuntime } from '../../packages/server/dist/runtime/index.js';
 
 export interface BenchRuntime {

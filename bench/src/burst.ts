@@ -15,7 +15,7 @@ import childProcess from 'node:child_process';
 import { syncBuiltinESMExports } from 'node:module';
 import { agent, api, crunContainers, startServer, TEST_DATA_DIR, type TestServer } from '../../e2e/dist/harness.js';
 import { waitForAgent } from '../../packages/server/dist/node/agent-client.js';
-import { loadConfig } from '../../packages/server/dist/config.js';
+import { loadConfig } from '../../packages/server/dist/config/index.js';
 import { baseLayer } from '../../packages/server/dist/testing/fixtures.js';
 import { withBenchRuntime } from './bench-runtime.js';
 import { fmt, row, summary } from './stats.js';

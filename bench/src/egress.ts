@@ -22,7 +22,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { connect as tlsConnect } from 'node:tls';
 import { TEST_DATA_DIR } from '../../e2e/dist/harness.js';
-import { loadConfig } from '../../packages/server/dist/config.js';
+import { loadConfig } from '../../packages/server/dist/config/index.js';
 import { CrunRuntime } from '../../packages/server/dist/runtime/index.js';
 import type { EgressPolicy } from '../../packages/server/dist/runtime/egress-policy.js';
 import { clientHelloState, sniOf } from '../../packages/server/dist/runtime/egress-proxy.js';

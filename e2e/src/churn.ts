@@ -7,7 +7,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import WebSocket from 'ws';
 import { api, type TestServer } from './harness.js';
-import { loadConfig } from '../../packages/server/dist/config.js';
+import { loadConfig } from '../../packages/server/dist/config/index.js';
 import { CrunRuntime } from '../../packages/server/dist/runtime/index.js';
 import {
   daemonObjects,

@@ -1,7 +1,7 @@
 // deploy/, checked offline (no cluster, no kustomize binary, no root): the Kubernetes manifests are
 // rendered as kustomize would (resources, patches, namespace), every object is validated against
 // the Kubernetes API's schemas (kubernetes-models), and what sandboxd needs of them is checked
-// against its own code: the variables config.ts reads and its parser, the system packages the
+// against its own code: the variables config/ reads and its parser, the system packages the
 // runtime wants, the role each container runs. The systemd units and their environment files too.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -11,7 +11,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { after, describe, test } from 'node:test';
 import * as models from 'kubernetes-models';
 import { parseAllDocuments } from 'yaml';
-import { ConfigError, loadConfig, type Config } from '../../packages/server/dist/config.js';
+import { ConfigError, loadConfig, type Config } from '../../packages/server/dist/config/index.js';
 import { ClusterSigner, ClusterVerifier } from '../../packages/server/dist/runtime/cluster-auth.js';
 import { REQUIRED_TOOLS } from '../../packages/server/dist/runtime/system-packages.js';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
@@ -40,11 +40,15 @@ after(() => {
 // ---- what sandboxd reads ----------------------------------------------------------------------
 
 /**
- * Every SANDBOXD_* variable sandboxd reads: the names written out in config.ts, and the eight
+ * Every SANDBOXD_* variable sandboxd reads: the names written out in config/, and the eight
  * limits it reads as SANDBOXD_<limit name> (the keys of Config.limits).
  */
 function configNames(): Set<string> {
-  const source = readFileSync(join(REPO_ROOT, 'packages/server/src/config.ts'), 'utf8');
+  const dir = join(REPO_ROOT, 'packages/server/src/config');
+  const source = readdirSync(dir)
+    .filter((f) => f.endsWith('.ts') && !f.endsWith('.test.ts'))
+    .map((f) => readFileSync(join(dir, f), 'utf8'))
+    .join('\n');
   const names = new Set([...source.matchAll(/SANDBOXD_[A-Z0-9_]+/g)].map((m) => m[0]).filter((n) => !n.endsWith('_')));
   for (const limit of Object.keys(loadConfig({}, FACTS).limits)) names.add(`SANDBOXD_${limit.toUpperCase()}`);
   return names;

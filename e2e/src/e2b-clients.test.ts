@@ -398,8 +398,46 @@ test('code interpreter: runCode with state, streaming, results, errors; javascri
   const fig = chart.results.find((r) => r.png);
   assert.ok(fig?.png, JSON.stringify(chart.toJSON()).slice(0, 400));
   assert.equal(Buffer.from(fig.png, 'base64').subarray(1, 4).toString(), 'PNG');
-  // The chart object (E2B's extracted chart data) is not produced (docs/e2b.md): said, not required.
-  t.diagnostic(`the chart object of a matplotlib result: ${fig.chart === undefined ? 'not served' : 'served'}`);
+  // The chart object: the figure's data, on the same result as its png.
+  const line = fig.chart as any;
+  assert.equal(chart.results.filter((r) => r.png).length, 1, 'one result per figure');
+  assert.equal(line?.type, 'line', JSON.stringify(line).slice(0, 400));
+  assert.equal(line.title, 'squares');
+  assert.deepEqual(line.elements.map((e: any) => e.points), [[[1, 1], [2, 4], [3, 9]]]);
+  assert.equal(line.x_scale, 'linear');
+  assert.ok(line.x_ticks.length > 0 && line.x_ticks.length === line.x_tick_labels.length, JSON.stringify(line));
+  const labelled = await sbx.runCode(
+    "import matplotlib.pyplot as plt\nplt.plot([0, 1, 2], [2, 3, 5], label='speed')\nplt.xlabel('time (s)')\nplt.ylabel('distance [m]')\nplt.yscale('log')\nplt.show()",
+  );
+  const lc = labelled.results.find((r) => r.png)?.chart as any;
+  assert.deepEqual(
+    { label: lc?.elements?.[0]?.label, x_label: lc?.x_label, y_label: lc?.y_label, x_unit: lc?.x_unit, y_unit: lc?.y_unit, y_scale: lc?.y_scale },
+    { label: 'speed', x_label: 'time (s)', y_label: 'distance [m]', x_unit: 's', y_unit: 'm', y_scale: 'log' },
+  );
+  const bars = await sbx.runCode("import matplotlib.pyplot as plt\nplt.bar(['a', 'b', 'c'], [3, 5, 2], label='sales')\nplt.title('per shop')\nplt.xlabel('shop')\nplt.show()");
+  const bc = bars.results.find((r) => r.png)?.chart as any;
+  assert.equal(bc?.type, 'bar', JSON.stringify(bars.toJSON()).slice(0, 400));
+  assert.equal(bc.title, 'per shop');
+  assert.equal(bc.x_label, 'shop');
+  assert.deepEqual(bc.elements, [
+    { label: 'a', value: 3, group: 'sales' },
+    { label: 'b', value: 5, group: 'sales' },
+    { label: 'c', value: 2, group: 'sales' },
+  ]);
+  const pie = await sbx.runCode("import matplotlib.pyplot as plt\nplt.pie([1, 2, 3], labels=['x', 'y', 'z'])\nplt.title('shares')\nplt.show()");
+  const pc = pie.results.find((r) => r.png)?.chart as any;
+  assert.equal(pc?.type, 'pie', JSON.stringify(pie.toJSON()).slice(0, 400));
+  assert.equal(pc.title, 'shares');
+  assert.deepEqual(pc.elements.map((e: any) => [e.label, Math.round(e.angle), e.radius]), [['x', 60, 1], ['y', 120, 1], ['z', 180, 1]]);
+  const two = await sbx.runCode(
+    "import matplotlib.pyplot as plt\nfig, (a, b) = plt.subplots(1, 2)\na.boxplot([[1, 2, 3, 4, 5, 20]])\nb.scatter([1, 2], [3, 4])\nfig.suptitle('both')\nplt.show()",
+  );
+  const sc = two.results.find((r) => r.png)?.chart as any;
+  assert.equal(sc?.type, 'superchart', JSON.stringify(two.toJSON()).slice(0, 400));
+  assert.equal(sc.title, 'both');
+  assert.deepEqual(sc.elements.map((e: any) => e.type), ['box_and_whisker', 'scatter']);
+  assert.deepEqual(sc.elements[0].elements[0].outliers, [20]);
+  assert.deepEqual(sc.elements[1].elements[0].points, [[1, 3], [2, 4]]);
 
   const df = await sbx.runCode("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})");
   const main = df.results.find((r) => r.isMainResult)!;

@@ -239,7 +239,7 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
  * test that leaves sandboxes behind is seen without failing the run on another test's account.
  */
 async function destroyLeftovers(env: Record<string, string>, logFile: string): Promise<void> {
-  const { loadConfig } = await import('../../packages/server/dist/config.js');
+  const { loadConfig } = await import('../../packages/server/dist/config/index.js');
   const { CrunRuntime } = await import('../../packages/server/dist/runtime/index.js');
   const config = loadConfig(env);
   const runtime = new CrunRuntime({

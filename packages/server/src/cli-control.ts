@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { isErrorCode, ServiceError } from '@sandboxd/protocol';
-import type { Config } from './config.js';
+import type { Config } from './config/index.js';
 
 /** A call of control's API, as `sandboxd` on the operator's host makes it: the answer's JSON, or the error control rendered, thrown again. */
 export type ControlCall = <T>(method: string, path: string, body?: unknown, signal?: AbortSignal) => Promise<T>;

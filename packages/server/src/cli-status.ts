@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Config } from './config.js';
+import type { Config } from './config/index.js';
 import { openStore } from './roles/shared.js';
 import { clusterStatus, type ClusterStatus, type ReplicaView } from './services/cluster-status.js';
 import { renderNodeView } from './services/node-views.js';

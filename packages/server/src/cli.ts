@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
 import { ServiceError } from '@sandboxd/protocol';
-import { loadConfig } from './config.js';
+import { loadConfig } from './config/index.js';
 import { KEY_FORMATS, KeyService, parseScopes, type KeyFormat } from './services/keys.js';
 import { publicOrgId } from './services/org-ids.js';
 import { start } from './main.js';

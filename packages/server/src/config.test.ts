@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, hostFacts, loadConfig } from './config.js';
+import { ConfigError, hostFacts, loadConfig } from './config/index.js';
 
 const SMALL = { cpus: 1, memoryMb: 1000, diskGb: 8 };
 const BIG = { cpus: 16, memoryMb: 65536, diskGb: 1000 };

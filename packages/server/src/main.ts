@@ -1,4 +1,4 @@
-import { loadConfig } from './config.js';
+import { loadConfig } from './config/index.js';
 import { runAllInOne } from './roles/all-in-one.js';
 import { runControl } from './roles/control.js';
 import { runEdge } from './roles/edge.js';

@@ -8,7 +8,7 @@ import { createServer, request as httpRequest, type IncomingHttpHeaders, type Se
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import { ConnectionLimits } from '../services/connections.js';
 import { KeyService } from '../services/keys.js';
 import { TokenService } from '../services/tokens.js';

@@ -14,7 +14,7 @@ import { KeyService } from '../services/keys.js';
 import { RouteTable } from './routes.js';
 import { unixDial } from '../testing/fake-node.js';
 import { TokenService } from '../services/tokens.js';
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import { Gateway } from './gateway.js';
 
 /** What the hostile agent writes for a request path; `null`: never answer. */

@@ -22,7 +22,7 @@ import { isEnvdRpc, isEnvdWire, type EnvdHost } from './envd/envd.js';
 
 export { PREVIEW_LINK_PATH, previewCookieName } from './previews.js';
 
-/** The gateway's settings, declared with the gateway: config.ts fills them in, and the gateway needs nothing else of it. */
+/** The gateway's settings, declared with the gateway: config/ fills them in, and the gateway needs nothing else of it. */
 export interface GatewayConfig {
   /** 'port': one loopback port per sandbox (default). 'host': routing by Host `<id>.<domain>`. */
   mode: 'port' | 'host';

@@ -14,7 +14,7 @@ import { KeyService } from '../services/keys.js';
 import { RouteTable } from './routes.js';
 import { unixDial } from '../testing/fake-node.js';
 import { TokenService } from '../services/tokens.js';
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import { Gateway, previewCookieName } from './gateway.js';
 
 /** Answers 101 to every tunnel, then `200 ok` (keep-alive) to every request on it. */

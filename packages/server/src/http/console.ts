@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import { REPO_ROOT, type Config } from '../config.js';
+import { REPO_ROOT, type Config } from '../config/index.js';
 import { serveAssets } from './assets.js';
 
 /** Where `npm run build` puts the console (packages/console/build.mjs). */

@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { REPO_ROOT } from '../config.js';
+import { REPO_ROOT } from '../config/index.js';
 import { renderDocsPage } from './openapi.js';
 import { serveAssets, type AssetManifest } from './assets.js';
 

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
-import { loadConfig } from '../config.js';
+import { loadConfig } from '../config/index.js';
 import { SqliteStore } from '../store/sqlite.js';
 import type { SandboxRow, TemplateRow } from '../store/types/index.js';
 import { KeyService } from '../services/keys.js';

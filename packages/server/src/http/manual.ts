@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { ServiceError } from '@sandboxd/protocol';
-import { REPO_ROOT } from '../config.js';
+import { REPO_ROOT } from '../config/index.js';
 
 /** The manual: the repository's docs/ folder, the version of the daemon that serves it. */
 export const MANUAL_DIR = join(REPO_ROOT, 'docs');

@@ -10,7 +10,7 @@ import { buildApp } from './app.js';
 import { docsRoutes } from './docs.js';
 import { buildOpenApi } from './openapi.js';
 import { AGENT_RESPONSES, RESPONSES } from './responses/index.js';
-import { loadConfig } from '../config.js';
+import { loadConfig } from '../config/index.js';
 import { SqliteStore } from '../store/sqlite.js';
 import { KeyService } from '../services/keys.js';
 import { TemplateService } from '../services/templates.js';

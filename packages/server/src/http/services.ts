@@ -1,7 +1,7 @@
 import type { LayerServer } from '../services/layer-publisher.js';
 import type { NodeRegistryAuth } from '../services/node-registry.js';
 import type { NodeViews } from '../services/node-views.js';
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import type { ConnectionLimits } from '../services/connections.js';
 import type { Store } from '../store/types/index.js';
 import type { EventBus } from '../services/events.js';

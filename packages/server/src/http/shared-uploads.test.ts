@@ -9,7 +9,7 @@ import { after, before, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import pg from 'pg';
 import { buildApp } from './app.js';
-import { loadConfig } from '../config.js';
+import { loadConfig } from '../config/index.js';
 import { FsBlobStore } from '../images/blob-store.js';
 import { storeBuildLogs } from '../services/build-logs.js';
 import { EventBus } from '../services/events.js';

@@ -23,7 +23,7 @@ import { RouteTable } from '../gateway/routes.js';
 import { SandboxService } from '../services/sandboxes/index.js';
 import { TemplateService } from '../services/templates.js';
 import { TokenService } from '../services/tokens.js';
-import { loadConfig } from '../config.js';
+import { loadConfig } from '../config/index.js';
 import { SqliteStore } from '../store/sqlite.js';
 import { registeredPlacement } from '../testing/cluster.js';
 import { testClusterKeys } from '../testing/cluster-keys.js';

@@ -1,5 +1,5 @@
 import { availableParallelism, hostname, totalmem } from 'node:os';
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import type { Logger } from '../logging.js';
 import { FixedNodes } from '../placement/node-set.js';
 import { Placement } from '../placement/placement.js';

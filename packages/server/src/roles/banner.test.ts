@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { loadConfig } from '../config.js';
+import { loadConfig } from '../config/index.js';
 import { announce } from './banner.js';
 
 const HOST = { cpus: 2, memoryMb: 4096, diskGb: 20 };

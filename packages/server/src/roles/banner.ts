@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import type { Log } from './shared.js';
 
 export interface Listening {

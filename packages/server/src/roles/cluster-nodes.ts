@@ -1,4 +1,4 @@
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import { unpackLayer } from '../images/layer-tar.js';
 import { RemoteNode } from '../node/remote-node.js';
 import { RegisteredNodes } from '../placement/registered-nodes.js';

@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import { openBuilder } from '../builder/index.js';
 import type { BuildEngine } from '../builder/types.js';
 import { belowPrefix } from '../gateway/e2b.js';

@@ -1,5 +1,5 @@
 import { statSync } from 'node:fs';
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import { LayerContents } from '../images/layer-content.js';
 import type { Logger } from '../logging.js';
 import { Placement } from '../placement/placement.js';

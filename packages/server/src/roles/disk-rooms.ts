@@ -5,7 +5,7 @@ import { volumePaths } from '../runtime/volumes.js';
 import { collectUploads } from '../services/blob-gc.js';
 import { DiskRoom, type DiskClaim } from '../services/disk-room.js';
 import type { OrgStorage } from '../services/org-storage.js';
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import type { SandboxRow, Store } from '../store/types/index.js';
 import type { Log, openImages } from './shared.js';
 

@@ -1,5 +1,5 @@
 import { createServer as createHttpServer } from 'node:http';
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import { Gateway } from '../gateway/gateway.js';
 import type { Logger } from '../logging.js';
 import { Placement } from '../placement/placement.js';

@@ -1,4 +1,4 @@
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import { LocalNode, type LayerUse, type LocalNodeOptions } from '../node/local-node.js';
 import type { LayerRef, Runtime } from '../runtime/types.js';
 import type { Log } from './shared.js';

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, statfsSync } from 'node:fs';
 import { lookup } from 'node:dns/promises';
 import { join } from 'node:path';
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import { secureDataDir } from '../data-dir.js';
 import { readHostAptConfig } from '../images/apt-sources.js';
 import { blockedRangeOf, type EgressEndpoint } from '../runtime/host.js';

@@ -1,7 +1,7 @@
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { availableParallelism, totalmem } from 'node:os';
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import { FsLayerStore } from '../images/layer-store.js';
 import { LayerFetcher } from '../images/layer-fetch.js';
 import { LayerCache } from '../node/layer-cache.js';

@@ -4,7 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { loadConfig } from '../config.js';
+import { loadConfig } from '../config/index.js';
 import { openStore } from './shared.js';
 import { PostgresStore } from '../store/postgres.js';
 import { SqliteStore } from '../store/sqlite.js';

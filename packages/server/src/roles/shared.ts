@@ -1,6 +1,6 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Config } from '../config.js';
+import type { Config } from '../config/index.js';
 import type { Gateway } from '../gateway/gateway.js';
 import { openImageServices } from '../images/index.js';
 import { createLogger, type Logger } from '../logging.js';

@@ -9,7 +9,7 @@ import { CANONICAL_ID_OFFSET, ID_RANGE } from './ids.js';
 import { checkSuidDumpable, hardenLoader, parseLdd } from './agent-runtime.js';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { loadConfig } from '../config.js';
+import { loadConfig } from '../config/index.js';
 import { BLOCKED_RANGES, blockedRangeOf, isUnicastMac, nftRuleset, stableMac } from './host.js';
 import { IdRanges, MAX_ID_RANGES, rangeBase, readIdRange, SANDBOX_ID_BASE, writeIdRange } from './id-ranges.js';
 import { cidrContains, Ipam, intToIp, ipToInt, normalizeCidr, parseSubnet, vethName } from './net.js';

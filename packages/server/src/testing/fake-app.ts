@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../http/app.js';
-import { loadConfig } from '../config.js';
+import { loadConfig } from '../config/index.js';
 import { Gateway } from '../gateway/gateway.js';
 import { BUILTIN_TEMPLATES } from '../images/builtin.js';
 import { ConnectionLimits } from '../services/connections.js';

@@ -4,7 +4,7 @@ import type { LayerInfo } from '../images/types.js';
 
 /** Shared between test runs so that image layers are built once per machine. */
 export function testDataDir(): string {
-  // Tests are the one place besides config.ts allowed to read this variable (CONVENTIONS.md).
+  // Tests are the one place besides config/ allowed to read this variable (CONVENTIONS.md).
   return process.env.SANDBOXD_TEST_DATA_DIR ?? '/var/lib/sandboxd-test';
 }
 

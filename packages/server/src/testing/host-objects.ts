@@ -215,7 +215,7 @@ export function processFacts(pid: number): ProcessFacts {
 
 // ---- one daemon's objects ------------------------------------------------------------------------
 
-/** The host-global names one daemon (or test runtime) uses; see config.ts and CrunRuntime. */
+/** The host-global names one daemon (or test runtime) uses; see config/ and CrunRuntime. */
 export interface DaemonScope {
   dataDir: string;
   cgroupParent: string;

@@ -4,7 +4,7 @@
 import { chmodSync, statSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { serviceLayersDir } from '../config.js';
+import { serviceLayersDir } from '../config/index.js';
 import { ensurePythonCompatLayer } from '../images/base-images.js';
 import { ensureBuiltinTemplates } from '../images/builtin-build.js';
 import { builtinLayerIds } from '../images/builtin-layers.js';

@@ -1,6 +1,6 @@
 import { request, type Agent, type IncomingMessage } from 'node:http';
 import { ConnectError } from '@connectrpc/connect';
-import { isErrorCode, ServiceError } from '@sandboxd/protocol';
+import { ENVD_FRAME, isErrorCode, ServiceError, type EnvdFrameKind } from '@sandboxd/protocol';
 
 /**
  * The gateway's calls to a sandbox's agent for E2B's envd (the agent's plain `/e2b/rt/` routes):
@@ -31,8 +31,8 @@ const MAX_FRAME_BYTES = 4 * 1024 * 1024;
 const MAX_MESSAGE_CHARS = 2000;
 
 /** The kinds of frame the agent sends. */
-export const FRAME = { json: 0, stdout: 1, stderr: 2, pty: 3, keepalive: 4, error: 5 } as const;
-export type FrameKind = (typeof FRAME)[keyof typeof FRAME];
+export const FRAME = ENVD_FRAME;
+export type FrameKind = EnvdFrameKind;
 
 export interface Frame {
   kind: FrameKind;

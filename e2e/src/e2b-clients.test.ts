@@ -360,7 +360,7 @@ test('volumes: Volume.create, list, getInfo, connect; two sandboxes share one th
   }
 });
 
-test('code interpreter: runCode with state, streaming, results, errors; javascript and bash', { timeout: 300_000 }, async (t) => {
+test('code interpreter: runCode with state, streaming, results, errors; javascript and bash', { timeout: 300_000 }, async () => {
   const sbx = await CodeSandbox.create({ timeoutMs: 600_000, envs: { FROM_CREATE: 'ci-env' } });
   made.push(sbx.sandboxId);
   assert.equal((await sbx.runCode('x = 40')).error, undefined);

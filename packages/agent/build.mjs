@@ -71,7 +71,7 @@ await buildAtomically({
   logLevel: 'warning',
 });
 
-for (const f of ['sbx_run.py', 'sbx_zygote.py', 'sbx_kernel.py']) copyFileSync(join(here, 'py', f), join(out, f));
+for (const f of ['sbx_run.py', 'sbx_charts.py', 'sbx_zygote.py', 'sbx_kernel.py']) copyFileSync(join(here, 'py', f), join(out, f));
 
 /** Compiles a static helper unless it is newer than its sources; `mode` is the file's mode. */
 function compileStatic(name, sources, headers, mode, missing) {

@@ -1,7 +1,8 @@
 # Runs one Python execution for the sandboxd agent, like `python3 -c CODE`, plus rich-output capture:
-# matplotlib figures (every plt.show() and every figure still open at the end) become PNG files,
-# and the value of a last-line expression becomes result.txt (and HTML/SVG/... when the object has
-# a _repr_*_ method, e.g. a pandas DataFrame). Everything goes into OUT_DIR, created on first use.
+# matplotlib figures (every plt.show() and every figure still open at the end) become PNG files
+# with their chart data (sbx_charts.py), and the value of a last-line expression becomes result.txt
+# (and HTML/SVG/... when the object has a _repr_*_ method, e.g. a pandas DataFrame). Everything
+# goes into OUT_DIR, created on first use.
 #
 # usage: python3 sbx_run.py OUT_DIR (-c CODE | -f FILE)
 # (or run_main([OUT_DIR, ...]) in a process forked from sbx_zygote.py).
@@ -19,11 +20,41 @@ def _out_path(kind, ext):
     return os.path.join(_out_dir, '%03d-%s.%s' % (_seq[0], kind, ext))
 
 
+_here = os.path.dirname(os.path.abspath(__file__))
+_charts = []
+
+
+def _chart_module():
+    """sbx_charts.py beside this file, loaded on the first figure (only matplotlib users pay),
+    kept out of sys.modules and sys.path so that no module of the user's can shadow it."""
+    if not _charts:
+        path = os.path.join(_here, 'sbx_charts.py')
+        mod = type(sys)('sbx_charts')
+        mod.__file__ = path
+        with open(path, 'rb') as f:
+            exec(compile(f.read(), path, 'exec'), mod.__dict__)
+        _charts.append(mod)
+    return _charts[0]
+
+
 def _save_figure(fig):
+    """The figure as NNN-figure.png and, when its data can be read, its chart (E2B's `chart`
+    field) as NNN-figure.chart: same number, so the two make one result."""
+    path = _out_path('figure', 'png')
     try:
-        fig.savefig(_out_path('figure', 'png'), format='png', bbox_inches='tight')
+        fig.savefig(path, format='png', bbox_inches='tight')
     except Exception as e:  # a broken figure must not hide the user's own output
         sys.stderr.write('[sandboxd] could not save figure: %r\n' % (e,))
+        return
+    try:
+        chart = _chart_module().chart_of(fig)  # after savefig: tick labels exist once drawn
+        if chart is not None:
+            import json
+            text = json.dumps(chart, allow_nan=False, separators=(',', ':'))
+            with open(path[:-len('png')] + 'chart', 'w') as f:
+                f.write(text)
+    except Exception:
+        pass  # no chart, the PNG still comes
 
 
 def _save_open_figures(close):

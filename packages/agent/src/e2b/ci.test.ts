@@ -1,15 +1,17 @@
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { createAgent } from '../app.js';
 import { loadConfig } from '../config.js';
 import { AgentStats } from '../metrics/stats.js';
 import { createAgentServer } from '../server.js';
-import { cellError, ciRoutes } from './ci.js';
+import { collectRichOutputs } from '../exec/rich.js';
+import type { ExecuteResult } from '../proto.js';
+import { cellError, cellResults, ciRoutes } from './ci.js';
 
 // E2B's code interpreter on a real agent (its HTTP server, real Python and Node kernels) on a
 // loopback port, spoken as @e2b/code-interpreter speaks it: NDJSON lines read as they come.
@@ -213,4 +215,36 @@ test('cellError: Python tracebacks, syntax errors without frames, SystemExit, Ja
   assert.equal(cellError('javascript', 'garbage', 1).name, 'Error');
   assert.equal(cellError('bash', 'x: not found\n', 127).value, 'exit code 127');
   assert.ok(cellError('python', `Traceback (most recent call last):\n${'x'.repeat(200_000)}\nValueError: v`, 1).traceback.length <= 64 * 1024);
+});
+
+test('cellResults: a figure carries its chart; a broken chart file is left out', async () => {
+  const out = mkdtempSync(join(tmpdir(), 'e2b-ci-rich-'));
+  try {
+    const png = Buffer.from('\x89PNG\r\n\x1a\nfake');
+    const chart = { type: 'line', title: 'squares', elements: [{ label: 'Line 0', points: [[1, 1], [2, 4]] }] };
+    writeFileSync(join(out, '001-figure.png'), png);
+    writeFileSync(join(out, '001-figure.chart'), JSON.stringify(chart));
+    writeFileSync(join(out, '002-figure.png'), png);
+    writeFileSync(join(out, '002-figure.chart'), '{"type": "line", "title"');
+    writeFileSync(join(out, '003-output.html'), '<b>x</b>');
+    writeFileSync(join(out, '004-main.html'), '<i>m</i>');
+    const rich = await collectRichOutputs(out);
+    assert.deepEqual(
+      rich.rich_outputs.map((o) => basename(o.path)),
+      ['001-figure.png', '002-figure.png', '003-output.html', '004-main.html'],
+      "a chart is not one of /execute's rich outputs",
+    );
+    const done: ExecuteResult = {
+      success: true, stdout: '', stderr: '', exit_code: 0, execution_time: 0, timed_out: false, language: 'python', timestamp: '', result: "'m'", rich_outputs: rich.rich_outputs,
+    };
+    const results = await cellResults(done);
+    assert.deepEqual(results, [
+      { type: 'result', chart, png: png.toString('base64'), is_main_result: false },
+      { type: 'result', png: png.toString('base64'), is_main_result: false },
+      { type: 'result', html: '<b>x</b>', is_main_result: false },
+      { type: 'result', text: "'m'", html: '<i>m</i>', is_main_result: true },
+    ]);
+  } finally {
+    rmSync(out, { recursive: true, force: true });
+  }
 });

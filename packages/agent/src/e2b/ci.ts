@@ -115,9 +115,26 @@ async function richField(path: string, ext: string): Promise<Record<string, unkn
 }
 
 /**
+ * E2B's `chart` of a figure: the data the bootstrap (sbx_charts.py) read from it, left beside its
+ * `NNN-figure.png` as `NNN-figure.chart` (not one of /execute's rich outputs); undefined when
+ * there is none or it is not a JSON object.
+ */
+async function figureChart(pngPath: string): Promise<Record<string, unknown> | undefined> {
+  const f = await regularFile(`${pngPath.slice(0, -'png'.length)}chart`, MAX_RICH_BYTES, true);
+  if (!f?.data) return undefined;
+  try {
+    const chart = JSON.parse(f.data.toString('utf8')) as unknown;
+    return chart !== null && typeof chart === 'object' && !Array.isArray(chart) ? (chart as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * E2B's result messages of a finished cell: each displayed output (a figure, display()) its own,
  * in the order they came, then the main result: the last expression's text, with its rich forms
- * (a DataFrame's HTML) that the bootstrap wrote as `NNN-main.ext`.
+ * (a DataFrame's HTML) that the bootstrap wrote as `NNN-main.ext`. A figure's result carries its
+ * `png` and, when its data could be read, its `chart`.
  */
 export async function cellResults(result: ExecuteResult): Promise<Record<string, unknown>[]> {
   const out: Record<string, unknown>[] = [];
@@ -127,6 +144,10 @@ export async function cellResults(result: ExecuteResult): Promise<Record<string,
     const ext = name.slice(name.lastIndexOf('.') + 1);
     const fields = await richField(o.path, ext);
     if (!fields) continue;
+    if (/^\d+-figure\.png$/.test(name)) {
+      const chart = await figureChart(o.path);
+      if (chart) fields.chart = chart;
+    }
     if (/^\d+-main\./.test(name)) Object.assign(main, fields);
     else out.push({ type: 'result', ...fields, is_main_result: false });
   }

@@ -1,5 +1,6 @@
-export { Sandbox, DEFAULT_TEMPLATE } from './sandbox.js';
-export type { ConnectOptions, CreateCodeContextOptions, CreateOptions, CreateSnapshotOptions, ForkOptions, VolumeMountOptions, ListOptions, RunCodeOptions, SandboxOptions } from './sandbox.js';
+export { Sandbox } from './sandbox.js';
+export { DEFAULT_TEMPLATE } from './sandbox-options.js';
+export type { ConnectOptions, CreateCodeContextOptions, CreateOptions, CreateSnapshotOptions, ForkOptions, VolumeMountOptions, ListOptions, RunCodeOptions, SandboxOptions } from './sandbox-options.js';
 export { Snapshot } from './snapshot.js';
 export { Volume } from './volume.js';
 export type { VolumeOptions, VolumeRef } from './volume.js';

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { EndScanner } from './kernel.js';
+import { EndScanner } from './end-scanner.js';
 
 const MARKER = Buffer.from('\0sbx-end:abc\0');
 

@@ -1,10 +1,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { constants } from 'node:os';
 import { CappedOutput } from './capture.js';
-import type { EndReason, RunOutcome } from './runner.js';
+import { EndScanner } from './end-scanner.js';
+import { failed, RunningCell, type CellOutcome, type CellSpec } from './kernel-cell.js';
+import { cellLine, interruptLine, MAX_CONTROL_LINE, parseControlLine, type Answer } from './kernel-protocol.js';
+import { groupMembersAfter, lastPid, signal } from './process-group.js';
+import type { EndReason } from './runner.js';
 
 /** After an interrupt (SIGINT), how long a cell gets to end before its kernel is killed and restarted. */
 export const INTERRUPT_GRACE_MS = 2000;
@@ -12,76 +15,8 @@ export const INTERRUPT_GRACE_MS = 2000;
 const START_TIMEOUT_MS = 30_000;
 /** After the cell's answer, how long its last output may still be on its way (the end markers). */
 const MARKER_WAIT_MS = 1000;
-/** Longest line a kernel may write on its control socket (an answer carries a result of up to 1 MiB). */
-const MAX_CONTROL_LINE = 4 * 1024 * 1024;
 
 export type KernelState = 'starting' | 'idle' | 'busy' | 'dead';
-
-export interface CellSpec {
-  code: string;
-  /** Rich output of this cell (sbx_run's out dir). */
-  outDir: string;
-  /** The working directory asked for (the kernel changes to it only when it differs from the last one asked for). */
-  cwd: string;
-  /** The cell's env: the context's, with the request's own over it. */
-  env: Record<string, string>;
-  /** The env a kernel starts with when this cell starts one: the context's, without the request's. */
-  startEnv: Record<string, string>;
-  stdin?: Buffer;
-  /** performance.now() by which the cell must have ended (queued time counts). */
-  deadline: number;
-  capBytes: number;
-  onStdout?: (chunk: Buffer) => void;
-  onStderr?: (chunk: Buffer) => void;
-}
-
-export interface CellOutcome extends RunOutcome {
-  /** The kernel died during or before this cell (or was restarted): earlier state is lost. */
-  kernelRestarted: boolean;
-  /** Why, in words, when kernelRestarted. */
-  restartWhy?: string;
-  /** The cell's value as text, when the kernel answers it itself (JavaScript; Python writes result.txt). */
-  result?: string;
-}
-
-/**
- * Finds where one cell's output ends on a stream: the kernel writes `\0sbx-end:NONCE\0` after it.
- * Bytes that may be the start of the marker are held back until the next chunk tells.
- */
-export class EndScanner {
-  private held = Buffer.alloc(0);
-  ended = false;
-  constructor(private readonly marker: Buffer) {}
-
-  /** The bytes of `chunk` that are the cell's output (nothing once the marker was seen). */
-  feed(chunk: Buffer): Buffer {
-    if (this.ended) return Buffer.alloc(0);
-    const buf = this.held.length ? Buffer.concat([this.held, chunk]) : chunk;
-    const at = buf.indexOf(this.marker);
-    if (at >= 0) {
-      this.ended = true;
-      this.held = Buffer.alloc(0);
-      return buf.subarray(0, at);
-    }
-    let keep = Math.min(this.marker.length - 1, buf.length);
-    while (keep > 0 && !buf.subarray(buf.length - keep).equals(this.marker.subarray(0, keep))) keep--;
-    this.held = Buffer.from(buf.subarray(buf.length - keep));
-    return buf.subarray(0, buf.length - keep);
-  }
-
-  /** What is held back, when the stream ended without the marker. */
-  flush(): Buffer {
-    const rest = this.held;
-    this.held = Buffer.alloc(0);
-    return rest;
-  }
-}
-
-interface Answer {
-  exit_code: number;
-  interrupted: boolean;
-  result?: string;
-}
 
 interface Current {
   nonce: string;
@@ -104,51 +39,6 @@ interface Ended {
   kernelRestarted: boolean;
   restartWhy?: string;
   result?: string;
-}
-
-/** A running or queued cell: the registry's handle (pid, kill) and its outcome. */
-export class RunningCell {
-  readonly done: Promise<CellOutcome>;
-  reason: Exclude<EndReason, 'exited'> | null = null;
-  /** Written to its kernel (from then on a kill interrupts it; before, it ends at once). */
-  started = false;
-  ended = false;
-  /** Set by the kernel while the cell runs. */
-  interrupt: (() => void) | null = null;
-  private resolveDone!: (o: CellOutcome) => void;
-
-  constructor(
-    private readonly pidOf: () => number | null,
-    private readonly capBytes: number,
-  ) {
-    this.done = new Promise((r) => (this.resolveDone = r));
-  }
-
-  /** The kernel's process (null before it started). */
-  get pid(): number | null {
-    return this.pidOf();
-  }
-
-  get running(): boolean {
-    return !this.ended;
-  }
-
-  /**
-   * A running cell is interrupted (KeyboardInterrupt; its kernel is killed if that does not end
-   * it); one still waiting for its turn (or for its kernel to start) ends at once, never run.
-   */
-  kill(reason: Exclude<EndReason, 'exited'>): void {
-    if (this.ended) return;
-    this.reason ??= reason;
-    if (this.started) this.interrupt?.();
-    else this.settle(failed(this.capBytes, '', reason === 'timeout' ? 124 : 137, reason));
-  }
-
-  settle(o: CellOutcome): void {
-    if (this.ended) return;
-    this.ended = true;
-    this.resolveDone(o);
-  }
 }
 
 /** How to start a kernel: its argv, or the name of the interpreter that is missing. */
@@ -297,7 +187,7 @@ export class Kernel {
         signal(child.pid!, 'SIGINT');
         // Also said on the control socket: a kernel whose cell only waits (a JavaScript promise)
         // hears it there; a Python kernel reads it after the cell and ignores it.
-        ctl.write(`${JSON.stringify({ interrupt: nonce })}\n`);
+        ctl.write(interruptLine(nonce));
         // What the cell started goes with it, as a fresh process's children do on a timeout or a
         // kill (those still in the kernel's process group; what earlier cells started stays).
         for (const pid of groupMembersAfter(child.pid!, pidsBefore)) if (pid !== child.pid) signal(pid, 'SIGKILL');
@@ -306,9 +196,7 @@ export class Kernel {
           if (this.current === current && this.child === child) this.kill();
         }, INTERRUPT_GRACE_MS);
       };
-      ctl.write(
-        `${JSON.stringify({ cell: nonce, code: spec.code, out_dir: spec.outDir, cwd: spec.cwd, env: spec.env, stdin: spec.stdin ? spec.stdin.toString('base64') : null })}\n`,
-      );
+      ctl.write(cellLine(nonce, spec));
     });
   }
 
@@ -441,77 +329,13 @@ export class Kernel {
 
   /** One line from a kernel's control socket: ready, or the current cell's answer; anything else is ignored. */
   private onControl(child: ChildProcess, text: string, ready: () => void): void {
-    let m: unknown;
-    try {
-      m = JSON.parse(text);
-    } catch {
-      return;
-    }
-    if (typeof m !== 'object' || m === null || Array.isArray(m)) return;
-    const msg = m as { ready?: unknown; cell?: unknown; exit_code?: unknown; interrupted?: unknown; result?: unknown };
-    if (msg.ready === true) {
+    const msg = parseControlLine(text);
+    if (!msg) return;
+    if ('ready' in msg) {
       ready();
       return;
     }
     const cur = this.current;
-    if (cur && cur.child === child && msg.cell === cur.nonce && !cur.answer) {
-      const code = Number(msg.exit_code);
-      cur.onAnswer({
-        exit_code: Number.isInteger(code) && code >= 0 && code <= 255 ? code : 1,
-        interrupted: msg.interrupted === true,
-        ...(typeof msg.result === 'string' ? { result: msg.result.slice(0, 1024 * 1024) } : {}),
-      });
-    }
-  }
-}
-
-/** The result of a cell that did not run (or whose kernel could not run it). */
-function failed(capBytes: number, stderrText: string, exitCode: number, reason: EndReason = 'exited'): CellOutcome {
-  const stdout = new CappedOutput(capBytes);
-  const stderr = new CappedOutput(capBytes);
-  if (stderrText) stderr.push(Buffer.from(stderrText));
-  return { exitCode, reason, stdout, stderr, durationMs: 0, kernelRestarted: false };
-}
-
-/**
- * The pid most recently given out in this pid namespace (the last field of /proc/loadavg): what
- * starts after this has a higher pid (until pids wrap around, which a cell does not live to see).
- */
-function lastPid(): number {
-  try {
-    return Number(readFileSync('/proc/loadavg', 'utf8').trim().split(/\s+/)[4]) || Infinity;
-  } catch {
-    return Infinity;
-  }
-}
-
-/** Processes in process group `pgid` whose pid is above `after`. */
-export function groupMembersAfter(pgid: number, after: number): number[] {
-  const out: number[] = [];
-  let names: string[];
-  try {
-    names = readdirSync('/proc');
-  } catch {
-    return out;
-  }
-  for (const name of names) {
-    if (!/^\d+$/.test(name) || Number(name) <= after) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
-      // Fields after the command (which may hold spaces and parentheses): state ppid pgrp ...
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      if (Number(f[2]) === pgid) out.push(Number(name));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return out;
-}
-
-function signal(pid: number, sig: NodeJS.Signals): void {
-  try {
-    process.kill(pid, sig);
-  } catch {
-    // already gone
+    if (cur && cur.child === child && msg.cell === cur.nonce && !cur.answer) cur.onAnswer(msg.answer);
   }
 }

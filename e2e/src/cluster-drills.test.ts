@@ -226,6 +226,8 @@ describe('failure drills on a cluster of two namespaced nodes, two control repli
 
   test('a node is killed: every create in the next 15 s succeeds on the other node; once it is back, nothing runs that no row owns', async () => {
     const [alive, killed] = nodes as [TestNode, TestNode];
+    // Both up (the node hung in the drill before is leased again) before one is killed.
+    await bothUp();
     await killed.kill9();
     const made: string[] = [];
     let tried = 0;

@@ -22,6 +22,9 @@ function nonceStyles(): void {
   }) as typeof document.createElement;
 }
 
+/** Times in a row a terminal's socket is opened again after it closed without the shell's exit. */
+const MAX_RECONNECTS = 5;
+
 export async function openTerminal(container: HTMLElement, agent: AgentClient, onStatus: (text: string) => void): Promise<() => void> {
   nonceStyles();
   const [{ Terminal }, { FitAddon }] = await Promise.all([import('@xterm/xterm'), import('@xterm/addon-fit')]);
@@ -30,34 +33,61 @@ export async function openTerminal(container: HTMLElement, agent: AgentClient, o
   term.loadAddon(fit);
   term.open(container);
   fit.fit();
-  const credential = await agent.credential();
-  const url = new URL('/terminal', agentBase(agent.publicHost));
-  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
-  url.searchParams.set('cols', String(term.cols));
-  url.searchParams.set('rows', String(term.rows));
-  const ws = new WebSocket(url, ['sandboxd', `sandboxd.auth.${credential.token ?? apiKey()}`]);
-  onStatus('connecting…');
-  const send = (frame: object) => {
-    if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(frame));
+  // One socket at a time. A socket that closes without the shell's exit (a connection that never
+  // opened, or was cut: the host's network changing, a daemon restart) is opened again, with a
+  // growing pause, a few times in a row; each opening is a new shell.
+  let ws: WebSocket | null = null;
+  let disposed = false;
+  let failures = 0;
+  let retry: ReturnType<typeof setTimeout> | undefined;
+  const connect = async () => {
+    const credential = await agent.credential();
+    if (disposed) return;
+    const url = new URL('/terminal', agentBase(agent.publicHost));
+    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+    url.searchParams.set('cols', String(term.cols));
+    url.searchParams.set('rows', String(term.rows));
+    const sock = new WebSocket(url, ['sandboxd', `sandboxd.auth.${credential.token ?? apiKey()}`]);
+    ws = sock;
+    let opened = false;
+    let exited = false;
+    onStatus(failures === 0 ? 'connecting…' : 'reconnecting…');
+    sock.addEventListener('open', () => {
+      opened = true;
+      if (failures > 0) term.write('\r\n[reconnected: a new shell]\r\n');
+      failures = 0;
+      onStatus('connected');
+      term.focus();
+    });
+    sock.addEventListener('message', (ev) => {
+      let frame: { type?: string; data?: unknown; code?: unknown; error?: unknown };
+      try {
+        frame = JSON.parse(String(ev.data));
+      } catch {
+        return;
+      }
+      if (frame.type === 'output' && typeof frame.data === 'string') term.write(frame.data);
+      else if (frame.type === 'exit') {
+        exited = true;
+        term.write(`\r\n[the shell exited with code ${Number(frame.code)}]\r\n`);
+        onStatus('exited');
+      } else if (frame.type === 'error') onStatus(`error: ${String(frame.error).slice(0, 200)}`);
+    });
+    sock.addEventListener('close', () => {
+      if (disposed || exited || ws !== sock) return;
+      failures = opened ? 1 : failures + 1;
+      if (failures > MAX_RECONNECTS) {
+        onStatus('disconnected');
+        return;
+      }
+      onStatus('reconnecting…');
+      retry = setTimeout(() => void connect().catch(() => onStatus('disconnected')), Math.min(500 * 2 ** (failures - 1), 5000));
+    });
   };
-  ws.addEventListener('open', () => {
-    onStatus('connected');
-    term.focus();
-  });
-  ws.addEventListener('message', (ev) => {
-    let frame: { type?: string; data?: unknown; code?: unknown; error?: unknown };
-    try {
-      frame = JSON.parse(String(ev.data));
-    } catch {
-      return;
-    }
-    if (frame.type === 'output' && typeof frame.data === 'string') term.write(frame.data);
-    else if (frame.type === 'exit') {
-      term.write(`\r\n[the shell exited with code ${Number(frame.code)}]\r\n`);
-      onStatus('exited');
-    } else if (frame.type === 'error') onStatus(`error: ${String(frame.error).slice(0, 200)}`);
-  });
-  ws.addEventListener('close', () => onStatus('disconnected'));
+  await connect();
+  const send = (frame: object) => {
+    if (ws?.readyState === WebSocket.OPEN) ws.send(JSON.stringify(frame));
+  };
   const input = term.onData((data) => send({ type: 'input', data }));
   const resize = term.onResize(({ cols, rows }) => send({ type: 'resize', cols, rows }));
   const observer = new ResizeObserver(() => {
@@ -69,10 +99,12 @@ export async function openTerminal(container: HTMLElement, agent: AgentClient, o
   });
   observer.observe(container);
   return () => {
+    disposed = true;
+    clearTimeout(retry);
     observer.disconnect();
     input.dispose();
     resize.dispose();
-    ws.close();
+    ws?.close();
     term.dispose();
   };
 }

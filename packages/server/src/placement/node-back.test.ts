@@ -2,7 +2,7 @@
 // (another replica may already have placed a sandbox on it): its sandboxes are served at once, not
 // a refresh period later; one still away answers NODE_UNAVAILABLE. FakeRuntime behind a real node API.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -74,6 +74,28 @@ test('a create finds a node that registered since the last read, instead of "no 
     await fresh.nodes.register({ id: 'node-y', url: 'http://127.0.0.1:9', capacity }, 30_000);
     await new Promise((r) => setTimeout(r, 300));
     assert.deepEqual((await nodes.candidates()).map((c) => c.id), ['node-y'], 'read again when none was up');
+  } finally {
+    await placement.close();
+    fresh.close();
+  }
+});
+
+test('a take that fails on every node it knows reads the list again: a node back since the last read takes it', async () => {
+  // This process read the list while the only node up was one whose process is gone (its lease runs on).
+  const fresh = SqliteStore.open(':memory:');
+  await fresh.nodes.register({ id: 'node-gone', url: 'http://127.0.0.1:9', capacity }, 60_000);
+  const { placement, nodes } = await registeredPlacement(fresh, signer, { refreshMs: 60_000 });
+  try {
+    assert.deepEqual((await nodes.candidates()).map((c) => c.id), ['node-gone']);
+    // node-z comes back (registers, heartbeats) after that read.
+    await fresh.nodes.register({ id: 'node-z', url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, capacity }, 30_000);
+    await new Promise((r) => setTimeout(r, 300));
+    const layer = join(dir, 'layer-back');
+    await mkdir(layer, { recursive: true });
+    const spec = { id: '', hostname: '', lowerDirs: [layer], layerIds: ['l'], resources: { vcpu: 1, memoryMb: 256, diskGb: 1, pidsMax: 64 }, internetAccess: false, env: {} };
+    const placed = await placement.take({ spec, poolId: 'p', label: 'p', env: {}, egress: null });
+    assert.equal(placed.nodeId, 'node-z', 'the node back took it, not an error of the gone one');
+    await placement.discard(placed);
   } finally {
     await placement.close();
     fresh.close();

@@ -12,8 +12,11 @@ export interface NodeSet {
   readonly bounded: boolean;
   /** Begins what keeps the set current (reads of the registry); resolves once it is first read. */
   start(): Promise<void>;
-  /** The nodes that may take a new sandbox now (up and active), read again when stale. */
-  candidates(): Promise<Candidate[]>;
+  /**
+   * The nodes that may take a new sandbox now (up and active), read again when stale; `fresh`:
+   * read again now unless just read (a take that ran out of nodes: one may be back since).
+   */
+  candidates(fresh?: boolean): Promise<Candidate[]>;
   /**
    * The node `nodeId` as a Node whose every call reaches it while it is up, and fails with
    * NODE_UNAVAILABLE when it is away or has left (at once when its lease runs out during the call).

@@ -132,8 +132,9 @@ export class Placement {
       } catch (err) {
         tried.add(nodeId);
         if (!failsOver(err) || tried.size >= MAX_TAKE_TRIES || ask.signal?.aborted) throw err;
-        // No other node may take it: the node's own error says more than NO_CAPACITY would.
-        if ((await this.o.nodes.candidates()).every((c) => tried.has(c.id))) throw err;
+        // No other node may take it (read afresh: a node back since the last read may): the node's
+        // own error says more than NO_CAPACITY would.
+        if ((await this.o.nodes.candidates(true)).every((c) => tried.has(c.id))) throw err;
         this.o.log(`node ${nodeId} could not take a sandbox (${err instanceof Error ? err.message : String(err)}); asking another`);
       }
     }

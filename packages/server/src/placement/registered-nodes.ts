@@ -24,6 +24,8 @@ interface Known {
   taken?: { version: number; byKey: Map<string, number> };
 }
 
+/** A read of the node list asked for afresh (candidates(true)) is skipped when the last one is this recent. */
+const FRESH_READ_MS = 250;
 /**
  * The nodes of a cluster, from the store's registry (nodes register and heartbeat themselves). A
  * node whose lease ran out takes nothing new and its sandboxes answer NODE_UNAVAILABLE until it is
@@ -134,8 +136,8 @@ export class RegisteredNodes implements NodeSet {
     return known !== undefined && (this.storeAway || this.leased(known.row));
   }
 
-  async candidates(): Promise<Candidate[]> {
-    await this.refresh();
+  async candidates(fresh = false): Promise<Candidate[]> {
+    await this.refresh(fresh && Date.now() - this.refreshedAt >= FRESH_READ_MS);
     const out = this.takers();
     // None up in a list read a while ago: a node that registered since (a cluster just started, a
     // node back) takes this create, not one up to refreshMs later. Read again, at most every quarter second.

@@ -115,7 +115,12 @@ describe('/console in a browser', { timeout: 300_000 }, () => {
     assert.equal(new URL(page.url()).hash, `#/sandboxes/${sb.id}`);
 
     // The terminal: a real shell in the sandbox, typed into.
-    await page.locator('#terminal-status', { hasText: 'connected' }).waitFor({ timeout: 30_000 });
+    await page
+      .locator('#terminal-status', { hasText: /^connected$/ })
+      .waitFor({ timeout: 30_000 })
+      .catch(async (err: Error) => {
+        throw new Error(`${err.message}\nthe terminal says: ${await page.locator('#terminal-status').textContent()}`);
+      });
     await page.locator('#terminal .xterm').click();
     await page.keyboard.type('echo "sum=$((6*7))"; hostname > /tmp/from-terminal\n');
     await page.locator('#terminal .xterm-rows', { hasText: 'sum=42' }).waitFor({ timeout: 15_000 });
@@ -152,7 +157,12 @@ describe('/console in a browser', { timeout: 300_000 }, () => {
     assert.equal(await page.locator('#terminal').count(), 0);
     await page.getByRole('button', { name: `Resume ${sb.id}` }).click();
     await page.locator('#sandbox-state[data-status="running"]').waitFor({ timeout: 30_000 });
-    await page.locator('#terminal-status', { hasText: 'connected' }).waitFor({ timeout: 30_000 });
+    await page
+      .locator('#terminal-status', { hasText: /^connected$/ })
+      .waitFor({ timeout: 30_000 })
+      .catch(async (err: Error) => {
+        throw new Error(`${err.message}\nthe terminal says: ${await page.locator('#terminal-status').textContent()}`);
+      });
 
     // A phone screen.
     await page.setViewportSize({ width: 390, height: 844 });

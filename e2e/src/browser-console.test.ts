@@ -125,7 +125,12 @@ describe('/console in a browser', { timeout: 300_000 }, () => {
     await page.keyboard.type('echo "sum=$((6*7))"; hostname > /tmp/from-terminal\n');
     await page.locator('#terminal .xterm-rows', { hasText: 'sum=42' }).waitFor({ timeout: 15_000 });
     const agent = (path: string) => fetch(`${sb.publicHost}${path}`, { headers: { authorization: `Bearer ${sb.authToken}` } });
-    const written = (await (await agent('/files/read?path=/tmp/from-terminal')).json()) as { content: string };
+    // `hostname > file` runs after the echo shown: the file may still be empty for a moment.
+    let written = { content: '' };
+    for (const end = Date.now() + 10_000; written.content.trim() === '' && Date.now() < end; await new Promise((r) => setTimeout(r, 100))) {
+      const r = await agent('/files/read?path=/tmp/from-terminal');
+      if (r.ok) written = (await r.json()) as { content: string };
+    }
     assert.ok(written.content.trim().length > 0, 'the command ran in the sandbox');
 
     // Upload a file from the page; it is in the sandbox, listed, and downloads back the same.

@@ -81,6 +81,8 @@ export function agentBase(publicHost: string): string {
 export class AgentClient {
   private token: { value: string; until: number } | null = null;
   private keyOnly = false;
+  /** The token fetch under way: the calls that need one at once (terminal, files, processes) share it. */
+  private fetching: Promise<void> | null = null;
 
   constructor(
     readonly sandboxId: string,
@@ -90,13 +92,16 @@ export class AgentClient {
   /** The credential's header, fetching a token when there is none or it is about to expire. */
   async credential(): Promise<{ header: 'authorization' | 'x-api-key'; value: string; token?: string }> {
     if (!this.keyOnly && (!this.token || this.token.until - Date.now() < 60_000)) {
-      try {
-        const t = await call<{ auth_token: string; token_expires_at: string }>('POST', `/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/token/refresh`);
-        this.token = { value: t.auth_token, until: Date.parse(t.token_expires_at) };
-      } catch (err) {
-        if (!(err instanceof ApiError && err.status === 403)) throw err;
-        this.keyOnly = true;
-      }
+      this.fetching ??= (async () => {
+        try {
+          const t = await call<{ auth_token: string; token_expires_at: string }>('POST', `/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/token/refresh`);
+          this.token = { value: t.auth_token, until: Date.parse(t.token_expires_at) };
+        } catch (err) {
+          if (!(err instanceof ApiError && err.status === 403)) throw err;
+          this.keyOnly = true;
+        }
+      })().finally(() => (this.fetching = null));
+      await this.fetching;
     }
     return this.token && !this.keyOnly ? { header: 'authorization', value: `Bearer ${this.token.value}`, token: this.token.value } : { header: 'x-api-key', value: apiKey() };
   }

@@ -25,7 +25,7 @@ import { TEST_DATA_DIR } from '../../e2e/dist/harness.js';
 import { loadConfig } from '../../packages/server/dist/config/index.js';
 import { CrunRuntime } from '../../packages/server/dist/runtime/index.js';
 import type { EgressPolicy } from '../../packages/server/dist/runtime/egress-policy.js';
-import { clientHelloState, sniOf } from '../../packages/server/dist/runtime/egress-proxy.js';
+import { clientHelloState, sniOf } from '../../packages/server/dist/runtime/egress-sniff.js';
 import { proc, procOk } from '../../packages/server/dist/runtime/proc.js';
 import { baseLayer } from '../../packages/server/dist/testing/fixtures.js';
 import { percentile } from './stats.js';

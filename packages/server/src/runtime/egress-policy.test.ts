@@ -5,7 +5,7 @@ import { createServer } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import { describe, test } from 'node:test';
 import { decide, dnsVerdict, filtersDns, normalizeEntries, normalizeEntry, policyRules, policyTransaction, usesProxy } from './egress-policy.js';
-import { clientHelloState, hostOf, sniOf } from './egress-proxy.js';
+import { clientHelloState, hostOf, sniOf } from './egress-sniff.js';
 
 /** The first bytes Node's TLS client sends for `servername` (none: it sends no server_name, as for an address). */
 async function clientHello(servername?: string): Promise<Buffer> {

@@ -8,7 +8,8 @@ import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { agent, api, startNode, startServer, TEST_DATA_DIR } from '../../e2e/dist/harness.js';
+import { agent, api, startServer, TEST_DATA_DIR } from '../../e2e/dist/harness.js';
+import { startNode } from '../../e2e/dist/harness-node.js';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres } from '../../packages/server/dist/testing/postgres.js';
 

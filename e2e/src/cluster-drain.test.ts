@@ -13,7 +13,8 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
-import { agent, api, createSandbox, crunContainers, freePort, REPO_ROOT, startNode, startServer, stopAll, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
+import { agent, api, createSandbox, crunContainers, freePort, REPO_ROOT, startServer, stopAll, type CreatedSandbox, type TestServer } from './harness.js';
+import { startNode, type TestNode } from './harness-node.js';
 import { NODE_NETNS_RANGE } from './node-netns.js';
 
 /** Heartbeats every 2 s: a node learns within that that it drains. */

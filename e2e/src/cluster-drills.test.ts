@@ -20,7 +20,8 @@ import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
-import { api, createSandbox, crunContainers, freePort, REPO_ROOT, startNode, startServer, stopAll, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
+import { api, createSandbox, crunContainers, freePort, REPO_ROOT, startServer, stopAll, type CreatedSandbox, type TestServer } from './harness.js';
+import { startNode, type TestNode } from './harness-node.js';
 import { until, viaGateway } from './cluster-support.js';
 import { resolveDomainTo } from './test-dns.js';
 

@@ -15,7 +15,8 @@ import { layersDigestOf } from '../../packages/server/dist/node/membership.js';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { makeTestTls } from '../../packages/server/dist/testing/tls.js';
-import { agent, api, createSandbox, startNode, startServer, stopAll, TEST_DATA_DIR, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
+import { agent, api, createSandbox, startServer, stopAll, TEST_DATA_DIR, type CreatedSandbox, type TestServer } from './harness.js';
+import { startNode, type TestNode } from './harness-node.js';
 
 const FETCHED_RE = /fetched layer ([0-9a-f]{12}) \(([\d.]+) MB\) from control in ([\d.]+) s/g;
 

@@ -15,7 +15,8 @@ import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { aptReleaseUrl } from '../../packages/server/dist/testing/runtime-fixtures.js';
 import { clientFor } from './sdk-support.js';
-import { agent, api, createSandbox, crunContainers, REPO_ROOT, startNode, startServer, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
+import { agent, api, createSandbox, crunContainers, REPO_ROOT, startServer, type CreatedSandbox, type TestServer } from './harness.js';
+import { startNode, type TestNode } from './harness-node.js';
 import { NODE_NETNS_RANGE } from './node-netns.js';
 
 const IDS = ['e2e-ns-node-a', 'e2e-ns-node-b', 'e2e-ns-node-c'];

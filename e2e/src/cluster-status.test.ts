@@ -10,7 +10,8 @@ import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
-import { api, createSandbox, freePort, REPO_ROOT, startNode, startServer, stopAll, type TestNode, type TestServer } from './harness.js';
+import { api, createSandbox, freePort, REPO_ROOT, startServer, stopAll, type TestServer } from './harness.js';
+import { startNode, type TestNode } from './harness-node.js';
 import { loggedDuring, shown } from './log-lines.js';
 
 const LEASE_SECONDS = 3;

@@ -15,7 +15,8 @@ import { Sandbox } from '@sandboxd/sdk';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
 import { clientFor, sbx } from './sdk-support.js';
-import { agent, api, createSandbox, crunContainers, freePort, REPO_ROOT, startNode, startServer, stopAll, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
+import { agent, api, createSandbox, crunContainers, freePort, REPO_ROOT, startServer, stopAll, type CreatedSandbox, type TestServer } from './harness.js';
+import { startNode, type TestNode } from './harness-node.js';
 
 const LEASE_SECONDS = 3;
 

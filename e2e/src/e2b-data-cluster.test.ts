@@ -9,7 +9,8 @@ import { after, before, test } from 'node:test';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { testClusterKeyFiles } from '../../packages/server/dist/testing/cluster-keys.js';
 import { startPostgres, type TestPostgres } from '../../packages/server/dist/testing/postgres.js';
-import { api, createSandbox, freePort, startNode, startServer, stopAll, type CreatedSandbox, type TestNode, type TestServer } from './harness.js';
+import { api, createSandbox, freePort, startServer, stopAll, type CreatedSandbox, type TestServer } from './harness.js';
+import { startNode, type TestNode } from './harness-node.js';
 
 const DOMAIN = 'e2b-cluster.test';
 let postgres: TestPostgres;

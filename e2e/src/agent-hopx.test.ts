@@ -171,15 +171,36 @@ describe('@hopx-ai/sdk drives a sandbox unmodified', () => {
 
   test('terminal: connect, input, output until exit', async () => {
     const ws = await sandbox.terminal.connect();
+    // Every frame as the socket delivers it, beside the client's iterator: that one arms a listener
+    // for one message at a time and loses a message that comes in the same read as the one before
+    // (real-client-notes §1.11); the agent sends frames apart, but a client busy long enough reads
+    // two at once, and a lost exit would leave the iterator waiting for ever.
+    const frames: Array<{ type?: string; data?: string; code?: number }> = [];
+    let sawExit: () => void = () => undefined;
+    const exitFrame = new Promise<void>((resolve) => (sawExit = resolve));
+    ws.on('message', (d: Buffer) => {
+      const f = JSON.parse(String(d)) as (typeof frames)[number];
+      frames.push(f);
+      if (f.type === 'exit') sawExit();
+    });
     sandbox.terminal.resize(ws, 100, 30);
     sandbox.terminal.sendInput(ws, 'echo "hello $((1+1)) terminal"; exit\r');
     let out = '';
-    for await (const msg of sandbox.terminal.output(ws)) {
-      if (msg.type === 'output') out += (msg as any).data;
-      if (msg.type === 'exit') break;
-    }
+    let iterated = false;
+    const iterate = (async () => {
+      for await (const msg of sandbox.terminal.output(ws)) {
+        if (msg.type === 'output') out += (msg as any).data;
+        if (msg.type === 'exit') break;
+      }
+      iterated = true;
+    })();
+    const deadline = new Promise<void>((_, reject) => setTimeout(() => reject(new Error(`no exit frame in 60 s; frames: ${JSON.stringify(frames).slice(-2000)}`)), 60_000).unref());
+    await Promise.race([iterate, exitFrame.then(() => Promise.race([iterate, new Promise((r) => setTimeout(r, 5000))])), deadline]);
     ws.close();
-    assert.match(out, /hello 2 terminal/);
+    assert.match(frames.filter((f) => f.type === 'output').map((f) => f.data).join(''), /hello 2 terminal/);
+    assert.deepEqual(frames.filter((f) => f.type === 'exit').map((f) => f.code), [0]);
+    if (iterated) assert.match(out, /hello 2 terminal/, "the client's iterator saw the output");
+    else console.log("# the client's iterator lost a frame that came in one read with the one before; the socket had them all");
   });
 
   test('watchFiles yields a change for a file written while watching', async () => {

@@ -409,13 +409,34 @@ describe('gateway: API key scopes and connection caps', { timeout: 120_000 }, ()
   });
 });
 
+/**
+ * `n` consecutive ports free on 127.0.0.1, below the kernel's ephemeral range (32768 up), so no
+ * outgoing connection of another test takes one while this test counts on it being free.
+ */
+async function freeRange(n: number): Promise<number> {
+  const free = (port: number) =>
+    new Promise<boolean>((resolve) => {
+      const s = createServer();
+      s.once('error', () => resolve(false));
+      s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+    });
+  for (let tries = 0; tries < 50; tries++) {
+    const base = 20_000 + Math.floor(Math.random() * 12_000);
+    let ok = true;
+    for (let p = base; ok && p < base + n; p++) ok = await free(p);
+    if (ok) return base;
+  }
+  throw new Error(`no ${n} consecutive free ports found`);
+}
+
 describe('gateway ports', () => {
   test('ports go round the range from the last one handed out, skipping those a sandbox holds (also a stopped one) and those taken by another process', async () => {
-    const held = new Set([47302, 47303]);
+    const b = await freeRange(6);
+    const held = new Set([b + 2, b + 3]);
     const asked: number[] = [];
     const gateway = new Gateway({
       config: {
-        mode: 'port', bindHost: '127.0.0.1', publicHostname: '127.0.0.1', portMin: 47300, portMax: 47305, domain: '', hostModePort: 0,
+        mode: 'port', bindHost: '127.0.0.1', publicHostname: '127.0.0.1', portMin: b, portMax: b + 5, domain: '', hostModePort: 0,
         idleTimeoutMs: 60_000, responseHeadersTimeoutMs: 60_000,
       },
       routes: new RouteTable(),
@@ -426,16 +447,16 @@ describe('gateway ports', () => {
       log: () => undefined,
     });
     const squatter = createServer();
-    await new Promise<void>((r) => squatter.listen(47304, '127.0.0.1', r));
+    await new Promise<void>((r) => squatter.listen(b + 4, '127.0.0.1', r));
     try {
-      assert.equal(await gateway.open('sb1', null), 47300);
-      assert.deepEqual(asked, [47300], 'one look when the next port is free');
-      assert.equal(await gateway.open('sb2', null), 47301);
-      assert.equal(await gateway.open('sb3', null), 47305, 'held by sandboxes: 47302, 47303; another process listens on 47304');
+      assert.equal(await gateway.open('sb1', null), b);
+      assert.deepEqual(asked, [b], 'one look when the next port is free');
+      assert.equal(await gateway.open('sb2', null), b + 1);
+      assert.equal(await gateway.open('sb3', null), b + 5, 'held by sandboxes: b+2, b+3; another process listens on b+4');
       await gateway.close('sb1');
-      assert.equal(await gateway.open('sb4', null), 47300, 'round the range to the port sb1 freed');
-      await assert.rejects(gateway.open('sb5', null), /no free gateway port in 47300-47305/);
-      assert.equal(await gateway.open('sb2', null), 47301, 'a sandbox that has its port keeps it');
+      assert.equal(await gateway.open('sb4', null), b, 'round the range to the port sb1 freed');
+      await assert.rejects(gateway.open('sb5', null), new RegExp(`no free gateway port in ${b}-${b + 5}`));
+      assert.equal(await gateway.open('sb2', null), b + 1, 'a sandbox that has its port keeps it');
     } finally {
       await gateway.closeAll();
       await new Promise((r) => squatter.close(r));
@@ -483,9 +504,10 @@ describe('gateway: browsers (CORS, and credentials offered as a WebSocket subpro
 
   before(async () => {
     await new Promise<void>((r) => agent.listen(socketPath, () => r()));
+    const b = await freeRange(100);
     gateway = new Gateway({
       config: {
-        mode: 'port', bindHost: '127.0.0.1', publicHostname: '127.0.0.1', portMin: 47300, portMax: 47399, domain: '', hostModePort: 0,
+        mode: 'port', bindHost: '127.0.0.1', publicHostname: '127.0.0.1', portMin: b, portMax: b + 99, domain: '', hostModePort: 0,
         idleTimeoutMs: 60_000, responseHeadersTimeoutMs: 60_000,
       },
       routes,

@@ -183,4 +183,30 @@ describe('/console in a browser', { timeout: 300_000 }, () => {
     assert.deepEqual(errors, []);
     await context.close();
   });
+  test("a sandbox's terminal opens its socket again when it closes without the shell's exit, and when it never opens", async () => {
+    const context = await env.browser.newContext({ viewport: { width: 1280, height: 900 } });
+    // The first socket is closed as soon as it opens (a connection cut on the way), the second
+    // never opens (a handshake that stalls); the third goes through to the sandbox.
+    let tries = 0;
+    await context.routeWebSocket(/\/terminal\?/, (ws) => {
+      tries += 1;
+      if (tries === 1) ws.close({ code: 1011, reason: 'cut by the test' });
+      else if (tries === 2) return new Promise(() => undefined);
+      else ws.connectToServer();
+    });
+    const page = await context.newPage();
+    const sb = await createSandbox(env.server, { template_name: 'base' });
+    await page.goto(`${env.server.baseUrl}/console`);
+    await page.fill('#api-key', env.server.apiKey);
+    await page.click('#sign-in button[type=submit]');
+    await row(page, sb.id).getByRole('link', { name: sb.id }).click({ timeout: 30_000 });
+    await page.locator('#terminal .xterm-rows', { hasText: '[reconnected: a new shell]' }).waitFor({ timeout: 40_000 });
+    await page.locator('#terminal-status', { hasText: /^connected$/ }).waitFor();
+    assert.equal(tries, 3);
+    await page.locator('#terminal .xterm').click();
+    await page.keyboard.type('echo "again=$((40+2))"\n');
+    await page.locator('#terminal .xterm-rows', { hasText: 'again=42' }).waitFor({ timeout: 15_000 });
+    assert.equal((await api(env.server, 'DELETE', `/v1/sandboxes/${sb.id}`)).status, 200);
+    await context.close();
+  });
 });

@@ -24,6 +24,8 @@ function nonceStyles(): void {
 
 /** Times in a row a terminal's socket is opened again after it closed without the shell's exit. */
 const MAX_RECONNECTS = 5;
+/** A socket not open this long after it was made (a handshake that stalls on the way) is closed and made again. */
+const OPEN_TIMEOUT_MS = 10_000;
 
 export async function openTerminal(container: HTMLElement, agent: AgentClient, onStatus: (text: string) => void): Promise<() => void> {
   nonceStyles();
@@ -52,7 +54,10 @@ export async function openTerminal(container: HTMLElement, agent: AgentClient, o
     let opened = false;
     let exited = false;
     onStatus(failures === 0 ? 'connecting…' : 'reconnecting…');
+    // Closing a socket still connecting fires its close event: the retry below takes it from there.
+    const stalled = setTimeout(() => sock.readyState === WebSocket.CONNECTING && sock.close(), OPEN_TIMEOUT_MS);
     sock.addEventListener('open', () => {
+      clearTimeout(stalled);
       opened = true;
       if (failures > 0) term.write('\r\n[reconnected: a new shell]\r\n');
       failures = 0;
@@ -74,6 +79,7 @@ export async function openTerminal(container: HTMLElement, agent: AgentClient, o
       } else if (frame.type === 'error') onStatus(`error: ${String(frame.error).slice(0, 200)}`);
     });
     sock.addEventListener('close', () => {
+      clearTimeout(stalled);
       if (disposed || exited || ws !== sock) return;
       failures = opened ? 1 : failures + 1;
       if (failures > MAX_RECONNECTS) {
